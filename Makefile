@@ -1,0 +1,44 @@
+# tfkube: the two set-up commands are `make demo` and `make test`; both install what they need.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.tfkube-installed
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+.PHONY: install demo test lint unit bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[tf,kubernetes,dev]'
+	touch $@
+
+install: $(STAMP)
+
+## demo: a real distributed training run on this machine (1 PS + 2 workers, between-graph).
+demo: $(STAMP)
+	$(BIN)/tfkube run examples/mnist-between-graph/job.yaml --summary
+
+## lint: ruff, mypy on the package, import layering.
+lint: $(STAMP)
+	$(BIN)/ruff check src tests examples benchmarks
+	$(BIN)/ruff format --check src tests examples benchmarks
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+## test: everything: lint, unit tests, real TensorFlow tests, tests against a real control plane.
+test: $(STAMP) kube-bins
+	$(MAKE) lint
+	$(BIN)/pytest
+
+unit: $(STAMP)
+	$(BIN)/pytest tests/unit
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/local_overhead/run.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache build src/*.egg-info
+
+include tools/kube/kube.mk
