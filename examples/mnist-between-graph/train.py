@@ -1,0 +1,196 @@
+"""Between-graph asynchronous training of a digit classifier with TF1-style APIs.
+
+The PS holds the variables (`replica_device_setter`); each worker trains on its own shard
+of scikit-learn's bundled 8x8 digits; worker 0 is the chief: it initializes or restores
+the model from the shared log dir, writes checkpoints and TensorBoard summaries there,
+and at the end evaluates on the held-out digits and writes `result.json`.
+The PS serves until the platform ends it (`server.join()` never returns).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+tf1 = tf.compat.v1
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("--ps_hosts", required=True)
+    p.add_argument("--worker_hosts", required=True)
+    p.add_argument("--job_name", required=True, choices=["ps", "worker"])
+    p.add_argument("--task_index", type=int, required=True)
+    p.add_argument("--train_steps", type=int, default=1000)
+    p.add_argument("--batch_size", type=int, default=64)
+    p.add_argument("--learning_rate", type=float, default=0.1)
+    p.add_argument("--step_sleep", type=float, default=0.0, help="seconds between steps")
+    p.add_argument("--checkpoint_steps", type=int, default=100)
+    return p.parse_args()
+
+
+def write_npz(path: Path, **arrays: np.ndarray) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
+    np.savez(tmp, **arrays)
+    tmp.replace(path)
+
+
+def load_shard(data_dir: Path, shard: int, num_shards: int) -> tuple[np.ndarray, ...]:
+    """This worker's shard of the training digits and the common test split.
+
+    Shards are written into the shared data dir once (each worker writes only its own);
+    the split is seeded so every replica agrees on it."""
+    shard_file = data_dir / f"digits-train-{shard}-of-{num_shards}.npz"
+    test_file = data_dir / "digits-test.npz"
+    if not shard_file.exists() or not test_file.exists():
+        from sklearn.datasets import load_digits
+
+        x, y = load_digits(return_X_y=True)
+        order = np.random.default_rng(0).permutation(len(x))
+        x, y = (x[order] / 16.0).astype(np.float32), y[order].astype(np.int64)
+        n_test = len(x) // 5
+        data_dir.mkdir(parents=True, exist_ok=True)
+        write_npz(test_file, x=x[:n_test], y=y[:n_test])
+        train_x, train_y = x[n_test:], y[n_test:]
+        write_npz(shard_file, x=train_x[shard::num_shards], y=train_y[shard::num_shards])
+    train, test = np.load(shard_file), np.load(test_file)
+    return train["x"], train["y"], test["x"], test["y"]
+
+
+def dense(inputs: tf.Tensor, units: int, name: str) -> tf.Tensor:
+    """A fully connected layer from plain variables (tf.compat.v1.layers needs Keras 2)."""
+    fan_in = int(inputs.shape[-1])
+    with tf1.variable_scope(name):
+        w = tf1.get_variable(
+            "kernel", [fan_in, units], initializer=tf1.glorot_uniform_initializer()
+        )
+        b = tf1.get_variable("bias", [units], initializer=tf1.zeros_initializer())
+    return tf1.matmul(inputs, w) + b
+
+
+class WorkerSessionCreator(tf1.train.SessionCreator):
+    """A non-chief session that polls for the chief's model every second.
+
+    TF's own WorkerSessionCreator polls every 30 s, so on a short job a worker that
+    starts a moment before the chief has initialized the model would sit idle."""
+
+    def __init__(self, master: str, config: tf1.ConfigProto) -> None:
+        self.master, self.config = master, config
+        self.scaffold = tf1.train.Scaffold()
+
+    def create_session(self) -> tf1.Session:
+        self.scaffold.finalize()
+        manager = tf1.train.SessionManager(
+            local_init_op=self.scaffold.local_init_op,
+            local_init_feed_dict=self.scaffold.local_init_feed_dict,
+            ready_op=self.scaffold.ready_op,
+            ready_for_local_init_op=self.scaffold.ready_for_local_init_op,
+            graph=tf1.get_default_graph(),
+            recovery_wait_secs=1,
+        )
+        return manager.wait_for_session(self.master, config=self.config, max_wait_secs=600)
+
+
+def main() -> None:
+    args = parse_args()
+    tf1.disable_eager_execution()
+    cluster = tf1.train.ClusterSpec(
+        {"ps": args.ps_hosts.split(","), "worker": args.worker_hosts.split(",")}
+    )
+    server = tf1.train.Server(cluster, job_name=args.job_name, task_index=args.task_index)
+    if args.job_name == "ps":
+        print(f"ps {args.task_index} serving at {server.target}", flush=True)
+        server.join()  # never returns: tfkube ends the PS when the job ends
+        return
+
+    is_chief = args.task_index == 0
+    log_dir = os.environ["TFKUBE_LOG_DIR"]
+    shard = int(os.environ.get("TFKUBE_SHARD_INDEX", args.task_index))
+    num_shards = int(os.environ.get("TFKUBE_NUM_SHARDS", len(cluster.job_tasks("worker"))))
+    train_x, train_y, test_x, test_y = load_shard(
+        Path(os.environ["TFKUBE_DATA_DIR"]), shard, num_shards
+    )
+    print(
+        f"worker {args.task_index}: shard {shard}/{num_shards}, {len(train_x)} examples", flush=True
+    )
+
+    device = tf1.train.replica_device_setter(
+        worker_device=f"/job:worker/task:{args.task_index}", cluster=cluster
+    )
+    with tf1.device(device):
+        global_step = tf1.train.get_or_create_global_step()
+        x = tf1.placeholder(tf.float32, [None, 64], name="x")
+        y = tf1.placeholder(tf.int64, [None], name="y")
+        hidden = tf.nn.relu(dense(x, 64, "hidden"))
+        logits = dense(hidden, 10, "logits")
+        loss = tf1.losses.sparse_softmax_cross_entropy(labels=y, logits=logits)
+        accuracy = tf1.reduce_mean(tf1.cast(tf1.equal(tf1.argmax(logits, 1), y), tf.float32))
+        train_op = tf1.train.GradientDescentOptimizer(args.learning_rate).minimize(
+            loss, global_step=global_step
+        )
+        tf1.summary.scalar("loss", loss)
+        tf1.summary.scalar("accuracy", accuracy)
+
+    config = tf1.ConfigProto(
+        device_filters=["/job:ps", f"/job:worker/task:{args.task_index}"],
+        inter_op_parallelism_threads=1,
+        intra_op_parallelism_threads=1,
+    )
+    rng = np.random.default_rng(1000 + args.task_index)
+    hooks = [tf1.train.StopAtStepHook(last_step=args.train_steps)]
+    started = time.time()
+    steps_here = 0
+    if is_chief:
+        session = tf1.train.MonitoredTrainingSession(
+            master=server.target,
+            is_chief=True,
+            checkpoint_dir=log_dir,
+            save_checkpoint_steps=args.checkpoint_steps,
+            save_summaries_steps=50,
+            log_step_count_steps=None,
+            hooks=hooks,
+            config=config,
+        )
+    else:
+        session = tf1.train.MonitoredSession(
+            session_creator=WorkerSessionCreator(server.target, config), hooks=hooks
+        )
+    with session as sess:
+        # Read the step without running hooks (the summary hook would want a batch).
+        step = sess.run_step_fn(lambda step_context: step_context.session.run(global_step))
+        print(f"tfkube-example: session ready at global_step={step}", flush=True)
+        while not sess.should_stop():
+            idx = rng.integers(0, len(train_x), args.batch_size)
+            _, step, loss_value = sess.run(
+                [train_op, global_step, loss], {x: train_x[idx], y: train_y[idx]}
+            )
+            steps_here += 1
+            if steps_here % 100 == 0:
+                print(f"global_step={step} loss={loss_value:.4f}", flush=True)
+            if args.step_sleep:
+                time.sleep(args.step_sleep)
+    elapsed = time.time() - started
+    print(f"worker {args.task_index}: {steps_here} steps in {elapsed:.1f}s", flush=True)
+
+    if is_chief:
+        # The variables still live on the PS: evaluate them there.
+        with tf1.Session(server.target, config=config) as sess:
+            acc, step = sess.run([accuracy, global_step], {x: test_x, y: test_y})
+        result = {
+            "global_step": int(step),
+            "test_accuracy": round(float(acc), 4),
+            "steps_per_second": round(steps_here / elapsed, 1),
+            "workers": len(cluster.job_tasks("worker")),
+        }
+        Path(log_dir, "result.json").write_text(json.dumps(result))
+        print(f"tfkube-example: result {json.dumps(result)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

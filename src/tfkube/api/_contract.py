@@ -1,0 +1,57 @@
+"""The environment every replica's launcher gets, on both engines. Pure.
+
+Both engines call `replica_environment`; they differ only in the addresses inside
+`cluster` and in the paths (folders on this machine, or mount paths in a pod). In a
+cluster the index is left out: an Indexed Job's pods share one template and the launcher
+reads Kubernetes' JOB_COMPLETION_INDEX instead.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tfkube.api._models import EnvFromCommand, Role, TFJob
+
+
+def replica_environment(
+    job: TFJob,
+    role: Role,
+    cluster: dict[str, list[str]],
+    *,
+    code_url: str,
+    code_sha256: str | None,
+    data_dir: str,
+    log_dir: str,
+    work_dir: str,
+    index: int | None = None,
+) -> dict[str, str]:
+    """`TFKUBE_*` variables plus the role's own env (commands go to TFKUBE_ENV_COMMANDS)."""
+    spec = job.spec.replicas.get(role)
+    assert spec is not None, f"job {job.name} has no {role.value} replicas"
+    plain = {k: v for k, v in spec.env.items() if isinstance(v, str)}
+    commands = {k: v.command for k, v in spec.env.items() if isinstance(v, EnvFromCommand)}
+    env = {
+        **plain,
+        "TFKUBE_JOB": job.name,
+        "TFKUBE_ROLE": role.value,
+        "TFKUBE_CLUSTER": json.dumps(cluster, sort_keys=True),
+        "TFKUBE_NUM_PS": str(job.spec.replicas.count(Role.PS)),
+        "TFKUBE_NUM_WORKERS": str(job.spec.replicas.count(Role.WORKER)),
+        "TFKUBE_HAS_CHIEF": "1" if job.spec.replicas.count(Role.CHIEF) else "0",
+        "TFKUBE_DATA_DIR": data_dir,
+        "TFKUBE_LOG_DIR": log_dir,
+        "TFKUBE_CODE_URL": code_url,
+        "TFKUBE_ENTRYPOINT": job.spec.code.entrypoint,
+        "TFKUBE_WORK_DIR": work_dir,
+        "TFKUBE_GRACE_SECONDS": str(job.spec.run_policy.termination_grace_seconds),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if index is not None:
+        env["TFKUBE_INDEX"] = str(index)
+    if code_sha256:
+        env["TFKUBE_CODE_SHA256"] = code_sha256
+    if spec.args:
+        env["TFKUBE_ARGS"] = json.dumps(spec.args)
+    if commands:
+        env["TFKUBE_ENV_COMMANDS"] = json.dumps(commands, sort_keys=True)
+    return env

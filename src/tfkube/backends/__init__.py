@@ -1,0 +1,5 @@
+"""Engines: the only places with side effects. One `Backend` interface, two engines."""
+
+from tfkube.backends._base import Backend, JobExists, JobNotFound, JobView, ReplicaView
+
+__all__ = ["Backend", "JobExists", "JobNotFound", "JobView", "ReplicaView"]

@@ -1,0 +1,107 @@
+"""Code artifacts: checked and stored once at submit, fetched and verified by every replica.
+
+A local folder is packed into a .tar.gz; a URL is downloaded once. Both are checked for the
+entrypoint before anything starts, so a missing `run.sh` or an unreachable URL is an error
+on the spec (naming `spec.code...`), never a crash-looping job.
+"""
+
+from __future__ import annotations
+
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tfkube.api import FieldError, SpecError, TFJob
+from tfkube.launcher import FetchError, sha256_file
+from tfkube.launcher._fetch import MAX_DOWNLOAD_BYTES, download
+
+_SKIP = {"__pycache__", ".git", ".venv", ".mypy_cache", ".pytest_cache"}
+
+
+@dataclass(frozen=True)
+class Artifact:
+    path: Path
+    sha256: str
+
+
+def _spec_error(job: TFJob, field: str, message: str) -> SpecError:
+    return SpecError([FieldError(field, message)], f"job {job.name!r}")
+
+
+def _pack(folder: Path, dest: Path) -> None:
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        parts = Path(info.name).parts
+        return None if any(p in _SKIP for p in parts) else info
+
+    with tarfile.open(dest, "w:gz") as tar:
+        for child in sorted(folder.iterdir()):
+            tar.add(child, arcname=child.name, filter=keep)
+
+
+def _entrypoint_in(archive: Path, entrypoint: str) -> bool:
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            names = {n.removeprefix("./") for n in tar.getnames()}
+    except (tarfile.TarError, OSError, EOFError):
+        return False
+    return entrypoint in names
+
+
+def prepare_artifact(job: TFJob, base_dir: Path, store: Path) -> Artifact:
+    """Check the job's code and store it under `store`. Raises SpecError."""
+    code = job.spec.code
+    store.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=store, suffix=".tar.gz", delete=False) as tmp:
+        staged = Path(tmp.name)
+    try:
+        if code.is_url:
+            try:
+                sha = download(code.source, staged)
+            except FetchError as exc:
+                raise _spec_error(
+                    job, "spec.code.source", f"{exc}; check the URL and that it is reachable"
+                ) from None
+            if code.sha256 is not None and sha != code.sha256:
+                raise _spec_error(
+                    job,
+                    "spec.code.sha256",
+                    f"the file at {code.source} has SHA-256 {sha}; update sha256 or the file",
+                )
+            if not _entrypoint_in(staged, code.entrypoint):
+                raise _spec_error(
+                    job,
+                    "spec.code.entrypoint",
+                    f"{code.entrypoint!r} is not in the archive at {code.source}; add it or "
+                    "set spec.code.entrypoint to the script to run",
+                )
+        else:
+            folder = (base_dir / code.source).resolve()
+            if not folder.is_dir():
+                raise _spec_error(
+                    job,
+                    "spec.code.source",
+                    f"{folder} is not a folder; give the folder holding "
+                    f"{code.entrypoint} (relative to the job file) or an http(s) URL",
+                )
+            if not (folder / code.entrypoint).is_file():
+                raise _spec_error(
+                    job,
+                    "spec.code.entrypoint",
+                    f"{code.entrypoint!r} not found in {folder}; add it or set "
+                    "spec.code.entrypoint to the script to run",
+                )
+            _pack(folder, staged)
+            if staged.stat().st_size > MAX_DOWNLOAD_BYTES:
+                raise _spec_error(
+                    job,
+                    "spec.code.source",
+                    f"{folder} packs to more than {MAX_DOWNLOAD_BYTES} bytes; keep data out "
+                    "of the code folder (use spec.storage.data)",
+                )
+            sha = sha256_file(staged)
+        final = store / f"code-{sha[:16]}.tar.gz"
+        staged.replace(final)
+        return Artifact(final, sha)
+    finally:
+        staged.unlink(missing_ok=True)

@@ -1,0 +1,313 @@
+"""The local engine: every replica a process on this machine, supervised per job.
+
+submit: check everything (spec, code, folders) in a staging folder, then move it into
+place and start the job's supervisor (`python -m tfkube.backends.local`) in its own
+session. Every other call reads the job's folder; delete/stop signal the supervisor, and
+stop the replicas' trees themselves should the supervisor be gone.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+from tfkube.api import FieldError, SpecError, TFJob, dump_job, load_job_text
+from tfkube.backends._artifact import prepare_artifact
+from tfkube.backends._base import JobExists, JobNotFound, JobView, ReplicaView
+from tfkube.backends.local._procs import alive, stop_trees, wait_gone
+from tfkube.backends.local._store import (
+    JobDir,
+    JobRecord,
+    ReplicaRecord,
+    last_line,
+    tfkube_home,
+)
+from tfkube.cluster import CLUSTER_ROLES
+
+SUPERVISOR_START_TIMEOUT = 20.0
+
+
+def _free_ports(count: int) -> list[int]:
+    """`count` distinct free TCP ports on 127.0.0.1 (held open together while chosen)."""
+    with ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            s = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+        return ports
+
+
+def _folder(job: TFJob, base_dir: Path, value: str | None, field: str) -> Path | None:
+    """A user-given shared folder, created if need be; None when the default is used."""
+    if not value:
+        return None
+    path = (base_dir / value).resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(
+            [FieldError(field, f"cannot create {path}: {exc.strerror}; choose a writable folder")],
+            f"job {job.name!r}",
+        ) from None
+    return path
+
+
+class LocalBackend:
+    """Runs TFJobs as processes on this machine. State lives under `home/jobs/`."""
+
+    def __init__(self, home: Path | None = None) -> None:
+        self.home = home or tfkube_home()
+
+    def _dir(self, name: str) -> JobDir:
+        return JobDir(self.home / "jobs" / name)
+
+    # -- submit ---------------------------------------------------------------------
+
+    def submit(self, job: TFJob, base_dir: Path, replace: bool = False) -> JobView:
+        target = self._dir(job.name)
+        if target.root.exists():
+            if target.exists() and replace:
+                current = self.get(job.name)
+                if not current.done:
+                    raise JobExists(
+                        f"job {job.name!r} is still {current.phase.value}; "
+                        f"`tfkube delete {job.name}` first or choose another name"
+                    )
+                self.delete(job.name)
+            elif target.exists():
+                current = self.get(job.name)
+                raise JobExists(
+                    f"a job named {job.name!r} already exists ({current.phase.value}); "
+                    f"`tfkube delete {job.name}`, pass --replace, or choose another name"
+                )
+            else:
+                shutil.rmtree(target.root)  # debris of an interrupted submit
+        staging = JobDir(self.home / "jobs" / f".staging-{job.name}-{uuid.uuid4().hex[:8]}")
+        staging.root.mkdir(parents=True)
+        try:
+            record = self._stage(job, base_dir, staging, target)
+            staging.root.rename(target.root)
+        except BaseException:
+            shutil.rmtree(staging.root, ignore_errors=True)
+            raise
+        self._start_supervisor(target, record)
+        return self.get(job.name)
+
+    def _stage(self, job: TFJob, base_dir: Path, staging: JobDir, target: JobDir) -> JobRecord:
+        storage = job.spec.storage
+        data = _folder(job, base_dir, storage.data.path, "spec.storage.data.path")
+        logs = _folder(job, base_dir, storage.logs.path, "spec.storage.logs.path")
+        # Default folders live in the job's own folder (moved into place with it).
+        for default in ("data", "output"):
+            (staging.root / default).mkdir()
+        artifact = prepare_artifact(job, base_dir, staging.artifacts)
+        keys = job.replica_keys()
+        ports = _free_ports(len(keys))
+        record = JobRecord(
+            name=job.name,
+            uid=uuid.uuid4().hex,
+            created_at=time.time(),
+            replicas=[
+                ReplicaRecord(
+                    role=role.value,
+                    index=i,
+                    port=port if role.value in CLUSTER_ROLES else 0,
+                )
+                for (role, i), port in zip(keys, ports, strict=True)
+            ],
+            data_dir=str(data or target.root / "data"),
+            log_dir=str(logs or target.root / "output"),
+            artifact=str(target.artifacts / artifact.path.name),
+            artifact_sha256=artifact.sha256,
+        )
+        # The spec as it runs: absolute paths, every default filled in.
+        staging.spec.write_text(dump_job(job))
+        staging.logs.mkdir()
+        staging.write(record)
+        staging.event(f"job submitted with {len(keys)} replicas")
+        return record
+
+    def _start_supervisor(self, target: JobDir, record: JobRecord) -> None:
+        with target.supervisor_log.open("ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tfkube.backends.local", str(target.root)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._supervisor_popen = proc  # reaped by wait(); keeps it from being a zombie
+        deadline = time.monotonic() + SUPERVISOR_START_TIMEOUT
+        while time.monotonic() < deadline:
+            if target.read().supervisor is not None:
+                return
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait()
+        tail = target.supervisor_log.read_text()[-2000:]
+        shutil.rmtree(target.root, ignore_errors=True)
+        raise RuntimeError(f"the job's supervisor did not start:\n{tail}")
+
+    # -- reading ----------------------------------------------------------------------
+
+    def get(self, name: str) -> JobView:
+        d = self._dir(name)
+        if not d.exists():
+            raise JobNotFound(name)
+        return self._view(d, d.read())
+
+    def _view(self, d: JobDir, record: JobRecord) -> JobView:
+        supervisor_alive = alive(record.supervisor) is not None
+        replicas = tuple(
+            ReplicaView(
+                key=r.key,
+                role=r.role,
+                index=r.index,
+                state=r.state,
+                restarts=r.restarts,
+                exit_code=r.exit_code,
+                pid=r.process.pid if r.process else None,
+                address=f"127.0.0.1:{r.port}" if r.port else None,
+                last_line=last_line(d.log(r.key)),
+            )
+            for r in record.replicas
+        )
+        return JobView(
+            name=record.name,
+            phase=record.phase,
+            restarts=record.restarts,
+            created_at=record.created_at,
+            started_at=record.started_at,
+            finished_at=record.finished_at,
+            reason=record.reason,
+            message=record.message,
+            replicas=replicas,
+            log_dir=record.log_dir,
+            data_dir=record.data_dir,
+            job_dir=str(d.root),
+            supervisor_alive=supervisor_alive or record.supervisor is None,
+        )
+
+    def list(self) -> builtins.list[JobView]:
+        jobs_dir = self.home / "jobs"
+        if not jobs_dir.is_dir():
+            return []
+        views = []
+        for child in sorted(jobs_dir.iterdir()):
+            d = JobDir(child)
+            if child.name.startswith(".") or not d.exists():
+                continue
+            try:
+                views.append(self._view(d, d.read()))
+            except (OSError, ValueError):
+                continue  # removed or being written while we looked
+        return views
+
+    def replica_keys(self, name: str) -> builtins.list[str]:
+        return [r.key for r in self.get(name).replicas]
+
+    def logs(self, name: str, replica: str | None = None, follow: bool = False) -> Iterator[str]:
+        """Lines of one replica's log, or of all (prefixed with the replica), optionally
+        following them until the job is done."""
+        d = self._dir(name)
+        keys = self.replica_keys(name)
+        if replica is not None and replica not in keys:
+            raise ValueError(
+                f"job {name!r} has no replica {replica!r}; its replicas are {', '.join(keys)}"
+            )
+        chosen = [replica] if replica else keys
+        prefix = replica is None
+        files = {k: d.log(k) for k in chosen}
+        offsets = dict.fromkeys(chosen, 0)
+        partial = dict.fromkeys(chosen, "")
+        while True:
+            for key, path in files.items():
+                try:
+                    with path.open("rb") as f:
+                        f.seek(offsets[key])
+                        chunk = f.read()
+                except FileNotFoundError:
+                    continue
+                offsets[key] += len(chunk)
+                text = partial[key] + chunk.decode("utf-8", errors="replace")
+                lines = text.split("\n")
+                partial[key] = lines.pop()
+                for line in lines:
+                    yield f"[{key}] {line}" if prefix else line
+            if not follow or not d.exists() or self._view(d, d.read()).done:
+                for key, rest in partial.items():
+                    if rest:
+                        yield f"[{key}] {rest}" if prefix else rest
+                return
+            time.sleep(0.2)
+
+    # -- ending -----------------------------------------------------------------------
+
+    def stop(self, name: str) -> JobView:
+        d = self._dir(name)
+        if not d.exists():
+            raise JobNotFound(name)
+        record = d.read()
+        grace = 5.0
+        if (sup := alive(record.supervisor)) is not None:
+            sup.send_signal(signal.SIGTERM)
+            if not wait_gone(record.supervisor, grace + 15.0):  # type: ignore[arg-type]
+                sup.kill()
+        self._reap_supervisor()
+        # Whatever the supervisor left (or if it was gone): stop the trees ourselves.
+        record = d.read()
+        stop_trees([r.process for r in record.replicas if r.process is not None], grace)
+        return self.get(name)
+
+    def delete(self, name: str) -> JobView:
+        view = self.stop(name)
+        shutil.rmtree(self._dir(name).root, ignore_errors=True)
+        return view
+
+    def wait(self, name: str, timeout: float | None = None) -> JobView:
+        """Block until the job has ended and none of its replicas runs."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            view = self.get(name)
+            if view.done:
+                # The supervisor exits right after, unless it waits out a TTL.
+                record = self._dir(name).read()
+                if not self._has_ttl(name):
+                    wait_gone_or_reaped = time.monotonic() + 10
+                    while alive(record.supervisor) and time.monotonic() < wait_gone_or_reaped:
+                        self._reap_supervisor(block=False)
+                        time.sleep(0.05)
+                self._reap_supervisor(block=False)
+                return view
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {name!r} is still {view.phase.value}")
+            time.sleep(0.1)
+
+    def _has_ttl(self, name: str) -> bool:
+        spec = self._dir(name).spec
+        job = load_job_text(spec.read_text(), str(spec))
+        return job.spec.run_policy.ttl_seconds_after_finished is not None
+
+    def _reap_supervisor(self, block: bool = True) -> None:
+        """Collect the exit of a supervisor this process started (no zombie left)."""
+        proc = getattr(self, "_supervisor_popen", None)
+        if proc is None:
+            return
+        if not block:
+            proc.poll()
+            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)

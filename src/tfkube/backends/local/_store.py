@@ -1,0 +1,156 @@
+"""The local engine's on-disk state: one folder per job under TFKUBE_HOME/jobs/<name>.
+
+    job.yaml         the spec as it runs (defaults filled in, paths absolute)
+    state.json       job and replica status; written atomically by the supervisor only
+    events.jsonl     what happened and why, one JSON object per line
+    logs/<r>.log     each replica's output, across restarts
+    artifacts/       the code archive every replica fetches and verifies
+    work/<r>/        each replica's unpacked copy of the code
+    data/, output/   the default data and log/checkpoint folders (shared by replicas)
+
+Any shell can read these; only the job's supervisor writes `state.json` once it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from tfkube.planner import JobPhase, ReplicaState
+
+
+def tfkube_home() -> Path:
+    """Where local jobs live: $TFKUBE_HOME, else ~/.tfkube."""
+    return Path(os.environ.get("TFKUBE_HOME") or Path.home() / ".tfkube")
+
+
+class ProcessRef(BaseModel):
+    """A PID plus its start time, so a recycled PID is never mistaken for ours."""
+
+    model_config = ConfigDict(frozen=True)
+    pid: int
+    create_time: float
+
+
+class ReplicaRecord(BaseModel):
+    role: str
+    index: int
+    port: int
+    state: ReplicaState = ReplicaState.PENDING
+    exit_code: int | None = None
+    restarts: int = 0
+    next_start_at: float | None = None
+    process: ProcessRef | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.role}-{self.index}"
+
+
+class JobRecord(BaseModel):
+    name: str
+    uid: str
+    phase: JobPhase = JobPhase.PENDING
+    reason: str | None = None
+    message: str | None = None
+    created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    restarts: int = 0
+    supervisor: ProcessRef | None = None
+    replicas: list[ReplicaRecord]
+    data_dir: str
+    log_dir: str
+    artifact: str
+    artifact_sha256: str
+
+    def replica(self, key: str) -> ReplicaRecord:
+        for r in self.replicas:
+            if r.key == key:
+                return r
+        raise KeyError(key)
+
+
+class JobDir:
+    """Paths of one job's folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @classmethod
+    def named(cls, name: str) -> JobDir:
+        return cls(tfkube_home() / "jobs" / name)
+
+    @property
+    def spec(self) -> Path:
+        return self.root / "job.yaml"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state.json"
+
+    @property
+    def events(self) -> Path:
+        return self.root / "events.jsonl"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def artifacts(self) -> Path:
+        return self.root / "artifacts"
+
+    @property
+    def work(self) -> Path:
+        return self.root / "work"
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.root / "supervisor.log"
+
+    def log(self, key: str) -> Path:
+        return self.logs / f"{key}.log"
+
+    def exists(self) -> bool:
+        return self.state.exists()
+
+    def read(self) -> JobRecord:
+        return JobRecord.model_validate_json(self.state.read_text())
+
+    def write(self, record: JobRecord) -> None:
+        tmp = self.state.with_name(f".state.{os.getpid()}.tmp")
+        tmp.write_text(record.model_dump_json(indent=1))
+        tmp.replace(self.state)
+
+    def event(self, message: str, replica: str | None = None, **extra: object) -> None:
+        line = {"time": time.time(), "replica": replica, "message": message, **extra}
+        with self.events.open("a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    def read_events(self) -> list[dict[str, object]]:
+        if not self.events.exists():
+            return []
+        return [json.loads(line) for line in self.events.read_text().splitlines() if line]
+
+
+def last_line(path: Path, limit: int = 4096) -> str:
+    """The last non-empty line of a log file, read from its tail only."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            tail = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    for line in reversed(tail.splitlines()):
+        if line.strip():
+            return line.strip()
+    return ""

@@ -1,0 +1,250 @@
+"""One supervisor process per local job: the thin shell around the planner.
+
+Each tick (0.1 s) it reaps replicas that exited, asks `tfkube.planner.plan` what to do,
+does it (start, restart after backoff, stop whole process trees), and writes the job's
+state for other shells to read. SIGTERM/SIGINT stop the job (phase Failed, reason
+Stopped). It exits when the job has ended and nothing of it runs; with a TTL it waits
+for the TTL and then removes the job's folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tfkube.api import Role, TFJob, load_job_text, replica_environment
+from tfkube.backends.local._procs import alive, ref_of, stop_trees
+from tfkube.backends.local._store import JobDir, JobRecord, ReplicaRecord
+from tfkube.cluster import cluster_spec, local_address
+from tfkube.planner import (
+    Decision,
+    DeleteJob,
+    JobPhase,
+    JobStatus,
+    ReplicaState,
+    ReplicaStatus,
+    Restart,
+    Start,
+    Stop,
+    plan,
+)
+
+TICK_SECONDS = 0.1
+_INHERITED_DROP = ("TFKUBE_", "TF_CONFIG")
+
+
+def _status_of(record: JobRecord, now: float) -> JobStatus:
+    return JobStatus(
+        phase=record.phase,
+        started_at=record.started_at or now,
+        finished_at=record.finished_at,
+        restarts=record.restarts,
+        reason=record.reason,
+        message=record.message,
+        replicas=tuple(
+            ReplicaStatus(
+                role=r.role,
+                index=r.index,
+                state=r.state,
+                exit_code=r.exit_code,
+                restarts=r.restarts,
+                next_start_at=r.next_start_at,
+            )
+            for r in record.replicas
+        ),
+    )
+
+
+class Supervisor:
+    def __init__(self, job_dir: JobDir, clock: Callable[[], float] = time.time) -> None:
+        self.dir = job_dir
+        self.clock = clock
+        self.job: TFJob = load_job_text(job_dir.spec.read_text(), str(job_dir.spec))
+        self.record = job_dir.read()
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.stop_reason: str | None = None
+        ports = {
+            role.value: [r.port for r in self.record.replicas if r.role == role.value]
+            for role in Role
+        }
+        self.cluster = cluster_spec(self.job.spec.replicas.counts(), local_address(ports))
+        self.base_env = {k: v for k, v in os.environ.items() if not k.startswith(_INHERITED_DROP)}
+        # Replicas run with the Python tfkube runs with: `python3` in run.sh finds it first.
+        python_bin = str(Path(sys.executable).parent)
+        self.base_env["PATH"] = python_bin + os.pathsep + self.base_env.get("PATH", "")
+
+    # -- the loop -------------------------------------------------------------------
+
+    def run(self) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        now = self.clock()
+        self.record.supervisor = ref_of(os.getpid())
+        self.record.started_at = self.record.started_at or now
+        self.dir.write(self.record)
+        self.dir.event(f"supervisor {os.getpid()} started the job")
+        while True:
+            changed = self._reap()
+            if self.stop_reason and not self.record.phase.terminal:
+                self._finish(JobPhase.FAILED, "Stopped", self.stop_reason)
+                changed = True
+            decision = plan(self.job, _status_of(self.record, self.clock()), self.clock())
+            changed |= self._apply(decision)
+            if changed:
+                self.dir.write(self.record)
+            if any(isinstance(a, DeleteJob) for a in decision.actions):
+                self._delete()
+                return 0
+            if self.record.phase.terminal and not self.procs and not self._ttl_pending():
+                self.dir.event("supervisor exits: nothing of the job runs")
+                return 0 if self.record.phase is JobPhase.SUCCEEDED else 1
+            time.sleep(TICK_SECONDS)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.stop_reason = f"stopped by signal {signal.Signals(signum).name}"
+
+    def _ttl_pending(self) -> bool:
+        return self.job.spec.run_policy.ttl_seconds_after_finished is not None
+
+    # -- observing ------------------------------------------------------------------
+
+    def _reap(self) -> bool:
+        changed = False
+        for key, proc in list(self.procs.items()):
+            code = proc.poll()
+            if code is None:
+                continue
+            del self.procs[key]
+            replica = self.record.replica(key)
+            replica.ended_at = self.clock()
+            replica.process = None
+            if replica.state is not ReplicaState.RUNNING:
+                continue  # we stopped it: its exit is no news
+            code = code if code >= 0 else 128 - code
+            replica.exit_code = code
+            replica.state = ReplicaState.SUCCEEDED if code == 0 else ReplicaState.FAILED
+            self.dir.event(f"{key} exited with code {code}", replica=key, exit_code=code)
+            changed = True
+        return changed
+
+    # -- acting ---------------------------------------------------------------------
+
+    def _apply(self, decision: Decision) -> bool:
+        changed = False
+        record = self.record
+        for line in decision.events:
+            self.dir.event(line)
+        if decision.finished:
+            self._finish(decision.phase, decision.reason or "", decision.message or "")
+            changed = True
+        elif decision.phase is not record.phase:
+            self.dir.event(f"job is {decision.phase.value}")
+            record.phase = decision.phase
+            changed = True
+        if decision.restarts != record.restarts:
+            record.restarts = decision.restarts
+            changed = True
+
+        # Stop first, all trees at once: a PS must be gone in a second, not in turn.
+        to_stop: list[Stop | Restart] = [
+            a for a in decision.actions if isinstance(a, Stop | Restart)
+        ]
+        refs = []
+        for action in to_stop:
+            replica = record.replica(action.key)
+            if isinstance(action, Restart):
+                if replica.state is ReplicaState.RUNNING and action.key in self.procs:
+                    self.dir.event(f"stopping {action.key}: {action.reason}", replica=action.key)
+                replica.state = ReplicaState.BACKOFF
+                replica.next_start_at = action.at
+                replica.restarts += 1
+            elif replica.state is not ReplicaState.STOPPED:
+                if replica.state is ReplicaState.RUNNING:
+                    self.dir.event(f"stopping {action.key}: {action.reason}", replica=action.key)
+                if replica.state.live or replica.state is ReplicaState.BACKOFF:
+                    replica.state = ReplicaState.STOPPED
+            if replica.process is not None:
+                refs.append(replica.process)
+            changed = True
+        if refs:
+            stop_trees(refs, self.job.spec.run_policy.termination_grace_seconds)
+            self._reap()
+
+        for start in decision.actions:
+            if isinstance(start, Start):
+                self._start(record.replica(start.key))
+                changed = True
+        return changed
+
+    def _finish(self, phase: JobPhase, reason: str, message: str) -> None:
+        self.record.phase = phase
+        self.record.reason = reason
+        self.record.message = message
+        self.record.finished_at = self.clock()
+        self.dir.event(f"job {phase.value} ({reason}): {message}")
+
+    def _start(self, replica: ReplicaRecord) -> None:
+        key = replica.key
+        work = self.dir.work / key
+        env = {
+            **self.base_env,
+            **replica_environment(
+                self.job,
+                Role(replica.role),
+                self.cluster,
+                code_url=Path(self.record.artifact).as_uri(),
+                code_sha256=self.record.artifact_sha256,
+                data_dir=self.record.data_dir,
+                log_dir=self.record.log_dir,
+                work_dir=str(work),
+                index=replica.index,
+            ),
+            "TFKUBE_JOB_UID": self.record.uid,
+            "TFKUBE_PARENT_PID": str(os.getpid()),
+        }
+        self.dir.logs.mkdir(exist_ok=True)
+        attempt = replica.restarts
+        with self.dir.log(key).open("ab") as log:
+            log.write(f"==== tfkube: {key} start (restart {attempt}) ====\n".encode())
+            log.flush()
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tfkube.launcher"],
+                env=env,
+                cwd=self.dir.root,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.procs[key] = proc
+        replica.process = ref_of(proc.pid)
+        replica.state = ReplicaState.RUNNING
+        replica.started_at = self.clock()
+        replica.next_start_at = None
+        replica.exit_code = None
+        self.dir.event(
+            f"started {key} (pid {proc.pid}, restart {attempt})", replica=key, pid=proc.pid
+        )
+
+    def _delete(self) -> None:
+        stop_trees([r.process for r in self.record.replicas if r.process is not None], 2.0)
+        self.dir.event("TTL passed: deleting the job")
+        shutil.rmtree(self.dir.root, ignore_errors=True)
+
+
+def live_processes(record: JobRecord) -> list[int]:
+    """PIDs of the job's replicas that still run (start-time checked)."""
+    return [p.pid for r in record.replicas if (p := alive(r.process)) is not None]
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m tfkube.backends.local JOB_DIR", file=sys.stderr)
+        return 2
+    return Supervisor(JobDir(Path(argv[0]))).run()

@@ -1,0 +1,5 @@
+"""`tfkube`: a thin command layer over a Backend. Parse, call the engine, print."""
+
+from tfkube.cli._app import app, main
+
+__all__ = ["app", "main"]

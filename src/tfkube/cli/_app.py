@@ -1,0 +1,214 @@
+"""Commands. Each one parses its input into a TFJob or a name, calls the backend, prints.
+
+Exit codes: 0 the job succeeded (or the command did what it said), 1 the job failed,
+2 bad input (nothing was started), 130 interrupted (the job was stopped).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.live import Live
+
+from tfkube.api import SpecError, TFJob, dump_job, load_job_text, quick_job
+from tfkube.backends import JobExists, JobNotFound, JobView
+from tfkube.backends.local import LocalBackend
+from tfkube.cli._display import job_panel, jobs_table, summary
+
+app = typer.Typer(
+    help="Distributed TensorFlow training as one command.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+def _backend() -> LocalBackend:
+    return LocalBackend()
+
+
+def _fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
+    return typer.Exit(code)
+
+
+def _load(path: Path) -> TFJob:
+    if not path.is_file():
+        raise _fail(f"{path}: no such job file")
+    return load_job_text(path.read_text(), str(path))
+
+
+def _job_from_args(
+    job_file: Path | None,
+    name: str | None,
+    workers: int | None,
+    ps: int | None,
+    code: str | None,
+    entrypoint: str,
+) -> tuple[TFJob, Path]:
+    quick = [name, workers, ps, code]
+    if job_file is not None:
+        if any(v is not None for v in quick):
+            raise _fail("give either a job file or --name/--workers/--ps/--code, not both")
+        return _load(job_file), job_file.resolve().parent
+    missing = [
+        flag
+        for flag, v in zip(("--name", "--workers", "--code"), (name, workers, code), strict=True)
+        if v is None
+    ]
+    if missing:
+        raise _fail(
+            "give a job file, or the quick form `--name NAME --workers N --ps M --code PATH`; "
+            f"missing {', '.join(missing)}"
+        )
+    assert name is not None
+    assert workers is not None
+    assert code is not None
+    return quick_job(name, workers, ps or 0, code, entrypoint), Path.cwd()
+
+
+JobFileArg = Annotated[Path | None, typer.Argument(help="A TFJob YAML file.", show_default=False)]
+NameOpt = Annotated[str | None, typer.Option("--name", help="Quick form: the job's name.")]
+WorkersOpt = Annotated[int | None, typer.Option("--workers", help="Quick form: workers.")]
+PsOpt = Annotated[int | None, typer.Option("--ps", help="Quick form: parameter servers.")]
+CodeOpt = Annotated[
+    str | None, typer.Option("--code", help="Quick form: code folder or .tar.gz URL.")
+]
+EntrypointOpt = Annotated[str, typer.Option("--entrypoint", help="Quick form: the script to run.")]
+
+
+@app.command()
+def run(
+    job_file: JobFileArg = None,
+    name: NameOpt = None,
+    workers: WorkersOpt = None,
+    ps: PsOpt = None,
+    code: CodeOpt = None,
+    entrypoint: EntrypointOpt = "run.sh",
+    detach: Annotated[
+        bool, typer.Option("--detach", "-d", help="Start the job and return at once.")
+    ] = False,
+    replace: Annotated[
+        bool, typer.Option("--replace", help="Delete a finished job of the same name first.")
+    ] = False,
+    show_summary: Annotated[
+        bool, typer.Option("--summary", help="Print what the job achieved when it ends.")
+    ] = False,
+) -> None:
+    """Run a job on this machine, showing its replicas live; Ctrl-C stops all of them."""
+    try:
+        job, base = _job_from_args(job_file, name, workers, ps, code, entrypoint)
+        backend = _backend()
+        view = backend.submit(job, base, replace=replace)
+    except SpecError as exc:
+        raise _fail(str(exc)) from None
+    except JobExists as exc:
+        raise _fail(str(exc)) from None
+    if detach:
+        out.print(
+            f"job {view.name} started ({len(view.replicas)} replicas); "
+            f"follow it with `tfkube status {view.name}` or `tfkube logs {view.name} -f`"
+        )
+        return
+    final = _watch(backend, view.name)
+    if show_summary or final.phase.terminal:
+        for line in summary(final):
+            out.print(line, highlight=False)
+    raise typer.Exit(final.exit_code)
+
+
+def _watch(backend: LocalBackend, name: str) -> JobView:
+    live = Live(console=out, refresh_per_second=4, transient=False, auto_refresh=False)
+    try:
+        with live:
+            while True:
+                view = backend.get(name)
+                live.update(job_panel(view), refresh=True)
+                if view.done:
+                    return backend.wait(name)
+                time.sleep(0.25)
+    except KeyboardInterrupt:
+        err.print(f"interrupted: stopping every replica of {name}")
+        view = backend.stop(name)
+        out.print(job_panel(view))
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+@app.command()
+def submit(job_file: Annotated[Path, typer.Argument(help="A TFJob YAML file.")]) -> None:
+    """Start a job and return at once (same as `run --detach`)."""
+    run(job_file=job_file, detach=True)
+
+
+@app.command()
+def validate(job_file: Annotated[Path, typer.Argument(help="A TFJob YAML file.")]) -> None:
+    """Check a job file and print it with every default filled in."""
+    try:
+        job = _load(job_file)
+    except SpecError as exc:
+        raise _fail(str(exc)) from None
+    out.print(dump_job(job), end="", highlight=False)
+
+
+@app.command("list")
+def list_jobs() -> None:
+    """List the jobs on this machine."""
+    views = _backend().list()
+    if not views:
+        out.print("no jobs")
+        return
+    out.print(jobs_table(views))
+
+
+@app.command()
+def status(name: Annotated[str, typer.Argument(help="The job's name.")]) -> None:
+    """Show a job's phase and every replica."""
+    try:
+        view = _backend().get(name)
+    except JobNotFound as exc:
+        raise _fail(str(exc), 1) from None
+    out.print(job_panel(view))
+    if view.done:
+        for line in summary(view):
+            out.print(line, highlight=False)
+
+
+@app.command()
+def logs(
+    name: Annotated[str, typer.Argument(help="The job's name.")],
+    replica: Annotated[
+        str | None, typer.Option("--replica", "-r", help="One replica, e.g. worker-1.")
+    ] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
+) -> None:
+    """Print a job's logs (every replica, prefixed, or one)."""
+    try:
+        for line in _backend().logs(name, replica, follow):
+            print(line, flush=True)
+    except (JobNotFound, ValueError) as exc:
+        raise _fail(str(exc), 1) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+
+
+@app.command()
+def delete(name: Annotated[str, typer.Argument(help="The job's name.")]) -> None:
+    """Stop every replica of a job and remove it."""
+    try:
+        view = _backend().delete(name)
+    except JobNotFound as exc:
+        raise _fail(str(exc), 1) from None
+    out.print(f"job {name} deleted (it was {view.phase.value})")
+
+
+def main() -> None:
+    app()

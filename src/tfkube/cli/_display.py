@@ -1,0 +1,120 @@
+"""Rendering job views for a terminal (rich). No engine calls here."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from tfkube.backends import JobView
+from tfkube.planner import JobPhase, ReplicaState
+
+_PHASE_STYLE = {
+    JobPhase.PENDING: "yellow",
+    JobPhase.RUNNING: "cyan",
+    JobPhase.RESTARTING: "magenta",
+    JobPhase.SUCCEEDED: "green",
+    JobPhase.FAILED: "red",
+}
+_STATE_STYLE = {
+    ReplicaState.PENDING: "yellow",
+    ReplicaState.RUNNING: "cyan",
+    ReplicaState.SUCCEEDED: "green",
+    ReplicaState.FAILED: "red",
+    ReplicaState.BACKOFF: "magenta",
+    ReplicaState.STOPPED: "dim",
+}
+
+
+def _age(view: JobView, now: float) -> str:
+    start = view.started_at or view.created_at
+    end = view.finished_at or now
+    seconds = max(0, int(end - start))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def job_panel(view: JobView, now: float | None = None) -> Group:
+    now = time.time() if now is None else now
+    head = Text.assemble(
+        ("job ", "bold"),
+        (view.name, "bold"),
+        "  ",
+        (view.phase.value, _PHASE_STYLE[view.phase]),
+        f"  restarts {view.restarts}  elapsed {_age(view, now)}",
+    )
+    table = Table(show_edge=False, pad_edge=False, expand=False)
+    for col in ("replica", "state", "pid", "address", "restarts", "exit", "last log line"):
+        table.add_column(col, no_wrap=col != "last log line", overflow="ellipsis")
+    for r in view.replicas:
+        table.add_row(
+            r.key,
+            Text(r.state.value, _STATE_STYLE[r.state]),
+            str(r.pid or "-"),
+            r.address or "-",
+            str(r.restarts),
+            "-" if r.exit_code is None else str(r.exit_code),
+            Text(r.last_line[-100:]),
+        )
+    parts: list[Text | Table] = [head, table]
+    if view.reason:
+        parts.append(Text(f"{view.reason}: {view.message or ''}"))
+    return Group(*parts)
+
+
+def jobs_table(views: list[JobView], now: float | None = None) -> Table:
+    now = time.time() if now is None else now
+    table = Table(show_edge=False, pad_edge=False)
+    for col in ("name", "phase", "replicas", "running", "restarts", "age", "reason"):
+        table.add_column(col)
+    for v in views:
+        running = sum(r.state is ReplicaState.RUNNING for r in v.replicas)
+        table.add_row(
+            v.name,
+            Text(v.phase.value, _PHASE_STYLE[v.phase]),
+            str(len(v.replicas)),
+            str(running),
+            str(v.restarts),
+            _age(v, now),
+            v.reason or "",
+        )
+    return table
+
+
+def summary(view: JobView) -> list[str]:
+    """What the job achieved: its result file, last checkpoint and TensorBoard logs."""
+    lines = [
+        f"job {view.name}: {view.phase.value}" + (f" ({view.message})" if view.message else "")
+    ]
+    if not view.log_dir:
+        return lines
+    log_dir = Path(view.log_dir)
+    result = log_dir / "result.json"
+    if result.is_file():
+        try:
+            data = json.loads(result.read_text())
+            lines.append("result: " + ", ".join(f"{k}={v}" for k, v in data.items()))
+        except (OSError, ValueError):
+            pass
+    checkpoint = latest_checkpoint(log_dir)
+    if checkpoint:
+        lines.append(f"checkpoints: {log_dir} (latest {checkpoint})")
+    if any(log_dir.rglob("events.out.tfevents.*")):
+        lines.append(f"TensorBoard logs: {log_dir}  (view: tensorboard --logdir {log_dir})")
+    if view.job_dir:
+        lines.append(f"replica logs: {view.job_dir}/logs  (or: tfkube logs {view.name})")
+    return lines
+
+
+def latest_checkpoint(log_dir: Path) -> str | None:
+    """The latest checkpoint named in TensorFlow's `checkpoint` index file, if any."""
+    index = log_dir / "checkpoint"
+    if not index.is_file():
+        return None
+    for line in index.read_text().splitlines():
+        if line.startswith("model_checkpoint_path:"):
+            return line.split(":", 1)[1].strip().strip('"')
+    return None

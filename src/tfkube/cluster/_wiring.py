@@ -1,0 +1,102 @@
+"""Turn replica counts and an addressing scheme into TensorFlow's view of the cluster.
+
+Two placers address replicas differently, and nothing else differs:
+- locally every replica is `127.0.0.1:<port>` with a port chosen by the engine;
+- in a cluster every replica is `<job>-<role>-<i>.<job>:<port>`, the stable DNS name a
+  headless Service gives the pods of an Indexed Job.
+
+TensorFlow's conventions that these functions encode:
+- `TF_CONFIG["cluster"]` lists chief, ps and worker tasks. The evaluator is *not* part of
+  the cluster (it neither serves variables nor joins training); it only gets a `task` of
+  type `evaluator`. Both TF1's Estimator and TF2's ParameterServerStrategy expect this.
+- The classic between-graph scripts take `--ps_hosts --worker_hosts --job_name
+  --task_index`; `--chief_hosts` is added only when the job has a chief, so scripts that
+  predate chiefs keep parsing their flags.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+
+ROLES: tuple[str, ...] = ("chief", "ps", "worker", "evaluator")
+"""Every replica role, in the order replicas are listed and started."""
+
+CLUSTER_ROLES: tuple[str, ...] = ("chief", "ps", "worker")
+"""The roles that appear in TF_CONFIG's cluster (the evaluator does not)."""
+
+ClusterSpec = dict[str, list[str]]
+
+
+def cluster_spec(counts: Mapping[str, int], address: Callable[[str, int], str]) -> ClusterSpec:
+    """The `cluster` part of TF_CONFIG: role -> addresses, roles with no replica left out."""
+    unknown = set(counts) - set(ROLES)
+    if unknown:
+        raise ValueError(f"unknown replica roles {sorted(unknown)}; roles are {list(ROLES)}")
+    return {
+        role: [address(role, i) for i in range(counts[role])]
+        for role in CLUSTER_ROLES
+        if counts.get(role, 0) > 0
+    }
+
+
+def local_address(
+    ports: Mapping[str, Sequence[int]], host: str = "127.0.0.1"
+) -> Callable[[str, int], str]:
+    """Addressing for the local engine: each replica on its own port of one host."""
+
+    def address(role: str, index: int) -> str:
+        return f"{host}:{ports[role][index]}"
+
+    return address
+
+
+def service_address(job: str, port: int, namespace: str | None = None) -> Callable[[str, int], str]:
+    """Addressing through a headless Service named after the job.
+
+    Pods of the Indexed Job `<job>-<role>` get hostname `<job>-<role>-<i>` and the
+    Service's name as subdomain, so `<job>-<role>-<i>.<job>` resolves to the pod IP
+    within the namespace (DNS only: no cluster IP, no iptables rule per replica).
+    """
+    suffix = f".{namespace}.svc" if namespace else ""
+
+    def address(role: str, index: int) -> str:
+        return f"{job}-{role}-{index}.{job}{suffix}:{port}"
+
+    return address
+
+
+def tf_config(cluster: ClusterSpec, role: str, index: int) -> str:
+    """TF_CONFIG for one replica, as the JSON string TensorFlow reads from the environment."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; roles are {list(ROLES)}")
+    if role in CLUSTER_ROLES and index >= len(cluster.get(role, [])):
+        raise ValueError(f"{role} index {index} is outside the cluster {cluster}")
+    config = {
+        "cluster": cluster,
+        "task": {"type": role, "index": index},
+        "environment": "cloud",
+    }
+    return json.dumps(config, sort_keys=True)
+
+
+def classic_flags(cluster: ClusterSpec, role: str, index: int) -> list[str]:
+    """The flags of TF1-era between-graph scripts (`--ps_hosts=... --task_index=...`)."""
+    flags = [
+        f"--ps_hosts={','.join(cluster.get('ps', []))}",
+        f"--worker_hosts={','.join(cluster.get('worker', []))}",
+    ]
+    if cluster.get("chief"):
+        flags.append(f"--chief_hosts={','.join(cluster['chief'])}")
+    flags += [f"--job_name={role}", f"--task_index={index}"]
+    return flags
+
+
+def shard_for(role: str, index: int, num_workers: int) -> tuple[int, int] | None:
+    """(shard index, number of shards) of the data a replica reads, or None.
+
+    Worker `i` reads shard `i` of `num_workers`; other roles read no shard of their own.
+    """
+    if role != "worker":
+        return None
+    return index, num_workers

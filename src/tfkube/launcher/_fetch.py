@@ -1,0 +1,112 @@
+"""Fetch a code artifact (.tar.gz by file:// or http(s)://), verify it, unpack it safely.
+
+Safety rules: the download and the unpacked size are bounded; members that would land
+outside the destination (absolute paths, `..`, links pointing out), devices and other
+special files are refused (tarfile's `data` filter), and a checksum mismatch is fatal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tarfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+MAX_DOWNLOAD_BYTES = 512 * 1024 * 1024
+MAX_UNPACKED_BYTES = 2 * 1024 * 1024 * 1024
+MAX_MEMBERS = 100_000
+_CHUNK = 1 << 20
+
+
+class FetchError(Exception):
+    """The code could not be fetched or unpacked. `permanent` errors are never retried."""
+
+    def __init__(self, message: str, *, permanent: bool) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def download(url: str, dest: Path, max_bytes: int = MAX_DOWNLOAD_BYTES, timeout: float = 30) -> str:
+    """Copy `url` to `dest`; returns the SHA-256 of what was written."""
+    scheme = urllib.parse.urlparse(url).scheme
+    if scheme not in {"file", "http", "https"}:
+        raise FetchError(f"unsupported code URL scheme {scheme!r} in {url}", permanent=True)
+    digest = hashlib.sha256()
+    written = 0
+    tmp = dest.with_name(dest.name + ".part")
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response, tmp.open("wb") as out:
+            for chunk in iter(lambda: response.read(_CHUNK), b""):
+                written += len(chunk)
+                if written > max_bytes:
+                    raise FetchError(
+                        f"{url} is larger than the {max_bytes} byte limit", permanent=True
+                    )
+                digest.update(chunk)
+                out.write(chunk)
+    except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        tmp.unlink(missing_ok=True)
+        if scheme == "file":
+            raise FetchError(f"cannot read {url}: {exc}", permanent=True) from None
+        raise FetchError(f"cannot download {url}: {exc}", permanent=False) from None
+    except FetchError:
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(dest)
+    return digest.hexdigest()
+
+
+def unpack(archive: Path, dest: Path, max_bytes: int = MAX_UNPACKED_BYTES) -> None:
+    """Unpack a .tar.gz into `dest` (which must not exist), refusing anything unsafe."""
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            members = tar.getmembers()
+            if len(members) > MAX_MEMBERS:
+                raise FetchError(
+                    f"the code has {len(members)} files; at most {MAX_MEMBERS} are allowed",
+                    permanent=True,
+                )
+            total = sum(m.size for m in members if m.isfile())
+            if total > max_bytes:
+                raise FetchError(
+                    f"the code unpacks to {total} bytes; the limit is {max_bytes}",
+                    permanent=True,
+                )
+            dest.mkdir(parents=True)
+            tar.extractall(dest, filter="data")
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise FetchError(f"cannot unpack the code: {exc}", permanent=True) from None
+
+
+def fetch_code(url: str, expected_sha256: str | None, work_dir: Path) -> Path:
+    """Fetch, verify and unpack the code into `work_dir/code` (replaced if present).
+
+    Returns the code folder. Raises FetchError.
+    """
+    work_dir.mkdir(parents=True, exist_ok=True)
+    archive = work_dir / "code.tar.gz"
+    actual = download(url, archive)
+    if expected_sha256 is not None and actual != expected_sha256:
+        archive.unlink(missing_ok=True)
+        raise FetchError(
+            f"the code at {url} has SHA-256 {actual}, expected {expected_sha256}",
+            permanent=True,
+        )
+    code = work_dir / "code"
+    if code.exists():
+        shutil.rmtree(code)
+    unpack(archive, code)
+    os.unlink(archive)
+    return code

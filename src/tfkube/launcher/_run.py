@@ -1,0 +1,170 @@
+"""The launcher's process: one per replica, the leader of the replica's process group.
+
+    engine --starts--> launcher --fetches/verifies--> code/
+                          |--runs--> entrypoint (+ everything it starts), same group
+                          |<-- SIGTERM/SIGINT: forwarded to the whole group; after the
+                          |    grace period, SIGKILL
+                          '-- exits with the entrypoint's code (128+N if killed by N)
+
+When the engine that started it dies (TFKUBE_PARENT_PID no longer its parent), the
+launcher ends its group: a replica never outlives its supervisor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from tfkube.launcher._contract import (
+    EX_CONFIG,
+    EX_DATAERR,
+    EX_NOINPUT,
+    EX_TEMPFAIL,
+    ContractError,
+    contract_from_env,
+)
+from tfkube.launcher._fetch import FetchError, fetch_code
+
+ENV_COMMAND_TIMEOUT = 60.0
+
+
+def _say(message: str) -> None:
+    print(f"[tfkube-launcher] {message}", file=sys.stderr, flush=True)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """PIDs in process group `pgid`, other than this process (read from /proc)."""
+    me = os.getpid()
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # Fields after the command name (which may hold spaces) start past the last ')'.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(entry))
+    return members
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    for pid in _group_members(pgid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def _end_group(pgid: int, grace: float) -> None:
+    """SIGTERM everything else in the group, then SIGKILL what is left after `grace`."""
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while _group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _signal_group(pgid, signal.SIGKILL)
+
+
+def _computed_env(commands: dict[str, str], env: dict[str, str], cwd: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, command in commands.items():
+        result = subprocess.run(
+            ["/bin/sh", "-c", command],
+            cwd=cwd,
+            env={**env, **out},
+            capture_output=True,
+            text=True,
+            timeout=ENV_COMMAND_TIMEOUT,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise ContractError(
+                f"env {name}: command {command!r} exited {result.returncode}: "
+                f"{result.stderr.strip()[-500:]}"
+            )
+        out[name] = result.stdout.strip()
+    return out
+
+
+def main() -> int:
+    try:
+        contract = contract_from_env(os.environ)
+    except ContractError as exc:
+        _say(f"cannot start: {exc}")
+        return EX_CONFIG
+    grace = float(os.environ.get("TFKUBE_GRACE_SECONDS", "5"))
+    work = Path(contract.work_dir)
+    _say(f"{contract.job} {contract.role}-{contract.index}: fetching {contract.code_url}")
+    try:
+        code = fetch_code(contract.code_url, contract.code_sha256, work)
+    except FetchError as exc:
+        _say(f"cannot fetch the code: {exc}")
+        return EX_DATAERR if exc.permanent else EX_TEMPFAIL
+    entry = (code / contract.entrypoint).resolve()
+    if not entry.is_file() or not entry.is_relative_to(code.resolve()):
+        _say(f"the entrypoint {contract.entrypoint!r} is not in the code")
+        return EX_NOINPUT
+    env = contract.environment(os.environ)
+    try:
+        env.update(_computed_env(contract.env_commands, env, code))
+    except (ContractError, subprocess.TimeoutExpired) as exc:
+        _say(f"cannot build the environment: {exc}")
+        return EX_CONFIG
+
+    # Become the group leader if the engine did not already make us one (in a container
+    # we are often PID 1 of our own namespace; locally the engine starts a new session).
+    if os.getpgrp() != os.getpid():
+        os.setpgid(0, 0)
+    pgid = os.getpgrp()
+    stopping = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if not stopping.is_set():
+            stopping.set()
+            _say(f"got signal {signum}: stopping the replica")
+            _signal_group(pgid, signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+
+    argv = contract.argv(str(entry))
+    _say(f"running {' '.join(argv)}")
+    child = subprocess.Popen(argv, cwd=code, env=env)
+
+    parent = os.environ.get("TFKUBE_PARENT_PID")
+    if parent and parent.isdigit():
+        watched = int(parent)
+
+        def watch_parent() -> None:
+            while child.poll() is None:
+                if os.getppid() != watched:
+                    _say("the engine that started this replica is gone: stopping")
+                    on_signal(signal.SIGTERM, None)
+                    return
+                time.sleep(0.5)
+
+        threading.Thread(target=watch_parent, daemon=True).start()
+
+    while True:
+        try:
+            code_ = child.wait(timeout=0.2)
+            break
+        except subprocess.TimeoutExpired:
+            if stopping.is_set():
+                try:
+                    code_ = child.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    _signal_group(pgid, signal.SIGKILL)
+                    code_ = child.wait()
+                break
+    # Nothing the entrypoint started may outlive it.
+    _end_group(pgid, grace=min(grace, 2.0))
+    status = code_ if code_ >= 0 else 128 - code_
+    _say(f"entrypoint exited with {status}")
+    return status

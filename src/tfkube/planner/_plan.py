@@ -1,0 +1,204 @@
+"""The job-level brain, shared by both engines: from the spec and observed replica states
+to the next phase and actions. Pure: time is an argument, nothing is read or changed.
+
+Order of decisions, each tick:
+1. A terminal job only cleans up (per cleanPodPolicy) and waits for its TTL.
+2. activeDeadlineSeconds passed -> Failed (DeadlineExceeded).
+3. The success policy is met -> Succeeded; PS and any replica still running are stopped.
+   Success is checked before failures: a job whose chief finished is done, whatever a
+   worker did in the same instant.
+4. Replicas that failed on their own: a failure the restart policy does not retry, or
+   one past backoffLimit, fails the job; otherwise the replica restarts after
+   exponential backoff. A failed PS restarts with every chief/worker/evaluator that has
+   not succeeded, since their sessions depend on its variables: they resume from the
+   last checkpoint in the shared log dir.
+5. Replicas whose backoff has passed, or that never started, are started.
+"""
+
+from __future__ import annotations
+
+from tfkube.api import CleanPodPolicy, RestartPolicy, Role, RunPolicy, SuccessPolicy, TFJob
+from tfkube.planner._types import (
+    Action,
+    Decision,
+    DeleteJob,
+    JobPhase,
+    JobStatus,
+    ReplicaState,
+    ReplicaStatus,
+    Restart,
+    Start,
+    Stop,
+)
+
+EX_TEMPFAIL = 75
+"""The launcher's exit code when it could not fetch the code (an infrastructure fault)."""
+
+
+def is_retryable_exit(code: int | None) -> bool:
+    """Under `ExitCode`: 128+N (killed by signal N: preemption, OOM kill, node loss) and the
+    launcher's EX_TEMPFAIL are retried; 1-127 are the user's errors."""
+    return code is not None and (code >= 128 or code == EX_TEMPFAIL)
+
+
+def should_retry(policy: RestartPolicy, code: int | None) -> bool:
+    if policy is RestartPolicy.NEVER:
+        return False
+    if policy is RestartPolicy.ON_FAILURE:
+        return True
+    return is_retryable_exit(code)
+
+
+def success_reached(job: TFJob, status: JobStatus) -> str | None:
+    """A message naming what succeeded, or None while the success policy is not met."""
+    done = {r.key for r in status.replicas if r.state is ReplicaState.SUCCEEDED}
+    has_chief = job.spec.replicas.count(Role.CHIEF) > 0
+    workers = [f"worker-{i}" for i in range(job.spec.replicas.count(Role.WORKER))]
+    if job.spec.run_policy.success_policy is SuccessPolicy.ALL_WORKERS:
+        needed = [*workers, *(["chief-0"] if has_chief else [])]
+        if all(k in done for k in needed):
+            return "all workers" + (" and the chief" if has_chief else "") + " succeeded"
+        return None
+    decider = "chief-0" if has_chief else "worker-0"
+    return f"{decider} succeeded" if decider in done else None
+
+
+def _cleanup(policy: RunPolicy, status: JobStatus, reason: str) -> list[Action]:
+    if policy.clean_pod_policy is CleanPodPolicy.NONE:
+        # Running replicas stay; only cancel restarts that would start something new.
+        return [Stop(r.key, reason) for r in status.replicas if r.state is ReplicaState.BACKOFF]
+    return [
+        Stop(r.key, reason)
+        for r in status.replicas
+        if r.state.live or r.state is ReplicaState.BACKOFF
+    ]
+
+
+def _finish(job: TFJob, status: JobStatus, phase: JobPhase, reason: str, message: str) -> Decision:
+    return Decision(
+        phase=phase,
+        restarts=status.restarts,
+        actions=tuple(_cleanup(job.spec.run_policy, status, f"job {phase.value.lower()}")),
+        reason=reason,
+        message=message,
+        finished=True,
+        events=(f"job {phase.value}: {message}",),
+    )
+
+
+def _exit_text(code: int | None) -> str:
+    if code is not None and code > 128:
+        return f"exit code {code} (signal {code - 128})"
+    return f"exit code {code}"
+
+
+def plan(job: TFJob, status: JobStatus, now: float) -> Decision:
+    """Decide the job's next phase and the actions that get it there."""
+    policy = job.spec.run_policy
+
+    actions: list[Action]
+    if status.phase.terminal:
+        actions = _cleanup(policy, status, f"job {status.phase.value.lower()}")
+        ttl = policy.ttl_seconds_after_finished
+        if ttl is not None and status.finished_at is not None and now >= status.finished_at + ttl:
+            actions.append(DeleteJob())
+        return Decision(
+            phase=status.phase,
+            restarts=status.restarts,
+            actions=tuple(actions),
+            reason=status.reason,
+            message=status.message,
+        )
+
+    deadline = policy.active_deadline_seconds
+    if deadline is not None and now - status.started_at >= deadline:
+        return _finish(
+            job,
+            status,
+            JobPhase.FAILED,
+            "DeadlineExceeded",
+            f"the job ran longer than activeDeadlineSeconds={deadline}",
+        )
+
+    succeeded = success_reached(job, status)
+    if succeeded is not None:
+        return _finish(job, status, JobPhase.SUCCEEDED, "Succeeded", succeeded)
+
+    failed = [r for r in status.replicas if r.state is ReplicaState.FAILED]
+    actions = []
+    events: list[str] = []
+    restarts = status.restarts
+    if failed:
+        for r in failed:
+            if not should_retry(policy.restart_policy, r.exit_code):
+                return _finish(
+                    job,
+                    status,
+                    JobPhase.FAILED,
+                    "ReplicaFailed",
+                    f"{r.key} failed with {_exit_text(r.exit_code)}; restartPolicy "
+                    f"{policy.restart_policy.value} does not retry it",
+                )
+        if restarts + len(failed) > policy.backoff_limit:
+            r = failed[0]
+            return _finish(
+                job,
+                status,
+                JobPhase.FAILED,
+                "BackoffLimitExceeded",
+                f"{r.key} failed with {_exit_text(r.exit_code)} after {restarts} restarts "
+                f"(backoffLimit={policy.backoff_limit})",
+            )
+        restarts += len(failed)
+        to_restart: dict[str, tuple[float, str]] = {}
+        for r in failed:
+            at = now + policy.backoff.delay(r.restarts)
+            to_restart[r.key] = (at, f"{r.key} failed with {_exit_text(r.exit_code)}")
+            events.append(
+                f"{r.key} failed with {_exit_text(r.exit_code)}; restart {restarts} of "
+                f"{policy.backoff_limit} in {at - now:.1f}s"
+            )
+        failed_ps = [r for r in failed if r.role == Role.PS.value]
+        if failed_ps:
+            at = min(to_restart[r.key][0] for r in failed_ps)
+            why = f"{failed_ps[0].key} failed: restarting the replicas that use it"
+            for r in _dependents_of_ps(status.replicas):
+                if r.key not in to_restart:
+                    to_restart[r.key] = (at, why)
+            events.append(why + ", to resume from the last checkpoint")
+        actions += [Restart(key, at, why) for key, (at, why) in to_restart.items()]
+
+    restarting = set()
+    for r in status.replicas:
+        if r.key in {a.key for a in actions if isinstance(a, Restart)}:
+            restarting.add(r.key)
+        elif r.state is ReplicaState.PENDING:
+            actions.append(Start(r.key))
+        elif r.state is ReplicaState.BACKOFF:
+            if r.next_start_at is not None and now >= r.next_start_at:
+                actions.append(Start(r.key))
+            else:
+                restarting.add(r.key)
+
+    if restarting:
+        phase = JobPhase.RESTARTING
+    elif any(r.state is ReplicaState.PENDING for r in status.replicas) and not any(
+        r.state is not ReplicaState.PENDING for r in status.replicas
+    ):
+        phase = JobPhase.PENDING
+    else:
+        phase = JobPhase.RUNNING
+    return Decision(
+        phase=phase,
+        restarts=restarts,
+        actions=tuple(actions),
+        reason=status.reason if phase is status.phase else None,
+        events=tuple(events),
+    )
+
+
+def _dependents_of_ps(replicas: tuple[ReplicaStatus, ...]) -> list[ReplicaStatus]:
+    """Replicas whose training state lives on the PS and that have not finished."""
+    return [
+        r for r in replicas if r.role != Role.PS.value and r.state is not ReplicaState.SUCCEEDED
+    ]

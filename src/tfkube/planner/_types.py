@@ -1,0 +1,117 @@
+"""What the planner sees (observed state) and what it decides (actions). Plain data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class JobPhase(StrEnum):
+    """A job's phase. `Succeeded` and `Failed` are terminal: they never change again."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobPhase.SUCCEEDED, JobPhase.FAILED)
+
+
+class ReplicaState(StrEnum):
+    """One replica's state as the engine observed it."""
+
+    PENDING = "Pending"
+    """Not started yet."""
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    """Exited 0."""
+    FAILED = "Failed"
+    """Exited non-zero on its own (not stopped by tfkube); `exit_code` says how."""
+    BACKOFF = "BackOff"
+    """Waiting to be started again at `next_start_at`."""
+    STOPPED = "Stopped"
+    """Stopped by tfkube (job ended, or cancelled)."""
+
+    @property
+    def live(self) -> bool:
+        return self in (ReplicaState.PENDING, ReplicaState.RUNNING)
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    role: str
+    index: int
+    state: ReplicaState = ReplicaState.PENDING
+    exit_code: int | None = None
+    restarts: int = 0
+    next_start_at: float | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.role}-{self.index}"
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    phase: JobPhase
+    started_at: float
+    replicas: tuple[ReplicaStatus, ...]
+    restarts: int = 0
+    """Restarts taken so far (counted against backoffLimit)."""
+    finished_at: float | None = None
+    reason: str | None = None
+    message: str | None = None
+
+    def replica(self, key: str) -> ReplicaStatus:
+        for r in self.replicas:
+            if r.key == key:
+                return r
+        raise KeyError(key)
+
+
+@dataclass(frozen=True)
+class Start:
+    """Start the replica (its first run, or a restart whose backoff has passed)."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Stop the replica if it still runs; start it again at `at` (epoch seconds)."""
+
+    key: str
+    at: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Stop the replica's whole process tree (or pod); it will not run again."""
+
+    key: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class DeleteJob:
+    """Delete the job and everything it created (its TTL has passed)."""
+
+
+Action = Start | Restart | Stop | DeleteJob
+
+
+@dataclass(frozen=True)
+class Decision:
+    phase: JobPhase
+    restarts: int
+    actions: tuple[Action, ...] = ()
+    reason: str | None = None
+    message: str | None = None
+    finished: bool = False
+    """True when this decision moved the job into a terminal phase."""
+    events: tuple[str, ...] = field(default=())
+    """Human-readable lines worth recording (why a restart, why the job ended)."""

@@ -1,0 +1,707 @@
+#!/usr/bin/env python3
+"""Start and stop a real Kubernetes control plane on loopback for tests (stdlib only).
+
+    python3 tools/kube/cluster.py up      # start; prints the kubeconfig path
+    python3 tools/kube/cluster.py down    # stop exactly the processes `up` started
+    python3 tools/kube/cluster.py status
+
+`up` runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler and KWOK (the fake
+kubelet) from the binaries that tools/kube/build.sh put in the cache, each bound to 127.0.0.1
+on a free port, in a fresh temporary directory (certificates, kubeconfig, data, logs). It waits
+for /readyz, registers fake nodes (some with nvidia.com/gpu) with loopback addresses, waits
+until they are Ready and records every PID in a state file. `down` signals exactly those PIDs
+(checking each is still the process it started) and removes the temporary directory.
+
+The pytest fixture in tests/cluster/conftest.py imports this file and uses `Cluster` directly.
+All traffic stays on 127.0.0.0/8: nodes get 127.0.1.x addresses and KWOK hands out pod IPs
+from 127.100.0.0/16, so nothing can be sent off the machine even by mistake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+STAGES_DIR = HERE / "stages"
+ADMIN_USER = "tfkube-admin"
+POD_CIDR = "127.100.0.1/16"  # KWOK's fake pod IPs: loopback, never routed anywhere
+SERVICE_CIDR = "10.96.0.0/16"  # ClusterIPs are only numbers here: no kube-proxy, never dialled
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def cache_root() -> Path:
+    if os.environ.get("TFKUBE_CACHE"):
+        return Path(os.environ["TFKUBE_CACHE"])
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "tfkube"
+
+
+def default_bin_dir() -> Path:
+    out = subprocess.run(
+        ["bash", str(HERE / "build.sh"), "--print-bin-dir"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return Path(out.stdout.strip())
+
+
+def default_state_file() -> Path:
+    return cache_root() / "kube-up" / "state.json"
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+@dataclass
+class NodeSpec:
+    name: str
+    ip: str
+    gpus: int = 0
+    cpu: str = "16"
+    memory: str = "64Gi"
+    pods: str = "110"
+
+    def manifest(self) -> dict:
+        capacity = {"cpu": self.cpu, "memory": self.memory, "pods": self.pods}
+        labels = {
+            "kubernetes.io/hostname": self.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "type": "kwok",
+            "tfkube.io/fake-node": "true",
+        }
+        if self.gpus:
+            capacity[GPU_RESOURCE] = str(self.gpus)
+            labels["tfkube.io/gpu"] = "true"
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self.name,
+                "labels": labels,
+                "annotations": {"kwok.x-k8s.io/node": "fake"},
+            },
+            "spec": {},
+            "status": {
+                "capacity": capacity,
+                "allocatable": dict(capacity),
+                "addresses": [
+                    {"type": "InternalIP", "address": self.ip},
+                    {"type": "Hostname", "address": self.name},
+                ],
+            },
+        }
+
+
+def default_nodes(cpu_nodes: int = 3, gpu_nodes: int = 2, gpus_per_node: int = 4) -> list[NodeSpec]:
+    nodes = [NodeSpec(f"tfkube-cpu-{i}", f"127.0.1.{i + 1}") for i in range(cpu_nodes)]
+    nodes += [
+        NodeSpec(f"tfkube-gpu-{i}", f"127.0.2.{i + 1}", gpus=gpus_per_node)
+        for i in range(gpu_nodes)
+    ]
+    return nodes
+
+
+@dataclass
+class Proc:
+    name: str
+    pid: int
+    start_ticks: int  # /proc/<pid>/stat field 22: guards against PID reuse
+    exe: str
+    log: str
+
+
+@dataclass
+class State:
+    workdir: str
+    kubeconfig: str
+    server: str
+    ca_file: str
+    token: str
+    bin_dir: str
+    procs: list[Proc] = field(default_factory=list)
+    nodes: list[dict] = field(default_factory=list)
+    started_at: float = 0.0
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> State:
+        raw = json.loads(path.read_text())
+        raw["procs"] = [Proc(**p) for p in raw.get("procs", [])]
+        return cls(**raw)
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _start_ticks(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # comm (field 2) may hold spaces: split after its closing parenthesis
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return int(fields[19])
+
+
+def _is_ours(proc: Proc) -> bool:
+    """True if PID still runs the process we started (same start time, not a zombie)."""
+    ticks = _start_ticks(proc.pid)
+    if ticks is None or ticks != proc.start_ticks:
+        return False
+    try:
+        state = Path(f"/proc/{proc.pid}/stat").read_text()
+        return state[state.rindex(")") + 2] != "Z"
+    except OSError:
+        return False
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """preexec_fn: SIGKILL the child when the process that started it dies (PR_SET_PDEATHSIG)."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
+def stop_procs(procs: list[Proc], timeout: float = 15.0) -> list[str]:
+    """SIGTERM each still-ours PID (reverse start order), then SIGKILL stragglers."""
+    report = []
+    alive = []
+    for proc in reversed(procs):
+        if not _is_ours(proc):
+            report.append(f"{proc.name} (pid {proc.pid}) already gone")
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, signal.SIGTERM)
+        alive.append(proc)
+    deadline = time.monotonic() + timeout
+    for proc in alive:
+        while _is_ours(proc) and time.monotonic() < deadline:
+            _reap(proc.pid)
+            time.sleep(0.05)
+        if _is_ours(proc):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+            report.append(f"{proc.name} (pid {proc.pid}) killed")
+        else:
+            report.append(f"{proc.name} (pid {proc.pid}) stopped")
+        _reap(proc.pid)
+    return report
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+class Cluster:
+    """One control plane in one temporary directory. `start()` then `stop()`."""
+
+    def __init__(
+        self,
+        bin_dir: Path | None = None,
+        nodes: list[NodeSpec] | None = None,
+        workdir: Path | None = None,
+        die_with_parent: bool = False,
+        verbose: bool = False,
+    ) -> None:
+        self.bin_dir = Path(bin_dir) if bin_dir else default_bin_dir()
+        self.nodes = nodes if nodes is not None else default_nodes()
+        self._workdir = workdir
+        self.die_with_parent = die_with_parent
+        self.verbose = verbose
+        self.state: State | None = None
+
+    # -- helpers
+    def _log(self, msg: str) -> None:
+        if self.verbose:
+            print(f"kube: {msg}", file=sys.stderr, flush=True)
+
+    def _bin(self, name: str) -> str:
+        path = self.bin_dir / name
+        if not os.access(path, os.X_OK):
+            raise ClusterError(f"{path} is missing: build the binaries with `make kube-bins`")
+        return str(path)
+
+    def _spawn(self, name: str, argv: list[str]) -> Proc:
+        assert self.state is not None
+        logdir = Path(self.state.workdir) / "logs"
+        logdir.mkdir(exist_ok=True)
+        log_path = logdir / f"{name}.log"
+        with open(log_path, "ab") as log:
+            popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.state.workdir,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if self.die_with_parent else None,
+            )
+        ticks = _start_ticks(popen.pid) or 0
+        proc = Proc(name, popen.pid, ticks, argv[0], str(log_path))
+        self.state.procs.append(proc)
+        self._popens[popen.pid] = popen
+        self._log(f"started {name} pid {popen.pid}")
+        return proc
+
+    def _log_tails(self, chars: int = 1500) -> str:
+        assert self.state is not None
+        out = []
+        for proc in self.state.procs:
+            with contextlib.suppress(OSError):
+                tail = Path(proc.log).read_text(errors="replace")[-chars:]
+                out.append(f"--- {proc.name} log tail ---\n{tail}")
+        return "\n".join(out)
+
+    def _check_alive(self, proc: Proc) -> None:
+        popen = self._popens.get(proc.pid)
+        if popen is not None and popen.poll() is not None:
+            raise ClusterError(f"{proc.name} exited with {popen.returncode}")
+
+    def _wait(self, what: str, check, proc: Proc | None = None, timeout: float = 60.0):
+        deadline = time.monotonic() + timeout
+        last_err: Exception | None = None
+        while time.monotonic() < deadline:
+            if proc is not None:
+                self._check_alive(proc)
+            try:
+                result = check()
+                if result:
+                    return result
+            except (OSError, urllib.error.URLError, ValueError) as exc:
+                last_err = exc
+            time.sleep(0.2)
+        raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}: {last_err}")
+
+    def api(self, method: str, path: str, body: dict | None = None) -> dict:
+        """A request to the apiserver as the admin (verifies the serving cert against our CA)."""
+        assert self.state is not None
+        req = urllib.request.Request(
+            self.state.server + path,
+            method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={
+                "Authorization": f"Bearer {self.state.token}",
+                "Content-Type": "application/json",
+                "Accept": "application/json",
+            },
+        )
+        with urllib.request.urlopen(req, context=self._ssl, timeout=10) as resp:
+            data = resp.read()
+        try:
+            return json.loads(data)
+        except ValueError:
+            return {"raw": data.decode(errors="replace")}
+
+    # -- start / stop
+    def start(self, timeout: float = 120.0) -> State:
+        t0 = time.monotonic()
+        workdir = self._workdir or Path(tempfile.mkdtemp(prefix="tfkube-kube-"))
+        workdir.mkdir(parents=True, exist_ok=True)
+        self._popens: dict[int, subprocess.Popen] = {}
+        token = os.urandom(16).hex()
+        self.state = State(
+            workdir=str(workdir),
+            kubeconfig=str(workdir / "kubeconfig"),
+            server="",
+            ca_file=str(workdir / "pki" / "ca.crt"),
+            token=token,
+            bin_dir=str(self.bin_dir),
+            started_at=time.time(),
+        )
+        try:
+            self._start(workdir, timeout)
+        except ClusterError as exc:
+            logs = self._log_tails()
+            self.stop()
+            raise ClusterError(f"{exc}\n{logs}") from None
+        except BaseException:
+            self.stop()
+            raise
+        self._log(f"ready in {time.monotonic() - t0:.1f}s")
+        return self.state
+
+    def _start(self, workdir: Path, timeout: float) -> None:
+        st = self.state
+        assert st is not None
+        for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
+            self._bin(name)
+        pki = workdir / "pki"
+        _make_pki(pki)
+        self._ssl = ssl.create_default_context(cafile=st.ca_file)
+
+        # etcd
+        etcd_port, peer_port = free_port(), free_port()
+        etcd_url = f"http://127.0.0.1:{etcd_port}"
+        peer_url = f"http://127.0.0.1:{peer_port}"
+        etcd = self._spawn(
+            "etcd",
+            [
+                self._bin("etcd"),
+                "--name=tfkube",
+                f"--data-dir={workdir / 'etcd'}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=tfkube={peer_url}",
+                "--initial-cluster-state=new",
+                "--unsafe-no-fsync",
+                "--snapshot-count=100000",
+                "--quota-backend-bytes=4294967296",
+                "--log-level=warn",
+            ],
+        )
+        self._wait("etcd /health", lambda: _http_ok(etcd_url + "/health"), etcd, timeout)
+
+        # kube-apiserver
+        tokens = workdir / "tokens.csv"
+        tokens.write_text(f'{st.token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n')
+        tokens.chmod(0o600)
+        api_port = free_port()
+        st.server = f"https://127.0.0.1:{api_port}"
+        apiserver = self._spawn(
+            "kube-apiserver",
+            [
+                self._bin("kube-apiserver"),
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={api_port}",
+                f"--cert-dir={pki}",
+                f"--tls-cert-file={pki / 'apiserver.crt'}",
+                f"--tls-private-key-file={pki / 'apiserver.key'}",
+                f"--client-ca-file={pki / 'ca.crt'}",
+                f"--token-auth-file={tokens}",
+                "--authorization-mode=RBAC",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={pki / 'sa.pub'}",
+                f"--service-account-signing-key-file={pki / 'sa.key'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--disable-admission-plugins=ServiceAccount",
+                "--allow-privileged=true",
+                "--profiling=false",
+                "--max-requests-inflight=1000",
+                "--max-mutating-requests-inflight=500",
+                "--v=1",
+            ],
+        )
+        self._wait(
+            "kube-apiserver /readyz",
+            lambda: self.api("GET", "/readyz").get("raw", "").strip() == "ok",
+            apiserver,
+            timeout,
+        )
+        _write_kubeconfig(Path(st.kubeconfig), st.server, st.ca_file, st.token)
+
+        # kube-controller-manager
+        kcm_port = free_port()
+        kcm = self._spawn(
+            "kube-controller-manager",
+            [
+                self._bin("kube-controller-manager"),
+                f"--kubeconfig={st.kubeconfig}",
+                f"--authentication-kubeconfig={st.kubeconfig}",
+                f"--authorization-kubeconfig={st.kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={kcm_port}",
+                f"--cert-dir={workdir / 'kcm-certs'}",
+                "--leader-elect=false",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={pki / 'ca.crt'}",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--allocate-node-cidrs=false",
+                "--controllers=*,-nodeipam,-csrsigning,-bootstrapsigner,-tokencleaner",
+                "--kube-api-qps=500",
+                "--kube-api-burst=1000",
+                "--concurrent-job-syncs=10",
+                "--v=1",
+            ],
+        )
+        # kube-scheduler (its qps flags are deprecated: use a config file)
+        sched_port = free_port()
+        sched_cfg = workdir / "scheduler.yaml"
+        sched_cfg.write_text(
+            "apiVersion: kubescheduler.config.k8s.io/v1\n"
+            "kind: KubeSchedulerConfiguration\n"
+            "clientConnection:\n"
+            f"  kubeconfig: {st.kubeconfig}\n"
+            "  qps: 500\n"
+            "  burst: 1000\n"
+            "leaderElection:\n"
+            "  leaderElect: false\n"
+        )
+        sched = self._spawn(
+            "kube-scheduler",
+            [
+                self._bin("kube-scheduler"),
+                f"--config={sched_cfg}",
+                f"--authentication-kubeconfig={st.kubeconfig}",
+                f"--authorization-kubeconfig={st.kubeconfig}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={sched_port}",
+                f"--cert-dir={workdir / 'scheduler-certs'}",
+                "--v=1",
+            ],
+        )
+        # kwok: the fake kubelet of every node
+        kwok_port = free_port()
+        kwok_argv = [
+            self._bin("kwok"),
+            f"--kubeconfig={st.kubeconfig}",
+            "--manage-all-nodes=true",
+            "--node-ip=127.0.0.1",
+            f"--cidr={POD_CIDR}",
+            f"--server-address=127.0.0.1:{kwok_port}",
+            "--node-lease-duration-seconds=40",
+        ]
+        for stage in sorted(STAGES_DIR.glob("*.yaml")):
+            kwok_argv.append(f"--config={stage}")
+        kwok = self._spawn("kwok", kwok_argv)
+
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE  # components' self-signed health endpoints
+        self._wait(
+            "kube-controller-manager /healthz",
+            lambda: _http_ok(f"https://127.0.0.1:{kcm_port}/healthz", insecure),
+            kcm,
+            timeout,
+        )
+        self._wait(
+            "kube-scheduler /healthz",
+            lambda: _http_ok(f"https://127.0.0.1:{sched_port}/healthz", insecure),
+            sched,
+            timeout,
+        )
+        self._wait("kwok /healthz", lambda: _http_ok(f"http://127.0.0.1:{kwok_port}/healthz"), kwok)
+
+        # fake nodes
+        for node in self.nodes:
+            self.api("POST", "/api/v1/nodes", node.manifest())
+        st.nodes = [asdict(n) for n in self.nodes]
+        self._wait("fake nodes Ready", self._nodes_ready, kwok, timeout)
+        # namespaces a test may expect, created by controllers
+        self._wait(
+            "default service account",
+            lambda: self.api("GET", "/api/v1/namespaces/default/serviceaccounts/default"),
+            kcm,
+            timeout,
+        )
+
+    def _nodes_ready(self) -> bool:
+        items = self.api("GET", "/api/v1/nodes").get("items", [])
+        want = {n.name for n in self.nodes}
+        ready = set()
+        for item in items:
+            conds = {c["type"]: c["status"] for c in item.get("status", {}).get("conditions", [])}
+            taints = {t["key"] for t in item.get("spec", {}).get("taints", []) or []}
+            if conds.get("Ready") == "True" and "node.kubernetes.io/not-ready" not in taints:
+                ready.add(item["metadata"]["name"])
+        return want <= ready
+
+    def stop(self) -> list[str]:
+        if self.state is None:
+            return []
+        report = stop_procs(self.state.procs)
+        shutil.rmtree(self.state.workdir, ignore_errors=True)
+        self.state.procs = []
+        return report
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+    try:
+        with urllib.request.urlopen(url, context=context, timeout=3) as resp:
+            return resp.status == 200
+    except urllib.error.HTTPError:
+        return False
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def _make_pki(pki: Path) -> None:
+    """A CA, an apiserver serving cert for 127.0.0.1/localhost, a service-account key pair."""
+    if shutil.which("openssl") is None:
+        raise ClusterError("openssl is needed to make the test certificates")
+    pki.mkdir(parents=True, exist_ok=True)
+    ca_key, ca_crt = pki / "ca.key", pki / "ca.crt"
+    _openssl("genrsa", "-out", str(ca_key), "2048")
+    _openssl(
+        "req", "-x509", "-new", "-key", str(ca_key), "-sha256", "-days", "30",
+        "-subj", "/CN=tfkube-test-ca", "-out", str(ca_crt),
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+    )  # fmt: skip
+    key, csr, crt = pki / "apiserver.key", pki / "apiserver.csr", pki / "apiserver.crt"
+    _openssl("genrsa", "-out", str(key), "2048")
+    _openssl("req", "-new", "-key", str(key), "-subj", "/CN=kube-apiserver", "-out", str(csr))
+    ext = pki / "apiserver.ext"
+    ext.write_text(
+        "basicConstraints=critical,CA:FALSE\n"
+        "keyUsage=critical,digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=serverAuth\n"
+        "subjectKeyIdentifier=hash\n"
+        "authorityKeyIdentifier=keyid,issuer\n"
+        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+        "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:10.96.0.1\n"
+    )
+    _openssl(
+        "x509", "-req", "-in", str(csr), "-CA", str(ca_crt), "-CAkey", str(ca_key),
+        "-CAcreateserial", "-days", "30", "-sha256", "-extfile", str(ext), "-out", str(crt),
+    )  # fmt: skip
+    _openssl("genrsa", "-out", str(pki / "sa.key"), "2048")
+    _openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
+
+
+def _write_kubeconfig(path: Path, server: str, ca_file: str, token: str) -> None:
+    # JSON is valid YAML: no YAML library needed.
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "tfkube-test", "cluster": {"server": server, "certificate-authority": ca_file}}
+        ],
+        "users": [{"name": ADMIN_USER, "user": {"token": token}}],
+        "contexts": [
+            {"name": "tfkube-test", "context": {"cluster": "tfkube-test", "user": ADMIN_USER}}
+        ],
+        "current-context": "tfkube-test",
+    }
+    path.write_text(json.dumps(cfg, indent=2) + "\n")
+    path.chmod(0o600)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _running(state_file: Path) -> State | None:
+    if not state_file.exists():
+        return None
+    try:
+        state = State.load(state_file)
+    except (ValueError, TypeError, KeyError):
+        return None
+    return state if any(_is_ours(p) for p in state.procs) else None
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    state_file = Path(args.state)
+    running = _running(state_file)
+    if running is not None:
+        print(
+            f"kube-up: a control plane is already running (state {state_file}).\n"
+            f"kube-up: kubeconfig: {running.kubeconfig}\n"
+            "kube-up: stop it first with `make kube-down`.",
+            file=sys.stderr,
+        )
+        return 1
+    if state_file.exists():  # stale: its processes are gone
+        stale = State.load(state_file)
+        shutil.rmtree(stale.workdir, ignore_errors=True)
+        state_file.unlink()
+        print("kube-up: removed a stale state file (its processes had exited)", file=sys.stderr)
+    nodes = default_nodes(args.cpu_nodes, args.gpu_nodes, args.gpus_per_node)
+    cluster = Cluster(bin_dir=Path(args.bin_dir) if args.bin_dir else None, nodes=nodes,
+                      verbose=True)  # fmt: skip
+    t0 = time.monotonic()
+    try:
+        state = cluster.start(timeout=args.timeout)
+    except ClusterError as exc:
+        print(f"kube-up: FAILED: {exc}", file=sys.stderr)
+        return 1
+    state.save(state_file)
+    names = ", ".join(n.name + (f" ({n.gpus} GPU)" if n.gpus else "") for n in nodes)
+    print(
+        f"kube-up: control plane ready in {time.monotonic() - t0:.1f}s at {state.server}\n"
+        f"kube-up: nodes: {names}\n"
+        f"kube-up: logs: {state.workdir}/logs; stop with `make kube-down`\n"
+        f"kube-up: export KUBECONFIG={state.kubeconfig}",
+        file=sys.stderr,
+    )
+    print(state.kubeconfig)
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    state_file = Path(args.state)
+    if not state_file.exists():
+        print("kube-down: no control plane is running (no state file)", file=sys.stderr)
+        return 0
+    state = State.load(state_file)
+    if not any(_is_ours(p) for p in state.procs):
+        print("kube-down: no control plane is running (its processes had already exited);"
+              " cleaning up", file=sys.stderr)  # fmt: skip
+    for line in stop_procs(state.procs):
+        print(f"kube-down: {line}", file=sys.stderr)
+    shutil.rmtree(state.workdir, ignore_errors=True)
+    state_file.unlink()
+    print(f"kube-down: removed {state.workdir}", file=sys.stderr)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    state = _running(Path(args.state))
+    if state is None:
+        print("kube: not running")
+        return 1
+    for p in state.procs:
+        print(f"{p.name:24} pid {p.pid:<8} {'running' if _is_ours(p) else 'EXITED'}")
+    print(f"kubeconfig: {state.kubeconfig}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--state", default=str(default_state_file()), help="state file")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up", help="start the control plane, print the kubeconfig path")
+    up.add_argument("--bin-dir", help="binaries (default: tools/kube/build.sh --print-bin-dir)")
+    up.add_argument("--cpu-nodes", type=int, default=3)
+    up.add_argument("--gpu-nodes", type=int, default=2)
+    up.add_argument("--gpus-per-node", type=int, default=4)
+    up.add_argument("--timeout", type=float, default=120.0)
+    sub.add_parser("down", help="stop the processes `up` started and remove its directory")
+    sub.add_parser("status", help="show whether it runs")
+    args = parser.parse_args(argv)
+    return {"up": cmd_up, "down": cmd_down, "status": cmd_status}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
