@@ -1,0 +1,167 @@
+"""TF2 ParameterServerStrategy training of a digit classifier.
+
+Workers and parameter servers only serve (`tf.distribute.Server(...).join()`); the chief
+is the coordinator: it places the variables on the PS, schedules steps on the workers
+(each reads its own shard of scikit-learn's bundled digits), saves checkpoints to the
+shared log dir, restores from them after a restart, and writes `result.json` at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    # The classic flags are passed to every replica; TF_CONFIG carries the same facts.
+    p.add_argument("--ps_hosts", default="")
+    p.add_argument("--worker_hosts", default="")
+    p.add_argument("--chief_hosts", default="")
+    p.add_argument("--job_name", default="")
+    p.add_argument("--task_index", type=int, default=0)
+    p.add_argument("--train_steps", type=int, default=600)
+    p.add_argument("--batch_size", type=int, default=64)
+    p.add_argument("--learning_rate", type=float, default=0.1)
+    p.add_argument("--checkpoint_steps", type=int, default=100)
+    return p.parse_args()
+
+
+def write_shards(data_dir: Path, num_shards: int) -> tuple[np.ndarray, np.ndarray]:
+    """Write one training shard per worker into the shared data dir; return the test split."""
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    order = np.random.default_rng(0).permutation(len(x))
+    x, y = (x[order] / 16.0).astype(np.float32), y[order].astype(np.int64)
+    n_test = len(x) // 5
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for shard in range(num_shards):
+        path = data_dir / f"digits-train-{shard}-of-{num_shards}.npz"
+        if not path.exists():
+            tmp = data_dir / f".{path.name}.tmp.npz"
+            np.savez(tmp, x=x[n_test:][shard::num_shards], y=y[n_test:][shard::num_shards])
+            tmp.replace(path)
+    return x[:n_test], y[:n_test]
+
+
+def serve(resolver: tf.distribute.cluster_resolver.ClusterResolver) -> None:
+    server = tf.distribute.Server(
+        resolver.cluster_spec(),
+        job_name=resolver.task_type,
+        task_index=resolver.task_id,
+        protocol=resolver.rpc_layer or "grpc",
+        start=True,
+    )
+    print(f"{resolver.task_type} {resolver.task_id} serving at {server.target}", flush=True)
+    server.join()  # never returns: tfkube ends it when the chief is done
+
+
+def coordinate(
+    args: argparse.Namespace, resolver: tf.distribute.cluster_resolver.ClusterResolver
+) -> None:
+    data_dir, log_dir = Path(os.environ["TFKUBE_DATA_DIR"]), os.environ["TFKUBE_LOG_DIR"]
+    num_workers = int(os.environ["TFKUBE_NUM_WORKERS"])
+    test_x, test_y = write_shards(data_dir, num_workers)
+
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        init = tf.keras.initializers.GlorotUniform(seed=0)
+        params = {
+            "w1": tf.Variable(init([64, 64]), name="w1"),
+            "b1": tf.Variable(tf.zeros([64]), name="b1"),
+            "w2": tf.Variable(init([64, 10]), name="w2"),
+            "b2": tf.Variable(tf.zeros([10]), name="b2"),
+        }
+        step = tf.Variable(0, dtype=tf.int64, name="global_step")
+
+    checkpoint = tf.train.Checkpoint(step=step, **params)
+    manager = tf.train.CheckpointManager(checkpoint, log_dir, max_to_keep=3)
+    if manager.latest_checkpoint:
+        checkpoint.restore(manager.latest_checkpoint)
+    print(f"tfkube-example: session ready at global_step={int(step.numpy())}", flush=True)
+
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        shard = context.input_pipeline_id
+        data = np.load(data_dir / f"digits-train-{shard}-of-{num_workers}.npz")
+        return (
+            tf.data.Dataset.from_tensor_slices((data["x"], data["y"]))
+            .shuffle(1024, seed=shard)
+            .repeat()
+            .batch(args.batch_size)
+        )
+
+    iterator = iter(
+        coordinator.create_per_worker_dataset(
+            strategy.distribute_datasets_from_function(dataset_fn)
+        )
+    )
+
+    def logits_of(x: tf.Tensor) -> tf.Tensor:
+        hidden = tf.nn.relu(tf.matmul(x, params["w1"]) + params["b1"])
+        return tf.matmul(hidden, params["w2"]) + params["b2"]
+
+    @tf.function
+    def train_step(it: tf.distribute.DistributedIterator) -> tf.Tensor:
+        def step_fn(x: tf.Tensor, y: tf.Tensor) -> tf.Tensor:
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(
+                    tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits_of(x))
+                )
+            grads = tape.gradient(loss, list(params.values()))
+            for var, grad in zip(params.values(), grads):
+                var.assign_sub(args.learning_rate * grad)
+            step.assign_add(1)
+            return loss
+
+        x, y = next(it)
+        return strategy.run(step_fn, args=(x, y))
+
+    summaries = tf.summary.create_file_writer(log_dir)
+    started, scheduled = time.time(), 0
+    while int(step.numpy()) < args.train_steps:
+        for _ in range(min(args.checkpoint_steps, args.train_steps - int(step.numpy()))):
+            loss = coordinator.schedule(train_step, args=(iterator,))
+            scheduled += 1
+        coordinator.join()
+        manager.save(checkpoint_number=int(step.numpy()))
+        loss_value = float(loss.fetch())
+        with summaries.as_default():
+            tf.summary.scalar("loss", loss_value, step=int(step.numpy()))
+        print(f"global_step={int(step.numpy())} loss={loss_value:.4f}", flush=True)
+    elapsed = time.time() - started
+
+    accuracy = float(
+        tf.reduce_mean(tf.cast(tf.argmax(logits_of(test_x), 1) == test_y, tf.float32)).numpy()
+    )
+    with summaries.as_default():
+        tf.summary.scalar("test_accuracy", accuracy, step=int(step.numpy()))
+    summaries.flush()
+    result = {
+        "global_step": int(step.numpy()),
+        "test_accuracy": round(accuracy, 4),
+        "steps_per_second": round(scheduled / elapsed, 1),
+        "workers": num_workers,
+    }
+    Path(log_dir, "result.json").write_text(json.dumps(result))
+    print(f"tfkube-example: result {json.dumps(result)}", flush=True)
+
+
+def main() -> None:
+    args = parse_args()
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    if resolver.task_type in ("worker", "ps"):
+        serve(resolver)
+    else:
+        coordinate(args, resolver)
+
+
+if __name__ == "__main__":
+    main()
