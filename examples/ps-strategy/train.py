@@ -116,7 +116,7 @@ def coordinate(
                     tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits_of(x))
                 )
             grads = tape.gradient(loss, list(params.values()))
-            for var, grad in zip(params.values(), grads):
+            for var, grad in zip(params.values(), grads, strict=True):
                 var.assign_sub(args.learning_rate * grad)
             step.assign_add(1)
             return loss

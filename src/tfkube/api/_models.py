@@ -85,7 +85,7 @@ class Resources(_Model):
     @field_validator("cpu", "memory")
     @classmethod
     def _quantity(cls, value: str | None) -> str | None:
-        if value is not None and not _QUANTITY.match(value):
+        if value is not None and not _QUANTITY.fullmatch(value):
             raise ValueError(f"{value!r} is not a quantity; write e.g. '2', '500m', '4Gi'")
         return value
 
@@ -118,7 +118,7 @@ class ReplicaSpec(_Model):
     @classmethod
     def _env_names(cls, env: dict[str, EnvValue]) -> dict[str, EnvValue]:
         for name in env:
-            if not _ENV_NAME.match(name):
+            if not _ENV_NAME.fullmatch(name):
                 raise ValueError(
                     f"{name!r} is not a valid environment variable name; use letters, "
                     "digits and '_', not starting with a digit"
@@ -270,7 +270,7 @@ class Metadata(_Model):
     @field_validator("name")
     @classmethod
     def _dns_label(cls, value: str) -> str:
-        if len(value) > MAX_NAME_LENGTH or not _DNS_LABEL.match(value):
+        if len(value) > MAX_NAME_LENGTH or not _DNS_LABEL.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a valid job name; use at most {MAX_NAME_LENGTH} lower-case "
                 "letters, digits and '-', starting and ending with a letter or digit "

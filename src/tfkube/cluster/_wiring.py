@@ -70,7 +70,7 @@ def tf_config(cluster: ClusterSpec, role: str, index: int) -> str:
     """TF_CONFIG for one replica, as the JSON string TensorFlow reads from the environment."""
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}; roles are {list(ROLES)}")
-    if role in CLUSTER_ROLES and index >= len(cluster.get(role, [])):
+    if index < 0 or (role in CLUSTER_ROLES and index >= len(cluster.get(role, []))):
         raise ValueError(f"{role} index {index} is outside the cluster {cluster}")
     config = {
         "cluster": cluster,

@@ -11,6 +11,7 @@ from tfkube.launcher._contract import (
     EX_DATAERR,
     EX_NOINPUT,
     EX_TEMPFAIL,
+    ContractError,
     ReplicaContract,
     contract_from_env,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "EX_DATAERR",
     "EX_NOINPUT",
     "EX_TEMPFAIL",
+    "ContractError",
     "FetchError",
     "ReplicaContract",
     "contract_from_env",

@@ -82,7 +82,8 @@ def _require(env: Mapping[str, str], name: str) -> str:
 def contract_from_env(env: Mapping[str, str]) -> ReplicaContract:
     """Read the contract an engine put in the environment. Raises ContractError."""
     index_text = env.get("TFKUBE_INDEX") or env.get("JOB_COMPLETION_INDEX")
-    if index_text is None or not index_text.isdigit():
+    # isascii: str.isdigit() also accepts digits such as '²' that int() rejects.
+    if index_text is None or not (index_text.isascii() and index_text.isdigit()):
         raise ContractError("TFKUBE_INDEX (or JOB_COMPLETION_INDEX) must be a whole number")
     try:
         cluster = json.loads(_require(env, "TFKUBE_CLUSTER"))
@@ -90,10 +91,26 @@ def contract_from_env(env: Mapping[str, str]) -> ReplicaContract:
         commands = json.loads(env.get("TFKUBE_ENV_COMMANDS") or "{}")
     except json.JSONDecodeError as exc:
         raise ContractError(f"a TFKUBE_* JSON variable is malformed: {exc}") from None
+    # Well-formed JSON of the wrong shape would otherwise surface later as a crash (or,
+    # for a string in TFKUBE_ARGS, as one argument per character).
+    if not isinstance(cluster, dict) or not all(
+        isinstance(v, list) and all(isinstance(a, str) for a in v) for v in cluster.values()
+    ):
+        raise ContractError("TFKUBE_CLUSTER must be a JSON object of role -> list of addresses")
+    if not isinstance(args, list):
+        raise ContractError("TFKUBE_ARGS must be a JSON list of strings")
+    if not isinstance(commands, dict):
+        raise ContractError("TFKUBE_ENV_COMMANDS must be a JSON object of name -> command")
+    role = _require(env, "TFKUBE_ROLE")
+    index = int(index_text)
+    try:
+        tf_config(cluster, role, index)
+    except ValueError as exc:
+        raise ContractError(f"TFKUBE_ROLE/TFKUBE_INDEX do not fit TFKUBE_CLUSTER: {exc}") from None
     return ReplicaContract(
         job=_require(env, "TFKUBE_JOB"),
-        role=_require(env, "TFKUBE_ROLE"),
-        index=int(index_text),
+        role=role,
+        index=index,
         cluster=cluster,
         code_url=_require(env, "TFKUBE_CODE_URL"),
         code_sha256=env.get("TFKUBE_CODE_SHA256") or None,

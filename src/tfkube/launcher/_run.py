@@ -13,6 +13,7 @@ launcher ends its group: a replica never outlives its supervisor.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -38,12 +39,24 @@ def _say(message: str) -> None:
     print(f"[tfkube-launcher] {message}", file=sys.stderr, flush=True)
 
 
-def _group_members(pgid: int) -> list[int]:
-    """PIDs in process group `pgid`, other than this process (read from /proc)."""
-    me = os.getpid()
-    members = []
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _become_subreaper() -> None:
+    """Make orphaned descendants (daemons, `setsid` children) re-parent to this process
+    instead of init, so they stay in reach when the replica is stopped (Linux only)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _processes() -> dict[int, tuple[int, int, str]]:
+    """pid -> (parent pid, process group, state) of every process, read from /proc."""
+    table = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
+        if not entry.isdigit():
             continue
         try:
             stat = Path(f"/proc/{entry}/stat").read_text()
@@ -51,9 +64,26 @@ def _group_members(pgid: int) -> list[int]:
             continue
         # Fields after the command name (which may hold spaces) start past the last ')'.
         fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
-            members.append(int(entry))
-    return members
+        table[int(entry)] = (int(fields[1]), int(fields[2]), fields[0])
+    return table
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live processes in our group `pgid` or descended from us, other than us."""
+    me = os.getpid()
+    table = _processes()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found = {pid for pid, (_, group, _) in table.items() if group == pgid}
+    stack = [me]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+            stack.append(child)
+    found.discard(me)
+    return [pid for pid in found if table[pid][2] != "Z"]
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -121,6 +151,7 @@ def main() -> int:
     # we are often PID 1 of our own namespace; locally the engine starts a new session).
     if os.getpgrp() != os.getpid():
         os.setpgid(0, 0)
+    _become_subreaper()
     pgid = os.getpgrp()
     stopping = threading.Event()
 

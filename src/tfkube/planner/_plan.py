@@ -151,11 +151,11 @@ def plan(job: TFJob, status: JobStatus, now: float) -> Decision:
             )
         restarts += len(failed)
         to_restart: dict[str, tuple[float, str]] = {}
-        for r in failed:
+        for number, r in enumerate(failed, start=status.restarts + 1):
             at = now + policy.backoff.delay(r.restarts)
             to_restart[r.key] = (at, f"{r.key} failed with {_exit_text(r.exit_code)}")
             events.append(
-                f"{r.key} failed with {_exit_text(r.exit_code)}; restart {restarts} of "
+                f"{r.key} failed with {_exit_text(r.exit_code)}; restart {number} of "
                 f"{policy.backoff_limit} in {at - now:.1f}s"
             )
         failed_ps = [r for r in failed if r.role == Role.PS.value]

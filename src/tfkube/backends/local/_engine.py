@@ -9,7 +9,6 @@ stop the replicas' trees themselves should the supervisor be gone.
 from __future__ import annotations
 
 import builtins
-import contextlib
 import shutil
 import signal
 import socket
@@ -96,12 +95,12 @@ class LocalBackend:
         staging = JobDir(self.home / "jobs" / f".staging-{job.name}-{uuid.uuid4().hex[:8]}")
         staging.root.mkdir(parents=True)
         try:
-            record = self._stage(job, base_dir, staging, target)
+            self._stage(job, base_dir, staging, target)
             staging.root.rename(target.root)
         except BaseException:
             shutil.rmtree(staging.root, ignore_errors=True)
             raise
-        self._start_supervisor(target, record)
+        self._start_supervisor(target)
         return self.get(job.name)
 
     def _stage(self, job: TFJob, base_dir: Path, staging: JobDir, target: JobDir) -> JobRecord:
@@ -138,26 +137,25 @@ class LocalBackend:
         staging.event(f"job submitted with {len(keys)} replicas")
         return record
 
-    def _start_supervisor(self, target: JobDir, record: JobRecord) -> None:
+    def _start_supervisor(self, target: JobDir) -> None:
         with target.supervisor_log.open("ab") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "tfkube.backends.local", str(target.root)],
+            subprocess.run(
+                [sys.executable, "-m", "tfkube.backends.local", "--daemonize", str(target.root)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
+                check=True,
             )
-        self._supervisor_popen = proc  # reaped by wait(); keeps it from being a zombie
         deadline = time.monotonic() + SUPERVISOR_START_TIMEOUT
         while time.monotonic() < deadline:
-            if target.read().supervisor is not None:
+            record = target.read()
+            if record.supervisor is not None:
                 return
-            if proc.poll() is not None:
+            if "Traceback" in target.supervisor_log.read_text():
                 break
             time.sleep(0.05)
-        proc.kill()
-        proc.wait()
         tail = target.supervisor_log.read_text()[-2000:]
+        self.stop(target.root.name)
         shutil.rmtree(target.root, ignore_errors=True)
         raise RuntimeError(f"the job's supervisor did not start:\n{tail}")
 
@@ -266,7 +264,6 @@ class LocalBackend:
             sup.send_signal(signal.SIGTERM)
             if not wait_gone(record.supervisor, grace + 15.0):  # type: ignore[arg-type]
                 sup.kill()
-        self._reap_supervisor()
         # Whatever the supervisor left (or if it was gone): stop the trees ourselves.
         record = d.read()
         stop_trees([r.process for r in record.replicas if r.process is not None], grace)
@@ -285,12 +282,8 @@ class LocalBackend:
             if view.done:
                 # The supervisor exits right after, unless it waits out a TTL.
                 record = self._dir(name).read()
-                if not self._has_ttl(name):
-                    wait_gone_or_reaped = time.monotonic() + 10
-                    while alive(record.supervisor) and time.monotonic() < wait_gone_or_reaped:
-                        self._reap_supervisor(block=False)
-                        time.sleep(0.05)
-                self._reap_supervisor(block=False)
+                if record.supervisor is not None and not self._has_ttl(name):
+                    wait_gone(record.supervisor, 10)
                 return view
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"job {name!r} is still {view.phase.value}")
@@ -300,14 +293,3 @@ class LocalBackend:
         spec = self._dir(name).spec
         job = load_job_text(spec.read_text(), str(spec))
         return job.spec.run_policy.ttl_seconds_after_finished is not None
-
-    def _reap_supervisor(self, block: bool = True) -> None:
-        """Collect the exit of a supervisor this process started (no zombie left)."""
-        proc = getattr(self, "_supervisor_popen", None)
-        if proc is None:
-            return
-        if not block:
-            proc.poll()
-            return
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)

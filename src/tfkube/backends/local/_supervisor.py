@@ -244,7 +244,15 @@ def live_processes(record: JobRecord) -> list[int]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m tfkube.backends.local JOB_DIR", file=sys.stderr)
+    """`JOB_DIR` runs the supervisor here; `--daemonize JOB_DIR` runs it in a child of its
+    own session and returns at once, so that whoever started us never has to reap it."""
+    daemonize = argv[:1] == ["--daemonize"]
+    args = argv[1:] if daemonize else argv
+    if len(args) != 1:
+        print("usage: python -m tfkube.backends.local [--daemonize] JOB_DIR", file=sys.stderr)
         return 2
-    return Supervisor(JobDir(Path(argv[0]))).run()
+    if daemonize:
+        if os.fork() != 0:
+            os._exit(0)  # the caller waits for this; the supervisor lives on in the child
+        os.setsid()
+    return Supervisor(JobDir(Path(args[0]))).run()

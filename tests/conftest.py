@@ -1,0 +1,52 @@
+"""Shared fixtures: an isolated TFKUBE_HOME per test, and a check that nothing a test's
+jobs started is still running when the test ends."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+TAG = "TFK_TEST_TAG"
+"""Every process a test starts inherits this variable (engines pass the environment on)."""
+
+
+def tagged_processes(tag: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.environ().get(TAG) == tag and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture
+def tfkube_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A fresh TFKUBE_HOME; fails the test if any process it started outlives it."""
+    home = tmp_path / "tfkube-home"
+    tag = uuid.uuid4().hex
+    monkeypatch.setenv("TFKUBE_HOME", str(home))
+    monkeypatch.setenv(TAG, tag)
+    yield home
+    deadline = time.monotonic() + 5
+    left = tagged_processes(tag)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = tagged_processes(tag)
+    described = []
+    for proc in left:  # clean up for the next test, then fail this one
+        try:
+            described.append((proc.pid, proc.cmdline()))
+            proc.kill()
+        except psutil.Error:
+            continue
+    assert not described, f"processes left behind: {described}"
