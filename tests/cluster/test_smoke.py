@@ -14,6 +14,7 @@ from kubernetes.client.rest import ApiException
 from ._support import KubeCluster, wait_for
 
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+FAKE_POD_NET = ipaddress.ip_network("198.18.0.0/16")  # tools/kube/cluster.py POD_CIDR
 IMAGE = "tfkube.invalid/fake:never-pulled"  # KWOK never pulls anything
 
 
@@ -51,10 +52,12 @@ def _pods(kube: KubeCluster, ns: str, selector: str = "") -> list[client.V1Pod]:
     return kube.core.list_namespaced_pod(ns, label_selector=selector).items
 
 
-def _assert_loopback(pod: client.V1Pod) -> None:
-    for ip in (pod.status.pod_ip, pod.status.host_ip):
-        assert ip is not None, pod.metadata.name
-        assert ipaddress.ip_address(ip) in LOOPBACK, (pod.metadata.name, ip)
+def _assert_fake_addresses(pod: client.V1Pod) -> None:
+    """Nodes have loopback IPs; pod IPs are fake numbers from the reserved benchmark range."""
+    assert pod.status.host_ip is not None, pod.metadata.name
+    assert ipaddress.ip_address(pod.status.host_ip) in LOOPBACK, pod.status.host_ip
+    assert pod.status.pod_ip is not None, pod.metadata.name
+    assert ipaddress.ip_address(pod.status.pod_ip) in FAKE_POD_NET, pod.status.pod_ip
 
 
 def test_fake_nodes_registered(kube_cluster: KubeCluster) -> None:
@@ -137,7 +140,7 @@ def test_indexed_job_with_headless_service_completes(
         assert pod.spec.node_name in kube.cpu_nodes + kube.gpu_nodes
         index = pod.metadata.annotations["batch.kubernetes.io/job-completion-index"]
         assert pod.spec.hostname == f"{job_name}-{index}"
-        _assert_loopback(pod)
+        _assert_fake_addresses(pod)
 
     cond = wait_for("the Job to finish", lambda: _job_condition(kube, ns, job_name))
     assert cond.type == "Complete"
@@ -208,7 +211,7 @@ def test_ps_runs_until_deleted_worker_completes(
     wait_for("worker-0 to succeed", lambda: phase("worker-0") == "Succeeded")
     wait_for("ps-0 to run", lambda: phase("ps-0") == "Running")
     ps_pod = kube.core.read_namespaced_pod_status("ps-0", ns)
-    _assert_loopback(ps_pod)
+    _assert_fake_addresses(ps_pod)
     # the PS and the restartPolicy=Always pod keep running
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:

@@ -58,7 +58,8 @@ def test_success_wires_replicas_and_ends_ps_within_seconds(
         "wired",
         PS_FOREVER
         + """
-        { echo "ARGS $*"; env | grep -E '^(TFKUBE_|TF_CONFIG)' ; } > "$TFKUBE_LOG_DIR/$TFKUBE_ROLE-$TFKUBE_INDEX.txt"
+        out="$TFKUBE_LOG_DIR/$TFKUBE_ROLE-$TFKUBE_INDEX.txt"
+        { echo "ARGS $*"; env | grep -E '^(TFKUBE_|TF_CONFIG)' ; } > "$out"
         sleep 0.5
         """,
         workers=2,

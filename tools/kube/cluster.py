@@ -13,8 +13,10 @@ until they are Ready and records every PID in a state file. `down` signals exact
 (checking each is still the process it started) and removes the temporary directory.
 
 The pytest fixture in tests/cluster/conftest.py imports this file and uses `Cluster` directly.
-All traffic stays on 127.0.0.0/8: nodes get 127.0.1.x addresses and KWOK hands out pod IPs
-from 127.100.0.0/16, so nothing can be sent off the machine even by mistake.
+All traffic stays on 127.0.0.0/8: every component listens on 127.0.0.1 and the fake nodes get
+127.0.1.x/127.0.2.x addresses. Pod IPs (KWOK) come from 198.18.0.0/16 and ClusterIPs from
+10.96.0.0/16 because the API rejects loopback endpoint addresses: they are bookkeeping only,
+with no kube-proxy, DNS or process behind them, and must never be dialled.
 """
 
 from __future__ import annotations
@@ -40,7 +42,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 STAGES_DIR = HERE / "stages"
 ADMIN_USER = "tfkube-admin"
-POD_CIDR = "127.100.0.1/16"  # KWOK's fake pod IPs: loopback, never routed anywhere
+# KWOK's fake pod IPs. Not loopback: EndpointSlice validation rejects 127.0.0.0/8 addresses.
+# 198.18.0.0/15 is reserved for benchmarking (RFC 2544) and routed nowhere; these IPs are only
+# numbers in pod status and EndpointSlices: nothing may ever connect to them.
+POD_CIDR = "198.18.0.1/16"
 SERVICE_CIDR = "10.96.0.0/16"  # ClusterIPs are only numbers here: no kube-proxy, never dialled
 GPU_RESOURCE = "nvidia.com/gpu"
 
