@@ -147,6 +147,9 @@ def main() -> None:
     started = time.time()
     steps_here = 0
     if is_chief:
+        restoring = tf1.train.latest_checkpoint(log_dir)
+        if restoring:  # MonitoredTrainingSession restores the latest checkpoint
+            print(f"tfkube-example: restoring {Path(restoring).name}", flush=True)
         session = tf1.train.MonitoredTrainingSession(
             master=server.target,
             is_chief=True,
