@@ -190,26 +190,31 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
 
 
-def stop_procs(procs: list[Proc], timeout: float = 15.0) -> list[str]:
-    """SIGTERM each still-ours PID (reverse start order), then SIGKILL stragglers."""
+def stop_procs(procs: list[Proc], timeout: float = 5.0) -> list[str]:
+    """Stop each still-ours PID in reverse start order: SIGTERM, then SIGKILL after `timeout`.
+
+    One at a time, so the apiserver shuts down while etcd still answers. The state is
+    throwaway, so a component slow to drain is killed rather than waited for.
+    """
     report = []
-    alive = []
     for proc in reversed(procs):
         if not _is_ours(proc):
-            report.append(f"{proc.name} (pid {proc.pid}) already gone")
+            report.append(f"{proc.name} (pid {proc.pid}) had already exited")
+            _reap(proc.pid)
             continue
         with contextlib.suppress(ProcessLookupError):
             os.kill(proc.pid, signal.SIGTERM)
-        alive.append(proc)
-    deadline = time.monotonic() + timeout
-    for proc in alive:
+        deadline = time.monotonic() + timeout
         while _is_ours(proc) and time.monotonic() < deadline:
             _reap(proc.pid)
             time.sleep(0.05)
         if _is_ours(proc):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGKILL)
-            report.append(f"{proc.name} (pid {proc.pid}) killed")
+            deadline = time.monotonic() + 5
+            while _is_ours(proc) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            report.append(f"{proc.name} (pid {proc.pid}) stopped (SIGKILL after {timeout:.0f}s)")
         else:
             report.append(f"{proc.name} (pid {proc.pid}) stopped")
         _reap(proc.pid)
@@ -323,8 +328,13 @@ class Cluster:
                 "Accept": "application/json",
             },
         )
-        with urllib.request.urlopen(req, context=self._ssl, timeout=10) as resp:
-            data = resp.read()
+        try:
+            with urllib.request.urlopen(req, context=self._ssl, timeout=10) as resp:
+                data = resp.read()
+        except urllib.error.HTTPError as exc:
+            body = exc.read().decode(errors="replace")[:500]
+            exc.close()
+            raise OSError(f"{method} {path}: HTTP {exc.code}: {body}") from None
         try:
             return json.loads(data)
         except ValueError:
@@ -541,6 +551,10 @@ class Cluster:
         if self.state is None:
             return []
         report = stop_procs(self.state.procs)
+        for popen in getattr(self, "_popens", {}).values():
+            # collect the exit status (or note it was reaped already)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(timeout=5)
         shutil.rmtree(self.state.workdir, ignore_errors=True)
         self.state.procs = []
         return report
@@ -553,7 +567,8 @@ def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
     try:
         with urllib.request.urlopen(url, context=context, timeout=3) as resp:
             return resp.status == 200
-    except urllib.error.HTTPError:
+    except urllib.error.HTTPError as exc:
+        exc.close()
         return False
 
 
