@@ -34,6 +34,9 @@ case "${1:-}" in
   *) echo "usage: $0 [--print-bin-dir|--check]" >&2; exit 2 ;;
 esac
 
+if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
+  PATH="/usr/local/go/bin:$PATH"
+fi
 if ! command -v go >/dev/null 2>&1; then
   log "the Go toolchain (go >= 1.24) is needed to build the control plane; install Go first"
   exit 1
