@@ -8,6 +8,7 @@ Fixtures:
                              stops exactly the processes it started, by PID.
   kube_namespace  (function) a fresh namespace for one test, deleted afterwards.
 
+TFKUBE_KUBE_KEEP=1 keeps the control plane's temp dir (logs/, kubeconfig) after the session.
 Without the binaries the tests are skipped with a hint (`make kube-bins`); under CI=true the
 binaries are built if missing (or reused), and a failure to build or start is a test error.
 Fake pods follow the KWOK stage contract in tools/kube/stages (see docs/testing.md).
@@ -85,7 +86,10 @@ def kube_cluster() -> Iterator[KubeCluster]:
         )
     finally:
         api_client.close()
-        cluster.stop()
+        keep = os.environ.get("TFKUBE_KUBE_KEEP") == "1"  # keep certs, kubeconfig and logs
+        cluster.stop(remove_workdir=not keep)
+        if keep:
+            print(f"\nkube_cluster: kept {state.workdir} (TFKUBE_KUBE_KEEP=1)")
 
 
 @pytest.fixture

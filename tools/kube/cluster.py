@@ -547,7 +547,8 @@ class Cluster:
                 ready.add(item["metadata"]["name"])
         return want <= ready
 
-    def stop(self) -> list[str]:
+    def stop(self, remove_workdir: bool = True) -> list[str]:
+        """Stop the processes this object started; remove the temp dir unless told not to."""
         if self.state is None:
             return []
         report = stop_procs(self.state.procs)
@@ -555,7 +556,8 @@ class Cluster:
             # collect the exit status (or note it was reaped already)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(timeout=5)
-        shutil.rmtree(self.state.workdir, ignore_errors=True)
+        if remove_workdir:
+            shutil.rmtree(self.state.workdir, ignore_errors=True)
         self.state.procs = []
         return report
 
