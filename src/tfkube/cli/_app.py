@@ -33,7 +33,7 @@ EXIT_INTERRUPTED = 130
 
 
 def _backend() -> LocalBackend:
-    return LocalBackend()
+    return LocalBackend(fork_supervisor=True)
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
@@ -135,7 +135,7 @@ def _watch(backend: LocalBackend, name: str) -> JobView:
                 live.update(job_panel(view), refresh=True)
                 if view.done:
                     return backend.wait(name)
-                time.sleep(0.25)
+                time.sleep(0.1)
     except KeyboardInterrupt:
         err.print(f"interrupted: stopping every replica of {name}")
         view = backend.stop(name)

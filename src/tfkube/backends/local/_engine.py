@@ -12,8 +12,6 @@ import builtins
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -31,6 +29,7 @@ from tfkube.backends.local._store import (
     last_line,
     tfkube_home,
 )
+from tfkube.backends.local._supervisor import spawn
 from tfkube.cluster import CLUSTER_ROLES
 
 SUPERVISOR_START_TIMEOUT = 20.0
@@ -65,8 +64,11 @@ def _folder(job: TFJob, base_dir: Path, value: str | None, field: str) -> Path |
 class LocalBackend:
     """Runs TFJobs as processes on this machine. State lives under `home/jobs/`."""
 
-    def __init__(self, home: Path | None = None) -> None:
+    def __init__(self, home: Path | None = None, fork_supervisor: bool = False) -> None:
+        """`fork_supervisor`: start supervisors by forking this process (see `spawn`);
+        only for single-threaded callers such as the CLI."""
         self.home = home or tfkube_home()
+        self.fork_supervisor = fork_supervisor
 
     def _dir(self, name: str) -> JobDir:
         return JobDir(self.home / "jobs" / name)
@@ -138,14 +140,7 @@ class LocalBackend:
         return record
 
     def _start_supervisor(self, target: JobDir) -> None:
-        with target.supervisor_log.open("ab") as log:
-            subprocess.run(
-                [sys.executable, "-m", "tfkube.backends.local", "--daemonize", str(target.root)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                check=True,
-            )
+        spawn(target, fork=self.fork_supervisor)
         deadline = time.monotonic() + SUPERVISOR_START_TIMEOUT
         while time.monotonic() < deadline:
             record = target.read()

@@ -1,0 +1,99 @@
+"""Benchmark: the cost of tfkube over hand-launched processes, side by side in one run.
+
+The between-graph example (1 PS + 2 workers) is run alternately
+  A. by `tfkube run examples/mnist-between-graph/job.yaml` (the whole CLI, as users run it);
+  B. by `baseline.sh`, the same processes with hand-written flags and TF_CONFIG, the PS
+     killed once the workers exit (what users did before tfkube).
+It reports the median wall time and training steps per second of each, and their ratio.
+
+    .venv/bin/python benchmarks/local_overhead/run.py [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "mnist-between-graph"
+WORKER_ARGS = ["--train_steps=1000"]  # the same as the example's job.yaml
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def run_tfkube(tmp: Path) -> tuple[float, dict[str, float]]:
+    env = {**os.environ, "TFKUBE_HOME": str(tmp / "home")}
+    tfkube = [sys.executable, "-m", "tfkube"]
+    started = time.perf_counter()
+    subprocess.run(
+        [*tfkube, "run", str(EXAMPLE / "job.yaml")],
+        env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    wall = time.perf_counter() - started
+    result = json.loads((tmp / "home/jobs/mnist-between-graph/output/result.json").read_text())
+    subprocess.run([*tfkube, "delete", "mnist-between-graph"], env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    return wall, result
+
+
+def run_baseline(tmp: Path) -> tuple[float, dict[str, float]]:
+    out = tmp / "baseline"
+    out.mkdir()
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    started = time.perf_counter()
+    subprocess.run(
+        [str(Path(__file__).with_name("baseline.sh")), str(EXAMPLE), str(out),
+         *map(str, free_ports(3)), *WORKER_ARGS],
+        env=env, check=True,
+    )
+    wall = time.perf_counter() - started
+    return wall, json.loads((out / "output/result.json").read_text())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    walls: dict[str, list[float]] = {"tfkube": [], "baseline": []}
+    rates: dict[str, list[float]] = {"tfkube": [], "baseline": []}
+    for i in range(args.rounds):
+        order = [("tfkube", run_tfkube), ("baseline", run_baseline)]
+        if i % 2:
+            order.reverse()  # alternate, so drift on a shared machine hits both alike
+        for name, fn in order:
+            with tempfile.TemporaryDirectory() as tmp:
+                wall, result = fn(Path(tmp))
+            walls[name].append(wall)
+            rates[name].append(result["steps_per_second"])
+            print(f"round {i + 1} {name:8s} wall {wall:6.2f}s  chief steps/s "
+                  f"{result['steps_per_second']:6.1f}  accuracy {result['test_accuracy']}",
+                  flush=True)
+    wall = {k: statistics.median(v) for k, v in walls.items()}
+    rate = {k: statistics.median(v) for k, v in rates.items()}
+    print()
+    print("| launcher | median wall time (s) | median chief steps/s |")
+    print("|---|---|---|")
+    for name in ("baseline", "tfkube"):
+        print(f"| {name} | {wall[name]:.2f} | {rate[name]:.1f} |")
+    print(f"| **ratio tfkube/baseline** | **{wall['tfkube'] / wall['baseline']:.3f}** | "
+          f"**{rate['tfkube'] / rate['baseline']:.3f}** |")
+
+
+if __name__ == "__main__":
+    main()
