@@ -43,12 +43,16 @@ def run_tfkube(tmp: Path) -> tuple[float, dict[str, float]]:
     started = time.perf_counter()
     subprocess.run(
         [*tfkube, "run", str(EXAMPLE / "job.yaml")],
-        env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     wall = time.perf_counter() - started
     result = json.loads((tmp / "home/jobs/mnist-between-graph/output/result.json").read_text())
-    subprocess.run([*tfkube, "delete", "mnist-between-graph"], env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [*tfkube, "delete", "mnist-between-graph"], env=env, check=True, stdout=subprocess.DEVNULL
+    )
     return wall, result
 
 
@@ -58,9 +62,15 @@ def run_baseline(tmp: Path) -> tuple[float, dict[str, float]]:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     started = time.perf_counter()
     subprocess.run(
-        [str(Path(__file__).with_name("baseline.sh")), str(EXAMPLE), str(out),
-         *map(str, free_ports(3)), *WORKER_ARGS],
-        env=env, check=True,
+        [
+            str(Path(__file__).with_name("baseline.sh")),
+            str(EXAMPLE),
+            str(out),
+            *map(str, free_ports(3)),
+            *WORKER_ARGS,
+        ],
+        env=env,
+        check=True,
     )
     wall = time.perf_counter() - started
     return wall, json.loads((out / "output/result.json").read_text())
@@ -81,9 +91,11 @@ def main() -> None:
                 wall, result = fn(Path(tmp))
             walls[name].append(wall)
             rates[name].append(result["steps_per_second"])
-            print(f"round {i + 1} {name:8s} wall {wall:6.2f}s  chief steps/s "
-                  f"{result['steps_per_second']:6.1f}  accuracy {result['test_accuracy']}",
-                  flush=True)
+            print(
+                f"round {i + 1} {name:8s} wall {wall:6.2f}s  chief steps/s "
+                f"{result['steps_per_second']:6.1f}  accuracy {result['test_accuracy']}",
+                flush=True,
+            )
     wall = {k: statistics.median(v) for k, v in walls.items()}
     rate = {k: statistics.median(v) for k, v in rates.items()}
     print()
@@ -91,8 +103,10 @@ def main() -> None:
     print("|---|---|---|")
     for name in ("baseline", "tfkube"):
         print(f"| {name} | {wall[name]:.2f} | {rate[name]:.1f} |")
-    print(f"| **ratio tfkube/baseline** | **{wall['tfkube'] / wall['baseline']:.3f}** | "
-          f"**{rate['tfkube'] / rate['baseline']:.3f}** |")
+    print(
+        f"| **ratio tfkube/baseline** | **{wall['tfkube'] / wall['baseline']:.3f}** | "
+        f"**{rate['tfkube'] / rate['baseline']:.3f}** |"
+    )
 
 
 if __name__ == "__main__":
