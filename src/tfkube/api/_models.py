@@ -113,6 +113,9 @@ class ReplicaSpec(_Model):
     """Extra arguments appended after the classic flags."""
     image: str | None = None
     """Container image in a cluster; defaults to `spec.image`."""
+    annotations: dict[str, str] = {}
+    """Cluster: extra annotations on this role's pods (e.g. for a service mesh or, in
+    tests, the fake nodes' `tfkube.io/fake-*` behaviour). Ignored by the local engine."""
 
     @field_validator("env")
     @classmethod
@@ -250,6 +253,9 @@ class RunPolicy(_Model):
     """How long a replica gets after SIGTERM before SIGKILL."""
     port: Annotated[int, Field(ge=1024, le=65535)] = 2222
     """Cluster: the port every replica's TF server listens on (locally ports are free ones)."""
+    suspend: bool = False
+    """Cluster: true stops every replica (their pods are deleted) and keeps the job; false
+    again resumes it; as for a Kubernetes Job, activeDeadlineSeconds counts from the resume."""
 
 
 class JobSpec(_Model):
