@@ -77,7 +77,13 @@ def test_minimal_job_dump_fills_every_default():
         "metadata": {"name": "mnist", "labels": {}},
         "spec": {
             "replicas": {
-                "worker": {"replicas": 1, "resources": {"gpu": 0}, "env": {}, "args": []},
+                "worker": {
+                    "replicas": 1,
+                    "resources": {"gpu": 0},
+                    "env": {},
+                    "args": [],
+                    "annotations": {},
+                },
             },
             "code": {"source": "./code", "entrypoint": "run.sh"},
             "storage": {"data": {"size": "10Gi"}, "logs": {"size": "10Gi"}},
@@ -89,6 +95,7 @@ def test_minimal_job_dump_fills_every_default():
                 "successPolicy": "Default",
                 "terminationGraceSeconds": 5.0,
                 "port": 2222,
+                "suspend": False,
             },
             "image": DEFAULT_IMAGE,
         },
