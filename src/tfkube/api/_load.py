@@ -89,16 +89,11 @@ def parse_job(data: Mapping[str, Any], source: str = "job") -> TFJob:
     if not isinstance(data, Mapping):
         raise SpecError([FieldError("(top level)", "a job file must be a YAML mapping")], source)
     if data.get("apiVersion") == "kubeflow.org/v1":
-        raise SpecError(
-            [
-                FieldError(
-                    "apiVersion",
-                    "this is a Kubeflow TFJob; convert it with `tfkube.api.from_kubeflow` "
-                    f"or write apiVersion: {API_VERSION}",
-                )
-            ],
-            source,
-        )
+        # A Kubeflow TFJob converts (`tfkube.api.from_kubeflow`) or is rejected naming
+        # the fields that do not map. Imported here: _kubeflow builds on this module.
+        from tfkube.api._kubeflow import from_kubeflow
+
+        return from_kubeflow(data, source)
     try:
         return TFJob.model_validate(dict(data))
     except ValidationError as exc:
