@@ -18,7 +18,7 @@ install: $(STAMP)
 
 ## demo: a real distributed training run on this machine (1 PS + 2 workers, between-graph).
 demo: $(STAMP)
-	$(BIN)/tfkube run examples/mnist-between-graph/job.yaml --summary
+	$(BIN)/tfkube run examples/mnist-between-graph/job.yaml --replace --summary
 
 ## lint: ruff, mypy on the package, import layering.
 lint: $(STAMP)

@@ -254,12 +254,13 @@ def spawn(job_dir: JobDir, fork: bool = False) -> None:
     Library callers (which may have threads) use the default, a fresh interpreter."""
     with job_dir.supervisor_log.open("ab") as log:
         if not fork:
+            # A failure shows in the log, which the caller reads while it waits.
             subprocess.run(
                 [sys.executable, "-m", "tfkube.backends.local", "--daemonize", str(job_dir.root)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                check=True,
+                check=False,
             )
             return
         sys.stdout.flush()
