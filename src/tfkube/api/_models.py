@@ -101,6 +101,66 @@ class EnvFromCommand(_Model):
 EnvValue = str | EnvFromCommand
 
 
+class TolerationOperator(StrEnum):
+    EQUAL = "Equal"
+    """The taint's value must equal `value`."""
+    EXISTS = "Exists"
+    """Any taint with this key (no `value`)."""
+
+
+class TaintEffect(StrEnum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class Toleration(_Model):
+    """Cluster: lets a replica run on nodes with a matching taint (e.g. a GPU pool that is
+    tainted so that only training jobs land there). Same meaning as a Kubernetes toleration."""
+
+    key: str | None = None
+    """The taint key; empty with operator Exists tolerates every taint."""
+    operator: TolerationOperator = TolerationOperator.EQUAL
+    value: str | None = None
+    """The taint value to match (operator Equal only)."""
+    effect: TaintEffect | None = None
+    """Only taints with this effect; empty matches every effect."""
+    toleration_seconds: Annotated[int, Field(ge=0)] | None = None
+    """NoExecute only: how long the pod stays bound after the taint appears."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.operator is TolerationOperator.EXISTS and self.value:
+            raise ValueError("operator Exists takes no value; remove value or use Equal")
+        if self.operator is TolerationOperator.EQUAL and not self.key:
+            raise ValueError("operator Equal needs a key; set key or use operator Exists")
+        if self.toleration_seconds is not None and self.effect is not TaintEffect.NO_EXECUTE:
+            raise ValueError("tolerationSeconds applies to effect NoExecute only")
+        return self
+
+
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+
+
+def _check_labels(labels: dict[str, str] | None) -> dict[str, str] | None:
+    for key, value in (labels or {}).items():
+        if not _LABEL_KEY.fullmatch(key):
+            raise ValueError(
+                f"{key!r} is not a valid label key; use an optional DNS prefix and '/', then "
+                "at most 63 letters, digits, '-', '_' or '.' (e.g. 'tfkube.io/pool')"
+            )
+        if not _LABEL_VALUE.fullmatch(value) or len(value) > 63:
+            raise ValueError(
+                f"{value!r} (for {key!r}) is not a valid label value; use at most 63 "
+                "letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+            )
+    return labels
+
+
 class ReplicaSpec(_Model):
     """One role's replicas."""
 
@@ -116,6 +176,16 @@ class ReplicaSpec(_Model):
     annotations: dict[str, str] = {}
     """Cluster: extra annotations on this role's pods (e.g. for a service mesh or, in
     tests, the fake nodes' `tfkube.io/fake-*` behaviour). Ignored by the local engine."""
+    node_selector: dict[str, str] | None = None
+    """Cluster: node labels this role's pods require (e.g. `{tfkube.io/gpu: "true"}` or a
+    node pool). Per role because PS and workers often belong on different machines."""
+    tolerations: list[Toleration] | None = None
+    """Cluster: taints this role's pods tolerate (e.g. a tainted GPU pool)."""
+
+    @field_validator("node_selector")
+    @classmethod
+    def _selector(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return _check_labels(value)
 
     @field_validator("env")
     @classmethod
@@ -258,6 +328,131 @@ class RunPolicy(_Model):
     again resumes it; as for a Kubernetes Job, activeDeadlineSeconds counts from the resume."""
 
 
+class PullPolicy(StrEnum):
+    ALWAYS = "Always"
+    IF_NOT_PRESENT = "IfNotPresent"
+    NEVER = "Never"
+
+
+class ServiceType(StrEnum):
+    CLUSTER_IP = "ClusterIP"
+    """Reachable inside the cluster only (`kubectl port-forward` from outside)."""
+    NODE_PORT = "NodePort"
+    """Also reachable on every node's address at a port from the node-port range."""
+
+
+class TensorBoardSpec(_Model):
+    """Cluster: a TensorBoard Deployment and Service per job, reading the shared logs
+    volume. Present (even as `{}`) means wanted."""
+
+    enabled: bool = True
+    """false keeps the section but runs no TensorBoard."""
+    service_type: ServiceType = ServiceType.CLUSTER_IP
+    """How TensorBoard is exposed: ClusterIP (default) or NodePort."""
+    node_port: Annotated[int, Field(ge=30000, le=32767)] | None = None
+    """NodePort only: a fixed node port; empty lets Kubernetes choose one."""
+    image: str | None = None
+    """Image with the `tensorboard` command; defaults to `spec.image` (stock TensorFlow
+    images include it)."""
+    resources: Resources = Resources(cpu="100m", memory="512Mi")
+    """Requests and limits of the TensorBoard container."""
+
+    @model_validator(mode="after")
+    def _node_port_needs_type(self) -> Self:
+        if self.node_port is not None and self.service_type is not ServiceType.NODE_PORT:
+            raise ValueError("nodePort needs serviceType NodePort; set it or remove nodePort")
+        return self
+
+
+class GangScheduler(StrEnum):
+    """Who makes sure a job's replicas start together (or not at all): without it, half a
+    job can hold GPUs while waiting for the other half, and two such jobs deadlock."""
+
+    NONE = "None"
+    """The default scheduler, pod by pod."""
+    VOLCANO = "Volcano"
+    """A Volcano PodGroup (scheduling.volcano.sh/v1beta1); pods use the volcano scheduler."""
+    SCHEDULER_PLUGINS = "SchedulerPlugins"
+    """A scheduler-plugins coscheduling PodGroup (scheduling.x-k8s.io/v1alpha1)."""
+    KUEUE = "Kueue"
+    """Kueue admits the job's Jobs from a LocalQueue (label kueue.x-k8s.io/queue-name)."""
+
+
+class SchedulingSpec(_Model):
+    """Cluster: gang scheduling and priority."""
+
+    gang: GangScheduler = GangScheduler.NONE
+    queue: str | None = None
+    """Volcano: the queue of the PodGroup. Kueue: the LocalQueue name (required)."""
+    scheduler_name: str | None = None
+    """The pods' schedulerName; defaults to `volcano` (Volcano) or
+    `scheduler-plugins-scheduler` (SchedulerPlugins), else the cluster default."""
+    priority_class_name: str | None = None
+    """PriorityClass of the pods (and of the PodGroup)."""
+    schedule_timeout_seconds: Annotated[int, Field(gt=0)] | None = None
+    """SchedulerPlugins: how long the group may wait to be scheduled as a whole."""
+
+    @model_validator(mode="after")
+    def _queue_for_kueue(self) -> Self:
+        if self.gang is GangScheduler.KUEUE and not self.queue:
+            raise ValueError("gang Kueue needs queue: the name of a Kueue LocalQueue")
+        if self.schedule_timeout_seconds is not None and (
+            self.gang is not GangScheduler.SCHEDULER_PLUGINS
+        ):
+            raise ValueError("scheduleTimeoutSeconds applies to gang SchedulerPlugins only")
+        return self
+
+
+_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[a-z0-9]([-a-z0-9._/]*[a-z0-9])?$")
+
+
+def _check_quantities(values: dict[str, str]) -> dict[str, str]:
+    for name, value in values.items():
+        if not _RESOURCE_NAME.fullmatch(name):
+            raise ValueError(
+                f"{name!r} is not a resource name; e.g. 'cpu', 'requests.nvidia.com/gpu', 'pods'"
+            )
+        if not _QUANTITY.fullmatch(value):
+            raise ValueError(
+                f"{value!r} (for {name!r}) is not a quantity; write e.g. '2', '500m', '4Gi'"
+            )
+    return values
+
+
+class LimitRangeSpec(_Model):
+    """Per-container defaults and bounds in the tenant's namespace (a LimitRange)."""
+
+    default: dict[str, str] = {}
+    """Limits of containers that set none, e.g. `{cpu: "2", memory: 4Gi}`."""
+    default_request: dict[str, str] = {}
+    """Requests of containers that set none."""
+    max: dict[str, str] = {}
+    """The most one container may ask for."""
+    min: dict[str, str] = {}
+    """The least one container must ask for."""
+
+    @field_validator("default", "default_request", "max", "min")
+    @classmethod
+    def _quantities(cls, value: dict[str, str]) -> dict[str, str]:
+        return _check_quantities(value)
+
+
+class TenantSpec(_Model):
+    """Cluster: resource isolation for the namespace the job runs in. The objects are the
+    namespace's (named `tfkube-tenant`), shared by its jobs, and outlive any one job."""
+
+    quota: dict[str, str] = {}
+    """ResourceQuota `hard` limits, e.g. `{requests.cpu: "64", requests.nvidia.com/gpu: "8",
+    pods: "500"}`."""
+    limit_range: LimitRangeSpec | None = None
+    """Container defaults and bounds (a LimitRange)."""
+
+    @field_validator("quota")
+    @classmethod
+    def _quantities(cls, value: dict[str, str]) -> dict[str, str]:
+        return _check_quantities(value)
+
+
 class JobSpec(_Model):
     replicas: Replicas
     code: CodeSpec
@@ -265,6 +460,28 @@ class JobSpec(_Model):
     run_policy: RunPolicy = RunPolicy()
     image: str = DEFAULT_IMAGE
     """Cluster: the default image of every replica (a stock TensorFlow image works)."""
+    image_pull_policy: PullPolicy | None = None
+    """Cluster: pull policy of public images (default IfNotPresent). Images from a private
+    registry (one the registry secret has credentials for, or any image when
+    `imagePullSecrets` is set) are always pulled with `Always`, whatever this says: a node's
+    cached copy must never run for a tenant without the credentials."""
+    image_pull_secrets: list[str] | None = None
+    """Cluster: names of existing image-pull Secrets in the job's namespace, in addition to
+    the platform's registry secret that tfkube copies there."""
+    tensorboard: TensorBoardSpec | None = None
+    """Cluster: a TensorBoard per job; absent means none, `{}` one with the defaults."""
+    scheduling: SchedulingSpec | None = None
+    """Cluster: gang scheduling (Volcano, scheduler-plugins, Kueue) and priority."""
+    tenant: TenantSpec | None = None
+    """Cluster: ResourceQuota and LimitRange of the job's namespace."""
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _secret_names(cls, value: list[str] | None) -> list[str] | None:
+        for name in value or []:
+            if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", name) or len(name) > 253:
+                raise ValueError(f"{name!r} is not a Secret name (lower-case DNS name)")
+        return value
 
 
 class Metadata(_Model):

@@ -1,0 +1,731 @@
+"""A TFJob as Kubernetes objects (plain dicts). Pure: no I/O, deterministic order.
+
+    TFJob + RenderOptions
+      -> [Namespace]                     include_namespace only
+         [ResourceQuota, LimitRange]     spec.tenant: the namespace's, shared by its jobs
+         [Secret <job>-registry]         copy of the platform's image-pull secret
+         ConfigMap <job>-launcher        the launcher zipapp (binaryData)
+         [ConfigMap <job>-code]          a small local code folder, packed
+         [PVC <job>-data, <job>-logs]    unless existing claims are named
+         Service <job>                   headless: DNS names only, no cluster IP
+         [PodGroup <job>]                Volcano / scheduler-plugins gang
+         Job <job>-<role> per role       Indexed: hostnames <job>-<role>-<i>
+         [Deployment, Service <job>-tensorboard]
+
+Who retries what (see docs/kubernetes.md):
+- Kubernetes retries a failed replica, per index, inside its role's Job: `backoffLimit`
+  is runPolicy.backoffLimit (the job's whole budget, so it can only be an upper bound per
+  role) and `podFailurePolicy` encodes runPolicy.restartPolicy: Never fails the Job on any
+  non-zero exit, ExitCode on 1-127 except the launcher's retryable 75, OnFailure never;
+  a disruption (preemption, eviction, node drain) is ignored, i.e. retried uncounted. So
+  a crash-looping role leaves at most backoffLimit+1 dead pods, operator or not.
+- The operator (`managed=True`) decides what concerns the job as a whole with the shared
+  planner: success policy, ending PS/TensorBoard, restarts counted over all roles, the
+  job-wide deadline and TTL. A PS failure must restart the whole job (workers resume from
+  the checkpoint), so a managed PS Job has backoffLimit 0 and no rules: its first failure
+  fails it at once and the operator re-creates every role's Job. Managed Jobs also get no
+  `ttlSecondsAfterFinished`: Kubernetes deleting a finished Job behind the operator's back
+  would look like a missing Job to re-create; the TFJob's TTL deletes everything.
+- Rendered for plain `kubectl apply` (`managed=False`) Kubernetes is all there is: the PS
+  Job retries like the others and finished Jobs carry the TTL.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfkube.api import (
+    FieldError,
+    GangScheduler,
+    PullPolicy,
+    ReplicaSpec,
+    Resources,
+    RestartPolicy,
+    Role,
+    SpecError,
+    TFJob,
+    VolumeSpec,
+    replica_environment,
+)
+from tfkube.cluster import cluster_spec, service_address
+from tfkube.render._launcher import launcher_zipapp
+from tfkube.render._names import (
+    LABEL_COMPONENT,
+    LABEL_JOB,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    TENANT_OBJECTS,
+    claim_name,
+    code_configmap_name,
+    job_labels,
+    launcher_configmap_name,
+    registry_secret_name,
+    role_job_name,
+    tensorboard_name,
+)
+
+LAUNCHER_DIR = "/opt/tfkube"
+LAUNCHER_FILE = "launcher.pyz"
+LAUNCHER_COMMAND = ("python3", f"{LAUNCHER_DIR}/{LAUNCHER_FILE}")
+"""Every replica's command: the same launcher as locally, from the mounted ConfigMap."""
+CODE_DIR = "/opt/tfkube-code"
+CODE_FILE = "code.tar.gz"
+WORK_DIR = "/tfkube/work"
+"""An emptyDir: the launcher unpacks the code here (the image's own files stay untouched)."""
+DEFAULT_MOUNTS = {"data": "/tfkube/data", "logs": "/tfkube/logs"}
+CONTAINER = "tensorflow"
+"""The replica container's name (part B's status and logs read this one)."""
+PORT_NAME = "tf"
+TENSORBOARD_PORT = 6006
+GPU_RESOURCE = "nvidia.com/gpu"
+MAX_CODE_CONFIGMAP_BYTES = 768 * 1024
+"""A ConfigMap holds at most 1 MiB; leave room for the rest of the object."""
+EXIT_TEMPFAIL = 75
+"""The launcher's 'could not fetch the code' exit: an infrastructure fault, retried."""
+USER_ERROR_EXIT_CODES = tuple(c for c in range(1, 128) if c != EXIT_TEMPFAIL)
+"""Under restartPolicy ExitCode these fail the job at once (the planner's rule too)."""
+DEFAULT_SCHEDULERS = {
+    GangScheduler.VOLCANO: "volcano",
+    GangScheduler.SCHEDULER_PLUGINS: "scheduler-plugins-scheduler",
+}
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+COSCHEDULING_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+GRACE_MARGIN_SECONDS = 5
+"""Pod grace beyond the launcher's own: it forwards SIGTERM, waits, then SIGKILLs."""
+DOCKER_HUB = "docker.io"
+
+Object = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """How to render a job, beyond its spec: the things only the caller knows."""
+
+    namespace: str
+    """The namespace every object goes to (the job's own `metadata.namespace` is ignored)."""
+    registry_secret: Mapping[str, Any] | None = None
+    """The platform's image-pull Secret as read by the caller (a plain mapping, e.g.
+    `ApiClient().sanitize_for_serialization(v1_secret)`, with base64 `data`). It is copied
+    into the job's namespace as `<job>-registry`, so nobody creates it by hand there, and the
+    registries it has credentials for make images private (pulled `Always`)."""
+    managed: bool = False
+    """True when the tfkube operator owns the job (see the module docstring): PS Jobs fail
+    on their first failure so the operator restarts the whole job, and no Job TTL."""
+    launcher_zipapp: bytes | None = None
+    """The launcher zipapp; None builds it from the installed package (once, cached)."""
+    code_archive: bytes | None = None
+    """A local code folder packed as .tar.gz, shipped in the ConfigMap `<job>-code` (at most
+    768 KiB). Needed when `spec.code.source` is not a URL: a cluster cannot see a folder."""
+    include_namespace: bool = False
+    """Also emit the Namespace (first), for `kubectl apply` into a new tenant namespace."""
+    pod_annotations: Mapping[str, str] = field(default_factory=dict)
+    """Extra annotations on every replica pod (the spec's per-role ones win)."""
+
+
+def _meta(name: str, namespace: str, labels: Mapping[str, str], user: Mapping[str, str]) -> Object:
+    """Object metadata; the job's own labels come first so ours always win."""
+    return {"name": name, "namespace": namespace, "labels": {**user, **labels}}
+
+
+def _registry_hosts(secret: Mapping[str, Any]) -> set[str] | None:
+    """Registries the secret has credentials for; None when it cannot be read (then every
+    image counts as private: the safe side)."""
+    data = secret.get("data") or {}
+    string_data = secret.get("stringData") or {}
+    for key in (".dockerconfigjson", ".dockercfg"):
+        try:
+            if key in string_data:
+                text = str(string_data[key])
+            elif key in data:
+                text = base64.b64decode(str(data[key]), validate=True).decode()
+            else:
+                continue
+            config = json.loads(text)
+        except (binascii.Error, UnicodeDecodeError, json.JSONDecodeError):
+            return None
+        auths = config.get("auths", config) if isinstance(config, dict) else None
+        if not isinstance(auths, dict):
+            return None
+        return {_normal_host(str(h)) for h in auths}
+    return None
+
+
+def _normal_host(server: str) -> str:
+    host = server.removeprefix("https://").removeprefix("http://").split("/")[0]
+    return DOCKER_HUB if host in {"index.docker.io", "registry-1.docker.io"} else host
+
+
+def image_registry(image: str) -> str:
+    """The registry host of an image reference (`docker.io` when it names none)."""
+    first, _, rest = image.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return _normal_host(first)
+    return DOCKER_HUB
+
+
+@dataclass(frozen=True)
+class _Pull:
+    secrets: tuple[str, ...]
+    private_hosts: set[str] | None
+    """None: every image is private."""
+    default_policy: str
+
+    def policy(self, image: str) -> str:
+        private = self.private_hosts is None or image_registry(image) in self.private_hosts
+        return PullPolicy.ALWAYS.value if private else self.default_policy
+
+
+def _pull(job: TFJob, options: RenderOptions) -> _Pull:
+    secrets: list[str] = []
+    hosts: set[str] | None = set()
+    if options.registry_secret is not None:
+        secrets.append(registry_secret_name(job.name))
+        hosts = _registry_hosts(options.registry_secret)
+    if job.spec.image_pull_secrets:
+        secrets += job.spec.image_pull_secrets
+        hosts = None  # secrets we cannot read: treat every image as private
+    if not secrets:
+        hosts = set()
+    default = (job.spec.image_pull_policy or PullPolicy.IF_NOT_PRESENT).value
+    return _Pull(tuple(dict.fromkeys(secrets)), hosts, default)
+
+
+def _resources(resources: Resources) -> Object:
+    """Requests equal limits (Guaranteed QoS: no noisy neighbour takes a tenant's CPU or
+    memory); GPUs are a limit only, which Kubernetes copies to the request."""
+    amounts = {k: v for k, v in (("cpu", resources.cpu), ("memory", resources.memory)) if v}
+    out: Object = {}
+    if amounts:
+        out["requests"] = dict(amounts)
+    limits = dict(amounts)
+    if resources.gpu:
+        limits[GPU_RESOURCE] = str(resources.gpu)
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def _mount_path(volume: VolumeSpec, which: str) -> str:
+    return volume.mount_path or DEFAULT_MOUNTS[which]
+
+
+def _pod_failure_policy(job: TFJob, role: Role, managed: bool) -> Object:
+    if managed and role is Role.PS:
+        # Any PS loss, disruptions included, is the operator's whole-job restart.
+        return {
+            "rules": [{"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}}]
+        }
+    rules: list[Object] = [
+        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    ]
+    policy = job.spec.run_policy.restart_policy
+    if policy is RestartPolicy.NEVER:
+        rules.append({"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}})
+    elif policy is RestartPolicy.EXIT_CODE:
+        rules.append(
+            {
+                "action": "FailJob",
+                "onExitCodes": {"operator": "In", "values": list(USER_ERROR_EXIT_CODES)},
+            }
+        )
+    return {"rules": rules}
+
+
+def backoff_limit(job: TFJob, role: Role, managed: bool) -> int:
+    """Kubernetes' retry budget of one role's Job (see the module docstring)."""
+    if job.spec.run_policy.restart_policy is RestartPolicy.NEVER:
+        return 0
+    if managed and role is Role.PS:
+        return 0
+    return job.spec.run_policy.backoff_limit
+
+
+@dataclass(frozen=True)
+class _Context:
+    job: TFJob
+    options: RenderOptions
+    pull: _Pull
+    code_url: str
+    code_sha256: str | None
+    data_claim: str
+    logs_claim: str
+    logs_sub_path: str | None
+    scheduler_name: str | None
+
+    @property
+    def ns(self) -> str:
+        return self.options.namespace
+
+    @property
+    def user_labels(self) -> dict[str, str]:
+        return dict(self.job.metadata.labels)
+
+
+def _code(job: TFJob, options: RenderOptions) -> tuple[str, str | None]:
+    code = job.spec.code
+    if code.is_url:
+        return code.source, code.sha256
+    if options.code_archive is None:
+        raise SpecError(
+            [
+                FieldError(
+                    "spec.code.source",
+                    f"{code.source!r} is a local folder, which pods in a cluster cannot "
+                    "read; give an http(s) URL of a .tar.gz (with spec.code.sha256), or "
+                    f"pack a folder of at most {MAX_CODE_CONFIGMAP_BYTES // 1024} KiB into "
+                    "a ConfigMap (`tfkube render --pack-code`)",
+                )
+            ],
+            f"job {job.name!r}",
+        )
+    if len(options.code_archive) > MAX_CODE_CONFIGMAP_BYTES:
+        raise SpecError(
+            [
+                FieldError(
+                    "spec.code.source",
+                    f"the packed code is {len(options.code_archive) // 1024} KiB, more than "
+                    f"a ConfigMap's {MAX_CODE_CONFIGMAP_BYTES // 1024} KiB; host it as a "
+                    ".tar.gz at an http(s) URL and give its sha256",
+                )
+            ],
+            f"job {job.name!r}",
+        )
+    return f"file://{CODE_DIR}/{CODE_FILE}", hashlib.sha256(options.code_archive).hexdigest()
+
+
+def _context(job: TFJob, options: RenderOptions) -> _Context:
+    code_url, code_sha = _code(job, options)
+    storage = job.spec.storage
+    scheduling = job.spec.scheduling
+    scheduler = None
+    if scheduling is not None:
+        scheduler = scheduling.scheduler_name or DEFAULT_SCHEDULERS.get(scheduling.gang)
+    return _Context(
+        job=job,
+        options=options,
+        pull=_pull(job, options),
+        code_url=code_url,
+        code_sha256=code_sha,
+        data_claim=storage.data.claim_name or claim_name(job.name, "data"),
+        logs_claim=storage.logs.claim_name or claim_name(job.name, "logs"),
+        # An existing logs claim is shared by many jobs: each gets its own folder in it.
+        logs_sub_path=job.name if storage.logs.claim_name else None,
+        scheduler_name=scheduler,
+    )
+
+
+def _namespace(ctx: _Context) -> Object:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": ctx.ns, "labels": {LABEL_MANAGED_BY: MANAGED_BY}},
+    }
+
+
+def _tenant(ctx: _Context) -> list[Object]:
+    tenant = ctx.job.spec.tenant
+    if tenant is None:
+        return []
+    # Not the job's labels: these belong to the namespace and outlive any one job.
+    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: "tenant"}
+    meta = {"name": TENANT_OBJECTS, "namespace": ctx.ns, "labels": labels}
+    out: list[Object] = []
+    if tenant.quota:
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": dict(meta),
+                "spec": {"hard": dict(sorted(tenant.quota.items()))},
+            }
+        )
+    lr = tenant.limit_range
+    if lr is not None:
+        limit: Object = {"type": "Container"}
+        for key, values in (
+            ("default", lr.default),
+            ("defaultRequest", lr.default_request),
+            ("max", lr.max),
+            ("min", lr.min),
+        ):
+            if values:
+                limit[key] = dict(sorted(values.items()))
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "LimitRange",
+                "metadata": dict(meta),
+                "spec": {"limits": [limit]},
+            }
+        )
+    return out
+
+
+def _registry_secret(ctx: _Context) -> list[Object]:
+    source = ctx.options.registry_secret
+    if source is None:
+        return []
+    secret: Object = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(
+            registry_secret_name(ctx.job.name),
+            ctx.ns,
+            {**job_labels(ctx.job.name), LABEL_COMPONENT: "registry"},
+            ctx.user_labels,
+        ),
+        "type": source.get("type") or "kubernetes.io/dockerconfigjson",
+    }
+    for key in ("data", "stringData"):
+        if source.get(key):
+            secret[key] = dict(sorted(source[key].items()))
+    return [secret]
+
+
+def _configmaps(ctx: _Context) -> list[Object]:
+    zipapp = ctx.options.launcher_zipapp
+    if zipapp is None:
+        zipapp = launcher_zipapp()
+    name = ctx.job.name
+    out: list[Object] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _meta(
+                launcher_configmap_name(name),
+                ctx.ns,
+                {**job_labels(name), LABEL_COMPONENT: "launcher"},
+                ctx.user_labels,
+            ),
+            "binaryData": {LAUNCHER_FILE: base64.b64encode(zipapp).decode()},
+        }
+    ]
+    if ctx.options.code_archive is not None and not ctx.job.spec.code.is_url:
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": _meta(
+                    code_configmap_name(name),
+                    ctx.ns,
+                    {**job_labels(name), LABEL_COMPONENT: "code"},
+                    ctx.user_labels,
+                ),
+                "binaryData": {CODE_FILE: base64.b64encode(ctx.options.code_archive).decode()},
+            }
+        )
+    return out
+
+
+def _claims(ctx: _Context) -> list[Object]:
+    out: list[Object] = []
+    storage = ctx.job.spec.storage
+    for which, volume in (("data", storage.data), ("logs", storage.logs)):
+        if volume.claim_name:
+            continue
+        spec: Object = {
+            # Every replica (on any node) and TensorBoard share it: GlusterFS, CephFS, NFS.
+            "accessModes": ["ReadWriteMany"],
+            "resources": {"requests": {"storage": volume.size}},
+        }
+        if volume.storage_class_name:
+            spec["storageClassName"] = volume.storage_class_name
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": _meta(
+                    claim_name(ctx.job.name, which),
+                    ctx.ns,
+                    {**job_labels(ctx.job.name), LABEL_COMPONENT: "storage"},
+                    ctx.user_labels,
+                ),
+                "spec": spec,
+            }
+        )
+    return out
+
+
+def _headless_service(ctx: _Context) -> Object:
+    name = ctx.job.name
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(
+            name, ctx.ns, {**job_labels(name), LABEL_COMPONENT: "replica"}, ctx.user_labels
+        ),
+        "spec": {
+            # DNS records straight to pod IPs: no virtual IP, no iptables rule per replica.
+            "clusterIP": "None",
+            # TF servers look each other up while starting, before any pod is Ready.
+            "publishNotReadyAddresses": True,
+            "selector": {LABEL_JOB: name, LABEL_COMPONENT: "replica"},
+            "ports": [
+                {
+                    "name": PORT_NAME,
+                    "port": ctx.job.spec.run_policy.port,
+                    "targetPort": ctx.job.spec.run_policy.port,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+
+
+def _gang_members(job: TFJob) -> int:
+    """Replicas that must start together: the evaluator is not part of the TF cluster."""
+    return sum(job.spec.replicas.count(r) for r in (Role.CHIEF, Role.PS, Role.WORKER))
+
+
+def _pod_group(ctx: _Context) -> list[Object]:
+    scheduling = ctx.job.spec.scheduling
+    if scheduling is None or scheduling.gang not in DEFAULT_SCHEDULERS:
+        return []
+    name = ctx.job.name
+    meta = _meta(name, ctx.ns, {**job_labels(name), LABEL_COMPONENT: "gang"}, ctx.user_labels)
+    spec: Object = {"minMember": _gang_members(ctx.job)}
+    if scheduling.gang is GangScheduler.VOLCANO:
+        if scheduling.queue:
+            spec["queue"] = scheduling.queue
+        if scheduling.priority_class_name:
+            spec["priorityClassName"] = scheduling.priority_class_name
+        api = "scheduling.volcano.sh/v1beta1"
+    else:
+        if scheduling.schedule_timeout_seconds:
+            spec["scheduleTimeoutSeconds"] = scheduling.schedule_timeout_seconds
+        api = "scheduling.x-k8s.io/v1alpha1"
+    return [{"apiVersion": api, "kind": "PodGroup", "metadata": meta, "spec": spec}]
+
+
+def _volumes(ctx: _Context, role: Role) -> tuple[list[Object], list[Object]]:
+    """(pod volumes, container mounts) of one role. PS never read data: no data mount."""
+    storage = ctx.job.spec.storage
+    volumes: list[Object] = [
+        {
+            "name": "launcher",
+            "configMap": {
+                "name": launcher_configmap_name(ctx.job.name),
+                "defaultMode": 0o444,
+            },
+        },
+        {"name": "work", "emptyDir": {}},
+        {"name": "logs", "persistentVolumeClaim": {"claimName": ctx.logs_claim}},
+    ]
+    logs_mount: Object = {"name": "logs", "mountPath": _mount_path(storage.logs, "logs")}
+    if ctx.logs_sub_path:
+        logs_mount["subPath"] = ctx.logs_sub_path
+    mounts: list[Object] = [
+        {"name": "launcher", "mountPath": LAUNCHER_DIR, "readOnly": True},
+        {"name": "work", "mountPath": WORK_DIR},
+        logs_mount,
+    ]
+    if role is not Role.PS:
+        volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": ctx.data_claim}})
+        mounts.append({"name": "data", "mountPath": _mount_path(storage.data, "data")})
+    if ctx.code_url.startswith("file://"):
+        volumes.append(
+            {
+                "name": "code",
+                "configMap": {"name": code_configmap_name(ctx.job.name), "defaultMode": 0o444},
+            }
+        )
+        mounts.append({"name": "code", "mountPath": CODE_DIR, "readOnly": True})
+    return volumes, mounts
+
+
+def _environment(ctx: _Context, role: Role) -> list[Object]:
+    job = ctx.job
+    cluster = cluster_spec(
+        job.spec.replicas.counts(), service_address(job.name, job.spec.run_policy.port)
+    )
+    env = replica_environment(
+        job,
+        role,
+        cluster,
+        code_url=ctx.code_url,
+        code_sha256=ctx.code_sha256,
+        data_dir=_mount_path(job.spec.storage.data, "data"),
+        log_dir=_mount_path(job.spec.storage.logs, "logs"),
+        work_dir=WORK_DIR,
+        index=None,  # one template for every index: the launcher reads JOB_COMPLETION_INDEX
+    )
+    return [{"name": k, "value": env[k]} for k in sorted(env)]
+
+
+def _pod_scheduling(ctx: _Context, spec: ReplicaSpec | None) -> Object:
+    out: Object = {}
+    if spec is not None and spec.node_selector:
+        out["nodeSelector"] = dict(sorted(spec.node_selector.items()))
+    if spec is not None and spec.tolerations:
+        out["tolerations"] = [
+            t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in spec.tolerations
+        ]
+    if ctx.scheduler_name:
+        out["schedulerName"] = ctx.scheduler_name
+    scheduling = ctx.job.spec.scheduling
+    if scheduling is not None and scheduling.priority_class_name:
+        out["priorityClassName"] = scheduling.priority_class_name
+    if ctx.pull.secrets:
+        out["imagePullSecrets"] = [{"name": s} for s in ctx.pull.secrets]
+    return out
+
+
+def _role_job(ctx: _Context, role: Role) -> Object:
+    job = ctx.job
+    spec = job.spec.replicas.get(role)
+    assert spec is not None
+    count = spec.replicas
+    name = role_job_name(job.name, role.value)
+    labels = {**job_labels(job.name, role.value), LABEL_COMPONENT: "replica"}
+    scheduling = job.spec.scheduling
+    pod_labels = {**ctx.user_labels, **labels}
+    annotations = {**ctx.options.pod_annotations, **spec.annotations}
+    job_meta = _meta(name, ctx.ns, labels, ctx.user_labels)
+    suspend = job.spec.run_policy.suspend
+    if scheduling is not None:
+        if scheduling.gang is GangScheduler.VOLCANO:
+            annotations[VOLCANO_GROUP_ANNOTATION] = job.name
+        elif scheduling.gang is GangScheduler.SCHEDULER_PLUGINS:
+            pod_labels[COSCHEDULING_GROUP_LABEL] = job.name
+        elif scheduling.gang is GangScheduler.KUEUE:
+            assert scheduling.queue is not None
+            job_meta["labels"][KUEUE_QUEUE_LABEL] = scheduling.queue
+            suspend = True  # Kueue un-suspends the Job when it admits it
+    volumes, mounts = _volumes(ctx, role)
+    image = spec.image or job.spec.image
+    port = job.spec.run_policy.port
+    container: Object = {
+        "name": CONTAINER,
+        "image": image,
+        "imagePullPolicy": ctx.pull.policy(image),
+        "command": list(LAUNCHER_COMMAND),
+        "env": _environment(ctx, role),
+        "ports": [{"name": PORT_NAME, "containerPort": port, "protocol": "TCP"}],
+        "resources": _resources(spec.resources),
+        "volumeMounts": mounts,
+    }
+    template_meta: Object = {"labels": dict(sorted(pod_labels.items()))}
+    if annotations:
+        template_meta["annotations"] = dict(sorted(annotations.items()))
+    grace = int(job.spec.run_policy.termination_grace_seconds + 0.999) + GRACE_MARGIN_SECONDS
+    pod_spec: Object = {
+        "restartPolicy": "Never",  # retries are the Job's (podFailurePolicy needs Never)
+        # With the Service's name as subdomain, <job>-<role>-<i>.<job> resolves.
+        "subdomain": job.name,
+        # One env var per Service in the namespace would only add noise (and size).
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": grace,
+        **_pod_scheduling(ctx, spec),
+        "containers": [container],
+        "volumes": volumes,
+    }
+    job_spec: Object = {
+        "completionMode": "Indexed",
+        "completions": count,
+        "parallelism": count,
+        "backoffLimit": backoff_limit(job, role, ctx.options.managed),
+        "podFailurePolicy": _pod_failure_policy(job, role, ctx.options.managed),
+    }
+    if job.spec.run_policy.active_deadline_seconds is not None:
+        job_spec["activeDeadlineSeconds"] = job.spec.run_policy.active_deadline_seconds
+    ttl = job.spec.run_policy.ttl_seconds_after_finished
+    if ttl is not None and not ctx.options.managed:
+        job_spec["ttlSecondsAfterFinished"] = ttl
+    if suspend:
+        job_spec["suspend"] = True
+    job_spec["template"] = {"metadata": template_meta, "spec": pod_spec}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": job_meta, "spec": job_spec}
+
+
+def _tensorboard(ctx: _Context) -> list[Object]:
+    tb = ctx.job.spec.tensorboard
+    if tb is None or not tb.enabled:
+        return []
+    name = tensorboard_name(ctx.job.name)
+    labels = {**job_labels(ctx.job.name), LABEL_COMPONENT: "tensorboard"}
+    selector = {LABEL_JOB: ctx.job.name, LABEL_COMPONENT: "tensorboard"}
+    image = tb.image or ctx.job.spec.image
+    logs = _mount_path(ctx.job.spec.storage.logs, "logs")
+    mount: Object = {"name": "logs", "mountPath": logs, "readOnly": True}
+    if ctx.logs_sub_path:
+        mount["subPath"] = ctx.logs_sub_path
+    pod_spec: Object = {
+        "enableServiceLinks": False,
+        "containers": [
+            {
+                "name": "tensorboard",
+                "image": image,
+                "imagePullPolicy": ctx.pull.policy(image),
+                "command": [
+                    "tensorboard",
+                    f"--logdir={logs}",
+                    "--host=0.0.0.0",
+                    f"--port={TENSORBOARD_PORT}",
+                ],
+                "ports": [{"name": "http", "containerPort": TENSORBOARD_PORT, "protocol": "TCP"}],
+                "readinessProbe": {"httpGet": {"path": "/", "port": "http"}},
+                "resources": _resources(tb.resources),
+                "volumeMounts": [mount],
+            }
+        ],
+        "volumes": [{"name": "logs", "persistentVolumeClaim": {"claimName": ctx.logs_claim}}],
+    }
+    if ctx.pull.secrets:
+        pod_spec["imagePullSecrets"] = [{"name": s} for s in ctx.pull.secrets]
+    deployment: Object = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(name, ctx.ns, labels, ctx.user_labels),
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": {**ctx.user_labels, **labels}},
+                "spec": pod_spec,
+            },
+        },
+    }
+    port: Object = {
+        "name": "http",
+        "port": TENSORBOARD_PORT,
+        "targetPort": "http",
+        "protocol": "TCP",
+    }
+    if tb.node_port is not None:
+        port["nodePort"] = tb.node_port
+    service: Object = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(name, ctx.ns, labels, ctx.user_labels),
+        "spec": {"type": tb.service_type.value, "selector": selector, "ports": [port]},
+    }
+    return [deployment, service]
+
+
+def render_job(job: TFJob, options: RenderOptions) -> list[dict[str, Any]]:
+    """Every object of `job`, in the order `kubectl apply -f` should create them.
+
+    Raises `SpecError` (naming the field) when the job cannot run in a cluster as given,
+    e.g. local code without `options.code_archive`. No owner references: the operator adds
+    them; rendered for `kubectl apply` the objects have none.
+    """
+    ctx = _context(job, options)
+    objects: list[Object] = []
+    if options.include_namespace:
+        objects.append(_namespace(ctx))
+    objects += _tenant(ctx)
+    objects += _registry_secret(ctx)
+    objects += _configmaps(ctx)
+    objects += _claims(ctx)
+    objects.append(_headless_service(ctx))
+    objects += _pod_group(ctx)
+    objects += [_role_job(ctx, role) for role in Role if job.spec.replicas.count(role) > 0]
+    objects += _tensorboard(ctx)
+    return objects
