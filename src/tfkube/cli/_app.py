@@ -127,19 +127,23 @@ def run(
 
 
 def _watch(backend: LocalBackend, name: str) -> JobView:
+    """Show the job live until it is done; Ctrl-C stops every replica."""
     live = Live(console=out, refresh_per_second=4, transient=False, auto_refresh=False)
     try:
         with live:
-            while True:
-                view = backend.get(name)
-                live.update(job_panel(view), refresh=True)
-                if view.done:
-                    return backend.wait(name)
+            view = backend.get(name)
+            while not view.done:
+                live.update(job_panel(view, width=out.width), refresh=True)
                 time.sleep(0.1)
+                view = backend.get(name)
+            view = backend.wait(name)
+            live.update(job_panel(view, width=out.width), refresh=True)
+        out.line()
+        return view
     except KeyboardInterrupt:
         err.print(f"interrupted: stopping every replica of {name}")
         view = backend.stop(name)
-        out.print(job_panel(view))
+        out.print(job_panel(view, width=out.width))
         raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
@@ -176,7 +180,7 @@ def status(name: Annotated[str, typer.Argument(help="The job's name.")]) -> None
         view = _backend().get(name)
     except JobNotFound as exc:
         raise _fail(str(exc), 1) from None
-    out.print(job_panel(view))
+    out.print(job_panel(view, width=out.width))
     if view.done:
         for line in summary(view):
             out.print(line, highlight=False)

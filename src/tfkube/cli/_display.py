@@ -37,7 +37,8 @@ def _age(view: JobView, now: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
-def job_panel(view: JobView, now: float | None = None) -> Group:
+def job_panel(view: JobView, now: float | None = None, width: int = 120) -> Group:
+    """The job's header and a row per replica; pid and address only on wide terminals."""
     now = time.time() if now is None else now
     head = Text.assemble(
         ("job ", "bold"),
@@ -47,18 +48,19 @@ def job_panel(view: JobView, now: float | None = None) -> Group:
         f"  restarts {view.restarts}  elapsed {_age(view, now)}",
     )
     table = Table(show_edge=False, pad_edge=False, expand=False)
-    for col in ("replica", "state", "pid", "address", "restarts", "exit", "last log line"):
-        table.add_column(col, no_wrap=col != "last log line", overflow="ellipsis")
+    wide = width >= 110
+    columns = ["replica", "state", *(["pid", "address"] if wide else []), "restarts", "exit"]
+    for col in columns:
+        table.add_column(col, no_wrap=True)
+    table.add_column("last log line", no_wrap=True)
+    room = max(12, width - (82 if wide else 52))  # what the other columns leave
     for r in view.replicas:
-        table.add_row(
-            r.key,
-            Text(r.state.value, _STATE_STYLE[r.state]),
-            str(r.pid or "-"),
-            r.address or "-",
-            str(r.restarts),
-            "-" if r.exit_code is None else str(r.exit_code),
-            Text(r.last_line[-100:]),
-        )
+        cells: list[str | Text] = [r.key, Text(r.state.value, _STATE_STYLE[r.state])]
+        if wide:
+            cells += [str(r.pid or "-"), r.address or "-"]
+        cells += [str(r.restarts), "-" if r.exit_code is None else str(r.exit_code)]
+        line = r.last_line if len(r.last_line) <= room else r.last_line[: room - 1] + "…"
+        table.add_row(*cells, Text(line))
     parts: list[Text | Table] = [head, table]
     if view.reason:
         parts.append(Text(f"{view.reason}: {view.message or ''}"))

@@ -140,8 +140,12 @@ class JobDir:
         return [json.loads(line) for line in self.events.read_text().splitlines() if line]
 
 
+LAUNCHER_PREFIX = "[tfkube-launcher]"
+
+
 def last_line(path: Path, limit: int = 4096) -> str:
-    """The last non-empty line of a log file, read from its tail only."""
+    """The last non-empty line the replica itself wrote (the launcher's own lines are
+    skipped unless there is nothing else), read from the file's tail only."""
     try:
         with path.open("rb") as f:
             f.seek(0, os.SEEK_END)
@@ -150,7 +154,6 @@ def last_line(path: Path, limit: int = 4096) -> str:
             tail = f.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-    for line in reversed(tail.splitlines()):
-        if line.strip():
-            return line.strip()
-    return ""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    own = [line for line in lines if not line.startswith(LAUNCHER_PREFIX)]
+    return (own or lines or [""])[-1]
