@@ -10,6 +10,17 @@ docs/kubernetes.md.
 May import `tfkube.api` and `tfkube.cluster` only (import-linter layers).
 """
 
+from tfkube.render._crd import CRD_NAME, GROUP, PLURAL, SHORT_NAMES, VERSION, crd
+from tfkube.render._deploy import (
+    OPERATOR_IMAGE,
+    OPERATOR_NAME,
+    OPERATOR_NAMESPACE,
+    OPERATOR_RULES,
+    REGISTRY_SECRET,
+    deploy_file_texts,
+    dump_yaml,
+    install_manifests,
+)
 from tfkube.render._launcher import build_launcher_zipapp, launcher_zipapp
 from tfkube.render._names import (
     LABEL_COMPONENT,
@@ -39,6 +50,8 @@ from tfkube.render._render import (
 
 __all__ = [
     "CONTAINER",
+    "CRD_NAME",
+    "GROUP",
     "LABEL_COMPONENT",
     "LABEL_JOB",
     "LABEL_MANAGED_BY",
@@ -46,14 +59,26 @@ __all__ = [
     "LAUNCHER_COMMAND",
     "MANAGED_BY",
     "MAX_CODE_CONFIGMAP_BYTES",
+    "OPERATOR_IMAGE",
+    "OPERATOR_NAME",
+    "OPERATOR_NAMESPACE",
+    "OPERATOR_RULES",
+    "PLURAL",
+    "REGISTRY_SECRET",
+    "SHORT_NAMES",
     "TENANT_OBJECTS",
     "USER_ERROR_EXIT_CODES",
+    "VERSION",
     "RenderOptions",
     "backoff_limit",
     "build_launcher_zipapp",
     "claim_name",
     "code_configmap_name",
+    "crd",
+    "deploy_file_texts",
+    "dump_yaml",
     "image_registry",
+    "install_manifests",
     "job_labels",
     "launcher_configmap_name",
     "launcher_zipapp",

@@ -1,0 +1,250 @@
+"""The cluster-wide objects `tfkube install` applies (and deploy/ holds): the CRD, the
+operator's namespace, ServiceAccount, RBAC and Deployment. Pure; generated here so the
+installed package (which has no deploy/ folder) and the repository never differ - a test
+compares deploy/*.yaml with this output.
+
+RBAC is the operator's least privilege: it reads and patches TFJobs (not create/delete:
+users do that), writes their status, and creates/deletes exactly the kinds `render_job`
+emits, in any namespace. Two extra ClusterRoles aggregate into the built-in `edit` and
+`view` roles so namespace users can work with TFJobs without a custom binding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from tfkube import __version__
+from tfkube.render._crd import GROUP, PLURAL, crd
+from tfkube.render._names import LABEL_MANAGED_BY, MANAGED_BY
+
+OPERATOR_NAMESPACE = "tfkube-system"
+OPERATOR_NAME = "tfkube-operator"
+OPERATOR_IMAGE = f"ghcr.io/tfkube/operator:{__version__}"
+REGISTRY_SECRET = "tfkube-registry"
+"""The platform's image-pull Secret, in the operator's namespace; copied into every job's
+namespace (optional: without it jobs pull anonymously)."""
+
+_CREATE_DELETE = ["get", "list", "watch", "create", "update", "patch", "delete"]
+
+OPERATOR_RULES: tuple[dict[str, Any], ...] = (
+    # TFJobs: watched and patched (kopf's finalizer and progress annotations), never created.
+    {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "list", "watch", "patch"]},
+    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch"]},
+    # Owner references with blockOwnerDeletion need update on the owner's finalizers.
+    {"apiGroups": [GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},
+    # What render_job emits.
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": _CREATE_DELETE},
+    {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": _CREATE_DELETE},
+    {
+        "apiGroups": [""],
+        "resources": [
+            "configmaps",
+            "persistentvolumeclaims",
+            "secrets",
+            "services",
+            "resourcequotas",
+            "limitranges",
+        ],
+        "verbs": _CREATE_DELETE,
+    },
+    {
+        "apiGroups": ["scheduling.volcano.sh", "scheduling.x-k8s.io"],
+        "resources": ["podgroups"],
+        "verbs": _CREATE_DELETE,
+    },
+    # Replica state is read from pods; a PS or a replica that must stop is deleted.
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    # kopf discovers resources and namespaces while it runs.
+    {
+        "apiGroups": ["apiextensions.k8s.io"],
+        "resources": ["customresourcedefinitions"],
+        "verbs": ["get", "list", "watch"],
+    },
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+)
+
+
+def _labels(component: str) -> dict[str, str]:
+    return {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        "app.kubernetes.io/name": "tfkube",
+        "app.kubernetes.io/component": component,
+    }
+
+
+def rbac_manifests(namespace: str = OPERATOR_NAMESPACE) -> list[dict[str, Any]]:
+    """ServiceAccount, the operator's ClusterRole and binding, and the user roles."""
+    user_verbs = ["get", "list", "watch", "create", "update", "patch", "delete"]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {
+                "name": OPERATOR_NAME,
+                "namespace": namespace,
+                "labels": _labels("operator"),
+            },
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": OPERATOR_NAME, "labels": _labels("operator")},
+            "rules": [dict(r) for r in OPERATOR_RULES],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": OPERATOR_NAME, "labels": _labels("operator")},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": OPERATOR_NAME,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": OPERATOR_NAME, "namespace": namespace}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {
+                "name": "tfkube-edit",
+                "labels": {
+                    **_labels("rbac"),
+                    "rbac.authorization.k8s.io/aggregate-to-admin": "true",
+                    "rbac.authorization.k8s.io/aggregate-to-edit": "true",
+                },
+            },
+            "rules": [{"apiGroups": [GROUP], "resources": [PLURAL], "verbs": user_verbs}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {
+                "name": "tfkube-view",
+                "labels": {
+                    **_labels("rbac"),
+                    "rbac.authorization.k8s.io/aggregate-to-view": "true",
+                },
+            },
+            "rules": [
+                {
+                    "apiGroups": [GROUP],
+                    "resources": [PLURAL, f"{PLURAL}/status"],
+                    "verbs": ["get", "list", "watch"],
+                }
+            ],
+        },
+    ]
+
+
+def operator_manifests(
+    namespace: str = OPERATOR_NAMESPACE, image: str = OPERATOR_IMAGE
+) -> list[dict[str, Any]]:
+    """The operator's Deployment: one replica, `Recreate` so two never reconcile at once."""
+    labels = _labels("operator")
+    selector = {"app.kubernetes.io/name": "tfkube", "app.kubernetes.io/component": "operator"}
+    return [
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": OPERATOR_NAME, "namespace": namespace, "labels": labels},
+            "spec": {
+                "replicas": 1,
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": selector},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "serviceAccountName": OPERATOR_NAME,
+                        "securityContext": {
+                            "runAsNonRoot": True,
+                            "runAsUser": 65532,
+                            "seccompProfile": {"type": "RuntimeDefault"},
+                        },
+                        "containers": [
+                            {
+                                "name": "operator",
+                                "image": image,
+                                "command": ["tfkube", "operator"],
+                                "env": [
+                                    {
+                                        "name": "TFKUBE_OPERATOR_NAMESPACE",
+                                        "valueFrom": {
+                                            "fieldRef": {"fieldPath": "metadata.namespace"}
+                                        },
+                                    },
+                                    {"name": "TFKUBE_REGISTRY_SECRET", "value": REGISTRY_SECRET},
+                                ],
+                                "resources": {
+                                    "requests": {"cpu": "100m", "memory": "256Mi"},
+                                    "limits": {"memory": "1Gi"},
+                                },
+                                "securityContext": {
+                                    "allowPrivilegeEscalation": False,
+                                    "readOnlyRootFilesystem": True,
+                                    "capabilities": {"drop": ["ALL"]},
+                                },
+                            }
+                        ],
+                    },
+                },
+            },
+        }
+    ]
+
+
+def namespace_manifest(namespace: str = OPERATOR_NAMESPACE) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": namespace, "labels": _labels("operator")},
+    }
+
+
+def install_manifests(
+    namespace: str = OPERATOR_NAMESPACE, image: str = OPERATOR_IMAGE
+) -> list[dict[str, Any]]:
+    """Everything `tfkube install` applies, in order: CRD, namespace, RBAC, operator."""
+    return [
+        crd(),
+        namespace_manifest(namespace),
+        *rbac_manifests(namespace),
+        *operator_manifests(namespace, image),
+    ]
+
+
+DEPLOY_FILES: dict[str, str] = {
+    "crd.yaml": "The TFJob CustomResourceDefinition",
+    "rbac.yaml": "The operator's namespace, ServiceAccount and ClusterRoles",
+    "operator.yaml": "The operator's Deployment",
+}
+
+
+def deploy_documents() -> dict[str, list[dict[str, Any]]]:
+    """deploy/<file> -> its objects (the default namespace and image)."""
+    return {
+        "crd.yaml": [crd()],
+        "rbac.yaml": [namespace_manifest(), *rbac_manifests()],
+        "operator.yaml": operator_manifests(),
+    }
+
+
+def dump_yaml(objects: list[dict[str, Any]], header: str = "") -> str:
+    """Multi-document YAML that `kubectl apply -f -` accepts, in the given order."""
+    body = yaml.safe_dump_all(objects, sort_keys=False, explicit_start=True, width=100)
+    return header + body
+
+
+def deploy_file_texts() -> dict[str, str]:
+    """deploy/<file> -> its exact text (what the drift test compares)."""
+    return {
+        name: dump_yaml(
+            objects,
+            f"# {DEPLOY_FILES[name]}.\n# Generated by `tfkube install --write-manifests deploy`;"
+            " do not edit.\n",
+        )
+        for name, objects in deploy_documents().items()
+    }
