@@ -214,5 +214,152 @@ def delete(name: Annotated[str, typer.Argument(help="The job's name.")]) -> None
     out.print(f"job {name} deleted (it was {view.phase.value})")
 
 
+# -- Kubernetes manifests (render, install) ---------------------------------------------
+
+
+def _read_secret(path: Path) -> dict[str, object]:
+    import yaml
+
+    if not path.is_file():
+        raise _fail(
+            f"{path}: no such file (give a Secret manifest, e.g. from `kubectl get secret -o yaml`)"
+        )
+    data = yaml.safe_load(path.read_text())
+    if not isinstance(data, dict) or data.get("kind") != "Secret":
+        raise _fail(f"{path}: not a Secret manifest")
+    return data
+
+
+def _pack_code(job: TFJob, base: Path) -> bytes:
+    import tempfile
+
+    from tfkube.backends._artifact import prepare_artifact
+
+    with tempfile.TemporaryDirectory(prefix="tfkube-render-") as tmp:
+        artifact = prepare_artifact(job, base, Path(tmp))
+        return artifact.path.read_bytes()
+
+
+@app.command()
+def render(
+    job_file: Annotated[Path, typer.Argument(help="A TFJob YAML file.")],
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--namespace", "-n", help="Target namespace (default: the job's, or default)."
+        ),
+    ] = None,
+    pack_code: Annotated[
+        bool,
+        typer.Option(
+            "--pack-code",
+            help="Ship a small local code folder (at most 768 KiB packed) in a ConfigMap.",
+        ),
+    ] = False,
+    registry_secret: Annotated[
+        Path | None,
+        typer.Option(
+            "--registry-secret",
+            help="A Secret manifest (image-pull credentials) to copy into the job's namespace.",
+        ),
+    ] = None,
+    include_namespace: Annotated[
+        bool, typer.Option("--include-namespace", help="Also emit the Namespace object.")
+    ] = False,
+) -> None:
+    """Print the job's Kubernetes objects as YAML for `kubectl apply -f -` (no operator
+    needed; nothing is contacted)."""
+    from tfkube.render import MAX_CODE_CONFIGMAP_BYTES, RenderOptions, dump_yaml, render_job
+
+    try:
+        job = _load(job_file)
+        code: bytes | None = None
+        if pack_code and not job.spec.code.is_url:
+            code = _pack_code(job, job_file.resolve().parent)
+            err.print(
+                f"packed {job.spec.code.source!r} into ConfigMap {job.name}-code "
+                f"({len(code) // 1024} KiB of at most {MAX_CODE_CONFIGMAP_BYTES // 1024} KiB)",
+                highlight=False,
+            )
+        options = RenderOptions(
+            namespace=namespace or job.metadata.namespace or "default",
+            registry_secret=_read_secret(registry_secret) if registry_secret else None,
+            code_archive=code,
+            include_namespace=include_namespace,
+        )
+        objects = render_job(job, options)
+    except SpecError as exc:
+        raise _fail(str(exc)) from None
+    if job.spec.code.is_url and not job.spec.code.sha256:
+        err.print(
+            "warning: spec.code.sha256 is not set, so replicas cannot verify the code they "
+            "download; add it (sha256sum of the .tar.gz)",
+            highlight=False,
+        )
+    print(dump_yaml(objects), end="")
+
+
+@app.command()
+def install(
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            "--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, ~/.kube/config)."
+        ),
+    ] = None,
+    context: Annotated[str | None, typer.Option("--context", help="Kubeconfig context.")] = None,
+    namespace: Annotated[
+        str, typer.Option("--namespace", "-n", help="The operator's namespace.")
+    ] = "tfkube-system",
+    image: Annotated[str | None, typer.Option("--image", help="The operator's image.")] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Let the API server check everything; store nothing."),
+    ] = False,
+    print_only: Annotated[
+        bool, typer.Option("--print", help="Print the manifests instead; contact nothing.")
+    ] = False,
+    write_manifests: Annotated[
+        Path | None,
+        typer.Option("--write-manifests", help="Write deploy/*.yaml into this folder instead."),
+    ] = None,
+) -> None:
+    """Install (or upgrade) the TFJob CRD, RBAC and the operator on a cluster."""
+    from tfkube.render import OPERATOR_IMAGE, deploy_file_texts, dump_yaml, install_manifests
+
+    if write_manifests is not None:
+        write_manifests.mkdir(parents=True, exist_ok=True)
+        for name, text in deploy_file_texts().items():
+            (write_manifests / name).write_text(text)
+            out.print(f"wrote {write_manifests / name}", highlight=False)
+        return
+    if print_only:
+        print(dump_yaml(install_manifests(namespace, image or OPERATOR_IMAGE)), end="")
+        return
+    try:
+        from tfkube.backends.kubernetes import InstallError, api_client_from
+        from tfkube.backends.kubernetes import install as install_all
+    except ImportError as exc:
+        raise _fail(f"{exc}; install the extra: pip install 'tfkube[kubernetes]'") from None
+    try:
+        api = api_client_from(kubeconfig, context)
+    except Exception as exc:  # kubeconfig errors come in many types
+        raise _fail(f"cannot load the kubeconfig: {exc}") from None
+    try:
+        install_all(
+            api,
+            namespace=namespace,
+            image=image or OPERATOR_IMAGE,
+            dry_run=dry_run,
+            progress=lambda applied: out.print(str(applied), highlight=False),
+        )
+    except InstallError as exc:
+        raise _fail(str(exc), 1) from None
+    finally:
+        api.close()
+    if not dry_run:
+        out.print("installed; `kubectl get tfj -A` lists TFJobs", highlight=False)
+
+
 def main() -> None:
     app()

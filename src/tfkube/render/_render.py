@@ -283,7 +283,7 @@ def _code(job: TFJob, options: RenderOptions) -> tuple[str, str | None]:
                     "a ConfigMap (`tfkube render --pack-code`)",
                 )
             ],
-            f"job {job.name!r}",
+            f"job {job.name!r} (for a cluster)",
         )
     if len(options.code_archive) > MAX_CODE_CONFIGMAP_BYTES:
         raise SpecError(
@@ -295,7 +295,7 @@ def _code(job: TFJob, options: RenderOptions) -> tuple[str, str | None]:
                     ".tar.gz at an http(s) URL and give its sha256",
                 )
             ],
-            f"job {job.name!r}",
+            f"job {job.name!r} (for a cluster)",
         )
     return f"file://{CODE_DIR}/{CODE_FILE}", hashlib.sha256(options.code_archive).hexdigest()
 

@@ -50,13 +50,13 @@ def api_client_from(kubeconfig: Path | None = None, context: str | None = None) 
     from kubernetes import config
 
     try:
-        return config.new_client_from_config(
+        return config.new_client_from_config(  # type: ignore[no-untyped-call]
             config_file=str(kubeconfig) if kubeconfig else None, context=context
         )
     except config.ConfigException:
         if kubeconfig is not None:
             raise
-        config.load_incluster_config()
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
         from kubernetes import client
 
         return client.ApiClient()
@@ -83,10 +83,10 @@ def install(
     """Apply every install object in order; wait until the CRD is established.
 
     Raises InstallError naming the object the API server refused."""
-    from kubernetes.client.rest import ApiException
+    from kubernetes.client.exceptions import ApiException
     from kubernetes.dynamic import DynamicClient
 
-    dynamic = DynamicClient(api_client)
+    dynamic = DynamicClient(api_client)  # type: ignore[no-untyped-call]
     done: list[Applied] = []
     namespace_missing = False
     for obj in install_manifests(namespace, image):
