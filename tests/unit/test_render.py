@@ -1,0 +1,930 @@
+"""Rendering a TFJob into Kubernetes objects (pure): names, labels, DNS wiring, the launcher
+contract, resources, pull policy, failure policies, gang scheduling, quota, storage,
+determinism; the CRD schema generated from the models; deploy/ never drifting."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import zipfile
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tfkube.api import SpecError, TFJob, parse_job
+from tfkube.cluster import cluster_spec, service_address
+from tfkube.planner import JobPhase, should_retry
+from tfkube.render import (
+    CONTAINER,
+    LAUNCHER_COMMAND,
+    MAX_CODE_CONFIGMAP_BYTES,
+    USER_ERROR_EXIT_CODES,
+    RenderOptions,
+    build_launcher_zipapp,
+    crd,
+    deploy_file_texts,
+    dump_yaml,
+    image_registry,
+    job_labels,
+    render_job,
+)
+from tfkube.render._crd import PHASES
+
+REPO = Path(__file__).resolve().parents[2]
+URL = "https://code.example/job.tar.gz"
+SHA = "cd" * 32
+LAUNCHER = b"zipapp"
+
+
+def job_of(**spec: Any) -> TFJob:
+    data: dict[str, Any] = {
+        "apiVersion": "tfkube.io/v1alpha1",
+        "kind": "TFJob",
+        "metadata": {"name": "mnist"},
+        "spec": {
+            "replicas": {"ps": {"replicas": 2}, "worker": {"replicas": 3}},
+            "code": {"source": URL, "sha256": SHA},
+        },
+    }
+    for path, value in spec.items():
+        node = data["spec"]
+        *parents, last = path.split("__")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+    return parse_job(data)
+
+
+def render(job: TFJob | None = None, **options: Any) -> list[dict[str, Any]]:
+    options.setdefault("launcher_zipapp", LAUNCHER)
+    return render_job(job or job_of(), RenderOptions(namespace="team-a", **options))
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, (
+        f"{kind} {name} in {[(o['kind'], o['metadata']['name']) for o in objects]}"
+    )
+    return found[0]
+
+
+def pod(objects: list[dict[str, Any]], role: str) -> dict[str, Any]:
+    spec: dict[str, Any] = one(objects, "Job", f"mnist-{role}")["spec"]["template"]["spec"]
+    return spec
+
+
+def env_of(objects: list[dict[str, Any]], role: str) -> dict[str, str]:
+    container = pod(objects, role)["containers"][0]
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+# -- objects, names, labels ---------------------------------------------------------------
+
+
+def test_objects_and_order():
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in render()]
+    assert kinds == [
+        ("ConfigMap", "mnist-launcher"),
+        ("PersistentVolumeClaim", "mnist-data"),
+        ("PersistentVolumeClaim", "mnist-logs"),
+        ("Service", "mnist"),
+        ("Job", "mnist-ps"),
+        ("Job", "mnist-worker"),
+    ]
+
+
+def test_every_object_is_in_the_namespace_with_the_contract_labels():
+    for obj in render(job_of(replicas__chief={"replicas": 1}, tensorboard={})):
+        assert obj["metadata"]["namespace"] == "team-a"
+        labels = obj["metadata"]["labels"]
+        assert labels["tfkube.io/job-name"] == "mnist"
+        assert labels["app.kubernetes.io/managed-by"] == "tfkube"
+        assert "ownerReferences" not in obj["metadata"]
+
+
+@pytest.mark.parametrize("role", ["chief", "ps", "worker", "evaluator"])
+def test_role_job_and_pod_labels(role):
+    job = job_of(replicas__chief={"replicas": 1}, replicas__evaluator={"replicas": 1})
+    rendered = one(render(job), "Job", f"mnist-{role}")
+    expected = {**job_labels("mnist", role), "tfkube.io/component": "replica"}
+    assert rendered["metadata"]["labels"] == expected
+    assert rendered["spec"]["template"]["metadata"]["labels"] == expected
+
+
+def test_job_labels():
+    assert job_labels("a") == {"app.kubernetes.io/managed-by": "tfkube", "tfkube.io/job-name": "a"}
+    assert job_labels("a", "ps")["tfkube.io/replica-type"] == "ps"
+
+
+def test_user_labels_are_kept_but_never_override_ours():
+    data = job_of().model_dump(by_alias=True, mode="json")
+    data["metadata"]["labels"] = {"team": "vision", "tfkube.io/job-name": "evil"}
+    objects = render(parse_job(data))
+    for obj in objects:
+        assert obj["metadata"]["labels"]["team"] == "vision"
+        assert obj["metadata"]["labels"]["tfkube.io/job-name"] == "mnist"
+
+
+def test_job_metadata_namespace_is_not_used():
+    data = job_of().model_dump(by_alias=True, mode="json")
+    data["metadata"]["namespace"] = "elsewhere"
+    assert {o["metadata"]["namespace"] for o in render(parse_job(data))} == {"team-a"}
+
+
+def test_zero_replica_role_has_no_job():
+    objects = render(job_of(replicas__ps={"replicas": 0}))
+    assert [o["metadata"]["name"] for o in by_kind(objects, "Job")] == ["mnist-worker"]
+
+
+# -- DNS wiring -----------------------------------------------------------------------------
+
+
+def test_headless_service():
+    svc = one(render(job_of(runPolicy__port=3333)), "Service", "mnist")
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["publishNotReadyAddresses"] is True
+    assert svc["spec"]["ports"] == [
+        {"name": "tf", "port": 3333, "targetPort": 3333, "protocol": "TCP"}
+    ]
+    assert svc["spec"]["selector"] == {
+        "tfkube.io/job-name": "mnist",
+        "tfkube.io/component": "replica",
+    }
+
+
+def test_only_one_service_for_the_replicas_and_no_cluster_ips():
+    objects = render(job_of(tensorboard={}))
+    services = by_kind(objects, "Service")
+    assert [s["metadata"]["name"] for s in services] == ["mnist", "mnist-tensorboard"]
+    assert all("clusterIP" not in s["spec"] or s["spec"]["clusterIP"] == "None" for s in services)
+
+
+@pytest.mark.parametrize(("role", "count"), [("ps", 2), ("worker", 3)])
+def test_indexed_job_gives_stable_hostnames(role, count):
+    rendered = one(render(), "Job", f"mnist-{role}")
+    spec = rendered["spec"]
+    assert spec["completionMode"] == "Indexed"
+    assert spec["completions"] == spec["parallelism"] == count
+    # Kubernetes names an Indexed Job's pods' hostnames <job name>-<index>.
+    assert rendered["metadata"]["name"] == f"mnist-{role}"
+    assert spec["template"]["spec"]["subdomain"] == "mnist"
+    assert spec["template"]["spec"]["restartPolicy"] == "Never"
+
+
+def test_tf_config_addresses_are_the_headless_dns_names():
+    env = env_of(render(job_of(runPolicy__port=2345)), "worker")
+    cluster = json.loads(env["TFKUBE_CLUSTER"])
+    assert cluster == {
+        "ps": ["mnist-ps-0.mnist:2345", "mnist-ps-1.mnist:2345"],
+        "worker": [
+            "mnist-worker-0.mnist:2345",
+            "mnist-worker-1.mnist:2345",
+            "mnist-worker-2.mnist:2345",
+        ],
+    }
+    assert cluster == cluster_spec({"ps": 2, "worker": 3}, service_address("mnist", 2345))
+
+
+# -- the launcher contract -------------------------------------------------------------------
+
+
+def test_same_launcher_command_and_contract_as_locally():
+    objects = render()
+    env = env_of(objects, "worker")
+    container = pod(objects, "worker")["containers"][0]
+    assert container["name"] == CONTAINER
+    assert container["command"] == list(LAUNCHER_COMMAND) == ["python3", "/opt/tfkube/launcher.pyz"]
+    assert "TFKUBE_INDEX" not in env  # pods read JOB_COMPLETION_INDEX
+    assert env["TFKUBE_ROLE"] == "worker"
+    assert env["TFKUBE_JOB"] == "mnist"
+    assert env["TFKUBE_CODE_URL"] == URL
+    assert env["TFKUBE_CODE_SHA256"] == SHA
+    assert env["TFKUBE_DATA_DIR"] == "/tfkube/data"
+    assert env["TFKUBE_LOG_DIR"] == "/tfkube/logs"
+    assert env["TFKUBE_WORK_DIR"] == "/tfkube/work"
+    assert env["TFKUBE_NUM_PS"] == "2"
+    assert env["TFKUBE_NUM_WORKERS"] == "3"
+    names = [e["name"] for e in container["env"]]
+    assert names == sorted(names)
+
+
+def test_env_commands_and_args_go_through_the_contract():
+    job = job_of(
+        replicas__worker={
+            "replicas": 1,
+            "env": {"A": "1", "CLASSPATH": {"command": "hadoop classpath"}},
+            "args": ["--steps=5"],
+        }
+    )
+    env = env_of(render(job), "worker")
+    assert env["A"] == "1"
+    assert json.loads(env["TFKUBE_ENV_COMMANDS"]) == {"CLASSPATH": "hadoop classpath"}
+    assert json.loads(env["TFKUBE_ARGS"]) == ["--steps=5"]
+
+
+def test_launcher_configmap_holds_the_zipapp_and_is_mounted():
+    objects = render()
+    cm = one(objects, "ConfigMap", "mnist-launcher")
+    assert base64.b64decode(cm["binaryData"]["launcher.pyz"]) == LAUNCHER
+    spec = pod(objects, "ps")
+    volume = next(v for v in spec["volumes"] if v["name"] == "launcher")
+    assert volume["configMap"]["name"] == "mnist-launcher"
+    mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "launcher")
+    assert mount == {"name": "launcher", "mountPath": "/opt/tfkube", "readOnly": True}
+
+
+def test_launcher_zipapp_is_deterministic_and_stdlib_only():
+    first = build_launcher_zipapp()
+    assert first == build_launcher_zipapp()
+    names = zipfile.ZipFile(BytesIO(first)).namelist()
+    assert names[0] == "__main__.py"
+    assert "tfkube/__init__.py" in names
+    assert "tfkube/launcher/_run.py" in names
+    assert "tfkube/cluster/_wiring.py" in names
+    assert not [n for n in names if n.startswith(("tfkube/api", "tfkube/render", "tfkube/cli"))]
+    assert all(
+        i.date_time == (1980, 1, 1, 0, 0, 0) for i in zipfile.ZipFile(BytesIO(first)).infolist()
+    )
+
+
+def test_launcher_zipapp_is_built_when_not_given():
+    cm = one(render_job(job_of(), RenderOptions(namespace="n")), "ConfigMap", "mnist-launcher")
+    assert base64.b64decode(cm["binaryData"]["launcher.pyz"]) == build_launcher_zipapp()
+
+
+def test_local_code_needs_a_url_or_a_packed_archive():
+    job = job_of(code={"source": "./code"})
+    with pytest.raises(SpecError) as info:
+        render(job)
+    assert info.value.errors[0].field == "spec.code.source"
+    assert "http(s) URL" in info.value.errors[0].message
+    assert "--pack-code" in info.value.errors[0].message
+
+
+def test_packed_code_ships_in_a_configmap_with_its_checksum():
+    archive = b"tar.gz bytes"
+    objects = render(job_of(code={"source": "./code"}), code_archive=archive)
+    cm = one(objects, "ConfigMap", "mnist-code")
+    assert base64.b64decode(cm["binaryData"]["code.tar.gz"]) == archive
+    env = env_of(objects, "worker")
+    assert env["TFKUBE_CODE_URL"] == "file:///opt/tfkube-code/code.tar.gz"
+    assert env["TFKUBE_CODE_SHA256"] == hashlib.sha256(archive).hexdigest()
+    mounts = pod(objects, "worker")["containers"][0]["volumeMounts"]
+    assert {"name": "code", "mountPath": "/opt/tfkube-code", "readOnly": True} in mounts
+
+
+def test_packed_code_too_big_for_a_configmap():
+    with pytest.raises(SpecError, match="more than a ConfigMap"):
+        render(
+            job_of(code={"source": "./code"}),
+            code_archive=b"x" * (MAX_CODE_CONFIGMAP_BYTES + 1),
+        )
+
+
+def test_url_code_ignores_a_packed_archive():
+    objects = render(code_archive=b"unused")
+    assert not [o for o in objects if o["metadata"]["name"] == "mnist-code"]
+
+
+def test_termination_grace_covers_the_launchers():
+    spec = pod(render(job_of(runPolicy__terminationGraceSeconds=7.5)), "worker")
+    assert spec["terminationGracePeriodSeconds"] == 8 + 5
+    assert spec["enableServiceLinks"] is False
+
+
+# -- resources ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected"),
+    [
+        pytest.param({}, {}, id="none"),
+        pytest.param(
+            {"cpu": "2", "memory": "4Gi"},
+            {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}},
+            id="cpu-memory",
+        ),
+        pytest.param({"gpu": 2}, {"limits": {"nvidia.com/gpu": "2"}}, id="gpu-only"),
+        pytest.param(
+            {"cpu": "500m", "gpu": 1},
+            {"requests": {"cpu": "500m"}, "limits": {"cpu": "500m", "nvidia.com/gpu": "1"}},
+            id="cpu-gpu",
+        ),
+    ],
+)
+def test_requests_and_limits(resources, expected):
+    job = job_of(replicas__worker={"replicas": 1, "resources": resources})
+    assert pod(render(job), "worker")["containers"][0]["resources"] == expected
+
+
+def test_node_selector_and_tolerations_per_role():
+    job = job_of(
+        replicas__worker={
+            "replicas": 1,
+            "nodeSelector": {"tfkube.io/gpu": "true"},
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "dedicated", "value": "ml"},
+            ],
+        }
+    )
+    objects = render(job)
+    worker = pod(objects, "worker")
+    assert worker["nodeSelector"] == {"tfkube.io/gpu": "true"}
+    assert worker["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "dedicated", "operator": "Equal", "value": "ml"},
+    ]
+    assert "nodeSelector" not in pod(objects, "ps")
+    assert "tolerations" not in pod(objects, "ps")
+
+
+@pytest.mark.parametrize(
+    ("toleration", "message"),
+    [
+        ({"operator": "Exists", "key": "a", "value": "b"}, "operator Exists takes no value"),
+        ({"value": "b"}, "operator Equal needs a key"),
+        ({"key": "a", "tolerationSeconds": 5}, "tolerationSeconds applies to effect NoExecute"),
+    ],
+)
+def test_toleration_errors(toleration, message):
+    with pytest.raises(SpecError, match=message) as info:
+        job_of(replicas__worker={"tolerations": [toleration]})
+    assert info.value.errors[0].field == "spec.replicas.worker.tolerations[0]"
+
+
+def test_node_selector_errors_name_the_field():
+    with pytest.raises(SpecError, match="not a valid label value") as info:
+        job_of(replicas__ps={"nodeSelector": {"pool": "not ok!"}})
+    assert info.value.errors[0].field == "spec.replicas.ps.nodeSelector"
+
+
+# -- images and pull secrets ----------------------------------------------------------------
+
+
+def _dockerconfig(*hosts: str) -> dict[str, Any]:
+    config = {"auths": {h: {"auth": "dTpw"} for h in hosts}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "tfkube-registry", "namespace": "tfkube-system", "uid": "1"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "data": {".dockerconfigjson": base64.b64encode(json.dumps(config).encode()).decode()},
+    }
+
+
+@pytest.mark.parametrize(
+    ("image", "registry"),
+    [
+        ("tensorflow/tensorflow:2.21.0", "docker.io"),
+        ("ubuntu", "docker.io"),
+        ("docker.io/library/ubuntu", "docker.io"),
+        ("index.docker.io/x/y", "docker.io"),
+        ("registry.corp.example/ml/tf:1", "registry.corp.example"),
+        ("localhost:5000/tf", "localhost:5000"),
+        ("localhost/tf", "localhost"),
+    ],
+)
+def test_image_registry(image, registry):
+    assert image_registry(image) == registry
+
+
+@pytest.mark.parametrize(
+    ("spec", "secret", "worker_image", "expected_policy", "expected_secrets"),
+    [
+        pytest.param({}, None, None, "IfNotPresent", None, id="public-default"),
+        pytest.param(
+            {"imagePullPolicy": "Always"}, None, None, "Always", None, id="public-explicit"
+        ),
+        pytest.param(
+            {},
+            _dockerconfig("registry.corp.example"),
+            "registry.corp.example/ml/tf:1",
+            "Always",
+            ["mnist-registry"],
+            id="private-registry-always",
+        ),
+        pytest.param(
+            {"imagePullPolicy": "IfNotPresent"},
+            _dockerconfig("registry.corp.example"),
+            "registry.corp.example/ml/tf:1",
+            "Always",
+            ["mnist-registry"],
+            id="private-wins-over-spec",
+        ),
+        pytest.param(
+            {},
+            _dockerconfig("registry.corp.example"),
+            None,
+            "IfNotPresent",
+            ["mnist-registry"],
+            id="public-image-with-secret",
+        ),
+        pytest.param(
+            {},
+            _dockerconfig("https://index.docker.io/v1/"),
+            None,
+            "Always",
+            ["mnist-registry"],
+            id="docker-hub-credentials",
+        ),
+        pytest.param(
+            {"imagePullSecrets": ["team-pull"]},
+            None,
+            None,
+            "Always",
+            ["team-pull"],
+            id="user-secret-means-private",
+        ),
+        pytest.param(
+            {},
+            {"type": "Opaque", "data": {"x": "eA=="}},
+            None,
+            "Always",
+            ["mnist-registry"],
+            id="unreadable-secret-means-private",
+        ),
+    ],
+)
+def test_pull_policy_and_secrets(spec, secret, worker_image, expected_policy, expected_secrets):
+    changes = {**spec}
+    if worker_image:
+        changes["replicas__worker"] = {"replicas": 1, "image": worker_image}
+    objects = render(job_of(**changes), registry_secret=secret)
+    worker = pod(objects, "worker")
+    assert worker["containers"][0]["imagePullPolicy"] == expected_policy
+    secrets = [s["name"] for s in worker.get("imagePullSecrets", [])] or None
+    assert secrets == expected_secrets
+
+
+def test_registry_secret_is_copied_into_the_namespace():
+    source = _dockerconfig("registry.corp.example")
+    copied = one(render(registry_secret=source), "Secret", "mnist-registry")
+    assert copied["metadata"]["namespace"] == "team-a"
+    assert "uid" not in copied["metadata"]
+    assert copied["type"] == "kubernetes.io/dockerconfigjson"
+    assert copied["data"] == source["data"]
+
+
+def test_no_secret_without_a_registry_secret():
+    assert not by_kind(render(), "Secret")
+
+
+# -- failure policy: who retries what ---------------------------------------------------------
+
+
+def _rules(objects: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = one(objects, "Job", f"mnist-{role}")["spec"]["podFailurePolicy"][
+        "rules"
+    ]
+    return rules
+
+
+IGNORE_DISRUPTION = {
+    "action": "Ignore",
+    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+}
+FAIL_ANY = {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}}
+FAIL_USER = {
+    "action": "FailJob",
+    "onExitCodes": {"operator": "In", "values": list(USER_ERROR_EXIT_CODES)},
+}
+
+
+@pytest.mark.parametrize(
+    ("policy", "managed", "role", "backoff", "rules"),
+    [
+        ("OnFailure", False, "worker", 4, [IGNORE_DISRUPTION]),
+        ("OnFailure", False, "ps", 4, [IGNORE_DISRUPTION]),
+        ("OnFailure", True, "worker", 4, [IGNORE_DISRUPTION]),
+        ("OnFailure", True, "ps", 0, [FAIL_ANY]),
+        ("ExitCode", False, "worker", 4, [IGNORE_DISRUPTION, FAIL_USER]),
+        ("ExitCode", False, "ps", 4, [IGNORE_DISRUPTION, FAIL_USER]),
+        ("ExitCode", True, "worker", 4, [IGNORE_DISRUPTION, FAIL_USER]),
+        ("ExitCode", True, "ps", 0, [FAIL_ANY]),
+        ("Never", False, "worker", 0, [IGNORE_DISRUPTION, FAIL_ANY]),
+        ("Never", True, "worker", 0, [IGNORE_DISRUPTION, FAIL_ANY]),
+        ("Never", True, "ps", 0, [FAIL_ANY]),
+    ],
+)
+def test_pod_failure_policy_and_backoff_limit(policy, managed, role, backoff, rules):
+    job = job_of(runPolicy={"restartPolicy": policy, "backoffLimit": 4})
+    objects = render(job, managed=managed)
+    assert one(objects, "Job", f"mnist-{role}")["spec"]["backoffLimit"] == backoff
+    assert _rules(objects, role) == rules
+
+
+def test_exit_code_rule_agrees_with_the_planner():
+    """The codes Kubernetes fails at once are exactly those the planner never retries."""
+    from tfkube.api import RestartPolicy
+
+    for code in range(1, 256):
+        fails_at_once = code in USER_ERROR_EXIT_CODES
+        assert fails_at_once == (not should_retry(RestartPolicy.EXIT_CODE, code)), code
+    assert 75 not in USER_ERROR_EXIT_CODES
+    assert len(USER_ERROR_EXIT_CODES) <= 255  # the API's limit on onExitCodes values
+
+
+@pytest.mark.parametrize(
+    ("run_policy", "managed", "expected"),
+    [
+        ({}, False, {}),
+        ({"activeDeadlineSeconds": 600}, False, {"activeDeadlineSeconds": 600}),
+        ({"activeDeadlineSeconds": 600}, True, {"activeDeadlineSeconds": 600}),
+        ({"ttlSecondsAfterFinished": 60}, False, {"ttlSecondsAfterFinished": 60}),
+        ({"ttlSecondsAfterFinished": 60}, True, {}),
+        ({"suspend": True}, False, {"suspend": True}),
+    ],
+)
+def test_deadline_ttl_and_suspend(run_policy, managed, expected):
+    spec = one(render(job_of(runPolicy=run_policy), managed=managed), "Job", "mnist-worker")["spec"]
+    got = {
+        k: spec[k]
+        for k in ("activeDeadlineSeconds", "ttlSecondsAfterFinished", "suspend")
+        if k in spec
+    }
+    assert got == expected
+
+
+# -- pod annotations ---------------------------------------------------------------------------
+
+
+def test_pod_annotations_from_options_and_spec():
+    job = job_of(replicas__ps={"replicas": 1, "annotations": {"a": "spec", "b": "spec"}})
+    objects = render(job, pod_annotations={"a": "option", "c": "option"})
+    ps = one(objects, "Job", "mnist-ps")["spec"]["template"]["metadata"]["annotations"]
+    assert ps == {"a": "spec", "b": "spec", "c": "option"}
+    worker = one(objects, "Job", "mnist-worker")["spec"]["template"]["metadata"]
+    assert worker["annotations"] == {"a": "option", "c": "option"}
+
+
+# -- gang scheduling -----------------------------------------------------------------------------
+
+
+def test_volcano_pod_group():
+    job = job_of(
+        replicas__chief={"replicas": 1},
+        replicas__evaluator={"replicas": 1},
+        scheduling={"gang": "Volcano", "queue": "research", "priorityClassName": "high"},
+    )
+    objects = render(job)
+    group = one(objects, "PodGroup", "mnist")
+    assert group["apiVersion"] == "scheduling.volcano.sh/v1beta1"
+    assert group["spec"] == {"minMember": 6, "queue": "research", "priorityClassName": "high"}
+    for role in ("chief", "ps", "worker", "evaluator"):
+        template = one(objects, "Job", f"mnist-{role}")["spec"]["template"]
+        assert template["spec"]["schedulerName"] == "volcano"
+        assert template["spec"]["priorityClassName"] == "high"
+        assert template["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == "mnist"
+
+
+def test_scheduler_plugins_pod_group():
+    job = job_of(scheduling={"gang": "SchedulerPlugins", "scheduleTimeoutSeconds": 30})
+    objects = render(job)
+    group = one(objects, "PodGroup", "mnist")
+    assert group["apiVersion"] == "scheduling.x-k8s.io/v1alpha1"
+    assert group["spec"] == {"minMember": 5, "scheduleTimeoutSeconds": 30}
+    template = one(objects, "Job", "mnist-worker")["spec"]["template"]
+    assert template["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
+    assert template["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "mnist"
+
+
+def test_kueue_queue_label_and_suspended_jobs():
+    objects = render(job_of(scheduling={"gang": "Kueue", "queue": "team-a"}))
+    assert not by_kind(objects, "PodGroup")
+    for job in by_kind(objects, "Job"):
+        assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a"
+        assert job["spec"]["suspend"] is True
+        assert "schedulerName" not in job["spec"]["template"]["spec"]
+
+
+def test_scheduler_name_override():
+    objects = render(job_of(scheduling={"gang": "Volcano", "schedulerName": "vc"}))
+    assert pod(objects, "worker")["schedulerName"] == "vc"
+
+
+@pytest.mark.parametrize(
+    ("scheduling", "message"),
+    [
+        ({"gang": "Kueue"}, "gang Kueue needs queue"),
+        ({"gang": "Volcano", "scheduleTimeoutSeconds": 5}, "applies to gang SchedulerPlugins"),
+        ({"gang": "Slurm"}, "must be 'None', 'Volcano', 'SchedulerPlugins' or 'Kueue'"),
+    ],
+)
+def test_scheduling_errors(scheduling, message):
+    with pytest.raises(SpecError, match=message) as info:
+        job_of(scheduling=scheduling)
+    assert info.value.errors[0].field.startswith("spec.scheduling")
+
+
+# -- tenant quota ------------------------------------------------------------------------------
+
+
+def test_quota_and_limit_range():
+    objects = render(
+        job_of(
+            tenant={
+                "quota": {"requests.nvidia.com/gpu": "8", "pods": "100"},
+                "limitRange": {"default": {"cpu": "1"}, "max": {"memory": "64Gi"}},
+            }
+        )
+    )
+    quota = one(objects, "ResourceQuota", "tfkube-tenant")
+    assert quota["spec"] == {"hard": {"pods": "100", "requests.nvidia.com/gpu": "8"}}
+    limits = one(objects, "LimitRange", "tfkube-tenant")
+    assert limits["spec"] == {
+        "limits": [{"type": "Container", "default": {"cpu": "1"}, "max": {"memory": "64Gi"}}]
+    }
+    # The namespace's, not the job's: no job label, so the job's clean-up leaves them.
+    assert "tfkube.io/job-name" not in quota["metadata"]["labels"]
+
+
+def test_no_quota_objects_without_a_tenant_section():
+    objects = render()
+    assert not by_kind(objects, "ResourceQuota")
+    assert not by_kind(objects, "LimitRange")
+
+
+@pytest.mark.parametrize(
+    ("tenant", "field", "message"),
+    [
+        ({"quota": {"cpu": "lots"}}, "spec.tenant.quota", "not a quantity"),
+        ({"quota": {"Bad Name": "1"}}, "spec.tenant.quota", "not a resource name"),
+        ({"limitRange": {"max": {"cpu": "x"}}}, "spec.tenant.limitRange.max", "not a quantity"),
+    ],
+)
+def test_tenant_errors(tenant, field, message):
+    with pytest.raises(SpecError, match=message) as info:
+        job_of(tenant=tenant)
+    assert info.value.errors[0].field == field
+
+
+def test_namespace_object_first_when_asked():
+    objects = render(include_namespace=True)
+    assert objects[0] == {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": "team-a", "labels": {"app.kubernetes.io/managed-by": "tfkube"}},
+    }
+
+
+# -- storage -------------------------------------------------------------------------------------
+
+
+def _mounts(objects: list[dict[str, Any]], role: str) -> dict[str, dict[str, Any]]:
+    return {m["name"]: m for m in pod(objects, role)["containers"][0]["volumeMounts"]}
+
+
+def _claims(objects: list[dict[str, Any]], role: str) -> dict[str, str]:
+    return {
+        v["name"]: v["persistentVolumeClaim"]["claimName"]
+        for v in pod(objects, role)["volumes"]
+        if "persistentVolumeClaim" in v
+    }
+
+
+def test_default_claims_and_mounts():
+    objects = render()
+    data = one(objects, "PersistentVolumeClaim", "mnist-data")
+    assert data["spec"] == {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": "10Gi"}},
+    }
+    assert _claims(objects, "worker") == {"logs": "mnist-logs", "data": "mnist-data"}
+    assert _claims(objects, "ps") == {"logs": "mnist-logs"}  # PS read no data
+    assert _mounts(objects, "worker")["logs"] == {"name": "logs", "mountPath": "/tfkube/logs"}
+    assert _mounts(objects, "worker")["data"] == {"name": "data", "mountPath": "/tfkube/data"}
+    assert _mounts(objects, "worker")["work"] == {"name": "work", "mountPath": "/tfkube/work"}
+
+
+def test_storage_class_size_and_mount_paths():
+    objects = render(
+        job_of(
+            storage={
+                "data": {"storageClassName": "glusterfs", "size": "1Ti", "mountPath": "/data"},
+                "logs": {"storageClassName": "cephfs", "mountPath": "/ckpt"},
+            }
+        )
+    )
+    data = one(objects, "PersistentVolumeClaim", "mnist-data")["spec"]
+    assert data["storageClassName"] == "glusterfs"
+    assert data["resources"]["requests"]["storage"] == "1Ti"
+    assert (
+        one(objects, "PersistentVolumeClaim", "mnist-logs")["spec"]["storageClassName"] == "cephfs"
+    )
+    env = env_of(objects, "worker")
+    assert (env["TFKUBE_DATA_DIR"], env["TFKUBE_LOG_DIR"]) == ("/data", "/ckpt")
+    assert _mounts(objects, "worker")["data"]["mountPath"] == "/data"
+
+
+def test_existing_claims_are_used_not_created():
+    objects = render(
+        job_of(storage={"data": {"claimName": "imagenet"}, "logs": {"claimName": "shared-logs"}})
+    )
+    assert not by_kind(objects, "PersistentVolumeClaim")
+    assert _claims(objects, "worker") == {"logs": "shared-logs", "data": "imagenet"}
+    # A shared logs claim gets one folder per job; a data claim is mounted whole.
+    assert _mounts(objects, "worker")["logs"]["subPath"] == "mnist"
+    assert "subPath" not in _mounts(objects, "worker")["data"]
+
+
+# -- TensorBoard -------------------------------------------------------------------------------
+
+
+def test_no_tensorboard_by_default():
+    assert not by_kind(render(), "Deployment")
+
+
+@pytest.mark.parametrize(
+    ("tensorboard", "service_type", "node_port"),
+    [
+        ({}, "ClusterIP", None),
+        ({"serviceType": "NodePort"}, "NodePort", None),
+        ({"serviceType": "NodePort", "nodePort": 30606}, "NodePort", 30606),
+    ],
+)
+def test_tensorboard_deployment_and_service(tensorboard, service_type, node_port):
+    objects = render(job_of(tensorboard=tensorboard))
+    deployment = one(objects, "Deployment", "mnist-tensorboard")
+    template = deployment["spec"]["template"]
+    assert deployment["spec"]["selector"]["matchLabels"] == {
+        "tfkube.io/job-name": "mnist",
+        "tfkube.io/component": "tensorboard",
+    }
+    assert "tfkube.io/replica-type" not in template["metadata"]["labels"]
+    container = template["spec"]["containers"][0]
+    assert container["command"][:2] == ["tensorboard", "--logdir=/tfkube/logs"]
+    assert container["volumeMounts"] == [
+        {"name": "logs", "mountPath": "/tfkube/logs", "readOnly": True}
+    ]
+    service = one(objects, "Service", "mnist-tensorboard")
+    assert service["spec"]["type"] == service_type
+    assert service["spec"]["ports"][0].get("nodePort") == node_port
+
+
+def test_tensorboard_disabled():
+    assert not by_kind(render(job_of(tensorboard={"enabled": False})), "Deployment")
+
+
+def test_tensorboard_node_port_needs_node_port_type():
+    with pytest.raises(SpecError, match="nodePort needs serviceType NodePort"):
+        job_of(tensorboard={"nodePort": 30001})
+
+
+# -- determinism and YAML ----------------------------------------------------------------------
+
+
+def test_output_is_deterministic_and_does_not_share_state():
+    job = job_of(tensorboard={}, scheduling={"gang": "Volcano"}, tenant={"quota": {"pods": "9"}})
+    first = render(job)
+    snapshot = copy.deepcopy(first)
+    first[0]["metadata"]["labels"]["x"] = "y"
+    assert render(job) == snapshot
+    assert dump_yaml(render(job)) == dump_yaml(render(job))
+
+
+def test_yaml_is_multi_document_and_round_trips():
+    objects = render()
+    text = dump_yaml(objects)
+    assert text.count("\n---\n") + text.startswith("---") == len(objects)
+    assert list(yaml.safe_load_all(text)) == objects
+
+
+# -- the CRD -------------------------------------------------------------------------------------
+
+
+def _schema() -> dict[str, Any]:
+    schema: dict[str, Any] = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def _walk(node: Any, path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    found: list[tuple[str, dict[str, Any]]] = []
+    if isinstance(node, dict):
+        found.append((path, node))
+        for key, value in node.items():
+            found += _walk(value, f"{path}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += _walk(value, f"{path}[{i}]")
+    return found
+
+
+def test_crd_identity():
+    spec = crd()["spec"]
+    assert crd()["metadata"]["name"] == "tfjobs.tfkube.io"
+    assert spec["group"] == "tfkube.io"
+    assert spec["names"]["kind"] == "TFJob"
+    assert spec["names"]["plural"] == "tfjobs"
+    assert spec["names"]["shortNames"] == ["tfj"]
+    version = spec["versions"][0]
+    assert version["name"] == "v1alpha1"
+    assert version["subresources"] == {"status": {}}
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["Phase"] == ".status.phase"
+    assert columns["Ready"] == ".status.readyReplicas"
+    assert columns["Succeeded"] == ".status.succeededReplicas"
+    assert columns["Restarts"] == ".status.restarts"
+    assert columns["Age"] == ".metadata.creationTimestamp"
+
+
+def test_crd_schema_is_structural():
+    """No $ref, no JSON-Schema-only keywords, and a type wherever Kubernetes wants one."""
+    forbidden = {"$ref", "$defs", "anyOf", "oneOf", "allOf", "const", "default", "title"}
+    for path, node in _walk(_schema()):
+        if (
+            path.endswith((".properties", ".x-kubernetes-validations"))
+            or "x-kubernetes-validations" in path
+        ):
+            continue
+        assert not forbidden & set(node), path
+        if "x-kubernetes-preserve-unknown-fields" not in node and path.split(".")[-1] not in {
+            "properties",
+        }:
+            assert "type" in node, path
+
+
+def test_crd_preserves_unknown_fields_only_where_unavoidable():
+    places = [
+        path for path, node in _walk(_schema()) if node.get("x-kubernetes-preserve-unknown-fields")
+    ]
+    assert places == [
+        ".properties.spec.properties.replicas.properties.chief.properties.env.additionalProperties",
+        ".properties.spec.properties.replicas.properties.ps.properties.env.additionalProperties",
+        ".properties.spec.properties.replicas.properties.worker.properties.env.additionalProperties",
+        ".properties.spec.properties.replicas.properties.evaluator.properties.env.additionalProperties",
+        ".properties.status",
+    ]
+
+
+def test_crd_schema_follows_the_models():
+    spec = _schema()["properties"]["spec"]
+    run_policy = spec["properties"]["runPolicy"]["properties"]
+    assert run_policy["restartPolicy"]["enum"] == ["Never", "OnFailure", "ExitCode"]
+    assert run_policy["backoffLimit"] == {
+        "type": "integer",
+        "minimum": 0,
+        "maximum": 1000,
+        "description": "Restarts the whole job may take (over all replicas) before it is Failed.",
+    }
+    assert run_policy["activeDeadlineSeconds"]["exclusiveMinimum"] is True
+    assert spec["required"] == ["code", "replicas"]
+    assert spec["properties"]["replicas"]["required"] == ["worker"]
+    assert set(spec["properties"]) == set(
+        TFJob.model_json_schema(by_alias=True)["$defs"]["JobSpec"]["properties"]
+    )
+
+
+def test_crd_status_phases_are_the_planners():
+    assert list(PHASES) == [p.value for p in JobPhase]
+    status = _schema()["properties"]["status"]["properties"]
+    assert status["phase"]["enum"] == list(PHASES)
+
+
+@pytest.mark.parametrize("name", ["crd.yaml", "rbac.yaml", "operator.yaml"])
+def test_deploy_files_are_generated(name):
+    """deploy/ is what `tfkube install` applies; regenerate with
+    `tfkube install --write-manifests deploy` after changing the models or the RBAC."""
+    assert (REPO / "deploy" / name).read_text() == deploy_file_texts()[name]
+
+
+def test_operator_rbac_covers_every_rendered_kind():
+    from tfkube.render import OPERATOR_RULES
+
+    granted = {
+        (group, resource)
+        for rule in OPERATOR_RULES
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        if "create" in rule["verbs"] and "delete" in rule["verbs"]
+    }
+    job = job_of(
+        tensorboard={},
+        tenant={"quota": {"pods": "1"}, "limitRange": {"max": {"cpu": "1"}}},
+        scheduling={"gang": "Volcano"},
+    )
+    objects = render(job, registry_secret=_dockerconfig("r.example"))
+    objects += render(job_of(scheduling={"gang": "SchedulerPlugins"}))
+    plural = {
+        "ConfigMap": "configmaps",
+        "PersistentVolumeClaim": "persistentvolumeclaims",
+        "Service": "services",
+        "Job": "jobs",
+        "Deployment": "deployments",
+        "Secret": "secrets",
+        "ResourceQuota": "resourcequotas",
+        "LimitRange": "limitranges",
+        "PodGroup": "podgroups",
+    }
+    for obj in objects:
+        group = obj["apiVersion"].rpartition("/")[0]
+        assert (group, plural[obj["kind"]]) in granted, obj["kind"]
