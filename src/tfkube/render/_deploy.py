@@ -187,8 +187,11 @@ def operator_manifests(
                                     "readOnlyRootFilesystem": True,
                                     "capabilities": {"drop": ["ALL"]},
                                 },
+                                # The root filesystem is read-only; clients cache here.
+                                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
                             }
                         ],
+                        "volumes": [{"name": "tmp", "emptyDir": {}}],
                     },
                 },
             },
