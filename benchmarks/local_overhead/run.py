@@ -4,7 +4,8 @@ The between-graph example (1 PS + 2 workers) is run alternately
   A. by `tfkube run examples/mnist-between-graph/job.yaml` (the whole CLI, as users run it);
   B. by `baseline.sh`, the same processes with hand-written flags and TF_CONFIG, the PS
      killed once the workers exit (what users did before tfkube).
-It reports the median wall time and training steps per second of each, and their ratio.
+It reports the median wall time and training speed (global steps per second, all workers
+together) of each, and their ratios.
 
     .venv/bin/python benchmarks/local_overhead/run.py [--rounds 3]
 """
@@ -90,16 +91,16 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 wall, result = fn(Path(tmp))
             walls[name].append(wall)
-            rates[name].append(result["steps_per_second"])
+            rates[name].append(result["global_steps_per_second"])
             print(
-                f"round {i + 1} {name:8s} wall {wall:6.2f}s  chief steps/s "
-                f"{result['steps_per_second']:6.1f}  accuracy {result['test_accuracy']}",
+                f"round {i + 1} {name:8s} wall {wall:6.2f}s  global steps/s "
+                f"{result['global_steps_per_second']:6.1f}  accuracy {result['test_accuracy']}",
                 flush=True,
             )
     wall = {k: statistics.median(v) for k, v in walls.items()}
     rate = {k: statistics.median(v) for k, v in rates.items()}
     print()
-    print("| launcher | median wall time (s) | median chief steps/s |")
+    print("| launcher | median wall time (s) | median training steps/s (all workers) |")
     print("|---|---|---|")
     for name in ("baseline", "tfkube"):
         print(f"| {name} | {wall[name]:.2f} | {rate[name]:.1f} |")

@@ -167,6 +167,7 @@ def main() -> None:
     with session as sess:
         # Read the step without running hooks (the summary hook would want a batch).
         step = sess.run_step_fn(lambda step_context: step_context.session.run(global_step))
+        first_step = step
         print(f"tfkube-example: session ready at global_step={step}", flush=True)
         while not sess.should_stop():
             idx = rng.integers(0, len(train_x), args.batch_size)
@@ -189,6 +190,8 @@ def main() -> None:
             "global_step": int(step),
             "test_accuracy": round(float(acc), 4),
             "steps_per_second": round(steps_here / elapsed, 1),
+            # All workers together, over the chief's training time.
+            "global_steps_per_second": round((int(step) - first_step) / elapsed, 1),
             "workers": len(cluster.job_tasks("worker")),
         }
         Path(log_dir, "result.json").write_text(json.dumps(result))
