@@ -132,9 +132,14 @@ def _watch(backend: LocalBackend, name: str) -> JobView:
     try:
         with live:
             view = backend.get(name)
+            shown = 0.0
             while not view.done:
-                live.update(job_panel(view, width=out.width), refresh=True)
-                time.sleep(0.1)
+                # Poll often (to return as soon as the job ends), draw at most 4 times a
+                # second and only on a terminal (elsewhere the final table is enough).
+                if out.is_terminal and time.monotonic() - shown >= 0.25:
+                    live.update(job_panel(view, width=out.width), refresh=True)
+                    shown = time.monotonic()
+                time.sleep(0.05)
                 view = backend.get(name)
             view = backend.wait(name)
             live.update(job_panel(view, width=out.width), refresh=True)
