@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -321,3 +323,57 @@ def test_crd_from_deploy_matches_the_installed_one(dynamic: DynamicClient) -> No
     )
     stored = crds.get(name=CRD_NAME).to_dict()
     assert stored["spec"]["versions"][0]["schema"] == crd()["spec"]["versions"][0]["schema"]
+
+
+def test_cli_render_output_is_accepted_by_kubectl_apply(
+    dynamic: DynamicClient, kube_cluster: KubeCluster, kube_namespace: str
+) -> None:
+    """`tfkube render --pack-code ... | kubectl apply --dry-run=server -f -`, as a user runs it."""
+    rendered = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tfkube",
+            "render",
+            str(EXAMPLES / "mnist-between-graph" / "job.yaml"),
+            "--namespace",
+            kube_namespace,
+            "--pack-code",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    assert "packed" in rendered.stderr
+    applied = subprocess.run(
+        [
+            str(kube_cluster.kubectl),
+            "--kubeconfig",
+            str(kube_cluster.kubeconfig),
+            "apply",
+            "--dry-run=server",
+            "-f",
+            "-",
+        ],
+        input=rendered.stdout,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert applied.returncode == 0, applied.stderr
+    assert "job.batch/mnist-between-graph-worker created (server dry run)" in applied.stdout
+    assert "service/mnist-between-graph created (server dry run)" in applied.stdout
+
+
+def test_cli_render_refuses_a_local_folder_without_pack_code() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfkube", "render", str(EXAMPLES / "ps-strategy" / "job.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "spec.code.source" in proc.stderr
+    assert "pods in a cluster cannot" in proc.stderr
+    assert proc.stdout == ""

@@ -7,7 +7,11 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
+import io
 import json
+import subprocess
+import sys
+import tarfile
 import zipfile
 from io import BytesIO
 from pathlib import Path
@@ -928,3 +932,50 @@ def test_operator_rbac_covers_every_rendered_kind():
     for obj in objects:
         group = obj["apiVersion"].rpartition("/")[0]
         assert (group, plural[obj["kind"]]) in granted, obj["kind"]
+
+
+def test_the_zipapp_runs_a_rendered_replica(tmp_path):
+    """The real launcher, from the zipapp as a pod gets it, with a rendered pod's environment
+    and Kubernetes' JOB_COMPLETION_INDEX: it fetches and verifies the code and runs the
+    entrypoint with TF_CONFIG naming this replica's DNS address."""
+    script = (
+        b"#!/bin/sh\n"
+        b'echo "$TF_CONFIG" > "$TFKUBE_LOG_DIR/tf_config.json"\n'
+        b'echo "$@" > "$TFKUBE_LOG_DIR/args"\n'
+    )
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        info = tarfile.TarInfo("run.sh")
+        info.size, info.mode = len(script), 0o755
+        tar.addfile(info, io.BytesIO(script))
+    archive = buffer.getvalue()
+    objects = render_job(
+        job_of(code={"source": "./code"}),
+        RenderOptions(namespace="n", code_archive=archive),
+    )
+    env = env_of(objects, "worker")
+    (tmp_path / "code.tar.gz").write_bytes(archive)
+    (tmp_path / "launcher.pyz").write_bytes(
+        base64.b64decode(one(objects, "ConfigMap", "mnist-launcher")["binaryData"]["launcher.pyz"])
+    )
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    env.update(
+        TFKUBE_CODE_URL=(tmp_path / "code.tar.gz").as_uri(),  # where the ConfigMap is mounted
+        TFKUBE_WORK_DIR=str(tmp_path / "work"),
+        TFKUBE_LOG_DIR=str(logs),
+        JOB_COMPLETION_INDEX="2",
+        PATH="/usr/bin:/bin",
+    )
+    proc = subprocess.run(
+        [sys.executable, str(tmp_path / "launcher.pyz")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    config = json.loads((logs / "tf_config.json").read_text())
+    assert config["task"] == {"type": "worker", "index": 2}
+    assert config["cluster"]["worker"][2] == "mnist-worker-2.mnist:2222"
+    assert "--job_name=worker --task_index=2" in (logs / "args").read_text()
