@@ -325,3 +325,27 @@ def test_logs_of_one_replica_all_replicas_and_follow(
     assert "[worker-1] line 1 of 1" in everything
     with pytest.raises(ValueError, match="its replicas are worker-0, worker-1"):
         list(backend.logs(job.name, "worker-7"))
+
+
+def test_gpus_are_pinned_per_replica_and_never_oversubscribed(
+    backend: LocalBackend, make_job: MakeJob, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TFKUBE_GPUS", "0,1,2")
+    job, base = make_job(
+        "gpus", PS_FOREVER + 'echo "GPUS=[$CUDA_VISIBLE_DEVICES]"\n', workers=2, ps=1
+    )
+    raw = job.model_dump(by_alias=True)
+    raw["spec"]["replicas"]["worker"]["resources"]["gpu"] = 1
+    from tfkube.api import parse_job
+
+    backend.submit(parse_job(raw), base)
+    backend.wait(job.name, timeout=30)
+    assert "GPUS=[0]" in list(backend.logs(job.name, "worker-0"))
+    assert "GPUS=[1]" in list(backend.logs(job.name, "worker-1"))
+
+    raw["metadata"]["name"] = "greedy"
+    raw["spec"]["replicas"]["worker"]["resources"]["gpu"] = 2
+    with pytest.raises(SpecError) as err:
+        backend.submit(parse_job(raw), base)
+    assert err.value.errors[0].field == "spec.replicas.worker.resources.gpu"
+    assert "asks for 4 GPUs" in str(err.value)

@@ -21,6 +21,7 @@ from pathlib import Path
 from tfkube.api import FieldError, SpecError, TFJob, dump_job, load_job_text
 from tfkube.backends._artifact import prepare_artifact
 from tfkube.backends._base import JobExists, JobNotFound, JobView, ReplicaView
+from tfkube.backends.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
 from tfkube.backends.local._procs import alive, stop_trees, wait_gone
 from tfkube.backends.local._store import (
     JobDir,
@@ -112,6 +113,7 @@ class LocalBackend:
         # Default folders live in the job's own folder (moved into place with it).
         for default in ("data", "output"):
             (staging.root / default).mkdir()
+        gpus = self._place_gpus(job)
         artifact = prepare_artifact(job, base_dir, staging.artifacts)
         keys = job.replica_keys()
         ports = _free_ports(len(keys))
@@ -124,6 +126,7 @@ class LocalBackend:
                     role=role.value,
                     index=i,
                     port=port if role.value in CLUSTER_ROLES else 0,
+                    gpus=gpus[f"{role.value}-{i}"],
                 )
                 for (role, i), port in zip(keys, ports, strict=True)
             ],
@@ -138,6 +141,30 @@ class LocalBackend:
         staging.write(record)
         staging.event(f"job submitted with {len(keys)} replicas")
         return record
+
+    def _place_gpus(self, job: TFJob) -> dict[str, list[str]]:
+        """Devices for each replica, avoiding those that running local jobs hold."""
+        requests = []
+        for role, i in job.replica_keys():
+            spec = job.spec.replicas.get(role)
+            requests.append((f"{role.value}-{i}", spec.resources.gpu if spec else 0))
+        in_use = [
+            g
+            for other in self.list()
+            if not other.done
+            for r in self._dir(other.name).read().replicas
+            for g in r.gpus
+        ]
+        try:
+            return assign_gpus(requests, available_gpus(), in_use)
+        except NotEnoughGpus as exc:
+            role = next(
+                role for role, i in job.replica_keys() if dict(requests)[f"{role.value}-{i}"]
+            )
+            raise SpecError(
+                [FieldError(f"spec.replicas.{role.value}.resources.gpu", str(exc))],
+                f"job {job.name!r}",
+            ) from None
 
     def _start_supervisor(self, target: JobDir) -> None:
         spawn(target, fork=self.fork_supervisor)

@@ -40,6 +40,8 @@ class ReplicaRecord(BaseModel):
     role: str
     index: int
     port: int
+    gpus: list[str] = []
+    """GPU ids given to this replica (its CUDA_VISIBLE_DEVICES)."""
     state: ReplicaState = ReplicaState.PENDING
     exit_code: int | None = None
     restarts: int = 0

@@ -219,6 +219,7 @@ class Supervisor:
                 index=replica.index,
             ),
             "TFKUBE_JOB_UID": self.record.uid,
+            "CUDA_VISIBLE_DEVICES": ",".join(replica.gpus),
             "TFKUBE_PARENT_PID": str(os.getpid()),
         }
         self.dir.logs.mkdir(exist_ok=True)
