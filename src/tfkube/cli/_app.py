@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.live import Live
 
 from tfkube.api import SpecError, TFJob, dump_job, load_job_text, quick_job
-from tfkube.backends import JobExists, JobNotFound, JobView
+from tfkube.backends import Backend, JobExists, JobNotFound, JobView
 from tfkube.backends.local import LocalBackend
 from tfkube.cli._display import job_panel, jobs_table, summary
 
@@ -34,6 +34,45 @@ EXIT_INTERRUPTED = 130
 
 def _backend() -> LocalBackend:
     return LocalBackend(fork_supervisor=True)
+
+
+# -- engines ------------------------------------------------------------------------------
+
+ENGINES = ("local", "kubernetes")
+EngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        envvar="TFKUBE_ENGINE",
+        help="Where jobs run: local (processes here) or kubernetes (the kubeconfig's cluster).",
+    ),
+]
+NamespaceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--namespace", "-n", help="Kubernetes engine: the namespace (default: the context's)."
+    ),
+]
+KubeconfigOpt = Annotated[
+    Path | None,
+    typer.Option("--kubeconfig", help="Kubernetes engine: kubeconfig file (default: $KUBECONFIG)."),
+]
+
+
+def _engine(engine: str, namespace: str | None, kubeconfig: Path | None) -> Backend:
+    """The backend the options name; the local one forks its supervisors (we are the CLI)."""
+    if engine == "local":
+        if namespace is not None or kubeconfig is not None:
+            raise _fail("--namespace and --kubeconfig are for --engine kubernetes")
+        return _backend()
+    if engine == "kubernetes":
+        from tfkube.backends.kubernetes import KubernetesBackend
+
+        try:
+            return KubernetesBackend(namespace=namespace, kubeconfig=kubeconfig)
+        except Exception as exc:  # no kubeconfig, unreadable file, no such context
+            raise _fail(f"cannot reach a Kubernetes cluster: {exc}") from None
+    raise _fail(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
@@ -153,9 +192,28 @@ def _watch(backend: LocalBackend, name: str) -> JobView:
 
 
 @app.command()
-def submit(job_file: Annotated[Path, typer.Argument(help="A TFJob YAML file.")]) -> None:
-    """Start a job and return at once (same as `run --detach`)."""
-    run(job_file=job_file, detach=True)
+def submit(
+    job_file: Annotated[Path, typer.Argument(help="A TFJob YAML file (or a Kubeflow TFJob).")],
+    engine: EngineOpt = "local",
+    namespace: NamespaceOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Start a job and return at once (locally the same as `run --detach`)."""
+    if engine == "local" and namespace is None and kubeconfig is None:
+        run(job_file=job_file, detach=True)
+        return
+    backend = _engine(engine, namespace, kubeconfig)
+    try:
+        view = backend.submit(_load(job_file), job_file.resolve().parent)
+    except (SpecError, JobExists) as exc:
+        raise _fail(str(exc)) from None
+    where = view.extra.get("namespace")
+    out.print(
+        f"job {view.name} submitted ({len(view.replicas)} replicas)"
+        + (f" to namespace {where}" if where else "")
+        + f"; follow it with `tfkube status {view.name} --engine {engine}`",
+        highlight=False,
+    )
 
 
 @app.command()
@@ -169,9 +227,11 @@ def validate(job_file: Annotated[Path, typer.Argument(help="A TFJob YAML file.")
 
 
 @app.command("list")
-def list_jobs() -> None:
-    """List the jobs on this machine."""
-    views = _backend().list()
+def list_jobs(
+    engine: EngineOpt = "local", namespace: NamespaceOpt = None, kubeconfig: KubeconfigOpt = None
+) -> None:
+    """List the jobs (on this machine, or in a Kubernetes namespace)."""
+    views = _engine(engine, namespace, kubeconfig).list()
     if not views:
         out.print("no jobs")
         return
@@ -179,10 +239,15 @@ def list_jobs() -> None:
 
 
 @app.command()
-def status(name: Annotated[str, typer.Argument(help="The job's name.")]) -> None:
+def status(
+    name: Annotated[str, typer.Argument(help="The job's name.")],
+    engine: EngineOpt = "local",
+    namespace: NamespaceOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
     """Show a job's phase and every replica."""
     try:
-        view = _backend().get(name)
+        view = _engine(engine, namespace, kubeconfig).get(name)
     except JobNotFound as exc:
         raise _fail(str(exc), 1) from None
     out.print(job_panel(view, width=out.width))
@@ -198,10 +263,13 @@ def logs(
         str | None, typer.Option("--replica", "-r", help="One replica, e.g. worker-1.")
     ] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
+    engine: EngineOpt = "local",
+    namespace: NamespaceOpt = None,
+    kubeconfig: KubeconfigOpt = None,
 ) -> None:
     """Print a job's logs (every replica, prefixed, or one)."""
     try:
-        for line in _backend().logs(name, replica, follow):
+        for line in _engine(engine, namespace, kubeconfig).logs(name, replica, follow):
             print(line, flush=True)
     except (JobNotFound, ValueError) as exc:
         raise _fail(str(exc), 1) from None
@@ -210,10 +278,15 @@ def logs(
 
 
 @app.command()
-def delete(name: Annotated[str, typer.Argument(help="The job's name.")]) -> None:
-    """Stop every replica of a job and remove it."""
+def delete(
+    name: Annotated[str, typer.Argument(help="The job's name.")],
+    engine: EngineOpt = "local",
+    namespace: NamespaceOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Stop every replica of a job and remove it (with everything it created)."""
     try:
-        view = _backend().delete(name)
+        view = _engine(engine, namespace, kubeconfig).delete(name)
     except JobNotFound as exc:
         raise _fail(str(exc), 1) from None
     out.print(f"job {name} deleted (it was {view.phase.value})")
@@ -364,6 +437,31 @@ def install(
         api.close()
     if not dry_run:
         out.print("installed; `kubectl get tfj -A` lists TFJobs", highlight=False)
+
+
+@app.command("operator")
+def operator_command(
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option("--namespace", "-n", help="Watch this namespace (repeatable)."),
+    ] = None,
+    all_namespaces: Annotated[
+        bool, typer.Option("--all-namespaces", "-A", help="Watch every namespace (default).")
+    ] = False,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, in-cluster)."),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+) -> None:
+    """Run the TFJob operator: reconcile TFJobs in the cluster until stopped."""
+    from tfkube.operator import OperatorOptions, run_operator
+
+    if namespace and all_namespaces:
+        raise _fail("give --namespace or --all-namespaces, not both")
+    run_operator(
+        OperatorOptions(namespaces=tuple(namespace or ()), kubeconfig=kubeconfig, verbose=verbose)
+    )
 
 
 def main() -> None:

@@ -1,6 +1,16 @@
 """The Kubernetes engine: TFJobs on the cluster of a kubeconfig (needs the `kubernetes`
-extra). `install` applies the CRD, RBAC and the operator (see `_install`)."""
+extra). `KubernetesBackend` submits and reads TFJob resources (the operator runs them);
+`install` applies the CRD, RBAC and the operator (see `_install`)."""
 
+from tfkube.backends.kubernetes._backend import KubernetesBackend, LogsUnavailable, job_view
 from tfkube.backends.kubernetes._install import Applied, InstallError, api_client_from, install
 
-__all__ = ["Applied", "InstallError", "api_client_from", "install"]
+__all__ = [
+    "Applied",
+    "InstallError",
+    "KubernetesBackend",
+    "LogsUnavailable",
+    "api_client_from",
+    "install",
+    "job_view",
+]

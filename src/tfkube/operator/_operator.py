@@ -1,0 +1,256 @@
+"""`tfkube operator`: kopf watches, a per-TFJob work queue, and one reconcile function.
+
+    kopf watch events: TFJob / its Jobs / its pods --poke(ns, name)--> WorkQueue
+    WorkQueue: one reconcile at a time per TFJob (coalescing pokes), in a thread
+    reconcile_once: GET TFJob, LIST Jobs + pods, render -> _reconcile.reconcile (pure)
+                    -> apply ops -> write status; returns when to look again
+
+kopf is used for what it is good at: watching several resources with reconnects and
+per-object batching, logging in (kubeconfig or service account), signal handling. Its
+change-detecting handlers (on.create/on.update, which keep a diff base and progress in
+annotations) are not: the reconcile is level-triggered from the objects themselves, so
+only `on.event` handlers are registered and kopf writes nothing to our objects (no
+finalizers: deletion is the garbage collector's business through owner references).
+
+The work queue is the only in-memory state, and it only decides *when* to reconcile; a
+restarted operator lists every TFJob (kopf's initial listing) and carries on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tfkube.api import SpecError, TFJob, parse_job
+from tfkube.operator._kube import Kube
+from tfkube.operator._observe import LABEL_JOB, LABEL_ROLE
+from tfkube.operator._reconcile import GROUP, PLURAL, VERSION, invalid_spec_plan, reconcile
+from tfkube.render import (
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    OPERATOR_NAMESPACE,
+    REGISTRY_SECRET,
+    RenderOptions,
+    code_configmap_name,
+    render_job,
+)
+
+log = logging.getLogger("tfkube.operator")
+Key = tuple[str, str]
+ERROR_REQUEUE_SECONDS = 5.0
+CODE_FILE = "code.tar.gz"
+
+
+@dataclass(frozen=True)
+class OperatorOptions:
+    namespaces: tuple[str, ...] = ()
+    """Watch only these namespaces; empty means every namespace (cluster-wide)."""
+    kubeconfig: Path | None = None
+    """A kubeconfig file; default $KUBECONFIG, ~/.kube/config, or the service account."""
+    registry_secret: tuple[str, str] | None = (OPERATOR_NAMESPACE, REGISTRY_SECRET)
+    """The platform's image-pull Secret (namespace, name) copied into every job's namespace,
+    if it exists."""
+    verbose: bool = False
+
+
+def tfjob_model(obj: dict[str, Any]) -> TFJob:
+    """The TFJob resource -> our model (metadata reduced to what the model knows)."""
+    meta = obj.get("metadata") or {}
+    data = {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "labels": meta.get("labels") or {},
+        },
+        "spec": obj.get("spec"),
+    }
+    return parse_job(data, f"TFJob {meta.get('namespace')}/{meta.get('name')}")
+
+
+class Reconciler:
+    """Everything one reconcile needs; `reconcile_once` runs in a worker thread."""
+
+    def __init__(
+        self, kube: Kube, options: OperatorOptions, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.kube = kube
+        self.options = options
+        self.clock = clock
+
+    def _registry_secret(self) -> dict[str, Any] | None:
+        if self.options.registry_secret is None:
+            return None
+        ns, name = self.options.registry_secret
+        try:
+            secret: dict[str, Any] | None = self.kube.get("v1", "Secret", ns, name)
+        except self.kube.ApiException as exc:
+            if exc.status == 403:  # not allowed to read it: no platform secret
+                return None
+            raise
+        return secret
+
+    def _code_archive(self, job: TFJob, namespace: str) -> bytes | None:
+        if job.spec.code.is_url:
+            return None
+        cm = self.kube.get("v1", "ConfigMap", namespace, code_configmap_name(job.name))
+        data = ((cm or {}).get("binaryData") or {}).get(CODE_FILE)
+        return base64.b64decode(data) if data else None
+
+    def reconcile_once(self, namespace: str, name: str) -> float | None:
+        tfjob = self.kube.get_tfjob(namespace, name)
+        if tfjob is None or tfjob["metadata"].get("deletionTimestamp"):
+            return None
+        now = self.clock()
+        try:
+            job = tfjob_model(tfjob)
+            rendered = render_job(
+                job,
+                RenderOptions(
+                    namespace=namespace,
+                    managed=True,
+                    registry_secret=self._registry_secret(),
+                    code_archive=self._code_archive(job, namespace),
+                ),
+            )
+        except SpecError as exc:
+            plan = invalid_spec_plan(tfjob, str(exc), now)
+        else:
+            jobs = self.kube.list("batch/v1", "Job", namespace, f"{LABEL_JOB}={name}")
+            pods = self.kube.list("v1", "Pod", namespace, f"{LABEL_JOB}={name},{LABEL_ROLE}")
+            plan = reconcile(tfjob, job, jobs, pods, rendered, now)
+        for op in plan.ops:
+            log.info("%s/%s: %s", namespace, name, _describe(op))
+            self.kube.apply(op, tfjob)
+        if plan.ops and any(type(op).__name__ == "DeleteTFJob" for op in plan.ops):
+            return None
+        self.kube.write_status(tfjob, plan.status)
+        return plan.requeue_after
+
+
+def _describe(op: object) -> str:
+    text = repr(op)
+    return text if len(text) < 200 else text[:200] + "..."
+
+
+class WorkQueue:
+    """Coalesces pokes: at most one reconcile per TFJob runs; pokes during it make it run
+    once more afterwards; a reconcile asks to be run again after some seconds."""
+
+    def __init__(self, work: Callable[[str, str], float | None]) -> None:
+        self.work = work
+        self.running: dict[Key, asyncio.Task[None]] = {}
+        self.dirty: set[Key] = set()
+        self.timers: dict[Key, asyncio.TimerHandle] = {}
+
+    def poke(self, key: Key) -> None:
+        if key in self.running:
+            self.dirty.add(key)
+            return
+        timer = self.timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        self.running[key] = asyncio.get_running_loop().create_task(self._run(key))
+
+    async def _run(self, key: Key) -> None:
+        requeue: float | None = None
+        try:
+            while True:
+                self.dirty.discard(key)
+                try:
+                    requeue = await asyncio.to_thread(self.work, *key)
+                except Exception:
+                    log.exception("reconciling %s/%s failed; retrying", *key)
+                    requeue = ERROR_REQUEUE_SECONDS
+                if key not in self.dirty:
+                    break
+                await asyncio.sleep(0.05)  # let a burst of pod events land in one pass
+        finally:
+            del self.running[key]
+        if requeue is not None:
+            loop = asyncio.get_running_loop()
+            self.timers[key] = loop.call_later(max(requeue, 0.0), self.poke, key)
+
+
+def build_registry(queue_of: Callable[[], WorkQueue], verbose: bool) -> Any:
+    import kopf
+
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.startup(registry=registry)
+    def configure(settings: Any, **_: Any) -> None:
+        settings.peering.standalone = True  # one operator per cluster: no peering objects
+        settings.posting.level = logging.WARNING  # only kopf's own problems become Events
+        settings.posting.reporting_component = "tfkube-operator"
+        settings.batching.batch_window = 0.05
+        settings.watching.server_timeout = 300
+        settings.networking.request_timeout = 120
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> Any:
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)  # type: ignore[arg-type]
+    async def on_tfjob(name: str, namespace: str, **_: Any) -> None:
+        queue_of().poke((namespace, name))
+
+    managed: dict[str, Any] = {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_JOB: kopf.PRESENT,
+    }
+
+    @kopf.on.event("batch", "v1", "jobs", labels=managed, registry=registry)  # type: ignore[arg-type]
+    async def on_job(labels: dict[str, str], namespace: str, **_: Any) -> None:
+        queue_of().poke((namespace, labels[LABEL_JOB]))
+
+    pods: dict[str, Any] = {**managed, LABEL_ROLE: kopf.PRESENT}
+
+    @kopf.on.event("", "v1", "pods", labels=pods, registry=registry)  # type: ignore[arg-type]
+    async def on_pod(labels: dict[str, str], namespace: str, **_: Any) -> None:
+        queue_of().poke((namespace, labels[LABEL_JOB]))
+
+    return registry
+
+
+def run_operator(options: OperatorOptions) -> None:
+    """Run until SIGTERM/SIGINT."""
+    import kopf
+
+    from tfkube.backends.kubernetes import api_client_from
+
+    logging.basicConfig(
+        level=logging.DEBUG if options.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    for noisy in ("kopf", "aiohttp", "urllib3", "kubernetes"):
+        logging.getLogger(noisy).setLevel(logging.INFO if options.verbose else logging.WARNING)
+    if options.kubeconfig is not None:
+        os.environ["KUBECONFIG"] = str(options.kubeconfig)  # what kopf's login reads
+    kube = Kube(api_client_from(options.kubeconfig))
+    reconciler = Reconciler(kube, options)
+    queues: list[WorkQueue] = []
+
+    def queue_of() -> WorkQueue:
+        if not queues:  # created inside kopf's event loop
+            queues.append(WorkQueue(reconciler.reconcile_once))
+        return queues[0]
+
+    registry = build_registry(queue_of, options.verbose)
+    log.info(
+        "tfkube operator watching %s",
+        ", ".join(options.namespaces) if options.namespaces else "all namespaces",
+    )
+    kopf.run(
+        registry=registry,
+        standalone=True,
+        clusterwide=not options.namespaces,
+        namespaces=list(options.namespaces),
+    )
