@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -87,7 +88,13 @@ def test_install_again_and_dry_run_are_fine(installed: KubeCluster) -> None:
 
 
 def test_kubectl_explain_shows_the_models_docstrings(installed: KubeCluster) -> None:
+    # The API server publishes a new CRD's OpenAPI document a moment after the CRD is
+    # Established; `kubectl explain` reads that document, so give it a few seconds.
+    deadline = time.monotonic() + 30
     got = _kubectl(installed, "explain", "tfjobs.spec.runPolicy.backoffLimit")
+    while got.returncode != 0 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        got = _kubectl(installed, "explain", "tfjobs.spec.runPolicy.backoffLimit")
     assert got.returncode == 0, got.stderr
     assert "Restarts the whole job may take" in got.stdout
 
