@@ -254,6 +254,9 @@ def test_a_killed_supervisor_takes_its_replicas_with_it(
     os.kill(supervisor.pid, signal.SIGKILL)
     _, alive = psutil.wait_procs(procs, timeout=5)
     assert not alive, "replicas must not outlive their supervisor"
+    view = backend.wait(job.name, timeout=10)
+    assert view.phase is JobPhase.FAILED
+    assert view.reason == "SupervisorLost"
 
 
 def test_same_name_is_refused_until_deleted_or_replaced(

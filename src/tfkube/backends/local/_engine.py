@@ -32,6 +32,7 @@ from tfkube.backends.local._store import (
 )
 from tfkube.backends.local._supervisor import spawn
 from tfkube.cluster import CLUSTER_ROLES
+from tfkube.planner import JobPhase, ReplicaState
 
 SUPERVISOR_START_TIMEOUT = 20.0
 
@@ -191,12 +192,24 @@ class LocalBackend:
 
     def _view(self, d: JobDir, record: JobRecord) -> JobView:
         supervisor_alive = alive(record.supervisor) is not None
+        phase, reason, message = record.phase, record.reason, record.message
+        lost = record.supervisor is not None and not supervisor_alive and not phase.terminal
+        if lost:
+            # Its launchers end their replicas when it dies; say what happened.
+            phase, reason = JobPhase.FAILED, "SupervisorLost"
+            message = f"the job's supervisor died unexpectedly; see {d.supervisor_log}"
+
+        def state(r: ReplicaRecord) -> ReplicaState:
+            if lost and r.state.live and alive(r.process) is None:
+                return ReplicaState.STOPPED
+            return r.state
+
         replicas = tuple(
             ReplicaView(
                 key=r.key,
                 role=r.role,
                 index=r.index,
-                state=r.state,
+                state=state(r),
                 restarts=r.restarts,
                 exit_code=r.exit_code,
                 pid=r.process.pid if r.process else None,
@@ -207,13 +220,13 @@ class LocalBackend:
         )
         return JobView(
             name=record.name,
-            phase=record.phase,
+            phase=phase,
             restarts=record.restarts,
             created_at=record.created_at,
             started_at=record.started_at,
             finished_at=record.finished_at,
-            reason=record.reason,
-            message=record.message,
+            reason=reason,
+            message=message,
             replicas=replicas,
             log_dir=record.log_dir,
             data_dir=record.data_dir,
