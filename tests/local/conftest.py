@@ -31,6 +31,7 @@ def make_job(tmp_path: Path) -> MakeJob:
         workers: int = 1,
         ps: int = 0,
         chief: int = 0,
+        evaluator: int = 0,
         policy: dict[str, Any] | None = None,
         extra_files: dict[str, str] | None = None,
     ) -> tuple[TFJob, Path]:
@@ -46,6 +47,8 @@ def make_job(tmp_path: Path) -> MakeJob:
             replicas["ps"] = {"replicas": ps}
         if chief:
             replicas["chief"] = {"replicas": chief}
+        if evaluator:
+            replicas["evaluator"] = {"replicas": evaluator}
         job = parse_job(
             {
                 "apiVersion": "tfkube.io/v1alpha1",

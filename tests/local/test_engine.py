@@ -9,6 +9,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -352,3 +353,41 @@ def test_gpus_are_pinned_per_replica_and_never_oversubscribed(
         backend.submit(parse_job(raw), base)
     assert err.value.errors[0].field == "spec.replicas.worker.resources.gpu"
     assert "asks for 4 GPUs" in str(err.value)
+
+
+def test_chief_decides_and_the_evaluator_sits_outside_the_cluster(
+    backend: LocalBackend, make_job: MakeJob
+) -> None:
+    job, base = make_job(
+        "roles",
+        PS_FOREVER
+        + """
+        echo "TF_CONFIG=$TF_CONFIG"
+        case "$TFKUBE_ROLE" in
+          chief) sleep 1 ;;            # the chief decides success
+          *) exec sleep 600 ;;         # workers and the evaluator would run on
+        esac
+        """,
+        workers=2,
+        ps=1,
+        chief=1,
+        evaluator=1,
+    )
+    backend.submit(job, base)
+    final = backend.wait(job.name, timeout=30)
+    assert final.phase is JobPhase.SUCCEEDED
+    assert final.message == "chief-0 succeeded"
+    states = {r.key: r.state for r in final.replicas}
+    assert states.pop("chief-0") is ReplicaState.SUCCEEDED
+    assert set(states.values()) == {ReplicaState.STOPPED}
+    assert next(r.address for r in final.replicas if r.key == "evaluator-0") is None
+
+    def tf_config(key: str) -> dict[str, Any]:
+        line = next(x for x in backend.logs(job.name, key) if x.startswith("TF_CONFIG="))
+        config: dict[str, Any] = json.loads(line.split("=", 1)[1])
+        return config
+
+    evaluator = tf_config("evaluator-0")
+    assert evaluator["task"] == {"type": "evaluator", "index": 0}
+    assert set(evaluator["cluster"]) == {"chief", "ps", "worker"}
+    assert tf_config("chief-0")["task"] == {"type": "chief", "index": 0}
