@@ -377,9 +377,15 @@ def reconcile(
         phase=decision.phase.value,
         reason=decision.reason,
         message=decision.message,
-        restarts=max(decision.restarts, obs.status.restarts),
+        # A finished job's count is final (its pods may be gone by now).
+        restarts=prior.restarts
+        if prior.phase.terminal
+        else max(decision.restarts, obs.status.restarts),
         replicaStatuses={r: c.as_dict() for r, c in obs.counts.items()},
         handledFailures=sorted(handled & live_failed),
+        replicas=len(obs.status.replicas),
+        readyReplicas=sum(r.state is ReplicaState.RUNNING for r in obs.status.replicas),
+        succeededReplicas=sum(r.state is ReplicaState.SUCCEEDED for r in obs.status.replicas),
     )
     conditions = _merge(
         conditions,

@@ -1,0 +1,583 @@
+"""The operator against the real control plane: full TFJob lifecycles on KWOK fake nodes.
+
+The operator runs as a subprocess (`python -m tfkube operator --namespace NS`), exactly as
+users run it, and is stopped by PID. Jobs are submitted through `KubernetesBackend` (or the
+CLI); the fake-pod behaviour comes from `tfkube.io/fake-*` annotations in the replica specs
+(docs/testing.md). There is no volume provisioner here, so each job's two claims are
+pre-bound to PersistentVolumes (`claimRef`) before it is submitted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tfkube.api import parse_job
+from tfkube.backends.kubernetes import KubernetesBackend, LogsUnavailable, install
+from tfkube.planner import JobPhase
+from tfkube.render import GROUP, PLURAL, VERSION
+
+from ._support import REPO, KubeCluster, wait_for
+
+PS_CLEANUP_LIMIT_SECONDS = 10.0
+
+
+# -- fixtures --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def crd(kube_cluster: KubeCluster) -> KubeCluster:
+    """The CRD (with RBAC and the operator Deployment, which only gets a fake pod here)."""
+    install(kube_cluster.api_client)
+    return kube_cluster
+
+
+class Operator:
+    """`tfkube operator` as a subprocess watching one namespace."""
+
+    def __init__(self, kube: KubeCluster, namespace: str, log: Path) -> None:
+        self.kube, self.namespace, self.log = kube, namespace, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tfkube",
+                    "operator",
+                    "--kubeconfig",
+                    str(self.kube.kubeconfig),
+                    "--namespace",
+                    self.namespace,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=REPO,
+            )
+        wait_for("the operator to start", lambda: "watching" in self.log.read_text(), 30)
+
+    def kill(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.kill(self.proc.pid, sig)
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+
+    def errors(self) -> list[str]:
+        return [line for line in self.log.read_text().splitlines() if "Traceback" in line]
+
+
+@pytest.fixture
+def operator(crd: KubeCluster, kube_namespace: str, tmp_path: Path) -> Iterator[Operator]:
+    op = Operator(crd, kube_namespace, tmp_path / "operator.log")
+    op.start()
+    yield op
+    op.kill()
+    assert not op.errors(), op.log.read_text()[-5000:]
+
+
+@pytest.fixture
+def volumes(crd: KubeCluster) -> Iterator[Callable[[str, str], None]]:
+    """Pre-bound PersistentVolumes for a job's data and logs claims (no provisioner here)."""
+    core = crd.core
+    made: list[str] = []
+
+    def bind(namespace: str, job: str) -> None:
+        for which in ("data", "logs"):
+            name = f"{namespace}-{job}-{which}"[:63]
+            core.create_persistent_volume(
+                client.V1PersistentVolume(
+                    metadata=client.V1ObjectMeta(name=name),
+                    spec=client.V1PersistentVolumeSpec(
+                        capacity={"storage": "100Gi"},
+                        access_modes=["ReadWriteMany", "ReadWriteOnce"],
+                        persistent_volume_reclaim_policy="Retain",
+                        host_path=client.V1HostPathVolumeSource(path=f"/tmp/tfkube-fake/{name}"),
+                        claim_ref=client.V1ObjectReference(
+                            namespace=namespace, name=f"{job}-{which}"
+                        ),
+                    ),
+                )
+            )
+            made.append(name)
+
+    yield bind
+    for name in made:
+        try:
+            core.delete_persistent_volume(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+@pytest.fixture
+def code(tmp_path: Path) -> Path:
+    folder = tmp_path / "code"
+    folder.mkdir()
+    (folder / "run.sh").write_text("#!/bin/sh\necho training\n")
+    (folder / "train.py").write_text("print('training')\n")
+    return tmp_path
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def job_dict(name: str, **spec: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "apiVersion": "tfkube.io/v1alpha1",
+        "kind": "TFJob",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": {
+                "ps": {"replicas": 1},
+                "worker": {"replicas": 2, "annotations": {"tfkube.io/fake-duration": "2s"}},
+            },
+            "code": {"source": "./code"},
+            "runPolicy": {"backoff": {"baseSeconds": 1, "capSeconds": 2}},
+        },
+    }
+    for key, value in spec.items():
+        data["spec"][key] = value
+    return data
+
+
+def submit(
+    kube: KubeCluster,
+    namespace: str,
+    volumes: Callable[[str, str], None],
+    base: Path,
+    data: dict[str, Any],
+) -> KubernetesBackend:
+    backend = KubernetesBackend(api_client=kube.api_client, namespace=namespace)
+    job = parse_job(data)
+    volumes(namespace, job.name)
+    backend.submit(job, base)
+    return backend
+
+
+def tfjob(kube: KubeCluster, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        result: dict[str, Any] = client.CustomObjectsApi(
+            kube.api_client
+        ).get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return result
+
+
+def phase_is(kube: KubeCluster, ns: str, name: str, *phases: str) -> dict[str, Any] | None:
+    obj = tfjob(kube, ns, name)
+    status = (obj or {}).get("status") or {}
+    return status if status.get("phase") in phases else None
+
+
+def pods(kube: KubeCluster, ns: str, selector: str) -> list[client.V1Pod]:
+    return kube.core.list_namespaced_pod(ns, label_selector=selector).items
+
+
+def events(kube: KubeCluster, ns: str, name: str) -> list[client.CoreV1Event]:
+    return [
+        e
+        for e in kube.core.list_namespaced_event(ns).items
+        if e.involved_object.kind == "TFJob" and e.involved_object.name == name
+    ]
+
+
+def nothing_left(kube: KubeCluster, ns: str, job: str) -> bool:
+    selector = f"tfkube.io/job-name={job}"
+    return not (
+        kube.batch.list_namespaced_job(ns, label_selector=selector).items
+        or kube.core.list_namespaced_pod(ns, label_selector=selector).items
+        or kube.core.list_namespaced_service(ns, label_selector=selector).items
+        or kube.core.list_namespaced_config_map(ns, label_selector=selector).items
+        or kube.core.list_namespaced_persistent_volume_claim(ns, label_selector=selector).items
+    )
+
+
+# -- lifecycles ------------------------------------------------------------------------------
+
+
+def test_success_ends_the_ps_within_seconds(
+    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+) -> None:
+    kube, ns = operator.kube, kube_namespace
+    data = job_dict("ok", runPolicy={"successPolicy": "AllWorkers"})
+    data["spec"]["replicas"]["ps"]["replicas"] = 2
+    data["spec"]["replicas"]["worker"]["replicas"] = 3
+    backend = submit(kube, ns, volumes, code, data)
+    wait_for("PS pods running", lambda: len(pods(kube, ns, "tfkube.io/replica-type=ps")) == 2)
+    status = wait_for("success", lambda: phase_is(kube, ns, "ok", "Succeeded"), 60, 0.1)
+    seen_success = time.time()
+    wait_for("PS pods gone", lambda: not pods(kube, ns, "tfkube.io/replica-type=ps"), 30, 0.1)
+    gone = time.time()
+    workers = pods(kube, ns, "tfkube.io/replica-type=worker")
+    finished = max(
+        p.status.container_statuses[0].state.terminated.finished_at.timestamp() for p in workers
+    )
+    cleanup = gone - finished
+    print(f"\nPS clean-up: {cleanup:.1f}s after the last worker finished (API time, 1 s grain)")
+    assert cleanup < PS_CLEANUP_LIMIT_SECONDS
+    assert gone - seen_success < PS_CLEANUP_LIMIT_SECONDS
+
+    assert status["reason"] == "Succeeded"
+    assert status["replicaStatuses"]["worker"]["succeeded"] == 3
+    assert status["restarts"] == 0
+    assert status["startTime"]
+    assert status["completionTime"]
+    # Everything it created is owned by the TFJob; one Job per role, no duplicates.
+    uid = tfjob(kube, ns, "ok")["metadata"]["uid"]  # type: ignore[index]
+    jobs = kube.batch.list_namespaced_job(ns, label_selector="tfkube.io/job-name=ok").items
+    assert [j.metadata.name for j in jobs] == ["ok-worker"]  # the PS Job was deleted
+    for obj in [
+        *jobs,
+        *kube.core.list_namespaced_service(ns, label_selector="tfkube.io/job-name=ok").items,
+        *kube.core.list_namespaced_config_map(ns, label_selector="tfkube.io/job-name=ok").items,
+    ]:
+        assert [r.uid for r in obj.metadata.owner_references] == [uid], obj.metadata.name
+    service = kube.core.read_namespaced_service("ok", ns)
+    assert service.spec.cluster_ip == "None"
+    assert len(workers) == 3
+    reasons = [e.reason for e in events(kube, ns, "ok")]
+    assert "Created" in reasons
+    assert "Succeeded" in reasons
+    view = backend.get("ok")
+    assert view.phase is JobPhase.SUCCEEDED
+    assert view.done
+    assert {r.key: r.state.value for r in view.replicas}["ps-0"] == "Stopped"
+    with pytest.raises(LogsUnavailable, match="fake node"):
+        list(backend.logs("ok", "worker-0"))
+
+
+def test_worker_failure_is_retried_and_the_job_succeeds(
+    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+) -> None:
+    """The chief decides success (after 14 s); the worker fails after 1 s each time, and
+    Kubernetes re-creates it (its pod template is the same, so it fails again)."""
+    kube, ns = operator.kube, kube_namespace
+    data = job_dict("retry", runPolicy={"restartPolicy": "OnFailure", "backoffLimit": 6})
+    data["spec"]["replicas"] = {
+        "chief": {"replicas": 1, "annotations": {"tfkube.io/fake-duration": "14s"}},
+        "worker": {
+            "replicas": 1,
+            "annotations": {"tfkube.io/fake-exit-code": "1", "tfkube.io/fake-fail-after": "1s"},
+        },
+    }
+    submit(kube, ns, volumes, code, data)
+    wait_for(
+        "a worker retried",
+        lambda: len(pods(kube, ns, "tfkube.io/replica-type=worker")) >= 2,
+        40,
+    )
+    restarting = wait_for(
+        "restarts counted",
+        lambda: (phase_is(kube, ns, "retry", "Restarting", "Running", "Succeeded") or {}).get(
+            "restarts"
+        ),
+        30,
+    )
+    assert restarting >= 1
+    status = wait_for("success", lambda: phase_is(kube, ns, "retry", "Succeeded", "Failed"), 40)
+    assert status["phase"] == "Succeeded", status
+    assert status["restarts"] >= 1
+    assert status["message"] == "chief-0 succeeded"
+    assert any(e.reason == "ReplicaFailed" for e in events(kube, ns, "retry"))
+
+
+def test_non_retryable_exit_code_fails_the_job(
+    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+) -> None:
+    kube, ns = operator.kube, kube_namespace
+    data = job_dict("bad", runPolicy={"restartPolicy": "ExitCode", "backoffLimit": 5})
+    data["spec"]["replicas"]["worker"]["annotations"] = {
+        "tfkube.io/fake-exit-code": "3",
+        "tfkube.io/fake-fail-after": "1s",
+    }
+    submit(kube, ns, volumes, code, data)
+    status = wait_for("failure", lambda: phase_is(kube, ns, "bad", "Failed", "Succeeded"), 40)
+    assert status["phase"] == "Failed"
+    assert status["reason"] in ("ReplicaFailed", "PodFailurePolicy"), status
+    assert "exit code 3" in status["message"] or "3" in status["message"]
+    assert status["restarts"] == 0
+    wait_for("PS gone", lambda: not pods(kube, ns, "tfkube.io/replica-type=ps"), 15)
+    assert any(e.type == "Warning" for e in events(kube, ns, "bad"))
+
+
+def test_ps_failure_restarts_the_whole_job(
+    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+) -> None:
+    """The PS fails after 2 s every time (same template): each failure re-creates every
+    role's Job (a new generation) after the backoff, until backoffLimit ends it."""
+    kube, ns = operator.kube, kube_namespace
+    data = job_dict("psfail", runPolicy={"backoffLimit": 2, "backoff": {"baseSeconds": 1}})
+    data["spec"]["replicas"]["ps"]["annotations"] = {
+        "tfkube.io/fake-exit-code": "1",
+        "tfkube.io/fake-fail-after": "2s",
+    }
+    data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "60s"}
+    submit(kube, ns, volumes, code, data)
+    first_workers = wait_for(
+        "workers running",
+        lambda: {
+            p.metadata.uid
+            for p in pods(kube, ns, "tfkube.io/replica-type=worker")
+            if p.status.phase == "Running"
+        },
+    )
+    restarted = wait_for(
+        "a whole-job restart",
+        lambda: (tfjob(kube, ns, "psfail") or {}).get("status", {}).get("restartGenerations"),
+        30,
+        0.1,
+    )
+    assert restarted.get("ps", 0) >= 1
+    assert restarted.get("worker", 0) >= 1
+
+    def new_workers() -> bool:
+        running = {
+            p.metadata.uid
+            for p in pods(kube, ns, "tfkube.io/replica-type=worker")
+            if p.status.phase == "Running"
+        }
+        return len(running - first_workers) == 2
+
+    wait_for("both workers re-created", new_workers, 30)
+    status = wait_for("the limit", lambda: phase_is(kube, ns, "psfail", "Failed"), 60)
+    assert status["reason"] == "BackoffLimitExceeded", status
+    assert status["restarts"] == 2  # the third PS failure is one too many: not taken
+    assert status["restartGenerations"] == {"ps": 2, "worker": 2}
+    wait_for("replicas gone", lambda: not pods(kube, ns, "tfkube.io/replica-type=worker"), 20)
+
+
+def test_deadline_exceeded(
+    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+) -> None:
+    kube, ns = operator.kube, kube_namespace
+    data = job_dict("slow", runPolicy={"activeDeadlineSeconds": 3})
+    data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "60s"}
+    started = time.time()
+    submit(kube, ns, volumes, code, data)
+    status = wait_for("the deadline", lambda: phase_is(kube, ns, "slow", "Failed"), 30)
+    assert status["reason"] == "DeadlineExceeded"
+    assert time.time() - started < 15
+    wait_for("replicas gone", lambda: not pods(kube, ns, "tfkube.io/replica-type"), 20)
+
+
+def test_ttl_deletes_the_job_and_everything_it_made(
+    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+) -> None:
+    kube, ns = operator.kube, kube_namespace
+    data = job_dict("ttl", runPolicy={"ttlSecondsAfterFinished": 2})
+    data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "1s"}
+    submit(kube, ns, volumes, code, data)
+    wait_for("success", lambda: phase_is(kube, ns, "ttl", "Succeeded"), 30)
+    wait_for("the TFJob deleted", lambda: tfjob(kube, ns, "ttl") is None, 20)
+    wait_for("its objects garbage-collected", lambda: nothing_left(kube, ns, "ttl"), 60)
+
+
+def test_operator_killed_and_restarted_mid_job(
+    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+) -> None:
+    kube, ns = operator.kube, kube_namespace
+    data = job_dict("survive")
+    data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "6s"}
+    submit(kube, ns, volumes, code, data)
+    wait_for("running", lambda: phase_is(kube, ns, "survive", "Running"), 30)
+    operator.kill(signal.SIGKILL)
+    time.sleep(1)
+    operator.start()
+    status = wait_for("success", lambda: phase_is(kube, ns, "survive", "Succeeded"), 40)
+    assert status["restarts"] == 0
+    jobs = kube.batch.list_namespaced_job(ns, label_selector="tfkube.io/job-name=survive")
+    assert [j.metadata.name for j in jobs.items] == ["survive-worker"]
+    workers = pods(kube, ns, "tfkube.io/replica-type=worker")
+    assert sorted(
+        p.metadata.labels["batch.kubernetes.io/job-completion-index"] for p in workers
+    ) == [
+        "0",
+        "1",
+    ]
+    reasons = [e.reason for e in events(kube, ns, "survive")]
+    assert reasons.count("Created") == 1
+    assert reasons.count("Succeeded") == 1
+    wait_for("PS gone", lambda: not pods(kube, ns, "tfkube.io/replica-type=ps"), 15)
+
+
+def test_deleting_a_running_tfjob_removes_everything(
+    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+) -> None:
+    kube, ns = operator.kube, kube_namespace
+    data = job_dict("gone")
+    data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "60s"}
+    backend = submit(kube, ns, volumes, code, data)
+    wait_for("running", lambda: phase_is(kube, ns, "gone", "Running"), 30)
+    backend.delete("gone")
+    wait_for("everything gone", lambda: nothing_left(kube, ns, "gone"), 60)
+    assert tfjob(kube, ns, "gone") is None
+
+
+def test_suspend_and_resume(
+    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+) -> None:
+    kube, ns = operator.kube, kube_namespace
+    data = job_dict("nap")
+    data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "4s"}
+    submit(kube, ns, volumes, code, data)
+    wait_for("running", lambda: phase_is(kube, ns, "nap", "Running"), 30)
+    custom = client.CustomObjectsApi(kube.api_client)
+    patch = {"spec": {"runPolicy": {"suspend": True}}}
+    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "nap", patch)
+    wait_for(
+        "suspended",
+        lambda: (tfjob(kube, ns, "nap") or {}).get("status", {}).get("reason") == "Suspended",
+        20,
+    )
+    wait_for("pods stopped", lambda: not pods(kube, ns, "tfkube.io/replica-type"), 20)
+    patch = {"spec": {"runPolicy": {"suspend": False}}}
+    custom.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, "nap", patch)
+    status = wait_for("success", lambda: phase_is(kube, ns, "nap", "Succeeded"), 40)
+    assert status["restarts"] == 0
+    reasons = [e.reason for e in events(kube, ns, "nap")]
+    assert "Suspended" in reasons
+    assert "Resumed" in reasons
+
+
+def test_invalid_tfjob_is_rejected_with_a_clear_message(
+    operator: Operator, code: Path, kube_namespace: str
+) -> None:
+    kube, ns = operator.kube, kube_namespace
+    # Through the CLI: checked before anything is created.
+    bad = job_dict("bad-env")
+    bad["spec"]["replicas"]["worker"]["env"] = {"TF_CONFIG": "{}"}
+    path = code / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tfkube",
+            "submit",
+            str(path),
+            "--engine",
+            "kubernetes",
+            "--namespace",
+            ns,
+            "--kubeconfig",
+            str(kube.kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "spec.replicas.worker.env" in proc.stderr
+    assert "set by tfkube itself" in proc.stderr
+    assert tfjob(kube, ns, "bad-env") is None
+    # Written straight to the API (kubectl apply): a rule the CRD schema cannot express is
+    # the operator's to report, on the TFJob's status and as a Warning event.
+    custom = client.CustomObjectsApi(kube.api_client)
+    custom.create_namespaced_custom_object(
+        GROUP, VERSION, ns, PLURAL, {**bad, "metadata": {"name": "bad-env"}}
+    )
+    status = wait_for("rejected", lambda: phase_is(kube, ns, "bad-env", "Failed"), 20)
+    assert status["reason"] == "InvalidSpec"
+    assert "spec.replicas.worker.env" in status["message"]
+    assert "set by tfkube itself" in status["message"]
+    assert any(
+        e.type == "Warning" and e.reason == "InvalidSpec" for e in events(kube, ns, "bad-env")
+    )
+    assert not kube.batch.list_namespaced_job(ns).items
+
+
+KUBEFLOW = """
+apiVersion: kubeflow.org/v1
+kind: TFJob
+metadata:
+  name: kf-mnist
+spec:
+  runPolicy:
+    cleanPodPolicy: Running
+    backoffLimit: 2
+  tfReplicaSpecs:
+    PS:
+      replicas: 1
+      restartPolicy: OnFailure
+      template:
+        spec:
+          containers:
+            - name: tensorflow
+              image: tensorflow/tensorflow:2.21.0
+              command: [python, train.py]
+    Worker:
+      replicas: 2
+      restartPolicy: OnFailure
+      template:
+        metadata:
+          annotations:
+            tfkube.io/fake-duration: 2s
+        spec:
+          containers:
+            - name: tensorflow
+              image: tensorflow/tensorflow:2.21.0
+              command: [python, train.py]
+              args: [--steps=10]
+              resources:
+                limits: {cpu: "1", memory: 1Gi}
+"""
+
+
+def test_kubeflow_manifest_is_converted_and_run(
+    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+) -> None:
+    kube, ns = operator.kube, kube_namespace
+    path = code / "code" / "kubeflow.yaml"  # next to train.py: code-source defaults to "."
+    path.write_text(KUBEFLOW)
+    volumes(ns, "kf-mnist")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tfkube",
+            "submit",
+            str(path),
+            "--engine",
+            "kubernetes",
+            "--namespace",
+            ns,
+            "--kubeconfig",
+            str(kube.kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    stored = tfjob(kube, ns, "kf-mnist")
+    assert stored is not None
+    assert stored["apiVersion"] == "tfkube.io/v1alpha1"
+    assert stored["spec"]["code"]["entrypoint"] == "train.py"
+    assert stored["spec"]["replicas"]["worker"]["args"] == ["--steps=10"]
+    status = wait_for("success", lambda: phase_is(kube, ns, "kf-mnist", "Succeeded"), 40)
+    assert status["message"] == "worker-0 succeeded"
+    wait_for("PS gone", lambda: not pods(kube, ns, "tfkube.io/replica-type=ps"), 15)
+    worker = pods(kube, ns, "tfkube.io/replica-type=worker")[0]
+    limits = worker.spec.containers[0].resources.limits
+    assert (limits["cpu"], limits["memory"]) == ("1", "1Gi")
