@@ -578,3 +578,13 @@ def test_status_counts_and_conditions():
     assert conditions["Running"] == "True"
     assert plan.observation is not None
     assert plan.observation.status.replicas[0].state is ReplicaState.RUNNING
+
+
+def test_owned_keeps_a_job_render_suspended_for_kueue():
+    job = tfjob_model()
+    objects = rendered(job)
+    objects[-1]["spec"]["suspend"] = True  # Kueue admits (un-suspends) it
+    jobs = [
+        o for o in owned(objects, resource(), suspend=False, generations={}) if o["kind"] == "Job"
+    ]
+    assert [j["spec"]["suspend"] for j in jobs] == [False, True]

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfkube.api import CleanPodPolicy, Role, TFJob
+from tfkube.api import CleanPodPolicy, GangScheduler, Role, TFJob
 from tfkube.operator._observe import (
     GENERATION_ANNOTATION,
     LABEL_JOB,
@@ -166,7 +166,8 @@ def owned(
         if meta["namespace"] == namespace and meta.get("name") not in SHARED_NAMES:
             meta["ownerReferences"] = [owner_reference(tfjob)]
         if kind == "Job" and item.get("apiVersion") == "batch/v1":
-            item.setdefault("spec", {})["suspend"] = suspend
+            spec = item.setdefault("spec", {})
+            spec["suspend"] = suspend or bool(spec.get("suspend"))  # Kueue's stay suspended
             annotations = meta.setdefault("annotations", {})
             role = (meta.get("labels") or {}).get(LABEL_ROLE, "")
             annotations[GENERATION_ANNOTATION] = str(generations.get(role, 0))
@@ -298,10 +299,12 @@ def reconcile(
         return Plan(ops=tuple(ops), status=status, requeue_after=None, observation=obs)
 
     if was_suspended and not prior.phase.terminal:
+        scheduling = job.spec.scheduling
+        kueue = scheduling is not None and scheduling.gang is GangScheduler.KUEUE
         ops += [
             SuspendJob(j["metadata"]["name"], False)
             for j in obs.role_jobs.values()
-            if (j.get("spec") or {}).get("suspend")
+            if (j.get("spec") or {}).get("suspend") and not kueue  # Kueue admits them
         ]
         ops.append(Event("Normal", "Resumed", "resumed: replicas start again"))
         status["startTime"] = format_time(now)  # the deadline counts from the resume
