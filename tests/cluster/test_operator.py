@@ -439,7 +439,7 @@ def test_suspend_and_resume(
 ) -> None:
     kube, ns = operator.kube, kube_namespace
     data = job_dict("nap")
-    data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "4s"}
+    data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "8s"}
     submit(kube, ns, volumes, code, data)
     wait_for("running", lambda: phase_is(kube, ns, "nap", "Running"), 30)
     custom = client.CustomObjectsApi(kube.api_client)
