@@ -30,7 +30,12 @@ _CREATE_DELETE = ["get", "list", "watch", "create", "update", "patch", "delete"]
 
 OPERATOR_RULES: tuple[dict[str, Any], ...] = (
     # TFJobs: watched and patched (kopf's finalizer and progress annotations), never created.
-    {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "list", "watch", "patch"]},
+    # ... and deleted by the operator when ttlSecondsAfterFinished has passed.
+    {
+        "apiGroups": [GROUP],
+        "resources": [PLURAL],
+        "verbs": ["get", "list", "watch", "patch", "delete"],
+    },
     {"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"], "verbs": ["get", "patch"]},
     # Owner references with blockOwnerDeletion need update on the owner's finalizers.
     {"apiGroups": [GROUP], "resources": [f"{PLURAL}/finalizers"], "verbs": ["update"]},
@@ -55,7 +60,12 @@ OPERATOR_RULES: tuple[dict[str, Any], ...] = (
         "verbs": _CREATE_DELETE,
     },
     # Replica state is read from pods; a PS or a replica that must stop is deleted.
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "delete"]},
+    # (a finished job's PS pods in one deletecollection call).
+    {
+        "apiGroups": [""],
+        "resources": ["pods"],
+        "verbs": ["get", "list", "watch", "delete", "deletecollection"],
+    },
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     # kopf discovers resources and namespaces while it runs.
