@@ -26,7 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from tfkube.api import parse_job
 from tfkube.backends.kubernetes import KubernetesBackend, LogsUnavailable, install
 from tfkube.planner import JobPhase
-from tfkube.render import GROUP, PLURAL, VERSION
+from tfkube.render import GROUP, OPERATOR_NAME, OPERATOR_NAMESPACE, PLURAL, VERSION
 
 from ._support import REPO, KubeCluster, wait_for
 
@@ -43,11 +43,30 @@ def crd(kube_cluster: KubeCluster) -> KubeCluster:
     return kube_cluster
 
 
+@pytest.fixture(scope="module")
+def operator_kubeconfig(crd: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kubeconfig with a token of the operator's ServiceAccount: the operator runs with
+    exactly the RBAC `tfkube install` grants it, not as an administrator."""
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
+    )
+    token = crd.core.create_namespaced_service_account_token(
+        OPERATOR_NAME, OPERATOR_NAMESPACE, request
+    ).status.token
+    config = yaml.safe_load(crd.kubeconfig.read_text())
+    for user in config["users"]:
+        user["user"] = {"token": token}
+    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 class Operator:
     """`tfkube operator` as a subprocess watching one namespace."""
 
-    def __init__(self, kube: KubeCluster, namespace: str, log: Path) -> None:
+    def __init__(self, kube: KubeCluster, namespace: str, log: Path, kubeconfig: Path) -> None:
         self.kube, self.namespace, self.log = kube, namespace, log
+        self.kubeconfig = kubeconfig
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -59,7 +78,7 @@ class Operator:
                     "tfkube",
                     "operator",
                     "--kubeconfig",
-                    str(self.kube.kubeconfig),
+                    str(self.kubeconfig),
                     "--namespace",
                     self.namespace,
                 ],
@@ -85,12 +104,15 @@ class Operator:
 
 
 @pytest.fixture
-def operator(crd: KubeCluster, kube_namespace: str, tmp_path: Path) -> Iterator[Operator]:
-    op = Operator(crd, kube_namespace, tmp_path / "operator.log")
+def operator(
+    crd: KubeCluster, operator_kubeconfig: Path, kube_namespace: str, tmp_path: Path
+) -> Iterator[Operator]:
+    op = Operator(crd, kube_namespace, tmp_path / "operator.log", operator_kubeconfig)
     op.start()
     yield op
     op.kill()
     assert not op.errors(), op.log.read_text()[-5000:]
+    assert "Forbidden" not in op.log.read_text(), op.log.read_text()[-5000:]
 
 
 @pytest.fixture
