@@ -603,3 +603,53 @@ def test_kubeflow_manifest_is_converted_and_run(
     worker = pods(kube, ns, "tfkube.io/replica-type=worker")[0]
     limits = worker.spec.containers[0].resources.limits
     assert (limits["cpu"], limits["memory"]) == ("1", "1Gi")
+
+
+def test_cli_parity_with_tfkube_engine(
+    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+) -> None:
+    """submit, list, status, logs, delete through the CLI with TFKUBE_ENGINE=kubernetes."""
+    kube, ns = operator.kube, kube_namespace
+    env = {**os.environ, "TFKUBE_ENGINE": "kubernetes", "KUBECONFIG": str(kube.kubeconfig)}
+
+    def tfkube(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tfkube", *args, "--namespace", ns],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            cwd=code,
+        )
+
+    data = job_dict("cli")
+    data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "1s"}
+    (code / "cli.yaml").write_text(yaml.safe_dump(data))
+    volumes(ns, "cli")
+    got = tfkube("submit", "cli.yaml")
+    assert got.returncode == 0, got.stderr
+    assert f"submitted (3 replicas) to namespace {ns}" in " ".join(got.stdout.split())
+    again = tfkube("submit", "cli.yaml")
+    assert again.returncode == 2
+    assert "already exists" in again.stderr
+    backend = KubernetesBackend(api_client=kube.api_client, namespace=ns)
+    view = backend.wait("cli", timeout=40)
+    assert view.phase is JobPhase.SUCCEEDED
+    listed = tfkube("list")
+    assert listed.returncode == 0, listed.stderr
+    assert "cli" in listed.stdout
+    assert "Succeeded" in listed.stdout
+    shown = tfkube("status", "cli")
+    assert shown.returncode == 0, shown.stderr
+    assert "worker-1" in shown.stdout
+    assert "Succeeded" in shown.stdout
+    logs = tfkube("logs", "cli", "-r", "worker-0")
+    assert logs.returncode == 1
+    assert "fake node" in " ".join(logs.stderr.split())
+    deleted = tfkube("delete", "cli")
+    assert deleted.returncode == 0, deleted.stderr
+    assert "deleted (it was Succeeded)" in deleted.stdout
+    missing = tfkube("status", "cli")
+    assert missing.returncode == 1
+    assert "no job named 'cli'" in missing.stderr
+    wait_for("everything gone", lambda: nothing_left(kube, ns, "cli"), 60)

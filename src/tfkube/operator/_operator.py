@@ -31,7 +31,14 @@ from typing import Any
 from tfkube.api import SpecError, TFJob, parse_job
 from tfkube.operator._kube import Kube
 from tfkube.operator._observe import LABEL_JOB, LABEL_ROLE
-from tfkube.operator._reconcile import GROUP, PLURAL, VERSION, invalid_spec_plan, reconcile
+from tfkube.operator._reconcile import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    DeleteTFJob,
+    invalid_spec_plan,
+    reconcile,
+)
 from tfkube.render import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
@@ -130,8 +137,8 @@ class Reconciler:
         for op in plan.ops:
             log.info("%s/%s: %s", namespace, name, _describe(op))
             self.kube.apply(op, tfjob)
-        if plan.ops and any(type(op).__name__ == "DeleteTFJob" for op in plan.ops):
-            return None
+        if any(isinstance(op, DeleteTFJob) for op in plan.ops):
+            return None  # gone: no status to write
         self.kube.write_status(tfjob, plan.status)
         return plan.requeue_after
 
