@@ -41,7 +41,7 @@ def free_ports(n: int) -> list[int]:
 def run_tfkube(tmp: Path) -> tuple[float, dict[str, float]]:
     env = {**os.environ, "TFKUBE_HOME": str(tmp / "home")}
     tfkube = [sys.executable, "-m", "tfkube"]
-    started = time.perf_counter()
+    started, started_epoch = time.perf_counter(), time.time()
     subprocess.run(
         [*tfkube, "run", str(EXAMPLE / "job.yaml")],
         env=env,
@@ -50,7 +50,16 @@ def run_tfkube(tmp: Path) -> tuple[float, dict[str, float]]:
         stderr=subprocess.DEVNULL,
     )
     wall = time.perf_counter() - started
-    result = json.loads((tmp / "home/jobs/mnist-between-graph/output/result.json").read_text())
+    ended_epoch = time.time()
+    job_dir = tmp / "home/jobs/mnist-between-graph"
+    result = json.loads((job_dir / "output/result.json").read_text())
+    # tfkube's own share, from its event log: command start -> first replica started, and
+    # the decisive replica's exit -> command exit (PS ended, supervisor gone, CLI returned).
+    events = [json.loads(line) for line in (job_dir / "events.jsonl").read_text().splitlines()]
+    first_start = min(e["time"] for e in events if e["message"].startswith("started "))
+    decided = next(e["time"] for e in events if "worker-0 exited with code 0" in e["message"])
+    result["start_latency"] = first_start - started_epoch
+    result["end_latency"] = ended_epoch - decided
     subprocess.run(
         [*tfkube, "delete", "mnist-between-graph"], env=env, check=True, stdout=subprocess.DEVNULL
     )
@@ -82,6 +91,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     walls: dict[str, list[float]] = {"tfkube": [], "baseline": []}
+    latencies: dict[str, list[float]] = {"start_latency": [], "end_latency": []}
     rates: dict[str, list[float]] = {"tfkube": [], "baseline": []}
     for i in range(args.rounds):
         order = [("tfkube", run_tfkube), ("baseline", run_baseline)]
@@ -92,6 +102,9 @@ def main() -> None:
                 wall, result = fn(Path(tmp))
             walls[name].append(wall)
             rates[name].append(result["global_steps_per_second"])
+            for key, values in latencies.items():
+                if key in result:
+                    values.append(result[key])
             print(
                 f"round {i + 1} {name:8s} wall {wall:6.2f}s  global steps/s "
                 f"{result['global_steps_per_second']:6.1f}  accuracy {result['test_accuracy']}",
@@ -107,6 +120,13 @@ def main() -> None:
     print(
         f"| **ratio tfkube/baseline** | **{wall['tfkube'] / wall['baseline']:.3f}** | "
         f"**{rate['tfkube'] / rate['baseline']:.3f}** |"
+    )
+    fixed = {k: statistics.median(v) for k, v in latencies.items()}
+    print()
+    print(
+        f"tfkube's fixed cost per job (median): {fixed['start_latency']:.2f}s from the command "
+        f"to the first replica started, {fixed['end_latency']:.2f}s from worker-0's exit to "
+        "the command's exit (PS ended)."
     )
 
 
