@@ -15,6 +15,7 @@ from tfkube.operator._observe import (
     format_time,
     parse_indexes,
     parse_time,
+    slim_pod,
 )
 from tfkube.operator._reconcile import (
     STOP_ANNOTATION,
@@ -588,3 +589,20 @@ def test_owned_keeps_a_job_render_suspended_for_kueue():
         o for o in owned(objects, resource(), suspend=False, generations={}) if o["kind"] == "Job"
     ]
     assert [j["spec"]["suspend"] for j in jobs] == [False, True]
+
+
+def test_slim_pods_observe_the_same():
+    jobs = [role_job("ps"), role_job("worker", failed="1")]
+    pods = [
+        pod("ps", 0),
+        pod("worker", 0, "Failed", 2, name="w0a", created=T0),
+        pod("worker", 0, "Running", name="w0b", created=T0 + 5),
+        pod("worker", 1, "Failed", 1, name="w1", dying=True),
+    ]
+    for p in pods:
+        p["metadata"]["managedFields"] = [{"manager": "kube-controller-manager"}]
+        p["spec"] = {"containers": [{"name": "tensorflow", "env": [{"name": "A", "value": "x"}]}]}
+    full = observe(tfjob_model(), Prior(), jobs, pods, NOW)
+    slim = observe(tfjob_model(), Prior(), jobs, [slim_pod(p) for p in pods], NOW)
+    assert slim == full
+    assert "managedFields" not in slim_pod(pods[0])["metadata"]

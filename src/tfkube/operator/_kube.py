@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tfkube.operator._reconcile import (
@@ -96,14 +96,30 @@ class Kube:
         )
         return result
 
-    def list(self, api_version: str, kind: str, namespace: str, selector: str) -> list[Any]:
-        data = self.request(
-            "GET",
-            self.collection(api_version, kind, namespace),
-            query={"labelSelector": selector},
-        )
-        items: list[Any] = data.get("items") or []
-        return items
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        selector: str,
+        slim: Callable[[Any], Any] | None = None,
+        page: int = 200,
+    ) -> list[Any]:
+        """Every object matching `selector`, read `page` at a time (one consistent
+        snapshot); `slim` keeps only what the caller needs of each, so a 1,000-pod job is
+        never held in full (managed fields and pod specs are most of a pod)."""
+        items: list[Any] = []
+        token = ""
+        while True:
+            query = {"labelSelector": selector, "limit": page}
+            if token:
+                query["continue"] = token
+            data = self.request("GET", self.collection(api_version, kind, namespace), query=query)
+            batch = data.get("items") or []
+            items += [slim(i) for i in batch] if slim is not None else batch
+            token = (data.get("metadata") or {}).get("continue") or ""
+            if not token:
+                return items
 
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> Any:
         path = f"{self.collection(api_version, kind, namespace)}/{name}"

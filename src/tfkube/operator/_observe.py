@@ -203,6 +203,33 @@ class Prior:
         )
 
 
+def slim_pod(pod: Obj) -> dict[str, Any]:
+    """The parts of a pod `observe` reads (the operator keeps nothing else in memory)."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    annotations = meta.get("annotations") or {}
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "creationTimestamp": meta.get("creationTimestamp"),
+            "deletionTimestamp": meta.get("deletionTimestamp"),
+            "labels": meta.get("labels") or {},
+            "annotations": {INDEX_KEY: annotations[INDEX_KEY]} if INDEX_KEY in annotations else {},
+            "ownerReferences": [
+                {"controller": r.get("controller"), "uid": r.get("uid")}
+                for r in meta.get("ownerReferences") or []
+            ],
+        },
+        "status": {
+            "phase": status.get("phase"),
+            "containerStatuses": [
+                {"state": cs.get("state") or {}, "lastState": cs.get("lastState") or {}}
+                for cs in status.get("containerStatuses") or []
+            ],
+        },
+    }
+
+
 def _role_job_name(job_name: str, role: str) -> str:
     return f"{job_name}-{role}"
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from tfkube.api import SpecError, TFJob, parse_job
 from tfkube.operator._kube import Kube
-from tfkube.operator._observe import LABEL_JOB, LABEL_ROLE
+from tfkube.operator._observe import LABEL_JOB, LABEL_ROLE, slim_pod
 from tfkube.operator._reconcile import (
     GROUP,
     PLURAL,
@@ -132,7 +132,9 @@ class Reconciler:
             plan = invalid_spec_plan(tfjob, str(exc), now)
         else:
             jobs = self.kube.list("batch/v1", "Job", namespace, f"{LABEL_JOB}={name}")
-            pods = self.kube.list("v1", "Pod", namespace, f"{LABEL_JOB}={name},{LABEL_ROLE}")
+            pods = self.kube.list(
+                "v1", "Pod", namespace, f"{LABEL_JOB}={name},{LABEL_ROLE}", slim=slim_pod
+            )
             plan = reconcile(tfjob, job, jobs, pods, rendered, now)
         for op in plan.ops:
             log.info("%s/%s: %s", namespace, name, _describe(op))
