@@ -10,6 +10,7 @@ it owns). Logs come from the pod log API, which the node's kubelet serves.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import json
 import tempfile
 import time
@@ -245,6 +246,9 @@ class KubernetesBackend:
         try:
             created = self._request("POST", self._tfjobs(), body=body)
         except self.ApiException as exc:
+            if code_cm is not None:  # not owned by anything yet: do not leave it behind
+                with contextlib.suppress(self.ApiException):
+                    self._request("DELETE", f"{cm_path}/{code_cm['metadata']['name']}")
             if exc.status == 409:
                 raise JobExists(f"a job named {job.name!r} already exists") from None
             if exc.status == 422:
