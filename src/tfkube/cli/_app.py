@@ -211,7 +211,8 @@ def submit(
     out.print(
         f"job {view.name} submitted ({len(view.replicas)} replicas)"
         + (f" to namespace {where}" if where else "")
-        + f"; follow it with `tfkube status {view.name} --engine {engine}`",
+        + f"; follow it with `tfkube status {view.name} --engine {engine}"
+        + (f" -n {namespace}`" if namespace else "`"),
         highlight=False,
     )
 
