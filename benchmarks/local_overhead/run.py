@@ -7,7 +7,7 @@ The between-graph example (1 PS + 2 workers) is run alternately
 It reports the median wall time and training speed (global steps per second, all workers
 together) of each, and their ratios.
 
-    .venv/bin/python benchmarks/local_overhead/run.py [--rounds 3]
+    .venv/bin/python benchmarks/local_overhead/run.py [--rounds 3] [--train-steps 1000]
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "mnist-between-graph"
-WORKER_ARGS = ["--train_steps=1000"]  # the same as the example's job.yaml
+STEPS_IN_EXAMPLE = 1000  # the example's job.yaml trains this many global steps
 
 
 def free_ports(n: int) -> list[int]:
@@ -38,12 +40,12 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def run_tfkube(tmp: Path) -> tuple[float, dict[str, float]]:
+def run_tfkube(tmp: Path, steps: int) -> tuple[float, dict[str, float]]:
     env = {**os.environ, "TFKUBE_HOME": str(tmp / "home")}
     tfkube = [sys.executable, "-m", "tfkube"]
     started, started_epoch = time.perf_counter(), time.time()
     subprocess.run(
-        [*tfkube, "run", str(EXAMPLE / "job.yaml")],
+        [*tfkube, "run", str(job_file(tmp, steps))],
         env=env,
         check=True,
         stdout=subprocess.DEVNULL,
@@ -66,7 +68,17 @@ def run_tfkube(tmp: Path) -> tuple[float, dict[str, float]]:
     return wall, result
 
 
-def run_baseline(tmp: Path) -> tuple[float, dict[str, float]]:
+def job_file(tmp: Path, steps: int) -> Path:
+    """The example's job.yaml, with its code folder made absolute and the steps set."""
+    raw = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
+    raw["spec"]["code"]["source"] = str(EXAMPLE)
+    raw["spec"]["replicas"]["worker"]["args"] = [f"--train_steps={steps}"]
+    path = tmp / "job.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def run_baseline(tmp: Path, steps: int) -> tuple[float, dict[str, float]]:
     out = tmp / "baseline"
     out.mkdir()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
@@ -77,7 +89,7 @@ def run_baseline(tmp: Path) -> tuple[float, dict[str, float]]:
             str(EXAMPLE),
             str(out),
             *map(str, free_ports(3)),
-            *WORKER_ARGS,
+            f"--train_steps={steps}",
         ],
         env=env,
         check=True,
@@ -89,6 +101,7 @@ def run_baseline(tmp: Path) -> tuple[float, dict[str, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--train-steps", type=int, default=STEPS_IN_EXAMPLE)
     args = parser.parse_args()
     walls: dict[str, list[float]] = {"tfkube": [], "baseline": []}
     latencies: dict[str, list[float]] = {"start_latency": [], "end_latency": []}
@@ -99,7 +112,7 @@ def main() -> None:
             order.reverse()  # alternate, so drift on a shared machine hits both alike
         for name, fn in order:
             with tempfile.TemporaryDirectory() as tmp:
-                wall, result = fn(Path(tmp))
+                wall, result = fn(Path(tmp), args.train_steps)
             walls[name].append(wall)
             rates[name].append(result["global_steps_per_second"])
             for key, values in latencies.items():

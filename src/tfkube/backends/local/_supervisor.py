@@ -234,7 +234,11 @@ class Supervisor:
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                start_new_session=True,
+                # Its own process group (to signal the replica as a whole), but not its
+                # own session: Linux's autogroup scheduler shares CPU between sessions, so
+                # one session per replica would hand a mostly idle PS as much CPU as a
+                # busy worker. All replicas of a job share the supervisor's session.
+                process_group=0,
             )
         self.procs[key] = proc
         replica.process = ref_of(proc.pid)
