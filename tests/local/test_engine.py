@@ -65,6 +65,7 @@ def test_success_wires_replicas_and_ends_ps_within_seconds(
         """,
         workers=2,
         ps=1,
+        policy={"successPolicy": "AllWorkers"},  # worker-1 must get to write its file
     )
     view = backend.submit(job, base)
     assert view.phase in (JobPhase.PENDING, JobPhase.RUNNING)
@@ -78,7 +79,7 @@ def test_success_wires_replicas_and_ends_ps_within_seconds(
     assert states["ps-0"] is ReplicaState.STOPPED
 
     evs = events(tfkube_home, job.name)
-    ended = event_time(evs, "worker-0 exited with code 0")
+    ended = max(event_time(evs, f"worker-{i} exited with code 0") for i in (0, 1))
     gone = event_time(evs, "supervisor exits")
     assert gone - ended < 2.0, f"PS took {gone - ended:.2f}s to be ended"
 
@@ -336,7 +337,11 @@ def test_gpus_are_pinned_per_replica_and_never_oversubscribed(
 ) -> None:
     monkeypatch.setenv("TFKUBE_GPUS", "0,1,2")
     job, base = make_job(
-        "gpus", PS_FOREVER + 'echo "GPUS=[$CUDA_VISIBLE_DEVICES]"\n', workers=2, ps=1
+        "gpus",
+        PS_FOREVER + 'echo "GPUS=[$CUDA_VISIBLE_DEVICES]"\n',
+        workers=2,
+        ps=1,
+        policy={"successPolicy": "AllWorkers"},
     )
     raw = job.model_dump(by_alias=True)
     raw["spec"]["replicas"]["worker"]["resources"]["gpu"] = 1

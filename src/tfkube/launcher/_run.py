@@ -92,13 +92,30 @@ def _signal_group(pgid: int, sig: int) -> None:
             os.kill(pid, sig)
 
 
+def _reap_adopted() -> None:
+    """Collect exited processes re-parented to us (we are a subreaper), so that no zombie
+    is handed on to init when we exit."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
 def _end_group(pgid: int, grace: float) -> None:
     """SIGTERM everything else in the group, then SIGKILL what is left after `grace`."""
     _signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while _group_members(pgid) and time.monotonic() < deadline:
-        time.sleep(0.05)
+        _reap_adopted()
+        time.sleep(0.02)
     _signal_group(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + 1
+    while _group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    _reap_adopted()
 
 
 def _computed_env(commands: dict[str, str], env: dict[str, str], cwd: Path) -> dict[str, str]:

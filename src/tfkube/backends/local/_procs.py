@@ -70,11 +70,33 @@ def stop_trees(refs: list[ProcessRef], grace: float) -> None:
     for p in procs.values():
         with contextlib.suppress(psutil.Error):
             p.send_signal(signal.SIGTERM)
-    _, remaining = psutil.wait_procs(list(procs.values()), timeout=grace)
+    remaining = _wait_dead(list(procs.values()), grace)
     for p in remaining:
         with contextlib.suppress(psutil.Error):
             p.kill()
-    psutil.wait_procs(remaining, timeout=5)
+    _wait_dead(remaining, 5)
+
+
+def _dead(proc: psutil.Process) -> bool:
+    """Gone, or a zombie: it runs no more, whoever reaps it (init may take its time)."""
+    try:
+        if proc.status() != psutil.STATUS_ZOMBIE:
+            return False
+    except psutil.Error:
+        return True
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(proc.pid, os.WNOHANG)  # ours (a launcher): collect it now
+    return True
+
+
+def _wait_dead(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait up to `timeout` for every process to die; return those still running."""
+    deadline = time.monotonic() + timeout
+    remaining = [p for p in procs if not _dead(p)]
+    while remaining and time.monotonic() < deadline:
+        time.sleep(0.02)
+        remaining = [p for p in remaining if not _dead(p)]
+    return remaining
 
 
 def wait_gone(ref: ProcessRef, timeout: float) -> bool:
