@@ -100,7 +100,10 @@ class LocalBackend:
         staging.root.mkdir(parents=True)
         try:
             self._stage(job, base_dir, staging, target)
-            staging.root.rename(target.root)
+            try:
+                staging.root.rename(target.root)
+            except OSError:  # another submit of the same name got there first
+                raise JobExists(f"a job named {job.name!r} was just submitted") from None
         except BaseException:
             shutil.rmtree(staging.root, ignore_errors=True)
             raise
