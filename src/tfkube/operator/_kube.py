@@ -7,11 +7,11 @@ found" on delete are successes: every operation may be repeated after a crash.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tfkube.backends.kubernetes._rest import rest_request
 from tfkube.operator._reconcile import (
     GROUP,
     PLURAL,
@@ -49,21 +49,7 @@ class Kube:
         query: Mapping[str, Any] | None = None,
         content_type: str = "application/json",
     ) -> Any:
-        method, url, headers, payload, _ = self.api.param_serialize(
-            method,
-            path,
-            query_params=list((query or {}).items()),
-            header_params={"Content-Type": content_type, "Accept": "application/json"},
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        response = self.api.call_api(method, url, headers, payload, _request_timeout=60)
-        data = response.read()
-        if not 200 <= response.status <= 299:
-            raise self.ApiException(
-                status=response.status, reason=response.reason, body=data.decode(errors="replace")
-            )
-        return json.loads(data) if data else None
+        return rest_request(self.api, method, path, body, query, content_type)
 
     def _ok(self, call: Any, *allowed: int) -> Any:
         try:

@@ -22,6 +22,7 @@ from typing import Any
 from tfkube.api import SpecError, TFJob, dump_job
 from tfkube.backends._artifact import prepare_artifact
 from tfkube.backends._base import JobExists, JobNotFound, JobView, ReplicaView
+from tfkube.backends.kubernetes._rest import rest_request
 from tfkube.planner import JobPhase, ReplicaState
 from tfkube.render import (
     CONTAINER,
@@ -169,23 +170,7 @@ class KubernetesBackend:
         timeout: float = 60.0,
         raw: bool = False,
     ) -> Any:
-        method, url, headers, payload, _ = self.api.param_serialize(
-            method,
-            path,
-            query_params=list((query or {}).items()),
-            header_params={"Content-Type": content_type, "Accept": "application/json, */*"},
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        response = self.api.call_api(method, url, headers, payload, _request_timeout=timeout)
-        data = response.read()
-        if not 200 <= response.status <= 299:
-            raise self.ApiException(
-                status=response.status, reason=response.reason, body=data.decode(errors="replace")
-            )
-        if raw:
-            return data
-        return json.loads(data) if data else None
+        return rest_request(self.api, method, path, body, query, content_type, timeout, raw)
 
     def _tfjobs(self, name: str = "") -> str:
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{self.namespace}/{PLURAL}"
