@@ -194,6 +194,29 @@ def submit(
     return backend
 
 
+def cli_submit(kube: KubeCluster, ns: str, path: Path) -> subprocess.CompletedProcess[str]:
+    """`tfkube submit PATH --engine kubernetes` as a user runs it."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tfkube",
+            "submit",
+            str(path),
+            "--engine",
+            "kubernetes",
+            "--namespace",
+            ns,
+            "--kubeconfig",
+            str(kube.kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def tfjob(kube: KubeCluster, namespace: str, name: str) -> dict[str, Any] | None:
     try:
         result: dict[str, Any] = client.CustomObjectsApi(
@@ -491,24 +514,7 @@ def test_invalid_tfjob_is_rejected_with_a_clear_message(
     bad["spec"]["replicas"]["worker"]["env"] = {"TF_CONFIG": "{}"}
     path = code / "bad.yaml"
     path.write_text(yaml.safe_dump(bad))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tfkube",
-            "submit",
-            str(path),
-            "--engine",
-            "kubernetes",
-            "--namespace",
-            ns,
-            "--kubeconfig",
-            str(kube.kubeconfig),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = cli_submit(kube, ns, path)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "spec.replicas.worker.env" in proc.stderr
     assert "set by tfkube itself" in proc.stderr
@@ -573,24 +579,7 @@ def test_kubeflow_manifest_is_converted_and_run(
     path = code / "code" / "kubeflow.yaml"  # next to train.py: code-source defaults to "."
     path.write_text(KUBEFLOW)
     volumes(ns, "kf-mnist")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tfkube",
-            "submit",
-            str(path),
-            "--engine",
-            "kubernetes",
-            "--namespace",
-            ns,
-            "--kubeconfig",
-            str(kube.kubeconfig),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = cli_submit(kube, ns, path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     stored = tfjob(kube, ns, "kf-mnist")
     assert stored is not None
