@@ -36,6 +36,7 @@ class ReplicaView:
     pid: int | None = None
     address: str | None = None
     last_line: str = ""
+    message: str = ""
 
 
 @dataclass(frozen=True)
