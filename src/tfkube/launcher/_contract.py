@@ -6,7 +6,9 @@ Variables an engine sets (both engines set the same ones):
   TFKUBE_CLUSTER (JSON role -> addresses), TFKUBE_NUM_PS, TFKUBE_NUM_WORKERS,
   TFKUBE_DATA_DIR, TFKUBE_LOG_DIR, TFKUBE_CODE_URL, TFKUBE_CODE_SHA256 (optional),
   TFKUBE_ENTRYPOINT, TFKUBE_WORK_DIR, TFKUBE_ARGS (JSON list, optional),
-  TFKUBE_ENV_COMMANDS (JSON name -> shell command, optional).
+  TFKUBE_ENV_COMMANDS (JSON name -> shell command, optional),
+  TFKUBE_CODE_TOKEN (optional: a bearer token for fetching TFKUBE_CODE_URL; the
+  entrypoint does not get it).
 The launcher adds TF_CONFIG, TFKUBE_CHECKPOINT_DIR, TFKUBE_SHARD_INDEX and
 TFKUBE_NUM_SHARDS, and passes the classic flags to the entrypoint.
 """
@@ -30,6 +32,9 @@ EX_CONFIG = 78
 """The contract itself is broken (missing variable, failing env command): never retried."""
 
 
+CODE_TOKEN_ENV = "TFKUBE_CODE_TOKEN"
+
+
 class ContractError(Exception):
     pass
 
@@ -48,10 +53,13 @@ class ReplicaContract:
     log_dir: str
     args: tuple[str, ...]
     env_commands: dict[str, str]
+    code_token: str | None = None
+    """Sent as `Authorization: Bearer` when fetching an http(s) code URL."""
 
     def environment(self, base: Mapping[str, str]) -> dict[str, str]:
         """The entrypoint's environment: `base` plus TF_CONFIG and the derived TFKUBE_*."""
         env = dict(base)
+        env.pop(CODE_TOKEN_ENV, None)  # the fetch's credential, not the code's
         env["TF_CONFIG"] = tf_config(self.cluster, self.role, self.index)
         env["TFKUBE_INDEX"] = str(self.index)
         env["TFKUBE_CHECKPOINT_DIR"] = self.log_dir
@@ -120,4 +128,5 @@ def contract_from_env(env: Mapping[str, str]) -> ReplicaContract:
         log_dir=env.get("TFKUBE_LOG_DIR", ""),
         args=tuple(str(a) for a in args),
         env_commands={str(k): str(v) for k, v in commands.items()},
+        code_token=env.get(CODE_TOKEN_ENV) or None,
     )

@@ -31,6 +31,7 @@ from tfkube.launcher._contract import (
     contract_from_env,
 )
 from tfkube.launcher._fetch import FetchError, fetch_code
+from tfkube.launcher._tee import open_attempt, start_tee
 
 ENV_COMMAND_TIMEOUT = 60.0
 
@@ -149,7 +150,7 @@ def main() -> int:
     work = Path(contract.work_dir)
     _say(f"{contract.job} {contract.role}-{contract.index}: fetching {contract.code_url}")
     try:
-        code = fetch_code(contract.code_url, contract.code_sha256, work)
+        code = fetch_code(contract.code_url, contract.code_sha256, work, contract.code_token)
     except FetchError as exc:
         _say(f"cannot fetch the code: {exc}")
         return EX_DATAERR if exc.permanent else EX_TEMPFAIL
@@ -183,7 +184,19 @@ def main() -> int:
 
     argv = contract.argv(str(entry))
     _say(f"running {' '.join(argv)}")
-    child = subprocess.Popen(argv, cwd=code, env=env)
+    # The output also goes to the job's shared log folder, one file per start (_tee).
+    opened = open_attempt(contract.log_dir, f"{contract.role}-{contract.index}")
+    child = subprocess.Popen(
+        argv,
+        cwd=code,
+        env=env,
+        stdout=subprocess.PIPE if opened else None,
+        stderr=subprocess.STDOUT if opened else None,
+    )
+    tee = None
+    if opened is not None and child.stdout is not None:
+        tee = start_tee(child.stdout, opened[1])
+        tee.note(f"{contract.job} {contract.role}-{contract.index} attempt {opened[0]}: {argv[0]}")
 
     parent = os.environ.get("TFKUBE_PARENT_PID")
     if parent and parent.isdigit():
@@ -214,5 +227,7 @@ def main() -> int:
     # Nothing the entrypoint started may outlive it.
     _end_group(pgid, grace=min(grace, 2.0))
     status = code_ if code_ >= 0 else 128 - code_
+    if tee is not None:
+        tee.finish(f"entrypoint exited with {status}")
     _say(f"entrypoint exited with {status}")
     return status

@@ -98,3 +98,27 @@ def _wait_established(kube: Kube, timeout: float) -> None:
         if time.monotonic() > deadline:
             raise InstallError(f"CRD {CRD_NAME} was not established within {timeout:.0f}s")
         time.sleep(0.2)
+
+
+def apply_objects(api_client: Any, objects: list[dict[str, Any]], dry_run: bool = False) -> None:
+    """Server-side apply plain objects in order (idempotent). Raises InstallError."""
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.dynamic import DynamicClient
+
+    dynamic = DynamicClient(api_client)  # type: ignore[no-untyped-call]
+    for obj in objects:
+        meta = obj["metadata"]
+        resource = dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        try:
+            resource.server_side_apply(
+                body=obj,
+                name=meta["name"],
+                namespace=meta.get("namespace"),
+                field_manager=FIELD_MANAGER,
+                force_conflicts=True,
+                dry_run="All" if dry_run else None,
+            )
+        except ApiException as exc:
+            raise InstallError(
+                f"{obj['kind']} {meta['name']}: the API server refused it: {_message(exc)}"
+            ) from None

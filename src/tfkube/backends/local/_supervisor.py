@@ -79,6 +79,11 @@ class Supervisor:
         }
         self.cluster = cluster_spec(self.job.spec.replicas.counts(), local_address(ports))
         self.base_env = {k: v for k, v in os.environ.items() if not k.startswith(_INHERITED_DROP)}
+        artifact = self.record.artifact
+        self.code_url = artifact if "://" in artifact else Path(artifact).as_uri()
+        token = job_dir.read_code_token()
+        if token is not None:
+            self.base_env["TFKUBE_CODE_TOKEN"] = token
         # Replicas run with the Python tfkube runs with: `python3` in run.sh finds it first.
         python_bin = str(Path(sys.executable).parent)
         self.base_env["PATH"] = python_bin + os.pathsep + self.base_env.get("PATH", "")
@@ -211,7 +216,7 @@ class Supervisor:
                 self.job,
                 Role(replica.role),
                 self.cluster,
-                code_url=Path(self.record.artifact).as_uri(),
+                code_url=self.code_url,
                 code_sha256=self.record.artifact_sha256,
                 data_dir=self.record.data_dir,
                 log_dir=self.record.log_dir,

@@ -1,0 +1,33 @@
+"""Everything a request handler may need, made once at start-up: settings, the database,
+the engines, the job service, the blob store, the login limiter, the proxy targets."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from tfkube.server._artifacts import BlobStore
+from tfkube.server._engines import Engines
+from tfkube.server._jobs import JobService
+from tfkube.server._ratelimit import LoginLimiter
+from tfkube.server._settings import ServerSettings
+
+log = logging.getLogger("tfkube.server")
+
+
+@dataclass
+class Platform:
+    settings: ServerSettings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    key: bytes
+    engines: Engines
+    jobs: JobService
+    blobs: BlobStore
+    limiter: LoginLimiter = field(default_factory=LoginLimiter)
+    """Failed sign-ins per user name (5 a minute)."""
+    address_limiter: LoginLimiter = field(default_factory=lambda: LoginLimiter(max_failures=30))
+    """Failed sign-ins per client address (30 a minute: several people may share one)."""
