@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tfkube.backends import Backend
-from tfkube.render import (
+from tfkube.kube.names import (
     GROUP,
     LABEL_COMPONENT,
     LABEL_MANAGED_BY,

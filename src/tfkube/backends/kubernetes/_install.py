@@ -40,6 +40,24 @@ class Applied:
         return f"{self.kind} {where}{self.name}: {self.outcome}"
 
 
+def _apply(kube: Kube, obj: dict[str, Any], dry_run: bool) -> None:
+    meta = obj["metadata"]
+    kind, name = obj["kind"], meta["name"]
+    query = {"fieldManager": FIELD_MANAGER, "force": "true"}
+    if dry_run:
+        query["dryRun"] = "All"
+    try:
+        kube.request(
+            "PATCH",
+            object_path(obj["apiVersion"], kind, meta.get("namespace"), name),
+            body=obj,
+            query=query,
+            content_type="application/apply-patch+yaml",  # JSON is YAML
+        )
+    except ApiError as exc:
+        raise InstallError(f"{kind} {name}: the API server refused it: {exc.message}") from None
+
+
 def install(
     api_client: Any,
     *,
@@ -64,20 +82,7 @@ def install(
             done.append(result)
             progress(result)
             continue
-        query = {"fieldManager": FIELD_MANAGER, "force": "true"}
-        if dry_run:
-            query["dryRun"] = "All"
-        try:
-            kube.request(
-                "PATCH",
-                object_path(obj["apiVersion"], kind, ns, name),
-                body=obj,
-                query=query,
-                content_type="application/apply-patch+yaml",  # JSON is YAML
-            )
-        except ApiError as exc:
-            refused = f"{kind} {name}: the API server refused it: {exc.message}"
-            raise InstallError(refused) from None
+        _apply(kube, obj, dry_run)
         if kind == "Namespace" and dry_run and kube.get("v1", "Namespace", None, name) is None:
             namespace_missing = True
         result = Applied(kind, name, ns, "validated" if dry_run else "applied")
@@ -101,24 +106,8 @@ def _wait_established(kube: Kube, timeout: float) -> None:
 
 
 def apply_objects(api_client: Any, objects: list[dict[str, Any]], dry_run: bool = False) -> None:
-    """Server-side apply plain objects in order (idempotent). Raises InstallError."""
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.dynamic import DynamicClient
-
-    dynamic = DynamicClient(api_client)  # type: ignore[no-untyped-call]
+    """Server-side apply plain objects in order (idempotent), e.g. a team's namespace and
+    quota for the tfkube server. Raises InstallError naming the refused object."""
+    kube = Kube(api_client)
     for obj in objects:
-        meta = obj["metadata"]
-        resource = dynamic.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        try:
-            resource.server_side_apply(
-                body=obj,
-                name=meta["name"],
-                namespace=meta.get("namespace"),
-                field_manager=FIELD_MANAGER,
-                force_conflicts=True,
-                dry_run="All" if dry_run else None,
-            )
-        except ApiException as exc:
-            raise InstallError(
-                f"{obj['kind']} {meta['name']}: the API server refused it: {_message(exc)}"
-            ) from None
+        _apply(kube, obj, dry_run)
