@@ -5,5 +5,19 @@ May import `tfkube.backends` and below; never `tfkube.server` or `tfkube.cli`.
 """
 
 from tfkube.client import wire
+from tfkube.client._backend import ServerBackend, job_view
+from tfkube.client._client import Client, ServerError, pack_folder
+from tfkube.client._config import Login, load_login, login_file, save_login
 
-__all__ = ["wire"]
+__all__ = [
+    "Client",
+    "Login",
+    "ServerBackend",
+    "ServerError",
+    "job_view",
+    "load_login",
+    "login_file",
+    "pack_folder",
+    "save_login",
+    "wire",
+]

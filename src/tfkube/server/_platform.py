@@ -13,6 +13,7 @@ from tfkube.server._artifacts import BlobStore
 from tfkube.server._engines import Engines
 from tfkube.server._jobs import JobService
 from tfkube.server._ratelimit import LoginLimiter
+from tfkube.server._scalars import ScalarReader
 from tfkube.server._settings import ServerSettings
 
 log = logging.getLogger("tfkube.server")
@@ -31,3 +32,4 @@ class Platform:
     """Failed sign-ins per user name (5 a minute)."""
     address_limiter: LoginLimiter = field(default_factory=lambda: LoginLimiter(max_failures=30))
     """Failed sign-ins per client address (30 a minute: several people may share one)."""
+    scalars: ScalarReader = field(default_factory=ScalarReader)

@@ -12,11 +12,13 @@ from pathlib import Path
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
 
+from tfkube.api import load_job_text
 from tfkube.backends import JobNotFound
-from tfkube.client.wire import LogFile, OutputFile
+from tfkube.client.wire import LogFile, OutputFile, Progress, ScalarsOut
 from tfkube.server._logs import NoSuchLog, log_files, log_path, read_chunk
 from tfkube.server._logs import follow as follow_file
 from tfkube.server._paths import UnsafePath, resolve_under
+from tfkube.server._scalars import progress_hint, progress_of, total_steps
 from tfkube.server._scopes import Scope
 from tfkube.server._tables import Job, Team
 from tfkube.server.deps import CurrentUser, JobDep, PlatformDep, SessionDep
@@ -212,3 +214,17 @@ def _tar_stream(folder: Path) -> Iterator[bytes]:
             if len(pipe.buffer) > 1 << 20:
                 yield pipe.take()
     yield pipe.take()
+
+
+@router.get("/scalars")
+async def scalars(job: JobDep, principal: CurrentUser, platform: PlatformDep) -> ScalarsOut:
+    """Every scalar of the job's TensorBoard event files as series (step, value,
+    wall_time), and progress/ETA where the number of steps is known."""
+    principal.require(Scope.METRICS_READ, job.team_id)
+    if not job.output_dir:
+        return ScalarsOut(series=[], progress=Progress())
+    output_dir = job.output_dir
+    series = await asyncio.to_thread(platform.scalars.read, output_dir)
+    spec = load_job_text(job.spec, "job")
+    hint = await asyncio.to_thread(progress_hint, output_dir)
+    return ScalarsOut(series=series, progress=progress_of(series, total_steps(spec), hint))
