@@ -129,3 +129,12 @@ def test_other_teams_get_404(admin: Api, server: ServerProc, team: TeamCtx) -> N
     finally:
         outsider.close()
         wait_job(api, job["id"], {"Succeeded", "Failed"})
+
+
+def test_prometheus_metrics(server: ServerProc, admin: Api, team: TeamCtx) -> None:
+    assert team.member.get("/metrics").status_code == 403
+    assert httpx.get(f"{server.url}/metrics").status_code == 401
+    text = admin.get("/metrics").text
+    assert "tfkube_api_request_seconds_bucket" in text
+    assert 'route="/api/v1/jobs/{job_id}"' in text or "tfkube_jobs" in text
+    assert "tfkube_submit_seconds_count" in text

@@ -20,8 +20,8 @@ from .conftest import TeamCtx
 def _code(folder: Path) -> Path:
     folder.mkdir()
     (folder / "run.sh").write_text(
-        "#!/usr/bin/env bash\nfor i in 1 2 3; do echo \"$TFKUBE_ROLE-$TFKUBE_INDEX line $i\"; done\n"
-        "echo model > \"$TFKUBE_LOG_DIR/model.txt\"\n"
+        '#!/usr/bin/env bash\nfor i in 1 2 3; do echo "$TFKUBE_ROLE-$TFKUBE_INDEX line $i"; done\n'
+        'echo model > "$TFKUBE_LOG_DIR/model.txt"\n'
     )
     (folder / "run.sh").chmod(0o755)
     return folder
@@ -64,7 +64,11 @@ def _has_log(c: tfkube.Client, job_id: str) -> bool:
 
 def tfkube_cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tfkube", *args], capture_output=True, text=True, env=env, timeout=180
+        [sys.executable, "-m", "tfkube", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=180,
     )
 
 
@@ -72,7 +76,9 @@ def test_cli_login_and_every_command(server: ServerProc, team: TeamCtx, tmp_path
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config"), "TFKUBE_ENGINE": "server"}
     env.pop("TFKUBE_URL", None)
     env.pop("TFKUBE_TOKEN", None)
-    signed = tfkube_cli("login", server.url, "--token", team.member.token, "--team", team.name, env=env)
+    signed = tfkube_cli(
+        "login", server.url, "--token", team.member.token, "--team", team.name, env=env
+    )
     assert signed.returncode == 0, signed.stderr
     saved = tmp_path / "config" / "tfkube" / "login.json"
     assert saved.stat().st_mode & 0o777 == 0o600

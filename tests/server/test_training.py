@@ -42,9 +42,7 @@ def test_between_graph_example_through_the_server(
     try:
         with tfkube.Client(server.url, api.token, team="default") as c:
             art = c.upload(EXAMPLE, "mnist")
-            job = c.submit(
-                name="mnist", workers=2, ps=1, code="mnist", args=["--train_steps=300"]
-            )
+            job = c.submit(name="mnist", workers=2, ps=1, code="mnist", args=["--train_steps=300"])
             done = c.wait(job.id, timeout=600, poll=1.0)
             assert done.phase == "Succeeded", (done.reason, done.message)
             assert done.code == f"mnist:{art.version}"

@@ -22,7 +22,20 @@ from tfkube.server._engines import Engines
 from tfkube.server._jobs import JobService
 from tfkube.server._platform import Platform
 from tfkube.server._settings import ServerSettings
-from tfkube.server.routes import artifacts, auth, code, health, jobs, logs, teams, tokens, users
+from tfkube.server.routes import (
+    artifacts,
+    auth,
+    code,
+    health,
+    jobs,
+    logs,
+    teams,
+    tokens,
+    users,
+)
+from tfkube.server.routes import (
+    metrics as metrics_route,
+)
 from tfkube.server.routes._util import FieldHTTPError
 
 log = logging.getLogger("tfkube.server")
@@ -112,16 +125,26 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
             headers=getattr(exc, "headers", None),
         )
 
+    metrics = built.metrics
+    assert metrics is not None
+
     @app.middleware("http")
-    async def _no_store(request: Request, call_next):  # type: ignore[no-untyped-def]
+    async def _measure(request: Request, call_next):  # type: ignore[no-untyped-def]
         started = time.perf_counter()
         response = await call_next(request)
         response.headers.setdefault("Cache-Control", "no-store")
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        request.state.elapsed = time.perf_counter() - started
+        route = request.scope.get("route")
+        template = getattr(route, "path", "(unmatched)")
+        elapsed = time.perf_counter() - started
+        metrics.request_seconds.labels(request.method, template, str(response.status_code)).observe(
+            elapsed
+        )
+        if template == "/api/v1/teams/{team}/jobs" and request.method == "POST":
+            metrics.submit_seconds.observe(elapsed)
         return response
 
-    for module in (health, auth, users, teams, tokens, artifacts, jobs, logs, code):
+    for module in (health, auth, users, teams, tokens, artifacts, jobs, logs, code, metrics_route):
         app.include_router(module.router)
     return app
 

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from tfkube.server._artifacts import BlobStore
 from tfkube.server._engines import Engines
 from tfkube.server._jobs import JobService
+from tfkube.server._metrics import Metrics
 from tfkube.server._ratelimit import LoginLimiter
 from tfkube.server._scalars import ScalarReader
 from tfkube.server._settings import ServerSettings
@@ -33,3 +34,8 @@ class Platform:
     address_limiter: LoginLimiter = field(default_factory=lambda: LoginLimiter(max_failures=30))
     """Failed sign-ins per client address (30 a minute: several people may share one)."""
     scalars: ScalarReader = field(default_factory=ScalarReader)
+    metrics: Metrics | None = None
+
+    def __post_init__(self) -> None:
+        if self.metrics is None:
+            self.metrics = Metrics(self.sessions)
