@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.tfkube-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test lint unit bench clean
+.PHONY: install demo test lint unit bench clean web chromium
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,7 +14,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[tf,kubernetes,server,dev]'
 	touch $@
 
-install: $(STAMP)
+## web: the dashboard's front-end libraries from the npm registry (tools/web/build.sh).
+WEB := src/tfkube/server/web
+WEB_STAMP := $(WEB)/static/vendor/.stamp
+$(WEB_STAMP): $(WEB)/package.json $(WEB)/package-lock.json tools/web/build.sh
+	bash tools/web/build.sh
+
+web: $(WEB_STAMP)
+
+## chromium: Debian's Chromium for the browser tests (installed only when missing).
+chromium:
+	bash tools/web/ensure-chromium.sh
+
+install: $(STAMP) $(WEB_STAMP)
 
 ## demo: a real distributed training run on this machine (1 PS + 2 workers, between-graph).
 demo: $(STAMP)
@@ -28,7 +40,7 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 ## test: everything: lint, unit tests, real TensorFlow tests, tests against a real control plane.
-test: $(STAMP) kube-bins
+test: install chromium kube-bins
 	$(MAKE) lint
 	$(BIN)/pytest
 

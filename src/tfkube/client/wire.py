@@ -98,6 +98,7 @@ class JobOut(_Wire):
     id: str
     team: str
     name: str
+    description: str = ""
     owner: str | None = None
     phase: str
     reason: str | None = None
@@ -147,6 +148,17 @@ class OutputFile(_Wire):
     size: int
     modified: float
     is_dir: bool = False
+
+
+class CheckpointOut(_Wire):
+    """A job's newest checkpoint (the trained model)."""
+
+    prefix: str
+    """Its name, e.g. `model.ckpt-1001`."""
+    folder: str
+    """Its folder relative to the job's outputs ('' for the top)."""
+    files: list[str]
+    """Its files, relative to the outputs."""
 
 
 class ScalarPoint(_Wire):

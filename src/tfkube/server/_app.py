@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tfkube.api import FieldError
+from tfkube.server import web
 from tfkube.server._accounts import needs_setup, new_setup_token, secret_key
 from tfkube.server._artifacts import BlobStore
 from tfkube.server._db import database_url, make_engine, migrate, session_factory
@@ -25,6 +26,7 @@ from tfkube.server._settings import ServerSettings
 from tfkube.server.routes import (
     artifacts,
     auth,
+    checkpoints,
     code,
     health,
     jobs,
@@ -146,6 +148,8 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
 
     for module in (health, auth, users, teams, tokens, artifacts, jobs, logs, code, metrics_route):
         app.include_router(module.router)
+    app.include_router(checkpoints.router)
+    web.install(app)
     return app
 
 

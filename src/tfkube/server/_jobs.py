@@ -186,6 +186,7 @@ class JobService:
         user_id: int,
         job: TFJob,
         code_field: str = "spec.code.source",
+        description: str = "",
     ) -> Job:
         """Pin, record and queue (or start) a job. Raises SpecError or JobExists."""
         problems = server_problems(job)
@@ -222,6 +223,7 @@ class JobService:
             id=job_id,
             team_id=team.id,
             name=job.name,
+            description=description,
             created_by=user_id,
             created_at=now,
             spec=dump_job(placed),

@@ -134,6 +134,8 @@ class Job(Base):
     """Public id (random): URLs use it, so names can be reused."""
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"))
     name: Mapped[str] = mapped_column(String(40))
+    description: Mapped[str] = mapped_column(Text, default="", server_default="")
+    """Free text from the person who submitted it (shown escaped, never interpreted)."""
     created_by: Mapped[int | None] = mapped_column(
         ForeignKey("users.id", ondelete="SET NULL"), nullable=True
     )

@@ -22,6 +22,7 @@ def job_out(
         id=row.id,
         team=team,
         name=row.name,
+        description=row.description or "",
         owner=owner,
         phase=row.phase,
         reason=row.reason,

@@ -60,6 +60,23 @@ def render_job(db: Session, row: Job, detail: bool = True) -> JobOut:
     )
 
 
+MAX_DESCRIPTION = 2000
+
+
+def _description(value: object) -> str:
+    """A job's optional description (either way of submitting): text, at most 2,000
+    characters. Kept and shown as it is (escaped), never interpreted."""
+    from tfkube.server.routes._util import field_error
+
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise field_error("description", "give the description as text")
+    if len(value) > MAX_DESCRIPTION:
+        raise field_error("description", f"at most {MAX_DESCRIPTION:,} characters, please")
+    return value.strip()
+
+
 def _parse_submission(body: dict[str, Any]) -> tuple[TFJob, str]:
     """-> (job, the field the code reference came from)."""
     manifest = body.get("manifest")
@@ -100,9 +117,11 @@ def submit(
     whose `spec.code.source` is `artifact:NAME[:VERSION]`, `sha256:HEX` or an http(s) URL.
     A 422 lists every problem as {field, message}, in the CLI's wording."""
     principal.require(Scope.JOBS_WRITE, team.id)
+    body = dict(body)
+    description = _description(body.pop("description", ""))
     try:
         job, code_field = _parse_submission(body)
-        row = platform.jobs.submit(db, team, principal.user.id, job, code_field)
+        row = platform.jobs.submit(db, team, principal.user.id, job, code_field, description)
     except SpecError as exc:
         raise _spec_error(exc) from None
     except JobExists as exc:
@@ -211,7 +230,9 @@ def copy_job(
         raw["spec"]["code"]["source"] = f"sha256:{job.code_sha256}"
         raw["spec"]["code"].pop("sha256", None)
     try:
-        row = platform.jobs.submit(db, team, principal.user.id, parse_job(raw, "copy"), "name")
+        row = platform.jobs.submit(
+            db, team, principal.user.id, parse_job(raw, "copy"), "name", job.description
+        )
     except SpecError as exc:
         raise _spec_error(exc) from None
     except JobExists as exc:

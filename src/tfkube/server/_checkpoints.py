@@ -1,0 +1,57 @@
+"""A job's final checkpoint: which files make it up (pure).
+
+TensorFlow keeps a text index named `checkpoint` beside the checkpoints
+(`model_checkpoint_path: ".../model.ckpt-1001"`); the newest checkpoint is the files whose
+names start with that prefix (`.index`, `.data-00000-of-00001`, `.meta`). Paths in the
+index may be absolute paths of the machine or pod that wrote them, so only the base name
+counts, and the index handed out names the checkpoint relatively: unpacked anywhere,
+`tf.train.latest_checkpoint(folder)` finds it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+INDEX = "checkpoint"
+_LATEST = re.compile(r'^model_checkpoint_path:\s*"(?P<path>(?:[^"\\]|\\.)*)"\s*$', re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class FinalCheckpoint:
+    prefix: str
+    """The checkpoint's name, e.g. `model.ckpt-1001`."""
+    folder: str
+    """Its folder relative to the job's outputs ('' for the top)."""
+    files: tuple[str, ...]
+    """Paths relative to the outputs, sorted."""
+
+    def index_text(self) -> str:
+        return (
+            f'model_checkpoint_path: "{self.prefix}"\nall_model_checkpoint_paths: "{self.prefix}"\n'
+        )
+
+
+def latest_prefix(index_text: str) -> str | None:
+    """The base name of the newest checkpoint an index names (None: none or unreadable)."""
+    m = _LATEST.search(index_text)
+    if m is None:
+        return None
+    name = PurePosixPath(m.group("path").replace("\\\\", "/").replace("\\", "/")).name
+    return name or None
+
+
+def final_checkpoint(folder: str, index_text: str, files: Iterable[str]) -> FinalCheckpoint | None:
+    """The files of the checkpoint that `index_text` (the `checkpoint` index in `folder`)
+    names, among `files` (names in that folder). None when it names nothing there."""
+    prefix = latest_prefix(index_text)
+    if prefix is None:
+        return None
+    found = sorted(f for f in files if f.startswith(prefix + "."))
+    if not any(f.endswith(".index") for f in found):
+        return None
+    base = PurePosixPath(folder) if folder else None
+    paths = tuple(str(base / f) if base else f for f in found)
+    return FinalCheckpoint(prefix=prefix, folder=folder, files=paths)

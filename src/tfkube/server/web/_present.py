@@ -1,0 +1,265 @@
+"""What the pages show, decided in pure functions (table-tested in
+tests/unit/test_web_present.py): wording of times, sizes and phases, the replica table's
+filter, grouping and paging, pager windows, and which replica's log a job page opens.
+
+Nothing here touches the database, the request or the clock (times are arguments)."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+from tfkube.client.wire import ReplicaOut
+
+PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed")
+"""In the order a job goes through them (the order of the filter chips)."""
+ACTIVE_PHASES = frozenset({"Pending", "Running", "Restarting"})
+ROLE_ORDER = {"chief": 0, "ps": 1, "worker": 2, "evaluator": 3}
+ROLE_NAMES = {
+    "chief": ("Chief", "coordinates training and writes checkpoints"),
+    "ps": ("Parameter servers", "hold the model's variables; the workers read and update them"),
+    "worker": ("Workers", "compute the training steps, each on its own shard of the data"),
+    "evaluator": ("Evaluator", "evaluates the checkpoints while training goes on"),
+}
+"""How each role is introduced to someone who has never heard of a parameter server."""
+PHASE_HELP = {
+    "Pending": "waiting to start",
+    "Running": "training",
+    "Restarting": "replacing replicas that failed",
+    "Succeeded": "finished successfully",
+    "Failed": "ended with an error",
+}
+
+
+def is_active(phase: str, queued: bool = False) -> bool:
+    """Whether a job may still change (pages keep refreshing it)."""
+    return queued or phase in ACTIVE_PHASES
+
+
+def ago(seconds: float) -> str:
+    """How long ago, in words ('just now', '12 s ago', '3 min ago', '2 h ago', '5 days ago')."""
+    if seconds < 5:
+        return "just now"
+    if seconds < 60:
+        return f"{int(seconds)} s ago"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min ago"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)} h ago"
+    days = int(seconds // 86400)
+    return f"{days} day{'s' if days != 1 else ''} ago"
+
+
+def duration(seconds: float | None) -> str:
+    """A span of time for people: '45 s', '3 min 20 s', '1 h 05 min', '2 days 3 h'."""
+    if seconds is None or seconds < 0 or math.isnan(seconds):
+        return ""
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    if s < 86400:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    days = s // 86400
+    return f"{days} day{'s' if days != 1 else ''} {s % 86400 // 3600} h"
+
+
+def eta(seconds: float | None) -> str:
+    """Time left, rounded the way people say it."""
+    if seconds is None or math.isnan(seconds):
+        return ""
+    if seconds <= 0:
+        return "done"
+    if seconds < 60:
+        return "less than a minute left"
+    return f"about {duration(60 * round(seconds / 60)).replace(' 00 s', '')} left"
+
+
+def size(n: int | None) -> str:
+    """Bytes in decimal units ('512 B', '1.2 kB', '34 MB', '2.1 GB')."""
+    if n is None:
+        return ""
+    if n < 1000:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("kB", "MB", "GB", "TB"):
+        value /= 1000
+        if value < 1000 or unit == "TB":
+            return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def number(n: int) -> str:
+    """1234567 -> '1,234,567'."""
+    return f"{n:,}"
+
+
+def cpu(cores: float | None) -> str:
+    return "" if cores is None else f"{cores:g} CPU"
+
+
+def query_url(path: str, params: Mapping[str, Any], **changes: Any) -> str:
+    """`path` with `params` updated by `changes`; empty values (None, '', 0 for page 1)
+    are left out, so URLs stay short and canonical."""
+    merged = {**params, **changes}
+    kept = {
+        k: v
+        for k, v in merged.items()
+        if v not in (None, "", False) and not (k == "page" and v in (1, "1"))
+    }
+    return f"{path}?{urlencode(kept)}" if kept else path
+
+
+def pages_of(total: int, per_page: int) -> int:
+    return max(1, math.ceil(total / per_page))
+
+
+def clamp_page(page: int, total: int, per_page: int) -> int:
+    return min(max(page, 1), pages_of(total, per_page))
+
+
+def pager_window(page: int, pages: int, width: int = 2) -> list[int | None]:
+    """Page numbers to link around `page`: the first, the last, `width` on each side,
+    None where numbers are skipped. [1, None, 4, 5, 6, 7, 8, None, 20]."""
+    wanted = {1, pages, *range(page - width, page + width + 1)}
+    shown = sorted(p for p in wanted if 1 <= p <= pages)
+    out: list[int | None] = []
+    for p in shown:
+        if out and out[-1] is not None and p - out[-1] > 1:
+            out.append(None)
+        out.append(p)
+    return out
+
+
+def role_key(replica: ReplicaOut) -> tuple[int, int]:
+    return ROLE_ORDER.get(replica.role, 9), replica.index
+
+
+@dataclass(frozen=True)
+class ReplicaFilter:
+    """The replica table's filter (from the query string)."""
+
+    role: str = ""
+    state: str = ""
+    q: str = ""
+    """Text in the replica's name, message, node or last line."""
+    problems: bool = False
+    """Only replicas that failed, restarted or have something to say."""
+
+    def matches(self, r: ReplicaOut) -> bool:
+        if self.role and r.role != self.role:
+            return False
+        if self.state and r.state != self.state:
+            return False
+        if self.problems and not has_problem(r):
+            return False
+        if self.q:
+            text = self.q.lower()
+            haystack = (r.key, r.message, r.node or "", r.last_line, r.address or "")
+            return any(text in h.lower() for h in haystack)
+        return True
+
+
+def has_problem(r: ReplicaOut) -> bool:
+    return r.state == "Failed" or r.restarts > 0 or bool(r.message)
+
+
+@dataclass(frozen=True)
+class RoleGroup:
+    role: str
+    title: str
+    help: str
+    total: int
+    """Replicas of this role in the whole job."""
+    states: dict[str, int]
+    rows: list[ReplicaOut]
+    """This page's rows of the role (may be empty)."""
+
+
+@dataclass(frozen=True)
+class ReplicaPage:
+    groups: list[RoleGroup]
+    """Roles in order; those with rows on this page."""
+    matched: int
+    """Replicas matching the filter."""
+    total: int
+    page: int
+    pages: int
+    by_role: dict[str, int] = field(default_factory=dict)
+    """The whole job's replicas per role."""
+    by_state: dict[str, int] = field(default_factory=dict)
+    """Per state, under the role filter (the chips show what a click would give)."""
+    problems: int = 0
+
+
+def replica_page(
+    replicas: Sequence[ReplicaOut], flt: ReplicaFilter, page: int, per_page: int = 50
+) -> ReplicaPage:
+    """Filter, order (role, then index) and cut one page out of a job's replicas; group
+    the page's rows by role with the role's counts over the whole job."""
+    ordered = sorted(replicas, key=role_key)
+    by_role = Counter(r.role for r in ordered)
+    role_states: dict[str, Counter[str]] = {}
+    for r in ordered:
+        role_states.setdefault(r.role, Counter())[r.state] += 1
+    under_role = [r for r in ordered if not flt.role or r.role == flt.role]
+    by_state = Counter(r.state for r in under_role)
+    matched = [r for r in ordered if flt.matches(r)]
+    page = clamp_page(page, len(matched), per_page)
+    rows = matched[(page - 1) * per_page : page * per_page]
+    groups = []
+    for role in sorted({r.role for r in rows}, key=lambda x: ROLE_ORDER.get(x, 9)):
+        title, help_text = ROLE_NAMES.get(role, (role, ""))
+        groups.append(
+            RoleGroup(
+                role=role,
+                title=title,
+                help=help_text,
+                total=by_role[role],
+                states=dict(role_states[role]),
+                rows=[r for r in rows if r.role == role],
+            )
+        )
+    return ReplicaPage(
+        groups=groups,
+        matched=len(matched),
+        total=len(ordered),
+        page=page,
+        pages=pages_of(len(matched), per_page),
+        by_role=dict(sorted(by_role.items(), key=lambda kv: ROLE_ORDER.get(kv[0], 9))),
+        by_state=dict(by_state),
+        problems=sum(1 for r in under_role if has_problem(r)),
+    )
+
+
+def log_replica(replicas: Iterable[ReplicaOut], with_logs: Iterable[str]) -> str | None:
+    """The replica whose log a job page opens first: the first that failed (that is what
+    the user wants to read), else the chief, else worker 0, else any replica with a log."""
+    have = set(with_logs)
+    ordered = sorted(replicas, key=role_key)
+    for r in ordered:
+        if r.state == "Failed" and (r.key in have or not have):
+            return r.key
+    for key in ("chief-0", "worker-0"):
+        if key in have:
+            return key
+    for r in ordered:
+        if r.key in have:
+            return r.key
+    return sorted(have)[0] if have else None
+
+
+def state_summary(counts: Mapping[str, int]) -> str:
+    """{'Running': 3, 'Pending': 1} -> '3 running, 1 pending' (most first)."""
+    parts = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return ", ".join(f"{n:,} {state.lower()}" for state, n in parts if n)
+
+
+def running_of(counts: Mapping[str, int]) -> tuple[int, int]:
+    """-> (running replicas, all replicas)."""
+    return counts.get("Running", 0), sum(counts.values())

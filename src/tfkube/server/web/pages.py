@@ -1,0 +1,504 @@
+"""The dashboard's pages: thin handlers that read what the REST API reads (the same route
+functions and domain modules), decide what to show with `_present`, and render Jinja
+templates (autoescaped). Fragments (`/jobs/{id}/part/...`, and `/jobs` for htmx) are the
+same templates' pieces, so a refreshed piece is exactly what a full load shows.
+
+Every change a page makes goes through the REST API from the browser (`static/app.js`,
+with the session's CSRF token): these handlers only read.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy import select
+
+from tfkube.api import SpecError, load_job_text
+from tfkube.client.wire import ArtifactOut, JobOut, OutputFile, Progress, ReplicaOut
+from tfkube.server._accounts import actor_of, needs_setup, session_user
+from tfkube.server._logs import log_files
+from tfkube.server._scalars import progress_hint, progress_of, total_steps
+from tfkube.server._scopes import Scope, allowed, visible
+from tfkube.server._security import SESSION_COOKIE, csrf_token
+from tfkube.server._tables import Job, Membership, Team, User
+from tfkube.server._usage import team_usage
+from tfkube.server.deps import PlatformDep, Principal, SessionDep
+from tfkube.server.routes import artifacts as artifacts_api
+from tfkube.server.routes import jobs as jobs_api
+from tfkube.server.routes import logs as logs_api
+from tfkube.server.routes import teams as teams_api
+from tfkube.server.routes import tokens as tokens_api
+from tfkube.server.routes import users as users_api
+from tfkube.server.routes._util import teams_of
+from tfkube.server.routes.checkpoints import find_checkpoint
+from tfkube.server.web import _present as present
+from tfkube.server.web._render import PageError, SignInFirst, render
+
+router = APIRouter(include_in_schema=False)
+JOBS_PER_PAGE = 50
+REPLICAS_PER_PAGE = 50
+EVENTS_SHOWN = 200
+
+
+# -- who is asking ----------------------------------------------------------------------------
+
+
+def page_principal(request: Request, db: SessionDep) -> Principal:
+    """The signed-in user (session cookie); anyone else is sent to the sign-in page."""
+    cookie = request.cookies.get(SESSION_COOKIE)
+    user = session_user(db, cookie) if cookie else None
+    if user is None or cookie is None:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        raise SignInFirst(target)
+    return Principal(user, actor_of(db, user), session_id=cookie)
+
+
+PageUser = Annotated[Principal, Depends(page_principal)]
+
+
+def _ctx(
+    request: Request, principal: Principal, db: SessionDep, platform: PlatformDep
+) -> dict[str, Any]:
+    """What every signed-in page's layout needs."""
+    assert principal.session_id is not None
+    return {
+        "me": principal.user,
+        "my_teams": teams_of(db, principal.user),
+        "site_admin": principal.actor.site_admin,
+        "csrf": csrf_token(platform.key, principal.session_id),
+    }
+
+
+def _is_fragment(request: Request) -> bool:
+    return (
+        request.headers.get("hx-request") == "true"
+        and request.headers.get("hx-history-restore-request") != "true"
+    )
+
+
+def _not_found(what: str) -> PageError:
+    return PageError(404, "Not found", f"There is no {what} here, or you cannot see it.")
+
+
+def _job_row(job_id: str, principal: Principal, db: SessionDep) -> Job:
+    row = db.get(Job, job_id)
+    if row is None or not visible(principal.actor, row.team_id):
+        raise _not_found(f"job {job_id!r}")
+    if not allowed(principal.actor, Scope.JOBS_READ, row.team_id):
+        raise PageError(403, "Not allowed", "Your role in this team does not show jobs.")
+    return row
+
+
+# -- sign in, first set-up --------------------------------------------------------------------
+
+
+@router.get("/")
+def home(request: Request, db: SessionDep) -> Response:
+    if needs_setup(db):
+        return render(request, "setup_missing.html", {}, status=200)
+    return RedirectResponse("/jobs", 303)
+
+
+@router.get("/setup")
+def setup_page(request: Request, db: SessionDep, token: str = "") -> Response:
+    if not needs_setup(db):
+        return RedirectResponse("/login?setup=done", 303)
+    return render(request, "setup.html", {"token": token})
+
+
+@router.get("/login")
+def login_page(request: Request, db: SessionDep, next: str = "/jobs", setup: str = "") -> Response:
+    if needs_setup(db):
+        return render(request, "setup_missing.html", {})
+    target = next if next.startswith("/") and not next.startswith("//") else "/jobs"
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if cookie and session_user(db, cookie) is not None:
+        return RedirectResponse(target, 303)
+    return render(request, "login.html", {"next": target, "setup_done": setup == "done"})
+
+
+# -- jobs -------------------------------------------------------------------------------------
+
+
+def job_progress(platform: PlatformDep, row: Job) -> Progress | None:
+    """Progress and ETA from the job's scalars (the same reader as the API), or None."""
+    if not row.output_dir:
+        return None
+    try:
+        spec = load_job_text(row.spec, "job")
+    except SpecError:
+        return None
+    series = platform.scalars.read(row.output_dir)
+    found = progress_of(series, total_steps(spec), progress_hint(row.output_dir))
+    return found if found.step is not None or found.total is not None else None
+
+
+def _owners(db: SessionDep, principal: Principal) -> list[str]:
+    query = select(User.name).order_by(User.name)
+    if not principal.actor.site_admin:
+        query = query.where(
+            User.id.in_(
+                select(Membership.user_id).where(
+                    Membership.team_id.in_(list(principal.actor.roles))
+                )
+            )
+        )
+    return list(db.scalars(query))
+
+
+@router.get("/jobs")
+def jobs_page(
+    request: Request,
+    principal: PageUser,
+    db: SessionDep,
+    platform: PlatformDep,
+    team: str = "",
+    phase: str = "",
+    owner: str = "",
+    q: str = "",
+    page: int = 1,
+) -> Response:
+    params = {"team": team, "phase": phase, "owner": owner, "q": q.strip()}
+    who = principal.user.name if owner == "me" else owner
+
+    def fetch(at: int) -> Any:
+        return jobs_api.list_jobs(
+            principal,
+            db,
+            team=team or None,
+            owner=who or None,
+            phase=phase or None,
+            q=params["q"] or None,
+            limit=JOBS_PER_PAGE,
+            offset=(at - 1) * JOBS_PER_PAGE,
+        )
+
+    listing = fetch(max(page, 1))
+    pages = present.pages_of(listing.total, JOBS_PER_PAGE)
+    if page > pages:
+        page = pages
+        listing = fetch(page)
+    page = max(page, 1)
+    progress: dict[str, Progress | None] = {}
+    for item in listing.items:
+        if item.phase in {"Running", "Restarting"}:
+            row = db.get(Job, item.id)
+            progress[item.id] = job_progress(platform, row) if row else None
+    all_phases = sum(listing.phases.values()) if not phase else None
+    data = {
+        "params": params,
+        "listing": listing,
+        "progress": progress,
+        "page": page,
+        "pages": pages,
+        "window": present.pager_window(page, pages),
+        "per_page": JOBS_PER_PAGE,
+        "all_count": all_phases,
+        "multi_team": principal.actor.site_admin or len(principal.actor.roles) != 1,
+        "any_active": any(present.is_active(j.phase, j.queued) for j in listing.items),
+        "now": time.time(),
+    }
+    if _is_fragment(request):
+        return render(request, "_job_list.html", data)
+    ctx = _ctx(request, principal, db, platform)
+    return render(
+        request,
+        "jobs.html",
+        {**ctx, **data, "owners": _owners(db, principal), "active": "jobs"},
+    )
+
+
+def _writable_teams(principal: Principal, db: SessionDep, scope: Scope) -> list[str]:
+    teams = db.scalars(select(Team).order_by(Team.name)).all()
+    return [t.name for t in teams if allowed(principal.actor, scope, t.id)]
+
+
+@router.get("/jobs/new")
+def new_job_page(
+    request: Request,
+    principal: PageUser,
+    db: SessionDep,
+    platform: PlatformDep,
+    team: str = "",
+    code: str = "",
+) -> Response:
+    teams = _writable_teams(principal, db, Scope.JOBS_WRITE)
+    ctx = _ctx(request, principal, db, platform)
+    chosen = team if team in teams else (teams[0] if teams else "")
+    artifacts = artifacts_api.list_artifacts(principal, db)
+    code_versions = [a for a in artifacts if a.kind == "code" and a.team in teams]
+    return render(
+        request,
+        "new_job.html",
+        {
+            **ctx,
+            "teams": teams,
+            "team": chosen,
+            "code_versions": code_versions,
+            "code": code,
+            "upload_teams": _writable_teams(principal, db, Scope.ARTIFACTS_WRITE),
+            "engine": platform.engines.kind,
+            "active": "new",
+            "example_yaml": _example_yaml(code_versions, code),
+        },
+    )
+
+
+def _example_yaml(versions: list[ArtifactOut], code: str) -> str:
+    ref = code or (f"{versions[0].name}" if versions else "my-code")
+    return (
+        "apiVersion: tfkube.io/v1alpha1\n"
+        "kind: TFJob\n"
+        "metadata:\n"
+        "  name: my-job\n"
+        "spec:\n"
+        "  replicas:\n"
+        "    ps: {replicas: 1}\n"
+        "    worker:\n"
+        "      replicas: 2\n"
+        '      args: ["--train_steps=1000"]\n'
+        "  code:\n"
+        f"    source: artifact:{ref}\n"
+        "    entrypoint: run.sh\n"
+        "  runPolicy:\n"
+        "    restartPolicy: OnFailure\n"
+        "    backoffLimit: 3\n"
+    )
+
+
+def _job_view(db: SessionDep, row: Job) -> JobOut:
+    return jobs_api.render_job(db, row)
+
+
+def _summary_data(
+    principal: Principal, platform: PlatformDep, row: Job, job: JobOut
+) -> dict[str, Any]:
+    active = present.is_active(job.phase, job.queued)
+    return {
+        "job": job,
+        "active": active,
+        "progress": job_progress(platform, row),
+        "checkpoint": find_checkpoint(row.output_dir),
+        "can_write": allowed(principal.actor, Scope.JOBS_WRITE, row.team_id),
+        "tensorboard": platform.engines.kind == "local" and bool(row.output_dir),
+        "now": time.time(),
+    }
+
+
+def _replica_data(
+    job: JobOut, role: str, state: str, q: str, problems: str, page: int
+) -> dict[str, Any]:
+    flt = present.ReplicaFilter(role=role, state=state, q=q.strip(), problems=problems == "1")
+    found = present.replica_page(job.replicas or [], flt, page, REPLICAS_PER_PAGE)
+    params = {"role": role, "state": state, "q": flt.q, "problems": "1" if flt.problems else ""}
+    return {
+        "job": job,
+        "rp": found,
+        "rparams": params,
+        "rwindow": present.pager_window(found.page, found.pages),
+        "active": present.is_active(job.phase, job.queued),
+    }
+
+
+def _events_data(db: SessionDep, job: JobOut) -> dict[str, Any]:
+    events = jobs_api._events(db, job.id, 0)
+    return {
+        "job": job,
+        "events": events[-EVENTS_SHOWN:],
+        "events_hidden": max(0, len(events) - EVENTS_SHOWN),
+        "start": events[0].time if events else job.created_at,
+        "active": present.is_active(job.phase, job.queued),
+    }
+
+
+def _outputs_data(principal: Principal, row: Job, job: JobOut, path: str) -> dict[str, Any]:
+    files: list[OutputFile] = []
+    missing = ""
+    if allowed(principal.actor, Scope.OUTPUTS_READ, row.team_id) and row.output_dir:
+        try:
+            files = logs_api.list_outputs(row, principal, path)
+        except HTTPException as exc:
+            missing = str(exc.detail)
+    crumbs = []
+    parts = [p for p in path.split("/") if p]
+    for i, part in enumerate(parts):
+        crumbs.append((part, "/".join(parts[: i + 1])))
+    return {
+        "job": job,
+        "files": [f for f in files if f.path != ".tfkube"],
+        "path": "/".join(parts),
+        "crumbs": crumbs,
+        "missing": missing,
+        "active": present.is_active(job.phase, job.queued),
+    }
+
+
+@router.get("/jobs/{job_id}")
+def job_page(
+    request: Request,
+    job_id: str,
+    principal: PageUser,
+    db: SessionDep,
+    platform: PlatformDep,
+    replica: str = "",
+) -> Response:
+    row = _job_row(job_id, principal, db)
+    job = _job_view(db, row)
+    ctx = _ctx(request, principal, db, platform)
+    logs = (
+        log_files(row.output_dir) if allowed(principal.actor, Scope.LOGS_READ, row.team_id) else []
+    )
+    attempts: dict[str, list[int]] = {}
+    for f in logs:
+        attempts.setdefault(f.replica, []).append(f.attempt)
+    replicas: list[ReplicaOut] = job.replicas or []
+    keys = [r.key for r in sorted(replicas, key=present.role_key)]
+    chosen = replica if replica in keys else present.log_replica(replicas, attempts)
+    return render(
+        request,
+        "job.html",
+        {
+            **ctx,
+            **_summary_data(principal, platform, row, job),
+            **_replica_data(job, "", "", "", "", 1),
+            **_events_data(db, job),
+            **_outputs_data(principal, row, job, ""),
+            "log_attempts": attempts,
+            "log_replica": chosen,
+            "log_replicas": keys,
+            "active_nav": "jobs",
+        },
+    )
+
+
+@router.get("/jobs/{job_id}/part/summary")
+def job_summary_part(
+    request: Request, job_id: str, principal: PageUser, db: SessionDep, platform: PlatformDep
+) -> Response:
+    row = _job_row(job_id, principal, db)
+    job = _job_view(db, row)
+    return render(request, "_job_summary.html", _summary_data(principal, platform, row, job))
+
+
+@router.get("/jobs/{job_id}/part/replicas")
+def job_replicas_part(
+    request: Request,
+    job_id: str,
+    principal: PageUser,
+    db: SessionDep,
+    role: str = "",
+    state: str = "",
+    q: str = "",
+    problems: str = "",
+    page: int = 1,
+) -> Response:
+    row = _job_row(job_id, principal, db)
+    job = _job_view(db, row)
+    return render(request, "_replicas.html", _replica_data(job, role, state, q, problems, page))
+
+
+@router.get("/jobs/{job_id}/part/events")
+def job_events_part(request: Request, job_id: str, principal: PageUser, db: SessionDep) -> Response:
+    row = _job_row(job_id, principal, db)
+    job = jobs_api.render_job(db, row, detail=False)
+    return render(request, "_events.html", _events_data(db, job))
+
+
+@router.get("/jobs/{job_id}/part/outputs")
+def job_outputs_part(
+    request: Request, job_id: str, principal: PageUser, db: SessionDep, path: str = ""
+) -> Response:
+    row = _job_row(job_id, principal, db)
+    job = jobs_api.render_job(db, row, detail=False)
+    return render(request, "_outputs.html", _outputs_data(principal, row, job, path))
+
+
+# -- code and data, team, admin ---------------------------------------------------------------
+
+
+@router.get("/code")
+def code_page(
+    request: Request, principal: PageUser, db: SessionDep, platform: PlatformDep, team: str = ""
+) -> Response:
+    artifacts = artifacts_api.list_artifacts(principal, db, team=team or None)
+    groups: dict[tuple[str, str], list[ArtifactOut]] = {}
+    for a in artifacts:
+        groups.setdefault((a.team, a.name), []).append(a)
+    writable = _writable_teams(principal, db, Scope.ARTIFACTS_WRITE)
+    ctx = _ctx(request, principal, db, platform)
+    return render(
+        request,
+        "code.html",
+        {
+            **ctx,
+            "groups": groups,
+            "upload_teams": writable,
+            "team": team,
+            "active": "code",
+            "now": time.time(),
+        },
+    )
+
+
+@router.get("/team")
+def team_page(
+    request: Request, principal: PageUser, db: SessionDep, platform: PlatformDep, team: str = ""
+) -> Response:
+    ctx = _ctx(request, principal, db, platform)
+    mine = teams_api.list_teams(principal, db)
+    chosen = next((t for t in mine if t.name == team), mine[0] if mine else None)
+    members = teams_api.members(db.get(Team, chosen.id), principal, db) if chosen else []  # type: ignore[arg-type]
+    usage = team_usage(db, chosen.id) if chosen else None
+    tokens = tokens_api.list_tokens(principal, db)
+    return render(
+        request,
+        "team.html",
+        {
+            **ctx,
+            "teams": mine,
+            "team": chosen,
+            "members": members,
+            "usage": usage,
+            "tokens": tokens,
+            "team_admin": bool(chosen) and allowed(principal.actor, Scope.TEAM_ADMIN, chosen.id),  # type: ignore[union-attr]
+            "base_url": platform.settings.base_url,
+            "active": "team",
+            "now": time.time(),
+        },
+    )
+
+
+@router.get("/admin")
+def admin_page(
+    request: Request, principal: PageUser, db: SessionDep, platform: PlatformDep
+) -> Response:
+    if not principal.actor.site_admin:
+        raise PageError(403, "Site admins only", "Ask a site admin to add users or teams.")
+    ctx = _ctx(request, principal, db, platform)
+    users = users_api.list_users(principal, db)
+    teams = teams_api.list_teams(principal, db)
+    usage = {t.id: team_usage(db, t.id) for t in teams}
+    return render(
+        request,
+        "admin.html",
+        {
+            **ctx,
+            "users": users,
+            "teams": teams,
+            "usage": usage,
+            "engine": platform.engines.kind,
+            "active": "admin",
+            "now": time.time(),
+        },
+    )
+
+
+def static_dir() -> Path:
+    return Path(__file__).parent / "static"
+
+
+__all__ = ["HTMLResponse", "router"]
