@@ -29,6 +29,7 @@ from tfkube.server.routes import (
     health,
     jobs,
     logs,
+    proxy,
     teams,
     tokens,
     users,
@@ -88,6 +89,7 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
             yield
         finally:
             built.jobs.stop_loop()
+            built.tensorboards.close()
             built.engines.close()
             built.engine.dispose()
 
@@ -144,7 +146,19 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
             metrics.submit_seconds.observe(elapsed)
         return response
 
-    for module in (health, auth, users, teams, tokens, artifacts, jobs, logs, code, metrics_route):
+    for module in (
+        health,
+        auth,
+        users,
+        teams,
+        tokens,
+        artifacts,
+        jobs,
+        logs,
+        code,
+        metrics_route,
+        proxy,
+    ):
         app.include_router(module.router)
     return app
 
