@@ -67,5 +67,22 @@ def test_between_graph_example_through_the_server(
                 names = tar.getnames()
             assert f"{latest}.index" in names
             assert ".tfkube/logs/worker-1/0.log" in names
+        # TensorBoard through the server's authenticating proxy, started on demand.
+        base = f"/proxy/tensorboard/{job.id}"
+        page = api.get(f"{base}/", timeout=120)
+        assert page.status_code == 200
+        assert "<tf-tensorboard" in page.text or "tensorboard" in page.text.lower()
+        tags = api.get(f"{base}/data/plugin/scalars/tags", timeout=120)
+        assert tags.status_code == 200
+        assert "accuracy" in tags.text
+        import httpx
+
+        assert httpx.get(f"{server.url}{base}/").status_code == 401
+        outsider = admin.new_user()
+        stranger = api_for(server.url, outsider)
+        try:
+            assert stranger.get(f"{base}/").status_code == 404
+        finally:
+            stranger.close()
     finally:
         api.close()

@@ -31,6 +31,7 @@ from tfkube.server.routes import (
     health,
     jobs,
     logs,
+    proxy,
     teams,
     tokens,
     users,
@@ -90,6 +91,7 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
             yield
         finally:
             built.jobs.stop_loop()
+            built.tensorboards.close()
             built.engines.close()
             built.engine.dispose()
 
@@ -146,7 +148,19 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
             metrics.submit_seconds.observe(elapsed)
         return response
 
-    for module in (health, auth, users, teams, tokens, artifacts, jobs, logs, code, metrics_route):
+    for module in (
+        health,
+        auth,
+        users,
+        teams,
+        tokens,
+        artifacts,
+        jobs,
+        logs,
+        code,
+        metrics_route,
+        proxy,
+    ):
         app.include_router(module.router)
     app.include_router(checkpoints.router)
     web.install(app)

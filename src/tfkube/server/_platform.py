@@ -16,6 +16,7 @@ from tfkube.server._metrics import Metrics
 from tfkube.server._ratelimit import LoginLimiter
 from tfkube.server._scalars import ScalarReader
 from tfkube.server._settings import ServerSettings
+from tfkube.server._tensorboard import TensorBoards
 
 log = logging.getLogger("tfkube.server")
 
@@ -35,7 +36,10 @@ class Platform:
     """Failed sign-ins per client address (30 a minute: several people may share one)."""
     scalars: ScalarReader = field(default_factory=ScalarReader)
     metrics: Metrics | None = None
+    tensorboards: TensorBoards = field(default_factory=lambda: TensorBoards(600.0))
+    """Local engine: one TensorBoard process per job, on demand (routes/proxy.py)."""
 
     def __post_init__(self) -> None:
         if self.metrics is None:
             self.metrics = Metrics(self.sessions)
+        self.tensorboards.idle_seconds = self.settings.tensorboard_idle_seconds
