@@ -41,6 +41,15 @@ def write_npz(path: Path, **arrays: np.ndarray) -> None:
     tmp.replace(path)
 
 
+def write_progress(log_dir: str, step: int, total: int) -> None:
+    """`$TFKUBE_LOG_DIR/progress.json`: how far training is, for the dashboard's progress
+    bar and ETA (the platform's convention; written atomically)."""
+    path = Path(log_dir, "progress.json")
+    tmp = path.with_name(f".progress.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"step": step, "total": total}))
+    tmp.replace(path)
+
+
 def load_shard(data_dir: Path, shard: int, num_shards: int) -> tuple[np.ndarray, ...]:
     """This worker's shard of the training digits and the common test split.
 
@@ -177,10 +186,14 @@ def main() -> None:
             steps_here += 1
             if steps_here % 100 == 0:
                 print(f"global_step={step} loss={loss_value:.4f}", flush=True)
+            if is_chief and steps_here % 50 == 0:
+                write_progress(log_dir, int(step), args.train_steps)
             if args.step_sleep:
                 time.sleep(args.step_sleep)
     elapsed = time.time() - started
     print(f"worker {args.task_index}: {steps_here} steps in {elapsed:.1f}s", flush=True)
+    if is_chief:
+        write_progress(log_dir, int(step), args.train_steps)
 
     if is_chief:
         # The variables still live on the PS: evaluate them there.

@@ -1,0 +1,332 @@
+"""The dashboard in a real Chromium against a real `tfkube server` (local engine, real
+TensorFlow), the way a new user meets it: the one-time set-up link, a team and a second
+user, an upload of the between-graph example, a job from the four fields, watching it to
+Succeeded (chart, logs after the end, TensorBoard through the proxy, the final checkpoint),
+a failing job, another team's user, and text that looks like markup.
+
+Each step waits for what the product promises with generous deadlines (the machine is
+shared); screenshots of every page go to the test artifacts (tests/web/_browser.py)."""
+
+from __future__ import annotations
+
+import io
+import re
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from server._server import PASSWORD
+
+from ._browser import LAPTOP, PHONE, poll, shot
+from .conftest import Site
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist-between-graph"
+JOB_URL = re.compile(r".*/jobs/[0-9a-f]{16}$")
+MARKUP = '<script>window.__tfkubeXss = 1</script><img src=x onerror="window.__tfkubeXss = 2">'
+
+
+@dataclass
+class People:
+    bob: dict[str, Any]
+    """bob's signed-in browser state (member of team vision)."""
+    carol: dict[str, Any]
+    """carol's (member of team other only)."""
+
+
+def _open(
+    browser: Any, site: Site, state: dict[str, Any], viewport: dict[str, int] = LAPTOP
+) -> Any:
+    context = browser.new_context(
+        viewport=viewport, base_url=site.url, storage_state=state, accept_downloads=True
+    )
+    context.set_default_timeout(30_000)
+    return context
+
+
+@pytest.fixture(scope="module")
+def people(browser: Any, site: Site) -> People:
+    """First admin set-up -> a team and a second user -> sign in as that user; all in the
+    browser (the first test checks what this leaves)."""
+    context = browser.new_context(viewport=LAPTOP, base_url=site.url)
+    page = context.new_page()
+    page.goto(f"{site.url}/")
+    assert "set-up link" in page.inner_text("main")
+    shot(page, "00-setup-needed")
+    assert site.server.setup_token
+    page.goto(f"/setup?token={site.server.setup_token}")
+    shot(page, "01-setup")
+    page.get_by_label("Your user name").fill(site.admin)
+    page.get_by_label("Password").fill("short")
+    page.get_by_role("button", name="Create and sign in").click()
+    page.locator('[data-error-for="password"]').filter(has_text="10").wait_for()
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Create and sign in").click()
+    page.wait_for_url("**/jobs?welcome=1")
+    assert "Upload your code" in page.inner_text("main")
+    shot(page, "02-welcome")
+
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Admin").click()
+    for team in ("vision", "other"):
+        page.get_by_label("Team name").fill(team)
+        page.get_by_role("button", name="Create team").click()
+        page.locator("table.teams").get_by_role("link", name=team).wait_for()
+    for user in ("bob", "carol"):
+        page.get_by_label("User name").fill(user)
+        page.locator("#u-password").fill(PASSWORD)
+        page.get_by_role("button", name="Create user").click()
+        page.locator("table.users").get_by_role("rowheader", name=user).wait_for()
+    shot(page, "03-admin")
+    for team, user in (("vision", "bob"), ("other", "carol")):
+        page.goto(f"/team?team={team}")
+        page.get_by_label("Add user").fill(user)
+        page.get_by_role("button", name="Add", exact=True).click()
+        page.locator("table.members").get_by_role("rowheader", name=re.compile(user)).wait_for()
+    shot(page, "04-team")
+    page.get_by_role("button", name="Sign out").click()
+    page.wait_for_url(lambda url: url.endswith("/login"))
+    context.close()
+
+    states = {}
+    for user in ("bob", "carol"):
+        context = browser.new_context(viewport=LAPTOP, base_url=site.url)
+        page = context.new_page()
+        page.goto("/jobs/new")  # not signed in: the sign-in page, then back here
+        page.wait_for_url("**/login?next=**")
+        if user == "bob":
+            shot(page, "05-sign-in")
+        page.get_by_label("User name").fill(user)
+        page.get_by_label("Password").fill(PASSWORD)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(lambda url: url.endswith("/jobs/new") and "login" not in url)
+        states[user] = context.storage_state()
+        context.close()
+    return People(bob=states["bob"], carol=states["carol"])
+
+
+def test_first_admin_sets_up_a_team_and_a_user_who_signs_in(
+    people: People, browser: Any, site: Site
+) -> None:
+    context = _open(browser, site, people.bob)
+    page = context.new_page()
+    page.goto("/jobs")
+    assert page.locator(".who-name").inner_text() == "bob"
+    assert "No jobs yet" in page.inner_text("main")
+    assert page.get_by_role("link", name="Admin").count() == 0  # bob is no site admin
+    page.goto("/team")
+    assert "vision" in page.inner_text("h1")
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def trained(people: People, browser: Any, site: Site) -> Iterator[tuple[Any, Any, str]]:
+    """bob uploads the example folder and submits 1 PS + 2 workers with the four fields;
+    yields (context, page on the job, job id) once the job page shows Succeeded."""
+    context = _open(browser, site, people.bob)
+    page = context.new_page()
+    page.goto("/code")
+    page.locator("#up-name").fill("mnist")
+    page.locator("#up-folder").set_input_files(str(EXAMPLE))
+    assert "3 files" in page.locator("[data-upload-summary]").inner_text()
+    page.get_by_role("button", name="Upload").click()
+    page.locator("table.artifacts").get_by_role("rowheader", name="mnist").wait_for()
+    shot(page, "10-code")
+
+    page.locator("table.artifacts").get_by_role("link", name="New job").click()
+    page.locator("#name").fill("mnist")
+    page.get_by_label("Workers").fill("2")
+    page.get_by_label("Parameter servers").fill("1")
+    page.locator("#code").select_option("mnist:1")
+    shot(page, "11-new-job")
+    page.get_by_role("button", name="Start job").click()
+    page.wait_for_url(JOB_URL)
+    job_id = page.url.rsplit("/", 1)[1]
+    summary = page.locator("#job-summary")
+    poll(
+        "the job to start training (progress or Succeeded)",
+        lambda: page.locator(".big-progress").count() or "Succeeded" in summary.inner_text(),
+        600,
+    )
+    shot(page, "12-job-running")
+    page.locator("#job-summary .badge.phase-succeeded").wait_for(timeout=600_000)
+    yield context, page, job_id
+    context.close()
+
+
+@pytest.mark.tf
+def test_upload_submit_watch_until_succeeded(trained: tuple[Any, Any, str]) -> None:
+    _context, page, _job = trained
+    loss = page.locator('figure.chart[data-tag="loss"]')
+    poll("loss points in the chart", lambda: int(loss.get_attribute("data-points") or 0) > 0, 60)
+    assert "Loss" in loss.locator("figcaption").inner_text()
+    rows = page.locator("table.replicas tbody tr:not(.group)")
+    assert rows.count() == 3
+    assert page.locator("table.replicas").get_by_text("ps-0").count() == 1
+    shot(page, "13-job-succeeded")
+
+
+@pytest.mark.tf
+def test_worker_log_is_readable_after_the_end(trained: tuple[Any, Any, str]) -> None:
+    _context, page, _job = trained
+    page.reload()
+    page.locator("table.replicas").get_by_role("row", name=re.compile("worker-1")).get_by_role(
+        "link", name="Log"
+    ).click()
+    text = page.locator("[data-log-text]")
+    poll("worker-1's log", lambda: "worker 1:" in text.inner_text(), 30)
+    assert page.locator("#log-replica").input_value() == "worker-1"
+    page.locator("#log-search").fill("steps in")
+    poll(
+        "the search to filter", lambda: "lines contain" in page.inner_text("[data-log-status]"), 10
+    )
+    assert all("steps in" in line for line in text.inner_text().splitlines() if line)
+    shot(page, "14-job-logs")
+
+
+@pytest.mark.tf
+def test_tensorboard_opens_through_the_proxy(trained: tuple[Any, Any, str]) -> None:
+    context, page, job_id = trained
+    with context.expect_page() as opened:
+        page.get_by_role("link", name="TensorBoard").click()
+    board = opened.value
+    board.wait_for_load_state()
+    assert board.url.startswith(f"{page.url.split('/jobs/')[0]}/proxy/tensorboard/{job_id}/")
+    poll("TensorBoard's page", lambda: "TensorBoard" in board.title(), 120)
+    shot(board, "15-tensorboard", full_page=False)
+    board.close()
+
+
+@pytest.mark.tf
+def test_final_checkpoint_downloads(trained: tuple[Any, Any, str], tmp_path: Path) -> None:
+    _context, page, _job = trained
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Download final checkpoint").click()
+    path = tmp_path / download.value.suggested_filename
+    download.value.save_as(path)
+    with tarfile.open(path) as tar:
+        names = tar.getnames()
+        index = tar.extractfile("checkpoint")
+        assert index is not None
+        latest = re.search(r'model_checkpoint_path: "([^"]+)"', index.read().decode())
+    assert latest is not None
+    assert f"{latest.group(1)}.index" in names
+    assert latest.group(1) == "model.ckpt-1001"
+
+
+@pytest.mark.tf
+def test_phone_width_stays_readable(
+    people: People, browser: Any, site: Site, trained: tuple[Any, Any, str]
+) -> None:
+    context = _open(browser, site, people.bob, PHONE)
+    page = context.new_page()
+    page.goto("/jobs")
+    shot(page, "20-phone-jobs")
+    page.get_by_role("link", name="mnist", exact=True).click()
+    page.locator("#job-summary").wait_for()
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= PHONE["width"] + 1, f"the job page scrolls sideways on a phone ({width}px)"
+    shot(page, "21-phone-job")
+    page.goto("/jobs/new")
+    shot(page, "22-phone-new-job")
+    context.close()
+
+
+def _failing_code() -> bytes:
+    run = (
+        "#!/bin/sh\n"
+        "echo 'loading the data set'\n"
+        f"echo '{MARKUP}'\n"
+        "echo 'ValueError: the input has shape (64, 8) but the model wants (64, 64)' >&2\n"
+        "exit 3\n"
+    )
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        info = tarfile.TarInfo("run.sh")
+        info.size, info.mode = len(run), 0o755
+        tar.addfile(info, io.BytesIO(run.encode()))
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def failed(
+    people: People, browser: Any, site: Site, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Any, Any, str]]:
+    """A job whose code fails (restart policy Never), with markup in its description and
+    in its log, submitted through the form's advanced section."""
+    archive = tmp_path_factory.mktemp("broken") / "broken.tar.gz"
+    archive.write_bytes(_failing_code())
+    context = _open(browser, site, people.bob)
+    page = context.new_page()
+    page.goto("/jobs/new")
+    details = page.locator("details.inline-upload")
+    if details.get_attribute("open") is None:
+        details.locator("summary").click()
+    page.locator("#up-archive").set_input_files(str(archive))
+    page.locator("#up-name").fill("broken")
+    page.get_by_role("button", name="Upload").click()
+    poll("the upload", lambda: page.locator("#code").input_value() == "broken:1", 60)
+    page.locator("#name").fill("broken")
+    page.get_by_label("Workers").fill("1")
+    page.get_by_label("Parameter servers").fill("0")
+    page.locator("details.advanced summary").click()
+    page.get_by_label("Description (optional)").fill(f"tries {MARKUP} <b>bold</b>")
+    page.get_by_label("When a replica fails").select_option("Never")
+    page.get_by_role("button", name="Start job").click()
+    page.wait_for_url(JOB_URL)
+    page.locator("#job-summary .badge.phase-failed").wait_for(timeout=300_000)
+    yield context, page, page.url
+    context.close()
+
+
+def test_failing_job_shows_failed_with_reason_and_log(failed: tuple[Any, Any, str]) -> None:
+    _context, page, _url = failed
+    summary = page.locator("#job-summary").inner_text()
+    assert "Failed" in summary
+    assert "worker-0" in summary  # the reason names the replica that failed
+    poll(
+        "the failing replica's log",
+        lambda: "model wants (64, 64)" in page.locator("[data-log-text]").inner_text(),
+        30,
+    )
+    assert page.locator("#log-replica").input_value() == "worker-0"
+    row = page.locator("table.replicas").get_by_role("row", name=re.compile("worker-0"))
+    assert "Failed" in row.inner_text()
+    assert "3" in row.locator("td.num").nth(1).inner_text()  # the exit code
+    shot(page, "30-job-failed")
+
+
+def test_markup_in_a_description_and_a_log_line_renders_as_text(
+    failed: tuple[Any, Any, str],
+) -> None:
+    _context, page, _url = failed
+    page.reload()
+    description = page.locator(".description")
+    assert "<script>window.__tfkubeXss = 1</script>" in description.inner_text()
+    assert "<b>bold</b>" in description.inner_text()
+    assert description.locator("b, script, img").count() == 0
+    text = page.locator("[data-log-text]")
+    poll("the log", lambda: "<script>" in text.inner_text(), 30)
+    assert text.locator("script, img").count() == 0
+    assert page.evaluate("window.__tfkubeXss === undefined")
+    page.goto("/jobs")
+    assert page.evaluate("window.__tfkubeXss === undefined")
+
+
+def test_another_teams_user_gets_not_found(
+    people: People, browser: Any, site: Site, failed: tuple[Any, Any, str]
+) -> None:
+    _context, _page, url = failed
+    context = _open(browser, site, people.carol)
+    page = context.new_page()
+    response = page.goto(url)
+    assert response is not None
+    assert response.status == 404
+    assert "Not found" in page.inner_text("h1")
+    assert "broken" not in page.inner_text("body")
+    page.goto("/jobs")
+    assert "broken" not in page.inner_text("main")
+    shot(page, "31-other-team-not-found")
+    context.close()
