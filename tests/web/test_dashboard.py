@@ -195,6 +195,7 @@ def test_tensorboard_opens_through_the_proxy(trained: tuple[Any, Any, str]) -> N
     board.wait_for_load_state()
     assert board.url.startswith(f"{page.url.split('/jobs/')[0]}/proxy/tensorboard/{job_id}/")
     poll("TensorBoard's page", lambda: "TensorBoard" in board.title(), 120)
+    poll("the loss scalar in TensorBoard", lambda: "loss" in board.inner_text("body"), 180, 2)
     shot(board, "15-tensorboard", full_page=False)
     board.close()
 
