@@ -22,6 +22,7 @@ import pytest
 from server._server import PASSWORD
 
 from ._browser import LAPTOP, PHONE, poll, shot
+from ._scale import crowd
 from .conftest import Site
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist-between-graph"
@@ -35,6 +36,11 @@ class People:
     """bob's signed-in browser state (member of team vision)."""
     carol: dict[str, Any]
     """carol's (member of team other only)."""
+
+
+def words(locator: Any) -> str:
+    """The element's text with its whitespace collapsed (chips and pagers span lines)."""
+    return " ".join((locator.text_content() or "").split())
 
 
 def _open(
@@ -330,4 +336,56 @@ def test_another_teams_user_gets_not_found(
     page.goto("/jobs")
     assert "broken" not in page.inner_text("main")
     shot(page, "31-other-team-not-found")
+    context.close()
+
+
+@pytest.fixture(scope="module")
+def thousand_jobs(site: Site, people: People) -> str:
+    """Team crowd with user dave and 1,000 jobs waiting in the queue; -> the team."""
+    admin = site.api(site.admin)
+    try:
+        admin.new_team("crowd")
+        admin.new_user("dave")
+        admin.add_member("crowd", "dave", "member")
+        dave = site.api("dave")
+        try:
+            crowd(admin, dave, "crowd", 1000)
+        finally:
+            dave.close()
+    finally:
+        admin.close()
+    return "crowd"
+
+
+def test_jobs_page_with_a_thousand_jobs(browser: Any, site: Site, thousand_jobs: str) -> None:
+    context = browser.new_context(viewport=LAPTOP, base_url=site.url)
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    page.goto("/login")
+    page.get_by_label("User name").fill("dave")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(lambda url: url.endswith("/jobs"))
+    chips = page.get_by_role("navigation", name="Jobs per phase")
+    assert "All 1,000" in words(chips)
+    assert "Pending 1,000" in words(chips)
+    rows = page.locator("table.jobs tbody tr")
+    assert rows.count() == 50
+    assert "1\N{EN DASH}50 of 1,000" in words(page.locator(".pager"))
+    first_page = rows.first.locator("td.name a").inner_text()
+    assert first_page.startswith("sweep-")
+    shot(page, "40-jobs-1000")
+    page.get_by_role("navigation", name="Pages").get_by_role("link", name="20", exact=True).click()
+    poll("page 20", lambda: "951\N{EN DASH}1,000 of 1,000" in words(page.locator(".pager")), 30)
+    assert page.url.endswith("page=20")
+    assert rows.first.locator("td.name a").inner_text() != first_page
+    page.locator("#q").fill("sweep-077")
+    poll("the text filter", lambda: rows.count() == 10, 30)
+    assert "All 10" in words(chips)
+    page.locator("#q").fill("")
+    page.locator("#phase").select_option("Running")
+    poll("the phase filter", lambda: "No job matches" in page.inner_text("#job-list"), 30)
+    page.goto("/jobs?phase=Pending&page=3")
+    assert rows.count() == 50
+    assert "101\N{EN DASH}150 of 1,000" in words(page.locator(".pager"))
     context.close()
