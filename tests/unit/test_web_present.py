@@ -226,3 +226,14 @@ def test_final_checkpoint_files() -> None:
 def test_no_final_checkpoint_without_its_index_file() -> None:
     assert final_checkpoint("", INDEX, ["checkpoint", "model.ckpt-1001.meta"]) is None
     assert final_checkpoint("", "nothing", FILES) is None
+
+
+def test_common_wait() -> None:
+    replicas = [
+        rep("worker-0", "Pending", message="Unschedulable: no room"),
+        rep("worker-1", "Pending", message="Unschedulable: no room"),
+        rep("worker-2", "Pending", message="pulling the image"),
+        rep("worker-3", "Running", message="Unschedulable: no room"),
+    ]
+    assert p.common_wait(replicas) == ("Unschedulable: no room", 2)
+    assert p.common_wait([rep("worker-0", "Pending")]) is None

@@ -175,7 +175,8 @@ def serve(settings: ServerSettings) -> None:
     app = create_app(settings)
     print(
         f"tfkube server: {settings.engine} engine, data in {settings.data_dir}, "
-        f"listening on {settings.base_url} (API docs at {settings.base_url}/docs)",
+        f"listening on {settings.base_url}\n  dashboard: {settings.base_url}/  "
+        f"API docs: {settings.base_url}/docs",
         file=sys.stderr,
         flush=True,
     )

@@ -283,6 +283,7 @@ def _summary_data(
         "active": active,
         "progress": job_progress(platform, row),
         "checkpoint": find_checkpoint(row.output_dir),
+        "waiting": present.common_wait(job.replicas or []) if not job.queued else None,
         "can_write": allowed(principal.actor, Scope.JOBS_WRITE, row.team_id),
         "tensorboard": platform.engines.kind == "local" and bool(row.output_dir),
         "now": time.time(),

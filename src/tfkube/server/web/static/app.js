@@ -496,9 +496,11 @@
       try {
         data = await api("GET", this.root.dataset.charts);
       } catch (_) {
+        this.root.dataset.loaded = "true";
         return;
       }
       this.draw(chartSeries(data.series || []));
+      this.root.dataset.loaded = "true";
     },
     width() {
       const box = this.root.clientWidth;
@@ -716,10 +718,12 @@
         const body = await response.text();
         if (generation !== this.generation) return;
         if (!response.ok) {
+          this.root.dataset.loaded = "true";
           this.status.textContent = "No log for this replica yet.";
           return this.render();
         }
         this.append(body, from > 0);
+        this.root.dataset.loaded = "true";
         this.status.textContent = from > 0 ? `Showing the last ${humanSize(TAIL_BYTES)} of ${humanSize(size)}: download for all of it.` : "";
       } catch (_) {
         this.status.textContent = "Could not read the log.";
@@ -730,6 +734,7 @@
       const source = new EventSource(this.url(`&offset=${offset}`));
       this.source = source;
       this.status.textContent = "Following: new lines appear as the replica writes them.";
+      this.root.dataset.loaded = "true";
       let dropFirst = offset > 0;
       source.addEventListener("line", (e) => {
         if (generation !== this.generation) return source.close();

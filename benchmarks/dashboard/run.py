@@ -1,0 +1,215 @@
+"""Benchmark: how fast the dashboard's two biggest pages show in Chromium.
+
+- the jobs page of a team with 1,000 jobs (local engine, all waiting in the queue), and
+  the same page with 1 job, side by side;
+- a job page with 1,000 replicas (10 PS + 990 workers, fake pods on the test control
+  plane, `tfkube server --engine kubernetes`, the operator out of cluster), and a job
+  page with 3 replicas in the same cluster.
+
+For each page, over `--runs` loads in fresh browser contexts (nothing cached):
+  first render  = the first contentful paint (Paint Timing API);
+  fully loaded  = the page's load event, and on a job page also its charts and log
+                  panel having fetched their data (`data-loaded` on both);
+  HTML          = the size of the page's HTML.
+Target: under 2 s for both on this 2-core machine. Prints a Markdown table (medians and
+the worst run, and each big page as a ratio to its small counterpart).
+
+    .venv/bin/python benchmarks/dashboard/run.py [--runs 7]
+
+Needs Debian's Chromium (`make chromium`) and the control plane binaries (`make kube-bins`).
+It reuses the browser tests' helpers (tests/web, tests/server): the same real server
+process, the same real submissions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from cluster._support import load_cluster_module  # noqa: E402
+from server._server import PASSWORD, Api, ServerProc, api_for, env_with, free_port  # noqa: E402
+from web._browser import chromium  # noqa: E402
+from web._scale import (  # noqa: E402
+    Operator,
+    big_job_manifest,
+    bind_volumes,
+    crowd,
+    upload_tiny,
+    wait_running,
+)
+
+MEASURE = """async () => {
+  const job = document.querySelector('.job-page');
+  const ready = () => !job || (
+    document.querySelector('[data-charts]')?.dataset.loaded === 'true' &&
+    document.querySelector('[data-logs]')?.dataset.loaded === 'true');
+  while (!(document.readyState === 'complete' && ready())) {
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  const loaded = performance.now();
+  const paint = performance.getEntriesByName('first-contentful-paint')[0];
+  const nav = performance.getEntriesByType('navigation')[0];
+  return {first: paint ? paint.startTime : null, loaded, html: nav.transferSize};
+}"""
+
+
+def measure(browser: Any, url: str, user: str, runs: int) -> dict[str, float]:
+    """Sign in once, then load `url` `runs` times, each in a fresh context."""
+    login = httpx.post(
+        f"{url.split('/jobs')[0]}/api/v1/auth/login", json={"name": user, "password": PASSWORD}
+    )
+    login.raise_for_status()
+    cookie = login.cookies.get("tfkube_session")
+    firsts, loads, sizes = [], [], []
+    for _ in range(runs):
+        context = browser.new_context(viewport={"width": 1366, "height": 860})
+        context.add_cookies([{"name": "tfkube_session", "value": cookie, "url": url}])
+        page = context.new_page()
+        page.goto(url, wait_until="commit")
+        found = page.evaluate(MEASURE)
+        firsts.append(found["first"] or float("nan"))
+        loads.append(found["loaded"])
+        sizes.append(found["html"])
+        context.close()
+    return {
+        "first": statistics.median(firsts),
+        "first_max": max(firsts),
+        "loaded": statistics.median(loads),
+        "loaded_max": max(loads),
+        "html": statistics.median(sizes),
+    }
+
+
+@contextlib.contextmanager
+def server(tmp: Path, extra: list[str]) -> Iterator[tuple[ServerProc, Api]]:
+    tmp.mkdir(parents=True, exist_ok=True)
+    proc = ServerProc(
+        tmp / "data",
+        free_port(),
+        None,
+        env_with("TFK_BENCH", uuid.uuid4().hex, tmp / "home"),
+        extra=extra,
+    )
+    proc.start()
+    admin = None
+    try:
+        r = httpx.post(
+            f"{proc.url}/api/v1/setup",
+            json={"token": proc.setup_token, "name": "admin", "password": PASSWORD},
+        )
+        r.raise_for_status()
+        admin = api_for(proc.url, "admin")
+        yield proc, admin
+    finally:
+        if admin is not None:
+            while items := admin.get("/api/v1/jobs", params={"limit": 500}).json().get("items"):
+                for item in items:
+                    admin.delete(f"/api/v1/jobs/{item['id']}")
+            admin.close()
+        proc.stop()
+
+
+def jobs_pages(browser: Any, tmp: Path, runs: int) -> list[tuple[str, dict[str, float]]]:
+    with server(tmp / "local", ["--cpus", "2"]) as (proc, admin):
+        for team in ("crowd", "solo"):
+            admin.new_team(team)
+            admin.new_user(f"{team}-user")
+            admin.add_member(team, f"{team}-user", "member")
+        with contextlib.closing(api_for(proc.url, "crowd-user")) as user:
+            crowd(admin, user, "crowd", 1000)
+        with contextlib.closing(api_for(proc.url, "solo-user")) as user:
+            crowd(admin, user, "solo", 1)
+        return [
+            ("jobs page, 1 job", measure(browser, f"{proc.url}/jobs", "solo-user", runs)),
+            ("jobs page, 1,000 jobs", measure(browser, f"{proc.url}/jobs", "crowd-user", runs)),
+        ]
+
+
+def job_pages(browser: Any, tmp: Path, runs: int) -> list[tuple[str, dict[str, float]]]:
+    from kubernetes import client, config
+
+    from tfkube.backends.kubernetes import install
+
+    kube = load_cluster_module()
+    cluster = kube.Cluster(die_with_parent=True)
+    state = cluster.start()
+    api_client = config.new_client_from_config(config_file=state.kubeconfig)
+    operator = None
+    try:
+        install(api_client)
+        core = client.CoreV1Api(api_client)
+        extra = ["--engine", "kubernetes", "--kubeconfig", str(state.kubeconfig)]
+        with server(tmp / "kube", extra) as (proc, admin):
+            admin.new_team("scale")
+            operator = Operator(Path(state.kubeconfig), "tfkube-scale", tmp / "operator.log")
+            upload_tiny(admin, "scale")
+            ids = {}
+            for name, ps, workers in (("small", 1, 2), ("wide", 10, 990)):
+                bind_volumes(core, "tfkube-scale", name)
+                job = admin.ok(
+                    admin.post(
+                        "/api/v1/teams/scale/jobs",
+                        json={"manifest": big_job_manifest(name, ps, workers)},
+                    ),
+                    201,
+                )
+                ids[name] = job["id"]
+            wait_running(admin, ids["small"], 3, 300)
+            wait_running(admin, ids["wide"], 400, 600)
+            return [
+                (
+                    "job page, 3 replicas",
+                    measure(browser, f"{proc.url}/jobs/{ids['small']}", "admin", runs),
+                ),
+                (
+                    "job page, 1,000 replicas",
+                    measure(browser, f"{proc.url}/jobs/{ids['wide']}", "admin", runs),
+                ),
+            ]
+    finally:
+        if operator is not None:
+            operator.stop()
+        api_client.close()
+        cluster.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tfkube-dash-bench-") as tmp, chromium() as browser:
+        results = jobs_pages(browser, Path(tmp), args.runs) + job_pages(
+            browser, Path(tmp), args.runs
+        )
+    print(
+        f"\n{args.runs} loads each, fresh browser context per load (nothing cached); milliseconds\n"
+    )
+    print(
+        "| page | first render (median / worst) | fully loaded (median / worst) "
+        "| ratio to the small page (loaded) | HTML |"
+    )
+    print("| --- | --- | --- | --- | --- |")
+    for i, (name, r) in enumerate(results):
+        small = results[i - 1][1] if i % 2 else r
+        ratio = f"{r['loaded'] / small['loaded']:.2f}" if i % 2 else "1"
+        print(
+            f"| {name} | {r['first']:.0f} / {r['first_max']:.0f} "
+            f"| {r['loaded']:.0f} / {r['loaded_max']:.0f} | {ratio} | {r['html'] / 1000:.0f} kB |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
