@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from server._server import PASSWORD
@@ -124,6 +125,21 @@ def test_first_admin_sets_up_a_team_and_a_user_who_signs_in(
     assert page.get_by_role("link", name="Admin").count() == 0  # bob is no site admin
     page.goto("/team")
     assert "vision" in page.inner_text("h1")
+    page.get_by_label("Name", exact=True).fill("laptop CLI")
+    page.get_by_role("button", name="Create token").click()
+    token = page.locator("[data-token-value]")
+    poll("the new token", lambda: token.inner_text().startswith("tfk_"), 30)
+    shot(page, "06-team-token")
+    value = token.inner_text()
+    with httpx.Client(base_url=site.url, headers={"Authorization": f"Bearer {value}"}) as api:
+        assert api.get("/api/v1/users/me").json()["name"] == "bob"
+        page.on("dialog", lambda dialog: dialog.accept())
+        page.reload()
+        page.locator("table.tokens").get_by_role("row", name=re.compile("laptop CLI")).get_by_role(
+            "button", name="Revoke"
+        ).click()
+        poll("the token revoked", lambda: "revoked" in page.inner_text("table.tokens"), 30)
+        assert api.get("/api/v1/users/me").status_code == 401
     context.close()
 
 
@@ -172,6 +188,9 @@ def test_upload_submit_watch_until_succeeded(trained: tuple[Any, Any, str]) -> N
     assert rows.count() == 3
     assert page.locator("table.replicas").get_by_text("ps-0").count() == 1
     shot(page, "13-job-succeeded")
+    page.goto("/jobs")
+    shot(page, "13-jobs-list")
+    page.go_back()
 
 
 @pytest.mark.tf
@@ -322,6 +341,20 @@ def test_markup_in_a_description_and_a_log_line_renders_as_text(
     assert page.evaluate("window.__tfkubeXss === undefined")
 
 
+def test_run_again_then_delete(failed: tuple[Any, Any, str]) -> None:
+    _context, page, url = failed
+    page.goto(url)
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Run again").click()
+    page.wait_for_url(lambda new: JOB_URL.match(new) is not None and new != url)
+    assert page.locator(".job-name").inner_text() == "broken-2"
+    page.locator("#job-summary .badge.phase-failed").wait_for(timeout=300_000)
+    page.get_by_role("button", name="Delete").click()
+    page.wait_for_url(lambda new: new.endswith("/jobs"))
+    assert page.get_by_role("link", name="broken-2").count() == 0
+    assert page.get_by_role("link", name="broken", exact=True).count() == 1
+
+
 def test_another_teams_user_gets_not_found(
     people: People, browser: Any, site: Site, failed: tuple[Any, Any, str]
 ) -> None:
@@ -385,6 +418,10 @@ def test_jobs_page_with_a_thousand_jobs(browser: Any, site: Site, thousand_jobs:
     page.locator("#q").fill("")
     page.locator("#phase").select_option("Running")
     poll("the phase filter", lambda: "No job matches" in page.inner_text("#job-list"), 30)
+    page.goto("/code")
+    row = page.locator("table.artifacts").get_by_role("row", name=re.compile("tiny"))
+    assert "in use" in row.inner_text()
+    assert row.get_by_role("button", name="Delete").is_disabled()
     page.goto("/jobs?phase=Pending&page=3")
     assert rows.count() == 50
     assert "101\N{EN DASH}150 of 1,000" in words(page.locator(".pager"))

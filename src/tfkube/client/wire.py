@@ -110,6 +110,8 @@ class JobOut(_Wire):
     code: str | None = None
     """`NAME:VERSION` of the code artifact, or its URL."""
     code_sha256: str | None = None
+    data: str | None = None
+    """`NAME:VERSION` of the data set unpacked into the job's data folder, if any."""
     on_engine: bool = True
     """False once the engine forgot the job (TTL): status, logs and outputs stay here."""
     queued: bool = False

@@ -32,11 +32,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from tfkube.api import FieldError, SpecError, TFJob, dump_job, load_job_text
 from tfkube.backends import JobExists, JobNotFound, JobView
+from tfkube.launcher._fetch import FetchError, unpack
 from tfkube.planner import JobPhase
 from tfkube.server import _admission as admission
 from tfkube.server._artifacts import BlobStore
 from tfkube.server._engines import Engines
-from tfkube.server._forms import parse_ref, place_job, server_problems
+from tfkube.server._forms import ArtifactRef, parse_ref, place_job, server_problems
 from tfkube.server._security import CodeClaim, sign_claim
 from tfkube.server._settings import ServerSettings
 from tfkube.server._tables import Artifact, Job, JobEvent, Team
@@ -127,6 +128,45 @@ class JobService:
     def data_dir(self, team: Team, job_id: str) -> Path:
         return self.engines.team_root(team.name) / "data" / job_id
 
+    def resolve_data(self, db: Session, team: Team, reference: str) -> Artifact:
+        """The team's data artifact a job names (`data`: NAME, NAME:VERSION, sha256:HEX)."""
+        if self.engines.kind != "local":
+            raise SpecError(
+                [
+                    FieldError(
+                        "data",
+                        "uploaded data sets reach jobs on the local engine only; on Kubernetes "
+                        "give the job a claim holding the data (spec.storage.data.claimName)",
+                    )
+                ],
+                "data",
+            )
+        ref = parse_ref(reference)
+        found = self._artifact(db, team, ref, "data") if ref else None
+        if found is None:
+            raise SpecError(
+                [
+                    FieldError(
+                        "data",
+                        f"team {team.name} has no data set {reference!r}; upload it (kind data) "
+                        "or pick one from the list of artifacts",
+                    )
+                ],
+                "data",
+            )
+        return found
+
+    @staticmethod
+    def _artifact(db: Session, team: Team, ref: ArtifactRef, kind: str) -> Artifact | None:
+        query = select(Artifact).where(Artifact.team_id == team.id, Artifact.kind == kind)
+        if ref.sha256:
+            query = query.where(Artifact.sha256 == ref.sha256)
+        else:
+            query = query.where(Artifact.name == ref.name)
+            if ref.version is not None:
+                query = query.where(Artifact.version == ref.version)
+        return db.scalars(query.order_by(Artifact.version.desc()).limit(1)).first()
+
     def resolve_code(
         self, db: Session, team: Team, job: TFJob, code_field: str
     ) -> tuple[Artifact | None, str | None]:
@@ -146,14 +186,7 @@ class JobService:
                 ],
                 f"job {job.name!r}",
             )
-        query = select(Artifact).where(Artifact.team_id == team.id, Artifact.kind == "code")
-        if ref.sha256:
-            query = query.where(Artifact.sha256 == ref.sha256)
-        else:
-            query = query.where(Artifact.name == ref.name)
-            if ref.version is not None:
-                query = query.where(Artifact.version == ref.version)
-        found = db.scalars(query.order_by(Artifact.version.desc()).limit(1)).first()
+        found = self._artifact(db, team, ref, "code")
         if found is None:
             wanted = source.removeprefix("artifact:")
             raise SpecError(
@@ -187,6 +220,7 @@ class JobService:
         job: TFJob,
         code_field: str = "spec.code.source",
         description: str = "",
+        data: str | None = None,
     ) -> Job:
         """Pin, record and queue (or start) a job. Raises SpecError or JobExists."""
         problems = server_problems(job)
@@ -201,6 +235,7 @@ class JobService:
                 "stop or delete it, or choose another name"
             )
         artifact, _ = self.resolve_code(db, team, job, code_field)
+        data_set = self.resolve_data(db, team, data) if data else None
         job_id = new_job_id()
         if artifact is not None:
             code_url = f"{self.settings.replica_url}/api/v1/code/{artifact.sha256}"
@@ -229,6 +264,8 @@ class JobService:
             spec=dump_job(placed),
             artifact_id=artifact.id if artifact else None,
             code_sha256=sha or None,
+            data_artifact_id=data_set.id if data_set else None,
+            data_sha256=data_set.sha256 if data_set else None,
             state=QUEUED,
             request={"cpu": need.cpu, "memory": need.memory, "gpu": need.gpu},
             phase=JobPhase.PENDING.value,
@@ -259,6 +296,8 @@ class JobService:
         try:
             if row.output_dir and self.engines.kind == "local":
                 Path(row.output_dir).mkdir(parents=True, exist_ok=True)
+            if row.data_sha256:
+                self.unpack_data(row, team)
             view = backend.submit(job, self.engines.team_root(team.name), code_token=token)
         except (SpecError, JobExists) as exc:
             self._end(row, JobPhase.FAILED.value, "SubmitFailed", str(exc), now)
@@ -274,6 +313,24 @@ class JobService:
             db.add(JobEvent(job_id=row.id, time=now, message="started on the engine"))
         db.commit()
         self.on_change(row)
+
+    def unpack_data(self, row: Job, team: Team) -> None:
+        """The job's data set, unpacked (checked as replicas check code) into its data
+        folder before it starts; kept for restarts, removed with the job."""
+        dest = self.data_dir(team, row.id)
+        if dest.is_dir() and any(dest.iterdir()):
+            return
+        staging = dest.with_name(f".{dest.name}.unpacking")
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            unpack(self.blobs.path(row.data_sha256 or ""), staging)
+        except FetchError as exc:
+            message = str(exc).replace("the code", "the data set")
+            raise SpecError([FieldError("data", message)]) from None
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.exists():
+            dest.rmdir()
+        staging.rename(dest)
 
     @staticmethod
     def _end(row: Job, phase: str, reason: str, message: str, now: float) -> None:

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
+import types
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +28,20 @@ from typing import Any
 from tfkube.api import TFJob
 from tfkube.client.wire import Progress, ScalarPoint, ScalarSeries
 
+
+def _tensorboard_without_tensorflow() -> None:
+    """Make TensorBoard's event reader use its own TensorFlow stub in this process.
+
+    Reading event files needs no TensorFlow, but TensorBoard imports the real one when it
+    is installed (as it is beside the examples), which cost the server seconds and
+    hundreds of MB at the first chart anyone opened. TensorBoard skips it when its marker
+    module `tensorboard.compat.notf` exists. (The TensorBoard processes the proxy starts
+    are separate processes and keep the real one.)"""
+    name = "tensorboard.compat.notf"
+    sys.modules.setdefault(name, types.ModuleType(name))
+
+
+_tensorboard_without_tensorflow()
 MAX_POINTS = 2000
 """Per series; older points are thinned (every other one) past this."""
 MAX_JOBS = 64

@@ -146,6 +146,11 @@ class Job(Base):
         ForeignKey("artifacts.id", ondelete="SET NULL"), nullable=True
     )
     code_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    data_artifact_id: Mapped[int | None] = mapped_column(
+        ForeignKey("artifacts.id", ondelete="SET NULL"), nullable=True
+    )
+    """The data set (a `data` artifact) unpacked into the job's data folder, if any."""
+    data_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     state: Mapped[str] = mapped_column(String(16))
     """queued (waiting for resources) | live (on the engine) | ended (final status kept)."""
     request: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)

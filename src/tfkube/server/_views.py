@@ -16,6 +16,7 @@ def job_out(
     code: str | None,
     *,
     detail: bool = False,
+    data: str | None = None,
 ) -> JobOut:
     counts = Counter(str(r.get("state")) for r in row.replicas)
     return JobOut(
@@ -33,6 +34,7 @@ def job_out(
         finished_at=row.finished_at,
         code=code,
         code_sha256=row.code_sha256,
+        data=data,
         on_engine=row.state != "ended" or row.reason not in {"Lost"},
         queued=row.state == "queued",
         counts=dict(counts),

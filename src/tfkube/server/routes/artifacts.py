@@ -11,7 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import FileResponse
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 
@@ -40,7 +40,12 @@ KINDS = ("code", "data")
 def _in_use(db: SessionDep, artifact_id: int) -> bool:
     return (
         db.scalars(
-            select(Job.id).where(Job.artifact_id == artifact_id, Job.state != "ended").limit(1)
+            select(Job.id)
+            .where(
+                or_(Job.artifact_id == artifact_id, Job.data_artifact_id == artifact_id),
+                Job.state != "ended",
+            )
+            .limit(1)
         ).first()
         is not None
     )
@@ -64,11 +69,10 @@ def list_artifacts(
     if kind is not None:
         query = query.where(Artifact.kind == kind)
     rows = db.execute(query.order_by(Team.name, Artifact.name, Artifact.version.desc())).all()
-    busy = set(
-        db.scalars(
-            select(Job.artifact_id).where(Job.state != "ended", Job.artifact_id.is_not(None))
-        )
-    )
+    unfinished = db.execute(
+        select(Job.artifact_id, Job.data_artifact_id).where(Job.state != "ended")
+    ).all()
+    busy = {i for pair in unfinished for i in pair if i is not None}
     return [
         artifact_out(a, team_name, creator, a.id in busy)
         for a, team_name, creator in rows
@@ -112,7 +116,9 @@ def delete_artifact(
     db.delete(artifact)
     db.flush()
     if db.scalars(select(Artifact.id).where(Artifact.sha256 == sha).limit(1)).first() is None:
-        used_by_jobs = db.scalars(select(Job.id).where(Job.code_sha256 == sha).limit(1)).first()
+        used_by_jobs = db.scalars(
+            select(Job.id).where(or_(Job.code_sha256 == sha, Job.data_sha256 == sha)).limit(1)
+        ).first()
         if used_by_jobs is None:
             blob = db.get(Blob, sha)
             if blob is not None:

@@ -43,11 +43,11 @@ def _labels(db: Session, rows: list[Job]) -> tuple[dict[int, str], dict[int, str
             select(User).where(User.id.in_({r.created_by for r in rows if r.created_by}))
         )
     }
+    ids = {r.artifact_id for r in rows if r.artifact_id}
+    ids |= {r.data_artifact_id for r in rows if r.data_artifact_id}
     arts = {
         a.id: f"{a.name}:{a.version}"
-        for a in db.scalars(
-            select(Artifact).where(Artifact.id.in_({r.artifact_id for r in rows if r.artifact_id}))
-        )
+        for a in db.scalars(select(Artifact).where(Artifact.id.in_(ids)))
     }
     return teams, users, arts
 
@@ -55,8 +55,14 @@ def _labels(db: Session, rows: list[Job]) -> tuple[dict[int, str], dict[int, str
 def render_job(db: Session, row: Job, detail: bool = True) -> JobOut:
     teams, users, arts = _labels(db, [row])
     code = arts.get(row.artifact_id) if row.artifact_id else None
+    data = arts.get(row.data_artifact_id) if row.data_artifact_id else None
     return job_out(
-        row, teams.get(row.team_id, ""), users.get(row.created_by or -1), code, detail=detail
+        row,
+        teams.get(row.team_id, ""),
+        users.get(row.created_by or -1),
+        code,
+        detail=detail,
+        data=data,
     )
 
 
@@ -75,6 +81,14 @@ def _description(value: object) -> str:
     if len(value) > MAX_DESCRIPTION:
         raise field_error("description", f"at most {MAX_DESCRIPTION:,} characters, please")
     return value.strip()
+
+
+def _data_ref(value: object) -> str | None:
+    from tfkube.server.routes._util import field_error
+
+    if value is not None and not isinstance(value, str):
+        raise field_error("data", "give the data set as NAME, NAME:VERSION or sha256:HEX")
+    return value
 
 
 def _parse_submission(body: dict[str, Any]) -> tuple[TFJob, str]:
@@ -119,9 +133,12 @@ def submit(
     principal.require(Scope.JOBS_WRITE, team.id)
     body = dict(body)
     description = _description(body.pop("description", ""))
+    data = body.pop("data", None) or None
     try:
         job, code_field = _parse_submission(body)
-        row = platform.jobs.submit(db, team, principal.user.id, job, code_field, description)
+        row = platform.jobs.submit(
+            db, team, principal.user.id, job, code_field, description, data=_data_ref(data)
+        )
     except SpecError as exc:
         raise _spec_error(exc) from None
     except JobExists as exc:
@@ -172,6 +189,7 @@ def list_jobs(
             teams.get(r.team_id, ""),
             users.get(r.created_by or -1),
             arts.get(r.artifact_id) if r.artifact_id else None,
+            data=arts.get(r.data_artifact_id) if r.data_artifact_id else None,
         )
         for r in rows
     ]
@@ -230,8 +248,9 @@ def copy_job(
         raw["spec"]["code"]["source"] = f"sha256:{job.code_sha256}"
         raw["spec"]["code"].pop("sha256", None)
     try:
+        data = f"sha256:{job.data_sha256}" if job.data_sha256 else None
         row = platform.jobs.submit(
-            db, team, principal.user.id, parse_job(raw, "copy"), "name", job.description
+            db, team, principal.user.id, parse_job(raw, "copy"), "name", job.description, data=data
         )
     except SpecError as exc:
         raise _spec_error(exc) from None

@@ -231,6 +231,7 @@ def new_job_page(
     chosen = team if team in teams else (teams[0] if teams else "")
     artifacts = artifacts_api.list_artifacts(principal, db)
     code_versions = [a for a in artifacts if a.kind == "code" and a.team in teams]
+    data_versions = [a for a in artifacts if a.kind == "data" and a.team in teams]
     return render(
         request,
         "new_job.html",
@@ -239,6 +240,7 @@ def new_job_page(
             "teams": teams,
             "team": chosen,
             "code_versions": code_versions,
+            "data_versions": data_versions,
             "code": code,
             "upload_teams": _writable_teams(principal, db, Scope.ARTIFACTS_WRITE),
             "engine": platform.engines.kind,

@@ -412,15 +412,17 @@
   // -- live pieces: htmx refreshes server-rendered fragments ---------------------------------------
 
   // Elements with data-poll="N" get a "tick" event every N seconds while the page is
-  // visible and the user is not working inside them (focus or a text selection there):
-  // a refresh never pulls a link or a half-typed filter from under someone.
+  // visible and the user is not typing or selecting text inside them: a refresh never
+  // pulls a half-typed filter or a selection from under someone. (Links and buttons keep
+  // their focus across a refresh: they carry ids, and htmx refocuses by id.)
   const lastTick = new WeakMap();
   function busy(el) {
-    if (el.contains(document.activeElement) && document.activeElement !== document.body) {
-      return document.activeElement.matches("input, select, textarea, a, button");
+    const active = document.activeElement;
+    if (active && el.contains(active) && active.matches("input:not([type=checkbox]), select, textarea")) {
+      return true;
     }
     const sel = document.getSelection();
-    return sel && !sel.isCollapsed && el.contains(sel.anchorNode);
+    return Boolean(sel && !sel.isCollapsed && el.contains(sel.anchorNode));
   }
   setInterval(() => {
     if (document.visibilityState !== "visible" || !window.htmx) return;
@@ -442,7 +444,7 @@
       refreshTimer = null;
       for (const sel of ["#job-summary", "#replica-table", "#job-events", "#job-outputs"]) {
         const el = $(sel);
-        if (el && !busy(el)) htmx.trigger(el, "refresh");
+        if (el && (now || !busy(el))) htmx.trigger(el, "refresh");
       }
     };
     if (now) return run();
