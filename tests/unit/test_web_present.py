@@ -172,6 +172,7 @@ def test_state_counts_follow_the_role_filter() -> None:
         ),
         pytest.param([rep("worker-1", "Failed")], [], "worker-1", id="failed-no-logs-yet"),
         pytest.param([rep("ps-0")], ["ps-0"], "ps-0", id="any-with-a-log"),
+        pytest.param([rep("ps-0"), rep("worker-0")], [], "worker-0", id="no-log-yet"),
         pytest.param([], [], None, id="nothing"),
     ],
 )

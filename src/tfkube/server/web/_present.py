@@ -245,8 +245,9 @@ def log_replica(replicas: Iterable[ReplicaOut], with_logs: Iterable[str]) -> str
     for r in ordered:
         if r.state == "Failed" and (r.key in have or not have):
             return r.key
+    known = have or {r.key for r in ordered}  # before any log exists: the one that will
     for key in ("chief-0", "worker-0"):
-        if key in have:
+        if key in known:
             return key
     for r in ordered:
         if r.key in have:

@@ -504,13 +504,14 @@
       this.draw(chartSeries(data.series || []));
       this.root.dataset.loaded = "true";
     },
-    width() {
-      const box = this.root.clientWidth;
-      const columns = box > 900 ? 3 : box > 560 ? 2 : 1;
-      return Math.floor((box - 16 * (columns - 1)) / columns);
+    // Each chart fills its cell of the CSS grid (3 across on a laptop, 1 on a phone).
+    width(figure) {
+      return Math.max(200, Math.floor(figure.clientWidth));
     },
     resize() {
-      for (const { plot } of this.plots.values()) plot.setSize({ width: this.width(), height: 200 });
+      for (const { plot, figure } of this.plots.values()) {
+        plot.setSize({ width: this.width(figure), height: 200 });
+      }
     },
     draw(groups) {
       const empty = $("[data-charts-empty]", this.root);
@@ -542,7 +543,7 @@
           );
           const plot = new uPlot(
             {
-              width: this.width(),
+              width: this.width(figure),
               height: 200,
               legend: { show: group.runs.length > 1 },
               cursor: { drag: { x: true, y: false } },
