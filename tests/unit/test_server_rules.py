@@ -293,3 +293,12 @@ def test_login_rate_limit() -> None:
 )
 def test_password_rules(password: str, ok: bool) -> None:
     assert (password_problem(password) is None) is ok
+
+
+def test_a_form_without_code_names_the_code_field() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError) as exc:
+        JobForm(name="x", workers=1, code="  ")
+    assert exc.value.errors()[0]["loc"] == ("code",)
+    assert "choose the code" in str(exc.value)

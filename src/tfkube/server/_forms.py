@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tfkube.api import FieldError, RestartPolicy, SpecError, TFJob, parse_job
 
@@ -60,6 +60,13 @@ class JobForm(BaseModel):
     """Fail the job when it has run this long."""
     tensorboard: bool = False
     """A TensorBoard for the job (on Kubernetes a Deployment; locally on demand anyway)."""
+
+    @field_validator("code")
+    @classmethod
+    def _code_given(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("choose the code to run (upload its folder first if it is not listed)")
+        return value.strip()
 
 
 @dataclass(frozen=True)

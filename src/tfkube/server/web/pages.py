@@ -10,11 +10,10 @@ with the session's CSRF token): these handlers only read.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import select
 
 from tfkube.api import SpecError, load_job_text
@@ -60,9 +59,7 @@ def page_principal(request: Request, db: SessionDep) -> Principal:
 PageUser = Annotated[Principal, Depends(page_principal)]
 
 
-def _ctx(
-    request: Request, principal: Principal, db: SessionDep, platform: PlatformDep
-) -> dict[str, Any]:
+def _ctx(principal: Principal, db: SessionDep, platform: PlatformDep) -> dict[str, Any]:
     """What every signed-in page's layout needs."""
     assert principal.session_id is not None
     return {
@@ -204,7 +201,7 @@ def jobs_page(
     }
     if _is_fragment(request):
         return render(request, "_job_list.html", data)
-    ctx = _ctx(request, principal, db, platform)
+    ctx = _ctx(principal, db, platform)
     return render(
         request,
         "jobs.html",
@@ -227,7 +224,7 @@ def new_job_page(
     code: str = "",
 ) -> Response:
     teams = _writable_teams(principal, db, Scope.JOBS_WRITE)
-    ctx = _ctx(request, principal, db, platform)
+    ctx = _ctx(principal, db, platform)
     chosen = team if team in teams else (teams[0] if teams else "")
     artifacts = artifacts_api.list_artifacts(principal, db)
     code_versions = [a for a in artifacts if a.kind == "code" and a.team in teams]
@@ -351,7 +348,7 @@ def job_page(
 ) -> Response:
     row = _job_row(job_id, principal, db)
     job = _job_view(db, row)
-    ctx = _ctx(request, principal, db, platform)
+    ctx = _ctx(principal, db, platform)
     logs = (
         log_files(row.output_dir) if allowed(principal.actor, Scope.LOGS_READ, row.team_id) else []
     )
@@ -432,7 +429,7 @@ def code_page(
     for a in artifacts:
         groups.setdefault((a.team, a.name), []).append(a)
     writable = _writable_teams(principal, db, Scope.ARTIFACTS_WRITE)
-    ctx = _ctx(request, principal, db, platform)
+    ctx = _ctx(principal, db, platform)
     return render(
         request,
         "code.html",
@@ -451,7 +448,7 @@ def code_page(
 def team_page(
     request: Request, principal: PageUser, db: SessionDep, platform: PlatformDep, team: str = ""
 ) -> Response:
-    ctx = _ctx(request, principal, db, platform)
+    ctx = _ctx(principal, db, platform)
     mine = teams_api.list_teams(principal, db)
     chosen = next((t for t in mine if t.name == team), mine[0] if mine else None)
     members = teams_api.members(db.get(Team, chosen.id), principal, db) if chosen else []  # type: ignore[arg-type]
@@ -481,7 +478,7 @@ def admin_page(
 ) -> Response:
     if not principal.actor.site_admin:
         raise PageError(403, "Site admins only", "Ask a site admin to add users or teams.")
-    ctx = _ctx(request, principal, db, platform)
+    ctx = _ctx(principal, db, platform)
     users = users_api.list_users(principal, db)
     teams = teams_api.list_teams(principal, db)
     usage = {t.id: team_usage(db, t.id) for t in teams}
@@ -500,8 +497,4 @@ def admin_page(
     )
 
 
-def static_dir() -> Path:
-    return Path(__file__).parent / "static"
-
-
-__all__ = ["HTMLResponse", "router"]
+__all__ = ["router"]

@@ -88,8 +88,10 @@
       if (!el.name || el.disabled || el.type === "submit" || el.type === "button") continue;
       let value;
       if (el.type === "checkbox") value = el.checked;
-      else if (el.type === "number" || el.dataset.number !== undefined)
+      else if (el.type === "number" || el.dataset.number !== undefined) {
         value = el.value === "" ? null : Number(el.value);
+        if (value !== null && el.dataset.scale) value = Math.round(value * Number(el.dataset.scale));
+      }
       else if (el.dataset.lines !== undefined)
         value = el.value.split("\n").map((s) => s.trim()).filter(Boolean);
       else value = el.value;
@@ -100,6 +102,8 @@
       if (value === null || (value === "" && el.dataset.optional !== undefined)) continue;
       setPath(body, el.name, value);
     }
+    // data-ensure="quota": send {} for an object whose fields were all left empty.
+    for (const key of (form.dataset.ensure || "").split(",").filter(Boolean)) body[key] ??= {};
     return { body, url };
   }
 
