@@ -53,7 +53,9 @@ def page_principal(request: Request, db: SessionDep) -> Principal:
     if user is None or cookie is None:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         raise SignInFirst(target)
-    return Principal(user, actor_of(db, user), session_id=cookie)
+    principal = Principal(user, actor_of(db, user), session_id=cookie)
+    db.commit()  # hand the connection back between reads, as the API's dependencies do
+    return principal
 
 
 PageUser = Annotated[Principal, Depends(page_principal)]
