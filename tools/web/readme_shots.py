@@ -18,7 +18,7 @@ SOURCE = ROOT / ".test-artifacts" / "screenshots"
 TARGET = ROOT / "docs" / "screenshots"
 PICTURES = {
     "jobs.png": ("13-jobs-list", 900, 520),
-    "job.png": ("12-job-running", 900, 1900),
+    "job.png": ("13-job-succeeded", 900, 1720),
     "job-failed.png": ("30-job-failed", 900, 1480),
     "new-job.png": ("11-new-job", 900, 860),
     "replicas-1000.png": ("51-job-1000-pending", 900, 1500),
