@@ -756,13 +756,27 @@
         source.close();
         if (generation === this.generation) this.status.textContent = "The replica's log is complete.";
       });
-      source.onerror = () => {
+      source.onerror = async () => {
         source.close();
         if (generation !== this.generation) return;
-        // Reconnect from where we are (the stream ends when the job does).
+        // No stream: either no log yet (try again soon), or a log that cannot be followed
+        // (a pod's log on Kubernetes without a shared outputs folder): show it as it is.
+        let response = null;
+        try {
+          response = await fetch(this.url(`&offset=${this.offset}`), { credentials: "same-origin" });
+        } catch (_) {
+          response = null;
+        }
+        if (generation !== this.generation) return;
+        const type = response?.headers.get("content-type") || "";
+        if (response?.ok && !type.includes("event-stream")) {
+          this.append(await response.text(), false);
+          this.status.textContent = "This log cannot be followed live here; reload for newer lines.";
+          return;
+        }
         setTimeout(() => {
           if (generation === this.generation) this.followFrom(this.offset, generation);
-        }, 2000);
+        }, 3000);
       };
     },
     jobEnded() {
