@@ -238,3 +238,14 @@ def test_common_wait() -> None:
     ]
     assert p.common_wait(replicas) == ("Unschedulable: no room", 2)
     assert p.common_wait([rep("worker-0", "Pending")]) is None
+
+
+def test_log_choices() -> None:
+    small = [f"worker-{i}" for i in range(3)]
+    assert p.log_choices(small, [], None) == small
+    big = [f"worker-{i}" for i in range(1000)]
+    assert p.log_choices(big, ["worker-7", "worker-3"], "worker-0") == [
+        "worker-0",
+        "worker-3",
+        "worker-7",
+    ]

@@ -265,6 +265,18 @@ def common_wait(replicas: Iterable[ReplicaOut]) -> tuple[str, int] | None:
     return message, count
 
 
+def log_choices(
+    keys: Sequence[str], with_logs: Iterable[str], chosen: str | None, small: int = 50
+) -> list[str]:
+    """The replicas the log panel offers at first: all of a small job; of a big one those
+    with a log (and the chosen one), so a 1,000-replica page does not carry 1,000 options
+    (a replica's "Log" link adds it when asked)."""
+    if len(keys) <= small:
+        return list(keys)
+    have = set(with_logs) | ({chosen} if chosen else set())
+    return [k for k in keys if k in have]
+
+
 def state_summary(counts: Mapping[str, int]) -> str:
     """{'Running': 3, 'Pending': 1} -> '3 running, 1 pending' (most first)."""
     parts = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))

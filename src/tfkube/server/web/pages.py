@@ -371,7 +371,7 @@ def job_page(
             **_outputs_data(principal, row, job, ""),
             "log_attempts": attempts,
             "log_replica": chosen,
-            "log_replicas": keys,
+            "log_replicas": present.log_choices(keys, attempts, chosen),
             "active_nav": "jobs",
         },
     )

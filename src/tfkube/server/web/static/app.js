@@ -682,8 +682,10 @@
     },
     show(replica) {
       if (!$$("option", this.pick).some((o) => o.value === replica)) {
-        this.status.textContent = `${replica} has no log yet.`;
-        return;
+        const option = document.createElement("option");
+        option.value = replica;
+        option.textContent = replica;
+        this.pick.append(option);
       }
       this.pick.value = replica;
       this.fillAttempts();
