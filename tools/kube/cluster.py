@@ -403,11 +403,16 @@ class Cluster:
         self._log(f"ready in {time.monotonic() - t0:.1f}s")
         self.save_state()
         if self.want_real_node:
-            self.add_real_node()
+            try:
+                self.add_real_node()
+            except BaseException:
+                self.stop()
+                raise
         return self.state
 
     def add_real_node(self, timeout: float = 300.0) -> dict:
-        """Start the real node (realnode.py) next to the fake ones; returns its NodeState."""
+        """Start the real node (realnode.py) next to the fake ones; returns its NodeState.
+        On failure everything it made is removed again; the control plane keeps running."""
         assert self.state is not None
         realnode = _sibling("realnode")
         node = realnode.RealNode(self, verbose=self.verbose)
@@ -416,11 +421,9 @@ class Cluster:
         except (realnode.NodeError, ClusterError) as exc:
             logs = self._log_tails()
             self.stop_real_node()
-            self.stop()
-            raise ClusterError(f"{exc}\n{logs}") from None
+            raise ClusterError(f"the real node did not start: {exc}\n{logs}") from None
         except BaseException:
             self.stop_real_node()
-            self.stop()
             raise
         assert self.state.real_node is not None
         return self.state.real_node
