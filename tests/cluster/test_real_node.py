@@ -115,9 +115,24 @@ def wait_done(kube: KubeCluster, ns: str, name: str, timeout: float = JOB_TIMEOU
         st = status(kube, ns, name)
         return st if st.get("phase") in ("Succeeded", "Failed") else None
 
-    final = wait_for(f"{name} to finish", done, timeout, 1.0)
-    assert final["phase"] == "Succeeded", final
+    try:
+        final = wait_for(f"{name} to finish", done, timeout, 1.0)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{describe(kube, ns, name)}") from None
+    assert final["phase"] == "Succeeded", f"{final}\n{describe(kube, ns, name)}"
     return final
+
+
+def describe(kube: KubeCluster, ns: str, name: str) -> str:
+    """The job's status, pods and the tail of each pod's log: what a failure report needs."""
+    lines = [f"status: {json.dumps(status(kube, ns, name))}"]
+    for pod in pods(kube, ns, f"tfkube.io/job-name={name}"):
+        lines.append(f"pod {pod.metadata.name}: {pod.status.phase} on {pod.spec.node_name}")
+        try:
+            lines += ["    " + t for t in pod_log(kube, ns, pod).splitlines()[-8:]]
+        except client.ApiException as exc:
+            lines.append(f"    (no log: {exc.reason})")
+    return "\n".join(lines)
 
 
 def pods(kube: KubeCluster, ns: str, selector: str) -> list[client.V1Pod]:
