@@ -345,9 +345,14 @@ def tensorboard_scalar_tags(kube: KubeCluster, ns: str, name: str) -> set[str] |
         response = kube.core.connect_get_namespaced_service_proxy_with_path(
             f"{name}-tensorboard:http", ns, "data/plugin/scalars/tags", _preload_content=False
         )
-        tags = json.loads(response.data)
-    except (client.ApiException, ValueError):
+    except client.ApiException:
         return None
+    try:
+        tags = json.loads(response.data)
+    except ValueError:
+        return None
+    finally:
+        response.release_conn()
     found = {tag for run in tags.values() for tag in run}
     return found or None
 
@@ -397,7 +402,7 @@ def resolves(kube: KubeCluster, ns: str, pod: client.V1Pod, host: str) -> bool:
         f"import socket\ntry:\n socket.gethostbyname({host!r}); print('yes')\n"
         "except OSError: print('no')"
     )
-    out = stream(
+    session = stream(
         kube.core.connect_get_namespaced_pod_exec,
         pod.metadata.name,
         ns,
@@ -407,5 +412,11 @@ def resolves(kube: KubeCluster, ns: str, pod: client.V1Pod, host: str) -> bool:
         stdin=False,
         stdout=True,
         tty=False,
+        _preload_content=False,
     )
+    try:
+        session.run_forever(timeout=60)
+        out = session.read_stdout(timeout=1) if session.peek_stdout() else ""
+    finally:
+        session.close()
     return "yes" in out
