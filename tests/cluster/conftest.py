@@ -11,7 +11,9 @@ Fixtures:
                              cluster and yields a `RealNode`; teardown removes all it made.
                              Tests using it get the `realnode` marker.
   crd, operator_kubeconfig (module) the CRD installed; a kubeconfig with the operator's
-                             ServiceAccount token (what `tests/*/Operator` runs with).
+                             ServiceAccount token.
+  operator        (function) `tfkube operator` (a subprocess with that token) watching the
+                             test's namespace; stopped by PID afterwards.
 
 TFKUBE_KUBE_KEEP=1 keeps the control plane's temp dir (logs/, kubeconfig) after the session.
 Without the binaries the tests are skipped with a hint (`make kube-bins`); under CI=true the
@@ -38,7 +40,7 @@ from kubernetes.client.rest import ApiException
 from tfkube.backends.kubernetes import install
 from tfkube.render import OPERATOR_NAME, OPERATOR_NAMESPACE
 
-from ._support import KUBE_TOOLS, KubeCluster, RealNode, load_cluster_module
+from ._support import KUBE_TOOLS, KubeCluster, Operator, RealNode, load_cluster_module
 
 HERE = Path(__file__).resolve().parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -176,3 +178,17 @@ def operator_kubeconfig(crd: KubeCluster, tmp_path_factory: pytest.TempPathFacto
     path = tmp_path_factory.mktemp("operator") / "kubeconfig"
     path.write_text(yaml.safe_dump(config))
     return path
+
+
+@pytest.fixture
+def operator(
+    crd: KubeCluster, operator_kubeconfig: Path, kube_namespace: str, tmp_path: Path
+) -> Iterator[Operator]:
+    """`tfkube operator` watching the test's namespace, with the operator's own RBAC; its log
+    must show no traceback and no Forbidden request."""
+    op = Operator(crd, kube_namespace, tmp_path / "operator.log", operator_kubeconfig)
+    op.start()
+    yield op
+    op.kill()
+    assert not op.errors(), op.log.read_text()[-5000:]
+    assert "Forbidden" not in op.log.read_text(), op.log.read_text()[-5000:]

@@ -37,18 +37,6 @@ PS_CLEANUP_LIMIT_SECONDS = 10.0
 
 
 @pytest.fixture
-def operator(
-    crd: KubeCluster, operator_kubeconfig: Path, kube_namespace: str, tmp_path: Path
-) -> Iterator[Operator]:
-    op = Operator(crd, kube_namespace, tmp_path / "operator.log", operator_kubeconfig)
-    op.start()
-    yield op
-    op.kill()
-    assert not op.errors(), op.log.read_text()[-5000:]
-    assert "Forbidden" not in op.log.read_text(), op.log.read_text()[-5000:]
-
-
-@pytest.fixture
 def volumes(crd: KubeCluster) -> Iterator[Callable[[str, str], None]]:
     """Pre-bound PersistentVolumes for a job's data and logs claims (no provisioner here)."""
     core = crd.core

@@ -21,11 +21,9 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from kubernetes import client
 
@@ -40,21 +38,6 @@ PS_CLEANUP_LIMIT_SECONDS = 15.0
 JOB_TIMEOUT = 420.0
 SLOW = ["--train_steps=3000", "--step_sleep=0.01", "--checkpoint_steps=100"]
 """Worker args for the mid-run tests: long enough to act on a running job (as locally)."""
-
-
-@pytest.fixture
-def operator(
-    real_node: RealNode,
-    crd: KubeCluster,
-    operator_kubeconfig: Path,
-    kube_namespace: str,
-    tmp_path: Path,
-) -> Iterator[Operator]:
-    op = Operator(crd, kube_namespace, tmp_path / "operator.log", operator_kubeconfig)
-    op.start()
-    yield op
-    op.kill()
-    assert not op.errors(), op.log.read_text()[-5000:]
 
 
 def real_node_job(

@@ -58,20 +58,11 @@ GPU_RESOURCE = "nvidia.com/gpu"
 
 
 def cache_root() -> Path:
-    if os.environ.get("TFKUBE_CACHE"):
-        return Path(os.environ["TFKUBE_CACHE"])
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "tfkube"
+    return _sibling("images").cache_root()
 
 
 def default_bin_dir() -> Path:
-    out = subprocess.run(
-        ["bash", str(HERE / "build.sh"), "--print-bin-dir"],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return Path(out.stdout.strip())
+    return _sibling("images").default_bin_dir()
 
 
 def _sibling(name: str) -> ModuleType:
