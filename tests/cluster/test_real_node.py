@@ -29,6 +29,7 @@ from kubernetes import client
 
 from tfkube.api import DEFAULT_IMAGE
 from tfkube.backends.kubernetes import KubernetesBackend
+from tfkube.kube.rest import ApiError, Kube
 
 from ._support import REPO, KubeCluster, Operator, RealNode, wait_for
 
@@ -324,18 +325,14 @@ def test_a_deleted_ps_pod_restarts_the_job_from_the_checkpoint(
 
 def tensorboard_scalar_tags(kube: KubeCluster, ns: str, name: str) -> set[str] | None:
     """The scalar tags TensorBoard lists, read through the API server's service proxy."""
-    try:
-        response = kube.core.connect_get_namespaced_service_proxy_with_path(
-            f"{name}-tensorboard:http", ns, "data/plugin/scalars/tags", _preload_content=False
-        )
-    except client.ApiException:
+    service = f"/api/v1/namespaces/{ns}/services/{name}-tensorboard:http"
+    path = f"{service}/proxy/data/plugin/scalars/tags"
+    try:  # tfkube's own REST helper: it reads every answer whole (no connection is left open)
+        tags = Kube(kube.api_client).request("GET", path, timeout=10)
+    except (ApiError, ValueError):  # 503 until TensorBoard is ready
         return None
-    try:
-        tags = json.loads(response.data)
-    except ValueError:
+    if not isinstance(tags, dict):
         return None
-    finally:
-        response.release_conn()
     found = {tag for run in tags.values() for tag in run}
     return found or None
 
