@@ -37,8 +37,8 @@ EXAMPLES = REPO / "examples"
 MIN_ACCURACY = 0.90  # what tests/tf/test_examples.py asks of the same examples locally
 PS_CLEANUP_LIMIT_SECONDS = 15.0
 JOB_TIMEOUT = 420.0
-SLOW = ["--train_steps=3000", "--step_sleep=0.01", "--checkpoint_steps=100"]
-"""Worker args for the mid-run tests: long enough to act on a running job (as locally)."""
+SLOW = ["--train_steps=2000", "--step_sleep=0.01", "--checkpoint_steps=100"]
+"""Worker args for the mid-run tests: long enough to act on a running job."""
 
 
 def real_node_job(
@@ -207,10 +207,10 @@ def test_between_graph_example_trains_in_real_pods(
     for pod in pods(kube, ns, f"tfkube.io/job-name={name}"):
         assert pod.spec.node_name == real_node.name
         assert pod.spec.containers[0].image == DEFAULT_IMAGE
-    # After the job: the finished replicas' logs stay readable (the PS's went with its pod).
+    # After the job the chief's log stays readable (its pod is kept); the PS's and a still
+    # running worker's went with their pods (deleted when the job ended).
     after = tfkube(kube, ns, "logs", name)
     assert "[worker-0] tfkube-example: result" in after
-    assert "[worker-1] worker 1:" in after
     backend = KubernetesBackend(api_client=kube.api_client, namespace=ns)
     assert "tfkube-example: result" in "\n".join(backend.logs(name, "worker-0"))
 
@@ -276,7 +276,7 @@ def test_a_deleted_worker_pod_is_replaced_and_the_job_succeeds(
     wait_done(kube, ns, name)
     res = result(real_node, ns, name)
     assert res["test_accuracy"] >= MIN_ACCURACY, res
-    assert res["global_step"] >= 3000
+    assert res["global_step"] >= 2000
     newest = replica_pods(kube, ns, name, "worker", 1)[-1]
     assert newest.metadata.uid != victim.metadata.uid
     assert re.search(r"worker 1: \d+ steps", pod_log(kube, ns, newest))
@@ -320,7 +320,7 @@ def test_a_deleted_ps_pod_restarts_the_job_from_the_checkpoint(
     st = status(kube, ns, name)
     assert st["restarts"] >= 1
     assert st["restartGenerations"].get("ps", 0) >= 1
-    assert result(real_node, ns, name)["global_step"] >= 3000
+    assert result(real_node, ns, name)["global_step"] >= 2000
 
 
 def tensorboard_scalar_tags(kube: KubeCluster, ns: str, name: str) -> set[str] | None:
@@ -375,28 +375,15 @@ def test_a_replica_that_starts_before_its_peers_resolve_still_comes_up(
 
 
 def resolves(kube: KubeCluster, ns: str, pod: client.V1Pod, host: str) -> bool:
-    """Does `host` resolve inside `pod` (its own resolver: the cluster DNS)? Via exec."""
-    from kubernetes.stream import stream
-
+    """Does `host` resolve inside `pod` (its own resolver: the cluster DNS)? `kubectl exec`
+    (a subprocess: the exec stream's sockets stay out of this process)."""
     script = (
         f"import socket\ntry:\n socket.gethostbyname({host!r}); print('yes')\n"
         "except OSError: print('no')"
     )
-    session = stream(
-        kube.core.connect_get_namespaced_pod_exec,
-        pod.metadata.name,
-        ns,
-        container="tensorflow",
-        command=["python3", "-c", script],
-        stderr=True,
-        stdin=False,
-        stdout=True,
-        tty=False,
-        _preload_content=False,
-    )
-    try:
-        session.run_forever(timeout=60)
-        out = session.read_stdout(timeout=1) if session.peek_stdout() else ""
-    finally:
-        session.close()
-    return "yes" in out
+    proc = subprocess.run(
+        [str(kube.kubectl), "--kubeconfig", str(kube.kubeconfig), "exec", "-n", ns,
+         pod.metadata.name, "-c", "tensorflow", "--", "python3", "-c", script],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    return proc.stdout.strip() == "yes"

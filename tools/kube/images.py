@@ -363,31 +363,26 @@ def _unmount_all(mounts: list[Path]) -> None:
 
 
 def import_image(ctr: list[str], image: Image, timeout: float = 900.0) -> None:
-    """Stream the OCI layout as a tar into `ctr ... images import -` (no archive on disk)."""
+    """Stream the OCI layout as a tar (GNU tar, no archive on disk) into `ctr images import -`."""
     if not image.present():
         raise ImageError(f"{image.name} is not built: run `python3 tools/kube/images.py build`")
     with subprocess.Popen(
-        [*ctr, "images", "import", "-"],
-        stdin=subprocess.PIPE,
+        ["tar", "-C", str(image.layout), "--exclude=./image.json", "-cf", "-", "."],
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    ) as proc:
-        assert proc.stdin is not None
-        try:
-            with tarfile.open(fileobj=proc.stdin, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                for path in sorted(image.layout.rglob("*")):
-                    if path.name == "image.json":
-                        continue
-                    tar.add(str(path), arcname=str(path.relative_to(image.layout)), recursive=False)
-        except BrokenPipeError:
-            pass
-        finally:
-            with contextlib.suppress(BrokenPipeError):
-                proc.stdin.close()
-        out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-        code = proc.wait(timeout)
-    if code != 0:
-        raise ImageError(f"importing {image.name} failed ({code}): {out[-2000:]}")
+    ) as tar:
+        proc = subprocess.run(
+            [*ctr, "images", "import", "-"],
+            stdin=tar.stdout,
+            capture_output=True,
+            timeout=timeout,
+            check=False,
+        )
+        assert tar.stdout is not None
+        tar.stdout.close()
+        tar_code = tar.wait(timeout)
+    if proc.returncode != 0 or tar_code != 0:
+        out = (proc.stdout + proc.stderr).decode(errors="replace")
+        raise ImageError(f"importing {image.name} failed ({proc.returncode}): {out[-2000:]}")
 
 
 # --------------------------------------------------------------------------- CLI
