@@ -31,7 +31,7 @@ from tfkube.api import DEFAULT_IMAGE
 from tfkube.backends.kubernetes import KubernetesBackend
 from tfkube.kube.rest import ApiError, Kube
 
-from ._support import REPO, KubeCluster, Operator, RealNode, wait_for
+from ._support import REPO, KubeCluster, Operator, RealNode, load_cluster_module, wait_for
 
 EXAMPLES = REPO / "examples"
 MIN_ACCURACY = 0.90  # what tests/tf/test_examples.py asks of the same examples locally
@@ -166,9 +166,9 @@ def result(node: RealNode, ns: str, name: str) -> dict[str, Any]:
 def test_the_image_is_the_one_stock_manifests_name(real_node: RealNode) -> None:
     """The image built here carries the name `render` gives stock images, so the rendered
     manifests run unchanged (IfNotPresent finds it; nothing is pulled)."""
-    images = REPO / "tools" / "kube" / "images.py"
-    text = images.read_text()
-    assert f'TENSORFLOW_NAME = "docker.io/{DEFAULT_IMAGE}"' in text
+    images = load_cluster_module()._sibling("images")
+    stock = f"docker.io/{DEFAULT_IMAGE}"
+    assert stock == images.TENSORFLOW_NAME
 
 
 def test_between_graph_example_trains_in_real_pods(

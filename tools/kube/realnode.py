@@ -101,7 +101,7 @@ def missing_parts(bin_dir: Path) -> list[str]:
     for name in ("kubelet", "coredns", "tfkube-pause"):
         if not os.access(bin_dir / name, os.X_OK):
             out.append(f"{bin_dir / name} (run tools/kube/build.sh --with-node)")
-    if not any(out):
+    if not out:  # the images need the pause binary: only look once the rest is there
         images = _sibling("images")
         try:
             for image in images.images(bin_dir):
