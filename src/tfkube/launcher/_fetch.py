@@ -3,10 +3,13 @@
 Safety rules: the download and the unpacked size are bounded; members that would land
 outside the destination (absolute paths, `..`, links pointing out), devices and other
 special files are refused (tarfile's `data` filter), and a checksum mismatch is fatal.
+Pythons older than the `data` filter (3.11.0-3.11.3, e.g. Debian 12's python3 in a
+TensorFlow image) get the same rules from `_data_member`, checked before anything is written.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import shutil
@@ -78,8 +81,43 @@ def download(
     return digest.hexdigest()
 
 
-def unpack(archive: Path, dest: Path, max_bytes: int = MAX_UNPACKED_BYTES) -> None:
-    """Unpack a .tar.gz into `dest` (which must not exist), refusing anything unsafe."""
+def _data_member(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+    """What tarfile's `data` filter does, for Pythons without it: the member to extract
+    (leading '/' stripped, no setuid/setgid/sticky or group/other write bits, owned by the
+    unpacking user), or a FetchError when it would land or point outside `dest`."""
+    name = member.name.lstrip("/")
+    target = os.path.realpath(os.path.join(dest, name))
+    if os.path.commonpath([target, dest]) != dest:
+        raise FetchError(f"cannot unpack the code: {member.name!r} is outside it", permanent=True)
+    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+        raise FetchError(
+            f"cannot unpack the code: {member.name!r} is a special file", permanent=True
+        )
+    if member.issym() or member.islnk():
+        base = os.path.dirname(target) if member.issym() else dest
+        link = os.path.realpath(os.path.join(base, member.linkname))
+        if os.path.isabs(member.linkname) or os.path.commonpath([link, dest]) != dest:
+            raise FetchError(
+                f"cannot unpack the code: {member.name!r} links outside it", permanent=True
+            )
+    safe = copy.copy(member)
+    safe.name = name
+    if member.isfile():
+        safe.mode = (member.mode & 0o755) | 0o600
+    elif member.isdir():
+        safe.mode = member.mode & 0o755
+    safe.uid, safe.gid, safe.uname, safe.gname = os.geteuid(), os.getegid(), "", ""
+    return safe
+
+
+def unpack(
+    archive: Path,
+    dest: Path,
+    max_bytes: int = MAX_UNPACKED_BYTES,
+    builtin_filter: bool = hasattr(tarfile, "data_filter"),
+) -> None:
+    """Unpack a .tar.gz into `dest` (which must not exist), refusing anything unsafe.
+    `builtin_filter` False checks members with `_data_member` instead of tarfile's filter."""
     try:
         with tarfile.open(archive, "r:*") as tar:
             members = tar.getmembers()
@@ -94,8 +132,14 @@ def unpack(archive: Path, dest: Path, max_bytes: int = MAX_UNPACKED_BYTES) -> No
                     f"the code unpacks to {total} bytes; the limit is {max_bytes}",
                     permanent=True,
                 )
-            dest.mkdir(parents=True)
-            tar.extractall(dest, filter="data")
+            if builtin_filter:
+                dest.mkdir(parents=True)
+                tar.extractall(dest, filter="data")
+            else:
+                root = os.path.realpath(dest)
+                safe = [_data_member(m, root) for m in members]
+                dest.mkdir(parents=True)
+                tar.extractall(dest, members=safe)
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise FetchError(f"cannot unpack the code: {exc}", permanent=True) from None
 
