@@ -3,6 +3,7 @@ sync loop), the routers, error shapes, shut-down (every process it started, by P
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
@@ -44,7 +45,9 @@ log = logging.getLogger("tfkube.server")
 
 def build_platform(settings: ServerSettings) -> Platform:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    settings.data_dir.chmod(0o700)
+    # Not ours to change when it is a volume's root (in a pod: root's, our group's).
+    with contextlib.suppress(PermissionError):
+        settings.data_dir.chmod(0o700)
     engine = make_engine(database_url(settings.database_url, settings.data_dir))
     migrate(engine)
     sessions = session_factory(engine)
@@ -168,6 +171,8 @@ def serve(settings: ServerSettings) -> None:
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # httpx logs every proxied request's URL (TensorBoard's queries) at INFO: not for us.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     app = create_app(settings)
     print(
         f"tfkube server: {settings.engine} engine, data in {settings.data_dir}, "

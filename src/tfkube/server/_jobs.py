@@ -49,6 +49,28 @@ CODE_CLAIM_SECONDS = 7 * 24 * 3600
 so a replica restarted late in a long job can still fetch its code."""
 
 
+RETRY_SECONDS = 3.0
+"""How soon a job the cluster turned away for a while is submitted again."""
+
+
+def passing_refusal(exc: Exception) -> str | None:
+    """Why a submit failed for a while only (the job waits and is tried again), or None
+    when the failure is final. Pure: the quota admission's "exceeded quota" and "status
+    unknown for quota" (a new or changed quota not computed yet), an API server that is
+    busy or unreachable."""
+    from tfkube.kube.rest import ApiError
+
+    if isinstance(exc, ApiError):
+        if exc.status == 403 and "quota" in exc.message:
+            return f"waiting for the team's quota in the cluster: {exc.message}"
+        if exc.status in {429, 500, 502, 503, 504}:
+            return f"waiting for the cluster: {exc.message}"
+        return None
+    if isinstance(exc, OSError) or type(exc).__module__.startswith("urllib3"):
+        return f"waiting for the cluster: cannot reach it ({type(exc).__name__}: {exc})"
+    return None
+
+
 def new_job_id() -> str:
     return uuid.uuid4().hex[:16]
 
@@ -114,6 +136,8 @@ class JobService:
         self.key = key
         self.on_change = on_change
         self.poke = threading.Event()
+        self._retry_at: dict[str, float] = {}
+        """Kubernetes: job id -> when to submit again a job the cluster turned away."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -249,7 +273,9 @@ class JobService:
         return sign_claim(self.key, CodeClaim(job.id, sha256, time.time() + CODE_CLAIM_SECONDS))
 
     def start(self, db: Session, row: Job, team: Team) -> None:
-        """Hand a job to its team's engine (the queue admitted it)."""
+        """Hand a job to its team's engine (the queue admitted it). A refusal that passes
+        (the cluster's quota is full or not computed yet, the API server is busy) leaves
+        the job queued with the reason as its message; the sync loop tries again."""
         job = load_job_text(row.spec, f"job {row.name!r}")
         backend = self.engines.backend(team.name, team.namespace)
         token = self.claim(row, row.code_sha256) if row.artifact_id and row.code_sha256 else None
@@ -262,11 +288,22 @@ class JobService:
             self._end(row, JobPhase.FAILED.value, "SubmitFailed", str(exc), now)
             db.add(JobEvent(job_id=row.id, time=now, message=f"the engine refused it: {exc}"))
         except Exception as exc:
+            wait = passing_refusal(exc)
+            if wait is not None:
+                self._retry_at[row.id] = time.monotonic() + RETRY_SECONDS
+                if row.message != wait:
+                    log.info("job %s waits: %s", row.id, wait)
+                    row.message = wait
+                    row.replicas = [{**r, "message": wait} for r in row.replicas]
+                    row.updated_at = now
+                db.commit()
+                return
             log.exception("starting job %s failed", row.id)
             self._end(
                 row, JobPhase.FAILED.value, "SubmitFailed", f"{type(exc).__name__}: {exc}", now
             )
         else:
+            self._retry_at.pop(row.id, None)
             row.state = LIVE
             self._apply_view(row, view)
             db.add(JobEvent(job_id=row.id, time=now, message="started on the engine"))
@@ -308,6 +345,7 @@ class JobService:
     def stop(self, db: Session, row: Job, team: Team) -> None:
         now = time.time()
         if row.state == QUEUED:
+            self._retry_at.pop(row.id, None)
             self._end(row, JobPhase.FAILED.value, "Stopped", "stopped while queued", now)
         elif row.state == LIVE:
             backend = self.engines.backend(team.name, team.namespace)
@@ -353,6 +391,20 @@ class JobService:
             self._sync(db)
             if self.engines.kind == "local":
                 self._admit(db)
+            else:
+                self._retry(db)
+
+    def _retry(self, db: Session) -> None:
+        """Kubernetes: submit again the jobs the cluster turned away for a while."""
+        queued = db.scalars(select(Job).where(Job.state == QUEUED).order_by(Job.created_at)).all()
+        now = time.monotonic()
+        teams: dict[int, Team | None] = {}
+        for row in queued:
+            if self._retry_at.get(row.id, 0.0) > now:
+                continue
+            team = teams.setdefault(row.team_id, db.get(Team, row.team_id))
+            if team is not None:
+                self.start(db, row, team)
 
     def _sync(self, db: Session) -> None:
         live = db.scalars(select(Job).where(Job.state == LIVE)).all()
