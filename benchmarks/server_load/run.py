@@ -217,10 +217,12 @@ async def load_phase(
             return str(r.json()["id"])
 
         started = time.perf_counter()
-        made = await asyncio.gather(*(submit(i) for i in range(burst)))
-        rate = burst / (time.perf_counter() - started)
-        until[0] = 0.0
-        await asyncio.gather(*tasks)
+        try:
+            made = await asyncio.gather(*(submit(i) for i in range(burst)))
+            rate = burst / (time.perf_counter() - started)
+        finally:
+            until[0] = 0.0
+            await asyncio.gather(*tasks, return_exceptions=True)
     return steady, during, rate, list(made)
 
 
