@@ -29,6 +29,7 @@ from typing import Any
 
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm.exc import StaleDataError
 
 from tfkube.api import FieldError, SpecError, TFJob, dump_job, load_job_text
 from tfkube.backends import JobExists, JobNotFound, JobView
@@ -388,11 +389,17 @@ class JobService:
 
     def tick(self) -> None:
         with self.sessions() as db:
-            self._sync(db)
-            if self.engines.kind == "local":
-                self._admit(db)
-            else:
-                self._retry(db)
+            try:
+                self._sync(db)
+                if self.engines.kind == "local":
+                    self._admit(db)
+                else:
+                    self._retry(db)
+            except StaleDataError:
+                # A request deleted a job this pass was writing: nothing is lost, the next
+                # pass reads the rows again.
+                db.rollback()
+                log.info("a job was deleted during the sync; syncing again")
 
     def _retry(self, db: Session) -> None:
         """Kubernetes: submit again the jobs the cluster turned away for a while."""
