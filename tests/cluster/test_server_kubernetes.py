@@ -582,3 +582,40 @@ def test_a_team_the_cluster_refuses_is_not_kept(platform: Platform) -> None:
         assert name not in [t["name"] for t in admin.ok(admin.get("/api/v1/teams"))]
     finally:
         kube.core.patch_namespace(namespace, {"metadata": {"finalizers": None}})
+
+
+def test_cli_install_server_dry_run(platform: Platform) -> None:
+    """`tfkube install --server --dry-run` as a user runs it: every object is checked by
+    the API server, nothing is stored (the module's fixture installed it for real)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tfkube",
+            "install",
+            "--server",
+            "--outputs-claim",
+            OUTPUTS,
+            "--dry-run",
+            "--kubeconfig",
+            str(platform.kube.kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    for line in (
+        f"ClusterRole {SERVER_NAME}: validated",
+        f"PersistentVolumeClaim {NAMESPACE}/{SERVER_DATA_CLAIM}: validated",
+        f"Deployment {NAMESPACE}/{SERVER_NAME}: validated",
+        f"Service {NAMESPACE}/{SERVER_NAME}: validated",
+    ):
+        assert line in proc.stdout, proc.stdout
+    deployments = client.AppsV1Api(platform.kube.api_client).list_namespaced_deployment(
+        NAMESPACE, label_selector="app.kubernetes.io/component=server"
+    )
+    assert deployments.items == []  # a dry run stores nothing

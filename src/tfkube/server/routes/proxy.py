@@ -120,8 +120,9 @@ async def proxy(
     resolver = TARGETS.get(kind)
     if resolver is None:
         raise HTTPException(404, f"nothing to proxy of kind {kind!r}")
-    principal = _principal(request, db, platform)
+    principal = await asyncio.to_thread(_principal, request, db, platform)
     upstream_at = await asyncio.to_thread(resolver, db, target_id, principal, platform)
+    await asyncio.to_thread(db.commit)  # no database connection held while it streams
     url = f"{upstream_at.prefix}/{path}"
     headers = {
         k: v
@@ -130,16 +131,20 @@ async def proxy(
     }
     headers.update(upstream_at.headers)
     client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, read=None), verify=upstream_at.verify)
-    upstream = await client.send(
-        client.build_request(
-            request.method,
-            url,
-            params=request.query_params,
-            headers=headers,
-            content=await request.body(),
-        ),
-        stream=True,
-    )
+    try:
+        upstream = await client.send(
+            client.build_request(
+                request.method,
+                url,
+                params=request.query_params,
+                headers=headers,
+                content=await request.body(),
+            ),
+            stream=True,
+        )
+    except httpx.HTTPError as exc:
+        await client.aclose()
+        raise HTTPException(502, f"cannot reach the {kind} of {target_id}: {exc}") from None
 
     async def body() -> AsyncIterator[bytes]:
         try:
