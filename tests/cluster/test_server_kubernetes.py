@@ -295,12 +295,32 @@ def job_of(api: Api, job_id: str) -> dict[str, Any]:
     return dict(api.ok(api.get(f"/api/v1/jobs/{job_id}")))
 
 
-def wait_phase(api: Api, job_id: str, *phases: str, timeout: float = 90) -> dict[str, Any]:
-    return wait_for(
-        f"job {job_id} to reach {phases}",
-        lambda: (j := job_of(api, job_id))["phase"] in phases and j,
-        timeout,
-    )
+def wait_phase(api: Api, job_id: str, *phases: str, timeout: float = 120) -> dict[str, Any]:
+    """Until the job is in one of `phases`; the failure shows the job as last seen."""
+    seen: list[dict[str, Any]] = [{}]
+
+    def reached() -> dict[str, Any] | None:
+        seen[0] = job_of(api, job_id)
+        return seen[0] if seen[0]["phase"] in phases else None
+
+    try:
+        return wait_for(f"job {job_id} to reach {phases}", reached, timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the job: {seen[0]}") from None
+
+
+def wait_replica(api: Api, job_id: str, key: str, state: str, timeout: float = 120) -> None:
+    """Until the job's replica `key` is in `state`; the failure shows the job as last seen."""
+    seen: list[dict[str, Any]] = []
+
+    def reached() -> bool:
+        seen[:] = [job_of(api, job_id)]
+        return any(r["key"] == key and r["state"] == state for r in seen[0]["replicas"])
+
+    try:
+        wait_for(f"{key} {state}", reached, timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the job: {seen}") from None
 
 
 def left_of(kube: KubeCluster, namespace: str, job: str) -> list[str]:
@@ -462,6 +482,12 @@ def test_four_fields_run_as_a_tfjob_in_the_team_namespace(
     # Listing and filtering read the server's database.
     listed = api.ok(api.get("/api/v1/jobs", params={"team": team.name, "phase": "Succeeded"}))
     assert job["id"] in [j["id"] for j in listed["items"]]
+    # Its kept outputs are under its name on the team's claim: the name waits for a delete.
+    again = api.post(
+        f"/api/v1/teams/{team.name}/jobs", json={"name": "four", "workers": 1, "code": "hello"}
+    )
+    assert again.status_code == 409
+    assert "delete it first" in again.json()["detail"]
     # Another team sees nothing of it.
     for path in ("", "/logs", "/logs/worker-0", "/events", "/outputs", "/scalars"):
         assert outsider.get(f"/api/v1/jobs/{job['id']}{path}").status_code == 404, path
@@ -479,14 +505,7 @@ def test_logs_without_a_kubelet_say_why(platform: Platform, team: Team) -> None:
     API has no kubelet to ask. The answer names the replica and says that."""
     job = submit_manifest(team, manifest("talk"))
     bind_volume(platform.kube, team.namespace, "talk-data")
-    wait_for(
-        "worker-0 running",
-        lambda: any(
-            r["key"] == "worker-0" and r["state"] == "Running"
-            for r in job_of(team.member, job["id"])["replicas"]
-        ),
-        90,
-    )
+    wait_replica(team.member, job["id"], "worker-0", "Running")
     r = team.member.get(f"/api/v1/jobs/{job['id']}/logs/worker-0")
     assert r.status_code == 404
     detail = r.json()["detail"]

@@ -216,14 +216,22 @@ class JobService:
         problems = server_problems(job)
         if problems:
             raise SpecError(problems, f"job {job.name!r}")
-        active = db.scalars(
-            select(Job).where(Job.team_id == team.id, Job.name == job.name, Job.state != ENDED)
-        ).first()
+        same_name = select(Job).where(Job.team_id == team.id, Job.name == job.name)
+        active = db.scalars(same_name.where(Job.state != ENDED)).first()
         if active is not None:
             raise JobExists(
                 f"team {team.name} already has a job named {job.name!r} ({active.phase}); "
                 "stop or delete it, or choose another name"
             )
+        if self.engines.kind == "kubernetes" and self.settings.outputs_claim:
+            # Kept outputs live under the job's name on the team's claim (its subPath): a
+            # second job of that name would resume from the first one's checkpoint.
+            kept = db.scalars(same_name).first()
+            if kept is not None:
+                raise JobExists(
+                    f"team {team.name} keeps the logs and outputs of an earlier job named "
+                    f"{job.name!r} under that name; delete it first, or choose another name"
+                )
         artifact, _ = self.resolve_code(db, team, job, code_field)
         job_id = new_job_id()
         if artifact is not None:
@@ -377,8 +385,9 @@ class JobService:
                     backend.delete(row.name)
             except JobNotFound:
                 pass
+        kept_here = self.engines.kind == "local" or self.settings.outputs_claim is not None
         for folder in (row.output_dir, str(self.data_dir(team, row.id))):
-            if folder and self.engines.kind == "local":
+            if folder and kept_here:  # in a cluster: the outputs claim the server mounts
                 shutil.rmtree(folder, ignore_errors=True)
         db.execute(delete(JobEvent).where(JobEvent.job_id == row.id))
         db.delete(row)
