@@ -25,9 +25,9 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, select
+from sqlalchemy import CursorResult, delete, select, update
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -285,6 +285,8 @@ class JobService:
         """Hand a job to its team's engine (the queue admitted it). A refusal that passes
         (the cluster's quota is full or not computed yet, the API server is busy) leaves
         the job queued with the reason as its message; the sync loop tries again."""
+        if not self._claim_start(db, row):
+            return
         job = load_job_text(row.spec, f"job {row.name!r}")
         backend = self.engines.backend(team.name, team.namespace)
         token = self.claim(row, row.code_sha256) if row.artifact_id and row.code_sha256 else None
@@ -318,6 +320,31 @@ class JobService:
             db.add(JobEvent(job_id=row.id, time=now, message="started on the engine"))
         db.commit()
         self.on_change(row)
+
+    @staticmethod
+    def _claim_start(db: Session, row: Job) -> bool:
+        """Whether this caller may hand the job to the engine: it is still queued and no
+        one else (the request that submitted it, the sync loop, another server process on
+        the same database) claimed it since it was read. A conditional update on
+        `updated_at` decides; the loser leaves it alone (two submits of one job made the
+        second fail as "already exists")."""
+        if row.state != QUEUED:
+            return False
+        seen = row.updated_at  # the version the caller decided on
+        db.commit()  # the update runs in a fresh transaction, on what others committed
+        now = max(time.time(), seen + 1e-6)
+        result = db.execute(
+            update(Job)
+            .where(Job.id == row.id, Job.state == QUEUED, Job.updated_at == seen)
+            .values(updated_at=now)
+        )
+        claimed = cast(CursorResult[Any], result).rowcount
+        db.commit()
+        if not claimed:
+            db.refresh(row)
+            return False
+        row.updated_at = now
+        return True
 
     @staticmethod
     def _end(row: Job, phase: str, reason: str, message: str, now: float) -> None:
