@@ -35,15 +35,14 @@ from server._server import PASSWORD, Api, ServerProc, api_for, free_port
 from tfkube.backends.kubernetes import install
 from tfkube.kube.names import GROUP, PLURAL
 from tfkube.render import (
-    OPERATOR_NAME,
     OPERATOR_NAMESPACE,
     SERVER_NAME,
     ServerInstall,
 )
 from tfkube.render._server import SERVER_DATA_CLAIM, server_url
 
-from ._support import KubeCluster, wait_for
-from .test_operator import Operator, tfjob
+from ._support import KubeCluster, Operator, service_account_kubeconfig, wait_for
+from .test_operator import tfjob
 
 OUTPUTS = "team-outputs"
 NAMESPACE = OPERATOR_NAMESPACE
@@ -59,21 +58,6 @@ def _targz(files: dict[str, str]) -> bytes:
             info.size, info.mode = len(data), 0o755
             tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
-
-
-def service_account_kubeconfig(kube: KubeCluster, account: str, dest: Path) -> Path:
-    """The admin kubeconfig with a token of `account` (in tfkube-system) instead."""
-    request = client.AuthenticationV1TokenRequest(
-        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
-    )
-    token = kube.core.create_namespaced_service_account_token(
-        account, NAMESPACE, request
-    ).status.token
-    config = yaml.safe_load(kube.kubeconfig.read_text())
-    for user in config["users"]:
-        user["user"] = {"token": token}
-    dest.write_text(yaml.safe_dump(config))
-    return dest
 
 
 def bind_volume(kube: KubeCluster, namespace: str, claim: str) -> str:
@@ -146,7 +130,7 @@ def platform(
     kube.core.delete_namespaced_persistent_volume_claim(SERVER_DATA_CLAIM, NAMESPACE)
     wait_for_tfjob_quota(kube)
     tmp = tmp_path_factory.mktemp("k8s-server")
-    kubeconfig = service_account_kubeconfig(kube, SERVER_NAME, tmp / "server.kubeconfig")
+    kubeconfig = service_account_kubeconfig(kube, SERVER_NAME, NAMESPACE, tmp / "server.kubeconfig")
     server = ServerProc(
         tmp / "data",
         free_port(),
@@ -247,13 +231,6 @@ class Team:
             log = self.operator.log.read_text()
             assert not self.operator.errors(), log[-5000:]
             assert "Forbidden" not in log, log[-5000:]
-
-
-@pytest.fixture(scope="module")
-def operator_kubeconfig(platform: Platform) -> Path:
-    return service_account_kubeconfig(
-        platform.kube, OPERATOR_NAME, platform.tmp / "operator.kubeconfig"
-    )
 
 
 @pytest.fixture(scope="module")
