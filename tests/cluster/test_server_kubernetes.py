@@ -35,15 +35,14 @@ from server._server import PASSWORD, Api, ServerProc, api_for, free_port
 from tfkube.backends.kubernetes import install
 from tfkube.kube.names import GROUP, PLURAL
 from tfkube.render import (
-    OPERATOR_NAME,
     OPERATOR_NAMESPACE,
     SERVER_NAME,
     ServerInstall,
 )
 from tfkube.render._server import SERVER_DATA_CLAIM, server_url
 
-from ._support import KubeCluster, wait_for
-from .test_operator import Operator, tfjob
+from ._support import KubeCluster, Operator, service_account_kubeconfig, wait_for
+from .test_operator import tfjob
 
 OUTPUTS = "team-outputs"
 NAMESPACE = OPERATOR_NAMESPACE
@@ -59,21 +58,6 @@ def _targz(files: dict[str, str]) -> bytes:
             info.size, info.mode = len(data), 0o755
             tar.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
-
-
-def service_account_kubeconfig(kube: KubeCluster, account: str, dest: Path) -> Path:
-    """The admin kubeconfig with a token of `account` (in tfkube-system) instead."""
-    request = client.AuthenticationV1TokenRequest(
-        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
-    )
-    token = kube.core.create_namespaced_service_account_token(
-        account, NAMESPACE, request
-    ).status.token
-    config = yaml.safe_load(kube.kubeconfig.read_text())
-    for user in config["users"]:
-        user["user"] = {"token": token}
-    dest.write_text(yaml.safe_dump(config))
-    return dest
 
 
 def bind_volume(kube: KubeCluster, namespace: str, claim: str) -> str:
@@ -146,7 +130,7 @@ def platform(
     kube.core.delete_namespaced_persistent_volume_claim(SERVER_DATA_CLAIM, NAMESPACE)
     wait_for_tfjob_quota(kube)
     tmp = tmp_path_factory.mktemp("k8s-server")
-    kubeconfig = service_account_kubeconfig(kube, SERVER_NAME, tmp / "server.kubeconfig")
+    kubeconfig = service_account_kubeconfig(kube, SERVER_NAME, NAMESPACE, tmp / "server.kubeconfig")
     server = ServerProc(
         tmp / "data",
         free_port(),
@@ -250,13 +234,6 @@ class Team:
 
 
 @pytest.fixture(scope="module")
-def operator_kubeconfig(platform: Platform) -> Path:
-    return service_account_kubeconfig(
-        platform.kube, OPERATOR_NAME, platform.tmp / "operator.kubeconfig"
-    )
-
-
-@pytest.fixture(scope="module")
 def team(platform: Platform, operator_kubeconfig: Path) -> Iterator[Team]:
     made = Team(platform, {"cpu": 8, "memory": 32 * 2**30, "gpu": 2, "jobs": 4})
     try:
@@ -295,12 +272,32 @@ def job_of(api: Api, job_id: str) -> dict[str, Any]:
     return dict(api.ok(api.get(f"/api/v1/jobs/{job_id}")))
 
 
-def wait_phase(api: Api, job_id: str, *phases: str, timeout: float = 90) -> dict[str, Any]:
-    return wait_for(
-        f"job {job_id} to reach {phases}",
-        lambda: (j := job_of(api, job_id))["phase"] in phases and j,
-        timeout,
-    )
+def wait_phase(api: Api, job_id: str, *phases: str, timeout: float = 120) -> dict[str, Any]:
+    """Until the job is in one of `phases`; the failure shows the job as last seen."""
+    seen: list[dict[str, Any]] = [{}]
+
+    def reached() -> dict[str, Any] | None:
+        seen[0] = job_of(api, job_id)
+        return seen[0] if seen[0]["phase"] in phases else None
+
+    try:
+        return wait_for(f"job {job_id} to reach {phases}", reached, timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the job: {seen[0]}") from None
+
+
+def wait_replica(api: Api, job_id: str, key: str, state: str, timeout: float = 120) -> None:
+    """Until the job's replica `key` is in `state`; the failure shows the job as last seen."""
+    seen: list[dict[str, Any]] = []
+
+    def reached() -> bool:
+        seen[:] = [job_of(api, job_id)]
+        return any(r["key"] == key and r["state"] == state for r in seen[0]["replicas"])
+
+    try:
+        wait_for(f"{key} {state}", reached, timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the job: {seen}") from None
 
 
 def left_of(kube: KubeCluster, namespace: str, job: str) -> list[str]:
@@ -462,6 +459,12 @@ def test_four_fields_run_as_a_tfjob_in_the_team_namespace(
     # Listing and filtering read the server's database.
     listed = api.ok(api.get("/api/v1/jobs", params={"team": team.name, "phase": "Succeeded"}))
     assert job["id"] in [j["id"] for j in listed["items"]]
+    # Its kept outputs are under its name on the team's claim: the name waits for a delete.
+    again = api.post(
+        f"/api/v1/teams/{team.name}/jobs", json={"name": "four", "workers": 1, "code": "hello"}
+    )
+    assert again.status_code == 409
+    assert "delete it first" in again.json()["detail"]
     # Another team sees nothing of it.
     for path in ("", "/logs", "/logs/worker-0", "/events", "/outputs", "/scalars"):
         assert outsider.get(f"/api/v1/jobs/{job['id']}{path}").status_code == 404, path
@@ -479,14 +482,7 @@ def test_logs_without_a_kubelet_say_why(platform: Platform, team: Team) -> None:
     API has no kubelet to ask. The answer names the replica and says that."""
     job = submit_manifest(team, manifest("talk"))
     bind_volume(platform.kube, team.namespace, "talk-data")
-    wait_for(
-        "worker-0 running",
-        lambda: any(
-            r["key"] == "worker-0" and r["state"] == "Running"
-            for r in job_of(team.member, job["id"])["replicas"]
-        ),
-        90,
-    )
+    wait_replica(team.member, job["id"], "worker-0", "Running")
     r = team.member.get(f"/api/v1/jobs/{job['id']}/logs/worker-0")
     assert r.status_code == 404
     detail = r.json()["detail"]

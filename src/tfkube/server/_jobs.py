@@ -25,9 +25,9 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, select
+from sqlalchemy import CursorResult, delete, select, update
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -251,14 +251,22 @@ class JobService:
         problems = server_problems(job)
         if problems:
             raise SpecError(problems, f"job {job.name!r}")
-        active = db.scalars(
-            select(Job).where(Job.team_id == team.id, Job.name == job.name, Job.state != ENDED)
-        ).first()
+        same_name = select(Job).where(Job.team_id == team.id, Job.name == job.name)
+        active = db.scalars(same_name.where(Job.state != ENDED)).first()
         if active is not None:
             raise JobExists(
                 f"team {team.name} already has a job named {job.name!r} ({active.phase}); "
                 "stop or delete it, or choose another name"
             )
+        if self.engines.kind == "kubernetes" and self.settings.outputs_claim:
+            # Kept outputs live under the job's name on the team's claim (its subPath): a
+            # second job of that name would resume from the first one's checkpoint.
+            kept = db.scalars(same_name).first()
+            if kept is not None:
+                raise JobExists(
+                    f"team {team.name} keeps the logs and outputs of an earlier job named "
+                    f"{job.name!r} under that name; delete it first, or choose another name"
+                )
         artifact, _ = self.resolve_code(db, team, job, code_field)
         data_set = self.resolve_data(db, team, data) if data else None
         job_id = new_job_id()
@@ -316,6 +324,8 @@ class JobService:
         """Hand a job to its team's engine (the queue admitted it). A refusal that passes
         (the cluster's quota is full or not computed yet, the API server is busy) leaves
         the job queued with the reason as its message; the sync loop tries again."""
+        if not self._claim_start(db, row):
+            return
         job = load_job_text(row.spec, f"job {row.name!r}")
         backend = self.engines.backend(team.name, team.namespace)
         token = self.claim(row, row.code_sha256) if row.artifact_id and row.code_sha256 else None
@@ -369,6 +379,31 @@ class JobService:
         if dest.exists():
             dest.rmdir()
         staging.rename(dest)
+
+    @staticmethod
+    def _claim_start(db: Session, row: Job) -> bool:
+        """Whether this caller may hand the job to the engine: it is still queued and no
+        one else (the request that submitted it, the sync loop, another server process on
+        the same database) claimed it since it was read. A conditional update on
+        `updated_at` decides; the loser leaves it alone (two submits of one job made the
+        second fail as "already exists")."""
+        if row.state != QUEUED:
+            return False
+        seen = row.updated_at  # the version the caller decided on
+        db.commit()  # the update runs in a fresh transaction, on what others committed
+        now = max(time.time(), seen + 1e-6)
+        result = db.execute(
+            update(Job)
+            .where(Job.id == row.id, Job.state == QUEUED, Job.updated_at == seen)
+            .values(updated_at=now)
+        )
+        claimed = cast(CursorResult[Any], result).rowcount
+        db.commit()
+        if not claimed:
+            db.refresh(row)
+            return False
+        row.updated_at = now
+        return True
 
     @staticmethod
     def _end(row: Job, phase: str, reason: str, message: str, now: float) -> None:
@@ -436,8 +471,9 @@ class JobService:
                     backend.delete(row.name)
             except JobNotFound:
                 pass
+        kept_here = self.engines.kind == "local" or self.settings.outputs_claim is not None
         for folder in (row.output_dir, str(self.data_dir(team, row.id))):
-            if folder and self.engines.kind == "local":
+            if folder and kept_here:  # in a cluster: the outputs claim the server mounts
                 shutil.rmtree(folder, ignore_errors=True)
         db.execute(delete(JobEvent).where(JobEvent.job_id == row.id))
         db.delete(row)
