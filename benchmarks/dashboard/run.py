@@ -38,11 +38,10 @@ import httpx
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from cluster._support import load_cluster_module  # noqa: E402
+from cluster._support import Operator, load_cluster_module  # noqa: E402
 from server._server import PASSWORD, Api, ServerProc, api_for, env_with, free_port  # noqa: E402
 from web._browser import chromium  # noqa: E402
 from web._scale import (  # noqa: E402
-    Operator,
     big_job_manifest,
     bind_volumes,
     crowd,
@@ -157,7 +156,8 @@ def job_pages(browser: Any, tmp: Path, runs: int) -> list[tuple[str, dict[str, f
         extra = ["--engine", "kubernetes", "--kubeconfig", str(state.kubeconfig)]
         with server(tmp / "kube", extra) as (proc, admin):
             admin.new_team("scale")
-            operator = Operator(Path(state.kubeconfig), "tfkube-scale", tmp / "operator.log")
+            operator = Operator(None, "tfkube-scale", tmp / "operator.log", Path(state.kubeconfig))
+            operator.start()
             upload_tiny(admin, "scale")
             ids = {}
             for name, ps, workers in (("small", 1, 2), ("wide", 10, 990)):
@@ -184,7 +184,7 @@ def job_pages(browser: Any, tmp: Path, runs: int) -> list[tuple[str, dict[str, f
             ]
     finally:
         if operator is not None:
-            operator.stop()
+            operator.kill()
         api_client.close()
         cluster.stop()
 

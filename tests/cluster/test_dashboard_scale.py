@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,9 +18,9 @@ from kubernetes.client.exceptions import ApiException
 from conftest import TAG  # tests/conftest.py
 from server._server import PASSWORD, Api, ServerProc, api_for, env_with, free_port
 from web._browser import LAPTOP, chromium, poll, shot
-from web._scale import Operator, big_job_manifest, bind_volumes, upload_tiny, wait_running
+from web._scale import big_job_manifest, bind_volumes, upload_tiny, wait_running
 
-from ._support import KubeCluster
+from ._support import KubeCluster, Operator
 
 NAMESPACE = "tfkube-scale"
 PS, WORKERS = 10, 990
@@ -27,11 +28,9 @@ PS, WORKERS = 10, 990
 
 @pytest.fixture(scope="module")
 def big_job(
-    kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory
+    crd: KubeCluster, operator_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[ServerProc, str]]:
-    from tfkube.backends.kubernetes import install
-
-    install(kube_cluster.api_client)
+    kube_cluster = crd
     tmp = tmp_path_factory.mktemp("dash-scale")
     tag = uuid.uuid4().hex
     server = ServerProc(
@@ -55,7 +54,8 @@ def big_job(
         admin.new_team("scale")  # namespace tfkube-scale, made by the server
         admin.new_user("erin")
         admin.add_member("scale", "erin", "member")
-        operator = Operator(kube_cluster.kubeconfig, NAMESPACE, tmp / "operator.log")
+        operator = Operator(kube_cluster, NAMESPACE, tmp / "operator.log", operator_kubeconfig)
+        operator.start()
         upload_tiny(admin, "scale")
         volumes = bind_volumes(kube_cluster.core, NAMESPACE, "wide")
         job = admin.ok(
@@ -73,7 +73,7 @@ def big_job(
                 admin.delete(f"/api/v1/jobs/{item['id']}")
             admin.close()
         if operator is not None:
-            operator.stop()
+            operator.kill()
         server.stop()
         try:
             kube_cluster.core.delete_namespace(NAMESPACE, propagation_policy="Background")

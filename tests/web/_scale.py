@@ -1,17 +1,14 @@
 """Big pages for the dashboard's scale tests and its benchmark (benchmarks/dashboard):
 a team with 1,000 jobs waiting in the local queue, and a `tfkube server --engine
 kubernetes` on the test control plane with one 1,000-replica job of fake pods (KWOK),
-its operator running out of cluster as tests/cluster/test_operator.py runs it."""
+its operator running out of cluster (tests/cluster/_support.py's Operator)."""
 
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 import tarfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 from server._server import Api
@@ -92,43 +89,6 @@ def bind_volumes(core: Any, namespace: str, job: str) -> list[str]:
         )
         made.append(name)
     return made
-
-
-class Operator:
-    """`tfkube operator` out of cluster, watching one namespace; stopped by PID."""
-
-    def __init__(self, kubeconfig: Path, namespace: str, log: Path) -> None:
-        self.log = log
-        with log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tfkube",
-                    "operator",
-                    "--kubeconfig",
-                    str(kubeconfig),
-                    "--namespace",
-                    namespace,
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-        deadline = time.monotonic() + 60
-        while "watching" not in log.read_text():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the operator did not start:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
 
 
 def wait_running(api: Api, job_id: str, at_least: int, timeout: float) -> dict[str, Any]:
