@@ -249,3 +249,19 @@ def test_log_choices() -> None:
         "worker-3",
         "worker-7",
     ]
+
+
+@pytest.mark.parametrize(
+    ("target", "safe"),
+    [
+        pytest.param("/jobs/abc?x=1", "/jobs/abc?x=1", id="path"),
+        pytest.param("https://evil.example/", "/jobs", id="absolute-url"),
+        pytest.param("//evil.example/", "/jobs", id="scheme-relative"),
+        pytest.param("/\\evil.example/", "/jobs", id="backslash"),
+        pytest.param("/\tjobs", "/jobs", id="control-character"),
+        pytest.param("jobs", "/jobs", id="relative"),
+        pytest.param("", "/jobs", id="empty"),
+    ],
+)
+def test_safe_next(target: str, safe: str) -> None:
+    assert p.safe_next(target) == safe

@@ -115,6 +115,20 @@ def query_url(path: str, params: Mapping[str, Any], **changes: Any) -> str:
     return f"{path}?{urlencode(kept)}" if kept else path
 
 
+def safe_next(target: str, default: str = "/jobs") -> str:
+    """Where to go after signing in: a path on this server only. Anything that a browser
+    could read as another host (`//evil`, `/\\evil`, a scheme, control characters) gives
+    the default, so a crafted sign-in link cannot send someone elsewhere."""
+    if (
+        not target.startswith("/")
+        or target.startswith("//")
+        or "\\" in target
+        or any(ord(c) < 0x20 or c == "\x7f" for c in target)
+    ):
+        return default
+    return target
+
+
 def pages_of(total: int, per_page: int) -> int:
     return max(1, math.ceil(total / per_page))
 

@@ -113,7 +113,7 @@ def setup_page(request: Request, db: SessionDep, token: str = "") -> Response:
 def login_page(request: Request, db: SessionDep, next: str = "/jobs", setup: str = "") -> Response:
     if needs_setup(db):
         return render(request, "setup_missing.html", {})
-    target = next if next.startswith("/") and not next.startswith("//") else "/jobs"
+    target = present.safe_next(next)
     cookie = request.cookies.get(SESSION_COOKIE)
     if cookie and session_user(db, cookie) is not None:
         return RedirectResponse(target, 303)
