@@ -275,6 +275,20 @@ def _job_view(db: SessionDep, row: Job) -> JobOut:
     return jobs_api.render_job(db, row)
 
 
+def has_tensorboard(engine: str, row: Job) -> bool:
+    """Whether the proxy can open a TensorBoard for the job (the rules of routes/proxy):
+    locally any job with outputs (started on demand); on Kubernetes a job that runs one."""
+    if not row.output_dir:
+        return False
+    if engine == "local":
+        return True
+    try:
+        board = load_job_text(row.spec, "job").spec.tensorboard
+    except SpecError:
+        return False
+    return board is not None and board.enabled
+
+
 def _summary_data(
     principal: Principal, platform: PlatformDep, row: Job, job: JobOut
 ) -> dict[str, Any]:
@@ -286,7 +300,7 @@ def _summary_data(
         "checkpoint": find_checkpoint(row.output_dir),
         "waiting": present.common_wait(job.replicas or []) if not job.queued else None,
         "can_write": allowed(principal.actor, Scope.JOBS_WRITE, row.team_id),
-        "tensorboard": platform.engines.kind == "local" and bool(row.output_dir),
+        "tensorboard": has_tensorboard(platform.engines.kind, row),
         "now": time.time(),
     }
 
