@@ -52,14 +52,18 @@ def job_panel(view: JobView, now: float | None = None, width: int = 120) -> Grou
     columns = ["replica", "state", *(["pid", "address"] if wide else []), "restarts", "exit"]
     for col in columns:
         table.add_column(col, no_wrap=True)
-    table.add_column("last log line", no_wrap=True)
+    table.add_column("(why) last log line", no_wrap=True)
     room = max(12, width - (82 if wide else 52))  # what the other columns leave
     for r in view.replicas:
-        cells: list[str | Text] = [r.key, Text(r.state.value, _STATE_STYLE[r.state])]
+        state = (
+            Text("Stalled", "bold red") if r.stalled else Text(r.state.value, _STATE_STYLE[r.state])
+        )
+        cells: list[str | Text] = [r.key, state]
         if wide:
             cells += [str(r.pid or "-"), r.address or "-"]
         cells += [str(r.restarts), "-" if r.exit_code is None else str(r.exit_code)]
-        line = r.last_line if len(r.last_line) <= room else r.last_line[: room - 1] + "…"
+        shown = f"({r.message}) {r.last_line}".strip() if r.message else r.last_line
+        line = shown if len(shown) <= room else shown[: room - 1] + "…"
         table.add_row(*cells, Text(line))
     parts: list[Text | Table] = [head, table]
     if view.reason:

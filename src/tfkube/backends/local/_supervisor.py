@@ -1,10 +1,11 @@
 """One supervisor process per local job: the thin shell around the planner.
 
-Each tick (0.1 s) it reaps replicas that exited, asks `tfkube.planner.plan` what to do,
-does it (start, restart after backoff, stop whole process trees), and writes the job's
-state for other shells to read. SIGTERM/SIGINT stop the job (phase Failed, reason
-Stopped). It exits when the job has ended and nothing of it runs; with a TTL it waits
-for the TTL and then removes the job's folder.
+Each tick (0.1 s) it reaps replicas that exited (reading their launcher's termination
+message), observes progress when stall detection is on, asks `tfkube.planner.plan` what
+to do, does it (start, restart after backoff, stop whole process trees), and writes the
+job's state for other shells to read. SIGTERM/SIGINT, or the job folder's `stop` file,
+stop the job (phase Failed, reason Stopped). It exits when the job has ended and nothing
+of it runs; with a TTL it waits for the TTL and then removes the job's folder.
 """
 
 from __future__ import annotations
@@ -40,7 +41,32 @@ from tfkube.planner import (
 )
 
 TICK_SECONDS = 0.1
-_INHERITED_DROP = ("TFKUBE_", "TF_CONFIG")
+PROGRESS_EVERY = 1.0
+"""How often progress is observed (log files and the log folder's mtimes)."""
+MAX_SCAN = 5000
+"""At most this many entries of the log folder are looked at per observation."""
+_INHERITED_DROP = ("TFKUBE_", "TF_CONFIG", "VIRTUAL_ENV")
+
+
+def _latest_write(folder: Path, limit: int = MAX_SCAN) -> float:
+    """The newest mtime of `folder` and what is below it (the first `limit` entries)."""
+    latest = 0.0
+    stack = [folder]
+    seen = 0
+    while stack and seen < limit:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    seen += 1
+                    with contextlib.suppress(OSError):
+                        latest = max(latest, entry.stat(follow_symlinks=False).st_mtime)
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(Path(entry.path))
+        except OSError:
+            continue
+    with contextlib.suppress(OSError):
+        latest = max(latest, folder.stat().st_mtime)
+    return latest
 
 
 def _status_of(record: JobRecord, now: float) -> JobStatus:
@@ -59,6 +85,9 @@ def _status_of(record: JobRecord, now: float) -> JobStatus:
                 exit_code=r.exit_code,
                 restarts=r.restarts,
                 next_start_at=r.next_start_at,
+                message=r.message,
+                progress_at=r.progress_at,
+                stalled=r.stalled,
             )
             for r in record.replicas
         ),
@@ -73,6 +102,7 @@ class Supervisor:
         self.record = job_dir.read()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.stop_reason: str | None = None
+        self.observed_at = 0.0
         ports = {
             role.value: [r.port for r in self.record.replicas if r.role == role.value]
             for role in Role
@@ -102,6 +132,11 @@ class Supervisor:
         self.dir.event(f"supervisor {os.getpid()} started the job")
         while True:
             changed = self._reap()
+            if self.dir.stop_requested.exists() and not self.stop_reason:
+                # Checked only after registering above: a stop that found no supervisor
+                # yet wrote this file first, so it cannot be missed.
+                self.stop_reason = "stopped on request (tfkube stop/delete, or Ctrl-C)"
+            changed |= self._observe_progress()
             if self.stop_reason and not self.record.phase.terminal:
                 self._finish(JobPhase.FAILED, "Stopped", self.stop_reason)
                 changed = True
@@ -137,13 +172,51 @@ class Supervisor:
             replica = self.record.replica(key)
             replica.ended_at = self.clock()
             replica.process = None
+            replica.stalled = False
             if replica.state is not ReplicaState.RUNNING:
                 continue  # we stopped it: its exit is no news
             code = code if code >= 0 else 128 - code
             replica.exit_code = code
             replica.state = ReplicaState.SUCCEEDED if code == 0 else ReplicaState.FAILED
-            self.dir.event(f"{key} exited with code {code}", replica=key, exit_code=code)
+            replica.message = self._termination_message(key)
+            self.dir.event(
+                f"{key} exited with code {code}"
+                + (f": {replica.message}" if replica.message else ""),
+                replica=key,
+                exit_code=code,
+            )
             changed = True
+        return changed
+
+    def _termination_message(self, key: str) -> str | None:
+        try:
+            text = self.dir.termination_log(key).read_text(errors="replace").strip()
+        except OSError:
+            return None
+        return text or None
+
+    def _observe_progress(self) -> bool:
+        """With stall detection on: when each running replica last made progress (its
+        log grew, or anything in the shared log/checkpoint folder was written)."""
+        if self.job.spec.run_policy.stall_seconds is None:
+            return False
+        now = self.clock()
+        if now - self.observed_at < PROGRESS_EVERY:
+            return False
+        self.observed_at = now
+        shared = _latest_write(Path(self.record.log_dir))
+        changed = False
+        for r in self.record.replicas:
+            if r.state is not ReplicaState.RUNNING:
+                continue
+            try:
+                own = self.dir.log(r.key).stat().st_mtime
+            except OSError:
+                own = 0.0
+            latest = max(r.started_at or 0.0, own, shared)
+            if r.progress_at is None or latest > r.progress_at:
+                r.progress_at = latest
+                changed = True
         return changed
 
     # -- acting ---------------------------------------------------------------------
@@ -163,6 +236,13 @@ class Supervisor:
         if decision.restarts != record.restarts:
             record.restarts = decision.restarts
             changed = True
+        for r in record.replicas:
+            stalled = r.key in decision.stalled
+            if stalled != r.stalled:
+                r.stalled = stalled
+                quiet = self.clock() - (r.progress_at or self.clock())
+                r.message = f"no progress for {quiet:.0f}s" if stalled else None
+                changed = True
 
         # Stop first, all trees at once: a PS must be gone in a second, not in turn.
         to_stop: list[Stop | Restart] = [
@@ -216,13 +296,16 @@ class Supervisor:
                 data_dir=self.record.data_dir,
                 log_dir=self.record.log_dir,
                 work_dir=str(work),
+                termination_log=str(self.dir.termination_log(key)),
                 index=replica.index,
+                venv=self.record.venv,
             ),
             "TFKUBE_JOB_UID": self.record.uid,
             "CUDA_VISIBLE_DEVICES": ",".join(replica.gpus),
             "TFKUBE_PARENT_PID": str(os.getpid()),
         }
         self.dir.logs.mkdir(exist_ok=True)
+        self.dir.termination_log(key).unlink(missing_ok=True)
         attempt = replica.restarts
         with self.dir.log(key).open("ab") as log:
             log.write(f"==== tfkube: {key} start (restart {attempt}) ====\n".encode())
@@ -246,6 +329,8 @@ class Supervisor:
         replica.started_at = self.clock()
         replica.next_start_at = None
         replica.exit_code = None
+        replica.message = None
+        replica.progress_at = replica.started_at
         self.dir.event(
             f"started {key} (pid {proc.pid}, restart {attempt})", replica=key, pid=proc.pid
         )
@@ -277,6 +362,9 @@ def spawn(job_dir: JobDir, fork: bool = False) -> None:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 check=False,
+                # Out of the caller's session from the start: a Ctrl-C in the caller's
+                # terminal must never reach the supervisor (the caller decides to stop).
+                start_new_session=True,
             )
             return
         sys.stdout.flush()
