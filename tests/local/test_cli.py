@@ -6,12 +6,10 @@ from __future__ import annotations
 import hashlib
 import http.server
 import os
-import signal
 import subprocess
 import sys
 import tarfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,24 +100,6 @@ def test_foreground_run_shows_replicas_and_returns_the_job_result(
     )
     assert failed.returncode == 1
     assert "ReplicaFailed" in failed.stdout
-
-
-def test_ctrl_c_stops_every_replica(tfkube_home: Path, tmp_path: Path) -> None:
-    job = write_job(tmp_path, "interrupted", "sleep 600\n")
-    proc = subprocess.Popen(
-        [*TFKUBE, "run", str(job)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    deadline = time.monotonic() + 30
-    while "Running" not in tfkube("status", "interrupted").stdout:
-        assert time.monotonic() < deadline, "job never ran"
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130, out + err
-    assert "stopping every replica" in err
-    status = tfkube("status", "interrupted")
-    assert "Stopped" in status.stdout
-    # The tfkube_home fixture fails the test if any replica process is left.
 
 
 def test_quick_form_builds_the_job_from_four_parameters(tfkube_home: Path, tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ err = Console(stderr=True)
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+"""Also in `tfkube.cli.main`, for a Ctrl-C while the commands are being imported."""
 
 
 def _backend() -> LocalBackend:
@@ -477,7 +478,3 @@ def operator_command(
     run_operator(
         OperatorOptions(namespaces=tuple(namespace or ()), kubeconfig=kubeconfig, verbose=verbose)
     )
-
-
-def main() -> None:
-    app()

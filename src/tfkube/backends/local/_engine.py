@@ -20,7 +20,7 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -111,13 +111,16 @@ class LocalBackend:
         home: Path | None = None,
         fork_supervisor: bool = False,
         cache: Path | None = None,
+        spawner: Callable[[JobDir, bool], None] = spawn,
     ) -> None:
         """`fork_supervisor`: start supervisors by forking this process (see `spawn`);
         only for single-threaded callers such as the CLI. `cache`: where the jobs'
-        Python environments are kept (default `tfkube_cache()`)."""
+        Python environments are kept (default `tfkube_cache()`). `spawner`: what starts
+        a supervisor (a seam for tests that interrupt the start)."""
         self.home = home or tfkube_home()
         self.fork_supervisor = fork_supervisor
         self.cache = cache or tfkube_cache()
+        self.spawner = spawner
         self.submitted: builtins.list[str] = []
         """Names of the jobs this object started, in order (for a caller that must stop
         them on Ctrl-C: the name alone could be another job's after a replace)."""
@@ -254,7 +257,7 @@ class LocalBackend:
             ) from None
 
     def _start_supervisor(self, target: JobDir) -> None:
-        spawn(target, fork=self.fork_supervisor)
+        self.spawner(target, self.fork_supervisor)
         deadline = time.monotonic() + SUPERVISOR_START_TIMEOUT
         while time.monotonic() < deadline:
             record = target.read()
