@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.tfkube-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test lint unit bench clean
+.PHONY: install demo test test-stress lint unit bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,8 +22,8 @@ demo: $(STAMP)
 
 ## lint: ruff, mypy on the package, import layering.
 lint: $(STAMP)
-	$(BIN)/ruff check src tests examples benchmarks
-	$(BIN)/ruff format --check src tests examples benchmarks
+	$(BIN)/ruff check src tests examples benchmarks tools/stress
+	$(BIN)/ruff format --check src tests examples benchmarks tools/stress
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
@@ -31,6 +31,11 @@ lint: $(STAMP)
 test: $(STAMP) kube-bins
 	$(MAKE) lint
 	$(BIN)/pytest
+
+## test-stress: the local and TensorFlow tests while 2 CPU burners compete for the cores,
+## then the Ctrl-C / kill tests 10 times under the same load (docs/testing.md).
+test-stress: $(STAMP)
+	$(BIN)/python tools/stress/run.py
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit
