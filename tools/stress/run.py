@@ -32,7 +32,7 @@ def start_burners(count: int) -> list[subprocess.Popen[bytes]]:
         subprocess.Popen(
             [sys.executable, "-c", BURN],
             stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - single-threaded here
+            preexec_fn=_die_with_parent,
         )
         for _ in range(count)
     ]
