@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tfkube.api import parse_job
+from tfkube.contract import EX_DATAERR, launcher_failure, launcher_message
 from tfkube.operator import Prior, observe, reconcile
 from tfkube.operator._observe import (
     GENERATION_ANNOTATION,
@@ -16,6 +17,7 @@ from tfkube.operator._observe import (
     parse_indexes,
     parse_time,
     slim_pod,
+    termination_message,
 )
 from tfkube.operator._reconcile import (
     STOP_ANNOTATION,
@@ -274,6 +276,19 @@ def test_worker_0_state(
     seen = obs.replicas["worker-0"].status
     assert seen.state.value == expected
     assert seen.restarts == restarts
+
+
+def test_the_launcher_s_termination_message_reaches_the_planner():
+    failed = pod("worker", 0, "Failed", EX_DATAERR)
+    message = launcher_message("bad code: member '../x' is outside the destination")
+    failed["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = message
+    jobs = [role_job("worker", failed="0")]
+    for given in (failed, slim_pod(failed)):
+        obs = observe(tfjob_model(ps=0, workers=1), Prior(), jobs, [given], NOW)
+        seen = obs.replicas["worker-0"].status
+        assert seen.message == message
+        assert launcher_failure(seen.exit_code, seen.message) is not None
+    assert termination_message(pod("worker", 0, "Failed", 1)) is None
 
 
 def test_observation_counts_and_totals():

@@ -360,6 +360,14 @@ def render(
     include_namespace: Annotated[
         bool, typer.Option("--include-namespace", help="Also emit the Namespace object.")
     ] = False,
+    venv_cache_host_path: Annotated[
+        str | None,
+        typer.Option(
+            "--venv-cache-host-path",
+            help="A node folder where pods share the environments built from the code's "
+            "requirements.txt (hostPath <folder>/<namespace>; default: one per pod).",
+        ),
+    ] = None,
 ) -> None:
     """Print the job's Kubernetes objects as YAML for `kubectl apply -f -` (no operator
     needed; nothing is contacted)."""
@@ -380,6 +388,7 @@ def render(
             registry_secret=_read_secret(registry_secret) if registry_secret else None,
             code_archive=code,
             include_namespace=include_namespace,
+            venv_cache_host_path=venv_cache_host_path,
         )
         objects = render_job(job, options)
     except SpecError as exc:

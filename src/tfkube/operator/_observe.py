@@ -111,6 +111,18 @@ def exit_code(pod: Obj) -> int | None:
     return codes[0] if codes else None
 
 
+def termination_message(pod: Obj) -> str | None:
+    """The failed container's termination message: where the launcher writes why it
+    failed (/dev/termination-log), which tells its permanent failures from the code's."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get(
+            "terminated"
+        )
+        if terminated and terminated.get("exitCode") not in (None, 0):
+            return str(terminated.get("message") or "").strip() or None
+    return None
+
+
 def _created(obj: Obj) -> tuple[float, str]:
     meta = obj.get("metadata") or {}
     return (parse_time(meta.get("creationTimestamp")) or 0.0, str(meta.get("name", "")))
@@ -300,6 +312,7 @@ def observe(
         newest = current[0] if current else None
         state: ReplicaState
         code: int | None = None
+        message: str | None = None
         failed_pod: str | None = None
         next_start: float | None = None
         restarts = len(own_failures)
@@ -309,6 +322,7 @@ def observe(
         elif newest is not None and pod_phase(newest) == "Failed":
             failed_pod = str(newest["metadata"]["name"])
             code = exit_code(newest)
+            message = termination_message(newest)
             if failed_pod in prior.handled and not terminal:
                 state = ReplicaState.BACKOFF
             else:
@@ -343,6 +357,7 @@ def observe(
                 exit_code=code,
                 restarts=max(restarts, 0),
                 next_start_at=next_start,
+                message=message,
             ),
             pod=str(newest["metadata"]["name"]) if newest is not None else None,
             failed_pod=failed_pod,
