@@ -242,6 +242,7 @@ wait
 """
 
 
+@pytest.mark.faults
 def test_delete_stops_every_process_tree(backend: LocalBackend, make_job: MakeJob) -> None:
     job, base = make_job("deleteme", PS_FOREVER + BACKGROUND_CHILDREN, workers=2, ps=1)
     backend.submit(job, base)
@@ -264,6 +265,7 @@ def test_delete_stops_every_process_tree(backend: LocalBackend, make_job: MakeJo
     assert not (backend.home / "jobs" / job.name).exists()
 
 
+@pytest.mark.faults
 def test_a_killed_supervisor_takes_its_replicas_with_it(
     backend: LocalBackend, make_job: MakeJob
 ) -> None:
