@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tfkube.api import SpecError
+from tfkube.api import SpecError, parse_job
 from tfkube.backends import JobExists, JobNotFound
 from tfkube.backends.local import LocalBackend
 from tfkube.planner import JobPhase, ReplicaState
@@ -382,7 +382,34 @@ def test_gpus_are_pinned_per_replica_and_never_oversubscribed(
     with pytest.raises(SpecError) as err:
         backend.submit(parse_job(raw), base)
     assert err.value.errors[0].field == "spec.replicas.worker.resources.gpu"
-    assert "asks for 4 GPUs" in str(err.value)
+    assert "asks for 4 GPUs; this machine has 3" in str(err.value)
+
+
+def test_a_job_waits_for_gpus_other_jobs_hold_and_says_so(
+    backend: LocalBackend, make_job: MakeJob, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TFKUBE_GPUS", "0,1,2")
+    holder, base = make_job("holder", 'echo "GPUS=[$CUDA_VISIBLE_DEVICES]"; sleep 600\n')
+    raw = holder.model_dump(by_alias=True)
+    raw["spec"]["replicas"]["worker"]["resources"]["gpu"] = 2
+    backend.submit(parse_job(raw), base)
+    wait_for(lambda: "GPUS=[0,1]" in list(backend.logs("holder", "worker-0")), what="holder")
+
+    raw["metadata"]["name"] = "waiter"
+    backend.submit(parse_job(raw), base)
+    wait_for(
+        lambda: "waiting for GPUs" in (backend.get("waiter").replicas[0].message or ""),
+        what="the reason to show",
+    )
+    view = backend.get("waiter")
+    assert view.phase is JobPhase.PENDING
+    assert view.replicas[0].state is ReplicaState.PENDING
+    assert "1 of this machine's 3 are free (in use by holder)" in (view.replicas[0].message or "")
+
+    backend.delete("holder")
+    wait_for(lambda: "GPUS=[0,1]" in list(backend.logs("waiter", "worker-0")), what="the GPUs")
+    assert backend.get("waiter").replicas[0].state is ReplicaState.RUNNING
+    backend.delete("waiter")
 
 
 def test_chief_decides_and_the_evaluator_sits_outside_the_cluster(

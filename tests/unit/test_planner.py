@@ -1200,3 +1200,28 @@ def test_a_stalled_ps_restarts_its_users_with_stall_action_restart():
         Restart("worker-0", NOW + 1, why),
     )
     assert decision.restarts == 1
+
+
+# -- plan: replicas the engine holds (their GPUs are in use) ------------------------------
+
+HELD = "waiting for GPUs: the job asks for 2 GPUs; 1 of this machine's 3 are free"
+
+
+def test_a_held_replica_is_not_started_and_the_job_stays_pending():
+    status = st(r("worker-0", P), r("worker-1", P, message=None), phase=JobPhase.PENDING)
+    held = st(
+        ReplicaStatus("worker", 0, P, held=HELD),
+        ReplicaStatus("worker", 1, P, held=HELD),
+        phase=JobPhase.PENDING,
+    )
+    assert plan(job(), status, NOW).actions == (Start("worker-0"), Start("worker-1"))
+    decision = plan(job(), held, NOW)
+    assert decision.actions == ()
+    assert decision.phase is JobPhase.PENDING
+
+
+def test_a_held_restart_waits_past_its_backoff():
+    status = st(ReplicaStatus("worker", 0, BACK, next_start_at=T0, held=HELD), r("worker-1"))
+    decision = plan(job(), status, NOW)
+    assert decision.actions == ()
+    assert decision.phase is JobPhase.RESTARTING

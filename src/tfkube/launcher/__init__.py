@@ -7,7 +7,7 @@ that it can run inside a stock TensorFlow image where tfkube is not installed.
 """
 
 from tfkube.launcher._contract import ContractError, ReplicaContract, contract_from_env
-from tfkube.launcher._deps import DepsError, ensure_venv, requirements_key
+from tfkube.launcher._deps import DepsError, ensure_venv, file_lock, requirements_key
 from tfkube.launcher._fetch import (
     ArchiveInfo,
     FetchError,
@@ -26,6 +26,7 @@ __all__ = [
     "contract_from_env",
     "ensure_venv",
     "fetch_code",
+    "file_lock",
     "requirements_key",
     "sha256_file",
 ]

@@ -95,7 +95,9 @@ def requirements_key(requirements: bytes) -> str:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `path` (created if need be): between processes of one
+    machine, or pods of one node sharing a hostPath."""
     with path.open("a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -201,7 +203,7 @@ def ensure_venv(requirements: Path, cache: Path, uv: str | None = None) -> Path:
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DepsError(f"cannot create the environment cache {cache}: {exc}") from None
-    with _locked(cache / f"{key}.lock"):
+    with file_lock(cache / f"{key}.lock"):
         if (final / READY).is_file():
             return final  # another job built it while we waited
         shutil.rmtree(final, ignore_errors=True)  # debris of a build that died

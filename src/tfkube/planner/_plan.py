@@ -17,7 +17,8 @@ Order of decisions, each tick:
    last checkpoint in the shared log dir. A stalled replica (no progress for
    runPolicy.stallSeconds) is reported, and with stallAction Restart handled like a
    failed one, or with Fail fails the job.
-6. Replicas whose backoff has passed, or that never started, are started.
+6. Replicas whose backoff has passed, or that never started, are started, unless the
+   engine holds them (their resources, e.g. GPUs, are not free yet).
 """
 
 from __future__ import annotations
@@ -209,9 +210,12 @@ def plan(job: TFJob, status: JobStatus, now: float) -> Decision:
         if r.key in restarted:
             restarting.add(r.key)
         elif r.state is ReplicaState.PENDING:
-            actions.append(Start(r.key))
+            if r.held is None:
+                actions.append(Start(r.key))
         elif r.state is ReplicaState.BACKOFF:
-            if r.next_start_at is not None and now >= r.next_start_at:
+            if r.held is not None:
+                restarting.add(r.key)
+            elif r.next_start_at is not None and now >= r.next_start_at:
                 actions.append(Start(r.key))
             else:
                 restarting.add(r.key)

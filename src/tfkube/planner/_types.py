@@ -56,6 +56,9 @@ class ReplicaStatus:
     None when the engine does not observe progress (then it never stalls)."""
     stalled: bool = False
     """Whether the previous decision found it stalled (so events mark only changes)."""
+    held: str | None = None
+    """Why it cannot start yet although it is due (e.g. its GPUs are in use by other
+    jobs); a held replica is not started."""
 
     @property
     def key(self) -> str:

@@ -94,7 +94,7 @@ def _replica_message(
             return None
         if record.supervisor is None:
             return "waiting for the job's supervisor to start"
-        return r.message or "starting"
+        return r.held or r.message or "starting"
     if state is ReplicaState.BACKOFF and r.next_start_at is not None:
         why = f" after exit code {r.exit_code}" if r.exit_code is not None else ""
         return f"restarting in {max(0.0, r.next_start_at - now):.0f}s{why}" + (
@@ -177,7 +177,7 @@ class LocalBackend:
         # Default folders live in the job's own folder (moved into place with it).
         for default in ("data", "output"):
             (staging.root / default).mkdir()
-        gpus = self._place_gpus(job)
+        gpus = self._check_gpus(job)
         artifact = prepare_artifact(job, base_dir, staging.artifacts)
         venv = self._python_env(job, artifact, staging)
         keys = job.replica_keys()
@@ -191,7 +191,7 @@ class LocalBackend:
                     role=role.value,
                     index=i,
                     port=port if role.value in CLUSTER_ROLES else 0,
-                    gpus=gpus[f"{role.value}-{i}"],
+                    gpu_request=gpus[f"{role.value}-{i}"],
                 )
                 for (role, i), port in zip(keys, ports, strict=True)
             ],
@@ -232,29 +232,22 @@ class LocalBackend:
             requirements.unlink(missing_ok=True)
         return str(venv)
 
-    def _place_gpus(self, job: TFJob) -> dict[str, list[str]]:
-        """Devices for each replica, avoiding those that running local jobs hold."""
-        requests = []
+    def _check_gpus(self, job: TFJob) -> dict[str, int]:
+        """GPUs each replica needs. More than this machine has is an error now; more than
+        are free now only means waiting: the supervisor claims them when they are."""
+        requests = {}
         for role, i in job.replica_keys():
             spec = job.spec.replicas.get(role)
-            requests.append((f"{role.value}-{i}", spec.resources.gpu if spec else 0))
-        in_use = [
-            g
-            for other in self.list()
-            if not other.done
-            for r in self._dir(other.name).read().replicas
-            for g in r.gpus
-        ]
+            requests[f"{role.value}-{i}"] = spec.resources.gpu if spec else 0
         try:
-            return assign_gpus(requests, available_gpus(), in_use)
+            assign_gpus(list(requests.items()), available_gpus())
         except NotEnoughGpus as exc:
-            role = next(
-                role for role, i in job.replica_keys() if dict(requests)[f"{role.value}-{i}"]
-            )
+            role = next(role for role, i in job.replica_keys() if requests[f"{role.value}-{i}"])
             raise SpecError(
                 [FieldError(f"spec.replicas.{role.value}.resources.gpu", str(exc))],
                 f"job {job.name!r}",
             ) from None
+        return requests
 
     def _start_supervisor(self, target: JobDir) -> None:
         self.spawner(target, self.fork_supervisor)

@@ -53,7 +53,12 @@ class ReplicaRecord(BaseModel):
     index: int
     port: int
     gpus: list[str] = []
-    """GPU ids given to this replica (its CUDA_VISIBLE_DEVICES)."""
+    """GPU ids given to this replica (its CUDA_VISIBLE_DEVICES), once the supervisor has
+    claimed them."""
+    gpu_request: int = 0
+    """How many GPUs it needs; until `gpus` holds that many, it waits (see `held`)."""
+    held: str | None = None
+    """Why it cannot start yet (its GPUs are in use by other jobs)."""
     state: ReplicaState = ReplicaState.PENDING
     exit_code: int | None = None
     restarts: int = 0

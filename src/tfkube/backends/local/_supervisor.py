@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import NoReturn
 
 from tfkube.api import Role, TFJob, load_job_text, replica_environment
+from tfkube.backends.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
 from tfkube.backends.local._procs import alive, ref_of, stop_trees
 from tfkube.backends.local._store import JobDir, JobRecord, ReplicaRecord
 from tfkube.cluster import cluster_spec, local_address
+from tfkube.launcher import file_lock
 from tfkube.planner import (
     Decision,
     DeleteJob,
@@ -88,6 +90,7 @@ def _status_of(record: JobRecord, now: float) -> JobStatus:
                 message=r.message,
                 progress_at=r.progress_at,
                 stalled=r.stalled,
+                held=r.held,
             )
             for r in record.replicas
         ),
@@ -103,6 +106,7 @@ class Supervisor:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.stop_reason: str | None = None
         self.observed_at = 0.0
+        self.claimed_at = 0.0
         ports = {
             role.value: [r.port for r in self.record.replicas if r.role == role.value]
             for role in Role
@@ -137,6 +141,7 @@ class Supervisor:
                 # yet wrote this file first, so it cannot be missed.
                 self.stop_reason = "stopped on request (tfkube stop/delete, or Ctrl-C)"
             changed |= self._observe_progress()
+            changed |= self._claim_gpus()
             if self.stop_reason and not self.record.phase.terminal:
                 self._finish(JobPhase.FAILED, "Stopped", self.stop_reason)
                 changed = True
@@ -187,6 +192,50 @@ class Supervisor:
             )
             changed = True
         return changed
+
+    def _claim_gpus(self) -> bool:
+        """Give the replicas still without their GPUs devices no other running job holds,
+        all at once (half a job holding GPUs while it waits for the rest could deadlock
+        two jobs). Under a machine-wide lock, with this job's claim written before it is
+        released, so two supervisors never hand out one device twice."""
+        waiting = [r for r in self.record.replicas if r.gpu_request and len(r.gpus) < r.gpu_request]
+        now = self.clock()
+        if not waiting or self.record.phase.terminal or now - self.claimed_at < 1.0:
+            return False
+        self.claimed_at = now
+        home = self.dir.root.parent.parent
+        with file_lock(home / "gpus.lock"):
+            holders: dict[str, list[str]] = {}
+            for other in sorted((home / "jobs").iterdir()):
+                if other == self.dir.root or other.name.startswith("."):
+                    continue
+                try:
+                    record = JobDir(other).read()
+                except (OSError, ValueError):
+                    continue
+                if record.phase.terminal or alive(record.supervisor) is None:
+                    continue
+                for r in record.replicas:
+                    for gpu in r.gpus:
+                        holders.setdefault(gpu, []).append(record.name)
+            try:
+                given = assign_gpus(
+                    [(r.key, r.gpu_request) for r in waiting], available_gpus(), holders
+                )
+            except NotEnoughGpus as exc:
+                users = sorted({name for names in holders.values() for name in names})
+                held = f"waiting for GPUs: {exc} (in use by {', '.join(users)})"
+                if waiting[0].held != held:
+                    for r in waiting:
+                        r.held = held
+                    self.dir.event(held)
+                    return True
+                return False
+            for r in waiting:
+                r.gpus, r.held = given[r.key], None
+            self.dir.write(self.record)
+        self.dir.event("GPUs assigned: " + ", ".join(f"{r.key} {r.gpus}" for r in waiting))
+        return True
 
     def _termination_message(self, key: str) -> str | None:
         try:
