@@ -56,6 +56,14 @@ def state(home: Path, name: str) -> tuple[JobPhase, str | None, list[ReplicaStat
     return record.phase, record.reason, [r.state for r in record.replicas]
 
 
+def wait_all_running(home: Path, name: str) -> None:
+    def running() -> bool:
+        found = state(home, name)
+        return found is not None and all(r is ReplicaState.RUNNING for r in found[2])
+
+    wait_for(running, EXIT_TIMEOUT, f"every replica of {name} to run")
+
+
 @pytest.fixture
 def slow_code(tmp_path: Path) -> Iterator[tuple[str, threading.Event, threading.Event]]:
     """An http server whose code download blocks until released: (url, asked, release)."""
@@ -163,14 +171,7 @@ def test_ctrl_c_twice_still_stops_everything(tfkube_home: Path, tmp_path: Path) 
         runPolicy={"terminationGraceSeconds": 3},
     )
     proc = start_run(job)
-    wait_for(
-        lambda: (
-            (s := state(tfkube_home, "twice")) is not None
-            and all(r is ReplicaState.RUNNING for r in s[2])
-        ),
-        EXIT_TIMEOUT,
-        "every replica to run",
-    )
+    wait_all_running(tfkube_home, "twice")
     proc.send_signal(signal.SIGINT)
     wait_for(lambda: (tfkube_home / "jobs" / "twice" / "stop").exists(), EXIT_TIMEOUT, "the stop")
     proc.send_signal(signal.SIGINT)
@@ -206,14 +207,7 @@ def test_ctrl_c_at_any_moment_of_a_run(
 def test_ctrl_c_while_running_stops_every_replica(tfkube_home: Path, tmp_path: Path) -> None:
     job = write_job(tmp_path, "interrupted", "sleep 600\n")
     proc = start_run(job)
-    wait_for(
-        lambda: (
-            (s := state(tfkube_home, "interrupted")) is not None
-            and all(r is ReplicaState.RUNNING for r in s[2])
-        ),
-        EXIT_TIMEOUT,
-        "every replica to run",
-    )
+    wait_all_running(tfkube_home, "interrupted")
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=EXIT_TIMEOUT)
     assert proc.returncode == 130, out + err
