@@ -63,6 +63,9 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=10, help="rounds of the fault tests")
     parser.add_argument("--faults-only", action="store_true", help="skip the full local + TF suite")
     args = parser.parse_args()
+    # SIGTERM (a CI timeout, `kill`) ends the run like Ctrl-C: the current pytest and
+    # the burners are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
     burners = start_burners(args.burners)
     failed: list[str] = []
