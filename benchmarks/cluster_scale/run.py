@@ -35,7 +35,7 @@ from kubernetes import client, config
 
 from tfkube.api import parse_job
 from tfkube.backends.kubernetes import KubernetesBackend, install
-from tfkube.render import GROUP, PLURAL, VERSION
+from tfkube.kube.names import GROUP, PLURAL, VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tfkube.backends.kubernetes import install
-from tfkube.render import CRD_NAME, GROUP, OPERATOR_NAME, OPERATOR_NAMESPACE, PLURAL, VERSION
+from tfkube.kube.names import CRD_NAME, GROUP, PLURAL, VERSION
+from tfkube.render import OPERATOR_NAME, OPERATOR_NAMESPACE
 
 from ._support import REPO, KubeCluster
 

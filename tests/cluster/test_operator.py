@@ -25,8 +25,9 @@ from kubernetes.client.exceptions import ApiException
 
 from tfkube.api import parse_job
 from tfkube.backends.kubernetes import KubernetesBackend, LogsUnavailable, install
+from tfkube.kube.names import GROUP, PLURAL, VERSION
 from tfkube.planner import JobPhase
-from tfkube.render import GROUP, OPERATOR_NAME, OPERATOR_NAMESPACE, PLURAL, VERSION
+from tfkube.render import OPERATOR_NAME, OPERATOR_NAMESPACE
 
 from ._support import REPO, KubeCluster, wait_for
 
@@ -410,6 +411,42 @@ def test_ps_failure_restarts_the_whole_job(
     assert status["restarts"] == 2  # the third PS failure is one too many: not taken
     assert status["restartGenerations"] == {"ps": 2, "worker": 2}
     wait_for("replicas gone", lambda: not pods(kube, ns, "tfkube.io/replica-type=worker"), 20)
+
+
+def test_status_says_why_a_replica_is_pending(
+    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+) -> None:
+    """A worker no node can take: `tfkube status` (the backend's view, the operator's
+    interpreter) shows the scheduler's verdict; the operator sees the same state."""
+    kube, ns = operator.kube, kube_namespace
+    data = job_dict("stuck")
+    data["spec"]["replicas"]["worker"]["replicas"] = 1
+    data["spec"]["replicas"]["worker"]["nodeSelector"] = {"tfkube.io/pool": "nowhere"}
+    backend = submit(kube, ns, volumes, code, data)
+
+    def worker_message() -> str | None:
+        worker = {r.key: r for r in backend.get("stuck").replicas}["worker-0"]
+        return worker.message if worker.message.startswith("unschedulable") else None
+
+    message = wait_for("the scheduler's verdict", worker_message, 30)
+    assert "node(s) didn't match" in message, message
+    view = backend.get("stuck")
+    assert {r.key: r.state.value for r in view.replicas} == {
+        "ps-0": "Running",
+        "worker-0": "Pending",
+    }
+    status = wait_for("the operator's status", lambda: phase_is(kube, ns, "stuck", "Running"))
+    assert status["replicaStatuses"]["worker"]["active"] == 1
+    where = ["--namespace", ns, "--kubeconfig", str(kube.kubeconfig)]
+    shown = subprocess.run(
+        [sys.executable, "-m", "tfkube", "status", "stuck", "--engine", "kubernetes", *where],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert "unschedulable" in shown.stdout, shown.stdout
 
 
 def test_deadline_exceeded(

@@ -25,16 +25,8 @@ from kubernetes.dynamic import DynamicClient
 
 from tfkube.api import TFJob, load_job_text, parse_job
 from tfkube.backends._artifact import prepare_artifact
-from tfkube.render import (
-    CRD_NAME,
-    GROUP,
-    PLURAL,
-    VERSION,
-    RenderOptions,
-    crd,
-    dump_yaml,
-    render_job,
-)
+from tfkube.kube.names import CRD_NAME, GROUP, PLURAL, VERSION
+from tfkube.render import RenderOptions, crd, dump_yaml, render_job
 
 from ._support import REPO, KubeCluster, wait_for
 

@@ -22,6 +22,7 @@ import yaml
 
 from tfkube.api import SpecError, TFJob, parse_job
 from tfkube.cluster import cluster_spec, service_address
+from tfkube.kube.names import job_labels
 from tfkube.planner import JobPhase, should_retry
 from tfkube.render import (
     CONTAINER,
@@ -34,7 +35,6 @@ from tfkube.render import (
     deploy_file_texts,
     dump_yaml,
     image_registry,
-    job_labels,
     render_job,
 )
 from tfkube.render._crd import PHASES

@@ -36,9 +36,10 @@ class ReplicaView:
     pid: int | None = None
     address: str | None = None
     last_line: str = ""
-    message: str | None = None
-    """Why the replica is in its state, for a person: why it is pending or waiting, why
-    it failed (its launcher's own reason), what made it stall. None when obvious."""
+    message: str = ""
+    """Why the replica is in its state, for a person: why it is pending or waiting (the
+    scheduler's words, GPUs in use), why it failed (its launcher's own reason), what made
+    it stall. Empty when its state says it all."""
     stalled: bool = False
     """Running, but no progress for runPolicy.stallSeconds (shown as `Stalled`)."""
 

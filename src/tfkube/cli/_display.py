@@ -52,7 +52,7 @@ def job_panel(view: JobView, now: float | None = None, width: int = 120) -> Grou
     columns = ["replica", "state", *(["pid", "address"] if wide else []), "restarts", "exit"]
     for col in columns:
         table.add_column(col, no_wrap=True)
-    table.add_column("(why) last log line", no_wrap=True)
+    table.add_column("message / last log line", no_wrap=True)
     room = max(12, width - (82 if wide else 52))  # what the other columns leave
     for r in view.replicas:
         state = (
@@ -62,8 +62,8 @@ def job_panel(view: JobView, now: float | None = None, width: int = 120) -> Grou
         if wide:
             cells += [str(r.pid or "-"), r.address or "-"]
         cells += [str(r.restarts), "-" if r.exit_code is None else str(r.exit_code)]
-        shown = f"({r.message}) {r.last_line}".strip() if r.message else r.last_line
-        line = shown if len(shown) <= room else shown[: room - 1] + "…"
+        note = r.message or r.last_line  # why it is where it is, else what it last said
+        line = note if len(note) <= room else note[: room - 1] + "…"
         table.add_row(*cells, Text(line))
     parts: list[Text | Table] = [head, table]
     if view.reason:

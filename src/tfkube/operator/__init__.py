@@ -1,24 +1,23 @@
 """The TFJob operator: thin glue around the shared planner.
 
-    kopf watch (TFJob, its Jobs, its pods) -> _observe (pure: API objects -> JobStatus)
-    -> tfkube.planner.plan -> _reconcile (pure: Decision -> API operations + status)
-    -> _kube (the only side effects)
+    kopf watch (TFJob, its Jobs, its pods) -> tfkube.kube.observe (pure: API objects ->
+    JobStatus) -> tfkube.planner.plan -> _reconcile (pure: Decision -> API operations +
+    status; the operations are `_ops`) -> _apply (the only side effects, through
+    tfkube.kube.rest)
+
+It stands on `tfkube.kube` (names, observe, REST) and `tfkube.render`, never on the
+client backends (an import-linter contract).
 
 `_operator` wires kopf and a per-TFJob work queue; all state lives in the API server (the
 TFJob's status, object annotations), so the operator can be killed at any time.
 """
 
-from tfkube.operator._observe import Observation, Prior, observe
-from tfkube.operator._operator import OperatorOptions, run_operator, tfjob_model
+from tfkube.operator._operator import OperatorOptions, run_operator
 from tfkube.operator._reconcile import Plan, reconcile
 
 __all__ = [
-    "Observation",
     "OperatorOptions",
     "Plan",
-    "Prior",
-    "observe",
     "reconcile",
     "run_operator",
-    "tfjob_model",
 ]

@@ -3,7 +3,7 @@
     kopf watch events: TFJob / its Jobs / its pods --poke(ns, name)--> WorkQueue
     WorkQueue: one reconcile at a time per TFJob (coalescing pokes), in a thread
     reconcile_once: GET TFJob, LIST Jobs + pods, render -> _reconcile.reconcile (pure)
-                    -> apply ops -> write status; returns when to look again
+                    -> _apply (ops, then the status); returns when to look again
 
 kopf is used for what it is good at: watching several resources with reconnects and
 per-object batching, logging in (kubeconfig or service account), signal handling. Its
@@ -28,26 +28,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tfkube.api import SpecError, TFJob, parse_job
-from tfkube.operator._kube import Kube
-from tfkube.operator._observe import LABEL_JOB, LABEL_ROLE, slim_pod
-from tfkube.operator._reconcile import (
+from tfkube.api import SpecError, TFJob
+from tfkube.kube.names import (
     GROUP,
+    LABEL_JOB,
+    LABEL_MANAGED_BY,
+    LABEL_ROLE,
+    MANAGED_BY,
     PLURAL,
     VERSION,
-    DeleteTFJob,
-    invalid_spec_plan,
-    reconcile,
-)
-from tfkube.render import (
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
-    OPERATOR_NAMESPACE,
-    REGISTRY_SECRET,
-    RenderOptions,
     code_configmap_name,
-    render_job,
+    replica_selector,
 )
+from tfkube.kube.observe import slim_pod, tfjob_model
+from tfkube.kube.rest import ApiError, Kube, api_client_from, tfjob_path
+from tfkube.operator._apply import apply, write_status
+from tfkube.operator._ops import DeleteTFJob
+from tfkube.operator._reconcile import invalid_spec_plan, reconcile
+from tfkube.render import OPERATOR_NAMESPACE, REGISTRY_SECRET, RenderOptions, render_job
 
 log = logging.getLogger("tfkube.operator")
 Key = tuple[str, str]
@@ -67,22 +65,6 @@ class OperatorOptions:
     verbose: bool = False
 
 
-def tfjob_model(obj: dict[str, Any]) -> TFJob:
-    """The TFJob resource -> our model (metadata reduced to what the model knows)."""
-    meta = obj.get("metadata") or {}
-    data = {
-        "apiVersion": obj.get("apiVersion"),
-        "kind": obj.get("kind"),
-        "metadata": {
-            "name": meta.get("name"),
-            "namespace": meta.get("namespace"),
-            "labels": meta.get("labels") or {},
-        },
-        "spec": obj.get("spec"),
-    }
-    return parse_job(data, f"TFJob {meta.get('namespace')}/{meta.get('name')}")
-
-
 class Reconciler:
     """Everything one reconcile needs; `reconcile_once` runs in a worker thread."""
 
@@ -99,7 +81,7 @@ class Reconciler:
         ns, name = self.options.registry_secret
         try:
             secret: dict[str, Any] | None = self.kube.get("v1", "Secret", ns, name)
-        except self.kube.ApiException as exc:
+        except ApiError as exc:
             if exc.status == 403:  # not allowed to read it: no platform secret
                 return None
             raise
@@ -113,7 +95,7 @@ class Reconciler:
         return base64.b64decode(data) if data else None
 
     def reconcile_once(self, namespace: str, name: str) -> float | None:
-        tfjob = self.kube.get_tfjob(namespace, name)
+        tfjob = self.kube.request("GET", tfjob_path(namespace, name), allow=(404,))
         if tfjob is None or tfjob["metadata"].get("deletionTimestamp"):
             return None
         now = self.clock()
@@ -132,16 +114,14 @@ class Reconciler:
             plan = invalid_spec_plan(tfjob, str(exc), now)
         else:
             jobs = self.kube.list("batch/v1", "Job", namespace, f"{LABEL_JOB}={name}")
-            pods = self.kube.list(
-                "v1", "Pod", namespace, f"{LABEL_JOB}={name},{LABEL_ROLE}", slim=slim_pod
-            )
+            pods = self.kube.list("v1", "Pod", namespace, replica_selector(name), slim=slim_pod)
             plan = reconcile(tfjob, job, jobs, pods, rendered, now)
         for op in plan.ops:
             log.info("%s/%s: %s", namespace, name, _describe(op))
-            self.kube.apply(op, tfjob)
+            apply(self.kube, op, tfjob)
         if any(isinstance(op, DeleteTFJob) for op in plan.ops):
             return None  # gone: no status to write
-        self.kube.write_status(tfjob, plan.status)
+        write_status(self.kube, tfjob, plan.status)
         return plan.requeue_after
 
 
@@ -232,8 +212,6 @@ def build_registry(queue_of: Callable[[], WorkQueue], verbose: bool) -> Any:
 def run_operator(options: OperatorOptions) -> None:
     """Run until SIGTERM/SIGINT."""
     import kopf
-
-    from tfkube.backends.kubernetes import api_client_from
 
     logging.basicConfig(
         level=logging.DEBUG if options.verbose else logging.INFO,

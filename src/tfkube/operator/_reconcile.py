@@ -1,16 +1,19 @@
 """One reconcile of one TFJob, decided purely: observed API objects in, operations out.
 
     TFJob (spec + status) --+
-    its Kubernetes Jobs  ---+--> observe() --> JobStatus --> planner.plan() --> Decision
-    its pods  --------------+                                                      |
-    rendered objects -------------------------------------------------------------+--> Plan
+    its Kubernetes Jobs  ---+--> kube.observe() --> JobStatus --> planner.plan() --> Decision
+    its pods  --------------+                                                           |
+    rendered objects ------------------------------------------------------------------+--> Plan
+
+`reconcile` runs named phases (observe, ensure, suspend/resume, decide, act, record); each
+is a small pure function here, tested on its own in tests/unit/test_operator_reconcile.py.
 
 `Plan.ops` are API operations in the order they must run (create, suspend, delete, event);
 `Plan.status` is the TFJob's whole new status, written last, so that an operator killed
 half-way simply does the same again next time (every operation is idempotent: objects have
 deterministic names, "already exists" and "not found" are successes).
 
-Mapping of the planner's actions to Kubernetes (who retries what: see `_observe`):
+Mapping of the planner's actions to Kubernetes (who retries what: see `tfkube.kube.observe`):
   Start(key)       the role's Indexed Job exists (created with the job, re-created if lost)
   Restart(key)     FAILED replica: Kubernetes already re-creates the pod; the failure is
                    recorded in `status.handledFailures` so it is acted on once.
@@ -34,15 +37,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfkube.api import CleanPodPolicy, GangScheduler, Role, TFJob
-from tfkube.operator._observe import (
+from tfkube.kube.names import (
+    CLUSTER_SCOPED,
     GENERATION_ANNOTATION,
-    LABEL_JOB,
     LABEL_ROLE,
-    Obj,
-    Observation,
-    Prior,
-    format_time,
-    observe,
+    STOP_ANNOTATION,
+    TENANT_OBJECTS,
+    owner_reference,
+    replica_selector,
+    role_job_name,
+    tensorboard_name,
+)
+from tfkube.kube.observe import Obj, Observation, Prior, format_time, observe
+from tfkube.operator._ops import (
+    Create,
+    DeleteObject,
+    DeletePod,
+    DeleteRoleJob,
+    DeleteTFJob,
+    Event,
+    Op,
+    SuspendJob,
 )
 from tfkube.planner import (
     Decision,
@@ -54,69 +69,9 @@ from tfkube.planner import (
     plan,
 )
 
-GROUP = "tfkube.io"
-VERSION = "v1alpha1"
-PLURAL = "tfjobs"
-TFJOB_API_VERSION = f"{GROUP}/{VERSION}"
 LIVE_REQUEUE_SECONDS = 2.0
 """A live job is looked at again at least this often (deadlines, Kubernetes' backoff);
 pod and Job events wake it up sooner."""
-SHARED_NAMES = frozenset({"tfkube-tenant"})
-"""Objects shared by every job of a namespace: never owned by one TFJob."""
-STOP_ANNOTATION = "tfkube.io/stop"
-"""`true`: end the job now, Failed (Stopped); what `KubernetesBackend.stop` sets."""
-CLUSTER_SCOPED = frozenset({"Namespace", "PriorityClass", "ClusterRole", "ClusterRoleBinding"})
-
-
-# -- operations ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Create:
-    obj: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class SuspendJob:
-    name: str
-    suspend: bool
-
-
-@dataclass(frozen=True)
-class DeleteRoleJob:
-    """Delete a role's Job and, at once, its pods (no waiting for the garbage collector)."""
-
-    name: str
-    selector: str
-
-
-@dataclass(frozen=True)
-class DeletePod:
-    name: str
-    grace_seconds: int
-
-
-@dataclass(frozen=True)
-class DeleteObject:
-    api_version: str
-    kind: str
-    name: str
-
-
-@dataclass(frozen=True)
-class DeleteTFJob:
-    pass
-
-
-@dataclass(frozen=True)
-class Event:
-    type: str
-    """Normal or Warning."""
-    reason: str
-    message: str
-
-
-Op = Create | SuspendJob | DeleteRoleJob | DeletePod | DeleteObject | DeleteTFJob | Event
 
 
 @dataclass(frozen=True)
@@ -132,18 +87,6 @@ class Plan:
 # -- helpers -----------------------------------------------------------------------------------
 
 
-def owner_reference(tfjob: Obj) -> dict[str, Any]:
-    meta = tfjob["metadata"]
-    return {
-        "apiVersion": TFJOB_API_VERSION,
-        "kind": "TFJob",
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
 def owned(
     objects: Iterable[Mapping[str, Any]],
     tfjob: Obj,
@@ -154,6 +97,7 @@ def owned(
     TFJob's namespace; Jobs created suspended when the job is, annotated with the
     whole-job restart generation they belong to."""
     namespace = tfjob["metadata"]["namespace"]
+    owner = owner_reference(tfjob["metadata"]["name"], tfjob["metadata"]["uid"])
     out = []
     for obj in objects:
         item = copy.deepcopy(dict(obj))
@@ -163,8 +107,8 @@ def owned(
             out.append(item)
             continue
         meta.setdefault("namespace", namespace)
-        if meta["namespace"] == namespace and meta.get("name") not in SHARED_NAMES:
-            meta["ownerReferences"] = [owner_reference(tfjob)]
+        if meta["namespace"] == namespace and meta.get("name") != TENANT_OBJECTS:
+            meta["ownerReferences"] = [dict(owner)]
         if kind == "Job" and item.get("apiVersion") == "batch/v1":
             spec = item.setdefault("spec", {})
             spec["suspend"] = suspend or bool(spec.get("suspend"))  # Kueue's stay suspended
@@ -175,14 +119,17 @@ def owned(
     return out
 
 
-def _is_role_job(obj: Mapping[str, Any], job_name: str) -> str | None:
-    if obj.get("kind") != "Job":
-        return None
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    role = labels.get(LABEL_ROLE)
-    if role is None or obj["metadata"].get("name") != f"{job_name}-{role}":
-        return None
-    return str(role)
+def _role_job_objects(
+    objects: Iterable[dict[str, Any]], job_name: str
+) -> dict[str, dict[str, Any]]:
+    """Role -> its rendered Indexed Job."""
+    out = {}
+    for obj in objects:
+        role = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE)
+        name = (obj.get("metadata") or {}).get("name")
+        if obj.get("kind") == "Job" and role is not None and name == role_job_name(job_name, role):
+            out[str(role)] = obj
+    return out
 
 
 def _condition(
@@ -242,121 +189,231 @@ def reconcile(
     rendered: Iterable[Mapping[str, Any]],
     now: float,
 ) -> Plan:
-    """Decide everything for one TFJob; see the module docstring."""
-    old_status: dict[str, Any] = dict(tfjob.get("status") or {})
-    prior = Prior.from_status(old_status)
-    policy = job.spec.run_policy
-    jobs = list(jobs)
-    objects = owned(rendered, tfjob, suspend=policy.suspend, generations=prior.generations)
-    role_job_objects = {r: o for o in objects if (r := _is_role_job(o, job.name))}
-    obs = observe(job, prior, jobs, pods, now)
-    ops: list[Op] = []
-    conditions = list(old_status.get("conditions") or [])
-    status: dict[str, Any] = dict(old_status)
+    """Decide everything for one TFJob, phase by phase (each a small function below):
+
+    observe   what the API objects say (`tfkube.kube.observe`)
+    ensure    create what is missing: everything once, a lost role Job, a new
+              generation's Jobs once due; delete stale generations' Jobs
+    suspend   a suspended job stops here; a resumed one starts its clock again
+    decide    the planner, overruled where Kubernetes gave up or a stop was asked
+    act       the decision as operations: events, restarts, stops, clean-up, TTL
+    record    the whole new status, and when to look again
+    """
+    jobs, pods = list(jobs), list(pods)
+    status: dict[str, Any] = dict(tfjob.get("status") or {})
     status["observedGeneration"] = tfjob["metadata"].get("generation")
+    prior = Prior.from_status(status)
+    policy = job.spec.run_policy
+    objects = owned(rendered, tfjob, suspend=policy.suspend, generations=prior.generations)
+    obs = observe(job, prior, jobs, pods, now)
     first = prior.started_at is None and not prior.phase.terminal
 
-    was_suspended = any(
-        c.get("type") == "Suspended" and c.get("status") == "True" for c in conditions
-    )
+    ops = ensure(job, prior, obs, objects, first, now)
     if first:
-        ops += [Create(o) for o in objects]  # every object, once; "exists" is fine
-        ops.append(Event("Normal", "Created", f"created {len(objects)} objects"))
         status["startTime"] = format_time(now)
-    elif not prior.phase.terminal:
-        due = prior.restart_at is None or now >= prior.restart_at
-        ops += [
-            Create(o)
-            for role, o in role_job_objects.items()
-            if due
-            and role not in obs.role_jobs
-            and role not in obs.dying_jobs
-            and role not in obs.stale_jobs
-        ]
-    ops += [
-        DeleteRoleJob(f"{job.name}-{role}", f"{LABEL_JOB}={job.name},{LABEL_ROLE}={role}")
-        for role in sorted(obs.stale_jobs)
-    ]
-
-    if policy.suspend and not prior.phase.terminal:
-        ops += [
-            SuspendJob(j["metadata"]["name"], True)
-            for j in obs.role_jobs.values()
-            if not (j.get("spec") or {}).get("suspend")
-        ]
-        if not was_suspended:
-            ops.append(Event("Normal", "Suspended", "suspended: every replica is stopped"))
-        status.update(
-            phase=JobPhase.PENDING.value if first else status.get("phase", "Pending"),
-            reason="Suspended",
-            message="spec.runPolicy.suspend is true",
-            replicaStatuses={r: c.as_dict() for r, c in obs.counts.items()},
-            conditions=_merge(
-                conditions,
-                _condition(conditions, "Suspended", True, "Suspended", "suspended", now),
-            ),
-        )
-        return Plan(ops=tuple(ops), status=status, requeue_after=None, observation=obs)
-
-    if was_suspended and not prior.phase.terminal:
-        scheduling = job.spec.scheduling
-        kueue = scheduling is not None and scheduling.gang is GangScheduler.KUEUE
-        ops += [
-            SuspendJob(j["metadata"]["name"], False)
-            for j in obs.role_jobs.values()
-            if (j.get("spec") or {}).get("suspend") and not kueue  # Kueue admits them
-        ]
-        ops.append(Event("Normal", "Resumed", "resumed: replicas start again"))
-        status["startTime"] = format_time(now)  # the deadline counts from the resume
-        conditions = _merge(
-            conditions, _condition(conditions, "Suspended", False, "Resumed", "resumed", now)
-        )
-        status["reason"] = None
-        status["message"] = None
+    if not prior.phase.terminal and policy.suspend:
+        return suspended(obs, status, ops, first, now)
+    if not prior.phase.terminal and _is_suspended(status):
+        ops += resume(job, obs)
+        status = resumed_status(status, now)
         obs = observe(job, Prior.from_status(status), jobs, pods, now)
 
-    decision = plan(job, obs.status, now)
-    decision = _kubernetes_gave_up(job, obs, decision)
+    decision = decide(tfjob, job, obs, now)
+    restart = whole_job_restart(decision, obs, prior)
+    ops += announce(decision, prior)
+    acted = act(job, obs, decision, prior.handled, whole_job=restart is not None)
+    ops += acted.ops
+    ops += finish(job, obs, decision, acted.stop_roles, objects)
+
+    deleting = any(isinstance(op, DeleteTFJob) for op in ops)
+    return Plan(
+        ops=tuple(ops),
+        status=record(status, prior, obs, decision, acted.handled, restart, now),
+        requeue_after=requeue_after(job, obs, decision, restart, deleting, now),
+        decision=decision,
+        observation=obs,
+    )
+
+
+# -- the phases -----------------------------------------------------------------------------------
+
+
+def ensure(
+    job: TFJob,
+    prior: Prior,
+    obs: Observation,
+    objects: list[dict[str, Any]],
+    first: bool,
+    now: float,
+) -> list[Op]:
+    """What must exist: every object on the first look (creating again is harmless);
+    later, a role Job that went missing, or a new generation's once the whole-job restart
+    backoff passed and the old one is gone. Stale generations' Jobs are deleted."""
+    ops: list[Op] = []
+    if first:
+        ops += [Create(o) for o in objects]
+        ops.append(Event("Normal", "Created", f"created {len(objects)} objects"))
+    elif not prior.phase.terminal and (prior.restart_at is None or now >= prior.restart_at):
+        busy = obs.role_jobs.keys() | obs.dying_jobs | obs.stale_jobs
+        ops += [
+            Create(o)
+            for role, o in _role_job_objects(objects, job.name).items()
+            if role not in busy
+        ]
+    ops += [
+        DeleteRoleJob(role_job_name(job.name, role), replica_selector(job.name, role))
+        for role in sorted(obs.stale_jobs)
+    ]
+    return ops
+
+
+def _is_suspended(status: Obj) -> bool:
+    conditions: list[Obj] = status.get("conditions") or []
+    return any(c.get("type") == "Suspended" and c.get("status") == "True" for c in conditions)
+
+
+def suspended(
+    obs: Observation, status: dict[str, Any], ops: list[Op], first: bool, now: float
+) -> Plan:
+    """`runPolicy.suspend`: every role Job suspended (Kubernetes deletes their running
+    pods), said once; nothing else is decided until it is resumed."""
+    ops = ops + [
+        SuspendJob(j["metadata"]["name"], True)
+        for j in obs.role_jobs.values()
+        if not (j.get("spec") or {}).get("suspend")
+    ]
+    if not _is_suspended(status):
+        ops.append(Event("Normal", "Suspended", "suspended: every replica is stopped"))
+    conditions = list(status.get("conditions") or [])
+    status = {
+        **status,
+        "phase": JobPhase.PENDING.value if first else status.get("phase", "Pending"),
+        "reason": "Suspended",
+        "message": "spec.runPolicy.suspend is true",
+        "replicaStatuses": {r: c.as_dict() for r, c in obs.counts.items()},
+        "conditions": _merge(
+            conditions, _condition(conditions, "Suspended", True, "Suspended", "suspended", now)
+        ),
+    }
+    return Plan(ops=tuple(ops), status=status, requeue_after=None, observation=obs)
+
+
+def resume(job: TFJob, obs: Observation) -> list[Op]:
+    """Un-suspend the role Jobs (not under Kueue, which admits them itself)."""
+    scheduling = job.spec.scheduling
+    kueue = scheduling is not None and scheduling.gang is GangScheduler.KUEUE
+    ops: list[Op] = [
+        SuspendJob(j["metadata"]["name"], False)
+        for j in obs.role_jobs.values()
+        if (j.get("spec") or {}).get("suspend") and not kueue
+    ]
+    ops.append(Event("Normal", "Resumed", "resumed: replicas start again"))
+    return ops
+
+
+def resumed_status(status: dict[str, Any], now: float) -> dict[str, Any]:
+    """The deadline counts from the resume; the Suspended condition turns False."""
+    conditions = list(status.get("conditions") or [])
+    return {
+        **status,
+        "startTime": format_time(now),
+        "reason": None,
+        "message": None,
+        "conditions": _merge(
+            conditions, _condition(conditions, "Suspended", False, "Resumed", "resumed", now)
+        ),
+    }
+
+
+def decide(tfjob: Obj, job: TFJob, obs: Observation, now: float) -> Decision:
+    """The shared planner's decision, made terminal where Kubernetes will not retry what
+    the planner would, or when `tfkube stop` asked for it."""
+    decision = _kubernetes_gave_up(job, obs, plan(job, obs.status, now))
     annotations = tfjob["metadata"].get("annotations") or {}
     if annotations.get(STOP_ANNOTATION) == "true" and not decision.phase.terminal:
         decision = fail_now(job, obs, decision, "Stopped", "stopped on request (tfkube stop)")
-    handled = set(prior.handled)
+    return decision
 
-    for line in decision.events:
-        if decision.finished and line.startswith("job "):
-            continue  # said once below, with the reason
-        ops.append(Event("Warning" if "failed" in line else "Normal", _event_reason(line), line))
-    if decision.phase is not prior.phase and not decision.finished:
-        ops.append(Event("Normal", decision.phase.value, f"job is {decision.phase.value}"))
 
+@dataclass(frozen=True)
+class WholeJobRestart:
+    """A PS failed: a new generation of the restarted roles' Jobs, created after the
+    backoff once the old ones are gone. Written to the status before the Jobs are deleted,
+    so their failures are counted exactly once."""
+
+    generations: dict[str, int]
+    restarts_before: int
+    at: float
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "restartGenerations": self.generations,
+            "restartsBefore": self.restarts_before,
+            "restartAt": format_time(self.at),
+        }
+
+
+def whole_job_restart(decision: Decision, obs: Observation, prior: Prior) -> WholeJobRestart | None:
+    """The decision restarts a failed PS: which roles start a new generation, and the
+    failures to keep counting once their pods are gone."""
     restarts = [a for a in decision.actions if isinstance(a, Restart)]
-    ps_failed = any(
+    if not any(
         obs.replicas[a.key].status.role == Role.PS.value
         and obs.replicas[a.key].status.state is ReplicaState.FAILED
         for a in restarts
-    )
-    if ps_failed:
-        # A whole-job restart: a new generation of the restarted roles' Jobs, created
-        # after the backoff once the old ones are gone. Written to the status before the
-        # Jobs are deleted, so their failures are counted exactly once.
-        roles = {obs.replicas[a.key].status.role for a in restarts}
-        kept = sum(r.restarts for r in obs.status.replicas if r.role not in roles)
-        generations = dict(prior.generations)
-        for role in roles:
-            generations[role] = generations.get(role, 0) + 1
-        status["restartGenerations"] = generations
-        status["restartsBefore"] = decision.restarts - kept
-        status["restartAt"] = format_time(min(a.at for a in restarts))
+    ):
+        return None
+    roles = {obs.replicas[a.key].status.role for a in restarts}
+    kept = sum(r.restarts for r in obs.status.replicas if r.role not in roles)
+    generations = dict(prior.generations)
+    for role in roles:
+        generations[role] = generations.get(role, 0) + 1
+    return WholeJobRestart(generations, decision.restarts - kept, min(a.at for a in restarts))
+
+
+def announce(decision: Decision, prior: Prior) -> list[Op]:
+    """The planner's event lines and a phase change as Events (a finished job's own line
+    is said once, with its reason, by `finish`)."""
+    ops: list[Op] = [
+        Event("Warning" if "failed" in line else "Normal", _event_reason(line), line)
+        for line in decision.events
+        if not (decision.finished and line.startswith("job "))
+    ]
+    if decision.phase is not prior.phase and not decision.finished:
+        ops.append(Event("Normal", decision.phase.value, f"job is {decision.phase.value}"))
+    return ops
+
+
+@dataclass(frozen=True)
+class Acted:
+    ops: tuple[Op, ...]
+    handled: frozenset[str]
+    """Failed pods whose failure has been acted on (`status.handledFailures`)."""
+    stop_roles: frozenset[str]
+    """Roles with a replica to stop (the job ended)."""
+
+
+def act(
+    job: TFJob,
+    obs: Observation,
+    decision: Decision,
+    handled: frozenset[str],
+    whole_job: bool,
+) -> Acted:
+    """The planner's actions in Kubernetes terms (see the module docstring's mapping)."""
+    ops: list[Op] = []
+    now_handled = set(handled)
     stop_roles: set[str] = set()
+    grace = int(job.spec.run_policy.termination_grace_seconds)
     for action in decision.actions:
         if isinstance(action, Restart):
             seen = obs.replicas[action.key]
-            if ps_failed:
-                continue  # its role's Job is replaced (below)
+            if whole_job:
+                continue  # its role's Job is replaced (`ensure`, next look)
             if seen.status.state is ReplicaState.FAILED and seen.failed_pod:
-                handled.add(seen.failed_pod)  # Kubernetes re-creates its pod
+                now_handled.add(seen.failed_pod)  # Kubernetes re-creates its pod
             elif seen.status.state.live and seen.pod:
-                ops.append(DeletePod(seen.pod, int(policy.termination_grace_seconds)))
+                ops.append(DeletePod(seen.pod, grace))
         elif isinstance(action, Stop):
             seen = obs.replicas[action.key]
             if seen.status.state.live or seen.status.state is ReplicaState.BACKOFF:
@@ -364,72 +421,97 @@ def reconcile(
         elif isinstance(action, DeleteJob):
             ops.append(Event("Normal", "Deleted", "ttlSecondsAfterFinished passed: deleting"))
             ops.append(DeleteTFJob())
+    return Acted(tuple(ops), frozenset(now_handled), frozenset(stop_roles))
 
-    terminal = decision.phase.terminal
-    if terminal:
-        tensorboard = any(o["metadata"].get("name") == f"{job.name}-tensorboard" for o in objects)
+
+def finish(
+    job: TFJob,
+    obs: Observation,
+    decision: Decision,
+    stop_roles: frozenset[str],
+    objects: list[dict[str, Any]],
+) -> list[Op]:
+    """A job that ended: its replicas ended per cleanPodPolicy, and (once) the Event
+    saying how it ended."""
+    ops: list[Op] = []
+    if decision.phase.terminal:
+        tensorboard = any(o["metadata"].get("name") == tensorboard_name(job.name) for o in objects)
         ops += _cleanup(job, obs, stop_roles, finishing=decision.finished and tensorboard)
     if decision.finished:
         kind = "Normal" if decision.phase is JobPhase.SUCCEEDED else "Warning"
         ops.append(Event(kind, decision.reason or decision.phase.value, decision.message or ""))
-        status["completionTime"] = format_time(now)
+    return ops
 
-    # Status: the whole of it, written after the operations.
+
+def record(
+    status: dict[str, Any],
+    prior: Prior,
+    obs: Observation,
+    decision: Decision,
+    handled: frozenset[str],
+    restart: WholeJobRestart | None,
+    now: float,
+) -> dict[str, Any]:
+    """The TFJob's whole new status, written after the operations."""
     live_failed = {o.failed_pod for o in obs.replicas.values() if o.failed_pod}
-    status.update(
-        phase=decision.phase.value,
-        reason=decision.reason,
-        message=decision.message,
+    replicas = obs.status.replicas
+    status = {
+        **status,
+        **(restart.status() if restart is not None else {}),
+        "phase": decision.phase.value,
+        "reason": decision.reason,
+        "message": decision.message,
         # A finished job's count is final (its pods may be gone by now).
-        restarts=prior.restarts
+        "restarts": prior.restarts
         if prior.phase.terminal
         else max(decision.restarts, obs.status.restarts),
-        replicaStatuses={r: c.as_dict() for r, c in obs.counts.items()},
-        handledFailures=sorted(handled & live_failed),
-        replicas=len(obs.status.replicas),
-        readyReplicas=sum(r.state is ReplicaState.RUNNING for r in obs.status.replicas),
-        succeededReplicas=sum(r.state is ReplicaState.SUCCEEDED for r in obs.status.replicas),
-    )
+        "replicaStatuses": {r: c.as_dict() for r, c in obs.counts.items()},
+        "handledFailures": sorted(handled & live_failed),
+        "replicas": len(replicas),
+        "readyReplicas": sum(r.state is ReplicaState.RUNNING for r in replicas),
+        "succeededReplicas": sum(r.state is ReplicaState.SUCCEEDED for r in replicas),
+    }
+    if decision.finished:
+        status["completionTime"] = format_time(now)
+    conditions = list(status.get("conditions") or [])
     conditions = _merge(
-        conditions,
-        _condition(conditions, "Created", True, "Created", "objects created", now),
+        conditions, _condition(conditions, "Created", True, "Created", "objects created", now)
     )
     for kind in (JobPhase.RUNNING, JobPhase.RESTARTING, JobPhase.SUCCEEDED, JobPhase.FAILED):
         on = decision.phase is kind
         if on or any(c.get("type") == kind.value for c in conditions):
+            reason, message = decision.reason or kind.value, decision.message or ""
             conditions = _merge(
-                conditions,
-                _condition(
-                    conditions,
-                    kind.value,
-                    on,
-                    decision.reason or kind.value,
-                    decision.message or "",
-                    now,
-                ),
+                conditions, _condition(conditions, kind.value, on, reason, message, now)
             )
     status["conditions"] = conditions
-    status = {k: v for k, v in status.items() if v is not None}
+    return {k: v for k, v in status.items() if v is not None}
 
-    requeue: float | None
-    if ps_failed:
-        requeue = 0.0  # the status names the new generation: now replace the Jobs
-    elif not terminal:
-        requeue = LIVE_REQUEUE_SECONDS
-    elif policy.ttl_seconds_after_finished is not None and not any(
-        isinstance(o, DeleteTFJob) for o in ops
-    ):
+
+def requeue_after(
+    job: TFJob,
+    obs: Observation,
+    decision: Decision,
+    restart: WholeJobRestart | None,
+    deleting: bool,
+    now: float,
+) -> float | None:
+    """When to look again without an event: at once after a whole-job restart was
+    recorded, every few seconds while the job lives or its replicas are still being
+    stopped, when the TTL is due; never for a finished job with nothing left to do."""
+    policy = job.spec.run_policy
+    if restart is not None:
+        return 0.0  # the status names the new generation: now replace the Jobs
+    if not decision.phase.terminal:
+        return LIVE_REQUEUE_SECONDS
+    if policy.ttl_seconds_after_finished is not None and not deleting:
         finished = obs.status.finished_at if obs.status.finished_at is not None else now
-        requeue = max(0.5, finished + policy.ttl_seconds_after_finished - now + 0.2)
-    elif any(r.status.state.live for r in obs.replicas.values()) and (
+        return max(0.5, finished + policy.ttl_seconds_after_finished - now + 0.2)
+    if any(r.status.state.live for r in obs.replicas.values()) and (
         policy.clean_pod_policy is not CleanPodPolicy.NONE
     ):
-        requeue = LIVE_REQUEUE_SECONDS  # still stopping
-    else:
-        requeue = None
-    return Plan(
-        ops=tuple(ops), status=status, requeue_after=requeue, decision=decision, observation=obs
-    )
+        return LIVE_REQUEUE_SECONDS  # still stopping
+    return None
 
 
 def _merge(conditions: list[dict[str, Any]], new: dict[str, Any]) -> list[dict[str, Any]]:
@@ -490,7 +572,7 @@ def fail_now(
     )
 
 
-def _cleanup(job: TFJob, obs: Observation, stop_roles: set[str], finishing: bool) -> list[Op]:
+def _cleanup(job: TFJob, obs: Observation, stop_roles: frozenset[str], finishing: bool) -> list[Op]:
     """End the replicas of a finished job per cleanPodPolicy (see the module docstring)."""
     policy = job.spec.run_policy.clean_pod_policy
     ops: list[Op] = []
@@ -503,15 +585,15 @@ def _cleanup(job: TFJob, obs: Observation, stop_roles: set[str], finishing: bool
             o.status.role == role and o.status.state in (ReplicaState.SUCCEEDED,)
             for o in obs.replicas.values()
         )
-        name = f"{job.name}-{role}"
+        name = role_job_name(job.name, role)
         role_job = obs.role_jobs.get(role)
         if keep and role_job is not None:
             if not (role_job.get("spec") or {}).get("suspend"):
                 ops.append(SuspendJob(name, True))
         elif role_job is not None or obs.live_pods.get(role):
-            ops.append(DeleteRoleJob(name, f"{LABEL_JOB}={job.name},{LABEL_ROLE}={role}"))
+            ops.append(DeleteRoleJob(name, replica_selector(job.name, role)))
     if finishing and policy is not CleanPodPolicy.NONE:
-        tb = f"{job.name}-tensorboard"
+        tb = tensorboard_name(job.name)
         ops.append(DeleteObject("apps/v1", "Deployment", tb))
         ops.append(DeleteObject("v1", "Service", tb))
     return ops

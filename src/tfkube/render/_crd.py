@@ -23,15 +23,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfkube.api import API_VERSION, KIND, TFJob
+from tfkube.api import KIND, TFJob
 from tfkube.api._models import MAX_NAME_LENGTH
-from tfkube.render._names import LABEL_MANAGED_BY, MANAGED_BY
+from tfkube.kube.names import CRD_NAME, GROUP, LABEL_MANAGED_BY, MANAGED_BY, PLURAL, VERSION
 
-GROUP, VERSION = API_VERSION.split("/")
-PLURAL = "tfjobs"
 SINGULAR = "tfjob"
 SHORT_NAMES = ("tfj",)
-CRD_NAME = f"{PLURAL}.{GROUP}"
 
 Schema = dict[str, Any]
 

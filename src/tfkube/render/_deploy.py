@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 
 from tfkube import __version__
-from tfkube.render._crd import GROUP, PLURAL, crd
-from tfkube.render._names import LABEL_MANAGED_BY, MANAGED_BY
+from tfkube.kube.names import GROUP, LABEL_MANAGED_BY, MANAGED_BY, PLURAL
+from tfkube.render._crd import crd
 
 OPERATOR_NAMESPACE = "tfkube-system"
 OPERATOR_NAME = "tfkube-operator"

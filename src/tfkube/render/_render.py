@@ -55,8 +55,7 @@ from tfkube.api import (
     replica_environment,
 )
 from tfkube.cluster import cluster_spec, service_address
-from tfkube.render._launcher import launcher_zipapp
-from tfkube.render._names import (
+from tfkube.kube.names import (
     LABEL_COMPONENT,
     LABEL_JOB,
     LABEL_MANAGED_BY,
@@ -70,6 +69,7 @@ from tfkube.render._names import (
     role_job_name,
     tensorboard_name,
 )
+from tfkube.render._launcher import launcher_zipapp
 
 LAUNCHER_DIR = "/opt/tfkube"
 LAUNCHER_FILE = "launcher.pyz"
@@ -631,6 +631,9 @@ def _role_job(ctx: _Context, role: Role) -> Object:
         "ports": [{"name": PORT_NAME, "containerPort": port, "protocol": "TCP"}],
         "resources": _resources(spec.resources),
         "volumeMounts": mounts,
+        # A failed replica's last log lines become its termination message, which
+        # `tfkube status` shows without a log read (tfkube.kube.observe.failure_message).
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     template_meta: Object = {"labels": dict(sorted(pod_labels.items()))}
     if annotations:

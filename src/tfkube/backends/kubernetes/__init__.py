@@ -1,9 +1,11 @@
 """The Kubernetes engine: TFJobs on the cluster of a kubeconfig (needs the `kubernetes`
 extra). `KubernetesBackend` submits and reads TFJob resources (the operator runs them);
-`install` applies the CRD, RBAC and the operator (see `_install`)."""
+`install` applies the CRD, RBAC and the operator (see `_install`). Both stand on
+`tfkube.kube` (names, the pod interpreter, REST), as the operator does."""
 
 from tfkube.backends.kubernetes._backend import KubernetesBackend, LogsUnavailable, job_view
-from tfkube.backends.kubernetes._install import Applied, InstallError, api_client_from, install
+from tfkube.backends.kubernetes._install import Applied, InstallError, install
+from tfkube.kube.rest import api_client_from
 
 __all__ = [
     "Applied",

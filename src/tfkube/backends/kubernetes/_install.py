@@ -14,15 +14,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from tfkube.render import (
-    CRD_NAME,
-    OPERATOR_IMAGE,
-    OPERATOR_NAMESPACE,
-    install_manifests,
-)
+from tfkube.kube.names import CRD_NAME
+from tfkube.kube.rest import ApiError, Kube, object_path
+from tfkube.render import OPERATOR_IMAGE, OPERATOR_NAMESPACE, install_manifests
 
 FIELD_MANAGER = "tfkube-install"
 
@@ -44,33 +40,6 @@ class Applied:
         return f"{self.kind} {where}{self.name}: {self.outcome}"
 
 
-def api_client_from(kubeconfig: Path | None = None, context: str | None = None) -> Any:
-    """An official `kubernetes` ApiClient for a kubeconfig (default: $KUBECONFIG or
-    ~/.kube/config), or the in-cluster service account when there is no kubeconfig."""
-    from kubernetes import config
-
-    try:
-        return config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=str(kubeconfig) if kubeconfig else None, context=context
-        )
-    except config.ConfigException:
-        if kubeconfig is not None:
-            raise
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-        from kubernetes import client
-
-        return client.ApiClient()
-
-
-def _message(exc: Any) -> str:
-    import json
-
-    try:
-        return str(json.loads(exc.body).get("message", exc.body))
-    except (TypeError, ValueError, AttributeError):
-        return str(exc)
-
-
 def install(
     api_client: Any,
     *,
@@ -83,56 +52,47 @@ def install(
     """Apply every install object in order; wait until the CRD is established.
 
     Raises InstallError naming the object the API server refused."""
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.dynamic import DynamicClient
-
-    dynamic = DynamicClient(api_client)  # type: ignore[no-untyped-call]
+    kube = Kube(api_client)
     done: list[Applied] = []
     namespace_missing = False
     for obj in install_manifests(namespace, image):
         meta = obj["metadata"]
         kind, name, ns = obj["kind"], meta["name"], meta.get("namespace")
-        resource = dynamic.resources.get(api_version=obj["apiVersion"], kind=kind)
         if dry_run and ns is not None and namespace_missing:
             # A dry-run namespace is not stored, so nothing can be validated inside it.
             result = Applied(kind, name, ns, f"skipped: namespace {ns} does not exist yet")
             done.append(result)
             progress(result)
             continue
+        query = {"fieldManager": FIELD_MANAGER, "force": "true"}
+        if dry_run:
+            query["dryRun"] = "All"
         try:
-            resource.server_side_apply(
+            kube.request(
+                "PATCH",
+                object_path(obj["apiVersion"], kind, ns, name),
                 body=obj,
-                name=name,
-                namespace=ns,
-                field_manager=FIELD_MANAGER,
-                force_conflicts=True,
-                dry_run="All" if dry_run else None,
+                query=query,
+                content_type="application/apply-patch+yaml",  # JSON is YAML
             )
-        except ApiException as exc:
-            refused = f"{kind} {name}: the API server refused it: {_message(exc)}"
+        except ApiError as exc:
+            refused = f"{kind} {name}: the API server refused it: {exc.message}"
             raise InstallError(refused) from None
-        if kind == "Namespace" and dry_run:
-            try:
-                dynamic.resources.get(api_version="v1", kind="Namespace").get(name=name)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-                namespace_missing = True
+        if kind == "Namespace" and dry_run and kube.get("v1", "Namespace", None, name) is None:
+            namespace_missing = True
         result = Applied(kind, name, ns, "validated" if dry_run else "applied")
         done.append(result)
         progress(result)
     if not dry_run:
-        _wait_established(dynamic, timeout)
+        _wait_established(kube, timeout)
     return done
 
 
-def _wait_established(dynamic: Any, timeout: float) -> None:
-    crds = dynamic.resources.get(
-        api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition"
-    )
+def _wait_established(kube: Kube, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        conditions = crds.get(name=CRD_NAME).to_dict().get("status", {}).get("conditions") or []
+        crd = kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, CRD_NAME)
+        conditions = ((crd or {}).get("status") or {}).get("conditions") or []
         if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
             return
         if time.monotonic() > deadline:

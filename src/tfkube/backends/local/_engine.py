@@ -298,7 +298,7 @@ class LocalBackend:
                 pid=r.process.pid if r.process else None,
                 address=f"127.0.0.1:{r.port}" if r.port else None,
                 last_line=last_line(d.log(r.key)),
-                message=_replica_message(r, record, state(r), now),
+                message=_replica_message(r, record, state(r), now) or "",
                 stalled=r.stalled and state(r) is ReplicaState.RUNNING,
             )
             for r in record.replicas

@@ -1,0 +1,111 @@
+"""Names, labels and annotations of everything tfkube puts in a cluster: the one contract
+that rendering, the operator, the Kubernetes backend, the KWOK test stages and `kubectl`
+users all rely on. Pure constants and string functions (no planner, no client), so
+`tfkube.render` can stand on it too.
+
+    <job>                 headless Service (pods' subdomain) and PodGroup
+    <job>-<role>          Indexed Job; its pods' hostnames are <job>-<role>-<i>
+    <job>-launcher        ConfigMap with the launcher zipapp
+    <job>-code            ConfigMap with a small local code folder (when packed)
+    <job>-registry        copy of the platform's image-pull Secret
+    <job>-data, -logs     PersistentVolumeClaims (unless an existing claim is named)
+    <job>-tensorboard     TensorBoard Deployment and Service
+    tfkube-tenant         the namespace's ResourceQuota and LimitRange (shared by its jobs)
+"""
+
+from __future__ import annotations
+
+from tfkube.api import API_VERSION
+
+GROUP, VERSION = API_VERSION.split("/")
+"""The TFJob resource's API group and version (`tfkube.io/v1alpha1`)."""
+PLURAL = "tfjobs"
+CRD_NAME = f"{PLURAL}.{GROUP}"
+
+LABEL_JOB = "tfkube.io/job-name"
+LABEL_ROLE = "tfkube.io/replica-type"
+"""Only on replica pods and their Jobs (the KWOK stages key PS behaviour off it)."""
+LABEL_COMPONENT = "tfkube.io/component"
+"""`replica`, `tensorboard`, `launcher`, `storage`, ... : tells a job's objects apart."""
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "tfkube"
+INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+"""Kubernetes' own label (and annotation) with a pod's index in its Indexed Job."""
+
+GENERATION_ANNOTATION = "tfkube.io/restart-generation"
+"""On role Jobs: the whole-job restart they belong to (see `tfkube.kube.observe`)."""
+STOP_ANNOTATION = "tfkube.io/stop"
+"""`true` on a TFJob: end the job now, Failed (Stopped); what `KubernetesBackend.stop` sets."""
+
+TENANT_OBJECTS = "tfkube-tenant"
+"""The namespace's ResourceQuota and LimitRange: shared by its jobs, owned by none."""
+
+CLUSTER_SCOPED = frozenset(
+    {
+        "Namespace",
+        "Node",
+        "PriorityClass",
+        "CustomResourceDefinition",
+        "ClusterRole",
+        "ClusterRoleBinding",
+    }
+)
+"""Kinds tfkube touches whose objects live outside namespaces (no namespace in their path,
+never owned by a namespaced TFJob)."""
+
+
+def job_labels(job_name: str, role: str | None = None) -> dict[str, str]:
+    """The labels every object of a job carries; with `role`, a replica's labels too.
+
+    Select a job's replica pods with `replica_selector(job)` (TensorBoard pods carry the
+    job name but no replica type)."""
+    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_JOB: job_name}
+    if role is not None:
+        labels[LABEL_ROLE] = role
+    return labels
+
+
+def replica_selector(job_name: str | None = None, role: str | None = None) -> str:
+    """The label selector of replica pods and role Jobs: of every job, of one job, or of
+    one role of one job."""
+    if job_name is None:
+        return LABEL_ROLE
+    return f"{LABEL_JOB}={job_name},{LABEL_ROLE}" + (f"={role}" if role is not None else "")
+
+
+def owner_reference(tfjob_name: str, uid: str) -> dict[str, object]:
+    """What makes an object the TFJob's: the garbage collector deletes it with the TFJob."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TFJob",
+        "name": tfjob_name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def role_job_name(job_name: str, role: str) -> str:
+    """The Indexed Job of one role; Kubernetes names its pods' hostnames `<this>-<i>`."""
+    return f"{job_name}-{role}"
+
+
+def launcher_configmap_name(job_name: str) -> str:
+    return f"{job_name}-launcher"
+
+
+def code_configmap_name(job_name: str) -> str:
+    return f"{job_name}-code"
+
+
+def registry_secret_name(job_name: str) -> str:
+    """Per job, not per namespace: the copy is owned by (and deleted with) its job."""
+    return f"{job_name}-registry"
+
+
+def claim_name(job_name: str, volume: str) -> str:
+    return f"{job_name}-{volume}"
+
+
+def tensorboard_name(job_name: str) -> str:
+    return f"{job_name}-tensorboard"

@@ -1,0 +1,56 @@
+"""The API operations a reconcile decides (`_reconcile`, pure) and `_apply` carries out:
+plain data, in the order they must run. Each is idempotent against the API (deterministic
+names; "already exists" and "not found" are successes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Create:
+    obj: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SuspendJob:
+    name: str
+    suspend: bool
+
+
+@dataclass(frozen=True)
+class DeleteRoleJob:
+    """Delete a role's Job and, at once, its pods (no waiting for the garbage collector)."""
+
+    name: str
+    selector: str
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    name: str
+    grace_seconds: int
+
+
+@dataclass(frozen=True)
+class DeleteObject:
+    api_version: str
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True)
+class DeleteTFJob:
+    pass
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    """Normal or Warning."""
+    reason: str
+    message: str
+
+
+Op = Create | SuspendJob | DeleteRoleJob | DeletePod | DeleteObject | DeleteTFJob | Event

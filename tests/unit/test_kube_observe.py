@@ -1,0 +1,585 @@
+"""`tfkube.kube`: the names contract, the one pod interpreter (`read_replica`, its
+messages, `observe` over a whole job) and the Kubernetes backend's view built on it, which
+must say what the operator sees."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tfkube.backends.kubernetes import job_view
+from tfkube.contract import EX_DATAERR, launcher_failure, launcher_message
+from tfkube.kube.names import owner_reference, replica_selector
+from tfkube.kube.observe import (
+    Prior,
+    RoleJob,
+    exit_code,
+    failure_message,
+    format_time,
+    observe,
+    parse_indexes,
+    parse_time,
+    pending_message,
+    read_replica,
+    slim_pod,
+    termination_message,
+)
+from tfkube.planner import JobPhase, ReplicaState, plan
+
+from ._kube_objects import NOW, T0, job_model, pod, role_job, states
+
+# -- names ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("job", "role", "expected"),
+    [
+        pytest.param(None, None, "tfkube.io/replica-type", id="every-job"),
+        pytest.param("j", None, "tfkube.io/job-name=j,tfkube.io/replica-type", id="one-job"),
+        pytest.param("j", "ps", "tfkube.io/job-name=j,tfkube.io/replica-type=ps", id="one-role"),
+    ],
+)
+def test_replica_selector(job: str | None, role: str | None, expected: str):
+    assert replica_selector(job, role) == expected
+
+
+def test_owner_reference_makes_the_tfjob_the_controller():
+    ref = owner_reference("j", "u")
+    assert ref == {
+        "apiVersion": "tfkube.io/v1alpha1",
+        "kind": "TFJob",
+        "name": "j",
+        "uid": "u",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+# -- small parsers -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("", set(), id="empty"),
+        pytest.param(None, set(), id="none"),
+        pytest.param("3", {3}, id="one"),
+        pytest.param("0,2-4,7", {0, 2, 3, 4, 7}, id="ranges"),
+    ],
+)
+def test_parse_indexes(text: str | None, expected: set[int]):
+    assert parse_indexes(text) == expected
+
+
+def test_time_round_trip():
+    assert parse_time(format_time(NOW)) == NOW
+    assert parse_time(None) is None
+
+
+@pytest.mark.parametrize(
+    ("statuses", "expected"),
+    [
+        pytest.param([], None, id="none"),
+        pytest.param([{"state": {"terminated": {"exitCode": 0}}}], 0, id="zero"),
+        pytest.param(
+            [
+                {"state": {"terminated": {"exitCode": 0}}},
+                {"state": {"terminated": {"exitCode": 3}}},
+            ],
+            3,
+            id="first-non-zero",
+        ),
+        pytest.param([{"lastState": {"terminated": {"exitCode": 137}}}], 137, id="last-state"),
+    ],
+)
+def test_exit_code(statuses: list[Any], expected: int | None):
+    assert exit_code({"status": {"containerStatuses": statuses}}) == expected
+
+
+# -- observe: one replica's state from its pods ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("jobs", "pods", "prior", "expected", "restarts"),
+    [
+        pytest.param([], [], Prior(), "Pending", 0, id="nothing-yet"),
+        pytest.param([role_job("worker")], [], Prior(), "Pending", 0, id="job-no-pod"),
+        pytest.param(
+            [role_job("worker")], [pod("worker", 0, "Pending")], Prior(), "Pending", 0, id="pending"
+        ),
+        pytest.param([role_job("worker")], [pod("worker", 0)], Prior(), "Running", 0, id="running"),
+        pytest.param(
+            [role_job("worker")],
+            [pod("worker", 0, "Succeeded", 0)],
+            Prior(),
+            "Succeeded",
+            0,
+            id="succeeded",
+        ),
+        pytest.param(
+            [role_job("worker", completed="0")], [], Prior(), "Succeeded", 0, id="completed-index"
+        ),
+        pytest.param(
+            [role_job("worker")],
+            [pod("worker", 0, "Failed", 1, name="bad")],
+            Prior(),
+            "Failed",
+            0,
+            id="failed-unhandled",
+        ),
+        pytest.param(
+            [role_job("worker")],
+            [pod("worker", 0, "Failed", 1, name="bad")],
+            Prior(handled=frozenset({"bad"})),
+            "BackOff",
+            1,
+            id="failed-handled-waits-for-kubernetes",
+        ),
+        pytest.param(
+            [role_job("worker")],
+            [
+                pod("worker", 0, "Failed", 1, name="a", created=T0),
+                pod("worker", 0, "Failed", 1, name="b", created=T0 + 10),
+                pod("worker", 0, "Running", name="c", created=T0 + 20),
+            ],
+            Prior(),
+            "Running",
+            2,
+            id="replacement-running-counts-failures",
+        ),
+        pytest.param(
+            [role_job("worker")],
+            [pod("worker", 0, "Failed", 137, dying=True)],
+            Prior(),
+            "BackOff",
+            0,
+            id="deleted-pod-is-being-restarted-not-a-failure",
+        ),
+        pytest.param(
+            [role_job("worker")],
+            [pod("worker", 0, generation=7)],
+            Prior(),
+            "Pending",
+            0,
+            id="pod-of-another-job-ignored",
+        ),
+        pytest.param(
+            [role_job("worker", generation=0)],
+            [],
+            Prior(generations={"worker": 1}),
+            "BackOff",
+            0,
+            id="stale-generation-is-being-replaced",
+        ),
+        pytest.param(
+            [],
+            [],
+            Prior(generations={"worker": 1}, restart_at=NOW + 5),
+            "BackOff",
+            0,
+            id="whole-job-restart-backoff",
+        ),
+        pytest.param(
+            [],
+            [],
+            Prior(generations={"worker": 1}, restart_at=NOW - 5),
+            "Pending",
+            0,
+            id="whole-job-restart-due",
+        ),
+        pytest.param(
+            [role_job("worker", dying=True)], [], Prior(), "BackOff", 0, id="dying-job-no-pods"
+        ),
+        pytest.param(
+            [],
+            [],
+            Prior(phase=JobPhase.SUCCEEDED),
+            "Stopped",
+            0,
+            id="terminal-nothing-left",
+        ),
+        pytest.param(
+            [role_job("worker")],
+            [pod("worker", 0, "Failed", 137)],
+            Prior(phase=JobPhase.FAILED),
+            "Stopped",
+            0,
+            id="terminal-failed-pod-is-stopped",
+        ),
+    ],
+)
+def test_worker_0_state(
+    jobs: list[Any], pods: list[Any], prior: Prior, expected: str, restarts: int
+):
+    obs = observe(job_model(ps=0, workers=1), prior, jobs, pods, NOW)
+    seen = obs.replicas["worker-0"].status
+    assert seen.state.value == expected
+    assert seen.restarts == restarts
+
+
+def test_the_launcher_s_termination_message_reaches_the_planner():
+    failed = pod("worker", 0, "Failed", EX_DATAERR)
+    message = launcher_message("bad code: member '../x' is outside the destination")
+    failed["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = message
+    jobs = [role_job("worker", failed="0")]
+    for given in (failed, slim_pod(failed)):
+        obs = observe(job_model(ps=0, workers=1), Prior(), jobs, [given], NOW)
+        seen = obs.replicas["worker-0"].status
+        assert seen.message == message
+        assert launcher_failure(seen.exit_code, seen.message) is not None
+    assert termination_message(pod("worker", 0, "Failed", 1)) is None
+    # The planner then fails the job at once, whatever the restart policy.
+    decision = plan(job_model(ps=0, workers=1), obs.status, NOW)
+    assert decision.reason == "SetupFailed"
+
+
+def test_observation_counts_and_totals():
+    jobs = [role_job("ps"), role_job("worker", failed="1")]
+    pods = [
+        pod("ps", 0),
+        pod("worker", 0, "Failed", 2, name="w0a", created=T0),
+        pod("worker", 0, "Running", name="w0b", created=T0 + 5),
+        pod("worker", 1, "Failed", 1, name="w1"),
+    ]
+    obs = observe(job_model(), Prior(restarts_before=3), jobs, pods, NOW)
+    assert states(obs) == {"ps-0": "Running", "worker-0": "Running", "worker-1": "Failed"}
+    assert obs.status.restarts == 3 + 1  # earlier generations + worker-0's failed pod
+    assert obs.counts["worker"].as_dict() == {"active": 1, "succeeded": 0, "failed": 2}
+    assert obs.counts["ps"].as_dict() == {"active": 1, "succeeded": 0, "failed": 0}
+    assert obs.gave_up == {"worker-1"}
+    assert obs.replicas["worker-1"].status.exit_code == 1
+    assert obs.replicas["worker-1"].failed_pod == "w1"
+    assert obs.live_pods == {"ps": ["j-ps-0-900"], "worker": ["w0b"]}
+
+
+def test_prior_reads_status():
+    prior = Prior.from_status(
+        {
+            "phase": "Restarting",
+            "startTime": format_time(T0),
+            "restarts": 2,
+            "handledFailures": ["p"],
+            "restartGenerations": {"ps": 2},
+            "restartsBefore": 1,
+            "restartAt": format_time(NOW),
+        }
+    )
+    assert prior.phase is JobPhase.RESTARTING
+    assert prior.started_at == T0
+    assert prior.handled == {"p"}
+    assert prior.generations == {"ps": 2}
+    assert prior.restarts_before == 1
+    assert prior.restart_at == NOW
+    assert Prior.from_status({"phase": "Bogus"}).phase is JobPhase.PENDING
+
+
+# -- messages: why a pod is where it is -------------------------------------------------------
+
+
+def scheduled(status: str, reason: str = "", message: str = "") -> dict[str, Any]:
+    return {
+        "conditions": [
+            {"type": "PodScheduled", "status": status, "reason": reason, "message": message}
+        ]
+    }
+
+
+def waiting(reason: str, message: str = "") -> dict[str, Any]:
+    return {"containerStatuses": [{"state": {"waiting": {"reason": reason, "message": message}}}]}
+
+
+def terminated(code: int, reason: str = "Error", message: str = "") -> dict[str, Any]:
+    state = {"terminated": {"exitCode": code, "reason": reason, "message": message}}
+    return {"containerStatuses": [{"state": state}]}
+
+
+UNSCHEDULABLE = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+UNBOUND = "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        pytest.param({}, "waiting to be scheduled", id="nothing-known"),
+        pytest.param(
+            scheduled("False", "Unschedulable", UNSCHEDULABLE),
+            f"unschedulable: {UNSCHEDULABLE}",
+            id="unschedulable",
+        ),
+        pytest.param(
+            scheduled("False", "Unschedulable", UNBOUND),
+            f"waiting for its PersistentVolumeClaims to be bound: {UNBOUND}",
+            id="unbound-claim",
+        ),
+        pytest.param(
+            scheduled("False", "SchedulerError", "boom"), "SchedulerError: boom", id="other"
+        ),
+        pytest.param(scheduled("True"), "scheduled, starting", id="scheduled"),
+        pytest.param(
+            {**scheduled("True"), **waiting("ImagePullBackOff", 'Back-off pulling "x:1"')},
+            'cannot pull its image (ImagePullBackOff): Back-off pulling "x:1"',
+            id="image-pull-backoff",
+        ),
+        pytest.param(
+            waiting("ErrImagePull", "rpc error\nnot found: x:1"),
+            "cannot pull its image (ErrImagePull): not found: x:1",
+            id="image-pull-error-last-line",
+        ),
+        pytest.param(waiting("ContainerCreating"), "ContainerCreating", id="creating"),
+        pytest.param(
+            waiting("CreateContainerConfigError", 'secret "s" not found'),
+            'CreateContainerConfigError: secret "s" not found',
+            id="config-error",
+        ),
+        pytest.param(
+            {"reason": "SomethingElse", "message": "m"}, "SomethingElse: m", id="pod-reason"
+        ),
+    ],
+)
+def test_pending_message(status: dict[str, Any], expected: str):
+    assert pending_message({"status": {"phase": "Pending", **status}}) == expected
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        pytest.param(terminated(1), "exit code 1", id="plain"),
+        pytest.param(terminated(137, "OOMKilled"), "exit code 137 (OOMKilled)", id="oom"),
+        pytest.param(
+            terminated(1, message="Traceback (most recent call last):\n  ...\nValueError: x"),
+            "exit code 1: ValueError: x",
+            id="termination-message-last-line",
+        ),
+        pytest.param(
+            terminated(2, message="x" * 400), "exit code 2: " + "x" * 297 + "...", id="cut"
+        ),
+        pytest.param(
+            {"reason": "Evicted", "message": "The node was low on memory."},
+            "Evicted: The node was low on memory.",
+            id="evicted",
+        ),
+        pytest.param({}, "failed", id="nothing-known"),
+    ],
+)
+def test_failure_message(status: dict[str, Any], expected: str):
+    assert failure_message({"status": {"phase": "Failed", **status}}) == expected
+
+
+# -- read_replica: every branch -------------------------------------------------------------
+
+FAILED_1 = pod("worker", 0, "Failed", name="bad", **terminated(1, message="no data"))
+
+
+@pytest.mark.parametrize(
+    ("pods", "kwargs", "state", "restarts", "message"),
+    [
+        pytest.param([], {}, "Pending", 0, "waiting for Kubernetes to create its pod", id="no-pod"),
+        pytest.param(
+            [],
+            {"role_job": RoleJob.MISSING},
+            "Pending",
+            0,
+            "its Job is not created yet",
+            id="no-job",
+        ),
+        pytest.param(
+            [pod("worker", 0, "Pending", **scheduled("False", "Unschedulable", UNSCHEDULABLE))],
+            {},
+            "Pending",
+            0,
+            f"unschedulable: {UNSCHEDULABLE}",
+            id="pending-says-why",
+        ),
+        pytest.param([pod("worker", 0)], {}, "Running", 0, "", id="running"),
+        pytest.param([pod("worker", 0, "Succeeded", 0)], {}, "Succeeded", 0, "", id="succeeded"),
+        pytest.param([], {"completed": True}, "Succeeded", 0, "", id="completed-index"),
+        pytest.param([FAILED_1], {}, "Failed", 0, "exit code 1: no data", id="failed-unhandled"),
+        pytest.param(
+            [FAILED_1],
+            {"prior": Prior(handled=frozenset({"bad"}))},
+            "BackOff",
+            1,
+            "being restarted by Kubernetes after exit code 1: no data",
+            id="failed-handled",
+        ),
+        pytest.param(
+            [FAILED_1],
+            {"prior": Prior(phase=JobPhase.FAILED, handled=frozenset({"bad"}))},
+            "Stopped",
+            0,
+            "exit code 1: no data",
+            id="terminal-keeps-why-it-failed",
+        ),
+        pytest.param(
+            [pod("worker", 0, dying=True)],
+            {},
+            "BackOff",
+            0,
+            "its pod is being replaced",
+            id="only-dying-pods",
+        ),
+        pytest.param(
+            [],
+            {"role_job": RoleJob.STALE},
+            "BackOff",
+            0,
+            "whole-job restart: its old Job is being deleted",
+            id="stale-job",
+        ),
+        pytest.param(
+            [],
+            {"role_job": RoleJob.DYING},
+            "BackOff",
+            0,
+            "whole-job restart: its old Job is being deleted",
+            id="dying-job",
+        ),
+        pytest.param(
+            [],
+            {"role_job": RoleJob.MISSING, "prior": Prior(restart_at=NOW + 5)},
+            "BackOff",
+            0,
+            f"whole-job restart: starts again at {format_time(NOW + 5)}",
+            id="restart-backoff",
+        ),
+        pytest.param(
+            [],
+            {"role_job": RoleJob.MISSING, "prior": Prior(restart_at=NOW - 5)},
+            "Pending",
+            0,
+            "its Job is not created yet",
+            id="restart-due",
+        ),
+        pytest.param(
+            [], {"prior": Prior(phase=JobPhase.SUCCEEDED)}, "Stopped", 0, "", id="terminal-empty"
+        ),
+        pytest.param(
+            [pod("worker", 0, "Pending")],
+            {"prior": Prior(phase=JobPhase.SUCCEEDED), "role_job": RoleJob.MISSING},
+            "Stopped",
+            0,
+            "",
+            id="terminal-pending-without-job",
+        ),
+    ],
+)
+def test_read_replica(
+    pods: list[Any], kwargs: dict[str, Any], state: str, restarts: int, message: str
+):
+    args: dict[str, Any] = {"prior": Prior(), "now": NOW, **kwargs}
+    seen = read_replica("worker", 0, pods, **args)
+    assert (seen.status.state.value, seen.status.restarts, seen.message) == (
+        state,
+        restarts,
+        message,
+    )
+
+
+def test_read_replica_names_the_backoff_end_and_the_failed_pod():
+    waiting_restart = read_replica(
+        "ps", 0, [], role_job=RoleJob.MISSING, prior=Prior(restart_at=NOW + 5), now=NOW
+    )
+    assert waiting_restart.status.next_start_at == NOW + 5
+    failed = read_replica("worker", 0, [FAILED_1], prior=Prior(), now=NOW)
+    assert (failed.failed_pod, failed.pod, failed.status.exit_code) == ("bad", "bad", 1)
+
+
+def test_slim_pods_observe_the_same():
+    jobs = [role_job("ps"), role_job("worker", failed="1")]
+    pods = [
+        pod("ps", 0),
+        pod("worker", 0, "Failed", 2, name="w0a", created=T0),
+        pod("worker", 0, "Running", name="w0b", created=T0 + 5),
+        pod("worker", 1, "Failed", 1, name="w1", dying=True),
+    ]
+    for p in pods:
+        p["metadata"]["managedFields"] = [{"manager": "kube-controller-manager"}]
+        p["spec"] = {"containers": [{"name": "tensorflow", "env": [{"name": "A", "value": "x"}]}]}
+    full = observe(job_model(), Prior(), jobs, pods, NOW)
+    slim = observe(job_model(), Prior(), jobs, [slim_pod(p) for p in pods], NOW)
+    assert slim == full
+    assert "managedFields" not in slim_pod(pods[0])["metadata"]
+
+
+def test_slim_pods_keep_what_the_messages_read():
+    pending = pod(
+        "worker", 0, "Pending", **scheduled("False", "Unschedulable", UNBOUND), reason="R"
+    )
+    pending["status"]["conditions"].append({"type": "Initialized", "status": "True"})
+    slim = slim_pod(pending)
+    assert pending_message(slim) == pending_message(pending)
+    assert [c["type"] for c in slim["status"]["conditions"]] == ["PodScheduled"]
+    failed = pod("worker", 0, "Failed", **terminated(137, "OOMKilled", "killed"))
+    assert failure_message(slim_pod(failed)) == "exit code 137 (OOMKilled): killed"
+
+
+# -- the Kubernetes backend's view: what the operator sees ----------------------------------
+
+
+def tfjob(status: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "tfkube.io/v1alpha1",
+        "kind": "TFJob",
+        "metadata": {"name": "j", "namespace": "ns", "creationTimestamp": format_time(T0)},
+        "spec": {
+            "replicas": {"ps": {"replicas": 1}, "worker": {"replicas": 2}},
+            "code": {"source": "http://x/c.tar.gz"},
+        },
+        "status": status or {},
+    }
+
+
+@pytest.mark.parametrize(
+    ("status", "jobs", "pods"),
+    [
+        pytest.param({}, [], [], id="nothing-yet"),
+        pytest.param(
+            {"phase": "Restarting", "handledFailures": ["w0"]},
+            [role_job("ps"), role_job("worker")],
+            [pod("ps", 0), pod("worker", 0, "Failed", 1, name="w0"), pod("worker", 1)],
+            id="handled-failure-is-backoff",
+        ),
+        pytest.param(
+            {"phase": "Restarting", "restartGenerations": {"ps": 1, "worker": 1}},
+            [role_job("ps"), role_job("worker")],
+            [pod("ps", 0, "Failed", 1), pod("worker", 0), pod("worker", 1)],
+            id="stale-generation-pods-ignored",
+        ),
+        pytest.param(
+            {"phase": "Running"},
+            [role_job("ps"), role_job("worker", completed="0")],
+            [pod("ps", 0), pod("worker", 1, "Pending", **waiting("ErrImagePull", "nope"))],
+            id="completed-index-and-pull-error",
+        ),
+    ],
+)
+def test_job_view_says_what_the_operator_sees(
+    status: dict[str, Any], jobs: list[Any], pods: list[Any]
+):
+    resource = tfjob(status)
+    view = job_view(resource, jobs, pods, NOW)
+    obs = observe(job_model(), Prior.from_status(status), jobs, pods, NOW)
+    assert {r.key: r.state.value for r in view.replicas} == states(obs)
+    assert {r.key: r.message for r in view.replicas} == {
+        k: r.message for k, r in obs.replicas.items()
+    }
+    assert {r.key: r.restarts for r in view.replicas} == {
+        k: r.status.restarts for k, r in obs.replicas.items()
+    }
+    assert view.replicas[0].address == "j-ps-0.j:2222"
+
+
+def test_job_view_of_an_invalid_spec_has_no_replicas():
+    resource = tfjob({"phase": "Failed", "reason": "InvalidSpec", "message": "m"})
+    resource["spec"]["replicas"] = {}
+    view = job_view(resource, [], [], NOW)
+    assert (view.phase, view.reason, view.replicas) == (JobPhase.FAILED, "InvalidSpec", ())
+    assert view.created_at == T0
+
+
+def test_job_view_reads_phase_and_times():
+    done = {"phase": "Succeeded", "startTime": format_time(T0), "completionTime": format_time(NOW)}
+    view = job_view(tfjob(done), [], [], NOW)
+    assert (view.phase, view.started_at, view.finished_at) == (JobPhase.SUCCEEDED, T0, NOW)
+    assert {r.state for r in view.replicas} == {ReplicaState.STOPPED}
