@@ -158,7 +158,8 @@ def supervisor_killed(home: Path, tag: str) -> Result:
         "every replica ends; job Failed (SupervisorLost); checkpoints stay",
         took,
         len(alive) + len(tagged(tag)),
-        f"none on disk (checkpoint {ckpt} kept; `tfkube run` again resumes from it)",
+        f"none on disk: checkpoint {ckpt} stays in the log folder (with spec.storage.logs"
+        ".path set, running the job again resumes from it)",
         f"{view.phase.value} ({view.reason}); {len(procs)} processes gone",
     )
 
@@ -262,7 +263,7 @@ def ps_killed(home: Path, tag: str) -> Result:
     backend.submit(job, EXAMPLE)
     log_dir = backend.get(job.name).log_dir or ""
     wait_for(lambda: latest_checkpoint(log_dir) >= 300, "a checkpoint")
-    before = step_of(backend, job.name, "worker-0")
+    before = latest_checkpoint(log_dir)
     killed_at = time.time()
     training_process(backend, job.name, "ps-0").send_signal(signal.SIGKILL)
 
@@ -282,8 +283,8 @@ def ps_killed(home: Path, tag: str) -> Result:
         "PS, chief and workers restart; training resumes from the last checkpoint",
         recovered,
         len(tagged(tag)),
-        f"{max(0, before - restored)} steps (chief at ~{before}, resumed from {restored}; "
-        "at most one checkpoint interval, 100 here)",
+        f"none saved: resumed from checkpoint {restored} (the latest when killed: {before}); "
+        "the steps since it, under one checkpoint interval (100), are trained again",
         f"{view.phase.value}; restarts {view.restarts}",
     )
 
