@@ -74,6 +74,7 @@ def _message(error: Any) -> str:
 
 
 def errors_from(exc: ValidationError) -> list[FieldError]:
+    """A pydantic validation error as our field errors, in the CLI's wording."""
     seen: set[tuple[str, str]] = set()
     out: list[FieldError] = []
     for error in exc.errors():
@@ -164,6 +165,7 @@ __all__ = [
     "Replicas",
     "SpecError",
     "dump_job",
+    "errors_from",
     "load_job_text",
     "parse_job",
     "quick_job",

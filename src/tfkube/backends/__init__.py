@@ -1,5 +1,12 @@
 """Engines: the only places with side effects. One `Backend` interface, two engines."""
 
-from tfkube.backends._base import Backend, JobExists, JobNotFound, JobView, ReplicaView
+from tfkube.backends._base import (
+    Backend,
+    JobEvent,
+    JobExists,
+    JobNotFound,
+    JobView,
+    ReplicaView,
+)
 
-__all__ = ["Backend", "JobExists", "JobNotFound", "JobView", "ReplicaView"]
+__all__ = ["Backend", "JobEvent", "JobExists", "JobNotFound", "JobView", "ReplicaView"]

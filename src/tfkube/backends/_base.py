@@ -6,6 +6,7 @@ machine or pods in a cluster is the backend's business.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,18 @@ class ReplicaView:
     it stall. Empty when its state says it all."""
     stalled: bool = False
     """Running, but no progress for runPolicy.stallSeconds (shown as `Stalled`)."""
+    node: str | None = None
+    """Where it runs: a node's name in a cluster; None locally."""
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """Something that happened to a job, in order: created, started, a replica's exit, a
+    restart and why, PS ended, the final phase."""
+
+    time: float
+    message: str
+    replica: str | None = None
 
 
 @dataclass(frozen=True)
@@ -74,8 +87,12 @@ class JobView:
 class Backend(Protocol):
     """An engine that runs TFJobs."""
 
-    def submit(self, job: TFJob, base_dir: Path) -> JobView:
+    def submit(self, job: TFJob, base_dir: Path, *, code_token: str | None = None) -> JobView:
         """Check the job fully, then start it. `base_dir` resolves relative paths.
+
+        `code_token`: a bearer token every replica sends when it fetches an http(s)
+        `spec.code.source` (the server's job-scoped claim). The engine hands it to the
+        replicas as TFKUBE_CODE_TOKEN, never in the spec, a URL or a log.
 
         Raises `SpecError` (nothing was created) or `JobExists`."""
 
@@ -84,6 +101,9 @@ class Backend(Protocol):
     def list(self) -> list[JobView]: ...
 
     def logs(self, name: str, replica: str | None, follow: bool) -> Iterator[str]: ...
+
+    def events(self, name: str) -> builtins.list[JobEvent]:
+        """What happened to the job so far, oldest first."""
 
     def delete(self, name: str) -> JobView:
         """Stop every replica of the job and remove it."""

@@ -30,7 +30,7 @@ err = Console(stderr=True)
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
-"""Also in `tfkube.cli.main`, for a Ctrl-C while the commands are being imported."""
+"""Also in `tfkube._entry`, for a Ctrl-C while the program is being imported."""
 
 
 def _backend() -> LocalBackend:
@@ -39,19 +39,22 @@ def _backend() -> LocalBackend:
 
 # -- engines ------------------------------------------------------------------------------
 
-ENGINES = ("local", "kubernetes")
+ENGINES = ("local", "kubernetes", "server")
 EngineOpt = Annotated[
     str,
     typer.Option(
         "--engine",
         envvar="TFKUBE_ENGINE",
-        help="Where jobs run: local (processes here) or kubernetes (the kubeconfig's cluster).",
+        help="Where jobs run: local (processes here), kubernetes (the kubeconfig's cluster) "
+        "or server (the tfkube server of `tfkube login`).",
     ),
 ]
 NamespaceOpt = Annotated[
     str | None,
     typer.Option(
-        "--namespace", "-n", help="Kubernetes engine: the namespace (default: the context's)."
+        "--namespace",
+        "-n",
+        help="Kubernetes engine: the namespace (default: the context's); server: the team.",
     ),
 ]
 KubeconfigOpt = Annotated[
@@ -73,7 +76,85 @@ def _engine(engine: str, namespace: str | None, kubeconfig: Path | None) -> Back
             return KubernetesBackend(namespace=namespace, kubeconfig=kubeconfig)
         except Exception as exc:  # no kubeconfig, unreadable file, no such context
             raise _fail(f"cannot reach a Kubernetes cluster: {exc}") from None
+    if engine == "server":
+        return _server_backend(namespace)
     raise _fail(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+
+
+def _server_backend(team: str | None) -> Backend:
+    """The server `tfkube login` saved; `--namespace` names the team."""
+    try:
+        from tfkube.client import Client, ServerBackend
+    except ImportError as exc:
+        raise _fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
+    try:
+        return ServerBackend(Client(), team)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    except Exception as exc:  # connection refused, bad token
+        raise _fail(f"cannot reach the tfkube server: {exc}") from None
+
+
+@app.command()
+def login(
+    url: Annotated[str, typer.Argument(help="The server, e.g. http://127.0.0.1:8470.")],
+    user: Annotated[str | None, typer.Option("--user", "-u", help="Your user name.")] = None,
+    token: Annotated[
+        str | None, typer.Option("--token", help="A personal API token made in the dashboard.")
+    ] = None,
+    team: Annotated[str | None, typer.Option("--team", help="The team commands use.")] = None,
+    setup_token: Annotated[
+        str | None,
+        typer.Option("--setup-token", help="First start: create the first admin with it."),
+    ] = None,
+) -> None:
+    """Sign in to a tfkube server; then `--engine server` (or TFKUBE_ENGINE=server) makes
+    every command use it. The API token is kept in ~/.config/tfkube/login.json (0600)."""
+    import getpass
+    import socket
+
+    try:
+        import httpx
+
+        from tfkube.client import Client, Login, save_login
+    except ImportError as exc:
+        raise _fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
+    url = url.rstrip("/")
+    if token is None:
+        name = user or input("user: ")
+        password = getpass.getpass("password: ")
+        with httpx.Client(base_url=url, timeout=30) as http:
+            if setup_token:
+                r = http.post(
+                    "/api/v1/setup",
+                    json={"token": setup_token, "name": name, "password": password},
+                )
+            else:
+                r = http.post("/api/v1/auth/login", json={"name": name, "password": password})
+            if not r.is_success:
+                raise _fail(f"{r.json().get('detail', r.text)}", 1)
+            csrf = r.json()["csrf_token"]
+            made = http.post(
+                "/api/v1/tokens",
+                json={"name": f"tfkube CLI on {socket.gethostname()}"},
+                headers={"X-CSRF-Token": csrf, "Origin": url},
+            )
+            if not made.is_success:
+                raise _fail(f"cannot create an API token: {made.text}", 1)
+            token = str(made.json()["token"])
+    try:
+        with Client(url, token) as client:
+            me = client.me()
+    except Exception as exc:
+        raise _fail(f"cannot sign in to {url}: {exc}", 1) from None
+    chosen = team or next(iter(me.teams), None)
+    path = save_login(Login(url=url, token=token, team=chosen))
+    out.print(
+        f"signed in to {url} as {me.name}"
+        + (f" (team {chosen})" if chosen else "")
+        + f"; saved in {path}. Use --engine server or TFKUBE_ENGINE=server.",
+        highlight=False,
+    )
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
@@ -487,3 +568,7 @@ def operator_command(
     run_operator(
         OperatorOptions(namespaces=tuple(namespace or ()), kubeconfig=kubeconfig, verbose=verbose)
     )
+
+
+def main() -> None:
+    app()

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from tfkube import contract as c
 from tfkube.cluster import classic_flags, shard_for, tf_config
 
+CODE_TOKEN_ENV = c.CODE_TOKEN
+
 
 class ContractError(Exception):
     pass
@@ -38,10 +40,13 @@ class ReplicaContract:
     termination_log: str | None = None
     venv: str | None = None
     venv_cache: str | None = None
+    code_token: str | None = None
+    """Sent as `Authorization: Bearer` when fetching an http(s) code URL."""
 
     def environment(self, base: Mapping[str, str]) -> dict[str, str]:
         """The entrypoint's environment: `base` plus TF_CONFIG and the derived TFKUBE_*."""
         env = dict(base)
+        env.pop(c.CODE_TOKEN, None)  # the fetch's credential, not the code's
         env[c.TF_CONFIG] = tf_config(self.cluster, self.role, self.index)
         env[c.INDEX] = str(self.index)
         env[c.CHECKPOINT_DIR] = self.log_dir
@@ -113,4 +118,5 @@ def contract_from_env(env: Mapping[str, str]) -> ReplicaContract:
         termination_log=env.get(c.TERMINATION_LOG) or None,
         venv=env.get(c.VENV) or None,
         venv_cache=env.get(c.VENV_CACHE) or None,
+        code_token=env.get(c.CODE_TOKEN) or None,
     )

@@ -41,8 +41,15 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def download(url: str, dest: Path, max_bytes: int = MAX_DOWNLOAD_BYTES, timeout: float = 30) -> str:
-    """Copy `url` to `dest`; returns the SHA-256 of what was written."""
+def download(
+    url: str,
+    dest: Path,
+    max_bytes: int = MAX_DOWNLOAD_BYTES,
+    timeout: float = 30,
+    token: str | None = None,
+) -> str:
+    """Copy `url` to `dest`; returns the SHA-256 of what was written. `token` goes in an
+    `Authorization: Bearer` header (http(s) only), never into the URL or a message."""
     scheme = urllib.parse.urlparse(url).scheme
     if scheme not in {"file", "http", "https"}:
         raise FetchError(f"unsupported code URL scheme {scheme!r} in {url}", permanent=True)
@@ -50,7 +57,10 @@ def download(url: str, dest: Path, max_bytes: int = MAX_DOWNLOAD_BYTES, timeout:
     written = 0
     tmp = dest.with_name(dest.name + ".part")
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response, tmp.open("wb") as out:
+        request = urllib.request.Request(url)
+        if token and scheme in {"http", "https"}:
+            request.add_header("Authorization", f"Bearer {token}")
+        with urllib.request.urlopen(request, timeout=timeout) as response, tmp.open("wb") as out:
             for chunk in iter(lambda: response.read(_CHUNK), b""):
                 written += len(chunk)
                 if written > max_bytes:
@@ -145,14 +155,16 @@ def unpack(archive: Path, dest: Path, max_bytes: int = MAX_UNPACKED_BYTES) -> Ar
     return info
 
 
-def fetch_code(url: str, expected_sha256: str | None, work_dir: Path) -> Path:
+def fetch_code(
+    url: str, expected_sha256: str | None, work_dir: Path, token: str | None = None
+) -> Path:
     """Fetch, verify and unpack the code into `work_dir/code` (replaced if present).
 
     Returns the code folder. Raises FetchError.
     """
     work_dir.mkdir(parents=True, exist_ok=True)
     archive = work_dir / "code.tar.gz"
-    actual = download(url, archive)
+    actual = download(url, archive, token=token)
     if expected_sha256 is not None and actual != expected_sha256:
         archive.unlink(missing_ok=True)
         raise FetchError(

@@ -33,6 +33,7 @@ from tfkube import contract as c
 from tfkube.launcher._contract import ContractError, ReplicaContract, contract_from_env
 from tfkube.launcher._deps import DepsError, activate, ensure_venv
 from tfkube.launcher._fetch import FetchError, fetch_code
+from tfkube.launcher._tee import open_attempt, start_tee
 
 ENV_COMMAND_TIMEOUT = 60.0
 
@@ -183,7 +184,7 @@ def _prepare(contract: ReplicaContract) -> tuple[Path, Path, dict[str, str]]:
     work = Path(contract.work_dir)
     _say(f"{contract.job} {contract.role}-{contract.index}: fetching {contract.code_url}")
     try:
-        code = fetch_code(contract.code_url, contract.code_sha256, work)
+        code = fetch_code(contract.code_url, contract.code_sha256, work, contract.code_token)
     except FetchError as exc:
         if exc.permanent:
             raise LauncherFailure(c.EX_DATAERR, f"bad code: {exc}") from None
@@ -201,9 +202,18 @@ def _prepare(contract: ReplicaContract) -> tuple[Path, Path, dict[str, str]]:
     return code, entry, _python_env(contract, code, env)
 
 
-def _start(argv: list[str], code: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _start(
+    argv: list[str], code: Path, env: dict[str, str], *, piped: bool
+) -> subprocess.Popen[bytes]:
+    """Start the entrypoint (its output piped, for the tee, when `piped`)."""
     try:
-        return subprocess.Popen(argv, cwd=code, env=env)
+        return subprocess.Popen(
+            argv,
+            cwd=code,
+            env=env,
+            stdout=subprocess.PIPE if piped else None,
+            stderr=subprocess.STDOUT if piped else None,
+        )
     except OSError as exc:
         missing = exc.errno == errno.ENOENT
         raise LauncherFailure(
@@ -251,9 +261,15 @@ def _supervise() -> int:
     if stopping.is_set():  # stopped while setting up: start nothing
         return 128 + signal.SIGTERM
     _say(f"running {' '.join(argv)}")
-    child = _start(argv, code, env)
+    # The output also goes to the job's shared log folder, one file per start (_tee).
+    opened = open_attempt(contract.log_dir, f"{contract.role}-{contract.index}")
+    child = _start(argv, code, env, piped=opened is not None)
     if stopping.is_set():  # the signal came while it started: pass it on now
         _signal_group(pgid, signal.SIGTERM)
+    tee = None
+    if opened is not None and child.stdout is not None:
+        tee = start_tee(child.stdout, opened[1])
+        tee.note(f"{contract.job} {contract.role}-{contract.index} attempt {opened[0]}: {argv[0]}")
 
     parent = os.environ.get(c.PARENT_PID)
     if parent and parent.isdigit():
@@ -284,5 +300,7 @@ def _supervise() -> int:
     # Nothing the entrypoint started may outlive it.
     _end_group(pgid, grace=min(grace, 2.0))
     status = code_ if code_ >= 0 else 128 - code_
+    if tee is not None:
+        tee.finish(f"entrypoint exited with {status}")
     _say(f"entrypoint exited with {status}")
     return status

@@ -80,6 +80,7 @@ CODE_FILE = "code.tar.gz"
 WORK_DIR = "/tfkube/work"
 """An emptyDir: the launcher unpacks the code here (the image's own files stay untouched)."""
 DEFAULT_MOUNTS = {"data": "/tfkube/data", "logs": "/tfkube/logs"}
+CODE_TOKEN_ENV = "TFKUBE_CODE_TOKEN"
 CONTAINER = "tensorflow"
 """The replica container's name (part B's status and logs read this one)."""
 PORT_NAME = "tf"
@@ -136,6 +137,10 @@ class RenderOptions:
     requirements.txt: the pods of a namespace on one node then share them (hostPath
     `<this>/<namespace>`). None keeps one per pod (an emptyDir), which PodSecurity's
     baseline level allows and hostPath it does not."""
+    code_token_secret: str | None = None
+    """A Secret (key `token`) holding the bearer token replicas send when they fetch an
+    http(s) code URL: the tfkube server's job-scoped claim. It reaches the launcher as
+    TFKUBE_CODE_TOKEN from the Secret, so it is never in the pod spec itself."""
 
 
 def _meta(name: str, namespace: str, labels: Mapping[str, str], user: Mapping[str, str]) -> Object:
@@ -577,7 +582,17 @@ def _environment(ctx: _Context, role: Role) -> list[Object]:
         index=None,  # one template for every index: the launcher reads JOB_COMPLETION_INDEX
         venv_cache=VENV_DIR,
     )
-    return [{"name": k, "value": env[k]} for k in sorted(env)]
+    out: list[Object] = [{"name": k, "value": env[k]} for k in sorted(env)]
+    if ctx.options.code_token_secret:
+        out.append(
+            {
+                "name": CODE_TOKEN_ENV,
+                "valueFrom": {
+                    "secretKeyRef": {"name": ctx.options.code_token_secret, "key": "token"}
+                },
+            }
+        )
+    return out
 
 
 def _pod_scheduling(ctx: _Context, spec: ReplicaSpec | None) -> Object:

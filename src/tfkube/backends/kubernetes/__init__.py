@@ -4,7 +4,7 @@ extra). `KubernetesBackend` submits and reads TFJob resources (the operator runs
 `tfkube.kube` (names, the pod interpreter, REST), as the operator does."""
 
 from tfkube.backends.kubernetes._backend import KubernetesBackend, LogsUnavailable, job_view
-from tfkube.backends.kubernetes._install import Applied, InstallError, install
+from tfkube.backends.kubernetes._install import Applied, InstallError, apply_objects, install
 from tfkube.kube.rest import api_client_from
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "KubernetesBackend",
     "LogsUnavailable",
     "api_client_from",
+    "apply_objects",
     "install",
     "job_view",
 ]

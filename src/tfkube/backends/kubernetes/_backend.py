@@ -19,7 +19,7 @@ from typing import Any
 
 from tfkube.api import FieldError, SpecError, TFJob, dump_job
 from tfkube.backends._artifact import prepare_artifact
-from tfkube.backends._base import JobExists, JobNotFound, JobView, ReplicaView
+from tfkube.backends._base import JobEvent, JobExists, JobNotFound, JobView, ReplicaView
 from tfkube.cluster import service_address
 from tfkube.kube.names import (
     LABEL_JOB,
@@ -144,14 +144,22 @@ class KubernetesBackend:
 
     # -- the Backend protocol ---------------------------------------------------------
 
-    def submit(self, job: TFJob, base_dir: Path) -> JobView:
+    def submit(self, job: TFJob, base_dir: Path, *, code_token: str | None = None) -> JobView:
         code_archive = None
         if not job.spec.code.is_url:
             with tempfile.TemporaryDirectory(prefix="tfkube-submit-") as tmp:
                 code_archive = prepare_artifact(job, base_dir, Path(tmp)).path.read_bytes()
+        # The fetch token reaches the pods from a Secret, never through the pod spec.
+        token_secret = f"{job.name}-code-token" if code_token else None
         # Render here too: a job the operator could not render fails now, not later.
         objects = render_job(
-            job, RenderOptions(namespace=self.namespace, managed=True, code_archive=code_archive)
+            job,
+            RenderOptions(
+                namespace=self.namespace,
+                managed=True,
+                code_archive=code_archive,
+                code_token_secret=token_secret,
+            ),
         )
         try:
             current = self._read(job.name)
@@ -167,17 +175,36 @@ class KubernetesBackend:
         cm_name = code_configmap_name(job.name)
         code_cm = next((o for o in objects if o["metadata"]["name"] == cm_name), None)
         cm_path = collection("v1", "ConfigMap", self.namespace)
+        secret_path = collection("v1", "Secret", self.namespace)
+        owned = []  # created before the TFJob, owned by it once it exists
+        if token_secret is not None:
+            secret = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {
+                    "name": token_secret,
+                    "namespace": self.namespace,
+                    "labels": {LABEL_JOB: job.name},
+                },
+                "type": "Opaque",
+                "stringData": {"token": code_token},
+            }
+            if not self.kube.request("POST", secret_path, body=secret, allow=(409,)):
+                self.kube.request("PUT", f"{secret_path}/{token_secret}", body=secret)
+            owned.append(f"{secret_path}/{token_secret}")
         if code_cm is not None and not self.kube.request(
             "POST", cm_path, body=code_cm, allow=(409,)
         ):  # left over from an earlier attempt: replace it
             self.kube.request("PUT", f"{cm_path}/{cm_name}", body=code_cm)
+        if code_cm is not None:
+            owned.append(f"{cm_path}/{cm_name}")
         body = _resource(job, self.namespace)
         try:
             created = self.kube.request("POST", tfjob_path(self.namespace), body=body)
         except ApiError as exc:
-            if code_cm is not None:  # not owned by anything yet: do not leave it behind
+            for path in owned:  # not owned by anything yet: do not leave them behind
                 with contextlib.suppress(ApiError):
-                    self.kube.request("DELETE", f"{cm_path}/{cm_name}")
+                    self.kube.request("DELETE", path)
             if exc.status == 409:
                 raise JobExists(f"a job named {job.name!r} already exists") from None
             if exc.status == 422:
@@ -186,11 +213,9 @@ class KubernetesBackend:
                     f"job {job.name!r} (refused by the API server)",
                 ) from None
             raise
-        if code_cm is not None:
-            owner = owner_reference(job.name, created["metadata"]["uid"])
-            self.kube.merge_patch(
-                f"{cm_path}/{cm_name}", {"metadata": {"ownerReferences": [owner]}}
-            )
+        owner = owner_reference(job.name, created["metadata"]["uid"])
+        for path in owned:
+            self.kube.merge_patch(path, {"metadata": {"ownerReferences": [owner]}})
         return self._view(created, [], [])
 
     def get(self, name: str) -> JobView:
@@ -256,6 +281,26 @@ class KubernetesBackend:
                 ) from None
             for line in data.decode("utf-8", errors="replace").splitlines():
                 yield line if replica else f"[{key}] {line}"
+
+    def events(self, name: str) -> builtins.list[JobEvent]:
+        """The Kubernetes Events of the TFJob (the operator posts them), oldest first."""
+        self._read(name)
+        data = self.kube.request(
+            "GET",
+            collection("v1", "Event", self.namespace),
+            query={"fieldSelector": f"involvedObject.kind=TFJob,involvedObject.name={name}"},
+        )
+        out = []
+        for e in data.get("items") or []:
+            when = (
+                parse_time(e.get("lastTimestamp"))
+                or parse_time(e.get("eventTime"))
+                or parse_time((e.get("metadata") or {}).get("creationTimestamp"))
+                or 0.0
+            )
+            reason, message = e.get("reason") or "", e.get("message") or ""
+            out.append(JobEvent(time=when, message=f"{reason}: {message}" if reason else message))
+        return sorted(out, key=lambda ev: ev.time)
 
     def _fake_node(self, node: str) -> bool:
         """A KWOK node has no kubelet: asking the API server for a log would make it dial

@@ -40,6 +40,24 @@ class Applied:
         return f"{self.kind} {where}{self.name}: {self.outcome}"
 
 
+def _apply(kube: Kube, obj: dict[str, Any], dry_run: bool) -> None:
+    meta = obj["metadata"]
+    kind, name = obj["kind"], meta["name"]
+    query = {"fieldManager": FIELD_MANAGER, "force": "true"}
+    if dry_run:
+        query["dryRun"] = "All"
+    try:
+        kube.request(
+            "PATCH",
+            object_path(obj["apiVersion"], kind, meta.get("namespace"), name),
+            body=obj,
+            query=query,
+            content_type="application/apply-patch+yaml",  # JSON is YAML
+        )
+    except ApiError as exc:
+        raise InstallError(f"{kind} {name}: the API server refused it: {exc.message}") from None
+
+
 def install(
     api_client: Any,
     *,
@@ -64,20 +82,7 @@ def install(
             done.append(result)
             progress(result)
             continue
-        query = {"fieldManager": FIELD_MANAGER, "force": "true"}
-        if dry_run:
-            query["dryRun"] = "All"
-        try:
-            kube.request(
-                "PATCH",
-                object_path(obj["apiVersion"], kind, ns, name),
-                body=obj,
-                query=query,
-                content_type="application/apply-patch+yaml",  # JSON is YAML
-            )
-        except ApiError as exc:
-            refused = f"{kind} {name}: the API server refused it: {exc.message}"
-            raise InstallError(refused) from None
+        _apply(kube, obj, dry_run)
         if kind == "Namespace" and dry_run and kube.get("v1", "Namespace", None, name) is None:
             namespace_missing = True
         result = Applied(kind, name, ns, "validated" if dry_run else "applied")
@@ -98,3 +103,11 @@ def _wait_established(kube: Kube, timeout: float) -> None:
         if time.monotonic() > deadline:
             raise InstallError(f"CRD {CRD_NAME} was not established within {timeout:.0f}s")
         time.sleep(0.2)
+
+
+def apply_objects(api_client: Any, objects: list[dict[str, Any]], dry_run: bool = False) -> None:
+    """Server-side apply plain objects in order (idempotent), e.g. a team's namespace and
+    quota for the tfkube server. Raises InstallError naming the refused object."""
+    kube = Kube(api_client)
+    for obj in objects:
+        _apply(kube, obj, dry_run)

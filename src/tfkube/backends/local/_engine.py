@@ -26,7 +26,7 @@ from pathlib import Path
 
 from tfkube.api import FieldError, SpecError, TFJob, dump_job, load_job_text
 from tfkube.backends._artifact import Artifact, prepare_artifact
-from tfkube.backends._base import JobExists, JobNotFound, JobView, ReplicaView
+from tfkube.backends._base import JobEvent, JobExists, JobNotFound, JobView, ReplicaView
 from tfkube.backends.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
 from tfkube.backends.local._interrupts import interrupts_held
 from tfkube.backends.local._procs import alive, stop_trees, wait_gone
@@ -130,7 +130,14 @@ class LocalBackend:
 
     # -- submit ---------------------------------------------------------------------
 
-    def submit(self, job: TFJob, base_dir: Path, replace: bool = False) -> JobView:
+    def submit(
+        self,
+        job: TFJob,
+        base_dir: Path,
+        replace: bool = False,
+        *,
+        code_token: str | None = None,
+    ) -> JobView:
         target = self._dir(job.name)
         if target.root.exists():
             if target.exists() and replace:
@@ -152,7 +159,7 @@ class LocalBackend:
         staging = JobDir(self.home / "jobs" / f".staging-{job.name}-{uuid.uuid4().hex[:8]}")
         staging.root.mkdir(parents=True)
         try:
-            self._stage(job, base_dir, staging, target)
+            self._stage(job, base_dir, staging, target, code_token)
             with interrupts_held():
                 try:
                     staging.root.rename(target.root)
@@ -170,7 +177,14 @@ class LocalBackend:
             raise
         return self.get(job.name)
 
-    def _stage(self, job: TFJob, base_dir: Path, staging: JobDir, target: JobDir) -> JobRecord:
+    def _stage(
+        self,
+        job: TFJob,
+        base_dir: Path,
+        staging: JobDir,
+        target: JobDir,
+        code_token: str | None = None,
+    ) -> JobRecord:
         storage = job.spec.storage
         data = _folder(job, base_dir, storage.data.path, "spec.storage.data.path")
         logs = _folder(job, base_dir, storage.logs.path, "spec.storage.logs.path")
@@ -178,8 +192,18 @@ class LocalBackend:
         for default in ("data", "output"):
             (staging.root / default).mkdir()
         gpus = self._check_gpus(job)
-        artifact = prepare_artifact(job, base_dir, staging.artifacts)
-        venv = self._python_env(job, artifact, staging)
+        venv = None
+        if code_token is not None and job.spec.code.is_url and job.spec.code.sha256:
+            # Fetched by every replica itself, with the token (the server's job-scoped
+            # claim), and verified against the pinned sha256: nothing to download here;
+            # a requirements.txt is then installed by the first replica's launcher.
+            code_url, code_sha = job.spec.code.source, job.spec.code.sha256
+            staging.write_code_token(code_token)
+        else:
+            artifact = prepare_artifact(job, base_dir, staging.artifacts)
+            code_url = str(target.artifacts / artifact.path.name)
+            code_sha = artifact.sha256
+            venv = self._python_env(job, artifact, staging)
         keys = job.replica_keys()
         ports = _free_ports(len(keys))
         record = JobRecord(
@@ -197,8 +221,8 @@ class LocalBackend:
             ],
             data_dir=str(data or target.root / "data"),
             log_dir=str(logs or target.root / "output"),
-            artifact=str(target.artifacts / artifact.path.name),
-            artifact_sha256=artifact.sha256,
+            artifact=code_url,
+            artifact_sha256=code_sha,
             venv=venv,
         )
         # The spec as it runs: absolute paths, every default filled in.
@@ -333,6 +357,22 @@ class LocalBackend:
             except (OSError, ValueError):
                 continue  # removed or being written while we looked
         return views
+
+    def events(self, name: str) -> builtins.list[JobEvent]:
+        d = self._dir(name)
+        if not d.exists():
+            raise JobNotFound(name)
+        out = []
+        for e in d.read_events():
+            replica = e.get("replica")
+            out.append(
+                JobEvent(
+                    time=float(e.get("time") or 0.0),  # type: ignore[arg-type]
+                    message=str(e.get("message", "")),
+                    replica=str(replica) if replica else None,
+                )
+            )
+        return out
 
     def replica_keys(self, name: str) -> builtins.list[str]:
         return [r.key for r in self.get(name).replicas]

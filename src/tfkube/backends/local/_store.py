@@ -93,6 +93,8 @@ class JobRecord(BaseModel):
     data_dir: str
     log_dir: str
     artifact: str
+    """The code archive replicas fetch: a file on this machine, or an http(s) URL (then
+    with the bearer token in `code-token`)."""
     artifact_sha256: str
     venv: str | None = None
     """The environment made at submit from the code's requirements.txt, if it has one."""
@@ -137,6 +139,22 @@ class JobDir:
     @property
     def work(self) -> Path:
         return self.root / "work"
+
+    @property
+    def code_token(self) -> Path:
+        """The bearer token replicas fetch the code with (the server's claim), 0600."""
+        return self.root / "code-token"
+
+    def write_code_token(self, token: str) -> None:
+        fd = os.open(self.code_token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token)
+
+    def read_code_token(self) -> str | None:
+        try:
+            return self.code_token.read_text().strip() or None
+        except FileNotFoundError:
+            return None
 
     @property
     def supervisor_log(self) -> Path:

@@ -23,12 +23,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from tfkube import contract
 from tfkube.api import Role, TFJob, load_job_text, replica_environment
 from tfkube.backends.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
 from tfkube.backends.local._procs import alive, ref_of, stop_trees
-from tfkube.backends.local._store import JobDir, JobRecord, ReplicaRecord
+from tfkube.backends.local._store import JobDir, JobRecord, ReplicaRecord, tfkube_cache
 from tfkube.cluster import cluster_spec, local_address
 from tfkube.launcher import file_lock
+from tfkube.launcher._tee import LOGS_SUBDIR
 from tfkube.planner import (
     Decision,
     DeleteJob,
@@ -51,7 +53,9 @@ _INHERITED_DROP = ("TFKUBE_", "TF_CONFIG", "VIRTUAL_ENV")
 
 
 def _latest_write(folder: Path, limit: int = MAX_SCAN) -> float:
-    """The newest mtime of `folder` and what is below it (the first `limit` entries)."""
+    """The newest mtime of `folder` and what is below it (the first `limit` entries),
+    leaving out tfkube's own copy of the replicas' output (`.tfkube/`): that every
+    replica's log lands there must not make a silent replica look busy."""
     latest = 0.0
     stack = [folder]
     seen = 0
@@ -59,6 +63,8 @@ def _latest_write(folder: Path, limit: int = MAX_SCAN) -> float:
         try:
             with os.scandir(stack.pop()) as entries:
                 for entry in entries:
+                    if entry.name == LOGS_SUBDIR[0]:
+                        continue
                     seen += 1
                     with contextlib.suppress(OSError):
                         latest = max(latest, entry.stat(follow_symlinks=False).st_mtime)
@@ -113,6 +119,11 @@ class Supervisor:
         }
         self.cluster = cluster_spec(self.job.spec.replicas.counts(), local_address(ports))
         self.base_env = {k: v for k, v in os.environ.items() if not k.startswith(_INHERITED_DROP)}
+        artifact = self.record.artifact
+        self.code_url = artifact if "://" in artifact else Path(artifact).as_uri()
+        token = job_dir.read_code_token()
+        if token is not None:
+            self.base_env[contract.CODE_TOKEN] = token
         # Replicas run with the Python tfkube runs with: `python3` in run.sh finds it first.
         python_bin = str(Path(sys.executable).parent)
         self.base_env["PATH"] = python_bin + os.pathsep + self.base_env.get("PATH", "")
@@ -340,7 +351,7 @@ class Supervisor:
                 self.job,
                 Role(replica.role),
                 self.cluster,
-                code_url=Path(self.record.artifact).as_uri(),
+                code_url=self.code_url,
                 code_sha256=self.record.artifact_sha256,
                 data_dir=self.record.data_dir,
                 log_dir=self.record.log_dir,
@@ -348,10 +359,13 @@ class Supervisor:
                 termination_log=str(self.dir.termination_log(key)),
                 index=replica.index,
                 venv=self.record.venv,
+                # Made at submit when the code was staged here; else (code fetched by
+                # each replica with a token) the first launcher installs it, shared.
+                venv_cache=None if self.record.venv else str(tfkube_cache() / "venvs"),
             ),
-            "TFKUBE_JOB_UID": self.record.uid,
+            contract.JOB_UID: self.record.uid,
             "CUDA_VISIBLE_DEVICES": ",".join(replica.gpus),
-            "TFKUBE_PARENT_PID": str(os.getpid()),
+            contract.PARENT_PID: str(os.getpid()),
         }
         self.dir.logs.mkdir(exist_ok=True)
         self.dir.termination_log(key).unlink(missing_ok=True)

@@ -1,0 +1,84 @@
+"""The `tfkube` program: the CLI's commands plus `tfkube server`.
+
+The CLI (`tfkube.cli`) and the server (`tfkube.server`) are independent layers (neither
+imports the other: an import-linter contract); this module, above both, joins them into
+one command line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tfkube.cli import app
+from tfkube.cli._app import _fail
+
+
+@app.command("server")
+def server_command(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8470,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Where the server keeps its state (~/.tfkube/server)."),
+    ] = None,
+    engine: Annotated[
+        str, typer.Option("--engine", help="Where jobs run: local or kubernetes.")
+    ] = "local",
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            envvar="TFKUBE_DATABASE_URL",
+            help="postgresql://user@host:port/db (default: SQLite in the data dir).",
+        ),
+    ] = None,
+    public_url: Annotated[
+        str | None, typer.Option("--public-url", help="How browsers reach this server.")
+    ] = None,
+    code_url: Annotated[
+        str | None,
+        typer.Option("--code-url", help="How replicas reach this server to fetch their code."),
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None, typer.Option("--kubeconfig", help="Kubernetes engine: kubeconfig file.")
+    ] = None,
+    outputs_claim: Annotated[
+        str | None,
+        typer.Option(
+            "--outputs-claim",
+            help="Kubernetes engine: the RWX claim (in every team namespace) jobs write to.",
+        ),
+    ] = None,
+    cpus: Annotated[
+        float | None, typer.Option("--cpus", help="Local engine: CPUs jobs may use together.")
+    ] = None,
+) -> None:
+    """Run the platform server: REST API, accounts and teams, artifacts, kept logs."""
+    try:
+        from tfkube.server import ServerSettings, serve
+        from tfkube.server._settings import default_data_dir
+    except ImportError as exc:
+        raise _fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
+    if engine not in {"local", "kubernetes"}:
+        raise _fail(f"unknown engine {engine!r}; choose local or kubernetes")
+    serve(
+        ServerSettings(
+            data_dir=(data_dir or default_data_dir()).resolve(),
+            host=host,
+            port=port,
+            engine=engine,
+            database_url=database_url,
+            public_url=public_url,
+            code_url=code_url,
+            kubeconfig=kubeconfig,
+            outputs_claim=outputs_claim,
+            cpus=cpus,
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    app(args=argv)

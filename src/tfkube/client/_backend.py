@@ -1,0 +1,137 @@
+"""`ServerBackend`: the `Backend` interface over the server's REST API, so the CLI's
+commands (`submit`, `list`, `status`, `logs`, `delete`, with `--engine server`) work
+against a tfkube server as they do against the local and Kubernetes engines.
+
+A job names a local code folder? It is uploaded first (an artifact named after the job;
+the same bytes are stored once) and the job is submitted pinned to that version."""
+
+from __future__ import annotations
+
+import builtins
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from tfkube.api import FieldError, SpecError, TFJob, parse_job
+from tfkube.backends import JobEvent, JobExists, JobNotFound, JobView, ReplicaView
+from tfkube.client._client import Client, ServerError
+from tfkube.client.wire import JobOut
+from tfkube.planner import JobPhase, ReplicaState
+
+
+def _state(text: str) -> ReplicaState:
+    try:
+        return ReplicaState(text)
+    except ValueError:
+        return ReplicaState.PENDING
+
+
+def job_view(job: JobOut) -> JobView:
+    """The server's JSON -> the engine-neutral view (pure)."""
+    replicas = tuple(
+        ReplicaView(
+            key=r.key,
+            role=r.role,
+            index=r.index,
+            state=_state(r.state),
+            restarts=r.restarts,
+            exit_code=r.exit_code,
+            address=r.address,
+            last_line=r.last_line,
+            message=r.message,
+            node=r.node,
+        )
+        for r in job.replicas or []
+    )
+    try:
+        phase = JobPhase(job.phase)
+    except ValueError:
+        phase = JobPhase.PENDING
+    return JobView(
+        name=job.name,
+        phase=phase,
+        restarts=job.restarts,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        reason=job.reason,
+        message=job.message,
+        replicas=replicas,
+        extra={"engine": "server", "team": job.team, "id": job.id},
+    )
+
+
+class ServerBackend:
+    def __init__(self, client: Client, team: str | None = None) -> None:
+        self.client = client
+        self.team = client._team(team)
+
+    def _find(self, name: str) -> JobOut:
+        found = self.client.find(name, team=self.team)
+        if found is None:
+            raise JobNotFound(name)
+        return found
+
+    def submit(self, job: TFJob, base_dir: Path, *, code_token: str | None = None) -> JobView:
+        code = job.spec.code
+        if not code.is_url and not code.source.startswith(("artifact:", "sha256:")):
+            folder = (base_dir / code.source).resolve()
+            if not folder.is_dir():
+                raise SpecError(
+                    [FieldError("spec.code.source", f"{folder} is not a folder to upload")],
+                    f"job {job.name!r}",
+                )
+            artifact = self.client.upload(
+                folder, job.name, team=self.team, entrypoint=code.entrypoint
+            )
+            raw = job.model_dump(mode="json", by_alias=True, exclude_none=True)
+            raw["spec"]["code"]["source"] = f"artifact:{artifact.name}:{artifact.version}"
+            job = parse_job(raw, f"job {job.name!r}")
+        try:
+            return job_view(self.client.submit(job, team=self.team))
+        except ServerError as exc:
+            if exc.status == 409:
+                raise JobExists(str(exc)) from None
+            raise
+
+    def get(self, name: str) -> JobView:
+        return job_view(self._find(name))
+
+    def list(self) -> builtins.list[JobView]:
+        return [job_view(j) for j in self.client.jobs(team=self.team)]
+
+    def logs(self, name: str, replica: str | None = None, follow: bool = False) -> Iterator[str]:
+        job = self._find(name)
+        keys = [r.key for r in job.replicas or []]
+        if replica is not None and replica not in keys:
+            raise ValueError(
+                f"job {name!r} has no replica {replica!r}; its replicas are {', '.join(keys)}"
+            )
+        if replica is not None:
+            yield from self.client.logs(job.id, replica, follow=follow)
+            return
+        have = {f.replica for f in self.client.log_files(job.id)}
+        for key in keys:
+            if key in have:
+                for line in self.client.logs(job.id, key):
+                    yield f"[{key}] {line}"
+
+    def events(self, name: str) -> builtins.list[JobEvent]:
+        return [
+            JobEvent(time=e.time, message=e.message, replica=e.replica)
+            for e in self.client.events(self._find(name).id)
+        ]
+
+    def delete(self, name: str) -> JobView:
+        job = self._find(name)
+        self.client.delete(job.id)
+        return job_view(job)
+
+    def stop(self, name: str) -> JobView:
+        return job_view(self.client.stop(self._find(name).id))
+
+    def wait(self, name: str, timeout: float | None = None) -> JobView:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        job = self._find(name)
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        return job_view(self.client.wait(job.id, left))

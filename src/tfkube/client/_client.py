@@ -1,0 +1,279 @@
+"""`tfkube.Client`: the server's REST API from Python (httpx).
+
+import tfkube
+c = tfkube.Client("http://127.0.0.1:8470", token="tfk_...")   # or saved by `tfkube login`
+code = c.upload("examples/mnist-between-graph", name="mnist")
+job = c.submit(name="mnist", workers=2, ps=1, code="mnist")
+for line in c.logs(job.id, "worker-0", follow=True): print(line)
+c.wait(job.id); c.download(job.id, "checkpoint", "checkpoint")
+"""
+
+from __future__ import annotations
+
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tfkube.api import FieldError, SpecError, TFJob, dump_job
+from tfkube.client._config import load_login
+from tfkube.client.wire import (
+    ArtifactOut,
+    EventOut,
+    JobList,
+    JobOut,
+    LogFile,
+    OutputFile,
+    ScalarsOut,
+    TeamOut,
+    UserOut,
+)
+
+_SKIP = {"__pycache__", ".git", ".venv", ".mypy_cache", ".pytest_cache"}
+TERMINAL = {"Succeeded", "Failed"}
+
+
+class ServerError(RuntimeError):
+    """The server said no; `status` is the HTTP status, `errors` the per-field problems."""
+
+    def __init__(self, status: int, detail: str, errors: list[FieldError]) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.errors = errors
+
+
+def pack_folder(folder: Path, dest: Path) -> None:
+    """A folder as .tar.gz with its files at the top (what replicas unpack and run)."""
+
+    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        return None if any(p in _SKIP for p in Path(info.name).parts) else info
+
+    with tarfile.open(dest, "w:gz") as tar:
+        for child in sorted(folder.iterdir()):
+            tar.add(child, arcname=child.name, filter=keep)
+
+
+class Client:
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        team: str | None = None,
+        timeout: float = 60.0,
+    ) -> None:
+        """`url`/`token`/`team` default to what `tfkube login` saved (or $TFKUBE_URL,
+        $TFKUBE_TOKEN, $TFKUBE_TEAM)."""
+        saved = load_login()
+        url = url or (saved.url if saved else None)
+        token = token or (saved.token if saved else None)
+        if not url or not token:
+            raise ValueError("no server: pass url and token, or run `tfkube login URL` first")
+        self.url = url.rstrip("/")
+        self.team = team or (saved.team if saved and saved.url.rstrip("/") == self.url else None)
+        self.http = httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=timeout
+        )
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def _check(self, r: httpx.Response) -> httpx.Response:
+        if r.is_success:
+            return r
+        try:
+            body = r.json()
+            detail = str(body.get("detail"))
+            errors = [FieldError(e["field"], e["message"]) for e in body.get("errors") or []]
+        except ValueError:
+            detail, errors = r.text, []
+        raise ServerError(r.status_code, detail, errors)
+
+    def _json(self, method: str, path: str, **kw: Any) -> Any:
+        r = self._check(self.http.request(method, path, **kw))
+        return r.json() if r.content else None
+
+    def _team(self, team: str | None) -> str:
+        chosen = team or self.team
+        if chosen is None:
+            teams = self.teams()
+            if len(teams) != 1:
+                raise ValueError("name the team (team=...): you are in " + str(len(teams)))
+            chosen = self.team = teams[0].name
+        return chosen
+
+    # -- accounts -----------------------------------------------------------------------
+
+    def me(self) -> UserOut:
+        return UserOut.model_validate(self._json("GET", "/api/v1/users/me"))
+
+    def teams(self) -> list[TeamOut]:
+        return [TeamOut.model_validate(t) for t in self._json("GET", "/api/v1/teams")]
+
+    # -- artifacts ----------------------------------------------------------------------
+
+    def upload(
+        self,
+        path: str | Path,
+        name: str,
+        *,
+        team: str | None = None,
+        kind: str = "code",
+        entrypoint: str = "run.sh",
+    ) -> ArtifactOut:
+        """Upload a folder (packed here) or a .tar.gz/.zip; streamed from disk."""
+        source = Path(path)
+        params = {"name": name, "kind": kind, "entrypoint": entrypoint}
+        with tempfile.TemporaryDirectory(prefix="tfkube-upload-") as tmp:
+            if source.is_dir():
+                archive = Path(tmp) / "upload.tar.gz"
+                pack_folder(source, archive)
+            else:
+                archive = source
+            params["filename"] = archive.name
+            with archive.open("rb") as f:
+                data = self._json(
+                    "POST",
+                    f"/api/v1/teams/{self._team(team)}/artifacts",
+                    params=params,
+                    content=iter(lambda: f.read(1 << 20), b""),
+                    headers={"Content-Type": "application/octet-stream"},
+                )
+        return ArtifactOut.model_validate(data)
+
+    def artifacts(self, *, team: str | None = None, name: str | None = None) -> list[ArtifactOut]:
+        params = {k: v for k, v in (("team", team), ("name", name)) if v}
+        return [
+            ArtifactOut.model_validate(a)
+            for a in self._json("GET", "/api/v1/artifacts", params=params)
+        ]
+
+    # -- jobs ---------------------------------------------------------------------------
+
+    def submit(
+        self,
+        job: TFJob | str | dict[str, Any] | None = None,
+        *,
+        team: str | None = None,
+        **form: Any,
+    ) -> JobOut:
+        """Submit a TFJob (object, YAML text or mapping) or the four fields
+        (`name`, `workers`, `ps`, `code` + optional advanced ones). Raises SpecError with
+        the server's per-field errors."""
+        if job is None:
+            body: dict[str, Any] = form
+        elif isinstance(job, TFJob):
+            body = {"manifest": dump_job(job)}
+        else:
+            body = {"manifest": job}
+        try:
+            data = self._json("POST", f"/api/v1/teams/{self._team(team)}/jobs", json=body)
+        except ServerError as exc:
+            if exc.status == 422:
+                raise SpecError(exc.errors or [FieldError("(request)", str(exc))], "job") from None
+            raise
+        return JobOut.model_validate(data)
+
+    def jobs(
+        self,
+        *,
+        team: str | None = None,
+        phase: str | None = None,
+        name: str | None = None,
+        owner: str | None = None,
+        limit: int = 500,
+    ) -> list[JobOut]:
+        params = {
+            k: v
+            for k, v in (("team", team), ("phase", phase), ("name", name), ("owner", owner))
+            if v
+        }
+        data = JobList.model_validate(
+            self._json("GET", "/api/v1/jobs", params={**params, "limit": limit})
+        )
+        return data.items
+
+    def get(self, job_id: str) -> JobOut:
+        return JobOut.model_validate(self._json("GET", f"/api/v1/jobs/{job_id}"))
+
+    def find(self, name: str, *, team: str | None = None) -> JobOut | None:
+        """The newest job of that name in the team."""
+        found = self.jobs(team=self._team(team), name=name, limit=1)
+        return self.get(found[0].id) if found else None
+
+    def stop(self, job_id: str) -> JobOut:
+        return JobOut.model_validate(self._json("POST", f"/api/v1/jobs/{job_id}/stop"))
+
+    def delete(self, job_id: str) -> None:
+        self._json("DELETE", f"/api/v1/jobs/{job_id}")
+
+    def copy(self, job_id: str, name: str | None = None) -> JobOut:
+        return JobOut.model_validate(
+            self._json("POST", f"/api/v1/jobs/{job_id}/copy", json={"name": name} if name else {})
+        )
+
+    def events(self, job_id: str) -> list[EventOut]:
+        return [
+            EventOut.model_validate(e) for e in self._json("GET", f"/api/v1/jobs/{job_id}/events")
+        ]
+
+    def wait(self, job_id: str, timeout: float | None = None, poll: float = 1.0) -> JobOut:
+        """Until the job finished and nothing of it runs."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.get(job_id)
+            live = any(r.state in {"Running", "Pending"} for r in job.replicas or [])
+            if job.phase in TERMINAL and not job.queued and not live:
+                return job
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {job.name} is still {job.phase}")
+            time.sleep(poll)
+
+    def log_files(self, job_id: str) -> list[LogFile]:
+        return [LogFile.model_validate(f) for f in self._json("GET", f"/api/v1/jobs/{job_id}/logs")]
+
+    def logs(
+        self, job_id: str, replica: str, *, follow: bool = False, attempt: int | None = None
+    ) -> Iterator[str]:
+        """Lines of one replica's log (the latest start unless `attempt`); with `follow`
+        until the job ended."""
+        params: dict[str, Any] = {"follow": "true" if follow else "false"}
+        if attempt is not None:
+            params["attempt"] = attempt
+        with self.http.stream(
+            "GET", f"/api/v1/jobs/{job_id}/logs/{replica}", params=params, timeout=None
+        ) as r:
+            if not r.is_success:
+                r.read()
+                self._check(r)
+            yield from r.iter_lines()
+
+    def scalars(self, job_id: str) -> ScalarsOut:
+        return ScalarsOut.model_validate(self._json("GET", f"/api/v1/jobs/{job_id}/scalars"))
+
+    def outputs(self, job_id: str, path: str = "") -> list[OutputFile]:
+        data = self._json("GET", f"/api/v1/jobs/{job_id}/outputs", params={"path": path})
+        return [OutputFile.model_validate(f) for f in data]
+
+    def download(self, job_id: str, path: str, dest: str | Path) -> Path:
+        """One output file (or a folder, as .tar.gz) to `dest`."""
+        target = Path(dest)
+        with self.http.stream("GET", f"/api/v1/jobs/{job_id}/outputs/{path}", timeout=None) as r:
+            if not r.is_success:
+                r.read()
+                self._check(r)
+            with target.open("wb") as out:
+                for chunk in r.iter_bytes():
+                    out.write(chunk)
+        return target

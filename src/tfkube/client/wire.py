@@ -1,0 +1,182 @@
+"""The server's JSON shapes, shared by the server (response models) and the client (which
+parses them), so the two cannot drift. Plain pydantic models, no behaviour."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="ignore", use_attribute_docstrings=True)
+
+
+class FieldProblem(_Wire):
+    field: str
+    """Dotted path into the request (e.g. `spec.replicas.worker.replicas`, or `workers`)."""
+    message: str
+
+
+class ErrorBody(_Wire):
+    """Every error answer: `detail` for people; `errors` per field for a 422."""
+
+    detail: str
+    errors: list[FieldProblem] = []
+
+
+class UserOut(_Wire):
+    id: int
+    name: str
+    site_admin: bool
+    disabled: bool = False
+    created_at: float
+    teams: dict[str, str] = {}
+    """team name -> role."""
+
+
+class TeamOut(_Wire):
+    id: int
+    name: str
+    namespace: str
+    quota: dict[str, Any] = {}
+    created_at: float
+    role: str | None = None
+    """The caller's role in the team (None for a site admin who is not a member)."""
+
+
+class MemberOut(_Wire):
+    user: str
+    role: str
+
+
+class TokenOut(_Wire):
+    id: int
+    name: str
+    prefix: str
+    created_at: float
+    expires_at: float | None = None
+    revoked_at: float | None = None
+    last_used_at: float | None = None
+
+
+class NewToken(TokenOut):
+    token: str
+    """The token itself: shown this once, stored only as a hash."""
+
+
+class ArtifactOut(_Wire):
+    id: int
+    team: str
+    name: str
+    version: int
+    kind: str
+    sha256: str
+    size: int
+    files: int
+    created_by: str | None = None
+    created_at: float
+    in_use: bool = False
+    """A job that is not finished runs this version."""
+
+
+class ReplicaOut(_Wire):
+    key: str
+    role: str
+    index: int
+    state: str
+    restarts: int = 0
+    exit_code: int | None = None
+    address: str | None = None
+    node: str | None = None
+    message: str = ""
+    """Why it is pending, stalled or failed (empty when nothing to say)."""
+    last_line: str = ""
+
+
+class JobOut(_Wire):
+    id: str
+    team: str
+    name: str
+    owner: str | None = None
+    phase: str
+    reason: str | None = None
+    message: str | None = None
+    restarts: int = 0
+    created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    code: str | None = None
+    """`NAME:VERSION` of the code artifact, or its URL."""
+    code_sha256: str | None = None
+    on_engine: bool = True
+    """False once the engine forgot the job (TTL): status, logs and outputs stay here."""
+    queued: bool = False
+    counts: dict[str, int] = {}
+    """Replicas per state, e.g. {"Running": 3}."""
+    replicas: list[ReplicaOut] | None = None
+    """Every replica (detail only; lists leave it out)."""
+    spec: str | None = None
+    """The TFJob YAML as it runs (detail only)."""
+
+
+class JobList(_Wire):
+    items: list[JobOut]
+    total: int
+    phases: dict[str, int] = {}
+    """Jobs per phase over the whole filter (for counts above a list)."""
+
+
+class EventOut(_Wire):
+    id: int = 0
+    """Increasing; SSE streams use it as the event id."""
+    time: float
+    replica: str | None = None
+    message: str
+
+
+class LogFile(_Wire):
+    replica: str
+    attempt: int
+    size: int
+    modified: float
+
+
+class OutputFile(_Wire):
+    path: str
+    size: int
+    modified: float
+    is_dir: bool = False
+
+
+class ScalarPoint(_Wire):
+    step: int
+    value: float
+    wall_time: float
+
+
+class ScalarSeries(_Wire):
+    tag: str
+    run: str
+    """The folder below the job's output holding the event file ('.' for the top)."""
+    points: list[ScalarPoint]
+
+
+class Progress(_Wire):
+    step: int | None = None
+    total: int | None = None
+    fraction: float | None = None
+    steps_per_second: float | None = None
+    eta_seconds: float | None = None
+
+
+class ScalarsOut(_Wire):
+    series: list[ScalarSeries]
+    progress: Progress
+
+
+class SessionOut(_Wire):
+    user: UserOut
+    csrf_token: str
+    """Send it as the X-CSRF-Token header on every state-changing request made with the
+    session cookie."""

@@ -1,0 +1,185 @@
+"""The FastAPI application and `serve`: start-up (migrate, keys, set-up link, the job
+sync loop), the routers, error shapes, shut-down (every process it started, by PID)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from tfkube.api import FieldError
+from tfkube.server._accounts import needs_setup, new_setup_token, secret_key
+from tfkube.server._artifacts import BlobStore
+from tfkube.server._db import database_url, make_engine, migrate, session_factory
+from tfkube.server._engines import Engines
+from tfkube.server._jobs import JobService
+from tfkube.server._platform import Platform
+from tfkube.server._settings import ServerSettings
+from tfkube.server.routes import (
+    artifacts,
+    auth,
+    code,
+    health,
+    jobs,
+    logs,
+    proxy,
+    teams,
+    tokens,
+    users,
+)
+from tfkube.server.routes import (
+    metrics as metrics_route,
+)
+from tfkube.server.routes._util import FieldHTTPError
+
+log = logging.getLogger("tfkube.server")
+
+
+def build_platform(settings: ServerSettings) -> Platform:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    settings.data_dir.chmod(0o700)
+    engine = make_engine(database_url(settings.database_url, settings.data_dir))
+    migrate(engine)
+    sessions = session_factory(engine)
+    with sessions() as db:
+        key = secret_key(db)
+    engines = Engines(settings)
+    blobs = BlobStore(settings.data_dir / "blobs")
+    blobs.clear_incoming()
+    jobs_service = JobService(settings, engines, sessions, blobs, key)
+    return Platform(settings, engine, sessions, key, engines, jobs_service, blobs)
+
+
+def announce_setup(platform: Platform) -> str | None:
+    """When nobody can sign in yet: a fresh one-time set-up link, printed (not logged)."""
+    with platform.sessions() as db:
+        if not needs_setup(db):
+            return None
+        token = new_setup_token(db)
+    link = f"{platform.settings.base_url}/setup?token={token}"
+    print(
+        f"tfkube server: no users yet. Open this one-time link to create the first admin:\n"
+        f"  {link}\n"
+        f"(or: tfkube login {platform.settings.base_url} --setup-token {token})",
+        file=sys.stderr,
+        flush=True,
+    )
+    return link
+
+
+def _errors(errors: list[FieldError]) -> list[dict[str, str]]:
+    return [{"field": e.field, "message": e.message} for e in errors]
+
+
+def create_app(settings: ServerSettings, platform: Platform | None = None) -> FastAPI:
+    built = platform or build_platform(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        announce_setup(built)
+        built.jobs.start_loop()
+        try:
+            yield
+        finally:
+            built.jobs.stop_loop()
+            built.tensorboards.close()
+            built.engines.close()
+            built.engine.dispose()
+
+    app = FastAPI(
+        title="tfkube",
+        summary="Distributed TensorFlow training for teams: upload code, submit, follow.",
+        version=__import__("tfkube").__version__,
+        lifespan=lifespan,
+        docs_url="/docs",
+        openapi_url="/openapi.json",
+    )
+    app.state.platform = built
+
+    @app.exception_handler(FieldHTTPError)
+    async def _field_errors(_request: Request, exc: FieldHTTPError) -> JSONResponse:
+        return JSONResponse(
+            {"detail": exc.detail, "errors": [{"field": f, "message": m} for f, m in exc.errors]},
+            status_code=422,
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = []
+        for e in exc.errors():
+            loc = [str(p) for p in e.get("loc", ()) if p not in {"body", "query", "path"}]
+            errors.append({"field": ".".join(loc) or "(request)", "message": str(e.get("msg"))})
+        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+        return JSONResponse({"detail": detail, "errors": errors}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(
+            {"detail": exc.detail, "errors": []},
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
+        )
+
+    metrics = built.metrics
+    assert metrics is not None
+
+    @app.middleware("http")
+    async def _measure(request: Request, call_next):  # type: ignore[no-untyped-def]
+        started = time.perf_counter()
+        response = await call_next(request)
+        response.headers.setdefault("Cache-Control", "no-store")
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        route = request.scope.get("route")
+        template = getattr(route, "path", "(unmatched)")
+        elapsed = time.perf_counter() - started
+        metrics.request_seconds.labels(request.method, template, str(response.status_code)).observe(
+            elapsed
+        )
+        if template == "/api/v1/teams/{team}/jobs" and request.method == "POST":
+            metrics.submit_seconds.observe(elapsed)
+        return response
+
+    for module in (
+        health,
+        auth,
+        users,
+        teams,
+        tokens,
+        artifacts,
+        jobs,
+        logs,
+        code,
+        metrics_route,
+        proxy,
+    ):
+        app.include_router(module.router)
+    return app
+
+
+def serve(settings: ServerSettings) -> None:
+    """Run the server in this process until SIGINT/SIGTERM (uvicorn)."""
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    app = create_app(settings)
+    print(
+        f"tfkube server: {settings.engine} engine, data in {settings.data_dir}, "
+        f"listening on {settings.base_url} (API docs at {settings.base_url}/docs)",
+        file=sys.stderr,
+        flush=True,
+    )
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )

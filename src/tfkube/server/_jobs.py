@@ -1,0 +1,474 @@
+"""Jobs on the server: submit (pin, queue or start), the sync loop, stop, delete, copy.
+
+    POST /jobs ─> submit: resolve the code artifact, pin the job to the server
+                  (`_forms.place_job`), insert a row
+                    local engine: state `queued` (phase Pending, reason Queued)
+                    kubernetes:   started at once (the cluster queues and enforces quota)
+    sync loop (a thread, every `sync_seconds` or when poked):
+      1. every `live` job: the team's backend -> phase, replicas, events into the row;
+         a finished job becomes `ended` (its final status kept); a job the engine forgot
+         (TTL) is `ended` too and stays listed with its logs and outputs
+      2. local engine: `_admission.admit` picks the queued jobs that fit; they start
+         (backend.submit with a job-scoped code token); the others get their place in the
+         queue as their message
+Handlers read the database only, so a status poll never waits for an engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tarfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from tfkube.api import FieldError, SpecError, TFJob, dump_job, load_job_text
+from tfkube.backends import JobExists, JobNotFound, JobView
+from tfkube.planner import JobPhase
+from tfkube.server import _admission as admission
+from tfkube.server._artifacts import BlobStore
+from tfkube.server._engines import Engines
+from tfkube.server._forms import parse_ref, place_job, server_problems
+from tfkube.server._security import CodeClaim, sign_claim
+from tfkube.server._settings import ServerSettings
+from tfkube.server._tables import Artifact, Job, JobEvent, Team
+
+log = logging.getLogger("tfkube.server")
+
+QUEUED, LIVE, ENDED = "queued", "live", "ended"
+CODE_CLAIM_SECONDS = 7 * 24 * 3600
+"""How long a job's code claim is valid at most; it is refused anyway once the job ended,
+so a replica restarted late in a long job can still fetch its code."""
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def _entrypoint_in(archive: Path, entrypoint: str) -> bool:
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            return any(m.name.removeprefix("./") == entrypoint for m in tar)
+    except (tarfile.TarError, OSError, EOFError):
+        return False
+
+
+def replica_dicts(view: JobView) -> list[dict[str, Any]]:
+    return [
+        {
+            "key": r.key,
+            "role": r.role,
+            "index": r.index,
+            "state": r.state.value,
+            "restarts": r.restarts,
+            "exit_code": r.exit_code,
+            "address": r.address,
+            "node": r.node,
+            "message": r.message,
+            "last_line": r.last_line,
+        }
+        for r in view.replicas
+    ]
+
+
+def pending_replicas(job: TFJob, message: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "key": f"{role.value}-{i}",
+            "role": role.value,
+            "index": i,
+            "state": "Pending",
+            "restarts": 0,
+            "exit_code": None,
+            "address": None,
+            "node": None,
+            "message": message,
+            "last_line": "",
+        }
+        for role, i in job.replica_keys()
+    ]
+
+
+class JobService:
+    def __init__(
+        self,
+        settings: ServerSettings,
+        engines: Engines,
+        sessions: sessionmaker[Session],
+        blobs: BlobStore,
+        key: bytes,
+        on_change: Callable[[Job], None] = lambda _job: None,
+    ) -> None:
+        self.settings = settings
+        self.engines = engines
+        self.sessions = sessions
+        self.blobs = blobs
+        self.key = key
+        self.on_change = on_change
+        self.poke = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- submit -------------------------------------------------------------------------
+
+    def output_dir(self, team: Team, job_id: str, name: str) -> Path:
+        if self.engines.kind == "kubernetes":
+            return self.engines.outputs(team.name) / name
+        return self.engines.outputs(team.name) / job_id
+
+    def data_dir(self, team: Team, job_id: str) -> Path:
+        return self.engines.team_root(team.name) / "data" / job_id
+
+    def resolve_code(
+        self, db: Session, team: Team, job: TFJob, code_field: str
+    ) -> tuple[Artifact | None, str | None]:
+        """The team's code artifact a job names (or None for an http(s) URL)."""
+        source = job.spec.code.source
+        ref = parse_ref(source)
+        if ref is None:
+            if job.spec.code.is_url:
+                return None, None
+            raise SpecError(
+                [
+                    FieldError(
+                        code_field,
+                        f"{source!r} is not an uploaded artifact; upload the folder first and "
+                        "give artifact:NAME (or NAME:VERSION, sha256:HEX), or an http(s) URL",
+                    )
+                ],
+                f"job {job.name!r}",
+            )
+        query = select(Artifact).where(Artifact.team_id == team.id, Artifact.kind == "code")
+        if ref.sha256:
+            query = query.where(Artifact.sha256 == ref.sha256)
+        else:
+            query = query.where(Artifact.name == ref.name)
+            if ref.version is not None:
+                query = query.where(Artifact.version == ref.version)
+        found = db.scalars(query.order_by(Artifact.version.desc()).limit(1)).first()
+        if found is None:
+            wanted = source.removeprefix("artifact:")
+            raise SpecError(
+                [
+                    FieldError(
+                        code_field,
+                        f"team {team.name} has no code artifact {wanted!r}; upload it or "
+                        "pick one from the list of artifacts",
+                    )
+                ],
+                f"job {job.name!r}",
+            )
+        if not _entrypoint_in(self.blobs.path(found.sha256), job.spec.code.entrypoint):
+            raise SpecError(
+                [
+                    FieldError(
+                        "entrypoint" if code_field == "code" else "spec.code.entrypoint",
+                        f"{job.spec.code.entrypoint!r} is not in {found.name}:{found.version}; "
+                        "add it to the code or name the script to run",
+                    )
+                ],
+                f"job {job.name!r}",
+            )
+        return found, f"{found.name}:{found.version}"
+
+    def submit(
+        self,
+        db: Session,
+        team: Team,
+        user_id: int,
+        job: TFJob,
+        code_field: str = "spec.code.source",
+    ) -> Job:
+        """Pin, record and queue (or start) a job. Raises SpecError or JobExists."""
+        problems = server_problems(job)
+        if problems:
+            raise SpecError(problems, f"job {job.name!r}")
+        active = db.scalars(
+            select(Job).where(Job.team_id == team.id, Job.name == job.name, Job.state != ENDED)
+        ).first()
+        if active is not None:
+            raise JobExists(
+                f"team {team.name} already has a job named {job.name!r} ({active.phase}); "
+                "stop or delete it, or choose another name"
+            )
+        artifact, _ = self.resolve_code(db, team, job, code_field)
+        job_id = new_job_id()
+        if artifact is not None:
+            code_url = f"{self.settings.replica_url}/api/v1/code/{artifact.sha256}"
+            sha = artifact.sha256
+        else:
+            code_url, sha = job.spec.code.source, job.spec.code.sha256 or ""
+        out = self.output_dir(team, job_id, job.name)
+        local = self.engines.kind == "local"
+        placed = place_job(
+            job,
+            code_url=code_url if artifact is not None else None,
+            code_sha256=sha if artifact is not None else None,
+            data_dir=str(self.data_dir(team, job_id)) if local else None,
+            log_dir=str(out) if local else None,
+            logs_claim=self.settings.outputs_claim if not local else None,
+        )
+        need = admission.job_request(placed)
+        now = time.time()
+        row = Job(
+            id=job_id,
+            team_id=team.id,
+            name=job.name,
+            created_by=user_id,
+            created_at=now,
+            spec=dump_job(placed),
+            artifact_id=artifact.id if artifact else None,
+            code_sha256=sha or None,
+            state=QUEUED,
+            request={"cpu": need.cpu, "memory": need.memory, "gpu": need.gpu},
+            phase=JobPhase.PENDING.value,
+            reason="Queued",
+            message="queued: waiting for the scheduler",
+            restarts=0,
+            replicas=pending_replicas(placed, "queued"),
+            output_dir=str(out),
+            updated_at=now,
+        )
+        db.add(row)
+        db.add(JobEvent(job_id=job_id, time=now, message="job submitted to the server"))
+        db.commit()
+        if not local:
+            self.start(db, row, team)
+        self.poke.set()
+        return row
+
+    def claim(self, job: Job, sha256: str) -> str:
+        return sign_claim(self.key, CodeClaim(job.id, sha256, time.time() + CODE_CLAIM_SECONDS))
+
+    def start(self, db: Session, row: Job, team: Team) -> None:
+        """Hand a job to its team's engine (the queue admitted it)."""
+        job = load_job_text(row.spec, f"job {row.name!r}")
+        backend = self.engines.backend(team.name, team.namespace)
+        token = self.claim(row, row.code_sha256) if row.artifact_id and row.code_sha256 else None
+        now = time.time()
+        try:
+            if row.output_dir and self.engines.kind == "local":
+                Path(row.output_dir).mkdir(parents=True, exist_ok=True)
+            view = backend.submit(job, self.engines.team_root(team.name), code_token=token)
+        except (SpecError, JobExists) as exc:
+            self._end(row, JobPhase.FAILED.value, "SubmitFailed", str(exc), now)
+            db.add(JobEvent(job_id=row.id, time=now, message=f"the engine refused it: {exc}"))
+        except Exception as exc:
+            log.exception("starting job %s failed", row.id)
+            self._end(
+                row, JobPhase.FAILED.value, "SubmitFailed", f"{type(exc).__name__}: {exc}", now
+            )
+        else:
+            row.state = LIVE
+            self._apply_view(row, view)
+            db.add(JobEvent(job_id=row.id, time=now, message="started on the engine"))
+        db.commit()
+        self.on_change(row)
+
+    @staticmethod
+    def _end(row: Job, phase: str, reason: str, message: str, now: float) -> None:
+        row.state = ENDED
+        row.phase = phase
+        row.reason = reason
+        row.message = message
+        row.finished_at = row.finished_at or now
+        row.updated_at = now
+        row.replicas = [
+            {
+                **r,
+                "message": "",
+                "state": "Stopped" if r["state"] in {"Pending", "Running"} else r["state"],
+            }
+            for r in row.replicas
+        ]
+
+    @staticmethod
+    def _apply_view(row: Job, view: JobView) -> None:
+        row.phase = view.phase.value
+        row.reason = view.reason
+        row.message = view.message
+        row.restarts = view.restarts
+        row.started_at = view.started_at
+        row.finished_at = view.finished_at
+        row.replicas = replica_dicts(view)
+        row.updated_at = time.time()
+        if view.done:
+            row.state = ENDED
+
+    # -- stop, delete, copy ----------------------------------------------------------------
+
+    def stop(self, db: Session, row: Job, team: Team) -> None:
+        now = time.time()
+        if row.state == QUEUED:
+            self._end(row, JobPhase.FAILED.value, "Stopped", "stopped while queued", now)
+        elif row.state == LIVE:
+            backend = self.engines.backend(team.name, team.namespace)
+            try:
+                self._apply_view(row, backend.stop(row.name))
+            except JobNotFound:
+                self._end(row, row.phase, row.reason or "", row.message or "", now)
+        db.add(JobEvent(job_id=row.id, time=now, message="stop requested through the server"))
+        db.commit()
+        self.on_change(row)
+        self.poke.set()
+
+    def delete(self, db: Session, row: Job, team: Team) -> None:
+        """Stop the job, remove it from the engine, its outputs, and its record."""
+        if row.state != QUEUED:
+            backend = self.engines.backend(team.name, team.namespace)
+            try:
+                # Only if the engine's job is this one (a later job may reuse the name).
+                other_live = db.scalars(
+                    select(Job).where(
+                        Job.team_id == team.id,
+                        Job.name == row.name,
+                        Job.id != row.id,
+                        Job.state != ENDED,
+                    )
+                ).first()
+                if other_live is None:
+                    backend.delete(row.name)
+            except JobNotFound:
+                pass
+        for folder in (row.output_dir, str(self.data_dir(team, row.id))):
+            if folder and self.engines.kind == "local":
+                shutil.rmtree(folder, ignore_errors=True)
+        db.execute(delete(JobEvent).where(JobEvent.job_id == row.id))
+        db.delete(row)
+        db.commit()
+        self.poke.set()
+
+    # -- the sync loop -----------------------------------------------------------------------
+
+    def tick(self) -> None:
+        with self.sessions() as db:
+            self._sync(db)
+            if self.engines.kind == "local":
+                self._admit(db)
+
+    def _sync(self, db: Session) -> None:
+        live = db.scalars(select(Job).where(Job.state == LIVE)).all()
+        if not live:
+            return
+        teams = {t.id: t for t in db.scalars(select(Team)).all()}
+        by_team: dict[int, list[Job]] = {}
+        for row in live:
+            by_team.setdefault(row.team_id, []).append(row)
+        now = time.time()
+        for team_id, rows in by_team.items():
+            team = teams[team_id]
+            backend = self.engines.backend(team.name, team.namespace)
+            try:
+                views = {v.name: v for v in backend.list()}
+            except Exception:
+                log.exception("reading the jobs of team %s failed", team.name)
+                continue
+            for row in rows:
+                view = views.get(row.name)
+                before = (row.phase, row.restarts, row.replicas, row.state)
+                if view is None:
+                    if JobPhase(row.phase).terminal:
+                        row.state = ENDED
+                        db.add(
+                            JobEvent(
+                                job_id=row.id, time=now, message="removed from the engine (TTL)"
+                            )
+                        )
+                    else:
+                        self._end(
+                            row,
+                            JobPhase.FAILED.value,
+                            "Lost",
+                            "the engine no longer has this job (deleted outside the server)",
+                            now,
+                        )
+                else:
+                    self._apply_view(row, view)
+                    self._copy_events(db, row, backend)
+                if (row.phase, row.restarts, row.replicas, row.state) != before:
+                    self.on_change(row)
+        db.commit()
+
+    @staticmethod
+    def _copy_events(db: Session, row: Job, backend: Any) -> None:
+        try:
+            events = backend.events(row.name)
+        except (JobNotFound, OSError, ValueError):
+            return
+        known = {
+            (round(t, 3), m)
+            for t, m in db.execute(
+                select(JobEvent.time, JobEvent.message).where(JobEvent.job_id == row.id)
+            ).all()
+        }
+        for e in events:
+            if (round(e.time, 3), e.message) not in known:
+                db.add(JobEvent(job_id=row.id, time=e.time, replica=e.replica, message=e.message))
+
+    def capacity(self) -> admission.Amount:
+        import psutil
+
+        from tfkube.backends.local._gpus import available_gpus
+
+        cpus = self.settings.cpus or float(os.cpu_count() or 1)
+        memory = self.settings.memory or psutil.virtual_memory().total
+        return admission.machine_capacity(cpus, memory, len(available_gpus()))
+
+    def _admit(self, db: Session) -> None:
+        queued = db.scalars(select(Job).where(Job.state == QUEUED).order_by(Job.created_at)).all()
+        if not queued:
+            return
+        live = db.scalars(select(Job).where(Job.state == LIVE)).all()
+        teams = {t.id: t for t in db.scalars(select(Team)).all()}
+
+        def amount(r: Job) -> admission.Amount:
+            return admission.Amount(
+                float(r.request.get("cpu", 0)),
+                int(r.request.get("memory", 0)),
+                int(r.request.get("gpu", 0)),
+            )
+
+        decision = admission.admit(
+            self.capacity(),
+            [admission.Running(r.team_id, amount(r)) for r in live],
+            [admission.Waiting(r.id, r.team_id, amount(r)) for r in queued],
+            {t.id: admission.Quota(**t.quota) for t in teams.values()},
+        )
+        by_id = {r.id: r for r in queued}
+        for job_id, message in decision.messages.items():
+            row = by_id[job_id]
+            if row.message != message:
+                row.message = message
+                row.replicas = [{**r, "message": message} for r in row.replicas]
+                row.updated_at = time.time()
+        db.commit()
+        for job_id in decision.start:
+            row = by_id[job_id]
+            self.start(db, row, teams[row.team_id])
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except Exception:
+                log.exception("job sync failed")
+            self.poke.wait(self.settings.sync_seconds)
+            self.poke.clear()
+
+    def start_loop(self) -> None:
+        self._thread = threading.Thread(target=self.run, name="tfkube-job-sync", daemon=True)
+        self._thread.start()
+
+    def stop_loop(self) -> None:
+        self._stop.set()
+        self.poke.set()
+        if self._thread is not None:
+            self._thread.join(30)

@@ -1,0 +1,45 @@
+"""Everything a request handler may need, made once at start-up: settings, the database,
+the engines, the job service, the blob store, the login limiter, the proxy targets."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from tfkube.server._artifacts import BlobStore
+from tfkube.server._engines import Engines
+from tfkube.server._jobs import JobService
+from tfkube.server._metrics import Metrics
+from tfkube.server._ratelimit import LoginLimiter
+from tfkube.server._scalars import ScalarReader
+from tfkube.server._settings import ServerSettings
+from tfkube.server._tensorboard import TensorBoards
+
+log = logging.getLogger("tfkube.server")
+
+
+@dataclass
+class Platform:
+    settings: ServerSettings
+    engine: Engine
+    sessions: sessionmaker[Session]
+    key: bytes
+    engines: Engines
+    jobs: JobService
+    blobs: BlobStore
+    limiter: LoginLimiter = field(default_factory=LoginLimiter)
+    """Failed sign-ins per user name (5 a minute)."""
+    address_limiter: LoginLimiter = field(default_factory=lambda: LoginLimiter(max_failures=30))
+    """Failed sign-ins per client address (30 a minute: several people may share one)."""
+    scalars: ScalarReader = field(default_factory=ScalarReader)
+    metrics: Metrics | None = None
+    tensorboards: TensorBoards = field(default_factory=lambda: TensorBoards(600.0))
+    """Local engine: one TensorBoard process per job, on demand (routes/proxy.py)."""
+
+    def __post_init__(self) -> None:
+        if self.metrics is None:
+            self.metrics = Metrics(self.sessions)
+        self.tensorboards.idle_seconds = self.settings.tensorboard_idle_seconds

@@ -1,0 +1,173 @@
+"""Secrets: passwords, session ids, API tokens, CSRF tokens and the code-fetch claims
+replicas present. The decisions here are pure functions over their inputs (the clock
+and the server's secret key are arguments); argon2 does the password hashing.
+
+- Passwords are argon2id hashes (`argon2-cffi`): slow on purpose, salted.
+- Session ids and API tokens are 32 random bytes. They are stored as SHA-256 digests:
+  with that much entropy a fast hash is enough (nobody can brute-force 2**256), and a
+  database leak reveals no usable credential.
+- The CSRF token of a session is an HMAC of the session id under the server's key, so it
+  needs no storage and cannot be forged without the key.
+- A code claim is `<payload>.<signature>`: base64url JSON `{job, sha256, exp}` and an
+  HMAC-SHA256 of it. A replica sends it as `Authorization: Bearer` when it fetches its
+  code; it opens exactly one blob for one job until it expires.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import secrets
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+
+TOKEN_PREFIX = "tfk_"
+"""API tokens start with this, so a leaked one is recognisable (secret scanners)."""
+SESSION_COOKIE = "tfkube_session"
+CSRF_HEADER = "X-CSRF-Token"
+MIN_PASSWORD_LENGTH = 10
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+_hasher = PasswordHasher()
+
+
+def hash_password(password: str) -> str:
+    return _hasher.hash(password)
+
+
+def verify_password(stored: str, password: str) -> bool:
+    try:
+        return _hasher.verify(stored, password)
+    except (VerificationError, InvalidHashError):
+        return False
+
+
+DUMMY_HASH = hash_password("not a password of anyone")
+"""Verified against when the user does not exist, so a login takes as long either way
+(no user enumeration through timing)."""
+
+
+def password_problem(password: str) -> str | None:
+    """Why a new password is refused, or None."""
+    if len(password) < MIN_PASSWORD_LENGTH:
+        return f"use at least {MIN_PASSWORD_LENGTH} characters"
+    if password.strip() != password or not password.strip():
+        return "must not start or end with spaces"
+    return None
+
+
+def new_secret() -> str:
+    """A fresh random secret for a session id or a one-time link (URL-safe)."""
+    return secrets.token_urlsafe(32)
+
+
+def new_api_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def digest(secret: str) -> str:
+    """What is stored for a session id or token: its SHA-256, hex."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def csrf_token(key: bytes, session_id: str) -> str:
+    return hmac.new(key, b"csrf:" + session_id.encode(), hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class CsrfVerdict:
+    ok: bool
+    reason: str = ""
+
+
+def check_csrf(
+    *,
+    method: str,
+    cookie_auth: bool,
+    sent_token: str | None,
+    expected_token: str | None,
+    origin: str | None,
+    referer: str | None,
+    host: str | None,
+) -> CsrfVerdict:
+    """Whether a request may change state (pure).
+
+    Only requests authenticated by the session cookie need it: a browser attaches the
+    cookie to cross-site requests on its own, a Bearer token it never does. Such a
+    request must carry the session's CSRF token in the X-CSRF-Token header and, when the
+    browser names an origin (Origin, else Referer), come from this server's own origin."""
+    if method.upper() in SAFE_METHODS or not cookie_auth:
+        return CsrfVerdict(True)
+    source = origin or referer
+    if source is not None and (
+        source == "null" or host is None or urlsplit(source).netloc.lower() != host.lower()
+    ):
+        return CsrfVerdict(False, "the request comes from another origin")
+    if not sent_token or not expected_token:
+        return CsrfVerdict(False, f"the {CSRF_HEADER} header is missing")
+    if not hmac.compare_digest(sent_token, expected_token):
+        return CsrfVerdict(False, f"the {CSRF_HEADER} header does not match the session")
+    return CsrfVerdict(True)
+
+
+# -- code claims ---------------------------------------------------------------------------
+
+
+class ClaimError(ValueError):
+    """A code claim that does not open this blob (malformed, forged, expired, other)."""
+
+
+@dataclass(frozen=True)
+class CodeClaim:
+    job: str
+    """The job's public id."""
+    sha256: str
+    """The one blob the claim opens."""
+    exp: float
+    """Expiry, seconds since the epoch."""
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def sign_claim(key: bytes, claim: CodeClaim) -> str:
+    payload = _b64(
+        json.dumps(
+            {"job": claim.job, "sha256": claim.sha256, "exp": int(claim.exp)},
+            separators=(",", ":"),
+            sort_keys=True,
+        ).encode()
+    )
+    signature = _b64(hmac.new(key, payload.encode(), hashlib.sha256).digest())
+    return f"{payload}.{signature}"
+
+
+def verify_claim(key: bytes, token: str, sha256: str, now: float) -> CodeClaim:
+    """The claim in `token` if it is ours, unexpired and opens `sha256`; else ClaimError."""
+    payload, dot, signature = token.partition(".")
+    if not dot:
+        raise ClaimError("malformed")
+    expected = _b64(hmac.new(key, payload.encode(), hashlib.sha256).digest())
+    if not hmac.compare_digest(signature, expected):
+        raise ClaimError("bad signature")
+    try:
+        data = json.loads(_unb64(payload))
+        claim = CodeClaim(job=str(data["job"]), sha256=str(data["sha256"]), exp=float(data["exp"]))
+    except (ValueError, KeyError, TypeError, binascii.Error):
+        raise ClaimError("malformed") from None
+    if claim.exp < now:
+        raise ClaimError("expired")
+    if not hmac.compare_digest(claim.sha256, sha256):
+        raise ClaimError("for another artifact")
+    return claim

@@ -1,0 +1,61 @@
+"""The server's settings: what `tfkube server` takes on its command line."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_PORT = 8470
+
+
+def default_data_dir() -> Path:
+    """$TFKUBE_HOME/server, else ~/.tfkube/server."""
+    home = os.environ.get("TFKUBE_HOME") or str(Path.home() / ".tfkube")
+    return Path(home) / "server"
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    data_dir: Path = field(default_factory=default_data_dir)
+    """Everything the server keeps: database (SQLite), blobs, the teams' jobs and outputs."""
+    host: str = "127.0.0.1"
+    """Loopback by default: put a TLS-terminating proxy in front to serve a network."""
+    port: int = DEFAULT_PORT
+    engine: str = "local"
+    """local (processes on this machine) or kubernetes (TFJobs in each team's namespace)."""
+    database_url: str | None = None
+    """None: SQLite in the data dir; `postgresql://user@host:port/db` for PostgreSQL."""
+    public_url: str | None = None
+    """How browsers reach the server (links, the Origin check); default http://host:port."""
+    code_url: str | None = None
+    """How replicas reach the server to fetch code; default the public URL (locally), the
+    server's Service in a cluster."""
+    kubeconfig: Path | None = None
+    """Kubernetes engine: the kubeconfig (default: in-cluster, $KUBECONFIG)."""
+    outputs_claim: str | None = None
+    """Kubernetes engine: a ReadWriteMany claim name, present in every team namespace and
+    mounted by the server at `<data-dir>/teams/<team>/outputs`, where jobs write their
+    logs and summaries (see docs/kubernetes.md). None: logs come from the pod log API."""
+    cpus: float | None = None
+    """Local engine: CPUs jobs may request together (default: this machine's)."""
+    memory: int | None = None
+    """Local engine: bytes of memory jobs may request together (default: this machine's)."""
+    sync_seconds: float = 1.0
+    """How often job status is read from the engine into the database."""
+    session_hours: float = 12.0
+    tensorboard_idle_seconds: float = 600.0
+    """A job's TensorBoard is stopped after this long without a request."""
+    secure_cookies: bool = False
+    """Mark cookies Secure (set when served over https)."""
+
+    @property
+    def base_url(self) -> str:
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = "127.0.0.1" if self.host in {"0.0.0.0", "::", ""} else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def replica_url(self) -> str:
+        return (self.code_url or self.base_url).rstrip("/")

@@ -1,0 +1,170 @@
+"""The server's database: SQLAlchemy 2 tables. The schema is created and changed only by
+the Alembic migrations in `migrations/` (applied at start-up); these classes must match
+them (a test compares the two).
+
+Times are seconds since the epoch (floats): the same in SQLite and PostgreSQL, and what
+the rest of tfkube uses.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class SiteState(Base):
+    """Key/value settings of the site: the secret key, the one-time set-up token hash."""
+
+    __tablename__ = "site_state"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class User(Base):
+    __tablename__ = "users"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    """The login name: lower-case letters, digits, '-', '_', '.'."""
+    password_hash: Mapped[str] = mapped_column(String(255))
+    site_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    disabled: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Team(Base):
+    __tablename__ = "teams"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(40), unique=True)
+    """A DNS label: it names the team's folder (local) or namespace (Kubernetes)."""
+    namespace: Mapped[str] = mapped_column(String(63))
+    quota: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    """cpu (cores), memory (bytes), gpu, jobs: each optional."""
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Membership(Base):
+    __tablename__ = "memberships"
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True
+    )
+    team_id: Mapped[int] = mapped_column(
+        ForeignKey("teams.id", ondelete="CASCADE"), primary_key=True
+    )
+    role: Mapped[str] = mapped_column(String(16))
+
+
+class LoginSession(Base):
+    __tablename__ = "login_sessions"
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    """SHA-256 of the cookie's random value: the value itself is never stored."""
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float] = mapped_column(Float)
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prefix: Mapped[str] = mapped_column(String(16))
+    """The first characters, to recognise a token in a list (not enough to use it)."""
+    created_at: Mapped[float] = mapped_column(Float)
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class Blob(Base):
+    """Stored bytes, once per sha256 (files under `<data-dir>/blobs/`)."""
+
+    __tablename__ = "blobs"
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Artifact(Base):
+    """One version of a named code or data artifact of a team."""
+
+    __tablename__ = "artifacts"
+    __table_args__ = (UniqueConstraint("team_id", "name", "version"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    version: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(8))
+    """code | data"""
+    sha256: Mapped[str] = mapped_column(ForeignKey("blobs.sha256"))
+    size: Mapped[int] = mapped_column(Integer)
+    files: Mapped[int] = mapped_column(Integer)
+    created_by: Mapped[int | None] = mapped_column(
+        ForeignKey("users.id", ondelete="SET NULL"), nullable=True
+    )
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Job(Base):
+    """A job as the server knows it: the request, and its last known status. Kept after
+    the engine forgot the job (TTL), until a user deletes it."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (
+        Index("ix_jobs_team_created", "team_id", "created_at"),
+        Index("ix_jobs_state", "state"),
+    )
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    """Public id (random): URLs use it, so names can be reused."""
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(40))
+    created_by: Mapped[int | None] = mapped_column(
+        ForeignKey("users.id", ondelete="SET NULL"), nullable=True
+    )
+    created_at: Mapped[float] = mapped_column(Float)
+    spec: Mapped[str] = mapped_column(Text)
+    """The TFJob as it runs (YAML, code pinned to the artifact)."""
+    artifact_id: Mapped[int | None] = mapped_column(
+        ForeignKey("artifacts.id", ondelete="SET NULL"), nullable=True
+    )
+    code_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    state: Mapped[str] = mapped_column(String(16))
+    """queued (waiting for resources) | live (on the engine) | ended (final status kept)."""
+    request: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    """cpu, memory, gpu its replicas request together (the queue's input)."""
+    phase: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    replicas: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    """The replicas as last observed (role, index, state, restarts, exit code, ...)."""
+    output_dir: Mapped[str | None] = mapped_column(Text, nullable=True)
+    """Where the server reads the job's logs, scalars and outputs."""
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class JobEvent(Base):
+    __tablename__ = "job_events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    time: Mapped[float] = mapped_column(Float)
+    replica: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    message: Mapped[str] = mapped_column(Text)

@@ -1,0 +1,176 @@
+"""A real `tfkube server` process on a loopback port, and small httpx helpers."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class ServerProc:
+    data_dir: Path
+    port: int
+    database_url: str | None
+    env: dict[str, str]
+    extra: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+    setup_token: str | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log(self) -> Path:
+        return self.data_dir.parent / f"server-{self.port}.log"
+
+    def start(self, timeout: float = 60) -> None:
+        argv = [
+            sys.executable,
+            "-m",
+            "tfkube",
+            "server",
+            "--data-dir",
+            str(self.data_dir),
+            "--port",
+            str(self.port),
+            *self.extra,
+        ]
+        if self.database_url:
+            argv += ["--database-url", self.database_url]
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited:\n{self.log.read_text()[-4000:]}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        else:
+            raise RuntimeError(f"the server did not answer:\n{self.log.read_text()[-4000:]}")
+        found = re.findall(r"/setup\?token=([A-Za-z0-9_-]+)", self.log.read_text())
+        self.setup_token = found[-1] if found else None
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
+
+    def rss(self) -> int:
+        assert self.proc is not None
+        return int(psutil.Process(self.proc.pid).memory_info().rss)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+PASSWORD = "correct horse battery"
+
+
+class Api:
+    """A signed-in user's API client (Bearer token), plus the admin's helpers."""
+
+    def __init__(self, url: str, token: str, name: str) -> None:
+        self.url = url
+        self.name = name
+        self.token = token
+        self.http = httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60
+        )
+
+    def close(self) -> None:
+        self.http.close()
+
+    def get(self, path: str, **kw: Any) -> httpx.Response:
+        return self.http.get(path, **kw)
+
+    def post(self, path: str, **kw: Any) -> httpx.Response:
+        return self.http.post(path, **kw)
+
+    def delete(self, path: str, **kw: Any) -> httpx.Response:
+        return self.http.delete(path, **kw)
+
+    def ok(self, response: httpx.Response, status: int = 200) -> Any:
+        assert response.status_code == status, (response.status_code, response.text)
+        return response.json() if response.content else None
+
+    # admin helpers
+    def new_user(self, name: str | None = None, **kw: Any) -> str:
+        name = name or unique("user")
+        self.ok(self.post("/api/v1/users", json={"name": name, "password": PASSWORD, **kw}), 201)
+        return name
+
+    def new_team(self, name: str | None = None, quota: dict[str, Any] | None = None) -> str:
+        name = name or unique("team")
+        self.ok(self.post("/api/v1/teams", json={"name": name, "quota": quota or {}}), 201)
+        return name
+
+    def add_member(self, team: str, user: str, role: str) -> None:
+        self.ok(self.http.put(f"/api/v1/teams/{team}/members/{user}", json={"role": role}), 200)
+
+
+def login(url: str, name: str, password: str = PASSWORD) -> tuple[httpx.Client, str]:
+    """A cookie session: -> (client holding the cookie, its CSRF token)."""
+    client = httpx.Client(base_url=url, timeout=60)
+    r = client.post("/api/v1/auth/login", json={"name": name, "password": password})
+    if r.status_code != 200:
+        client.close()
+        raise AssertionError(r.text)
+    return client, r.json()["csrf_token"]
+
+
+def token_for(url: str, name: str, password: str = PASSWORD) -> str:
+    client, csrf = login(url, name, password)
+    try:
+        r = client.post(
+            "/api/v1/tokens",
+            json={"name": "tests"},
+            headers={"X-CSRF-Token": csrf, "Origin": url},
+        )
+        assert r.status_code == 201, r.text
+        return str(r.json()["token"])
+    finally:
+        client.close()
+
+
+def api_for(url: str, name: str) -> Api:
+    return Api(url, token_for(url, name), name)
+
+
+def env_with(tag_name: str, tag: str, home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env[tag_name] = tag
+    env["TFKUBE_HOME"] = str(home)
+    return env

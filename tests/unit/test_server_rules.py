@@ -1,0 +1,295 @@
+"""The server's pure rules, one table each: scopes per role, CSRF, code claims, user
+paths, the local queue's admission, the four-field form, login rate limiting."""
+
+from __future__ import annotations
+
+import pytest
+
+from tfkube.api import SpecError
+from tfkube.server._admission import Amount, Quota, Running, Waiting, admit, bytes_of, cpu_of
+from tfkube.server._forms import ArtifactRef, JobForm, form_job, parse_ref, server_problems
+from tfkube.server._paths import UnsafePath, safe_parts
+from tfkube.server._ratelimit import LoginLimiter
+from tfkube.server._scopes import Actor, Role, Scope, allowed, visible
+from tfkube.server._security import (
+    ClaimError,
+    CodeClaim,
+    check_csrf,
+    csrf_token,
+    password_problem,
+    sign_claim,
+    verify_claim,
+)
+
+TEAM, OTHER = 1, 2
+
+
+@pytest.mark.parametrize(
+    ("role", "scope", "expected"),
+    [
+        (Role.VIEWER, Scope.JOBS_READ, True),
+        (Role.VIEWER, Scope.LOGS_READ, True),
+        (Role.VIEWER, Scope.JOBS_WRITE, False),
+        (Role.VIEWER, Scope.ARTIFACTS_WRITE, False),
+        (Role.VIEWER, Scope.TEAM_ADMIN, False),
+        (Role.MEMBER, Scope.JOBS_WRITE, True),
+        (Role.MEMBER, Scope.ARTIFACTS_WRITE, True),
+        (Role.MEMBER, Scope.TEAM_ADMIN, False),
+        (Role.ADMIN, Scope.TEAM_ADMIN, True),
+        (Role.ADMIN, Scope.SITE_ADMIN, False),
+    ],
+)
+def test_role_scopes(role: Role, scope: Scope, expected: bool) -> None:
+    actor = Actor(user_id=1, roles={TEAM: role})
+    assert allowed(actor, scope, TEAM) is expected
+    assert allowed(actor, scope, OTHER) is False  # never in a team one is not in
+    assert visible(actor, TEAM)
+    assert not visible(actor, OTHER)
+
+
+def test_site_admin_sees_and_may_do_everything() -> None:
+    actor = Actor(user_id=1, site_admin=True)
+    assert visible(actor, OTHER)
+    assert all(allowed(actor, s, OTHER) for s in Scope)
+    assert not allowed(Actor(user_id=2, roles={TEAM: Role.ADMIN}), Scope.SITE_ADMIN)
+
+
+KEY = b"k" * 32
+SID = "session-id"
+GOOD = csrf_token(KEY, SID)
+
+
+@pytest.mark.parametrize(
+    ("method", "cookie", "sent", "origin", "referer", "ok"),
+    [
+        ("GET", True, None, None, None, True),  # safe methods change nothing
+        ("POST", False, None, "http://evil.example", None, True),  # Bearer: no cookie
+        ("POST", True, GOOD, None, None, True),  # no Origin sent: the token decides
+        ("POST", True, GOOD, "http://srv:8470", None, True),
+        ("POST", True, None, "http://srv:8470", None, False),  # missing token
+        ("POST", True, "0" * 64, "http://srv:8470", None, False),  # wrong token
+        ("POST", True, GOOD, "http://evil.example", None, False),  # other origin
+        ("DELETE", True, GOOD, None, "http://evil.example/page", False),  # via Referer
+        ("PUT", True, GOOD, "null", None, False),  # opaque origin
+        ("PATCH", True, csrf_token(KEY, "other-session"), None, None, False),
+    ],
+)
+def test_csrf(
+    method: str, cookie: bool, sent: str | None, origin: str | None, referer: str | None, ok: bool
+) -> None:
+    verdict = check_csrf(
+        method=method,
+        cookie_auth=cookie,
+        sent_token=sent,
+        expected_token=GOOD,
+        origin=origin,
+        referer=referer,
+        host="srv:8470",
+    )
+    assert verdict.ok is ok, verdict.reason
+
+
+SHA = "a" * 64
+
+
+@pytest.mark.parametrize(
+    ("token", "sha", "now", "error"),
+    [
+        (sign_claim(KEY, CodeClaim("job1", SHA, 1000)), SHA, 999, None),
+        (sign_claim(KEY, CodeClaim("job1", SHA, 1000)), SHA, 1001, "expired"),
+        (sign_claim(KEY, CodeClaim("job1", SHA, 1000)), "b" * 64, 999, "another"),
+        (sign_claim(b"x" * 32, CodeClaim("job1", SHA, 1000)), SHA, 999, "signature"),
+        ("garbage", SHA, 0, "malformed"),
+        (sign_claim(KEY, CodeClaim("job1", SHA, 1000)) + "x", SHA, 0, "signature"),
+    ],
+)
+def test_code_claims(token: str, sha: str, now: float, error: str | None) -> None:
+    if error is None:
+        assert verify_claim(KEY, token, sha, now).job == "job1"
+    else:
+        with pytest.raises(ClaimError, match=error):
+            verify_claim(KEY, token, sha, now)
+
+
+@pytest.mark.parametrize(
+    ("text", "parts"),
+    [
+        ("", ()),
+        ("model.ckpt-1000.index", ("model.ckpt-1000.index",)),
+        ("export/1/saved_model.pb", ("export", "1", "saved_model.pb")),
+        ("..", None),
+        ("../etc/passwd", None),
+        ("a/../../b", None),
+        ("a/./b", None),
+        ("a//b", None),
+        ("/etc/passwd", None),
+        ("..\\secret", None),
+        ("a\\b", None),
+        ("%2e%2e/secret", None),  # double-encoded: one decoding already happened
+        ("%252e%252e/secret", None),
+        ("file:///etc/passwd", None),
+        ("C:/windows", None),
+        ("a\x00b", None),
+    ],
+)
+def test_user_paths(text: str, parts: tuple[str, ...] | None) -> None:
+    if parts is None:
+        with pytest.raises(UnsafePath):
+            safe_parts(text)
+    else:
+        assert safe_parts(text) == parts
+
+
+GIB = 2**30
+MACHINE = Amount(2.0, 8 * GIB, 0)
+
+
+def w(job: str, team: int, cpu: float, mem: int = 0, gpu: int = 0) -> Waiting:
+    return Waiting(job, team, Amount(cpu, mem, gpu))
+
+
+@pytest.mark.parametrize(
+    ("running", "waiting", "quotas", "start"),
+    [
+        ([], [w("a", 1, 1.5)], {}, ("a",)),  # fits
+        ([Running(1, Amount(1.5))], [w("a", 1, 1.5)], {}, ()),  # does not fit now
+        ([], [w("a", 1, 1.0), w("b", 1, 1.0), w("c", 1, 1.0)], {}, ("a", "b")),
+        # Fair: team 2 holds nothing, so its job goes before team 1's second one.
+        ([Running(1, Amount(1.0))], [w("a", 1, 1.0), w("b", 2, 1.0)], {}, ("b",)),
+        # The fair head does not fit: nothing jumps past it.
+        ([Running(1, Amount(1.0))], [w("big", 2, 1.5), w("small", 1, 0.5)], {}, ()),
+        # A job larger than the machine runs alone when nothing else runs...
+        ([], [w("huge", 1, 3.0)], {}, ("huge",)),
+        # ...and waits while anything runs.
+        ([Running(2, Amount(0.5))], [w("huge", 1, 3.0)], {}, ()),
+        # A quota holds its own team back, not others.
+        ([Running(1, Amount(1.0))], [w("a", 1, 0.5), w("b", 2, 0.5)], {1: Quota(cpu=1.0)}, ("b",)),
+        ([Running(1, Amount(0.5))], [w("a", 1, 0.5)], {1: Quota(jobs=1)}, ()),
+        ([], [w("m", 1, 0.5, 16 * GIB)], {}, ("m",)),  # alone: more memory than exists
+        ([], [w("g", 1, 0.5, 0, 1)], {}, ("g",)),  # a GPU job on a machine without: alone
+    ],
+)
+def test_admission(
+    running: list[Running], waiting: list[Waiting], quotas: dict[int, Quota], start: tuple[str, ...]
+) -> None:
+    decision = admit(MACHINE, running, waiting, quotas)
+    assert decision.start == start
+    assert set(decision.messages) == {x.job for x in waiting} - set(start)
+
+
+def test_queue_messages_give_the_position() -> None:
+    decision = admit(
+        MACHINE, [Running(1, Amount(2.0))], [w("a", 1, 1.0), w("b", 2, 1.0), w("c", 1, 1.0)], {}
+    )
+    assert decision.start == ()
+    assert decision.messages["b"].startswith("queued: position 1 of 3")
+    assert "position 3 of 3" in decision.messages["c"]
+    quota = admit(MACHINE, [Running(1, Amount(1.0))], [w("a", 1, 1.0)], {1: Quota(cpu=1.0)})
+    assert "quota" in quota.messages["a"]
+
+
+@pytest.mark.parametrize(
+    ("quantity", "cores"), [(None, 0.5), ("2", 2.0), ("500m", 0.5), ("1.5", 1.5)]
+)
+def test_cpu_quantities(quantity: str | None, cores: float) -> None:
+    assert cpu_of(quantity) == cores
+
+
+@pytest.mark.parametrize(
+    ("quantity", "size"), [(None, 0), ("2Gi", 2 * GIB), ("512Mi", 512 * 2**20), ("1G", 10**9)]
+)
+def test_memory_quantities(quantity: str | None, size: int) -> None:
+    assert bytes_of(quantity) == size
+
+
+@pytest.mark.parametrize(
+    ("text", "ref"),
+    [
+        ("mnist", ArtifactRef(name="mnist")),
+        ("artifact:mnist", ArtifactRef(name="mnist")),
+        ("mnist:3", ArtifactRef(name="mnist", version=3)),
+        ("sha256:" + SHA, ArtifactRef(sha256=SHA)),
+        ("https://example.com/code.tar.gz", None),
+        ("./folder", None),
+        ("Bad Name", None),
+    ],
+)
+def test_artifact_refs(text: str, ref: ArtifactRef | None) -> None:
+    assert parse_ref(text) == ref
+
+
+def test_four_fields_make_a_tfjob() -> None:
+    job = form_job(JobForm(name="mnist", workers=2, ps=1, code="mnist-code:2"))
+    assert job.spec.replicas.counts() == {"chief": 0, "ps": 1, "worker": 2, "evaluator": 0}
+    assert job.spec.code.source == "artifact:mnist-code:2"
+    advanced = form_job(
+        JobForm(
+            name="x",
+            workers=1,
+            code="c",
+            chief=True,
+            cpu="2",
+            gpu=1,
+            deadline_seconds=60,
+            args=["--train_steps=10"],
+        )
+    )
+    worker = advanced.spec.replicas.worker
+    assert worker is not None
+    assert worker.resources.gpu == 1
+    assert worker.args == ["--train_steps=10"]
+    assert advanced.spec.replicas.count(advanced.replica_keys()[0][0]) == 1
+    assert advanced.spec.run_policy.active_deadline_seconds == 60
+
+
+@pytest.mark.parametrize(
+    ("form", "field"),
+    [
+        (JobForm(name="Bad_Name", workers=1, code="c"), "name"),
+        (JobForm(name="x", workers=1, code="c", cpu="lots"), "cpu"),
+        (JobForm(name="x", workers=1, code="c", entrypoint="../evil.sh"), "entrypoint"),
+    ],
+)
+def test_form_errors_name_the_form_field(form: JobForm, field: str) -> None:
+    with pytest.raises(SpecError) as info:
+        form_job(form)
+    assert [e.field for e in info.value.errors] == [field]
+
+
+def test_server_jobs_may_not_name_server_folders() -> None:
+    from tfkube.api import parse_job
+
+    job = parse_job(
+        {
+            "metadata": {"name": "x"},
+            "spec": {
+                "replicas": {"worker": {}},
+                "code": {"source": "artifact:c"},
+                "storage": {"data": {"path": "/etc"}, "logs": {"path": "/root"}},
+            },
+        }
+    )
+    assert {p.field for p in server_problems(job)} == {
+        "spec.storage.data.path",
+        "spec.storage.logs.path",
+    }
+
+
+def test_login_rate_limit() -> None:
+    now = [0.0]
+    limiter = LoginLimiter(max_failures=3, window=60, clock=lambda: now[0])
+    for _ in range(3):
+        assert limiter.retry_after("user:a", "addr:x") is None
+        limiter.failed("user:a", "addr:x")
+    assert limiter.retry_after("user:a") == pytest.approx(60)
+    assert limiter.retry_after("user:b", "addr:x") is not None  # same address
+    assert limiter.retry_after("user:b", "addr:y") is None
+    now[0] = 61
+    assert limiter.retry_after("user:a", "addr:x") is None
+
+
+@pytest.mark.parametrize(
+    ("password", "ok"), [("short", False), ("long enough pass", True), (" padded password ", False)]
+)
+def test_password_rules(password: str, ok: bool) -> None:
+    assert (password_problem(password) is None) is ok
