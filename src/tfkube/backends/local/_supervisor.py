@@ -236,14 +236,18 @@ class Supervisor:
             except NotEnoughGpus as exc:
                 users = sorted({name for names in holders.values() for name in names})
                 held = f"waiting for GPUs: {exc} (in use by {', '.join(users)})"
-                if waiting[0].held != held:
-                    for r in waiting:
+                # The whole job waits: a PS started alone would only hold its port.
+                unstarted = [r for r in self.record.replicas if r.state is ReplicaState.PENDING]
+                if any(r.held != held for r in unstarted):
+                    for r in unstarted:
                         r.held = held
                     self.dir.event(held)
                     return True
                 return False
             for r in waiting:
-                r.gpus, r.held = given[r.key], None
+                r.gpus = given[r.key]
+            for r in self.record.replicas:
+                r.held = None
             self.dir.write(self.record)
         self.dir.event("GPUs assigned: " + ", ".join(f"{r.key} {r.gpus}" for r in waiting))
         return True
