@@ -193,9 +193,13 @@ def test_ctrl_c_at_any_moment_of_a_run(
     out, err = proc.communicate(timeout=EXIT_TIMEOUT)
     found = state(tfkube_home, "anytime")
     if found is None:
-        # Interrupted before the job existed (at the very start Python itself may die
-        # of the signal, which a shell reports as 130 too).
-        assert proc.returncode in (130, -signal.SIGINT), out + err
+        # Interrupted before the job existed. At the very start the interpreter itself
+        # may die of the signal (a shell reports 130 too), or, inside its own start-up
+        # before any of tfkube runs, exit 1 with "Could not import runpy module": that
+        # is CPython's, and nothing was started either.
+        assert proc.returncode in (130, -signal.SIGINT) or (
+            proc.returncode == 1 and "KeyboardInterrupt" in err and "tfkube" not in err
+        ), out + err
     else:
         assert proc.returncode == 130, out + err
         phase, reason, replicas = found
