@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from tfkube import contract as c
 from tfkube.cluster import classic_flags, shard_for, tf_config
 
-CODE_TOKEN_ENV = c.CODE_TOKEN
-
 
 class ContractError(Exception):
     pass

@@ -80,7 +80,6 @@ CODE_FILE = "code.tar.gz"
 WORK_DIR = "/tfkube/work"
 """An emptyDir: the launcher unpacks the code here (the image's own files stay untouched)."""
 DEFAULT_MOUNTS = {"data": "/tfkube/data", "logs": "/tfkube/logs"}
-CODE_TOKEN_ENV = "TFKUBE_CODE_TOKEN"
 CONTAINER = "tensorflow"
 """The replica container's name (part B's status and logs read this one)."""
 PORT_NAME = "tf"
@@ -586,7 +585,7 @@ def _environment(ctx: _Context, role: Role) -> list[Object]:
     if ctx.options.code_token_secret:
         out.append(
             {
-                "name": CODE_TOKEN_ENV,
+                "name": contract.CODE_TOKEN,
                 "valueFrom": {
                     "secretKeyRef": {"name": ctx.options.code_token_secret, "key": "token"}
                 },
