@@ -67,6 +67,10 @@ VENV_CACHE: Final = "TFKUBE_VENV_CACHE"
 """Kubernetes: a folder (a volume) where the launcher installs the code's
 requirements.txt, one environment per requirements hash, shared by the pods that mount it."""
 
+LOG_MAX_BYTES: Final = "TFKUBE_LOG_MAX_BYTES"
+"""Optional: the size at which the launcher's copy of a replica's output in the shared
+log folder stops growing (default 64 MiB)."""
+
 # -- What the launcher adds for the entrypoint ------------------------------------------
 
 TF_CONFIG: Final = "TF_CONFIG"

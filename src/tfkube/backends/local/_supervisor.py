@@ -49,7 +49,7 @@ PROGRESS_EVERY = 1.0
 """How often progress is observed (log files and the log folder's mtimes)."""
 MAX_SCAN = 5000
 """At most this many entries of the log folder are looked at per observation."""
-_INHERITED_DROP = ("TFKUBE_", "TF_CONFIG", "VIRTUAL_ENV")
+_INHERITED_DROP = (contract.RESERVED_PREFIX, contract.TF_CONFIG, "VIRTUAL_ENV")
 
 
 def _latest_write(folder: Path, limit: int = MAX_SCAN) -> float:
