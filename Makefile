@@ -22,13 +22,14 @@ demo: $(STAMP)
 
 ## lint: ruff, mypy on the package, import layering.
 lint: $(STAMP)
-	$(BIN)/ruff check src tests examples benchmarks tools/stress
-	$(BIN)/ruff format --check src tests examples benchmarks tools/stress
+	$(BIN)/ruff check src tests examples benchmarks tools
+	$(BIN)/ruff format --check src tests examples benchmarks tools
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-## test: everything: lint, unit tests, real TensorFlow tests, tests against a real control plane.
-test: $(STAMP) kube-bins
+## test: everything: lint, unit tests, real TensorFlow tests, tests against a real control plane
+## and real TensorFlow pods on its real kubelet node.
+test: $(STAMP) kube-bins kube-node
 	$(MAKE) lint
 	$(BIN)/pytest
 

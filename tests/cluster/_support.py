@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from kubernetes import client
 
@@ -33,6 +36,28 @@ class KubeCluster:
     cpu_nodes: list[str]  # fake node names without GPUs
     gpu_nodes: list[str]  # fake node names with nvidia.com/gpu capacity
     logs_dir: Path  # one log file per component
+    harness: Any = None  # tools/kube/cluster.py's Cluster: add_real_node(), stop_real_node()
+
+
+@dataclass
+class RealNode:
+    """What the `real_node` fixture yields: one real kubelet node in the session's cluster.
+    Pods land there only with `SELECTOR` and `TOLERATIONS` (its label and taint)."""
+
+    name: str  # the Node's name, e.g. tfkube-real-0
+    node_ip: str  # its bridge address (198.19.N.1): node IP, DNS server
+    volumes_dir: Path  # where its hostPath PersistentVolumes keep their files
+    bind: Callable[[str, list[str]], list[str]]  # (namespace, claims) -> pre-bound PV names
+    timings: dict[str, float]  # start-up steps in seconds (image import, kubelet Ready, total)
+
+    SELECTOR: ClassVar[dict[str, str]] = {"tfkube.io/real-node": "true"}
+    TOLERATIONS: ClassVar[list[dict[str, str]]] = [
+        {"key": "tfkube.io/real-node", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+
+    def volume(self, namespace: str, claim: str) -> Path:
+        """The host folder behind a claim bound with `bind`."""
+        return self.volumes_dir / namespace / claim
 
 
 def load_cluster_module() -> ModuleType:
@@ -61,3 +86,45 @@ def wait_for(
             return last
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
+
+
+class Operator:
+    """`tfkube operator` as a subprocess watching one namespace."""
+
+    def __init__(self, kube: KubeCluster, namespace: str, log: Path, kubeconfig: Path) -> None:
+        self.kube, self.namespace, self.log = kube, namespace, log
+        self.kubeconfig = kubeconfig
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tfkube",
+                    "operator",
+                    "--kubeconfig",
+                    str(self.kubeconfig),
+                    "--namespace",
+                    self.namespace,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=REPO,
+            )
+        wait_for("the operator to start", lambda: "watching" in self.log.read_text(), 30)
+
+    def kill(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.kill(self.proc.pid, sig)
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+
+    def errors(self) -> list[str]:
+        return [line for line in self.log.read_text().splitlines() if "Traceback" in line]

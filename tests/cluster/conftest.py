@@ -7,11 +7,20 @@ Fixtures:
                              `KubeCluster` (kubeconfig path, API clients, node names). Teardown
                              stops exactly the processes it started, by PID.
   kube_namespace  (function) a fresh namespace for one test, deleted afterwards.
+  real_node       (session)  adds one real kubelet node (tools/kube/realnode.py) to that
+                             cluster and yields a `RealNode`; teardown removes all it made.
+                             Tests using it get the `realnode` marker.
+  crd, operator_kubeconfig (module) the CRD installed; a kubeconfig with the operator's
+                             ServiceAccount token.
+  operator        (function) `tfkube operator` (a subprocess with that token) watching the
+                             test's namespace; stopped by PID afterwards.
 
 TFKUBE_KUBE_KEEP=1 keeps the control plane's temp dir (logs/, kubeconfig) after the session.
 Without the binaries the tests are skipped with a hint (`make kube-bins`); under CI=true the
 binaries are built if missing (or reused), and a failure to build or start is a test error.
 Fake pods follow the KWOK stage contract in tools/kube/stages (see docs/testing.md).
+The real node needs root and what `make kube-node` installs and builds: without them its tests
+are skipped with that hint, and under CI=true that is an error instead.
 """
 
 from __future__ import annotations
@@ -24,10 +33,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from ._support import KUBE_TOOLS, KubeCluster, load_cluster_module
+from tfkube.backends.kubernetes import install
+from tfkube.render import OPERATOR_NAME, OPERATOR_NAMESPACE
+
+from ._support import KUBE_TOOLS, KubeCluster, Operator, RealNode, load_cluster_module
 
 HERE = Path(__file__).resolve().parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -41,6 +54,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if HERE in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.cluster)
+        if "real_node" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.realnode)
 
 
 def _unavailable(reason: str) -> None:
@@ -83,6 +98,7 @@ def kube_cluster() -> Iterator[KubeCluster]:
             cpu_nodes=[n.name for n in cluster.nodes if not n.gpus],
             gpu_nodes=[n.name for n in cluster.nodes if n.gpus],
             logs_dir=Path(state.workdir) / "logs",
+            harness=cluster,
         )
     finally:
         api_client.close()
@@ -103,3 +119,76 @@ def kube_namespace(kube_cluster: KubeCluster, request: pytest.FixtureRequest) ->
     except ApiException as exc:
         if exc.status != 404:
             raise
+
+
+@pytest.fixture(scope="session")
+def real_node(kube_cluster: KubeCluster) -> Iterator[RealNode]:
+    """One real kubelet node beside the fake ones, for the session (docs/testing.md)."""
+    kube = load_cluster_module()
+    realnode = kube._sibling("realnode")
+    missing = realnode.missing_parts(Path(kube_cluster.harness.bin_dir))
+    if missing:
+        reason = "the real node cannot run here; missing: " + "; ".join(missing)
+        if IN_CI:
+            pytest.fail(f"CI=true and {reason}", pytrace=False)
+        pytest.skip(f"{reason} (`make kube-node` as root prepares all of it)")
+    try:
+        state = kube_cluster.harness.add_real_node()
+    except kube.ClusterError as exc:
+        if IN_CI:
+            pytest.fail(f"CI=true and the real node did not start: {exc}", pytrace=False)
+        pytest.skip(f"the real node did not start: {exc}")
+    node = realnode.NodeState(**state)
+    try:
+        yield RealNode(
+            name=node.name,
+            node_ip=node.node_ip,
+            volumes_dir=Path(node.volumes_dir),
+            bind=lambda ns, claims: realnode.bind_claims(
+                kube_cluster.harness.api, node, ns, claims
+            ),
+            timings=dict(node.timings),
+        )
+    finally:
+        for line in kube_cluster.harness.stop_real_node():
+            if "left" in line or "could not" in line:
+                print(f"real_node teardown: {line}")
+
+
+@pytest.fixture(scope="module")
+def crd(kube_cluster: KubeCluster) -> KubeCluster:
+    """The CRD (with RBAC and the operator Deployment, which only gets a fake pod here)."""
+    install(kube_cluster.api_client)
+    return kube_cluster
+
+
+@pytest.fixture(scope="module")
+def operator_kubeconfig(crd: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A kubeconfig with a token of the operator's ServiceAccount: the operator runs with
+    exactly the RBAC `tfkube install` grants it, not as an administrator."""
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
+    )
+    token = crd.core.create_namespaced_service_account_token(
+        OPERATOR_NAME, OPERATOR_NAMESPACE, request
+    ).status.token
+    config = yaml.safe_load(crd.kubeconfig.read_text())
+    for user in config["users"]:
+        user["user"] = {"token": token}
+    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture
+def operator(
+    crd: KubeCluster, operator_kubeconfig: Path, kube_namespace: str, tmp_path: Path
+) -> Iterator[Operator]:
+    """`tfkube operator` watching the test's namespace, with the operator's own RBAC; its log
+    must show no traceback and no Forbidden request."""
+    op = Operator(crd, kube_namespace, tmp_path / "operator.log", operator_kubeconfig)
+    op.start()
+    yield op
+    op.kill()
+    assert not op.errors(), op.log.read_text()[-5000:]
+    assert "Forbidden" not in op.log.read_text(), op.log.read_text()[-5000:]

@@ -24,96 +24,16 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tfkube.api import parse_job
-from tfkube.backends.kubernetes import KubernetesBackend, LogsUnavailable, install
+from tfkube.backends.kubernetes import KubernetesBackend, LogsUnavailable
 from tfkube.kube.names import GROUP, PLURAL, VERSION
 from tfkube.planner import JobPhase
-from tfkube.render import OPERATOR_NAME, OPERATOR_NAMESPACE
 
-from ._support import REPO, KubeCluster, wait_for
+from ._support import KubeCluster, Operator, wait_for
 
 PS_CLEANUP_LIMIT_SECONDS = 10.0
 
 
 # -- fixtures --------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def crd(kube_cluster: KubeCluster) -> KubeCluster:
-    """The CRD (with RBAC and the operator Deployment, which only gets a fake pod here)."""
-    install(kube_cluster.api_client)
-    return kube_cluster
-
-
-@pytest.fixture(scope="module")
-def operator_kubeconfig(crd: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A kubeconfig with a token of the operator's ServiceAccount: the operator runs with
-    exactly the RBAC `tfkube install` grants it, not as an administrator."""
-    request = client.AuthenticationV1TokenRequest(
-        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
-    )
-    token = crd.core.create_namespaced_service_account_token(
-        OPERATOR_NAME, OPERATOR_NAMESPACE, request
-    ).status.token
-    config = yaml.safe_load(crd.kubeconfig.read_text())
-    for user in config["users"]:
-        user["user"] = {"token": token}
-    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-class Operator:
-    """`tfkube operator` as a subprocess watching one namespace."""
-
-    def __init__(self, kube: KubeCluster, namespace: str, log: Path, kubeconfig: Path) -> None:
-        self.kube, self.namespace, self.log = kube, namespace, log
-        self.kubeconfig = kubeconfig
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tfkube",
-                    "operator",
-                    "--kubeconfig",
-                    str(self.kubeconfig),
-                    "--namespace",
-                    self.namespace,
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=REPO,
-            )
-        wait_for("the operator to start", lambda: "watching" in self.log.read_text(), 30)
-
-    def kill(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.kill(self.proc.pid, sig)
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(5)
-
-    def errors(self) -> list[str]:
-        return [line for line in self.log.read_text().splitlines() if "Traceback" in line]
-
-
-@pytest.fixture
-def operator(
-    crd: KubeCluster, operator_kubeconfig: Path, kube_namespace: str, tmp_path: Path
-) -> Iterator[Operator]:
-    op = Operator(crd, kube_namespace, tmp_path / "operator.log", operator_kubeconfig)
-    op.start()
-    yield op
-    op.kill()
-    assert not op.errors(), op.log.read_text()[-5000:]
-    assert "Forbidden" not in op.log.read_text(), op.log.read_text()[-5000:]
 
 
 @pytest.fixture

@@ -157,6 +157,22 @@ def test_exit_code(statuses: list[Any], expected: int | None):
             id="deleted-pod-is-being-restarted-not-a-failure",
         ),
         pytest.param(
+            [role_job("worker", condition="PodFailurePolicy")],
+            [pod("worker", 0, "Failed", 143, dying=True)],
+            Prior(),
+            "Failed",
+            0,
+            id="deleted-pod-of-a-failed-job-is-a-failure",
+        ),
+        pytest.param(
+            [role_job("worker", condition="PodFailurePolicy")],
+            [],
+            Prior(),
+            "Failed",
+            0,
+            id="failed-job-whose-pod-is-gone-is-a-failure",
+        ),
+        pytest.param(
             [role_job("worker")],
             [pod("worker", 0, generation=7)],
             Prior(),

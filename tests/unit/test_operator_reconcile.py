@@ -212,6 +212,28 @@ def test_ps_failure_starts_a_new_generation_then_replaces_the_jobs():
     assert later.status["restarts"] == 1
 
 
+@pytest.mark.parametrize(
+    "ps_pods",
+    [
+        pytest.param([pod("ps", 0, "Failed", 143, name="ps0", dying=True)], id="pod-dying"),
+        pytest.param([], id="pod-already-gone"),
+    ],
+)
+def test_a_deleted_ps_pod_restarts_the_whole_job(ps_pods: list[Any]):
+    """Deleting the PS pod (a user, an eviction) fails the managed PS Job while the pod is
+    only "being stopped": the failed Job is the PS's failure, so the whole job restarts
+    (seen on a real kubelet, where the pod ends with 143 and then disappears)."""
+    job = job_model()
+    jobs = [role_job("ps", condition="PodFailurePolicy"), role_job("worker")]
+    pods = [*ps_pods, pod("worker", 0), pod("worker", 1)]
+    obs = observe(job, Prior(phase=JobPhase.RUNNING), jobs, pods, NOW)
+    assert obs.replicas["ps-0"].status.state is ReplicaState.FAILED
+    assert obs.replicas["ps-0"].status.exit_code == (143 if ps_pods else None)
+    plan = reconcile(resource(running()), job, jobs, pods, rendered(job), NOW)
+    assert plan.status["phase"] == "Restarting"
+    assert plan.status["restartGenerations"] == {"ps": 1, "worker": 1}
+
+
 def test_ps_failure_past_the_backoff_limit_fails_the_job():
     job = job_model(backoffLimit=0)
     jobs = [role_job("ps", condition="PodFailurePolicy"), role_job("worker")]

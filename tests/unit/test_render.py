@@ -775,6 +775,26 @@ def test_tensorboard_deployment_and_service(tensorboard, service_type, node_port
     assert service["spec"]["ports"][0].get("nodePort") == node_port
 
 
+def test_tensorboard_node_selector_and_tolerations():
+    """TensorBoard goes where its spec says, like a replica role (e.g. the node that holds the
+    logs volume); without them its pod spec has neither."""
+    placed = {
+        "nodeSelector": {"tfkube.io/real-node": "true"},
+        "tolerations": [{"key": "tfkube.io/real-node", "operator": "Exists"}],
+    }
+    pod_spec = one(render(job_of(tensorboard=placed)), "Deployment", "mnist-tensorboard")["spec"][
+        "template"
+    ]["spec"]
+    assert pod_spec["nodeSelector"] == {"tfkube.io/real-node": "true"}
+    assert pod_spec["tolerations"] == [{"key": "tfkube.io/real-node", "operator": "Exists"}]
+    plain = one(render(job_of(tensorboard={})), "Deployment", "mnist-tensorboard")
+    assert "nodeSelector" not in plain["spec"]["template"]["spec"]
+    assert "tolerations" not in plain["spec"]["template"]["spec"]
+    with pytest.raises(SpecError) as info:
+        job_of(tensorboard={"nodeSelector": {"pool": "not ok!"}})
+    assert info.value.errors[0].field == "spec.tensorboard.nodeSelector"
+
+
 def test_tensorboard_disabled():
     assert not by_kind(render(job_of(tensorboard={"enabled": False})), "Deployment")
 

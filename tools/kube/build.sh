@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Build (or reuse) the test control plane binaries: etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl and kwok.
+# kube-controller-manager, kube-scheduler, kubectl and kwok; with --with-node also what the
+# real node runs: kubelet, CoreDNS and the pause program of pod sandboxes.
 #
 # Sources come from the Go module proxy through the helper modules beside this script
-# (k8s/, etcd/, kwok/: go.mod + go.sum only). Binaries go to
+# (k8s/, etcd/, kwok/, kubelet/, coredns/: go.mod + go.sum only; pause/ is our own program). Binaries go to
 #   ${TFKUBE_CACHE:-${XDG_CACHE_HOME:-~/.cache}/tfkube}/kube-<k8s version>/bin
 # and are never put in the repository. Each component has a stamp file recording what it
 # was built from (go.mod/go.sum hash, Go version, flags): a component whose stamp matches is
 # reused, so a second run is a fast no-op. Builds write to a temporary name and are moved
 # into place at the end, so an interrupted build never leaves a half-written binary.
 #
-# Usage: tools/kube/build.sh [--print-bin-dir] [--check]
+# Usage: tools/kube/build.sh [--with-node] [--print-bin-dir] [--check]
+#   --with-node      also kubelet, coredns and pause (the real node: cluster.py up --real-node)
 #   --print-bin-dir  print the bin directory and exit (no build)
 #   --check          exit 0 if every binary is present and current, 1 otherwise (no build)
 # Env: TFKUBE_GO_P   go build -p (default 2; the machine has 2 cores and other work)
@@ -20,6 +22,7 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 KUBE_VERSION="v1.34.4"   # keep in step with k8s/go.mod
 ETCD_VERSION="v3.6.16"   # keep in step with etcd/go.mod
 KWOK_VERSION="v0.7.0"    # keep in step with kwok/go.mod
+COREDNS_VERSION="v1.12.1" # keep in step with coredns/go.mod
 
 CACHE_ROOT="${TFKUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfkube}"
 BIN_DIR="$CACHE_ROOT/kube-$KUBE_VERSION/bin"
@@ -27,12 +30,15 @@ BIN_DIR="$CACHE_ROOT/kube-$KUBE_VERSION/bin"
 log() { printf 'kube-bins: %s\n' "$*" >&2; }
 
 mode=build
-case "${1:-}" in
-  --print-bin-dir) echo "$BIN_DIR"; exit 0 ;;
-  --check) mode=check ;;
-  "") ;;
-  *) echo "usage: $0 [--print-bin-dir|--check]" >&2; exit 2 ;;
-esac
+with_node=0
+for arg in "$@"; do
+  case "$arg" in
+    --print-bin-dir) echo "$BIN_DIR"; exit 0 ;;
+    --check) mode=check ;;
+    --with-node) with_node=1 ;;
+    *) echo "usage: $0 [--with-node] [--print-bin-dir|--check]" >&2; exit 2 ;;
+  esac
+done
 
 if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then
   PATH="/usr/local/go/bin:$PATH"
@@ -59,7 +65,9 @@ stamp_of() { # component moddir ldflags -> stamp text
   {
     echo "go=$GO_VERSION"
     echo "ldflags=$ldflags"
-    cat "$HERE/$moddir/go.mod" "$HERE/$moddir/go.sum"
+    cat "$HERE/$moddir/go.mod"
+    # go.sum, and the sources of a module of our own (pause/)
+    find "$HERE/$moddir" -maxdepth 1 -type f \( -name go.sum -o -name '*.go' \) | sort | xargs cat
   } | sha256sum | cut -d' ' -f1
 }
 
@@ -93,7 +101,7 @@ build_component() { # name moddir ldflags "pkgs" "bins"
   (
     cd "$HERE/$moddir"
     CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" \
-      go build -p "${TFKUBE_GO_P:-2}" -trimpath -tags notest -ldflags "$ldflags" -o "$out" $pkgs
+      nice -n 10 go build -p "${TFKUBE_GO_P:-2}" -trimpath -tags notest -ldflags "$ldflags" -o "$out" $pkgs
   ) || { rm -rf "$tmp"; log "$name: build FAILED"; return 1; }
   local b
   for b in $bins; do mv -f "$tmp/$b" "$BIN_DIR/$b"; done
@@ -117,6 +125,15 @@ build_component kube k8s "$(k8s_ldflags)" \
 build_component kwok kwok \
   "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION -X sigs.k8s.io/kwok/pkg/consts.KubeVersion=${KUBE_VERSION#v}" \
   "sigs.k8s.io/kwok/cmd/kwok" "kwok" || status=1
+if [[ $with_node -eq 1 ]]; then
+  # The kubelet's own module (same pins as k8s/): the control plane's stamp stays as it is.
+  build_component kubelet kubelet "$(k8s_ldflags)" "k8s.io/kubernetes/cmd/kubelet" "kubelet" \
+    || status=1
+  build_component coredns coredns \
+    "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" \
+    "github.com/coredns/coredns" "coredns" || status=1
+  build_component pause pause "-s -w" "." "tfkube-pause" || status=1
+fi
 
 if [[ $status -ne 0 ]]; then exit 1; fi
 [[ $mode == check ]] || log "ready: $BIN_DIR"

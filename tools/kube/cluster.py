@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Start and stop a real Kubernetes control plane on loopback for tests (stdlib only).
 
-    python3 tools/kube/cluster.py up      # start; prints the kubeconfig path
+    python3 tools/kube/cluster.py up [--real-node]   # start; prints the kubeconfig path
     python3 tools/kube/cluster.py down    # stop exactly the processes `up` started
     python3 tools/kube/cluster.py status
+    python3 tools/kube/cluster.py volumes NAMESPACE CLAIM...   # hostPath PVs on the real node
 
 `up` runs etcd, kube-apiserver, kube-controller-manager, kube-scheduler and KWOK (the fake
 kubelet) from the binaries that tools/kube/build.sh put in the cache, each bound to 127.0.0.1
@@ -11,6 +12,10 @@ on a free port, in a fresh temporary directory (certificates, kubeconfig, data, 
 for /readyz, registers fake nodes (some with nvidia.com/gpu) with loopback addresses, waits
 until they are Ready and records every PID in a state file. `down` signals exactly those PIDs
 (checking each is still the process it started) and removes the temporary directory.
+
+`--real-node` adds one real kubelet node (containerd, runc, CNI bridge, CoreDNS; needs root)
+beside the fake ones: see realnode.py. KWOK manages only the nodes annotated
+`kwok.x-k8s.io/node=fake`, so it never adopts the real one.
 
 The pytest fixture in tests/cluster/conftest.py imports this file and uses `Cluster` directly.
 All traffic stays on 127.0.0.0/8: every component listens on 127.0.0.1 and the fake nodes get
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import importlib.util
 import json
 import os
 import shutil
@@ -38,6 +44,7 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 HERE = Path(__file__).resolve().parent
 STAGES_DIR = HERE / "stages"
@@ -51,20 +58,24 @@ GPU_RESOURCE = "nvidia.com/gpu"
 
 
 def cache_root() -> Path:
-    if os.environ.get("TFKUBE_CACHE"):
-        return Path(os.environ["TFKUBE_CACHE"])
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "tfkube"
+    return _sibling("images").cache_root()
 
 
 def default_bin_dir() -> Path:
-    out = subprocess.run(
-        ["bash", str(HERE / "build.sh"), "--print-bin-dir"],
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return Path(out.stdout.strip())
+    return _sibling("images").default_bin_dir()
+
+
+def _sibling(name: str) -> ModuleType:
+    """Import a stdlib-only script beside this one (realnode.py, images.py) by file path."""
+    key = f"tfkube_tools_kube_{name}"
+    if key not in sys.modules:
+        spec = importlib.util.spec_from_file_location(key, HERE / f"{name}.py")
+        assert spec is not None
+        assert spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[key] = module  # dataclasses look their module up while the class is built
+        spec.loader.exec_module(module)
+    return sys.modules[key]
 
 
 def default_state_file() -> Path:
@@ -145,6 +156,7 @@ class State:
     procs: list[Proc] = field(default_factory=list)
     nodes: list[dict] = field(default_factory=list)
     started_at: float = 0.0
+    real_node: dict | None = None  # realnode.NodeState as a dict: what `down` must undo
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -245,8 +257,12 @@ class Cluster:
         workdir: Path | None = None,
         die_with_parent: bool = False,
         verbose: bool = False,
+        real_node: bool = False,
+        state_file: Path | None = None,
     ) -> None:
         self.bin_dir = Path(bin_dir) if bin_dir else default_bin_dir()
+        self.want_real_node = real_node
+        self.state_file = state_file  # saved as soon as there is something to undo
         self.nodes = nodes if nodes is not None else default_nodes()
         self._workdir = workdir
         self.die_with_parent = die_with_parent
@@ -264,7 +280,7 @@ class Cluster:
             raise ClusterError(f"{path} is missing: build the binaries with `make kube-bins`")
         return str(path)
 
-    def _spawn(self, name: str, argv: list[str]) -> Proc:
+    def _spawn(self, name: str, argv: list[str], track: bool = True) -> Proc:
         assert self.state is not None
         logdir = Path(self.state.workdir) / "logs"
         logdir.mkdir(exist_ok=True)
@@ -281,7 +297,8 @@ class Cluster:
             )
         ticks = _start_ticks(popen.pid) or 0
         proc = Proc(name, popen.pid, ticks, argv[0], str(log_path))
-        self.state.procs.append(proc)
+        if track:  # the real node's daemons are stopped by realnode.stop, in its own order
+            self.state.procs.append(proc)
         self._popens[popen.pid] = popen
         self._log(f"started {name} pid {popen.pid}")
         return proc
@@ -289,7 +306,10 @@ class Cluster:
     def _log_tails(self, chars: int = 1500) -> str:
         assert self.state is not None
         out = []
-        for proc in self.state.procs:
+        procs = list(self.state.procs)
+        if self.state.real_node:
+            procs += [Proc(**p) for p in self.state.real_node.get("procs", [])]
+        for proc in procs:
             with contextlib.suppress(OSError):
                 tail = Path(proc.log).read_text(errors="replace")[-chars:]
                 out.append(f"--- {proc.name} log tail ---\n{tail}")
@@ -315,7 +335,13 @@ class Cluster:
             time.sleep(0.2)
         raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}: {last_err}")
 
-    def api(self, method: str, path: str, body: dict | None = None) -> dict:
+    def api(
+        self,
+        method: str,
+        path: str,
+        body: dict | None = None,
+        content_type: str = "application/json",
+    ) -> dict:
         """A request to the apiserver as the admin (verifies the serving cert against our CA)."""
         assert self.state is not None
         req = urllib.request.Request(
@@ -324,7 +350,7 @@ class Cluster:
             data=json.dumps(body).encode() if body is not None else None,
             headers={
                 "Authorization": f"Bearer {self.state.token}",
-                "Content-Type": "application/json",
+                "Content-Type": content_type,
                 "Accept": "application/json",
             },
         )
@@ -366,7 +392,47 @@ class Cluster:
             self.stop()
             raise
         self._log(f"ready in {time.monotonic() - t0:.1f}s")
+        self.save_state()
+        if self.want_real_node:
+            try:
+                self.add_real_node()
+            except BaseException:
+                self.stop()
+                raise
         return self.state
+
+    def add_real_node(self, timeout: float = 300.0) -> dict:
+        """Start the real node (realnode.py) next to the fake ones; returns its NodeState.
+        On failure everything it made is removed again; the control plane keeps running."""
+        assert self.state is not None
+        realnode = _sibling("realnode")
+        node = realnode.RealNode(self, verbose=self.verbose)
+        try:
+            node.start(timeout=timeout)
+        except (realnode.NodeError, ClusterError) as exc:
+            logs = self._log_tails()
+            self.stop_real_node()
+            raise ClusterError(f"the real node did not start: {exc}\n{logs}") from None
+        except BaseException:
+            self.stop_real_node()
+            raise
+        assert self.state.real_node is not None
+        return self.state.real_node
+
+    def save_state(self) -> None:
+        if self.state is not None and self.state_file is not None:
+            self.state.save(self.state_file)
+
+    def stop_real_node(self) -> list[str]:
+        """Stop the real node, if one was started, and remove all it made (API still up)."""
+        if self.state is None or self.state.real_node is None:
+            return []
+        realnode = _sibling("realnode")
+        api = self.api if any(_is_ours(p) for p in self.state.procs) else None
+        report = realnode.stop(self.state.real_node, stop_procs, Proc, api)
+        self.state.real_node = None
+        self.save_state()
+        return report
 
     def _start(self, workdir: Path, timeout: float) -> None:
         st = self.state
@@ -375,6 +441,9 @@ class Cluster:
             self._bin(name)
         pki = workdir / "pki"
         _make_pki(pki)
+        # The client certificate the apiserver shows a real kubelet (logs, exec, port-forward).
+        make_client_cert(pki, pki / "apiserver-kubelet-client", "kube-apiserver-kubelet-client",
+                         "system:masters")  # fmt: skip
         self._ssl = ssl.create_default_context(cafile=st.ca_file)
 
         # etcd
@@ -420,7 +489,13 @@ class Cluster:
                 f"--tls-private-key-file={pki / 'apiserver.key'}",
                 f"--client-ca-file={pki / 'ca.crt'}",
                 f"--token-auth-file={tokens}",
-                "--authorization-mode=RBAC",
+                # Node: a real kubelet (system:node:<name>) may touch only its own node's things.
+                "--authorization-mode=Node,RBAC",
+                "--enable-admission-plugins=NodeRestriction",
+                f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+                f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+                # A real node's InternalIP is its bridge address (fake nodes: loopback).
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                 f"--service-account-key-file={pki / 'sa.pub'}",
                 f"--service-account-signing-key-file={pki / 'sa.key'}",
@@ -496,7 +571,8 @@ class Cluster:
         kwok_argv = [
             self._bin("kwok"),
             f"--kubeconfig={st.kubeconfig}",
-            "--manage-all-nodes=true",
+            # Only the fake nodes (annotated so): a real kubelet's node must never be adopted.
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             "--node-ip=127.0.0.1",
             f"--cidr={POD_CIDR}",
             f"--server-address=127.0.0.1:{kwok_port}",
@@ -551,7 +627,8 @@ class Cluster:
         """Stop the processes this object started; remove the temp dir unless told not to."""
         if self.state is None:
             return []
-        report = stop_procs(self.state.procs)
+        report = self.stop_real_node()
+        report += stop_procs(self.state.procs)
         for popen in getattr(self, "_popens", {}).values():
             # collect the exit status (or note it was reaped already)
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -612,7 +689,41 @@ def _make_pki(pki: Path) -> None:
     _openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
 
 
-def _write_kubeconfig(path: Path, server: str, ca_file: str, token: str) -> None:
+def make_client_cert(pki: Path, prefix: Path, common_name: str, organization: str) -> None:
+    """`<prefix>.key` and `<prefix>.crt`: a client certificate for CN/O, signed by our CA."""
+    key, csr, crt = (prefix.with_suffix(s) for s in (".key", ".csr", ".crt"))
+    _openssl("genrsa", "-out", str(key), "2048")
+    _openssl("req", "-new", "-key", str(key), "-subj", f"/O={organization}/CN={common_name}",
+             "-out", str(csr))  # fmt: skip
+    ext = prefix.with_suffix(".ext")
+    ext.write_text(
+        "basicConstraints=critical,CA:FALSE\n"
+        "keyUsage=critical,digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=clientAuth\n"
+    )
+    _openssl(
+        "x509", "-req", "-in", str(csr), "-CA", str(pki / "ca.crt"), "-CAkey", str(pki / "ca.key"),
+        "-CAcreateserial", "-days", "30", "-sha256", "-extfile", str(ext), "-out", str(crt),
+    )  # fmt: skip
+    key.chmod(0o600)
+
+
+def write_cert_kubeconfig(
+    path: Path, server: str, ca_file: str, cert: Path, key: Path, user: str
+) -> None:
+    """A kubeconfig that authenticates with a client certificate (the real kubelet's)."""
+    credentials = {"client-certificate": str(cert), "client-key": str(key)}
+    _write_kubeconfig(path, server, ca_file, user=user, credentials=credentials)
+
+
+def _write_kubeconfig(
+    path: Path,
+    server: str,
+    ca_file: str,
+    token: str = "",
+    user: str = ADMIN_USER,
+    credentials: dict | None = None,
+) -> None:
     # JSON is valid YAML: no YAML library needed.
     cfg = {
         "apiVersion": "v1",
@@ -620,10 +731,8 @@ def _write_kubeconfig(path: Path, server: str, ca_file: str, token: str) -> None
         "clusters": [
             {"name": "tfkube-test", "cluster": {"server": server, "certificate-authority": ca_file}}
         ],
-        "users": [{"name": ADMIN_USER, "user": {"token": token}}],
-        "contexts": [
-            {"name": "tfkube-test", "context": {"cluster": "tfkube-test", "user": ADMIN_USER}}
-        ],
+        "users": [{"name": user, "user": credentials or {"token": token}}],
+        "contexts": [{"name": "tfkube-test", "context": {"cluster": "tfkube-test", "user": user}}],
         "current-context": "tfkube-test",
     }
     path.write_text(json.dumps(cfg, indent=2) + "\n")
@@ -661,7 +770,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         print("kube-up: removed a stale state file (its processes had exited)", file=sys.stderr)
     nodes = default_nodes(args.cpu_nodes, args.gpu_nodes, args.gpus_per_node)
     cluster = Cluster(bin_dir=Path(args.bin_dir) if args.bin_dir else None, nodes=nodes,
-                      verbose=True)  # fmt: skip
+                      verbose=True, real_node=args.real_node, state_file=state_file)  # fmt: skip
     t0 = time.monotonic()
     try:
         state = cluster.start(timeout=args.timeout)
@@ -670,6 +779,10 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 1
     state.save(state_file)
     names = ", ".join(n.name + (f" ({n.gpus} GPU)" if n.gpus else "") for n in nodes)
+    if state.real_node:
+        real = state.real_node
+        names += (f"; real node {real['name']} at {real['node_ip']} (label and taint "
+                  "tfkube.io/real-node=true; DNS on the same address)")  # fmt: skip
     print(
         f"kube-up: control plane ready in {time.monotonic() - t0:.1f}s at {state.server}\n"
         f"kube-up: nodes: {names}\n"
@@ -690,7 +803,14 @@ def cmd_down(args: argparse.Namespace) -> int:
     if not any(_is_ours(p) for p in state.procs):
         print("kube-down: no control plane is running (its processes had already exited);"
               " cleaning up", file=sys.stderr)  # fmt: skip
-    for line in stop_procs(state.procs):
+    report = []
+    if state.real_node:
+        cluster = Cluster(bin_dir=Path(state.bin_dir), nodes=[])
+        cluster.state = state
+        cluster._ssl = ssl.create_default_context(cafile=state.ca_file)
+        report += cluster.stop_real_node()
+    report += stop_procs(state.procs)
+    for line in report:
         print(f"kube-down: {line}", file=sys.stderr)
     shutil.rmtree(state.workdir, ignore_errors=True)
     state_file.unlink()
@@ -703,9 +823,28 @@ def cmd_status(args: argparse.Namespace) -> int:
     if state is None:
         print("kube: not running")
         return 1
-    for p in state.procs:
+    procs = state.procs + [Proc(**p) for p in (state.real_node or {}).get("procs", [])]
+    for p in procs:
         print(f"{p.name:24} pid {p.pid:<8} {'running' if _is_ours(p) else 'EXITED'}")
+    if state.real_node:
+        print(f"real node: {state.real_node['name']} at {state.real_node['node_ip']}")
     print(f"kubeconfig: {state.kubeconfig}")
+    return 0
+
+
+def cmd_volumes(args: argparse.Namespace) -> int:
+    """Pre-bound hostPath PVs on the real node (no provisioner), e.g. for a job's claims."""
+    state = _running(Path(args.state))
+    if state is None or not state.real_node:
+        print("kube: no cluster with a real node runs (make kube-up REAL_NODE=1)", file=sys.stderr)
+        return 1
+    cluster = Cluster(bin_dir=Path(state.bin_dir), nodes=[])
+    cluster.state = state
+    cluster._ssl = ssl.create_default_context(cafile=state.ca_file)
+    realnode = _sibling("realnode")
+    node = realnode.NodeState(**state.real_node)
+    for name in realnode.bind_claims(cluster.api, node, args.namespace, args.claims, args.size):
+        print(name)
     return 0
 
 
@@ -719,10 +858,20 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--gpu-nodes", type=int, default=2)
     up.add_argument("--gpus-per-node", type=int, default=4)
     up.add_argument("--timeout", type=float, default=120.0)
+    up.add_argument(
+        "--real-node",
+        action="store_true",
+        help="also start one real kubelet node (root; see tools/kube/realnode.py)",
+    )
     sub.add_parser("down", help="stop the processes `up` started and remove its directory")
     sub.add_parser("status", help="show whether it runs")
+    vol = sub.add_parser("volumes", help="hostPath PVs on the real node, pre-bound to claims")
+    vol.add_argument("namespace")
+    vol.add_argument("claims", nargs="+", help="claim names, e.g. JOB-data JOB-logs")
+    vol.add_argument("--size", default="10Gi")
     args = parser.parse_args(argv)
-    return {"up": cmd_up, "down": cmd_down, "status": cmd_status}[args.cmd](args)
+    commands = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "volumes": cmd_volumes}
+    return commands[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -376,6 +376,16 @@ class TensorBoardSpec(_Model):
     images include it)."""
     resources: Resources = Resources(cpu="100m", memory="512Mi")
     """Requests and limits of the TensorBoard container."""
+    node_selector: dict[str, str] | None = None
+    """Node labels the TensorBoard pod requires, as for a replica role (it reads the logs
+    volume, so it belongs where that volume can be mounted)."""
+    tolerations: list[Toleration] | None = None
+    """Taints the TensorBoard pod tolerates, as for a replica role."""
+
+    @field_validator("node_selector")
+    @classmethod
+    def _selector(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return _check_labels(value)
 
     @model_validator(mode="after")
     def _node_port_needs_type(self) -> Self:

@@ -23,7 +23,8 @@ the current Job by its UID, so a stale Job's pods never count. For each replica 
   A pod with a `deletionTimestamp` is being stopped (by tfkube, the Job controller or a
   user): it says nothing about the replica's own health and is ignored, except that a
   replica with only such pods is "being restarted" (BACKOFF) or, once the job ended,
-  STOPPED.
+  STOPPED — unless Kubernetes failed the role's Job meanwhile (a deleted PS pod fails the
+  managed PS Job at once, then disappears): then the replica is FAILED.
 - Succeeded: any pod of the index succeeded, or the Job lists the index as completed.
 - FAILED: the newest pod failed on its own and tfkube has not yet acted on that failure
   (its name is not in `status.handledFailures`); once acted on it reads as BACKOFF until
@@ -401,6 +402,7 @@ def read_replica(
     *,
     completed: bool = False,
     role_job: RoleJob = RoleJob.CURRENT,
+    job_failed: bool = False,
     prior: Prior,
     now: float,
 ) -> ReplicaObservation:
@@ -434,6 +436,15 @@ def read_replica(
         state = ReplicaState.RUNNING
     elif newest is not None:
         state, message = ReplicaState.PENDING, pending_message(newest)
+    elif job_failed and not terminal:
+        # Kubernetes failed the role's Job and no pod of its own shows it: the pod was
+        # deleted (a user, an eviction) and failed while being stopped. Still a failure: for
+        # the PS the whole-job restart, for the others the failed Job fails the job.
+        state = ReplicaState.FAILED
+        code = next((c for p in all_pods if (c := exit_code(p)) is not None), None)
+        failed_pod = _name(all_pods[0]) if all_pods else None
+        message = f"{failure_message(all_pods[0])}, its pod deleted" if all_pods else ""
+        message = message or "its Job failed and its pod is gone"
     elif terminal:
         state = ReplicaState.STOPPED
     elif all_pods or restarts:
@@ -522,6 +533,7 @@ def observe(
             mine,
             completed=index in parse_indexes(job_status.get("completedIndexes")),
             role_job=found[role][0] if role in found else RoleJob.MISSING,
+            job_failed=role in failed_role_jobs,
             prior=prior,
             now=now,
         )

@@ -4,11 +4,14 @@ Safety rules (`check_archive`, which the engines also run at submit, so a bad ar
 refused before anything starts): the download, the member count and the unpacked size
 are bounded; members with absolute paths, members that would land outside the
 destination (`..`, links pointing out), devices and other special files are refused
-(tarfile's `data` filter); a checksum mismatch is fatal.
+(tarfile's `data` filter); a checksum mismatch is fatal. Pythons older than the `data`
+filter (3.11.0-3.11.3, e.g. Debian 12's python3 in a TensorFlow image) get the same rules
+from `_data_member`.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import shutil
@@ -81,6 +84,35 @@ def download(
     return digest.hexdigest()
 
 
+def _data_member(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+    """What tarfile's `data` filter does, for Pythons without it: the member to extract
+    (leading '/' stripped, no setuid/setgid/sticky or group/other write bits, owned by the
+    unpacking user), or a FetchError when it would land or point outside `dest`."""
+    name = member.name.lstrip("/")
+    target = os.path.realpath(os.path.join(dest, name))
+    if os.path.commonpath([target, dest]) != dest:
+        raise FetchError(f"cannot unpack the code: {member.name!r} is outside it", permanent=True)
+    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+        raise FetchError(
+            f"cannot unpack the code: {member.name!r} is a special file", permanent=True
+        )
+    if member.issym() or member.islnk():
+        base = os.path.dirname(target) if member.issym() else dest
+        link = os.path.realpath(os.path.join(base, member.linkname))
+        if os.path.isabs(member.linkname) or os.path.commonpath([link, dest]) != dest:
+            raise FetchError(
+                f"cannot unpack the code: {member.name!r} links outside it", permanent=True
+            )
+    safe = copy.copy(member)
+    safe.name = name
+    if member.isfile():
+        safe.mode = (member.mode & 0o755) | 0o600
+    elif member.isdir():
+        safe.mode = member.mode & 0o755
+    safe.uid, safe.gid, safe.uname, safe.gname = os.geteuid(), os.getegid(), "", ""
+    return safe
+
+
 @dataclass(frozen=True)
 class ArchiveInfo:
     """What `check_archive` found in a code archive that passed every check."""
@@ -99,6 +131,7 @@ def check_archive(
     archive: Path,
     max_bytes: int = MAX_UNPACKED_BYTES,
     max_members: int = MAX_MEMBERS,
+    builtin_filter: bool = hasattr(tarfile, "data_filter"),
 ) -> ArchiveInfo:
     """Read a code archive's headers and refuse anything unsafe, without unpacking it.
 
@@ -124,10 +157,13 @@ def check_archive(
                         "path; an archive must hold relative paths only",
                         permanent=True,
                     )
-                try:
-                    tarfile.data_filter(member, _CHECK_ROOT)
-                except tarfile.FilterError as exc:
-                    raise FetchError(f"cannot unpack the code: {exc}", permanent=True) from None
+                if builtin_filter:
+                    try:
+                        tarfile.data_filter(member, _CHECK_ROOT)
+                    except tarfile.FilterError as exc:
+                        raise FetchError(f"cannot unpack the code: {exc}", permanent=True) from None
+                else:
+                    _data_member(member, _CHECK_ROOT)
                 if member.isfile():
                     total += member.size
                     if total > max_bytes:
@@ -143,13 +179,25 @@ def check_archive(
     return ArchiveInfo(members=count, unpacked_bytes=total, names=frozenset(names))
 
 
-def unpack(archive: Path, dest: Path, max_bytes: int = MAX_UNPACKED_BYTES) -> ArchiveInfo:
-    """Unpack a .tar.gz into `dest` (which must not exist), refusing anything unsafe."""
-    info = check_archive(archive, max_bytes)
+def unpack(
+    archive: Path,
+    dest: Path,
+    max_bytes: int = MAX_UNPACKED_BYTES,
+    builtin_filter: bool = hasattr(tarfile, "data_filter"),
+) -> ArchiveInfo:
+    """Unpack a .tar.gz into `dest` (which must not exist), refusing anything unsafe.
+    `builtin_filter` False checks members with `_data_member` instead of tarfile's filter."""
+    info = check_archive(archive, max_bytes, builtin_filter=builtin_filter)
     try:
         with tarfile.open(archive, "r:*") as tar:
-            dest.mkdir(parents=True)
-            tar.extractall(dest, filter="data")
+            if builtin_filter:
+                dest.mkdir(parents=True)
+                tar.extractall(dest, filter="data")
+            else:
+                root = os.path.realpath(dest)
+                safe = [_data_member(m, root) for m in tar.getmembers()]
+                dest.mkdir(parents=True)
+                tar.extractall(dest, members=safe)
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise FetchError(f"cannot unpack the code: {exc}", permanent=True) from None
     return info

@@ -50,6 +50,7 @@ from tfkube.api import (
     RestartPolicy,
     Role,
     SpecError,
+    TensorBoardSpec,
     TFJob,
     VolumeSpec,
     replica_environment,
@@ -594,7 +595,8 @@ def _environment(ctx: _Context, role: Role) -> list[Object]:
     return out
 
 
-def _pod_scheduling(ctx: _Context, spec: ReplicaSpec | None) -> Object:
+def _placement(spec: ReplicaSpec | TensorBoardSpec | None) -> Object:
+    """nodeSelector and tolerations of a replica role or of TensorBoard."""
     out: Object = {}
     if spec is not None and spec.node_selector:
         out["nodeSelector"] = dict(sorted(spec.node_selector.items()))
@@ -602,6 +604,11 @@ def _pod_scheduling(ctx: _Context, spec: ReplicaSpec | None) -> Object:
         out["tolerations"] = [
             t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in spec.tolerations
         ]
+    return out
+
+
+def _pod_scheduling(ctx: _Context, spec: ReplicaSpec | None) -> Object:
+    out: Object = _placement(spec)
     if ctx.scheduler_name:
         out["schedulerName"] = ctx.scheduler_name
     scheduling = ctx.job.spec.scheduling
@@ -696,6 +703,7 @@ def _tensorboard(ctx: _Context) -> list[Object]:
         mount["subPath"] = ctx.logs_sub_path
     pod_spec: Object = {
         "enableServiceLinks": False,
+        **_placement(tb),
         "containers": [
             {
                 "name": "tensorboard",

@@ -54,6 +54,24 @@ class LogsUnavailable(ValueError):
     """The cluster could not serve a pod's log (e.g. no kubelet behind a fake node)."""
 
 
+def not_started(pod: Mapping[str, Any]) -> str | None:
+    """Why a pod has no log yet (e.g. `ContainerCreating`, `Unschedulable`), or None once its
+    container has started: a kubelet serves the log of a started container only."""
+    status = pod.get("status") or {}
+    if status.get("phase") not in (None, "Pending"):
+        return None
+    for cs in status.get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        if "running" in state or "terminated" in state:
+            return None
+        if "waiting" in state:
+            return str((state["waiting"] or {}).get("reason") or "Waiting")
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return str(cond.get("reason") or "Unschedulable")
+    return "Pending"
+
+
 def job_view(
     tfjob: Mapping[str, Any],
     jobs: Iterable[Mapping[str, Any]],
@@ -252,6 +270,12 @@ class KubernetesBackend:
             if found is None:
                 continue
             pod_name = found["metadata"]["name"]
+            waiting = not_started(found)
+            if waiting is not None:  # not an error while the job starts: say so, go on
+                if replica is not None:
+                    raise LogsUnavailable(f"{key} has not started yet ({waiting}); no log yet")
+                yield f"[{key}] (no log yet: {waiting})"
+                continue
             node = (found.get("spec") or {}).get("nodeName")
             if node and self._fake_node(node):
                 raise LogsUnavailable(

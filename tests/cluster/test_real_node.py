@@ -1,0 +1,389 @@
+"""Real TensorFlow in real pods: the examples on the test cluster's real kubelet node.
+
+Each test submits an example with `tfkube submit --engine kubernetes` (the CLI, as a user
+does) into a fresh namespace watched by `tfkube operator` (a subprocess with the operator's
+ServiceAccount token). The job file is the example's own, plus what placing it on the real
+node takes: every role (and TensorBoard) selects and tolerates the node's label and taint,
+and CPU requests are dropped (the machine has 2 cores; memory requests stay). The job's two
+claims are pre-bound to hostPath volumes on the node, so the test reads checkpoints and
+`result.json` from the host folder behind the logs claim. Replicas, DNS, logs, checkpoints
+and TensorBoard are all real; nothing here dials a pod IP from the host (TensorBoard is read
+through the API server's service proxy).
+
+Kept few and focused (each trains for real, ~1 min); lifecycles at scale stay on KWOK's
+fake nodes (test_operator.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+
+from tfkube.api import DEFAULT_IMAGE
+from tfkube.backends.kubernetes import KubernetesBackend
+from tfkube.kube.rest import ApiError, Kube
+
+from ._support import REPO, KubeCluster, Operator, RealNode, load_cluster_module, wait_for
+
+EXAMPLES = REPO / "examples"
+MIN_ACCURACY = 0.90  # what tests/tf/test_examples.py asks of the same examples locally
+PS_CLEANUP_LIMIT_SECONDS = 15.0
+JOB_TIMEOUT = 420.0
+SLOW = ["--train_steps=2000", "--step_sleep=0.01", "--checkpoint_steps=100"]
+"""Worker args for the mid-run tests: long enough to act on a running job."""
+
+
+def real_node_job(
+    node: RealNode,
+    tmp_path: Path,
+    example: str,
+    worker_args: list[str] | None = None,
+    tensorboard: bool = False,
+    **run_policy: Any,
+) -> tuple[Path, dict[str, Any]]:
+    """The example's job.yaml, placed on the real node, written to `tmp_path`."""
+    raw = yaml.safe_load((EXAMPLES / example / "job.yaml").read_text())
+    spec = raw["spec"]
+    spec["code"]["source"] = str(EXAMPLES / example)
+    for role in spec["replicas"].values():
+        role["nodeSelector"] = dict(node.SELECTOR)
+        role["tolerations"] = list(node.TOLERATIONS)
+        role.get("resources", {}).pop("cpu", None)
+    if worker_args is not None:
+        spec["replicas"]["worker"]["args"] = worker_args
+    if tensorboard:
+        spec["tensorboard"] = {
+            "nodeSelector": dict(node.SELECTOR),
+            "tolerations": list(node.TOLERATIONS),
+            "resources": {"cpu": "1", "memory": "2Gi"},
+        }
+    spec["runPolicy"].update(run_policy)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path, raw
+
+
+def tfkube(kube: KubeCluster, ns: str, *args: str, timeout: float = 120) -> str:
+    """`tfkube ARGS --engine kubernetes -n NS --kubeconfig ...`; fails on a non-zero exit."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfkube", *args, "--engine", "kubernetes", "--namespace", ns,
+         "--kubeconfig", str(kube.kubeconfig)],
+        capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"tfkube {' '.join(args)}: {proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def submit(node: RealNode, kube: KubeCluster, ns: str, path: Path, name: str) -> None:
+    node.bind(ns, [f"{name}-data", f"{name}-logs"])
+    tfkube(kube, ns, "submit", str(path))
+
+
+def status(kube: KubeCluster, ns: str, name: str) -> dict[str, Any]:
+    obj = client.CustomObjectsApi(kube.api_client).get_namespaced_custom_object(
+        "tfkube.io", "v1alpha1", ns, "tfjobs", name
+    )
+    return dict(obj.get("status") or {})
+
+
+def wait_done(kube: KubeCluster, ns: str, name: str, timeout: float = JOB_TIMEOUT) -> dict:
+    def done() -> dict[str, Any] | None:
+        st = status(kube, ns, name)
+        return st if st.get("phase") in ("Succeeded", "Failed") else None
+
+    try:
+        final = wait_for(f"{name} to finish", done, timeout, 1.0)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{describe(kube, ns, name)}") from None
+    assert final["phase"] == "Succeeded", f"{final}\n{describe(kube, ns, name)}"
+    return final
+
+
+def describe(kube: KubeCluster, ns: str, name: str) -> str:
+    """The job's status, pods and the tail of each pod's log: what a failure report needs."""
+    lines = [f"status: {json.dumps(status(kube, ns, name))}"]
+    for pod in pods(kube, ns, f"tfkube.io/job-name={name}"):
+        lines.append(f"pod {pod.metadata.name}: {pod.status.phase} on {pod.spec.node_name}")
+        try:
+            lines += ["    " + t for t in pod_log(kube, ns, pod).splitlines()[-8:]]
+        except client.ApiException as exc:
+            lines.append(f"    (no log: {exc.reason})")
+    return "\n".join(lines)
+
+
+def pods(kube: KubeCluster, ns: str, selector: str) -> list[client.V1Pod]:
+    return kube.core.list_namespaced_pod(ns, label_selector=selector).items
+
+
+def replica_pods(kube: KubeCluster, ns: str, name: str, role: str, index: int) -> list:
+    selector = f"tfkube.io/job-name={name},tfkube.io/replica-type={role}"
+    found = [
+        p
+        for p in pods(kube, ns, selector)
+        if p.metadata.annotations.get("batch.kubernetes.io/job-completion-index") == str(index)
+    ]
+    return sorted(found, key=lambda p: p.metadata.creation_timestamp)
+
+
+def pod_log(kube: KubeCluster, ns: str, pod: client.V1Pod) -> str:
+    text: str = kube.core.read_namespaced_pod_log(pod.metadata.name, ns, container="tensorflow")
+    return text
+
+
+def logged(kube: KubeCluster, ns: str, name: str, role: str, index: int, pattern: str) -> Any:
+    """The first match of `pattern` in the newest pod of one replica (None if none yet)."""
+    found = replica_pods(kube, ns, name, role, index)
+    if not found or found[-1].status.phase not in ("Running", "Succeeded", "Failed"):
+        return None
+    try:
+        return re.search(pattern, pod_log(kube, ns, found[-1]))
+    except client.ApiException:
+        return None
+
+
+def latest_checkpoint_step(log_dir: Path) -> int:
+    steps = [int(m.group(1)) for p in log_dir.glob("model.ckpt-*.index")
+             if (m := re.search(r"model\.ckpt-(\d+)\.index", p.name))]  # fmt: skip
+    return max(steps, default=0)
+
+
+def result(node: RealNode, ns: str, name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((node.volume(ns, f"{name}-logs") / "result.json").read_text())
+    return data
+
+
+# -- the examples ----------------------------------------------------------------------------
+
+
+def test_the_image_is_the_one_stock_manifests_name(real_node: RealNode) -> None:
+    """The image built here carries the name `render` gives stock images, so the rendered
+    manifests run unchanged (IfNotPresent finds it; nothing is pulled)."""
+    images = load_cluster_module()._sibling("images")
+    stock = f"docker.io/{DEFAULT_IMAGE}"
+    assert stock == images.TENSORFLOW_NAME
+
+
+def test_between_graph_example_trains_in_real_pods(
+    operator: Operator, real_node: RealNode, kube_namespace: str, tmp_path: Path
+) -> None:
+    """1 PS + 2 workers, TF1 between-graph: reaches the local accuracy, the PS pod is gone
+    within seconds of success, and `tfkube logs` shows every replica's output."""
+    kube, ns, name = operator.kube, kube_namespace, "mnist-between-graph"
+    args = ["--train_steps=1000", "--step_sleep=0.02"]  # ~30 s: time to read every log
+    path, _ = real_node_job(real_node, tmp_path, name, args)
+    t0 = time.monotonic()
+    submit(real_node, kube, ns, path, name)
+
+    def every_replica_logged() -> str | None:
+        out = tfkube(kube, ns, "logs", name)
+        wanted = ("[ps-0] ps 0 serving at", "[worker-0] worker 0: shard", "[worker-1] worker 1:")
+        return out if all(w in out for w in wanted) else None
+
+    wait_for("every replica's output in `tfkube logs`", every_replica_logged, JOB_TIMEOUT, 2.0)
+    final = wait_done(kube, ns, name)
+    elapsed = time.monotonic() - t0
+    wait_for("PS pods gone", lambda: not pods(kube, ns, "tfkube.io/replica-type=ps"), 30, 0.2)
+    gone = time.time()
+    worker0 = replica_pods(kube, ns, name, "worker", 0)[-1]
+    finished = worker0.status.container_statuses[0].state.terminated.finished_at.timestamp()
+    cleanup = gone - finished
+    print(f"\n{name}: Succeeded {elapsed:.0f}s after submit; PS pod gone {cleanup:.1f}s after "
+          "worker-0 (the chief) finished (API time, 1 s grain)")  # fmt: skip
+    assert cleanup < PS_CLEANUP_LIMIT_SECONDS
+
+    res = result(real_node, ns, name)
+    assert res["test_accuracy"] >= MIN_ACCURACY, res
+    assert res["global_step"] >= 1000
+    assert final["restarts"] == 0
+    # Every pod really ran on the real node, with the stock image name.
+    for pod in pods(kube, ns, f"tfkube.io/job-name={name}"):
+        assert pod.spec.node_name == real_node.name
+        assert pod.spec.containers[0].image == DEFAULT_IMAGE
+    # After the job the chief's log stays readable (its pod is kept); the PS's and a still
+    # running worker's went with their pods (deleted when the job ended).
+    after = tfkube(kube, ns, "logs", name)
+    assert "[worker-0] tfkube-example: result" in after
+    backend = KubernetesBackend(api_client=kube.api_client, namespace=ns)
+    assert "tfkube-example: result" in "\n".join(backend.logs(name, "worker-0"))
+
+
+def test_ps_strategy_example_trains_in_real_pods(
+    operator: Operator, real_node: RealNode, kube_namespace: str, tmp_path: Path
+) -> None:
+    """TF2 ParameterServerStrategy: the chief coordinates 2 workers and 1 PS over the
+    headless Service's DNS names; it succeeds with the local accuracy; the serving workers
+    and the PS are ended."""
+    kube, ns, name = operator.kube, kube_namespace, "ps-strategy"
+    path, _ = real_node_job(real_node, tmp_path, name)
+    t0 = time.monotonic()
+    submit(real_node, kube, ns, path, name)
+    final = wait_done(kube, ns, name)
+    print(f"\n{name}: Succeeded {time.monotonic() - t0:.0f}s after submit")
+    res = result(real_node, ns, name)
+    assert res["test_accuracy"] >= MIN_ACCURACY, res
+    assert final["message"] == "chief-0 succeeded"
+    wait_for(
+        "PS and workers ended",
+        lambda: (
+            not [
+                p
+                for p in pods(kube, ns, f"tfkube.io/job-name={name}")
+                if p.metadata.labels.get("tfkube.io/replica-type") in ("ps", "worker")
+                and p.status.phase in ("Pending", "Running")
+            ]
+        ),
+        30,
+        0.2,
+    )
+    assert "tfkube-example: result" in tfkube(kube, ns, "logs", name, "--replica", "chief-0")
+
+
+# -- recovery --------------------------------------------------------------------------------
+
+
+def test_a_deleted_worker_pod_is_replaced_and_the_job_succeeds(
+    operator: Operator, real_node: RealNode, kube_namespace: str, tmp_path: Path
+) -> None:
+    kube, ns, name = operator.kube, kube_namespace, "mnist-between-graph"
+    path, _ = real_node_job(real_node, tmp_path, name, SLOW, backoffLimit=6)
+    submit(real_node, kube, ns, path, name)
+    wait_for(
+        "worker-1 training",
+        lambda: logged(kube, ns, name, "worker", 1, r"global_step=\d+ loss"),
+        JOB_TIMEOUT,
+        1.0,
+    )
+    victim = replica_pods(kube, ns, name, "worker", 1)[-1]
+    kube.core.delete_namespaced_pod(victim.metadata.name, ns)
+    wait_for(
+        "a replacement worker-1 pod",
+        lambda: [
+            p
+            for p in replica_pods(kube, ns, name, "worker", 1)
+            if p.metadata.uid != victim.metadata.uid
+        ],
+        120,
+        1.0,
+    )
+    wait_done(kube, ns, name)
+    res = result(real_node, ns, name)
+    assert res["test_accuracy"] >= MIN_ACCURACY, res
+    assert res["global_step"] >= 2000
+    newest = replica_pods(kube, ns, name, "worker", 1)[-1]
+    assert newest.metadata.uid != victim.metadata.uid
+    assert re.search(r"worker 1: \d+ steps", pod_log(kube, ns, newest))
+
+
+def test_a_deleted_ps_pod_restarts_the_job_from_the_checkpoint(
+    operator: Operator, real_node: RealNode, kube_namespace: str, tmp_path: Path
+) -> None:
+    """The PS holds the variables: losing it restarts the whole job (the operator), and the
+    chief resumes from the last checkpoint on the shared logs volume, not from step 0. The
+    job's TensorBoard serves the scalars meanwhile (through the API server's proxy)."""
+    kube, ns, name = operator.kube, kube_namespace, "mnist-between-graph"
+    path, _ = real_node_job(real_node, tmp_path, name, SLOW, tensorboard=True, backoffLimit=6)
+    submit(real_node, kube, ns, path, name)
+    log_dir = real_node.volume(ns, f"{name}-logs")
+    wait_for("a checkpoint at step >= 300", lambda: latest_checkpoint_step(log_dir) >= 300,
+             JOB_TIMEOUT, 0.5)  # fmt: skip
+    checkpointed = latest_checkpoint_step(log_dir)
+
+    tags = wait_for(
+        "TensorBoard serving the job's scalars",
+        lambda: tensorboard_scalar_tags(kube, ns, name),
+        180,
+        2.0,
+    )
+    assert {"loss", "accuracy"} <= tags, tags
+
+    ps = replica_pods(kube, ns, name, "ps", 0)[-1]
+    kube.core.delete_namespaced_pod(ps.metadata.name, ns)
+    wait_done(kube, ns, name)
+
+    chief = replica_pods(kube, ns, name, "worker", 0)[-1]
+    text = pod_log(kube, ns, chief)
+    restored = [int(m) for m in re.findall(r"restoring model\.ckpt-(\d+)", text)]
+    ready = [int(m) for m in re.findall(r"session ready at global_step=(\d+)", text)]
+    print(f"\ncheckpoint at {checkpointed} when the PS was deleted; the new chief restored "
+          f"{restored} and started at global_step {ready}")  # fmt: skip
+    assert restored, "the chief of the restarted job restores the checkpoint"
+    assert restored[0] >= checkpointed > 0
+    assert ready[0] >= restored[0], "the global step after recovery is the checkpointed one"
+    st = status(kube, ns, name)
+    assert st["restarts"] >= 1
+    assert st["restartGenerations"].get("ps", 0) >= 1
+    assert result(real_node, ns, name)["global_step"] >= 2000
+
+
+def tensorboard_scalar_tags(kube: KubeCluster, ns: str, name: str) -> set[str] | None:
+    """The scalar tags TensorBoard lists, read through the API server's service proxy."""
+    service = f"/api/v1/namespaces/{ns}/services/{name}-tensorboard:http"
+    path = f"{service}/proxy/data/plugin/scalars/tags"
+    try:  # tfkube's own REST helper: it reads every answer whole (no connection is left open)
+        tags = Kube(kube.api_client).request("GET", path, timeout=10)
+    except (ApiError, ValueError):  # 503 until TensorBoard is ready
+        return None
+    if not isinstance(tags, dict):
+        return None
+    found = {tag for run in tags.values() for tag in run}
+    return found or None
+
+
+# -- DNS -------------------------------------------------------------------------------------
+
+
+def test_a_replica_that_starts_before_its_peers_resolve_still_comes_up(
+    operator: Operator, real_node: RealNode, kube_namespace: str, tmp_path: Path
+) -> None:
+    """The PS is held back (it selects a node label nobody has yet) while both workers start
+    and fail to resolve its name; once the PS may schedule, the job trains and succeeds."""
+    kube, ns, name = operator.kube, kube_namespace, "mnist-between-graph"
+    gate = f"tfkube.io/dns-test-{ns}"[:63]
+    path, raw = real_node_job(real_node, tmp_path, name)
+    raw["spec"]["replicas"]["ps"]["nodeSelector"][gate] = "open"
+    path.write_text(yaml.safe_dump(raw))
+    submit(real_node, kube, ns, path, name)
+    try:
+        wait_for(
+            "both workers running their entrypoint",
+            lambda: all(
+                logged(kube, ns, name, "worker", i, r"\[tfkube-launcher\] running") for i in (0, 1)
+            ),
+            JOB_TIMEOUT,
+            1.0,
+        )
+        ps_name = f"{name}-ps-0.{name}.{ns}.svc.cluster.local"
+        worker = replica_pods(kube, ns, name, "worker", 0)[-1]
+        assert not resolves(kube, ns, worker, ps_name), "the PS must not resolve yet"
+        time.sleep(10)  # let the workers meet NXDOMAIN for a while (not a wait for a state)
+        assert replica_pods(kube, ns, name, "ps", 0)[-1].status.phase == "Pending"
+        kube.core.patch_node(real_node.name, {"metadata": {"labels": {gate: "open"}}})
+        wait_for("the PS name to resolve", lambda: resolves(kube, ns, worker, ps_name), 120, 2)
+        final = wait_done(kube, ns, name)
+    finally:
+        kube.core.patch_node(real_node.name, {"metadata": {"labels": {gate: None}}})
+    assert final["restarts"] == 0, "the workers waited for the PS instead of failing"
+    assert result(real_node, ns, name)["test_accuracy"] >= MIN_ACCURACY
+
+
+def resolves(kube: KubeCluster, ns: str, pod: client.V1Pod, host: str) -> bool:
+    """Does `host` resolve inside `pod` (its own resolver: the cluster DNS)? `kubectl exec`
+    (a subprocess: the exec stream's sockets stay out of this process)."""
+    script = (
+        f"import socket\ntry:\n socket.gethostbyname({host!r}); print('yes')\n"
+        "except OSError: print('no')"
+    )
+    proc = subprocess.run(
+        [str(kube.kubectl), "--kubeconfig", str(kube.kubeconfig), "exec", "-n", ns,
+         pod.metadata.name, "-c", "tensorflow", "--", "python3", "-c", script],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    return proc.stdout.strip() == "yes"

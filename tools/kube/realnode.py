@@ -1,0 +1,750 @@
+"""One real kubelet node beside KWOK's fake ones (stdlib only; used by cluster.py).
+
+    RealNode(bin_dir, workdir, api).start()   # after the control plane is up
+    RealNode.stop(state, api)                   # stop by PID, remove everything it made
+
+What it runs, all as root, every file under `<cluster workdir>/real-node/`:
+
+    bridge tfkube<N> 198.19.N.1/24   node IP, kubelet address, CNI bridge, DNS address
+    containerd (Debian's 1.6, CRI v1) own config, root, state and socket; runc; CNI bridge
+      + host-local (Debian's containernetworking-plugins); images imported from the cache
+      (tools/kube/images.py): the pause image and tensorflow/tensorflow:2.21.0
+    CoreDNS (built from its Go module) on 198.19.N.1:53, zone cluster.local (kubernetes plugin)
+    kubelet v1.34.4 (built from its Go module), node `tfkube-real-<N>`, cgroup root /tfkube-<N>
+
+N (the slot, 0-3) is the first whose bridge does not exist yet: creating the bridge claims
+it, so test sessions on one machine never share a bridge, an address or a cgroup.
+
+Facts that shaped it (docs/testing.md, "The real node"): root lacks CAP_SYS_RESOURCE here, so
+containerd must `restrict_oom_score_adj`; the machine mounts cgroup v1, so kubelet needs
+`failCgroupV1: false` and the cgroupfs driver; the kubelet refuses a loopback node IP, hence
+the bridge address; pods have no route off the bridge, so cluster DNS is ours.
+
+Scheduling contract: the node carries the label `tfkube.io/real-node=true` and the taint
+`tfkube.io/real-node=true:NoSchedule`; only pods that select and tolerate it land there.
+KWOK never adopts it (cluster.py runs KWOK for nodes annotated `kwok.x-k8s.io/node=fake`).
+
+Not emulated: kube-proxy (ClusterIPs do not route; headless Services, the API server's
+service/pod proxy and DNS do work), NetworkPolicy, a route off the bridge (pods reach only
+each other and the node address), registries (images are imported), GPUs, node restarts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+NODE_LABEL = "tfkube.io/real-node"
+"""Label and taint key of the real node: select it and tolerate the taint to land there."""
+NODE_TAINT = {"key": NODE_LABEL, "value": "true", "effect": "NoSchedule"}
+SUBNET_BASE = ipaddress.ip_network("198.19.0.0/16")
+"""Slot N uses 198.19.N.0/24; KWOK's fake pod IPs are 198.18.0.0/16, so they never meet."""
+MAX_SLOTS = 4
+CLUSTER_DOMAIN = "cluster.local"
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CNI_BIN_DIR = "/usr/lib/cni"
+CONTAINERD = "/usr/bin/containerd"
+CTR = "/usr/bin/ctr"
+RUNC = "/usr/sbin/runc"
+KUBELET_PORT = 10250
+HEALTHZ_PORT = 10248
+READY_PORT = 8181
+CONTAINER_LOGS = Path("/var/log/containers")
+"""The kubelet links every container's log here (a fixed path); we remove ours."""
+FIXED_DIRS = ("/run/containerd/s", "/run/containerd", "/var/lib/cni/results", "/var/lib/cni")
+"""Folders containerd 1.6 (shim sockets) and libcni (its result cache) use whatever the
+configuration says: removed at stop when we created them and they are empty again."""
+
+
+class NodeError(RuntimeError):
+    pass
+
+
+def _sibling(name: str) -> ModuleType:
+    """Import a stdlib-only script beside this one (works when loaded by file path too)."""
+    key = f"tfkube_tools_kube_{name}"
+    if key in sys.modules:
+        return sys.modules[key]
+    spec = importlib.util.spec_from_file_location(key, HERE / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[key] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def missing_parts(bin_dir: Path) -> list[str]:
+    """What the real node lacks on this machine, each with the command that fixes it."""
+    out = []
+    if os.geteuid() != 0:
+        out.append("root (the real node creates a bridge, cgroups and mounts)")
+    for path in (CONTAINERD, CTR, RUNC, f"{CNI_BIN_DIR}/bridge", f"{CNI_BIN_DIR}/host-local"):
+        if not os.access(path, os.X_OK):
+            out.append(f"{path} (run tools/kube/node-deps.sh)")
+    for name in ("kubelet", "coredns", "tfkube-pause"):
+        if not os.access(bin_dir / name, os.X_OK):
+            out.append(f"{bin_dir / name} (run tools/kube/build.sh --with-node)")
+    if not out:  # the images need the pause binary: only look once the rest is there
+        images = _sibling("images")
+        try:
+            for image in images.images(bin_dir):
+                if not image.present():
+                    out.append(f"image {image.name} (run python3 tools/kube/images.py build)")
+        except images.ImageError as exc:
+            out.append(str(exc))
+    return out
+
+
+@dataclass
+class NodeState:
+    """What `stop` needs to undo everything, saved in the cluster's state file."""
+
+    name: str
+    slot: int
+    bridge: str
+    node_ip: str
+    subnet: str
+    dir: str
+    cgroup: str  # kubelet cgroupRoot, e.g. /tfkube-0
+    containerd_socket: str
+    procs: list[dict[str, Any]] = field(default_factory=list)  # cluster.Proc as dicts
+    volumes_dir: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+    created_dirs: list[str] = field(default_factory=list)  # FIXED_DIRS that did not exist
+
+
+def _run(argv: list[str], check: bool = True, timeout: float = 120) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    if check and proc.returncode != 0:
+        raise NodeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def _claim_slot() -> int:
+    """Create the first free bridge tfkube<N>; its existence is the claim on slot N."""
+    for slot in range(MAX_SLOTS):
+        proc = subprocess.run(
+            ["ip", "link", "add", f"tfkube{slot}", "type", "bridge"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode == 0:
+            return slot
+        if "File exists" not in proc.stderr:
+            raise NodeError(f"cannot create a bridge: {proc.stderr.strip()}")
+    raise NodeError(
+        f"all {MAX_SLOTS} real-node slots are taken (bridges tfkube0-{MAX_SLOTS - 1} exist): "
+        "stop other clusters with `make kube-down`, or delete a stale bridge"
+    )
+
+
+def _cgroup_dirs(cgroup: str) -> list[Path]:
+    """Our cgroup in every v1 hierarchy (and the v2 one, if mounted), deepest path last."""
+    dirs = []
+    for hierarchy in sorted(CGROUP_ROOT.iterdir()) if CGROUP_ROOT.is_dir() else []:
+        if hierarchy.is_dir() and not hierarchy.is_symlink():
+            dirs.append(hierarchy / cgroup.strip("/"))
+    return dirs
+
+
+def _make_cgroups(cgroup: str) -> None:
+    for path in _cgroup_dirs(cgroup):
+        path.mkdir(exist_ok=True)
+        if path.parent.name == "cpuset":  # a v1 cpuset starts empty: copy the parent's
+            for key in ("cpuset.cpus", "cpuset.mems"):
+                (path / key).write_text((path.parent / key).read_text())
+
+
+def _cgroup_pids(cgroup: str) -> set[int]:
+    pids: set[int] = set()
+    for top in _cgroup_dirs(cgroup):
+        for procs in top.rglob("cgroup.procs") if top.is_dir() else []:
+            with contextlib.suppress(OSError, ValueError):
+                pids |= {int(p) for p in procs.read_text().split()}
+    return pids
+
+
+def _remove_cgroups(cgroup: str) -> list[str]:
+    """Kill what is left in our cgroups (only pods of this node live there), then rmdir."""
+    report = []
+    for _ in range(50):
+        pids = _cgroup_pids(cgroup)
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+    else:
+        report.append(f"processes left in cgroup {cgroup}: {sorted(_cgroup_pids(cgroup))}")
+    for top in _cgroup_dirs(cgroup):
+        if not top.is_dir():
+            continue
+        for path in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        try:
+            top.rmdir()
+        except OSError as exc:
+            report.append(f"could not remove {top}: {exc}")
+    return report
+
+
+def _mounts_under(root: str) -> list[str]:
+    out = []
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            point = line.split()[4].replace("\\040", " ")
+            if point == root or point.startswith(root.rstrip("/") + "/"):
+                out.append(point)
+    return sorted(set(out), key=lambda p: -len(p))
+
+
+def _unmount_under(root: str) -> list[str]:
+    report = []
+    for _ in range(3):
+        points = _mounts_under(root)
+        if not points:
+            return report
+        for point in points:
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+    left = _mounts_under(root)
+    if left:
+        report.append(f"mounts left under {root}: {left}")
+    return report
+
+
+def _shim_pids(socket: str) -> list[int]:
+    """containerd-shim processes of *our* containerd: they name its socket in argv."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and b"containerd-shim" in argv[0] and socket.encode() in argv:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=3) as resp:
+            return resp.status == 200
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return False
+    except OSError:
+        return False
+
+
+class RealNode:
+    """Starts and stops the real node of one cluster (see the module docstring)."""
+
+    def __init__(
+        self,
+        cluster: Any,
+        name_prefix: str = "tfkube-real",
+        verbose: bool = False,
+    ) -> None:
+        self.cluster = cluster  # cluster.Cluster: api(), _spawn(), _wait(), state, bin_dir
+        self.kube = sys.modules[type(cluster).__module__]  # cluster.py's PKI helpers
+        self.name_prefix = name_prefix
+        self.verbose = verbose
+        self.state: NodeState | None = None
+
+    def _log(self, msg: str) -> None:
+        if self.verbose:
+            print(f"kube: real node: {msg}", file=sys.stderr, flush=True)
+
+    def _timed(self, what: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.monotonic()
+        result = fn()
+        assert self.state is not None
+        self.state.timings[what] = round(time.monotonic() - t0, 2)
+        self._log(f"{what}: {self.state.timings[what]:.1f}s")
+        return result
+
+    # ------------------------------------------------------------------ start
+    def start(self, timeout: float = 300.0) -> NodeState:
+        bin_dir = Path(self.cluster.bin_dir)
+        missing = missing_parts(bin_dir)
+        if missing:
+            raise NodeError("the real node cannot start; missing: " + "; ".join(missing))
+        t0 = time.monotonic()
+        slot = _claim_slot()
+        net = list(SUBNET_BASE.subnets(new_prefix=24))[slot]
+        node_ip = str(net.network_address + 1)
+        workdir = Path(self.cluster.state.workdir) / "real-node"
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.state = NodeState(
+            name=f"{self.name_prefix}-{slot}",
+            slot=slot,
+            bridge=f"tfkube{slot}",
+            node_ip=node_ip,
+            subnet=str(net),
+            dir=str(workdir),
+            cgroup=f"/tfkube-{slot}",
+            containerd_socket=str(workdir / "containerd" / "containerd.sock"),
+            volumes_dir=str(workdir / "volumes"),
+            created_dirs=[d for d in FIXED_DIRS if not os.path.lexists(d)],
+        )
+        self.cluster.state.real_node = asdict(self.state)
+        self.cluster.save_state()
+        try:
+            self._start(bin_dir, workdir, timeout)
+        except BaseException:
+            self.cluster.state.real_node = asdict(self.state)
+            raise
+        self.state.timings["total"] = round(time.monotonic() - t0, 2)
+        self.cluster.state.real_node = asdict(self.state)
+        self._log(f"{self.state.name} Ready at {node_ip} in {self.state.timings['total']:.1f}s")
+        return self.state
+
+    def _spawn(self, name: str, argv: list[str]) -> Any:
+        proc = self.cluster._spawn(name, argv, track=False)  # stopped by stop(), in order
+        assert self.state is not None
+        self.state.procs.append(asdict(proc))
+        self.cluster.state.real_node = asdict(self.state)
+        self.cluster.save_state()
+        return proc
+
+    def _start(self, bin_dir: Path, workdir: Path, timeout: float) -> None:
+        st = self.state
+        assert st is not None
+        kube_state = self.cluster.state
+        pki = Path(kube_state.workdir) / "pki"
+        _run(["ip", "addr", "add", f"{st.node_ip}/24", "dev", st.bridge])
+        _run(["ip", "link", "set", st.bridge, "up"])
+        _make_cgroups(st.cgroup)
+        images = _sibling("images")
+        pause, tensorflow = images.images(bin_dir)
+
+        # containerd
+        cd = workdir / "containerd"
+        cd.mkdir(parents=True, exist_ok=True)
+        cni_conf = workdir / "cni" / "net.d"
+        cni_conf.mkdir(parents=True, exist_ok=True)
+        (cni_conf / "10-tfkube.conflist").write_text(json.dumps(cni_config(st, workdir), indent=2))
+        config = cd / "config.toml"
+        config.write_text(containerd_config(cd, cni_conf, pause.name))
+        containerd = self._spawn("containerd", [CONTAINERD, "--config", str(config)])
+        ctr = [CTR, "--address", st.containerd_socket, "--namespace", "k8s.io"]
+        self.cluster._wait(
+            "containerd",
+            lambda: (
+                subprocess.run([*ctr, "version"], capture_output=True, check=False).returncode == 0
+            ),
+            containerd,
+            60,
+        )
+
+        # CoreDNS (its own copy of the admin kubeconfig; the kubernetes plugin watches the API)
+        corefile = workdir / "Corefile"
+        corefile.write_text(corefile_text(st, kube_state.kubeconfig))
+        coredns = self._spawn("coredns", [str(bin_dir / "coredns"), "-conf", str(corefile)])
+
+        # images: the pause image first (every sandbox needs it), then TensorFlow
+        self._timed("import pause image", lambda: images.import_image(ctr, pause))
+        self._timed("import tensorflow image", lambda: images.import_image(ctr, tensorflow))
+        self.cluster._wait(
+            "CoreDNS ready",
+            lambda: _http_ok(f"http://{st.node_ip}:{READY_PORT}/ready"),
+            coredns,
+            60,
+        )
+
+        # kubelet: a client certificate as system:node:<name> (Node authorizer + RBAC)
+        kdir = workdir / "kubelet"
+        kdir.mkdir(parents=True, exist_ok=True)
+        self.kube.make_client_cert(pki, kdir / "client", f"system:node:{st.name}", "system:nodes")
+        kubeconfig = kdir / "kubeconfig"
+        self.kube.write_cert_kubeconfig(
+            kubeconfig,
+            kube_state.server,
+            kube_state.ca_file,
+            kdir / "client.crt",
+            kdir / "client.key",
+            f"system:node:{st.name}",
+        )
+        (kdir / "resolv.conf").write_text(f"nameserver {st.node_ip}\n")
+        kcfg = kdir / "config.yaml"
+        kcfg.write_text(json.dumps(kubelet_config(st, kdir, pki / "ca.crt"), indent=2))
+        kubelet = self._spawn(
+            "kubelet",
+            [
+                str(bin_dir / "kubelet"),
+                f"--config={kcfg}",
+                f"--kubeconfig={kubeconfig}",
+                f"--hostname-override={st.name}",
+                f"--node-ip={st.node_ip}",
+                f"--root-dir={kdir / 'root'}",
+                f"--cert-dir={kdir / 'pki'}",
+                f"--node-labels={NODE_LABEL}=true",
+                "--v=1",
+            ],
+        )
+        self._timed(
+            "kubelet Ready",
+            lambda: self.cluster._wait(
+                f"node {st.name} Ready", lambda: self._ready(st.name), kubelet, timeout
+            ),
+        )
+
+    def _ready(self, name: str) -> bool:
+        try:
+            node = self.cluster.api("GET", f"/api/v1/nodes/{name}")
+        except OSError:
+            return False
+        conds = {c["type"]: c["status"] for c in node.get("status", {}).get("conditions", [])}
+        return conds.get("Ready") == "True"
+
+    # ------------------------------------------------------------------ volumes
+    def bind_claims(self, namespace: str, claims: list[str], size: str = "10Gi") -> list[str]:
+        """Pre-bound hostPath PersistentVolumes on this node for `claims` in `namespace`
+        (there is no provisioner): the data and logs claims `render` creates bind to them,
+        and what a pod writes there outlives the pod. Returns the PV names."""
+        assert self.state is not None
+        return bind_claims(self.cluster.api, self.state, namespace, claims, size)
+
+
+def bind_claims(
+    api: Callable[..., dict[str, Any]],
+    st: NodeState,
+    namespace: str,
+    claims: list[str],
+    size: str = "10Gi",
+) -> list[str]:
+    names = []
+    for claim in claims:
+        name = f"{st.name}-{namespace}-{claim}"[:253]
+        path = Path(st.volumes_dir) / namespace / claim
+        api(
+            "POST",
+            "/api/v1/persistentvolumes",
+            hostpath_volume(name, path, st.name, namespace, claim, size),
+        )
+        names.append(name)
+    return names
+
+
+def hostpath_volume(
+    name: str, path: Path, node: str, namespace: str, claim: str, size: str
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {NODE_LABEL: "true"}},
+        "spec": {
+            "capacity": {"storage": size},
+            "accessModes": ["ReadWriteMany", "ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "hostPath": {"path": str(path), "type": "DirectoryOrCreate"},
+            "claimRef": {"namespace": namespace, "name": claim},
+            # The files live on this node: the scheduler sends the claim's pods here.
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {
+                                    "key": "kubernetes.io/hostname",
+                                    "operator": "In",
+                                    "values": [node],
+                                }
+                            ]
+                        }
+                    ]
+                }
+            },
+        },
+    }
+
+
+# ---------------------------------------------------------------------- configuration (pure)
+
+
+def cni_config(st: NodeState, workdir: Path) -> dict[str, Any]:
+    """Bridge + host-local on the slot's /24. No gateway, no masquerade, no route: pods
+    reach each other and the node address on the bridge, and nothing else."""
+    net = ipaddress.ip_network(st.subnet)
+    return {
+        "cniVersion": "1.0.0",
+        "name": "tfkube",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": st.bridge,
+                "isGateway": False,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [
+                        [
+                            {
+                                "subnet": str(net),
+                                "rangeStart": str(net.network_address + 10),
+                                "rangeEnd": str(net.broadcast_address - 1),
+                            }
+                        ]
+                    ],
+                    "dataDir": str(workdir / "cni" / "ipam"),
+                },
+            }
+        ],
+    }
+
+
+def containerd_config(root: Path, cni_conf: Path, sandbox_image: str) -> str:
+    """containerd 1.6 (config version 2): everything under `root`; CRI with runc (cgroupfs),
+    `restrict_oom_score_adj` (runc cannot set -998 without CAP_SYS_RESOURCE here), CNI from
+    Debian's plugins, network namespaces under the state dir, our pause image."""
+    return f"""version = 2
+root = "{root / "root"}"
+state = "{root / "state"}"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = "{root / "containerd.sock"}"
+
+[ttrpc]
+  address = "{root / "containerd.sock.ttrpc"}"
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{root / "opt"}"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{sandbox_image}"
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  enable_selinux = false
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        BinaryName = "{RUNC}"
+        Root = "{root / "state" / "runc"}"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{CNI_BIN_DIR}"
+    conf_dir = "{cni_conf}"
+    max_conf_num = 1
+"""
+
+
+def corefile_text(st: NodeState, kubeconfig: str) -> str:
+    """Zone cluster.local only, served on the node address: `<pod>.<service>.<ns>.svc` and
+    Service names resolve; anything else is NXDOMAIN (no upstream: pods have no route out).
+    `ready` tells start() when the kubernetes plugin has synced with the API."""
+    return f"""{CLUSTER_DOMAIN}:53 in-addr.arpa:53 {{
+    bind {st.node_ip}
+    errors
+    ready {st.node_ip}:{READY_PORT}
+    kubernetes {CLUSTER_DOMAIN} in-addr.arpa {{
+        kubeconfig {kubeconfig}
+        pods insecure
+        ttl 5
+    }}
+    cache 5
+}}
+.:53 {{
+    bind {st.node_ip}
+    errors
+    template ANY ANY {{
+        rcode NXDOMAIN
+    }}
+}}
+"""
+
+
+def kubelet_config(st: NodeState, kdir: Path, client_ca: Path) -> dict[str, Any]:
+    """The kubelet's configuration. The API server authenticates to it with its kubelet client
+    certificate (signed by the cluster CA) and is authorized by a SubjectAccessReview;
+    anonymous requests are refused, so pods on the bridge cannot use the kubelet API."""
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": st.node_ip,
+        "port": KUBELET_PORT,
+        "readOnlyPort": 0,
+        "healthzBindAddress": st.node_ip,
+        "healthzPort": HEALTHZ_PORT,
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(client_ca)},
+        },
+        "authorization": {"mode": "Webhook"},
+        "containerRuntimeEndpoint": f"unix://{st.containerd_socket}",
+        "cgroupDriver": "cgroupfs",
+        "cgroupRoot": st.cgroup,
+        "failCgroupV1": False,
+        "failSwapOn": False,
+        "clusterDNS": [st.node_ip],
+        "clusterDomain": CLUSTER_DOMAIN,
+        "resolvConf": str(kdir / "resolv.conf"),
+        "podLogsDir": str(kdir / "pod-logs"),
+        "volumePluginDir": str(kdir / "volume-plugins"),
+        "registerWithTaints": [NODE_TAINT],
+        "serializeImagePulls": False,
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        # The machine's disk is shared; evict only when it is really full.
+        "evictionHard": {
+            "memory.available": "200Mi",
+            "nodefs.available": "2%",
+            "imagefs.available": "2%",
+        },
+        "nodeStatusUpdateFrequency": "5s",
+        "syncFrequency": "10s",
+        "fileCheckFrequency": "10s",
+        "makeIPTablesUtilChains": False,  # no iptables here: there is no kube-proxy either
+        "shutdownGracePeriod": "0s",
+        "maxPods": 60,
+        "logging": {"format": "text"},
+    }
+
+
+# ---------------------------------------------------------------------- stop
+
+
+def _drain(api: Callable[..., dict[str, Any]], name: str) -> None:
+    """Cordon the node and delete its pods, so the kubelet tears their sandboxes down (CNI
+    DEL, unmounts) itself; what it does not finish in time, stop() removes by force."""
+    with contextlib.suppress(OSError):
+        api(
+            "PATCH",
+            f"/api/v1/nodes/{name}",
+            {"spec": {"unschedulable": True}},
+            content_type="application/merge-patch+json",
+        )
+    with contextlib.suppress(OSError):
+        pods = api("GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{name}").get("items", [])
+        for pod in pods:
+            meta = pod["metadata"]
+            with contextlib.suppress(OSError):
+                api(
+                    "DELETE",
+                    f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                    {"gracePeriodSeconds": 0},
+                )
+
+
+def _tasks(ctr: list[str]) -> list[str]:
+    proc = subprocess.run(
+        [*ctr, "tasks", "ls", "-q"], capture_output=True, text=True, check=False, timeout=30
+    )
+    return proc.stdout.split() if proc.returncode == 0 else []
+
+
+def stop(
+    raw: dict[str, Any],
+    stop_procs: Callable[[list[Any]], list[str]],
+    proc_type: type,
+    api: Callable[..., dict[str, Any]] | None,
+    drain_timeout: float = 30.0,
+) -> list[str]:
+    """Undo everything `RealNode.start` did, from its saved state (also after a crash):
+    drain through the API if it still answers, stop kubelet and CoreDNS by PID, remove the
+    containers containerd still has, stop its shims and containerd by PID, kill anything
+    left in the node's cgroups, unmount, remove the cgroups, the bridge and the log links."""
+    st = NodeState(**raw)
+    report: list[str] = []
+    procs = [proc_type(**p) for p in st.procs]
+    by_name = {p.name: p for p in procs}
+    ctr = [CTR, "--address", st.containerd_socket, "--namespace", "k8s.io"]
+    containerd_up = Path(st.containerd_socket).exists() and "containerd" in by_name
+    if api is not None and "kubelet" in by_name:
+        _drain(api, st.name)
+        deadline = time.monotonic() + drain_timeout
+        while containerd_up and _tasks(ctr) and time.monotonic() < deadline:
+            time.sleep(0.5)
+    report += stop_procs([p for p in procs if p.name != "containerd"])
+    if containerd_up:
+        for task in _tasks(ctr):
+            subprocess.run(
+                [*ctr, "tasks", "kill", "--signal", "SIGKILL", task],
+                capture_output=True,
+                check=False,
+                timeout=30,
+            )
+        deadline = time.monotonic() + 10
+        while _tasks(ctr) and time.monotonic() < deadline:
+            for task in _tasks(ctr):
+                subprocess.run(
+                    [*ctr, "tasks", "delete", "--force", task],
+                    capture_output=True,
+                    check=False,
+                    timeout=30,
+                )
+            time.sleep(0.2)
+        listed = subprocess.run(
+            [*ctr, "containers", "ls", "-q"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+        for cid in listed.stdout.split():
+            subprocess.run(
+                [*ctr, "containers", "delete", cid], capture_output=True, check=False, timeout=30
+            )
+    for pid in _shim_pids(st.containerd_socket):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        report.append(f"containerd-shim (pid {pid}) killed")
+    report += _remove_cgroups(st.cgroup)
+    report += stop_procs([p for p in procs if p.name == "containerd"])
+    report += _unmount_under(st.dir)
+    subprocess.run(["ip", "link", "del", st.bridge], capture_output=True, check=False)
+    report.append(f"bridge {st.bridge} removed")
+    pod_logs = str(Path(st.dir) / "kubelet" / "pod-logs")
+    if CONTAINER_LOGS.is_dir():
+        for link in CONTAINER_LOGS.iterdir():
+            with contextlib.suppress(OSError):
+                if link.is_symlink() and os.readlink(link).startswith(pod_logs):
+                    link.unlink()
+    if api is not None:
+        with contextlib.suppress(OSError):
+            api("DELETE", f"/api/v1/nodes/{st.name}")
+        with contextlib.suppress(OSError):
+            for pv in api("GET", f"/api/v1/persistentvolumes?labelSelector={NODE_LABEL}%3Dtrue")[
+                "items"
+            ]:
+                if pv["spec"].get("hostPath", {}).get("path", "").startswith(st.volumes_dir):
+                    api("DELETE", f"/api/v1/persistentvolumes/{pv['metadata']['name']}")
+    shutil.rmtree(st.dir, ignore_errors=True)
+    for path in st.created_dirs:  # deepest first (FIXED_DIRS order); only if empty
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+    return report
