@@ -57,3 +57,26 @@ def tfkube_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
         except psutil.Error:
             continue
     assert not described, f"processes left behind: {described}"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """No socket left open when the session ends (every fixture is finalised by now): an
+    unclosed client would only print a ResourceWarning after pytest exits, which warnings
+    as errors cannot catch. Lists each one and fails the session."""
+    import gc
+    import socket
+    import sys
+
+    gc.collect()
+    leaked = []
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, socket.socket) and obj.fileno() != -1:
+                leaked.append(repr(obj))
+        except ReferenceError:
+            continue
+    if leaked:
+        print("\nsockets left open at the end of the session (close the clients):", file=sys.stderr)
+        for text in leaked:
+            print(f"  {text}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar, TypeVar
 
+import yaml
 from kubernetes import client
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,3 +129,19 @@ class Operator:
 
     def errors(self) -> list[str]:
         return [line for line in self.log.read_text().splitlines() if "Traceback" in line]
+
+
+def service_account_kubeconfig(kube: KubeCluster, account: str, namespace: str, dest: Path) -> Path:
+    """The admin kubeconfig with a token of a ServiceAccount instead: a process run with it
+    has exactly the RBAC `tfkube install` grants that account, not an administrator's."""
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
+    )
+    token = kube.core.create_namespaced_service_account_token(
+        account, namespace, request
+    ).status.token
+    config = yaml.safe_load(kube.kubeconfig.read_text())
+    for user in config["users"]:
+        user["user"] = {"token": token}
+    dest.write_text(yaml.safe_dump(config))
+    return dest

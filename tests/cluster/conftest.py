@@ -33,14 +33,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from tfkube.backends.kubernetes import install
 from tfkube.render import OPERATOR_NAME, OPERATOR_NAMESPACE
 
-from ._support import KUBE_TOOLS, KubeCluster, Operator, RealNode, load_cluster_module
+from ._support import (
+    KUBE_TOOLS,
+    KubeCluster,
+    Operator,
+    RealNode,
+    load_cluster_module,
+    service_account_kubeconfig,
+)
 
 HERE = Path(__file__).resolve().parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -166,18 +172,8 @@ def crd(kube_cluster: KubeCluster) -> KubeCluster:
 def operator_kubeconfig(crd: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A kubeconfig with a token of the operator's ServiceAccount: the operator runs with
     exactly the RBAC `tfkube install` grants it, not as an administrator."""
-    request = client.AuthenticationV1TokenRequest(
-        spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
-    )
-    token = crd.core.create_namespaced_service_account_token(
-        OPERATOR_NAME, OPERATOR_NAMESPACE, request
-    ).status.token
-    config = yaml.safe_load(crd.kubeconfig.read_text())
-    for user in config["users"]:
-        user["user"] = {"token": token}
-    path = tmp_path_factory.mktemp("operator") / "kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    return path
+    dest = tmp_path_factory.mktemp("operator") / "kubeconfig"
+    return service_account_kubeconfig(crd, OPERATOR_NAME, OPERATOR_NAMESPACE, dest)
 
 
 @pytest.fixture

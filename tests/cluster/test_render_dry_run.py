@@ -26,7 +26,7 @@ from kubernetes.dynamic.exceptions import ResourceNotFoundError
 from tfkube.api import TFJob, load_job_text, parse_job
 from tfkube.backends._artifact import prepare_artifact
 from tfkube.kube.names import CRD_NAME, GROUP, PLURAL, VERSION
-from tfkube.render import RenderOptions, crd, dump_yaml, render_job
+from tfkube.render import RenderOptions, ServerInstall, crd, dump_yaml, render_job, server_manifests
 
 from ._support import REPO, KubeCluster, wait_for
 
@@ -381,3 +381,27 @@ def test_cli_render_refuses_a_local_folder_without_pack_code() -> None:
     assert "spec.code.source" in proc.stderr
     assert "pods in a cluster cannot" in proc.stderr
     assert proc.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ServerInstall(),
+        ServerInstall(
+            storage_class="cephfs", outputs_claim="team-outputs", public_url="https://tf.example"
+        ),
+    ],
+    ids=["defaults", "every-option"],
+)
+def test_server_install_objects_pass_dry_run(
+    dynamic: DynamicClient, kube_namespace: str, options: ServerInstall
+) -> None:
+    """`tfkube install --server`'s objects. The cluster-scoped RBAC objects get a name of
+    this namespace so that a real install elsewhere in the session does not collide."""
+    objects = server_manifests(kube_namespace, "ghcr.io/tfkube/operator:test", options)
+    for obj in objects:
+        if obj["kind"] in {"ClusterRole", "ClusterRoleBinding"}:
+            obj["metadata"]["name"] = f"{obj['metadata']['name']}-{kube_namespace}"
+        if obj["kind"] == "ClusterRoleBinding":
+            obj["roleRef"]["name"] = f"{obj['roleRef']['name']}-{kube_namespace}"
+    _check_all(dynamic, objects, kube_namespace)

@@ -9,6 +9,7 @@ import http.client
 import io
 import tarfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -30,17 +31,16 @@ def raw_get(server: ServerProc, path: str, token: str) -> int:
         conn.close()
 
 
-_FINISHED: dict[str, tuple[TeamCtx, dict[str, object]]] = {}
-
-
-@pytest.fixture
-def finished_job(server: ServerProc, admin: Api) -> dict[str, object]:
-    """One finished job per server (its own team), shared by this module's tests."""
-    if server.url not in _FINISHED:
-        name = admin.new_team()
-        member = admin.new_user()
-        admin.add_member(name, member, "member")
-        api = api_for(server.url, member)
+@pytest.fixture(scope="module")
+def finished(platform: tuple[ServerProc, Api]) -> Iterator[tuple[Api, dict[str, object]]]:
+    """One finished job per server (its own team), shared by this module's tests; its
+    owner's client is closed with the module."""
+    server, admin = platform
+    name = admin.new_team()
+    member = admin.new_user()
+    admin.add_member(name, member, "member")
+    api = api_for(server.url, member)
+    try:
         api.ok(upload(api, name, "hello", targz(HELLO)), 201)
         job = api.ok(
             api.post(
@@ -48,14 +48,19 @@ def finished_job(server: ServerProc, admin: Api) -> dict[str, object]:
             ),
             201,
         )
-        done = wait_job(api, str(job["id"]), {"Succeeded", "Failed"})
-        _FINISHED[server.url] = (TeamCtx(name, api, api), done)
-    return _FINISHED[server.url][1]
+        yield api, wait_job(api, str(job["id"]), {"Succeeded", "Failed"})
+    finally:
+        api.close()
 
 
 @pytest.fixture
-def owner(server: ServerProc, finished_job: dict[str, object]) -> Api:
-    return _FINISHED[server.url][0].member
+def finished_job(finished: tuple[Api, dict[str, object]]) -> dict[str, object]:
+    return finished[1]
+
+
+@pytest.fixture
+def owner(finished: tuple[Api, dict[str, object]]) -> Api:
+    return finished[0]
 
 
 TRAVERSALS = [

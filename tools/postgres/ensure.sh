@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make sure Debian's PostgreSQL server binaries (initdb, pg_ctl) are installed; print the
 # folder holding them. Installs the `postgresql` package only when missing, waiting for
-# the dpkg lock other installs may hold. Used by the tests (tests/server/_postgres.py).
+# the dpkg lock other installs may hold. Used by throwaway.py (the tests and benchmarks).
 set -euo pipefail
 find_bin() {
   for dir in /usr/lib/postgresql/*/bin; do

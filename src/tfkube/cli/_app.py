@@ -507,10 +507,58 @@ def install(
         Path | None,
         typer.Option("--write-manifests", help="Write deploy/*.yaml into this folder instead."),
     ] = None,
+    server: Annotated[
+        bool,
+        typer.Option(
+            "--server",
+            help="Also the platform server (tfkube server --engine kubernetes): its "
+            "Deployment, Service, data claim and RBAC, in the same namespace and image.",
+        ),
+    ] = False,
+    storage_class: Annotated[
+        str | None,
+        typer.Option("--storage-class", help="--server: the data claim's storage class."),
+    ] = None,
+    storage_size: Annotated[
+        str, typer.Option("--storage-size", help="--server: the data claim's size.")
+    ] = "20Gi",
+    outputs_claim: Annotated[
+        str | None,
+        typer.Option(
+            "--outputs-claim",
+            help="--server: the ReadWriteMany claim jobs keep their logs on (one in every "
+            "team namespace, and one of the same share in this namespace; docs/kubernetes.md).",
+        ),
+    ] = None,
+    public_url: Annotated[
+        str | None,
+        typer.Option("--public-url", help="--server: how people reach it, e.g. https://..."),
+    ] = None,
 ) -> None:
-    """Install (or upgrade) the TFJob CRD, RBAC and the operator on a cluster."""
-    from tfkube.render import OPERATOR_IMAGE, deploy_file_texts, dump_yaml, install_manifests
+    """Install (or upgrade) the TFJob CRD, RBAC and the operator on a cluster; with
+    --server, the platform server too."""
+    from tfkube.render import (
+        OPERATOR_IMAGE,
+        ServerInstall,
+        deploy_file_texts,
+        dump_yaml,
+        install_manifests,
+        server_manifests,
+    )
 
+    chosen_image = image or OPERATOR_IMAGE
+    server_options = (
+        ServerInstall(
+            storage_class=storage_class,
+            storage_size=storage_size,
+            outputs_claim=outputs_claim,
+            public_url=public_url,
+        )
+        if server
+        else None
+    )
+    if server_options is None and (storage_class or outputs_claim or public_url):
+        raise _fail("--storage-class, --outputs-claim and --public-url go with --server")
     if write_manifests is not None:
         write_manifests.mkdir(parents=True, exist_ok=True)
         for name, text in deploy_file_texts().items():
@@ -518,7 +566,10 @@ def install(
             out.print(f"wrote {write_manifests / name}", highlight=False)
         return
     if print_only:
-        print(dump_yaml(install_manifests(namespace, image or OPERATOR_IMAGE)), end="")
+        objects = install_manifests(namespace, chosen_image)
+        if server_options is not None:
+            objects += server_manifests(namespace, chosen_image, server_options)
+        print(dump_yaml(objects), end="")
         return
     try:
         from tfkube.backends.kubernetes import InstallError, api_client_from
@@ -533,9 +584,10 @@ def install(
         install_all(
             api,
             namespace=namespace,
-            image=image or OPERATOR_IMAGE,
+            image=chosen_image,
             dry_run=dry_run,
             progress=lambda applied: out.print(str(applied), highlight=False),
+            server=server_options,
         )
     except InstallError as exc:
         raise _fail(str(exc), 1) from None
@@ -543,6 +595,13 @@ def install(
         api.close()
     if not dry_run:
         out.print("installed; `kubectl get tfj -A` lists TFJobs", highlight=False)
+        if server_options is not None:
+            out.print(
+                f"the server: `kubectl -n {namespace} logs deploy/tfkube-server` prints its "
+                f"one-time set-up link; reach it with `kubectl -n {namespace} port-forward "
+                "svc/tfkube-server 8470` (docs/kubernetes.md)",
+                highlight=False,
+            )
 
 
 @app.command("operator")

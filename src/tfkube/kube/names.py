@@ -8,6 +8,7 @@ users all rely on. Pure constants and string functions (no planner, no client), 
     <job>-launcher        ConfigMap with the launcher zipapp
     <job>-code            ConfigMap with a small local code folder (when packed)
     <job>-registry        copy of the platform's image-pull Secret
+    <job>-code-token      the server's code-fetch token for the job's replicas (Secret)
     <job>-data, -logs     PersistentVolumeClaims (unless an existing claim is named)
     <job>-tensorboard     TensorBoard Deployment and Service
     tfkube-tenant         the namespace's ResourceQuota and LimitRange (shared by its jobs)
@@ -36,6 +37,10 @@ GENERATION_ANNOTATION = "tfkube.io/restart-generation"
 """On role Jobs: the whole-job restart they belong to (see `tfkube.kube.observe`)."""
 STOP_ANNOTATION = "tfkube.io/stop"
 """`true` on a TFJob: end the job now, Failed (Stopped); what `KubernetesBackend.stop` sets."""
+
+CODE_TOKEN_ANNOTATION = "tfkube.io/code-token-secret"
+"""On a TFJob: the Secret (key `token`) its replicas send when they fetch their code (the
+tfkube server's job-scoped claim); the operator renders TFKUBE_CODE_TOKEN from it."""
 
 TENANT_OBJECTS = "tfkube-tenant"
 """The namespace's ResourceQuota and LimitRange: shared by its jobs, owned by none."""
@@ -98,6 +103,12 @@ def code_configmap_name(job_name: str) -> str:
     return f"{job_name}-code"
 
 
+def code_token_secret_name(job_name: str) -> str:
+    """The job's code-fetch token (the platform server's claim), read by its replicas as
+    TFKUBE_CODE_TOKEN; owned by the TFJob."""
+    return f"{job_name}-code-token"
+
+
 def registry_secret_name(job_name: str) -> str:
     """Per job, not per namespace: the copy is owned by (and deleted with) its job."""
     return f"{job_name}-registry"
@@ -109,3 +120,8 @@ def claim_name(job_name: str, volume: str) -> str:
 
 def tensorboard_name(job_name: str) -> str:
     return f"{job_name}-tensorboard"
+
+
+TENSORBOARD_PORT_NAME = "http"
+"""The TensorBoard Service's port, by name: the server reaches it through the API server's
+service proxy (`.../services/<job>-tensorboard:http/proxy/`)."""

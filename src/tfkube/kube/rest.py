@@ -10,12 +10,16 @@ client's own exception, so callers handle one type.
     Kube(api_client).request(method, path, body, query)  -> decoded JSON | None | bytes
                     .get / .list (paged, slimmed)         -> reads; 404 on get is None
                     .collection(apiVersion, kind, ns)     -> the path of a kind (pure)
+    Endpoint.of(api_client)                               -> URL, TLS and credentials, for
+                                                             another HTTP client (a proxy)
 """
 
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +73,44 @@ def tfjob_path(namespace: str, name: str = "") -> str:
     """A namespace's TFJobs, or one of them."""
     path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
     return f"{path}/{name}" if name else path
+
+
+def service_proxy_path(namespace: str, service: str, port: str) -> str:
+    """The API server's proxy to a Service's port: what follows it is the path the
+    Service's pods are asked for (the API server checks `services/proxy` RBAC)."""
+    return f"{object_path('v1', 'Service', namespace, f'{service}:{port}')}/proxy"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """How to reach the API server with an HTTP client other than the official one (the
+    platform server streams TensorBoard through the service proxy with httpx): the same
+    URL, CA, client certificate and token the kubeconfig or service account gives."""
+
+    host: str
+    """`https://host:port`, no trailing slash."""
+    ssl_context: ssl.SSLContext
+    """Verifies the API server (unless the kubeconfig says not to) and carries the client
+    certificate, if any."""
+    configuration: Any
+    """The official client's Configuration: its token is read on each `headers()`, so a
+    rotated service-account token is picked up."""
+
+    @classmethod
+    def of(cls, api_client: Any) -> Endpoint:
+        conf = api_client.configuration
+        context = ssl.create_default_context(cafile=conf.ssl_ca_cert or None)
+        if not conf.verify_ssl:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if conf.cert_file:
+            context.load_cert_chain(conf.cert_file, conf.key_file or None)
+        return cls(str(conf.host).rstrip("/"), context, conf)
+
+    def headers(self) -> dict[str, str]:
+        """The credentials to send (a bearer token), when the kubeconfig uses one."""
+        auth = self.configuration.auth_settings().get("BearerToken")
+        return {"Authorization": str(auth["value"])} if auth and auth.get("value") else {}
 
 
 def api_client_from(kubeconfig: Path | None = None, context: str | None = None) -> Any:

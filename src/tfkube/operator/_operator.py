@@ -30,6 +30,7 @@ from typing import Any
 
 from tfkube.api import SpecError, TFJob
 from tfkube.kube.names import (
+    CODE_TOKEN_ANNOTATION,
     GROUP,
     LABEL_JOB,
     LABEL_MANAGED_BY,
@@ -99,6 +100,7 @@ class Reconciler:
         if tfjob is None or tfjob["metadata"].get("deletionTimestamp"):
             return None
         now = self.clock()
+        annotations = tfjob["metadata"].get("annotations") or {}
         try:
             job = tfjob_model(tfjob)
             rendered = render_job(
@@ -108,6 +110,7 @@ class Reconciler:
                     managed=True,
                     registry_secret=self._registry_secret(),
                     code_archive=self._code_archive(job, namespace),
+                    code_token_secret=annotations.get(CODE_TOKEN_ANNOTATION) or None,
                 ),
             )
         except SpecError as exc:

@@ -3,9 +3,10 @@
 `render_job(job, options)` is what both the operator (which adds owner references and
 creates the objects) and `tfkube render` (which prints them for `kubectl apply`) use, so
 the two can never drift. `crd()` and `install_manifests()` are the cluster-wide objects
-`tfkube install` applies and `deploy/` holds. The names and labels it gives everything
-are the contract in `tfkube.kube.names` (shared with the operator and the Kubernetes
-backend); who retries what is in `tfkube.render._render` and docs/kubernetes.md.
+`tfkube install` applies and `deploy/` holds; `server_manifests()` is what
+`install --server` adds. The names and labels it gives everything are the contract in
+`tfkube.kube.names` (shared with the operator and the Kubernetes backend); who retries
+what is in `tfkube.render._render` and docs/kubernetes.md.
 
 Imports `tfkube.api`, `tfkube.cluster` and `tfkube.kube.names` only: never the planner,
 the REST client or `kubernetes` (import-linter contracts in pyproject.toml).
@@ -33,6 +34,13 @@ from tfkube.render._render import (
     image_registry,
     render_job,
 )
+from tfkube.render._server import (
+    SERVER_NAME,
+    SERVER_PORT,
+    SERVER_RULES,
+    ServerInstall,
+    server_manifests,
+)
 
 __all__ = [
     "CONTAINER",
@@ -43,9 +51,13 @@ __all__ = [
     "OPERATOR_NAMESPACE",
     "OPERATOR_RULES",
     "REGISTRY_SECRET",
+    "SERVER_NAME",
+    "SERVER_PORT",
+    "SERVER_RULES",
     "SHORT_NAMES",
     "USER_ERROR_EXIT_CODES",
     "RenderOptions",
+    "ServerInstall",
     "backoff_limit",
     "build_launcher_zipapp",
     "crd",
@@ -55,4 +67,5 @@ __all__ = [
     "install_manifests",
     "launcher_zipapp",
     "render_job",
+    "server_manifests",
 ]

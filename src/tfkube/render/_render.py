@@ -62,6 +62,7 @@ from tfkube.kube.names import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
     TENANT_OBJECTS,
+    TENSORBOARD_PORT_NAME,
     claim_name,
     code_configmap_name,
     job_labels,
@@ -715,8 +716,14 @@ def _tensorboard(ctx: _Context) -> list[Object]:
                     "--host=0.0.0.0",
                     f"--port={TENSORBOARD_PORT}",
                 ],
-                "ports": [{"name": "http", "containerPort": TENSORBOARD_PORT, "protocol": "TCP"}],
-                "readinessProbe": {"httpGet": {"path": "/", "port": "http"}},
+                "ports": [
+                    {
+                        "name": TENSORBOARD_PORT_NAME,
+                        "containerPort": TENSORBOARD_PORT,
+                        "protocol": "TCP",
+                    }
+                ],
+                "readinessProbe": {"httpGet": {"path": "/", "port": TENSORBOARD_PORT_NAME}},
                 "resources": _resources(tb.resources),
                 "volumeMounts": [mount],
             }
@@ -739,9 +746,9 @@ def _tensorboard(ctx: _Context) -> list[Object]:
         },
     }
     port: Object = {
-        "name": "http",
+        "name": TENSORBOARD_PORT_NAME,
         "port": TENSORBOARD_PORT,
-        "targetPort": "http",
+        "targetPort": TENSORBOARD_PORT_NAME,
         "protocol": "TCP",
     }
     if tb.node_port is not None:

@@ -23,9 +23,17 @@ def database_url(value: str | None, data_dir: Path) -> str:
     return value
 
 
+POOL: dict[str, Any] = {"pool_size": 10, "max_overflow": 40, "pool_timeout": 60}
+"""Room for every request thread at once (anyio runs sync handlers on 40 threads) plus the
+job sync loop: a smaller pool made requests wait for a connection and fail under a burst
+(benchmarks/server_load found it on PostgreSQL)."""
+
+
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": 30}, **POOL
+        )
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_connection: Any, _record: Any) -> None:
@@ -38,7 +46,7 @@ def make_engine(url: str) -> Engine:
             cursor.close()
 
         return engine
-    return create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+    return create_engine(url, pool_pre_ping=True, **POOL)
 
 
 def migrate(engine: Engine) -> None:

@@ -23,19 +23,25 @@ from tfkube.kube.names import (
     PLURAL,
     TENANT_OBJECTS,
 )
+from tfkube.kube.rest import Endpoint
 from tfkube.server._settings import ServerSettings
 from tfkube.server._tables import Team
 
+DEFAULT_REQUEST = {"cpu": "500m", "memory": "512Mi"}
+"""What a container that asks for nothing is counted as in a team namespace with a quota
+(a LimitRange default): Kubernetes refuses a pod without requests where a quota counts
+them. Half a core, as the local queue counts it (`_admission.DEFAULT_REPLICA_CPU`)."""
+
 
 def quota_hard(quota: dict[str, Any]) -> dict[str, str]:
-    """A team's quota as a ResourceQuota's `hard` (pure)."""
+    """A team's quota as a ResourceQuota's `hard` (pure). Requests only: a quota on limits
+    would force a limit on every container, and a default memory limit kills training
+    that needs more; requests are what the scheduler reserves, so they are what is shared."""
     hard: dict[str, str] = {}
     if quota.get("cpu") is not None:
         hard["requests.cpu"] = f"{quota['cpu']:g}"
-        hard["limits.cpu"] = f"{quota['cpu']:g}"
     if quota.get("memory") is not None:
         hard["requests.memory"] = str(int(quota["memory"]))
-        hard["limits.memory"] = str(int(quota["memory"]))
     if quota.get("gpu") is not None:
         hard["requests.nvidia.com/gpu"] = str(int(quota["gpu"]))
     if quota.get("jobs") is not None:
@@ -44,19 +50,32 @@ def quota_hard(quota: dict[str, Any]) -> dict[str, str]:
 
 
 def tenant_objects(namespace: str, quota: dict[str, Any]) -> list[dict[str, Any]]:
-    """A team's namespace and its quota (pure)."""
+    """A team's namespace and its quota, with default requests where the quota counts
+    CPU or memory (pure)."""
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: "tenant"}
     objects: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}}
     ]
     hard = quota_hard(quota)
+    meta = {"name": TENANT_OBJECTS, "namespace": namespace, "labels": labels}
     if hard:
         objects.append(
             {
                 "apiVersion": "v1",
                 "kind": "ResourceQuota",
-                "metadata": {"name": TENANT_OBJECTS, "namespace": namespace, "labels": labels},
+                "metadata": dict(meta),
                 "spec": {"hard": hard},
+            }
+        )
+    if "requests.cpu" in hard or "requests.memory" in hard:
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "LimitRange",
+                "metadata": dict(meta),
+                "spec": {
+                    "limits": [{"type": "Container", "defaultRequest": dict(DEFAULT_REQUEST)}]
+                },
             }
         )
     return objects
@@ -69,6 +88,7 @@ class Engines:
         self._cache: dict[str, Backend] = {}
         self._lock = threading.Lock()
         self._api: Any = None
+        self._endpoint: Endpoint | None = None
         if self.kind not in {"local", "kubernetes"}:
             raise ValueError(f"unknown engine {self.kind!r}; choose local or kubernetes")
 
@@ -85,6 +105,12 @@ class Engines:
 
             self._api = api_client_from(self.settings.kubeconfig)
         return self._api
+
+    def endpoint(self) -> Endpoint:
+        """The API server for the proxy (TLS context made once)."""
+        if self._endpoint is None:
+            self._endpoint = Endpoint.of(self.api_client())
+        return self._endpoint
 
     def backend(self, team: str, namespace: str) -> Backend:
         with self._lock:

@@ -25,10 +25,11 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import delete, select
+from sqlalchemy import CursorResult, delete, select, update
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm.exc import StaleDataError
 
 from tfkube.api import FieldError, SpecError, TFJob, dump_job, load_job_text
 from tfkube.backends import JobExists, JobNotFound, JobView
@@ -47,6 +48,28 @@ QUEUED, LIVE, ENDED = "queued", "live", "ended"
 CODE_CLAIM_SECONDS = 7 * 24 * 3600
 """How long a job's code claim is valid at most; it is refused anyway once the job ended,
 so a replica restarted late in a long job can still fetch its code."""
+
+
+RETRY_SECONDS = 3.0
+"""How soon a job the cluster turned away for a while is submitted again."""
+
+
+def passing_refusal(exc: Exception) -> str | None:
+    """Why a submit failed for a while only (the job waits and is tried again), or None
+    when the failure is final. Pure: the quota admission's "exceeded quota" and "status
+    unknown for quota" (a new or changed quota not computed yet), an API server that is
+    busy or unreachable."""
+    from tfkube.kube.rest import ApiError
+
+    if isinstance(exc, ApiError):
+        if exc.status == 403 and "quota" in exc.message:
+            return f"waiting for the team's quota in the cluster: {exc.message}"
+        if exc.status in {429, 500, 502, 503, 504}:
+            return f"waiting for the cluster: {exc.message}"
+        return None
+    if isinstance(exc, OSError) or type(exc).__module__.startswith("urllib3"):
+        return f"waiting for the cluster: cannot reach it ({type(exc).__name__}: {exc})"
+    return None
 
 
 def new_job_id() -> str:
@@ -114,6 +137,8 @@ class JobService:
         self.key = key
         self.on_change = on_change
         self.poke = threading.Event()
+        self._retry_at: dict[str, float] = {}
+        """Kubernetes: job id -> when to submit again a job the cluster turned away."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -191,14 +216,22 @@ class JobService:
         problems = server_problems(job)
         if problems:
             raise SpecError(problems, f"job {job.name!r}")
-        active = db.scalars(
-            select(Job).where(Job.team_id == team.id, Job.name == job.name, Job.state != ENDED)
-        ).first()
+        same_name = select(Job).where(Job.team_id == team.id, Job.name == job.name)
+        active = db.scalars(same_name.where(Job.state != ENDED)).first()
         if active is not None:
             raise JobExists(
                 f"team {team.name} already has a job named {job.name!r} ({active.phase}); "
                 "stop or delete it, or choose another name"
             )
+        if self.engines.kind == "kubernetes" and self.settings.outputs_claim:
+            # Kept outputs live under the job's name on the team's claim (its subPath): a
+            # second job of that name would resume from the first one's checkpoint.
+            kept = db.scalars(same_name).first()
+            if kept is not None:
+                raise JobExists(
+                    f"team {team.name} keeps the logs and outputs of an earlier job named "
+                    f"{job.name!r} under that name; delete it first, or choose another name"
+                )
         artifact, _ = self.resolve_code(db, team, job, code_field)
         job_id = new_job_id()
         if artifact is not None:
@@ -249,7 +282,11 @@ class JobService:
         return sign_claim(self.key, CodeClaim(job.id, sha256, time.time() + CODE_CLAIM_SECONDS))
 
     def start(self, db: Session, row: Job, team: Team) -> None:
-        """Hand a job to its team's engine (the queue admitted it)."""
+        """Hand a job to its team's engine (the queue admitted it). A refusal that passes
+        (the cluster's quota is full or not computed yet, the API server is busy) leaves
+        the job queued with the reason as its message; the sync loop tries again."""
+        if not self._claim_start(db, row):
+            return
         job = load_job_text(row.spec, f"job {row.name!r}")
         backend = self.engines.backend(team.name, team.namespace)
         token = self.claim(row, row.code_sha256) if row.artifact_id and row.code_sha256 else None
@@ -262,16 +299,52 @@ class JobService:
             self._end(row, JobPhase.FAILED.value, "SubmitFailed", str(exc), now)
             db.add(JobEvent(job_id=row.id, time=now, message=f"the engine refused it: {exc}"))
         except Exception as exc:
+            wait = passing_refusal(exc)
+            if wait is not None:
+                self._retry_at[row.id] = time.monotonic() + RETRY_SECONDS
+                if row.message != wait:
+                    log.info("job %s waits: %s", row.id, wait)
+                    row.message = wait
+                    row.replicas = [{**r, "message": wait} for r in row.replicas]
+                    row.updated_at = now
+                db.commit()
+                return
             log.exception("starting job %s failed", row.id)
             self._end(
                 row, JobPhase.FAILED.value, "SubmitFailed", f"{type(exc).__name__}: {exc}", now
             )
         else:
+            self._retry_at.pop(row.id, None)
             row.state = LIVE
             self._apply_view(row, view)
             db.add(JobEvent(job_id=row.id, time=now, message="started on the engine"))
         db.commit()
         self.on_change(row)
+
+    @staticmethod
+    def _claim_start(db: Session, row: Job) -> bool:
+        """Whether this caller may hand the job to the engine: it is still queued and no
+        one else (the request that submitted it, the sync loop, another server process on
+        the same database) claimed it since it was read. A conditional update on
+        `updated_at` decides; the loser leaves it alone (two submits of one job made the
+        second fail as "already exists")."""
+        if row.state != QUEUED:
+            return False
+        seen = row.updated_at  # the version the caller decided on
+        db.commit()  # the update runs in a fresh transaction, on what others committed
+        now = max(time.time(), seen + 1e-6)
+        result = db.execute(
+            update(Job)
+            .where(Job.id == row.id, Job.state == QUEUED, Job.updated_at == seen)
+            .values(updated_at=now)
+        )
+        claimed = cast(CursorResult[Any], result).rowcount
+        db.commit()
+        if not claimed:
+            db.refresh(row)
+            return False
+        row.updated_at = now
+        return True
 
     @staticmethod
     def _end(row: Job, phase: str, reason: str, message: str, now: float) -> None:
@@ -308,6 +381,7 @@ class JobService:
     def stop(self, db: Session, row: Job, team: Team) -> None:
         now = time.time()
         if row.state == QUEUED:
+            self._retry_at.pop(row.id, None)
             self._end(row, JobPhase.FAILED.value, "Stopped", "stopped while queued", now)
         elif row.state == LIVE:
             backend = self.engines.backend(team.name, team.namespace)
@@ -338,8 +412,9 @@ class JobService:
                     backend.delete(row.name)
             except JobNotFound:
                 pass
+        kept_here = self.engines.kind == "local" or self.settings.outputs_claim is not None
         for folder in (row.output_dir, str(self.data_dir(team, row.id))):
-            if folder and self.engines.kind == "local":
+            if folder and kept_here:  # in a cluster: the outputs claim the server mounts
                 shutil.rmtree(folder, ignore_errors=True)
         db.execute(delete(JobEvent).where(JobEvent.job_id == row.id))
         db.delete(row)
@@ -350,9 +425,29 @@ class JobService:
 
     def tick(self) -> None:
         with self.sessions() as db:
-            self._sync(db)
-            if self.engines.kind == "local":
-                self._admit(db)
+            try:
+                self._sync(db)
+                if self.engines.kind == "local":
+                    self._admit(db)
+                else:
+                    self._retry(db)
+            except StaleDataError:
+                # A request deleted a job this pass was writing: nothing is lost, the next
+                # pass reads the rows again.
+                db.rollback()
+                log.info("a job was deleted during the sync; syncing again")
+
+    def _retry(self, db: Session) -> None:
+        """Kubernetes: submit again the jobs the cluster turned away for a while."""
+        queued = db.scalars(select(Job).where(Job.state == QUEUED).order_by(Job.created_at)).all()
+        now = time.monotonic()
+        teams: dict[int, Team | None] = {}
+        for row in queued:
+            if self._retry_at.get(row.id, 0.0) > now:
+                continue
+            team = teams.setdefault(row.team_id, db.get(Team, row.team_id))
+            if team is not None:
+                self.start(db, row, team)
 
     def _sync(self, db: Session) -> None:
         live = db.scalars(select(Job).where(Job.state == LIVE)).all()

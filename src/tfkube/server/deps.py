@@ -9,7 +9,7 @@ the user is not in answers 404, exactly as if it did not exist.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -32,9 +32,18 @@ def get_platform(request: Request) -> Platform:
 PlatformDep = Annotated[Platform, Depends(get_platform)]
 
 
-def get_db(platform: PlatformDep) -> Iterator[Session]:
-    with platform.sessions() as session:
+async def get_db(platform: PlatformDep) -> AsyncIterator[Session]:
+    """The request's session. Async so that closing it (handing the connection back)
+    never waits for a worker thread; and every dependency below ends its reads with a
+    commit, which hands the connection back too (objects stay loaded: expire_on_commit is
+    off). So a request holds a connection only while its code runs on a thread, never
+    while it waits for one: under a burst, more requests wait than the pool has
+    connections (benchmarks/server_load)."""
+    session = platform.sessions()
+    try:
         yield session
+    finally:
+        session.close()
 
 
 SessionDep = Annotated[Session, Depends(get_db)]
@@ -67,7 +76,9 @@ def current_principal(request: Request, db: SessionDep, platform: PlatformDep) -
                 "the API token is not valid (expired or revoked?)",
                 {"WWW-Authenticate": "Bearer"},
             )
-        return Principal(user, actor_of(db, user))
+        principal = Principal(user, actor_of(db, user))
+        db.commit()
+        return principal
     cookie = request.cookies.get(SESSION_COOKIE)
     user = session_user(db, cookie) if cookie else None
     if user is None or cookie is None:
@@ -83,7 +94,9 @@ def current_principal(request: Request, db: SessionDep, platform: PlatformDep) -
     )
     if not verdict.ok:
         raise HTTPException(403, f"refused: {verdict.reason} (CSRF protection)")
-    return Principal(user, actor_of(db, user), session_id=cookie)
+    principal = Principal(user, actor_of(db, user), session_id=cookie)
+    db.commit()
+    return principal
 
 
 CurrentUser = Annotated[Principal, Depends(current_principal)]
@@ -101,6 +114,7 @@ def get_team(team: str, principal: CurrentUser, db: SessionDep) -> Team:
     found = db.scalars(select(Team).where(Team.name == team)).first()
     if found is None or not visible(principal.actor, found.id):
         raise not_found(f"team {team!r}")
+    db.commit()
     return found
 
 
@@ -112,6 +126,7 @@ def get_job(job_id: str, principal: CurrentUser, db: SessionDep) -> Job:
     if found is None or not visible(principal.actor, found.team_id):
         raise not_found(f"job {job_id!r}")
     principal.require(Scope.JOBS_READ, found.team_id)
+    db.commit()
     return found
 
 
@@ -123,6 +138,7 @@ def get_artifact(artifact_id: int, principal: CurrentUser, db: SessionDep) -> Ar
     if found is None or not visible(principal.actor, found.team_id):
         raise not_found(f"artifact {artifact_id}")
     principal.require(Scope.ARTIFACTS_READ, found.team_id)
+    db.commit()
     return found
 
 

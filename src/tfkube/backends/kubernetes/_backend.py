@@ -22,9 +22,11 @@ from tfkube.backends._artifact import prepare_artifact
 from tfkube.backends._base import JobEvent, JobExists, JobNotFound, JobView, ReplicaView
 from tfkube.cluster import service_address
 from tfkube.kube.names import (
+    CODE_TOKEN_ANNOTATION,
     LABEL_JOB,
     STOP_ANNOTATION,
     code_configmap_name,
+    code_token_secret_name,
     owner_reference,
     replica_selector,
 )
@@ -95,6 +97,11 @@ def job_view(
         pass
     else:
         address = service_address(name, job.spec.run_policy.port)
+        pods = list(pods)
+        nodes = {
+            (p.get("metadata") or {}).get("name"): (p.get("spec") or {}).get("nodeName")
+            for p in pods
+        }
         seen = observe(job, prior, jobs, pods, now).replicas
         replicas = tuple(
             ReplicaView(
@@ -105,6 +112,7 @@ def job_view(
                 restarts=r.status.restarts,
                 exit_code=r.status.exit_code,
                 address=address(r.status.role, r.status.index),
+                node=nodes.get(r.pod) if r.pod else None,
                 message=r.message,
             )
             for key, r in seen.items()
@@ -168,7 +176,7 @@ class KubernetesBackend:
             with tempfile.TemporaryDirectory(prefix="tfkube-submit-") as tmp:
                 code_archive = prepare_artifact(job, base_dir, Path(tmp)).path.read_bytes()
         # The fetch token reaches the pods from a Secret, never through the pod spec.
-        token_secret = f"{job.name}-code-token" if code_token else None
+        token_secret = code_token_secret_name(job.name) if code_token else None
         # Render here too: a job the operator could not render fails now, not later.
         objects = render_job(
             job,
@@ -217,6 +225,8 @@ class KubernetesBackend:
         if code_cm is not None:
             owned.append(f"{cm_path}/{cm_name}")
         body = _resource(job, self.namespace)
+        if token_secret is not None:  # the operator renders the replicas' env from it
+            body["metadata"]["annotations"] = {CODE_TOKEN_ANNOTATION: token_secret}
         try:
             created = self.kube.request("POST", tfjob_path(self.namespace), body=body)
         except ApiError as exc:

@@ -1,6 +1,7 @@
 """`tfkube install`: apply the CRD, the operator's namespace, RBAC and Deployment to the
-cluster of a kubeconfig. The objects come from `tfkube.render.install_manifests` (pure);
-this module only sends them.
+cluster of a kubeconfig (with `--server`, the platform server's objects too). The objects
+come from `tfkube.render.install_manifests` and `server_manifests` (pure); this module
+only sends them.
 
 Server-side apply (field manager `tfkube-install`, conflicts forced) makes install
 idempotent and an upgrade at the same time: running it again changes only what differs,
@@ -18,7 +19,13 @@ from typing import Any
 
 from tfkube.kube.names import CRD_NAME
 from tfkube.kube.rest import ApiError, Kube, object_path
-from tfkube.render import OPERATOR_IMAGE, OPERATOR_NAMESPACE, install_manifests
+from tfkube.render import (
+    OPERATOR_IMAGE,
+    OPERATOR_NAMESPACE,
+    ServerInstall,
+    install_manifests,
+    server_manifests,
+)
 
 FIELD_MANAGER = "tfkube-install"
 
@@ -66,14 +73,19 @@ def install(
     dry_run: bool = False,
     timeout: float = 60.0,
     progress: Callable[[Applied], None] = lambda _: None,
+    server: ServerInstall | None = None,
 ) -> list[Applied]:
-    """Apply every install object in order; wait until the CRD is established.
+    """Apply every install object in order (with `server`, the platform server's too:
+    `tfkube install --server`); wait until the CRD is established.
 
     Raises InstallError naming the object the API server refused."""
     kube = Kube(api_client)
     done: list[Applied] = []
     namespace_missing = False
-    for obj in install_manifests(namespace, image):
+    objects = install_manifests(namespace, image)
+    if server is not None:
+        objects += server_manifests(namespace, image, server)
+    for obj in objects:
         meta = obj["metadata"]
         kind, name, ns = obj["kind"], meta["name"], meta.get("namespace")
         if dry_run and ns is not None and namespace_missing:

@@ -6,6 +6,7 @@ from fastapi import HTTPException
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from tfkube.server._platform import Platform
 from tfkube.server._tables import Membership, Team, User
 
 
@@ -31,3 +32,16 @@ def teams_of(db: Session, user: User) -> dict[str, str]:
         .order_by(Team.name)
     ).all()
     return dict(rows)
+
+
+def prepare_team(platform: Platform, db: Session, team: Team) -> None:
+    """Make the team's folder or namespace and quota, then commit; when the engine refuses
+    (a cluster down, RBAC), nothing is kept and the caller hears why (502)."""
+    try:
+        platform.engines.prepare_team(team)
+    except Exception as exc:
+        db.rollback()
+        raise HTTPException(
+            502, f"the engine could not prepare team {team.name} ({team.namespace}): {exc}"
+        ) from None
+    db.commit()

@@ -22,7 +22,7 @@ from tfkube.server._scopes import Role
 from tfkube.server._security import SESSION_COOKIE, csrf_token, password_problem
 from tfkube.server._views import user_out
 from tfkube.server.deps import CurrentUser, PlatformDep, SessionDep
-from tfkube.server.routes._util import field_error, teams_of
+from tfkube.server.routes._util import field_error, prepare_team, teams_of
 
 router = APIRouter(prefix="/api/v1", tags=["auth"])
 
@@ -75,8 +75,7 @@ def setup(body: SetupIn, response: Response, db: SessionDep, platform: PlatformD
     user = create_user(db, body.name, body.password, site_admin=True)
     team = create_team(db, body.team)
     set_member(db, team, user, Role.ADMIN)
-    db.commit()
-    platform.engines.prepare_team(team)
+    prepare_team(platform, db, team)
     value = open_session(db, user, platform.settings.session_hours)
     _set_cookie(response, value, platform)
     return SessionOut(

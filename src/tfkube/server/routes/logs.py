@@ -11,11 +11,12 @@ from pathlib import Path
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
+from sqlalchemy import select
 
 from tfkube.api import load_job_text
 from tfkube.backends import JobNotFound
 from tfkube.client.wire import LogFile, OutputFile, Progress, ScalarsOut
-from tfkube.server._logs import NoSuchLog, log_files, log_path, read_chunk
+from tfkube.server._logs import REPLICA, NoSuchLog, log_files, log_path, read_chunk
 from tfkube.server._logs import follow as follow_file
 from tfkube.server._paths import UnsafePath, resolve_under
 from tfkube.server._scalars import progress_hint, progress_of, total_steps
@@ -34,17 +35,33 @@ def list_logs(job: JobDep, principal: CurrentUser) -> list[LogFile]:
     return log_files(job.output_dir)
 
 
-def _pod_log(platform: PlatformDep, db: SessionDep, job: Job, replica: str) -> str | None:
-    """Kubernetes without a shared outputs claim: the pod log while the pod exists."""
-    if platform.engines.kind != "kubernetes" or job.state == "ended":
-        return None
+def _pod_log(platform: PlatformDep, db: SessionDep, job: Job, replica: str, why: str) -> str:
+    """No kept log file (Kubernetes without an outputs claim, or a replica that never
+    wrote one): the pod log API while the job's pods exist. Raises a 404 saying both why
+    there is no kept log and why the pod has none."""
+    hint = ""
+    if platform.settings.outputs_claim is None:
+        hint = " (logs outlive pods when the server runs with --outputs-claim)"
+    if platform.engines.kind != "kubernetes" or not REPLICA.fullmatch(replica):
+        raise HTTPException(404, why)
+    newer = db.scalars(
+        select(Job.id).where(
+            Job.team_id == job.team_id, Job.name == job.name, Job.created_at > job.created_at
+        )
+    ).first()
+    if newer is not None:  # the cluster's job of this name is another one now
+        raise HTTPException(404, f"{why}; its pods are gone{hint}")
     team = db.get(Team, job.team_id)
     assert team is not None
     backend = platform.engines.backend(team.name, team.namespace)
     try:
         return "\n".join(backend.logs(job.name, replica, False)) + "\n"
-    except (JobNotFound, ValueError) as exc:
-        raise HTTPException(404, f"no log for {replica}: {exc}") from None
+    except JobNotFound:
+        raise HTTPException(
+            404, f"{why}; the cluster no longer has the job, so its pods are gone{hint}"
+        ) from None
+    except ValueError as exc:  # LogsUnavailable (no kubelet), or no such replica
+        raise HTTPException(404, f"{why}; {exc}") from None
 
 
 @router.get("/logs/{replica}", response_model=None)
@@ -66,10 +83,8 @@ async def read_log(
     try:
         path = log_path(job.output_dir, replica, attempt)
     except NoSuchLog as exc:
-        text = await asyncio.to_thread(_pod_log, platform, db, job, replica)
-        if text is not None:
-            return PlainTextResponse(text)
-        raise HTTPException(404, str(exc)) from None
+        text = await asyncio.to_thread(_pod_log, platform, db, job, replica, str(exc))
+        return PlainTextResponse(text)
     job_id = job.id
 
     async def running() -> bool:

@@ -4,12 +4,16 @@ kind). The caller must be signed in and hold the kind's scope in the target's te
 otherwise, as everywhere); the session cookie and any Authorization header are never
 passed upstream. State-changing requests with the cookie must come from this origin.
 
-Targets are a registry: kind -> resolver(db, id, principal) -> the upstream base URL."""
+Targets are a registry: kind -> resolver(db, id, principal) -> the `Upstream`: on the
+local engine a loopback process; on Kubernetes the API server's service proxy to the
+job's Service, reached with the server's credentials."""
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import httpx
@@ -17,9 +21,12 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session
 
+from tfkube.api import load_job_text
+from tfkube.kube.names import TENSORBOARD_PORT_NAME, tensorboard_name
+from tfkube.kube.rest import service_proxy_path
 from tfkube.server._platform import Platform
 from tfkube.server._scopes import Scope, visible
-from tfkube.server._tables import Job
+from tfkube.server._tables import Job, Team
 from tfkube.server.deps import PlatformDep, Principal, SessionDep
 
 router = APIRouter(tags=["proxy"])
@@ -35,17 +42,46 @@ HOP_BY_HOP = {
     "content-length",
     "content-encoding",
 }
-Resolver = Callable[[Session, str, Principal, Platform], str]
 
 
-def _tensorboard(db: Session, job_id: str, principal: Principal, platform: Platform) -> str:
+@dataclass(frozen=True)
+class Upstream:
+    """Where a proxied request goes: `prefix` + the rest of the caller's path."""
+
+    prefix: str
+    """The upstream URL the caller's path below `/proxy/<kind>/<id>/` is appended to."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Sent upstream besides the caller's own (e.g. the server's API-server token; the
+    caller's credentials never are)."""
+    verify: ssl.SSLContext | bool = True
+    """TLS verification for an https upstream (the API server's CA)."""
+
+
+Resolver = Callable[[Session, str, Principal, Platform], Upstream]
+
+
+def _tensorboard(db: Session, job_id: str, principal: Principal, platform: Platform) -> Upstream:
     job = db.get(Job, job_id)
     if job is None or not visible(principal.actor, job.team_id) or not job.output_dir:
         raise HTTPException(404, f"job {job_id!r} not found")
     principal.require(Scope.METRICS_READ, job.team_id)
-    if platform.engines.kind != "local":
-        raise HTTPException(501, "TensorBoard through the proxy runs on the local engine only")
-    return platform.tensorboards.ensure(job.id, job.output_dir, f"/proxy/tensorboard/{job.id}")
+    prefix = f"/proxy/tensorboard/{job.id}"
+    if platform.engines.kind == "local":
+        base = platform.tensorboards.ensure(job.id, job.output_dir, prefix)
+        return Upstream(f"{base}{prefix}")
+    # Kubernetes: the job's TensorBoard Service through the API server's service proxy,
+    # with the server's own credentials (RBAC: services/proxy). TensorBoard's pages use
+    # relative links, so it serves below any prefix without --path_prefix.
+    spec = load_job_text(job.spec, f"job {job.name!r}").spec.tensorboard
+    if spec is None or not spec.enabled:
+        raise HTTPException(
+            404, f"job {job.name!r} runs no TensorBoard; submit it with tensorboard: true"
+        )
+    team = db.get(Team, job.team_id)
+    assert team is not None
+    endpoint = platform.engines.endpoint()
+    path = service_proxy_path(team.namespace, tensorboard_name(job.name), TENSORBOARD_PORT_NAME)
+    return Upstream(f"{endpoint.host}{path}", endpoint.headers(), endpoint.ssl_context)
 
 
 TARGETS: dict[str, Resolver] = {"tensorboard": _tensorboard}
@@ -84,25 +120,31 @@ async def proxy(
     resolver = TARGETS.get(kind)
     if resolver is None:
         raise HTTPException(404, f"nothing to proxy of kind {kind!r}")
-    principal = _principal(request, db, platform)
-    base = await asyncio.to_thread(resolver, db, target_id, principal, platform)
-    url = f"{base}/proxy/{kind}/{target_id}/{path}"
+    principal = await asyncio.to_thread(_principal, request, db, platform)
+    upstream_at = await asyncio.to_thread(resolver, db, target_id, principal, platform)
+    await asyncio.to_thread(db.commit)  # no database connection held while it streams
+    url = f"{upstream_at.prefix}/{path}"
     headers = {
         k: v
         for k, v in request.headers.items()
         if k.lower() not in HOP_BY_HOP | {"host", "cookie", "authorization", "x-csrf-token"}
     }
-    client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, read=None))
-    upstream = await client.send(
-        client.build_request(
-            request.method,
-            url,
-            params=request.query_params,
-            headers=headers,
-            content=await request.body(),
-        ),
-        stream=True,
-    )
+    headers.update(upstream_at.headers)
+    client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, read=None), verify=upstream_at.verify)
+    try:
+        upstream = await client.send(
+            client.build_request(
+                request.method,
+                url,
+                params=request.query_params,
+                headers=headers,
+                content=await request.body(),
+            ),
+            stream=True,
+        )
+    except httpx.HTTPError as exc:
+        await client.aclose()
+        raise HTTPException(502, f"cannot reach the {kind} of {target_id}: {exc}") from None
 
     async def body() -> AsyncIterator[bytes]:
         try:

@@ -12,7 +12,7 @@ from tfkube.server._scopes import Role, Scope, visible
 from tfkube.server._tables import Membership, Team, User
 from tfkube.server._views import team_out
 from tfkube.server.deps import CurrentUser, PlatformDep, SessionDep, SiteAdmin, TeamDep, not_found
-from tfkube.server.routes._util import field_error
+from tfkube.server.routes._util import field_error, prepare_team
 
 router = APIRouter(prefix="/api/v1/teams", tags=["teams"])
 
@@ -61,8 +61,7 @@ def add_team(body: TeamIn, _: SiteAdmin, db: SessionDep, platform: PlatformDep) 
         raise HTTPException(409, f"a team named {body.name!r} exists already")
     team = create_team(db, body.name)
     team.quota = body.quota.model_dump(exclude_none=True)
-    db.commit()
-    platform.engines.prepare_team(team)
+    prepare_team(platform, db, team)
     return team_out(team, None)
 
 
@@ -77,8 +76,7 @@ def change_team(
     team: TeamDep, body: TeamPatch, _: SiteAdmin, db: SessionDep, platform: PlatformDep
 ) -> TeamOut:
     team.quota = body.quota.model_dump(exclude_none=True)
-    db.commit()
-    platform.engines.prepare_team(team)
+    prepare_team(platform, db, team)
     platform.jobs.poke.set()
     return team_out(team, None)
 

@@ -1,0 +1,267 @@
+"""The platform server in a cluster: what `tfkube install --server` adds (pure).
+
+    ServiceAccount, ClusterRole, ClusterRoleBinding  tfkube-server   (SERVER_RULES)
+    PersistentVolumeClaim   tfkube-server-data   the data dir: SQLite, artifacts, keys
+    Deployment              tfkube-server        `tfkube server --engine kubernetes`
+    Service                 tfkube-server        ClusterIP :8470, for people (port-forward
+                                                 or an Ingress) and for replicas fetching code
+
+The server runs jobs as TFJobs in one namespace per team (`tfkube-<team>`), which it makes
+when the team is made; so its RBAC is cluster-wide (a namespace it creates later cannot
+be named in a RoleBinding now), but narrow in verbs: it never reads Secrets (it writes one
+code-token Secret per job), never touches pods beyond reading them and their logs, and
+reaches a job's TensorBoard only through the API server's service proxy.
+
+Kept logs: with `outputs_claim`, every team namespace holds a ReadWriteMany claim of that
+name (jobs write their logs and summaries to `<claim>/<job>`), and the server mounts the
+claim of the same name in its own namespace at `<data dir>/teams`, on the same share, so
+it reads team T's outputs at `<data dir>/teams/T/outputs/<job>`. docs/kubernetes.md says
+how to lay the share out.
+
+The image is the operator's (deploy/Dockerfile installs the `kubernetes` and `server`
+extras).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tfkube.kube.names import GROUP, LABEL_MANAGED_BY, MANAGED_BY, PLURAL
+
+SERVER_NAME = "tfkube-server"
+SERVER_PORT = 8470
+SERVER_DATA_DIR = "/var/lib/tfkube"
+SERVER_DATA_CLAIM = "tfkube-server-data"
+DATABASE_SECRET = "tfkube-server-database"
+"""Optional Secret (key `url`) in the server's namespace: `postgresql://...` makes the
+server use PostgreSQL; without it, SQLite in the data claim."""
+
+SERVER_RULES: tuple[dict[str, Any], ...] = (
+    # A team is a namespace with its quota and default requests (server-side apply: patch,
+    # and create when new).
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "create", "patch"]},
+    {
+        "apiGroups": [""],
+        "resources": ["resourcequotas", "limitranges"],
+        "verbs": ["get", "list", "create", "patch"],
+    },
+    # Jobs: created, read, stopped (an annotation), deleted; the operator does the rest.
+    {
+        "apiGroups": [GROUP],
+        "resources": [PLURAL],
+        "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+    },
+    # The job's code token: written (and owned by its TFJob), never read back.
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "update", "patch", "delete"]},
+    # Replica state and logs, read the way `tfkube status` reads them.
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list"]},
+    {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["get", "list"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    # Whether a node can serve logs (a KWOK fake node cannot); cluster status.
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
+    # A job's TensorBoard, behind the server's login (TensorBoard reads with GET and POST).
+    {"apiGroups": [""], "resources": ["services/proxy"], "verbs": ["get", "create"]},
+)
+
+
+@dataclass(frozen=True)
+class ServerInstall:
+    """How `tfkube install --server` sets the server up."""
+
+    storage_class: str | None = None
+    """Storage class of the data claim (default: the cluster's default class)."""
+    storage_size: str = "20Gi"
+    """Size of the data claim: the database and every uploaded artifact."""
+    outputs_claim: str | None = None
+    """A ReadWriteMany claim in every team namespace that jobs write their logs and
+    summaries to, and in the server's namespace the same share, mounted at
+    `<data dir>/teams`: logs stay readable after pods are gone. None: logs come from the
+    pod log API while pods exist."""
+    public_url: str | None = None
+    """How people reach the server (its links and the Origin check), e.g. the Ingress'
+    https URL; default: whatever Host they use."""
+
+
+def _labels() -> dict[str, str]:
+    return {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        "app.kubernetes.io/name": "tfkube",
+        "app.kubernetes.io/component": "server",
+    }
+
+
+def _selector() -> dict[str, str]:
+    return {"app.kubernetes.io/name": "tfkube", "app.kubernetes.io/component": "server"}
+
+
+def server_url(namespace: str) -> str:
+    """How replicas in any namespace reach the server (cluster DNS)."""
+    return f"http://{SERVER_NAME}.{namespace}.svc:{SERVER_PORT}"
+
+
+def server_command(namespace: str, options: ServerInstall) -> list[str]:
+    command = [
+        "tfkube",
+        "server",
+        "--engine",
+        "kubernetes",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(SERVER_PORT),
+        "--data-dir",
+        SERVER_DATA_DIR,
+        "--code-url",
+        server_url(namespace),
+    ]
+    if options.outputs_claim:
+        command += ["--outputs-claim", options.outputs_claim]
+    if options.public_url:
+        command += ["--public-url", options.public_url]
+    return command
+
+
+def server_rbac(namespace: str) -> list[dict[str, Any]]:
+    labels = _labels()
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": SERVER_NAME, "namespace": namespace, "labels": labels},
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": SERVER_NAME, "labels": labels},
+            "rules": [dict(r) for r in SERVER_RULES],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": SERVER_NAME, "labels": labels},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": SERVER_NAME,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": SERVER_NAME, "namespace": namespace}],
+        },
+    ]
+
+
+def _data_claim(namespace: str, options: ServerInstall) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        # One server writes its SQLite database: a plain single-node volume is enough.
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": options.storage_size}},
+    }
+    if options.storage_class is not None:
+        spec["storageClassName"] = options.storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": SERVER_DATA_CLAIM, "namespace": namespace, "labels": _labels()},
+        "spec": spec,
+    }
+
+
+def _deployment(namespace: str, image: str, options: ServerInstall) -> dict[str, Any]:
+    mounts: list[dict[str, Any]] = [
+        {"name": "data", "mountPath": SERVER_DATA_DIR},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    volumes: list[dict[str, Any]] = [
+        {"name": "data", "persistentVolumeClaim": {"claimName": SERVER_DATA_CLAIM}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    if options.outputs_claim:
+        mounts.append({"name": "outputs", "mountPath": f"{SERVER_DATA_DIR}/teams"})
+        volumes.append(
+            {"name": "outputs", "persistentVolumeClaim": {"claimName": options.outputs_claim}}
+        )
+
+    def probe(**more: int) -> dict[str, Any]:
+        return {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10, **more}
+
+    container: dict[str, Any] = {
+        "name": "server",
+        "image": image,
+        "command": server_command(namespace, options),
+        "env": [
+            {"name": "HOME", "value": "/tmp"},
+            {
+                "name": "TFKUBE_DATABASE_URL",
+                "valueFrom": {
+                    "secretKeyRef": {"name": DATABASE_SECRET, "key": "url", "optional": True}
+                },
+            },
+        ],
+        "ports": [{"name": "http", "containerPort": SERVER_PORT, "protocol": "TCP"}],
+        "readinessProbe": probe(),
+        "livenessProbe": probe(failureThreshold=6),
+        "resources": {
+            "requests": {"cpu": "250m", "memory": "512Mi"},
+            "limits": {"memory": "2Gi"},
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": mounts,
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": SERVER_NAME, "namespace": namespace, "labels": _labels()},
+        "spec": {
+            "replicas": 1,
+            # One writer of the SQLite file and of the job sync: never two at once.
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": _selector()},
+            "template": {
+                "metadata": {"labels": _labels()},
+                "spec": {
+                    "serviceAccountName": SERVER_NAME,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 65532,
+                        "runAsGroup": 65532,
+                        "fsGroup": 65532,  # the data claim is writable by the server
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [container],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }
+
+
+def _service(namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": SERVER_NAME, "namespace": namespace, "labels": _labels()},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": _selector(),
+            "ports": [
+                {"name": "http", "port": SERVER_PORT, "targetPort": "http", "protocol": "TCP"}
+            ],
+        },
+    }
+
+
+def server_manifests(
+    namespace: str, image: str, options: ServerInstall | None = None
+) -> list[dict[str, Any]]:
+    """The server's objects in `namespace`, in the order to apply them."""
+    chosen = options or ServerInstall()
+    return [
+        *server_rbac(namespace),
+        _data_claim(namespace, chosen),
+        _deployment(namespace, image, chosen),
+        _service(namespace),
+    ]

@@ -1,0 +1,617 @@
+"""The platform server on the Kubernetes engine, against the real control plane.
+
+As a platform team runs it: `tfkube install --server` (the CRD, the operator's and the
+server's RBAC), then `tfkube server --engine kubernetes` as a process here, signed in to the
+cluster with the token of the `tfkube-server` ServiceAccount install made (so the server
+has exactly the RBAC it ships with, not an administrator's), and `tfkube operator` for the
+team's namespace with the operator's token. People then use the server's API only:
+set-up, a team (its namespace and ResourceQuota appear), upload, submit by the four fields
+or a document, status with the replicas' messages, events, stop, delete (nothing left),
+logs (KWOK runs no container: the pod-log path says so), TensorBoard through the API
+server's service proxy, another team's 404s, a restart of the server.
+
+No provisioner here: the job's data claim and the team's outputs claim are bound to
+PersistentVolumes the tests make (as an administrator would, docs/kubernetes.md).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from server._server import PASSWORD, Api, ServerProc, api_for, free_port
+from tfkube.backends.kubernetes import install
+from tfkube.kube.names import GROUP, PLURAL
+from tfkube.render import (
+    OPERATOR_NAMESPACE,
+    SERVER_NAME,
+    ServerInstall,
+)
+from tfkube.render._server import SERVER_DATA_CLAIM, server_url
+
+from ._support import KubeCluster, Operator, service_account_kubeconfig, wait_for
+from .test_operator import tfjob
+
+OUTPUTS = "team-outputs"
+NAMESPACE = OPERATOR_NAMESPACE
+RUN_SH = '#!/bin/sh\necho "hello from $TFKUBE_ROLE-$TFKUBE_INDEX"\n'
+
+
+def _targz(files: dict[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def bind_volume(kube: KubeCluster, namespace: str, claim: str) -> str:
+    """A PersistentVolume pre-bound to `claim` in `namespace` (no provisioner here)."""
+    name = f"pv-{uuid.uuid4().hex[:10]}"
+    kube.core.create_persistent_volume(
+        client.V1PersistentVolume(
+            metadata=client.V1ObjectMeta(name=name, labels={"tfkube-test": "server"}),
+            spec=client.V1PersistentVolumeSpec(
+                capacity={"storage": "100Gi"},
+                access_modes=["ReadWriteMany", "ReadWriteOnce"],
+                persistent_volume_reclaim_policy="Retain",
+                host_path=client.V1HostPathVolumeSource(path=f"/tmp/tfkube-fake/{name}"),
+                claim_ref=client.V1ObjectReference(namespace=namespace, name=claim),
+            ),
+        )
+    )
+    return name
+
+
+def wait_for_tfjob_quota(kube: KubeCluster) -> None:
+    """Kubernetes' quota controller learns of a new CRD by discovery every 30 s, and a quota
+    made before that stays "status unknown" (refusing TFJobs) until its 5-minute resync.
+    A cluster whose CRD is older than half a minute never sees this; the CRD was just
+    installed here, so wait until a probe quota counts TFJobs. (The server meanwhile keeps
+    such a job queued with the API server's reason: `_jobs.passing_refusal`.)"""
+    probe = "tfkube-test-probe"
+    key = f"count/{PLURAL}.{GROUP}"
+
+    def counted() -> bool:
+        limit = str(int(time.monotonic()) % 1000 + 10)  # a spec change makes it recompute
+        body = {"spec": {"hard": {key: limit}}}
+        try:
+            kube.core.patch_namespaced_resource_quota(probe, NAMESPACE, body)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            kube.core.create_namespaced_resource_quota(
+                NAMESPACE, {"metadata": {"name": probe}, **body}
+            )
+        time.sleep(1.0)
+        quota = kube.core.read_namespaced_resource_quota(probe, NAMESPACE)
+        return key in ((quota.status and quota.status.used) or {})
+
+    wait_for("the quota controller to count TFJobs", counted, 90, interval=0)
+    kube.core.delete_namespaced_resource_quota(probe, NAMESPACE)
+
+
+class Platform:
+    """What the module fixture yields: the cluster, the server, its admin."""
+
+    def __init__(self, kube: KubeCluster, server: ServerProc, admin: Api, tmp: Path) -> None:
+        self.kube, self.server, self.admin, self.tmp = kube, server, admin, tmp
+        self.namespaces: list[str] = []
+
+    def restart(self) -> None:
+        self.server.stop()
+        self.server.start()
+
+
+@pytest.fixture(scope="module")
+def platform(
+    kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Platform]:
+    kube = kube_cluster
+    install(kube.api_client, server=ServerInstall(outputs_claim=OUTPUTS))
+    apps = client.AppsV1Api(kube.api_client)
+    # The server runs here, not in its Deployment (whose pod would be a KWOK fake).
+    apps.delete_namespaced_deployment(SERVER_NAME, NAMESPACE)
+    kube.core.delete_namespaced_persistent_volume_claim(SERVER_DATA_CLAIM, NAMESPACE)
+    wait_for_tfjob_quota(kube)
+    tmp = tmp_path_factory.mktemp("k8s-server")
+    kubeconfig = service_account_kubeconfig(kube, SERVER_NAME, NAMESPACE, tmp / "server.kubeconfig")
+    server = ServerProc(
+        tmp / "data",
+        free_port(),
+        None,
+        {**__import__("os").environ, "TFKUBE_HOME": str(tmp / "home")},
+        extra=[
+            "--engine",
+            "kubernetes",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--outputs-claim",
+            OUTPUTS,
+            "--code-url",
+            server_url(NAMESPACE),
+        ],
+    )
+    server.start()
+    admin: Api | None = None
+    made = Platform(kube, server, Api(server.url, "", "admin"), tmp)
+    try:
+        assert server.setup_token
+        r = httpx.post(
+            f"{server.url}/api/v1/setup",
+            json={"token": server.setup_token, "name": "admin", "password": PASSWORD},
+        )
+        assert r.status_code == 201, r.text
+        made.admin.close()
+        admin = api_for(server.url, "admin")
+        made.admin = admin
+        made.namespaces.append("tfkube-default")
+        yield made
+    finally:
+        try:
+            if admin is not None:
+                for job in admin.get("/api/v1/jobs", params={"limit": 500}).json()["items"]:
+                    admin.delete(f"/api/v1/jobs/{job['id']}")
+                admin.close()
+        finally:
+            server.stop()
+            errors = [
+                line
+                for line in server.log.read_text().splitlines()
+                if "Traceback" in line or "ERROR" in line
+            ]
+            for ns in made.namespaces:
+                try:
+                    kube.core.delete_namespace(ns, propagation_policy="Background")
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+            for pv in kube.core.list_persistent_volume(label_selector="tfkube-test=server").items:
+                kube.core.delete_persistent_volume(pv.metadata.name)
+        assert not errors, server.log.read_text()[-6000:]
+
+
+class Team:
+    """A team of the server with a member, its namespace, the outputs claim an
+    administrator made in it, and the operator watching it."""
+
+    def __init__(self, platform: Platform, quota: dict[str, Any]) -> None:
+        self.platform = platform
+        self.name = f"t{uuid.uuid4().hex[:8]}"
+        self.namespace = f"tfkube-{self.name}"
+        admin = platform.admin
+        admin.new_team(self.name, quota)
+        platform.namespaces.append(self.namespace)
+        user = admin.new_user()
+        admin.add_member(self.name, user, "member")
+        self.member = api_for(platform.server.url, user)
+        kube = platform.kube
+        bind_volume(kube, self.namespace, OUTPUTS)
+        kube.core.create_namespaced_persistent_volume_claim(
+            self.namespace,
+            client.V1PersistentVolumeClaim(
+                metadata=client.V1ObjectMeta(name=OUTPUTS),
+                spec=client.V1PersistentVolumeClaimSpec(
+                    access_modes=["ReadWriteMany"],
+                    storage_class_name="",
+                    resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
+                ),
+            ),
+        )
+        self.operator: Operator | None = None
+
+    def start_operator(self, kubeconfig: Path) -> None:
+        self.operator = Operator(
+            self.platform.kube,
+            self.namespace,
+            self.platform.tmp / f"{self.name}-op.log",
+            kubeconfig,
+        )
+        self.operator.start()
+
+    def close(self) -> None:
+        self.member.close()
+        if self.operator is not None:
+            self.operator.kill()
+            log = self.operator.log.read_text()
+            assert not self.operator.errors(), log[-5000:]
+            assert "Forbidden" not in log, log[-5000:]
+
+
+@pytest.fixture(scope="module")
+def team(platform: Platform, operator_kubeconfig: Path) -> Iterator[Team]:
+    made = Team(platform, {"cpu": 8, "memory": 32 * 2**30, "gpu": 2, "jobs": 4})
+    try:
+        made.start_operator(operator_kubeconfig)
+        made.member.ok(
+            made.member.post(
+                f"/api/v1/teams/{made.name}/artifacts",
+                params={"name": "hello", "filename": "code.tar.gz"},
+                content=_targz({"run.sh": RUN_SH}),
+                headers={"Content-Type": "application/octet-stream"},
+            ),
+            201,
+        )
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture(scope="module")
+def outsider(platform: Platform) -> Iterator[Api]:
+    """A user of another team."""
+    admin = platform.admin
+    other = admin.new_team(f"o{uuid.uuid4().hex[:8]}")
+    platform.namespaces.append(f"tfkube-{other}")
+    name = admin.new_user()
+    admin.add_member(other, name, "admin")
+    api = api_for(platform.server.url, name)
+    yield api
+    api.close()
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def job_of(api: Api, job_id: str) -> dict[str, Any]:
+    return dict(api.ok(api.get(f"/api/v1/jobs/{job_id}")))
+
+
+def wait_phase(api: Api, job_id: str, *phases: str, timeout: float = 120) -> dict[str, Any]:
+    """Until the job is in one of `phases`; the failure shows the job as last seen."""
+    seen: list[dict[str, Any]] = [{}]
+
+    def reached() -> dict[str, Any] | None:
+        seen[0] = job_of(api, job_id)
+        return seen[0] if seen[0]["phase"] in phases else None
+
+    try:
+        return wait_for(f"job {job_id} to reach {phases}", reached, timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the job: {seen[0]}") from None
+
+
+def wait_replica(api: Api, job_id: str, key: str, state: str, timeout: float = 120) -> None:
+    """Until the job's replica `key` is in `state`; the failure shows the job as last seen."""
+    seen: list[dict[str, Any]] = []
+
+    def reached() -> bool:
+        seen[:] = [job_of(api, job_id)]
+        return any(r["key"] == key and r["state"] == state for r in seen[0]["replicas"])
+
+    try:
+        wait_for(f"{key} {state}", reached, timeout)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the job: {seen}") from None
+
+
+def left_of(kube: KubeCluster, namespace: str, job: str) -> list[str]:
+    """The job's Secrets, ConfigMaps, Jobs and pods still in the namespace."""
+    selector = f"tfkube.io/job-name={job}"
+    found = [
+        *(f"Secret {s.metadata.name}" for s in kube.core.list_namespaced_secret(namespace).items),
+        *(
+            f"ConfigMap {c.metadata.name}"
+            for c in kube.core.list_namespaced_config_map(namespace).items
+        ),
+        *(
+            f"Job {j.metadata.name}"
+            for j in kube.batch.list_namespaced_job(namespace, label_selector=selector).items
+        ),
+        *(
+            f"Pod {p.metadata.name}"
+            for p in kube.core.list_namespaced_pod(namespace, label_selector=selector).items
+        ),
+    ]
+    return [f for f in found if f.split()[1].startswith(f"{job}-") and "kube-root-ca" not in f]
+
+
+def submit_form(team: Team, **form: Any) -> dict[str, Any]:
+    return dict(team.member.ok(team.member.post(f"/api/v1/teams/{team.name}/jobs", json=form), 201))
+
+
+def submit_manifest(team: Team, manifest: dict[str, Any]) -> dict[str, Any]:
+    body = {"manifest": yaml.safe_dump(manifest)}
+    return dict(team.member.ok(team.member.post(f"/api/v1/teams/{team.name}/jobs", json=body), 201))
+
+
+def manifest(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "tfkube.io/v1alpha1",
+        "kind": "TFJob",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": {
+                "ps": {"replicas": 1},
+                "worker": {
+                    "replicas": 1,
+                    "annotations": {"tfkube.io/fake-duration": "600s"},
+                },
+            },
+            "code": {"source": "artifact:hello"},
+            **spec,
+        },
+    }
+
+
+# -- tests -----------------------------------------------------------------------------------
+
+
+def test_a_team_is_a_namespace_with_its_quota(platform: Platform, team: Team) -> None:
+    kube = platform.kube
+    ns = kube.core.read_namespace(team.namespace)
+    assert ns.metadata.labels["app.kubernetes.io/managed-by"] == "tfkube"
+    quota = kube.core.read_namespaced_resource_quota("tfkube-tenant", team.namespace)
+    assert quota.spec.hard == {
+        "requests.cpu": "8",
+        "requests.memory": str(32 * 2**30),
+        "requests.nvidia.com/gpu": "2",
+        f"count/{PLURAL}.{GROUP}": "4",
+    }
+    # Pods that ask for nothing still fit a namespace whose quota counts requests.
+    limits = kube.core.read_namespaced_limit_range("tfkube-tenant", team.namespace)
+    assert limits.spec.limits[0].default_request == {"cpu": "500m", "memory": "512Mi"}
+    # A quota change reaches the cluster.
+    platform.admin.ok(
+        platform.admin.http.patch(
+            f"/api/v1/teams/{team.name}",
+            json={"quota": {"cpu": 8, "memory": 32 * 2**30, "gpu": 2, "jobs": 5}},
+        )
+    )
+    wait_for(
+        "the new quota",
+        lambda: (
+            kube.core.read_namespaced_resource_quota("tfkube-tenant", team.namespace).spec.hard[
+                f"count/{PLURAL}.{GROUP}"
+            ]
+            == "5"
+        ),
+        30,
+    )
+
+
+def test_four_fields_run_as_a_tfjob_in_the_team_namespace(
+    platform: Platform, team: Team, outsider: Api
+) -> None:
+    kube, api = platform.kube, team.member
+    job = submit_form(team, name="four", workers=2, ps=1, code="hello")
+    assert job["code"] == "hello:1"
+    tf = wait_for("the TFJob", lambda: tfjob(kube, team.namespace, "four"), 30)
+    code = tf["spec"]["code"]
+    assert code["source"] == f"{server_url(NAMESPACE)}/api/v1/code/{job['code_sha256']}"
+    assert code["sha256"] == job["code_sha256"]
+    assert tf["spec"]["storage"]["logs"]["claimName"] == OUTPUTS
+    # The code token: a Secret owned by the TFJob, read by the pods from it, never in a spec.
+    secret = kube.core.read_namespaced_secret("four-code-token", team.namespace)
+    owner = secret.metadata.owner_references[0]
+    assert (owner.kind, owner.name) == ("TFJob", "four")
+    token = __import__("base64").b64decode(secret.data["token"]).decode()
+    worker = wait_for(
+        "the worker Job",
+        lambda: next(
+            iter(
+                kube.batch.list_namespaced_job(
+                    team.namespace,
+                    label_selector="tfkube.io/job-name=four,tfkube.io/replica-type=worker",
+                ).items
+            ),
+            None,
+        ),
+        30,
+    )
+    pod = worker.spec.template.spec
+    env = {e.name: e for e in pod.containers[0].env}
+    assert env["TFKUBE_CODE_TOKEN"].value_from.secret_key_ref.name == "four-code-token"
+    # Kept logs: the team's outputs claim, one folder per job.
+    logs = next(m for m in pod.containers[0].volume_mounts if m.name == "logs")
+    assert logs.sub_path == "four"
+    assert (
+        next(v for v in pod.volumes if v.name == "logs").persistent_volume_claim.claim_name
+        == OUTPUTS
+    )
+    # The data claim (workers read data; the PS does not mount it) is not bound yet: the
+    # workers say so, in the operator's words.
+    seen: list[dict[str, Any]] = []
+
+    def claims_pending() -> dict[str, Any] | None:
+        seen[:] = [job_of(api, job["id"])]
+        messages = [r["message"] for r in seen[0]["replicas"] if r["role"] == "worker"]
+        return seen[0] if all("PersistentVolumeClaims" in m for m in messages) else None
+
+    try:
+        pending = wait_for("a replica message about the claims", claims_pending, 60)
+    except AssertionError:
+        raise AssertionError(seen) from None
+    assert pending["phase"] in {"Pending", "Running"}  # Running: the PS is
+    assert {r["key"] for r in pending["replicas"]} == {"ps-0", "worker-0", "worker-1"}
+    nodes = [*kube.cpu_nodes, *kube.gpu_nodes]
+    ps = wait_for(
+        "the PS on a node",
+        lambda: next(r for r in job_of(api, job["id"])["replicas"] if r["key"] == "ps-0")["node"],
+        30,
+    )
+    assert ps in nodes
+    bind_volume(kube, team.namespace, "four-data")
+    done = wait_phase(api, job["id"], "Succeeded")
+    states = {r["key"]: r["state"] for r in done["replicas"]}
+    assert states["worker-0"] == states["worker-1"] == "Succeeded"
+    assert states["ps-0"] != "Running"
+    addresses = {r["key"]: r["address"] for r in done["replicas"]}
+    assert addresses["worker-1"] == "four-worker-1.four:2222"
+    events = [e["message"] for e in api.ok(api.get(f"/api/v1/jobs/{job['id']}/events"))]
+    assert any("submitted" in m for m in events)
+    assert any(m.startswith("Succeeded") for m in events), events
+    # Listing and filtering read the server's database.
+    listed = api.ok(api.get("/api/v1/jobs", params={"team": team.name, "phase": "Succeeded"}))
+    assert job["id"] in [j["id"] for j in listed["items"]]
+    # Its kept outputs are under its name on the team's claim: the name waits for a delete.
+    again = api.post(
+        f"/api/v1/teams/{team.name}/jobs", json={"name": "four", "workers": 1, "code": "hello"}
+    )
+    assert again.status_code == 409
+    assert "delete it first" in again.json()["detail"]
+    # Another team sees nothing of it.
+    for path in ("", "/logs", "/logs/worker-0", "/events", "/outputs", "/scalars"):
+        assert outsider.get(f"/api/v1/jobs/{job['id']}{path}").status_code == 404, path
+    assert outsider.post(f"/api/v1/jobs/{job['id']}/stop").status_code == 404
+    assert job["id"] not in [j["id"] for j in outsider.get("/api/v1/jobs").json()["items"]]
+    # The token never leaves the cluster's Secret: not in the TFJob, a Job, or a log.
+    assert token not in json.dumps(tfjob(kube, team.namespace, "four"))
+    assert token not in json.dumps(kube.api_client.sanitize_for_serialization(worker))
+    assert token not in platform.server.log.read_text()
+    assert token not in api.get(f"/api/v1/jobs/{job['id']}").text
+
+
+def test_logs_without_a_kubelet_say_why(platform: Platform, team: Team) -> None:
+    """KWOK runs no container: nothing is written to the outputs claim, and the pod log
+    API has no kubelet to ask. The answer names the replica and says that."""
+    job = submit_manifest(team, manifest("talk"))
+    bind_volume(platform.kube, team.namespace, "talk-data")
+    wait_replica(team.member, job["id"], "worker-0", "Running")
+    r = team.member.get(f"/api/v1/jobs/{job['id']}/logs/worker-0")
+    assert r.status_code == 404
+    detail = r.json()["detail"]
+    assert "worker-0" in detail
+    assert "fake node" in detail
+    assert team.member.get(f"/api/v1/jobs/{job['id']}/logs").json() == []
+    r = team.member.get(f"/api/v1/jobs/{job['id']}/logs/chief-0")
+    assert r.status_code == 404
+    assert "chief-0" in r.json()["detail"]
+    team.member.ok(team.member.delete(f"/api/v1/jobs/{job['id']}"), 204)
+
+
+def test_stop_and_delete_leave_nothing(platform: Platform, team: Team) -> None:
+    kube, api = platform.kube, team.member
+    job = submit_manifest(team, manifest("long"))
+    bind_volume(kube, team.namespace, "long-data")
+    wait_phase(api, job["id"], "Running")
+    # A restart of the server loses nothing: the job, its token, its sync.
+    platform.restart()
+    assert job_of(api, job["id"])["phase"] == "Running"
+    api.ok(api.post(f"/api/v1/jobs/{job['id']}/stop"))
+    stopped = wait_phase(api, job["id"], "Failed")
+    assert stopped["reason"] == "Stopped"
+    wait_for(
+        "the stopped job's pods to go",
+        lambda: (
+            not kube.core.list_namespaced_pod(
+                team.namespace, label_selector="tfkube.io/job-name=long,tfkube.io/replica-type"
+            ).items
+        ),
+        60,
+    )
+    assert tfjob(kube, team.namespace, "long") is not None  # stopped jobs stay listed
+    api.ok(api.delete(f"/api/v1/jobs/{job['id']}"), 204)
+    assert api.get(f"/api/v1/jobs/{job['id']}").status_code == 404
+    wait_for("the TFJob to go", lambda: tfjob(kube, team.namespace, "long") is None, 30)
+    wait_for("nothing left of it", lambda: not left_of(kube, team.namespace, "long"), 60)
+
+
+def test_tensorboard_through_the_api_servers_service_proxy(
+    platform: Platform, team: Team, outsider: Api
+) -> None:
+    """The job's TensorBoard Service, reached by the server through the API server's
+    service proxy with its own credentials. A KWOK pod cannot serve, so the TensorBoard
+    pod is kept from starting (no endpoints) and the API server's own answer proves where
+    the request went; RBAC (services/proxy) would have answered 403 instead."""
+    api = team.member
+    job = submit_manifest(team, manifest("board", tensorboard={"resources": {"cpu": "100"}}))
+    bind_volume(platform.kube, team.namespace, "board-data")
+    wait_for(
+        "the TensorBoard Service",
+        lambda: (
+            platform.kube.core.list_namespaced_service(
+                team.namespace, label_selector="tfkube.io/component=tensorboard"
+            ).items
+        ),
+        60,
+    )
+    base = f"/proxy/tensorboard/{job['id']}"
+    for method in ("GET", "POST"):
+        r = api.http.request(method, f"{base}/data/plugin/scalars/tags")
+        assert r.status_code == 503, (method, r.status_code, r.text)
+        assert 'no endpoints available for service \\"board-tensorboard\\"' in r.text or (
+            'no endpoints available for service "board-tensorboard"' in r.text
+        ), r.text
+    assert outsider.get(f"{base}/").status_code == 404
+    assert httpx.get(f"{platform.server.url}{base}/").status_code == 401
+    plain = submit_manifest(team, manifest("plain"))
+    r = api.get(f"/proxy/tensorboard/{plain['id']}/")
+    assert r.status_code == 404
+    assert "tensorboard" in r.json()["detail"]
+    for made in (job, plain):
+        api.ok(api.delete(f"/api/v1/jobs/{made['id']}"), 204)
+
+
+def test_a_team_the_cluster_refuses_is_not_kept(platform: Platform) -> None:
+    """Its namespace is being deleted (held by a finalizer), so the API server refuses the
+    team's ResourceQuota: the answer is 502 with the API server's reason, and the server
+    keeps no team (nothing half-made)."""
+    kube, admin = platform.kube, platform.admin
+    name = f"gone{uuid.uuid4().hex[:6]}"
+    namespace = f"tfkube-{name}"
+    kube.core.create_namespace(
+        client.V1Namespace(
+            metadata=client.V1ObjectMeta(name=namespace, finalizers=["tfkube.io/test-hold"])
+        )
+    )
+    kube.core.delete_namespace(namespace)
+    try:
+        r = admin.post("/api/v1/teams", json={"name": name, "quota": {"cpu": 1}})
+        assert r.status_code == 502, r.text
+        assert "terminated" in r.json()["detail"]
+        assert name not in [t["name"] for t in admin.ok(admin.get("/api/v1/teams"))]
+    finally:
+        kube.core.patch_namespace(namespace, {"metadata": {"finalizers": None}})
+
+
+def test_cli_install_server_dry_run(platform: Platform) -> None:
+    """`tfkube install --server --dry-run` as a user runs it: every object is checked by
+    the API server, nothing is stored (the module's fixture installed it for real)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tfkube",
+            "install",
+            "--server",
+            "--outputs-claim",
+            OUTPUTS,
+            "--dry-run",
+            "--kubeconfig",
+            str(platform.kube.kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    for line in (
+        f"ClusterRole {SERVER_NAME}: validated",
+        f"PersistentVolumeClaim {NAMESPACE}/{SERVER_DATA_CLAIM}: validated",
+        f"Deployment {NAMESPACE}/{SERVER_NAME}: validated",
+        f"Service {NAMESPACE}/{SERVER_NAME}: validated",
+    ):
+        assert line in proc.stdout, proc.stdout
+    deployments = client.AppsV1Api(platform.kube.api_client).list_namespaced_deployment(
+        NAMESPACE, label_selector="app.kubernetes.io/component=server"
+    )
+    assert deployments.items == []  # a dry run stores nothing

@@ -1,0 +1,238 @@
+"""`tfkube install --server`: the server's objects, rendered purely (the real API server
+checks them in tests/cluster/test_render_dry_run.py and the RBAC at work in
+tests/cluster/test_server_kubernetes.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tfkube.render import (
+    OPERATOR_IMAGE,
+    SERVER_RULES,
+    ServerInstall,
+    dump_yaml,
+    install_manifests,
+    server_manifests,
+)
+
+
+def _one(objects: list[dict], kind: str) -> dict:
+    found = [o for o in objects if o["kind"] == kind]
+    assert len(found) == 1, kind
+    return found[0]
+
+
+def _container(objects: list[dict]) -> dict:
+    return _one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_objects_and_order():
+    objects = server_manifests("tfkube-system", "img:1")
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("ServiceAccount", "tfkube-server"),
+        ("ClusterRole", "tfkube-server"),
+        ("ClusterRoleBinding", "tfkube-server"),
+        ("PersistentVolumeClaim", "tfkube-server-data"),
+        ("Deployment", "tfkube-server"),
+        ("Service", "tfkube-server"),
+    ]
+    for obj in objects:
+        if obj["kind"] not in {"ClusterRole", "ClusterRoleBinding"}:
+            assert obj["metadata"]["namespace"] == "tfkube-system"
+        assert obj["metadata"]["labels"]["app.kubernetes.io/component"] == "server"
+
+
+def test_the_server_runs_the_kubernetes_engine_on_its_claim():
+    objects = server_manifests("ops", "img:1")
+    container = _container(objects)
+    assert container["image"] == "img:1"
+    command = container["command"]
+    assert command[:4] == ["tfkube", "server", "--engine", "kubernetes"]
+    flags = dict(zip(command[2::2], command[3::2], strict=True))
+    assert flags["--host"] == "0.0.0.0"
+    assert flags["--data-dir"] == "/var/lib/tfkube"
+    # Replicas in every team namespace fetch their code through the Service's DNS name.
+    assert flags["--code-url"] == "http://tfkube-server.ops.svc:8470"
+    assert "--outputs-claim" not in flags
+    assert container["volumeMounts"][0] == {"name": "data", "mountPath": "/var/lib/tfkube"}
+    pod = _one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "tfkube-server"
+    assert pod["volumes"][0]["persistentVolumeClaim"] == {"claimName": "tfkube-server-data"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["fsGroup"] == 65532
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    # PostgreSQL from an optional Secret: the URL (and its password) never in the spec.
+    env = {e["name"]: e for e in container["env"]}
+    ref = env["TFKUBE_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "tfkube-server-database", "key": "url", "optional": True}
+    assert _one(objects, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+    service = _one(objects, "Service")
+    assert service["spec"]["ports"][0]["port"] == 8470
+    assert (
+        service["spec"]["selector"]
+        == _one(objects, "Deployment")["spec"]["selector"]["matchLabels"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "claim_spec"),
+    [
+        (ServerInstall(), {"storage": "20Gi", "class": None}),
+        (
+            ServerInstall(storage_class="fast", storage_size="5Gi"),
+            {"storage": "5Gi", "class": "fast"},
+        ),
+    ],
+)
+def test_data_claim(options, claim_spec):
+    claim = _one(server_manifests("ops", "img", options), "PersistentVolumeClaim")
+    assert claim["spec"]["resources"]["requests"]["storage"] == claim_spec["storage"]
+    assert claim["spec"].get("storageClassName") == claim_spec["class"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+
+
+def test_outputs_claim_is_mounted_where_the_server_reads_team_outputs():
+    objects = server_manifests(
+        "ops", "img", ServerInstall(outputs_claim="shared", public_url="https://tf.example")
+    )
+    container = _container(objects)
+    command = container["command"]
+    assert command[command.index("--outputs-claim") + 1] == "shared"
+    assert command[command.index("--public-url") + 1] == "https://tf.example"
+    # The server reads team T's outputs at <data-dir>/teams/T/outputs (server/_engines.py).
+    assert {"name": "outputs", "mountPath": "/var/lib/tfkube/teams"} in container["volumeMounts"]
+    pod = _one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert {"name": "outputs", "persistentVolumeClaim": {"claimName": "shared"}} in pod["volumes"]
+
+
+def test_outputs_mount_matches_the_servers_layout(tmp_path):
+    from tfkube.server._engines import Engines
+    from tfkube.server._settings import ServerSettings
+
+    engines = Engines(ServerSettings(data_dir=tmp_path / "data", engine="kubernetes"))
+    objects = server_manifests("ops", "img", ServerInstall(outputs_claim="shared"))
+    mount = next(m for m in _container(objects)["volumeMounts"] if m["name"] == "outputs")
+    data = next(m for m in _container(objects)["volumeMounts"] if m["name"] == "data")
+    relative = engines.outputs("vision").relative_to(tmp_path / "data")
+    assert mount["mountPath"] == f"{data['mountPath']}/{relative.parts[0]}"
+
+
+# What the server does in a cluster, as (API group, resource, verb): KubernetesBackend's
+# submit/get/list/logs/events/stop/delete, the team's namespace and quota (server-side
+# apply), the TensorBoard proxy. A new call needs a new row here and a rule.
+NEEDED = [
+    ("", "namespaces", "create"),
+    ("", "namespaces", "patch"),
+    ("", "resourcequotas", "create"),
+    ("", "resourcequotas", "patch"),
+    ("", "limitranges", "create"),
+    ("", "limitranges", "patch"),
+    ("tfkube.io", "tfjobs", "create"),
+    ("tfkube.io", "tfjobs", "get"),
+    ("tfkube.io", "tfjobs", "list"),
+    ("tfkube.io", "tfjobs", "patch"),
+    ("tfkube.io", "tfjobs", "delete"),
+    ("", "secrets", "create"),
+    ("", "secrets", "update"),
+    ("", "secrets", "patch"),
+    ("", "secrets", "delete"),
+    ("batch", "jobs", "list"),
+    ("", "pods", "list"),
+    ("", "pods/log", "get"),
+    ("", "events", "list"),
+    ("", "nodes", "get"),
+    ("", "services/proxy", "get"),
+    ("", "services/proxy", "create"),
+]
+
+
+def _granted(rules) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+@pytest.mark.parametrize("need", NEEDED, ids="/".join)
+def test_rbac_grants_what_the_server_does(need):
+    assert need in _granted(SERVER_RULES)
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [
+        ("", "secrets", "get"),  # it writes code tokens; it never reads anyone's Secrets
+        ("", "secrets", "list"),
+        ("", "pods", "delete"),  # stopping is the operator's (through the TFJob)
+        ("", "pods/exec", "create"),
+        ("", "namespaces", "delete"),
+        ("rbac.authorization.k8s.io", "rolebindings", "create"),
+        ("", "services", "create"),
+    ],
+    ids="/".join,
+)
+def test_rbac_grants_nothing_more(refused):
+    assert refused not in _granted(SERVER_RULES)
+    assert all("*" not in r["verbs"] and "*" not in r["resources"] for r in SERVER_RULES)
+
+
+def test_rendering_is_deterministic_and_shares_nothing():
+    first = server_manifests("ops", "img", ServerInstall(outputs_claim="c"))
+    assert first == server_manifests("ops", "img", ServerInstall(outputs_claim="c"))
+    # No object shared between two places (YAML would print anchors for it).
+    assert "&id" not in dump_yaml(first)
+
+
+def test_cli_prints_the_server_objects_after_the_operators():
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfkube", "install", "--server", "--print", "-n", "ml"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    objects = list(yaml.safe_load_all(proc.stdout))
+    expected = install_manifests("ml", OPERATOR_IMAGE)
+    assert objects[: len(expected)] == expected
+    assert [o["kind"] for o in objects[len(expected) :]] == [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "PersistentVolumeClaim",
+        "Deployment",
+        "Service",
+    ]
+
+
+def test_cli_server_options_need_server():
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfkube", "install", "--print", "--outputs-claim", "x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "--server" in proc.stderr
+
+
+def test_the_image_has_what_the_server_and_the_operator_import():
+    """deploy/Dockerfile builds the one image both Deployments run (no Docker here to
+    build it): it must install the extras `tfkube server` and `tfkube operator` need."""
+    import re
+    from pathlib import Path
+
+    dockerfile = (Path(__file__).resolve().parents[2] / "deploy" / "Dockerfile").read_text()
+    installed = re.findall(r'"tfkube\[([a-z,]+)\]"', dockerfile)
+    built = re.findall(r'"\.\[([a-z,]+)\]"', dockerfile)
+    assert installed
+    assert built
+    for extras in (installed[0], built[0]):
+        assert {"kubernetes", "server"} <= set(extras.split(","))

@@ -1,0 +1,113 @@
+"""The server's pure rules for a cluster: a team's namespace, quota and default requests;
+which submit refusals only make a job wait; where the proxy sends a request."""
+
+from __future__ import annotations
+
+import pytest
+
+from tfkube.kube.rest import ApiError, service_proxy_path
+from tfkube.server._engines import DEFAULT_REQUEST, quota_hard, tenant_objects
+from tfkube.server._jobs import passing_refusal
+
+
+@pytest.mark.parametrize(
+    ("quota", "hard"),
+    [
+        ({}, {}),
+        ({"cpu": 8}, {"requests.cpu": "8"}),
+        ({"cpu": 0.5}, {"requests.cpu": "0.5"}),
+        ({"memory": 2**30}, {"requests.memory": str(2**30)}),
+        ({"gpu": 2}, {"requests.nvidia.com/gpu": "2"}),
+        ({"jobs": 3}, {"count/tfjobs.tfkube.io": "3"}),
+        (
+            {"cpu": 4, "memory": 1024, "gpu": 0, "jobs": 1},
+            {
+                "requests.cpu": "4",
+                "requests.memory": "1024",
+                "requests.nvidia.com/gpu": "0",
+                "count/tfjobs.tfkube.io": "1",
+            },
+        ),
+    ],
+)
+def test_quota_counts_requests_only(quota, hard):
+    assert quota_hard(quota) == hard
+    assert not any(key.startswith("limits.") for key in quota_hard(quota))
+
+
+@pytest.mark.parametrize(
+    ("quota", "kinds"),
+    [
+        ({}, ["Namespace"]),
+        ({"jobs": 2}, ["Namespace", "ResourceQuota"]),
+        ({"gpu": 1}, ["Namespace", "ResourceQuota"]),
+        ({"cpu": 1}, ["Namespace", "ResourceQuota", "LimitRange"]),
+        ({"memory": 10}, ["Namespace", "ResourceQuota", "LimitRange"]),
+    ],
+)
+def test_tenant_objects(quota, kinds):
+    objects = tenant_objects("tfkube-vision", quota)
+    assert [o["kind"] for o in objects] == kinds
+    assert objects[0]["metadata"]["name"] == "tfkube-vision"
+    for obj in objects[1:]:
+        assert obj["metadata"] == {
+            "name": "tfkube-tenant",
+            "namespace": "tfkube-vision",
+            "labels": {"app.kubernetes.io/managed-by": "tfkube", "tfkube.io/component": "tenant"},
+        }
+    if "LimitRange" in kinds:
+        # Pods that ask for nothing must still be admitted where the quota counts requests.
+        limits = objects[-1]["spec"]["limits"]
+        assert limits == [{"type": "Container", "defaultRequest": DEFAULT_REQUEST}]
+        assert limits[0]["defaultRequest"] is not DEFAULT_REQUEST  # no shared state
+
+
+def _api(status: int, message: str) -> ApiError:
+    return ApiError(status, "", f'{{"kind": "Status", "message": "{message}"}}')
+
+
+@pytest.mark.parametrize(
+    ("error", "waits"),
+    [
+        (_api(403, "status unknown for quota: tfkube-tenant, resources: count/tfjobs"), True),
+        (_api(403, "exceeded quota: tfkube-tenant, requested: count/tfjobs.tfkube.io=1"), True),
+        (_api(429, "too many requests"), True),
+        (_api(500, "etcdserver: request timed out"), True),
+        (_api(503, "the server is currently unable to handle the request"), True),
+        (_api(403, 'tfjobs.tfkube.io is forbidden: User "x" cannot create resource'), False),
+        (_api(422, "spec.replicas: Invalid value"), False),
+        (_api(404, "namespaces not found"), False),
+        (ConnectionRefusedError(111, "Connection refused"), True),
+        (ValueError("bad"), False),
+    ],
+)
+def test_which_refusals_only_make_a_job_wait(error, waits):
+    reason = passing_refusal(error)
+    assert (reason is not None) is waits
+    if reason is not None:
+        assert reason.startswith("waiting for ")
+
+
+def test_service_proxy_path():
+    assert (
+        service_proxy_path("tfkube-vision", "mnist-tensorboard", "http")
+        == "/api/v1/namespaces/tfkube-vision/services/mnist-tensorboard:http/proxy"
+    )
+
+
+def test_job_view_names_the_node_of_each_replicas_pod():
+    """The server's replica detail shows where a replica runs: the current pod's node."""
+    from tfkube.backends.kubernetes import job_view
+
+    from ._kube_objects import NOW, T0, pod, role_job
+    from .test_kube_observe import tfjob
+
+    running = pod("ps", 0)
+    running["spec"] = {"nodeName": "node-a"}
+    pending = pod("worker", 0, "Pending")
+    view = job_view(
+        tfjob({"phase": "Running"}), [role_job("ps"), role_job("worker")], [running, pending], NOW
+    )
+    nodes = {r.key: r.node for r in view.replicas}
+    assert nodes == {"ps-0": "node-a", "worker-0": None, "worker-1": None}
+    assert view.created_at == T0
