@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.tfkube-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test lint unit bench clean web chromium
+.PHONY: install demo test test-stress lint unit bench clean web chromium
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ lint: $(STAMP)
 test: install chromium kube-bins kube-node
 	$(MAKE) lint
 	$(BIN)/pytest
+
+## test-stress: the local and TensorFlow tests while 2 CPU burners compete for the cores,
+## then the Ctrl-C / kill tests 10 times under the same load (docs/testing.md).
+test-stress: $(STAMP)
+	$(BIN)/python tools/stress/run.py
 
 unit: $(STAMP)
 	$(BIN)/pytest tests/unit

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -27,6 +27,13 @@ def tagged_processes(tag: str) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+@pytest.fixture
+def leftovers(tfkube_home: Path) -> Callable[[], list[psutil.Process]]:
+    """The processes the current test's jobs started that still run."""
+    tag = os.environ[TAG]
+    return lambda: tagged_processes(tag)
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """`python -m tfkube`: the same as the `tfkube` command."""
 
-from tfkube._main import main
+from tfkube._entry import main
 
 main()

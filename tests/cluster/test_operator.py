@@ -379,7 +379,7 @@ def test_deadline_exceeded(
     submit(kube, ns, volumes, code, data)
     status = wait_for("the deadline", lambda: phase_is(kube, ns, "slow", "Failed"), 30)
     assert status["reason"] == "DeadlineExceeded"
-    assert time.time() - started < 15
+    assert time.time() - started < 3 + 30  # the deadline, plus a loaded machine's delay
     wait_for("replicas gone", lambda: not pods(kube, ns, "tfkube.io/replica-type"), 20)
 
 

@@ -14,7 +14,6 @@ import base64
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from tfkube.api import TFJob, load_job_text, parse_job
 from tfkube.backends._artifact import prepare_artifact
@@ -202,8 +202,20 @@ def dynamic(kube_cluster: KubeCluster) -> DynamicClient:
         return True
 
     wait_for("the CRDs to be established", established, timeout=30)
-    time.sleep(0.5)  # discovery documents follow establishment
-    return DynamicClient(kube_cluster.api_client)
+
+    def discovered() -> DynamicClient | None:
+        """A client whose discovery lists every kind (it follows establishment)."""
+        client = DynamicClient(kube_cluster.api_client)
+        try:
+            for obj in (crd(), *POD_GROUP_CRDS):
+                spec = obj["spec"]
+                api_version = f"{spec['group']}/{spec['versions'][0]['name']}"
+                client.resources.get(api_version=api_version, kind=spec["names"]["kind"])
+        except ResourceNotFoundError:
+            return None
+        return client
+
+    return wait_for("the CRDs in the discovery documents", discovered, timeout=60)
 
 
 def dry_run_create(dynamic: DynamicClient, obj: dict[str, Any], namespace: str) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
-from tfkube.api import SpecError
+from tfkube.api import SpecError, parse_job
 from tfkube.backends import JobExists, JobNotFound
 from tfkube.backends.local import LocalBackend
 from tfkube.planner import JobPhase, ReplicaState
@@ -27,7 +27,13 @@ if [ "$TFKUBE_ROLE" = ps ]; then sleep 600 & exec sleep 600; fi
 """
 
 
-def wait_for(check: Callable[[], bool], timeout: float = 20, what: str = "condition") -> None:
+WAIT = 120.0
+"""Deadline for anything a job should do in a second or two: generous, so that a loaded
+machine (make test-stress) slows the test down instead of failing it."""
+
+
+def wait_for(check: Callable[[], bool], timeout: float = WAIT, what: str = "condition") -> None:
+    """Poll `check` until it holds (the rule for waits: docs/testing.md)."""
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
@@ -69,7 +75,7 @@ def test_success_wires_replicas_and_ends_ps_within_seconds(
     )
     view = backend.submit(job, base)
     assert view.phase in (JobPhase.PENDING, JobPhase.RUNNING)
-    final = backend.wait(job.name, timeout=30)
+    final = backend.wait(job.name, timeout=WAIT)
 
     assert final.phase is JobPhase.SUCCEEDED
     assert final.reason == "Succeeded"
@@ -81,7 +87,8 @@ def test_success_wires_replicas_and_ends_ps_within_seconds(
     evs = events(tfkube_home, job.name)
     ended = max(event_time(evs, f"worker-{i} exited with code 0") for i in (0, 1))
     gone = event_time(evs, "supervisor exits")
-    assert gone - ended < 2.0, f"PS took {gone - ended:.2f}s to be ended"
+    # The promise is "within seconds" (it takes milliseconds on an idle machine).
+    assert gone - ended < 5.0, f"PS took {gone - ended:.2f}s to be ended"
 
     ports = {r.key: r.address for r in final.replicas}
     seen = (Path(final.log_dir or "") / "worker-1.txt").read_text()
@@ -106,7 +113,7 @@ def test_always_failing_entrypoint_fails_after_exactly_backoff_limit_with_growin
         policy={"backoffLimit": 3, "backoff": {"baseSeconds": 0.3, "capSeconds": 10}},
     )
     backend.submit(job, base)
-    final = backend.wait(job.name, timeout=30)
+    final = backend.wait(job.name, timeout=WAIT)
 
     assert final.phase is JobPhase.FAILED
     assert final.reason == "BackoffLimitExceeded"
@@ -116,10 +123,11 @@ def test_always_failing_entrypoint_fails_after_exactly_backoff_limit_with_growin
     exits = [float(e["time"]) for e in evs if "worker-0 exited with code 3" in str(e["message"])]  # type: ignore[arg-type]
     assert len(starts) == 4, "one start plus exactly backoffLimit restarts"
     assert len(exits) == 4
-    # The backoff is the time from an exit to the next start: 0.3, 0.6, 1.2 s.
+    # The backoff is the time from an exit to the next start: at least 0.3, 0.6, 1.2 s
+    # (never earlier; later only by what a loaded machine adds).
     delays = [start - exit_ for exit_, start in zip(exits, starts[1:], strict=False)]
     for delay, expected in zip(delays, (0.3, 0.6, 1.2), strict=True):
-        assert expected <= delay < expected + 0.5
+        assert expected <= delay < expected + 5
 
 
 def test_exit_code_policy_fails_fast_on_user_errors(
@@ -127,7 +135,7 @@ def test_exit_code_policy_fails_fast_on_user_errors(
 ) -> None:
     job, base = make_job("usererror", "exit 3\n", policy={"restartPolicy": "ExitCode"})
     backend.submit(job, base)
-    final = backend.wait(job.name, timeout=30)
+    final = backend.wait(job.name, timeout=WAIT)
     assert final.phase is JobPhase.FAILED
     assert final.reason == "ReplicaFailed"
     assert final.restarts == 0
@@ -147,7 +155,7 @@ def test_exit_code_policy_retries_a_replica_killed_by_a_signal(
         policy={"restartPolicy": "ExitCode", "backoff": {"baseSeconds": 0.2}},
     )
     backend.submit(job, base)
-    final = backend.wait(job.name, timeout=30)
+    final = backend.wait(job.name, timeout=WAIT)
     assert final.phase is JobPhase.SUCCEEDED
     assert final.restarts == 1
 
@@ -155,7 +163,7 @@ def test_exit_code_policy_retries_a_replica_killed_by_a_signal(
 def test_never_policy_fails_on_first_failure(backend: LocalBackend, make_job: MakeJob) -> None:
     job, base = make_job("never", "exit 137\n", policy={"restartPolicy": "Never"})
     backend.submit(job, base)
-    final = backend.wait(job.name, timeout=30)
+    final = backend.wait(job.name, timeout=WAIT)
     assert final.phase is JobPhase.FAILED
     assert final.reason == "ReplicaFailed"
 
@@ -166,13 +174,20 @@ def test_ps_failure_restarts_the_replicas_that_use_it(
     job, base = make_job(
         "psfail",
         """
+        marker="$TFKUBE_LOG_DIR/ps-died-once"
         if [ "$TFKUBE_ROLE" = ps ]; then
-          marker="$TFKUBE_LOG_DIR/ps-died-once"
-          if [ ! -e "$marker" ]; then sleep 1; touch "$marker"; kill -KILL $$; fi
+          if [ ! -e "$marker" ]; then
+            # Die once, after both workers are up (and so past their own check below).
+            until [ -e "$TFKUBE_LOG_DIR/up-0" ] && [ -e "$TFKUBE_LOG_DIR/up-1" ]; do
+              sleep 0.05
+            done
+            touch "$marker"; kill -KILL $$
+          fi
           exec sleep 600
         fi
         # A worker finishes only if it started after the PS came back.
-        [ -e "$TFKUBE_LOG_DIR/ps-died-once" ] && exit 0
+        [ -e "$marker" ] && exit 0
+        touch "$TFKUBE_LOG_DIR/up-$TFKUBE_INDEX"
         exec sleep 600
         """,
         workers=2,
@@ -180,7 +195,7 @@ def test_ps_failure_restarts_the_replicas_that_use_it(
         policy={"backoff": {"baseSeconds": 0.2}},
     )
     backend.submit(job, base)
-    final = backend.wait(job.name, timeout=30)
+    final = backend.wait(job.name, timeout=WAIT)
     assert final.phase is JobPhase.SUCCEEDED
     restarts = {r.key: r.restarts for r in final.replicas}
     assert restarts == {"ps-0": 1, "worker-0": 1, "worker-1": 1}
@@ -193,19 +208,19 @@ def test_active_deadline_ends_the_job(backend: LocalBackend, make_job: MakeJob) 
     )
     started = time.monotonic()
     backend.submit(job, base)
-    final = backend.wait(job.name, timeout=30)
+    final = backend.wait(job.name, timeout=WAIT)
     assert final.phase is JobPhase.FAILED
     assert final.reason == "DeadlineExceeded"
-    assert time.monotonic() - started < 8
+    assert time.monotonic() - started < 2 + 30  # the deadline, plus a loaded machine's delay
     assert all(r.state is ReplicaState.STOPPED for r in final.replicas)
 
 
 def test_ttl_removes_the_finished_job(backend: LocalBackend, make_job: MakeJob) -> None:
     job, base = make_job("ttl", "exit 0\n", policy={"ttlSecondsAfterFinished": 1})
     backend.submit(job, base)
-    final = backend.wait(job.name, timeout=30)
+    final = backend.wait(job.name, timeout=WAIT)
     assert final.phase is JobPhase.SUCCEEDED
-    wait_for(lambda: not (backend.home / "jobs" / job.name).exists(), 10, "TTL deletion")
+    wait_for(lambda: not (backend.home / "jobs" / job.name).exists(), WAIT, "TTL deletion")
     with pytest.raises(JobNotFound):
         backend.get(job.name)
 
@@ -227,6 +242,7 @@ wait
 """
 
 
+@pytest.mark.faults
 def test_delete_stops_every_process_tree(backend: LocalBackend, make_job: MakeJob) -> None:
     job, base = make_job("deleteme", PS_FOREVER + BACKGROUND_CHILDREN, workers=2, ps=1)
     backend.submit(job, base)
@@ -236,14 +252,20 @@ def test_delete_stops_every_process_tree(backend: LocalBackend, make_job: MakeJo
         ),
         what="workers to start their children",
     )
+    # 3 launchers, 3 run.sh, the PS's 2 sleeps and each worker's 2: wait until every one
+    # has started (a `setsid` child needs a moment to become its `sleep`).
+    wait_for(
+        lambda: sum(p.name() == "sleep" for p in _descendants_of_replicas(backend, job.name)) >= 6,
+        what="every sleep to start",
+    )
     procs = _descendants_of_replicas(backend, job.name)
-    assert len(procs) >= 10
     backend.delete(job.name)
-    _, alive = psutil.wait_procs(procs, timeout=1)
+    _, alive = psutil.wait_procs(procs, timeout=WAIT)
     assert not alive
     assert not (backend.home / "jobs" / job.name).exists()
 
 
+@pytest.mark.faults
 def test_a_killed_supervisor_takes_its_replicas_with_it(
     backend: LocalBackend, make_job: MakeJob
 ) -> None:
@@ -254,9 +276,9 @@ def test_a_killed_supervisor_takes_its_replicas_with_it(
     supervisor = backend._dir(job.name).read().supervisor
     assert supervisor is not None
     os.kill(supervisor.pid, signal.SIGKILL)
-    _, alive = psutil.wait_procs(procs, timeout=5)
+    _, alive = psutil.wait_procs(procs, timeout=WAIT)
     assert not alive, "replicas must not outlive their supervisor"
-    view = backend.wait(job.name, timeout=10)
+    view = backend.wait(job.name, timeout=WAIT)
     assert view.phase is JobPhase.FAILED
     assert view.reason == "SupervisorLost"
 
@@ -290,7 +312,7 @@ def test_env_from_command_and_args(
     from tfkube.api import parse_job
 
     backend.submit(parse_job(raw), base)
-    final = backend.wait(job.name, timeout=30)
+    final = backend.wait(job.name, timeout=WAIT)
     assert final.phase is JobPhase.SUCCEEDED
     log = "\n".join(backend.logs(job.name, "worker-0"))
     assert "GREETING=hello-x PLAIN=x" in log
@@ -320,7 +342,10 @@ def test_logs_of_one_replica_all_replicas_and_follow(
     backend: LocalBackend, make_job: MakeJob
 ) -> None:
     job, base = make_job(
-        "logs", 'for i in 1 2 3; do echo "line $i of $TFKUBE_INDEX"; sleep 0.3; done\n', workers=2
+        "logs",
+        'for i in 1 2 3; do echo "line $i of $TFKUBE_INDEX"; sleep 0.3; done\n',
+        workers=2,
+        policy={"successPolicy": "AllWorkers"},  # worker-1 must get to write every line
     )
     backend.submit(job, base)
     followed = list(backend.logs(job.name, "worker-1", follow=True))
@@ -348,7 +373,7 @@ def test_gpus_are_pinned_per_replica_and_never_oversubscribed(
     from tfkube.api import parse_job
 
     backend.submit(parse_job(raw), base)
-    backend.wait(job.name, timeout=30)
+    backend.wait(job.name, timeout=WAIT)
     assert "GPUS=[0]" in list(backend.logs(job.name, "worker-0"))
     assert "GPUS=[1]" in list(backend.logs(job.name, "worker-1"))
 
@@ -357,7 +382,34 @@ def test_gpus_are_pinned_per_replica_and_never_oversubscribed(
     with pytest.raises(SpecError) as err:
         backend.submit(parse_job(raw), base)
     assert err.value.errors[0].field == "spec.replicas.worker.resources.gpu"
-    assert "asks for 4 GPUs" in str(err.value)
+    assert "asks for 4 GPUs; this machine has 3" in str(err.value)
+
+
+def test_a_job_waits_for_gpus_other_jobs_hold_and_says_so(
+    backend: LocalBackend, make_job: MakeJob, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TFKUBE_GPUS", "0,1,2")
+    holder, base = make_job("holder", 'echo "GPUS=[$CUDA_VISIBLE_DEVICES]"; sleep 600\n')
+    raw = holder.model_dump(by_alias=True)
+    raw["spec"]["replicas"]["worker"]["resources"]["gpu"] = 2
+    backend.submit(parse_job(raw), base)
+    wait_for(lambda: "GPUS=[0,1]" in list(backend.logs("holder", "worker-0")), what="holder")
+
+    raw["metadata"]["name"] = "waiter"
+    backend.submit(parse_job(raw), base)
+    wait_for(
+        lambda: "waiting for GPUs" in (backend.get("waiter").replicas[0].message or ""),
+        what="the reason to show",
+    )
+    view = backend.get("waiter")
+    assert view.phase is JobPhase.PENDING
+    assert view.replicas[0].state is ReplicaState.PENDING
+    assert "1 of this machine's 3 are free (in use by holder)" in (view.replicas[0].message or "")
+
+    backend.delete("holder")
+    wait_for(lambda: "GPUS=[0,1]" in list(backend.logs("waiter", "worker-0")), what="the GPUs")
+    assert backend.get("waiter").replicas[0].state is ReplicaState.RUNNING
+    backend.delete("waiter")
 
 
 def test_chief_decides_and_the_evaluator_sits_outside_the_cluster(
@@ -368,8 +420,11 @@ def test_chief_decides_and_the_evaluator_sits_outside_the_cluster(
         PS_FOREVER
         + """
         echo "TF_CONFIG=$TF_CONFIG"
+        touch "$TFKUBE_LOG_DIR/seen-$TFKUBE_ROLE-$TFKUBE_INDEX"
         case "$TFKUBE_ROLE" in
-          chief) sleep 1 ;;            # the chief decides success
+          chief)                       # the chief decides success, once all have printed
+            until [ "$(ls "$TFKUBE_LOG_DIR" | grep -c '^seen-')" -ge 4 ]; do sleep 0.05; done
+            ;;
           *) exec sleep 600 ;;         # workers and the evaluator would run on
         esac
         """,
@@ -379,7 +434,7 @@ def test_chief_decides_and_the_evaluator_sits_outside_the_cluster(
         evaluator=1,
     )
     backend.submit(job, base)
-    final = backend.wait(job.name, timeout=30)
+    final = backend.wait(job.name, timeout=WAIT)
     assert final.phase is JobPhase.SUCCEEDED
     assert final.message == "chief-0 succeeded"
     states = {r.key: r.state for r in final.replicas}

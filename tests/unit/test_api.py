@@ -96,6 +96,7 @@ def test_minimal_job_dump_fills_every_default():
                 "terminationGraceSeconds": 5.0,
                 "port": 2222,
                 "suspend": False,
+                "stallAction": "Report",
             },
             "image": DEFAULT_IMAGE,
         },
@@ -791,6 +792,7 @@ def env_for(job: TFJob, role: Role = Role.WORKER, **kw: Any) -> dict[str, str]:
         "data_dir": "/data",
         "log_dir": "/logs",
         "work_dir": "/work",
+        "termination_log": "/work/termination-log",
         **kw,
     }
     return replica_environment(job, role, CLUSTER, **args)
@@ -819,6 +821,7 @@ def test_replica_environment_basics():
         "TFKUBE_ENTRYPOINT": "train.py",
         "TFKUBE_WORK_DIR": "/work",
         "TFKUBE_GRACE_SECONDS": "7.5",
+        "TFKUBE_TERMINATION_LOG": "/work/termination-log",
         "PYTHONUNBUFFERED": "1",
     }
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tfkube.backends.kubernetes import job_view
+from tfkube.contract import EX_DATAERR, launcher_failure, launcher_message
 from tfkube.kube.names import owner_reference, replica_selector
 from tfkube.kube.observe import (
     Prior,
@@ -22,8 +23,9 @@ from tfkube.kube.observe import (
     pending_message,
     read_replica,
     slim_pod,
+    termination_message,
 )
-from tfkube.planner import JobPhase, ReplicaState
+from tfkube.planner import JobPhase, ReplicaState, plan
 
 from ._kube_objects import NOW, T0, job_model, pod, role_job, states
 
@@ -230,6 +232,22 @@ def test_worker_0_state(
     seen = obs.replicas["worker-0"].status
     assert seen.state.value == expected
     assert seen.restarts == restarts
+
+
+def test_the_launcher_s_termination_message_reaches_the_planner():
+    failed = pod("worker", 0, "Failed", EX_DATAERR)
+    message = launcher_message("bad code: member '../x' is outside the destination")
+    failed["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = message
+    jobs = [role_job("worker", failed="0")]
+    for given in (failed, slim_pod(failed)):
+        obs = observe(job_model(ps=0, workers=1), Prior(), jobs, [given], NOW)
+        seen = obs.replicas["worker-0"].status
+        assert seen.message == message
+        assert launcher_failure(seen.exit_code, seen.message) is not None
+    assert termination_message(pod("worker", 0, "Failed", 1)) is None
+    # The planner then fails the job at once, whatever the restart policy.
+    decision = plan(job_model(ps=0, workers=1), obs.status, NOW)
+    assert decision.reason == "SetupFailed"
 
 
 def test_observation_counts_and_totals():

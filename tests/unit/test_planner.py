@@ -7,8 +7,16 @@ from typing import Any
 import pytest
 
 from tfkube.api import RestartPolicy, parse_job
-from tfkube.planner import (
+from tfkube.contract import (
+    EX_CONFIG,
+    EX_DATAERR,
+    EX_NOEXEC,
+    EX_NOINPUT,
+    EX_NOTFOUND,
     EX_TEMPFAIL,
+    launcher_message,
+)
+from tfkube.planner import (
     Decision,
     DeleteJob,
     JobPhase,
@@ -61,9 +69,12 @@ def r(
     code: int | None = None,
     restarts: int = 0,
     at: float | None = None,
+    message: str | None = None,
+    progress: float | None = None,
+    stalled: bool = False,
 ) -> ReplicaStatus:
     role, index = key.rsplit("-", 1)
-    return ReplicaStatus(role, int(index), state, code, restarts, at)
+    return ReplicaStatus(role, int(index), state, code, restarts, at, message, progress, stalled)
 
 
 def st(
@@ -1024,3 +1035,193 @@ def test_job_status_replica_lookup():
     assert status.replica("ps-1").state is OK
     with pytest.raises(KeyError):
         status.replica("ps-0")
+
+
+# -- plan: the launcher's permanent failures ----------------------------------------------
+
+BAD_CODE = launcher_message("bad code: member '../x' is outside the destination")
+
+
+@pytest.mark.parametrize("policy", ["OnFailure", "ExitCode", "Never"])
+@pytest.mark.parametrize(
+    ("code", "message", "permanent"),
+    [
+        pytest.param(EX_DATAERR, BAD_CODE, True, id="65-bad-archive"),
+        pytest.param(EX_NOINPUT, launcher_message("no entrypoint"), True, id="66-no-entrypoint"),
+        pytest.param(EX_CONFIG, launcher_message("requirements"), True, id="78-setup"),
+        pytest.param(EX_NOEXEC, launcher_message("cannot run"), True, id="126-launcher"),
+        pytest.param(EX_NOTFOUND, launcher_message("no python3"), True, id="127-launcher"),
+        pytest.param(EX_NOTFOUND, None, False, id="127-the-code-s-own"),
+        pytest.param(EX_NOEXEC, "my own message", False, id="126-user-message"),
+        pytest.param(EX_DATAERR, None, False, id="65-the-code-s-own"),
+        pytest.param(EX_TEMPFAIL, launcher_message("cannot fetch"), False, id="75-transient"),
+        pytest.param(1, launcher_message("odd"), False, id="1-never-the-launcher-s"),
+        pytest.param(137, launcher_message("odd"), False, id="signal"),
+    ],
+)
+def test_launcher_permanent_failures_are_never_retried(policy, code, message, permanent):
+    the_job = job(restartPolicy=policy, backoffLimit=5)
+    decision = plan(the_job, st(r("worker-0"), r("worker-1", FAIL, code, message=message)), NOW)
+    if permanent:
+        assert decision.finished
+        assert decision.phase is JobPhase.FAILED
+        assert decision.reason == "SetupFailed"
+        assert message is not None
+        assert message.removeprefix("tfkube-launcher: ") in (decision.message or "")
+        assert "never retried" in (decision.message or "")
+        assert decision.actions == stops("job failed", "worker-0")
+    else:
+        retried = should_retry(RestartPolicy(policy), code)
+        assert decision.reason == (None if retried else "ReplicaFailed")
+        assert decision.finished is not retried
+
+
+def test_a_launcher_failure_beats_a_retryable_one_in_the_same_tick():
+    status = st(r("worker-0", FAIL, 137), r("worker-1", FAIL, EX_DATAERR, message=BAD_CODE))
+    decision = plan(job(), status, NOW)
+    assert decision.reason == "SetupFailed"
+    assert decision.message is not None
+    assert decision.message.startswith("worker-1 could not start: bad code")
+
+
+# -- plan: stalls -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("policy", "status", "stalled", "reason", "actions", "events"),
+    [
+        pytest.param(
+            {},
+            st(r("worker-0", progress=T0), r("worker-1", progress=T0)),
+            frozenset(),
+            None,
+            (),
+            (),
+            id="no-stall-seconds-no-detection",
+        ),
+        pytest.param(
+            {"stallSeconds": 60},
+            st(r("worker-0", progress=NOW - 59), r("worker-1", progress=NOW)),
+            frozenset(),
+            None,
+            (),
+            (),
+            id="just-below-the-limit",
+        ),
+        pytest.param(
+            {"stallSeconds": 60},
+            st(r("worker-0", progress=NOW - 60), r("worker-1", progress=None)),
+            frozenset({"worker-0"}),
+            None,
+            (),
+            ("worker-0 is stalled: no progress for 60s",),
+            id="report-at-the-limit-unobserved-never-stalls",
+        ),
+        pytest.param(
+            {"stallSeconds": 60},
+            st(r("worker-0", progress=NOW - 600, stalled=True), r("worker-1", progress=NOW)),
+            frozenset({"worker-0"}),
+            None,
+            (),
+            (),
+            id="still-stalled-no-new-event",
+        ),
+        pytest.param(
+            {"stallSeconds": 60},
+            st(r("worker-0", progress=NOW - 1, stalled=True), r("worker-1", progress=NOW)),
+            frozenset(),
+            None,
+            (),
+            ("worker-0 makes progress again",),
+            id="moves-again",
+        ),
+        pytest.param(
+            {"stallSeconds": 60},
+            st(r("worker-0", BACK, at=NOW + 5, progress=T0), r("worker-1", progress=NOW)),
+            frozenset(),
+            None,
+            (),
+            (),
+            id="only-running-replicas-stall",
+        ),
+        pytest.param(
+            {"stallSeconds": 60, "stallAction": "Fail"},
+            st(r("worker-0", progress=NOW), r("worker-1", progress=NOW - 100)),
+            frozenset(),
+            "Stalled",
+            stops("job failed", "worker-0", "worker-1"),
+            (
+                "worker-1 is stalled: no progress for 100s",
+                "job Failed: worker-1 made no progress for 100s (no log line, nothing written "
+                "in the log/checkpoint folder; stallSeconds=60)",
+            ),
+            id="fail",
+        ),
+        pytest.param(
+            {"stallSeconds": 60, "stallAction": "Restart"},
+            st(r("worker-0", progress=NOW), r("worker-1", progress=NOW - 100)),
+            frozenset(),
+            None,
+            (Restart("worker-1", NOW + 1, "worker-1 stalled"),),
+            (
+                "worker-1 is stalled: no progress for 100s",
+                "worker-1 stalled; restart 1 of 3 in 1.0s",
+            ),
+            id="restart",
+        ),
+        pytest.param(
+            {"stallSeconds": 60, "stallAction": "Restart", "backoffLimit": 1},
+            st(r("worker-0", progress=NOW), r("worker-1", progress=NOW - 100), restarts=1),
+            frozenset(),
+            "BackoffLimitExceeded",
+            stops("job failed", "worker-0", "worker-1"),
+            (
+                "worker-1 is stalled: no progress for 100s",
+                "job Failed: worker-1 stalled after 1 restarts (backoffLimit=1)",
+            ),
+            id="restart-counts-against-backoff-limit",
+        ),
+    ],
+)
+def test_stalls(policy, status, stalled, reason, actions, events):
+    decision = plan(job(**policy), status, NOW)
+    assert decision.stalled == stalled
+    assert decision.reason == reason
+    assert decision.actions == actions
+    assert decision.events == events
+
+
+def test_a_stalled_ps_restarts_its_users_with_stall_action_restart():
+    status = st(r("ps-0", progress=NOW - 100), r("worker-0", progress=NOW), r("worker-1", OK))
+    decision = plan(job(ps=1, stallSeconds=60, stallAction="Restart"), status, NOW)
+    why = "ps-0 stalled: restarting the replicas that use it"
+    assert decision.actions == (
+        Restart("ps-0", NOW + 1, "ps-0 stalled"),
+        Restart("worker-0", NOW + 1, why),
+    )
+    assert decision.restarts == 1
+
+
+# -- plan: replicas the engine holds (their GPUs are in use) ------------------------------
+
+HELD = "waiting for GPUs: the job asks for 2 GPUs; 1 of this machine's 3 are free"
+
+
+def test_a_held_replica_is_not_started_and_the_job_stays_pending():
+    status = st(r("worker-0", P), r("worker-1", P, message=None), phase=JobPhase.PENDING)
+    held = st(
+        ReplicaStatus("worker", 0, P, held=HELD),
+        ReplicaStatus("worker", 1, P, held=HELD),
+        phase=JobPhase.PENDING,
+    )
+    assert plan(job(), status, NOW).actions == (Start("worker-0"), Start("worker-1"))
+    decision = plan(job(), held, NOW)
+    assert decision.actions == ()
+    assert decision.phase is JobPhase.PENDING
+
+
+def test_a_held_restart_waits_past_its_backoff():
+    status = st(ReplicaStatus("worker", 0, BACK, next_start_at=T0, held=HELD), r("worker-1"))
+    decision = plan(job(), status, NOW)
+    assert decision.actions == ()
+    assert decision.phase is JobPhase.RESTARTING

@@ -999,3 +999,32 @@ def test_the_zipapp_runs_a_rendered_replica(tmp_path):
     assert config["task"] == {"type": "worker", "index": 2}
     assert config["cluster"]["worker"][2] == "mnist-worker-2.mnist:2222"
     assert "--job_name=worker --task_index=2" in (logs / "args").read_text()
+
+
+# -- the launcher's termination message and the code's requirements ---------------------
+
+
+def test_replicas_report_launcher_failures_and_install_requirements_per_pod():
+    objects = render()
+    for role in ("ps", "worker"):
+        env = env_of(objects, role)
+        assert env["TFKUBE_TERMINATION_LOG"] == "/dev/termination-log"
+        assert env["TFKUBE_VENV_CACHE"] == "/tfkube/venvs"
+        volumes = {v["name"]: v for v in pod(objects, role)["volumes"]}
+        assert volumes["venvs"] == {"name": "venvs", "emptyDir": {}}
+        mounts = {m["name"]: m for m in pod(objects, role)["containers"][0]["volumeMounts"]}
+        assert mounts["venvs"]["mountPath"] == "/tfkube/venvs"
+
+
+def test_a_node_cache_for_requirements_is_per_namespace():
+    objects = render(venv_cache_host_path="/var/cache/tfkube/venvs/")
+    volumes = {v["name"]: v for v in pod(objects, "worker")["volumes"]}
+    assert volumes["venvs"]["hostPath"] == {
+        "path": "/var/cache/tfkube/venvs/team-a",
+        "type": "DirectoryOrCreate",
+    }
+
+
+def test_the_launcher_zipapp_carries_the_runtime_contract():
+    names = zipfile.ZipFile(io.BytesIO(build_launcher_zipapp())).namelist()
+    assert "tfkube/contract.py" in names

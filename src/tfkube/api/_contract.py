@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+from tfkube import contract as c
 from tfkube.api._models import EnvFromCommand, Role, TFJob
 
 
@@ -23,7 +24,10 @@ def replica_environment(
     data_dir: str,
     log_dir: str,
     work_dir: str,
+    termination_log: str,
     index: int | None = None,
+    venv: str | None = None,
+    venv_cache: str | None = None,
 ) -> dict[str, str]:
     """`TFKUBE_*` variables plus the role's own env (commands go to TFKUBE_ENV_COMMANDS)."""
     spec = job.spec.replicas.get(role)
@@ -32,26 +36,31 @@ def replica_environment(
     commands = {k: v.command for k, v in spec.env.items() if isinstance(v, EnvFromCommand)}
     env = {
         **plain,
-        "TFKUBE_JOB": job.name,
-        "TFKUBE_ROLE": role.value,
-        "TFKUBE_CLUSTER": json.dumps(cluster, sort_keys=True),
-        "TFKUBE_NUM_PS": str(job.spec.replicas.count(Role.PS)),
-        "TFKUBE_NUM_WORKERS": str(job.spec.replicas.count(Role.WORKER)),
-        "TFKUBE_HAS_CHIEF": "1" if job.spec.replicas.count(Role.CHIEF) else "0",
-        "TFKUBE_DATA_DIR": data_dir,
-        "TFKUBE_LOG_DIR": log_dir,
-        "TFKUBE_CODE_URL": code_url,
-        "TFKUBE_ENTRYPOINT": job.spec.code.entrypoint,
-        "TFKUBE_WORK_DIR": work_dir,
-        "TFKUBE_GRACE_SECONDS": str(job.spec.run_policy.termination_grace_seconds),
+        c.JOB: job.name,
+        c.ROLE: role.value,
+        c.CLUSTER: json.dumps(cluster, sort_keys=True),
+        c.NUM_PS: str(job.spec.replicas.count(Role.PS)),
+        c.NUM_WORKERS: str(job.spec.replicas.count(Role.WORKER)),
+        c.HAS_CHIEF: "1" if job.spec.replicas.count(Role.CHIEF) else "0",
+        c.DATA_DIR: data_dir,
+        c.LOG_DIR: log_dir,
+        c.CODE_URL: code_url,
+        c.ENTRYPOINT: job.spec.code.entrypoint,
+        c.WORK_DIR: work_dir,
+        c.GRACE_SECONDS: str(job.spec.run_policy.termination_grace_seconds),
+        c.TERMINATION_LOG: termination_log,
         "PYTHONUNBUFFERED": "1",
     }
     if index is not None:
-        env["TFKUBE_INDEX"] = str(index)
+        env[c.INDEX] = str(index)
     if code_sha256:
-        env["TFKUBE_CODE_SHA256"] = code_sha256
+        env[c.CODE_SHA256] = code_sha256
     if spec.args:
-        env["TFKUBE_ARGS"] = json.dumps(spec.args)
+        env[c.ARGS] = json.dumps(spec.args)
     if commands:
-        env["TFKUBE_ENV_COMMANDS"] = json.dumps(commands, sort_keys=True)
+        env[c.ENV_COMMANDS] = json.dumps(commands, sort_keys=True)
+    if venv:
+        env[c.VENV] = venv
+    if venv_cache:
+        env[c.VENV_CACHE] = venv_cache
     return env

@@ -14,6 +14,8 @@ from typing import Annotated, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from tfkube.contract import RESERVED_PREFIX, TF_CONFIG
+
 API_VERSION = "tfkube.io/v1alpha1"
 KIND = "TFJob"
 DEFAULT_IMAGE = "tensorflow/tensorflow:2.21.0"
@@ -62,6 +64,18 @@ class CleanPodPolicy(StrEnum):
     """Like Running; in a cluster also delete finished pods."""
     NONE = "None"
     """Leave running replicas alone until the job is deleted or its TTL passes."""
+
+
+class StallAction(StrEnum):
+    """What happens to a replica that made no progress for `stallSeconds`."""
+
+    REPORT = "Report"
+    """Show it as Stalled and record an event; nothing else (the default)."""
+    RESTART = "Restart"
+    """Restart it (a stalled PS restarts the replicas that use it, as a failed one
+    does); counts against backoffLimit."""
+    FAIL = "Fail"
+    """Fail the job at once (reason Stalled)."""
 
 
 class SuccessPolicy(StrEnum):
@@ -196,7 +210,7 @@ class ReplicaSpec(_Model):
                     f"{name!r} is not a valid environment variable name; use letters, "
                     "digits and '_', not starting with a digit"
                 )
-            if name.startswith("TFKUBE_") or name == "TF_CONFIG":
+            if name.startswith(RESERVED_PREFIX) or name == TF_CONFIG:
                 raise ValueError(f"{name!r} is set by tfkube itself; choose another name")
         return env
 
@@ -326,6 +340,12 @@ class RunPolicy(_Model):
     suspend: bool = False
     """Cluster: true stops every replica (their pods are deleted) and keeps the job; false
     again resumes it; as for a Kubernetes Job, activeDeadlineSeconds counts from the resume."""
+    stall_seconds: Annotated[int, Field(gt=0)] | None = None
+    """Local engine: a running replica that wrote no log line, while nothing was written
+    in the job's log/checkpoint folder, for this long is Stalled (shown in status, an
+    event recorded); `stallAction` says what else happens. Unset: no stall detection."""
+    stall_action: StallAction = StallAction.REPORT
+    """Report (the default), Restart (counts against backoffLimit) or Fail."""
 
 
 class PullPolicy(StrEnum):

@@ -1,8 +1,11 @@
 """Code artifacts: checked and stored once at submit, fetched and verified by every replica.
 
-A local folder is packed into a .tar.gz; a URL is downloaded once. Both are checked for the
-entrypoint before anything starts, so a missing `run.sh` or an unreachable URL is an error
-on the spec (naming `spec.code...`), never a crash-looping job.
+A local folder is packed into a .tar.gz; a URL is downloaded once. Either archive then
+goes through the very checks every replica's launcher runs before unpacking
+(`tfkube.launcher.check_archive`: no member escaping the folder, no absolute path, no
+link out, no device, bounded size and member count) and must hold the entrypoint. So a
+bad archive, a missing `run.sh`, a wrong sha256 or an unreachable URL is an error on the
+spec (naming `spec.code...`) before anything starts, never a crash-looping job.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tfkube.api import FieldError, SpecError, TFJob
-from tfkube.launcher import FetchError, sha256_file
+from tfkube.contract import REQUIREMENTS_FILE
+from tfkube.launcher import FetchError, check_archive, sha256_file
 from tfkube.launcher._fetch import MAX_DOWNLOAD_BYTES, download
 
 _SKIP = {"__pycache__", ".git", ".venv", ".mypy_cache", ".pytest_cache"}
@@ -23,6 +27,8 @@ _SKIP = {"__pycache__", ".git", ".venv", ".mypy_cache", ".pytest_cache"}
 class Artifact:
     path: Path
     sha256: str
+    requirements: bytes | None = None
+    """The code's requirements.txt, when it has one."""
 
 
 def _spec_error(job: TFJob, field: str, message: str) -> SpecError:
@@ -39,13 +45,33 @@ def _pack(folder: Path, dest: Path) -> None:
             tar.add(child, arcname=child.name, filter=keep)
 
 
-def _entrypoint_in(archive: Path, entrypoint: str) -> bool:
+def _checked(job: TFJob, archive: Path, where: str) -> bytes | None:
+    """Run the launcher's archive checks; returns the code's requirements.txt, if any."""
+    code = job.spec.code
     try:
-        with tarfile.open(archive, "r:*") as tar:
-            names = {n.removeprefix("./") for n in tar.getnames()}
-    except (tarfile.TarError, OSError, EOFError):
-        return False
-    return entrypoint in names
+        info = check_archive(archive)
+    except FetchError as exc:
+        raise _spec_error(
+            job, "spec.code.source", f"{where} is refused: {exc}; fix the archive or folder"
+        ) from None
+    if code.entrypoint not in info.names:
+        raise _spec_error(
+            job,
+            "spec.code.entrypoint",
+            f"{code.entrypoint!r} is not in the archive at {where}; add it or set "
+            "spec.code.entrypoint to the script to run",
+        )
+    if REQUIREMENTS_FILE not in info.names:
+        return None
+    with tarfile.open(archive, "r:*") as tar:
+        for name in (REQUIREMENTS_FILE, f"./{REQUIREMENTS_FILE}"):
+            try:
+                member = tar.extractfile(name)
+            except KeyError:
+                continue
+            if member is not None:
+                return member.read()
+    return None
 
 
 def prepare_artifact(job: TFJob, base_dir: Path, store: Path) -> Artifact:
@@ -68,13 +94,7 @@ def prepare_artifact(job: TFJob, base_dir: Path, store: Path) -> Artifact:
                     "spec.code.sha256",
                     f"the file at {code.source} has SHA-256 {sha}; update sha256 or the file",
                 )
-            if not _entrypoint_in(staged, code.entrypoint):
-                raise _spec_error(
-                    job,
-                    "spec.code.entrypoint",
-                    f"{code.entrypoint!r} is not in the archive at {code.source}; add it or "
-                    "set spec.code.entrypoint to the script to run",
-                )
+            where = code.source
         else:
             folder = (base_dir / code.source).resolve()
             if not folder.is_dir():
@@ -100,8 +120,10 @@ def prepare_artifact(job: TFJob, base_dir: Path, store: Path) -> Artifact:
                     "of the code folder (use spec.storage.data)",
                 )
             sha = sha256_file(staged)
+            where = str(folder)
+        requirements = _checked(job, staged, where)
         final = store / f"code-{sha[:16]}.tar.gz"
         staged.replace(final)
-        return Artifact(final, sha)
+        return Artifact(final, sha, requirements)
     finally:
         staged.unlink(missing_ok=True)

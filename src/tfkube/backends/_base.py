@@ -38,7 +38,11 @@ class ReplicaView:
     address: str | None = None
     last_line: str = ""
     message: str = ""
-    """Why the replica is pending, stalled or failed; empty when there is nothing to say."""
+    """Why the replica is in its state, for a person: why it is pending or waiting (the
+    scheduler's words, GPUs in use), why it failed (its launcher's own reason), what made
+    it stall. Empty when its state says it all."""
+    stalled: bool = False
+    """Running, but no progress for runPolicy.stallSeconds (shown as `Stalled`)."""
     node: str | None = None
     """Where it runs: a node's name in a cluster; None locally."""
 

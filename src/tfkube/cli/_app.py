@@ -30,6 +30,7 @@ err = Console(stderr=True)
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+"""Also in `tfkube._entry`, for a Ctrl-C while the program is being imported."""
 
 
 def _backend() -> LocalBackend:
@@ -225,21 +226,26 @@ def run(
     ] = False,
 ) -> None:
     """Run a job on this machine, showing its replicas live; Ctrl-C stops all of them."""
+    backend = _backend()
+    # Ctrl-C may come at any moment: while staging (nothing runs yet), while the job
+    # starts (submit stops what it started), while it runs, or twice. Each way every
+    # replica is stopped and the exit code is 130.
     try:
-        job, base = _job_from_args(job_file, name, workers, ps, code, entrypoint)
-        backend = _backend()
-        view = backend.submit(job, base, replace=replace)
-    except SpecError as exc:
-        raise _fail(str(exc)) from None
-    except JobExists as exc:
-        raise _fail(str(exc)) from None
-    if detach:
-        out.print(
-            f"job {view.name} started ({len(view.replicas)} replicas); "
-            f"follow it with `tfkube status {view.name}` or `tfkube logs {view.name} -f`"
-        )
-        return
-    final = _watch(backend, view.name)
+        try:
+            job, base = _job_from_args(job_file, name, workers, ps, code, entrypoint)
+            view = backend.submit(job, base, replace=replace)
+        except (SpecError, JobExists) as exc:
+            raise _fail(str(exc)) from None
+        if detach:
+            out.print(
+                f"job {view.name} started ({len(view.replicas)} replicas); "
+                f"follow it with `tfkube status {view.name}` or `tfkube logs {view.name} -f`"
+            )
+            return
+        final = _watch(backend, view.name)
+    except KeyboardInterrupt:
+        _interrupted(backend)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
     if show_summary or final.phase.terminal:
         for line in summary(final):
             out.print(line, highlight=False)
@@ -247,29 +253,38 @@ def run(
 
 
 def _watch(backend: LocalBackend, name: str) -> JobView:
-    """Show the job live until it is done; Ctrl-C stops every replica."""
-    live = Live(console=out, refresh_per_second=4, transient=False, auto_refresh=False)
-    try:
-        with live:
+    """Show the job live until it is done (Ctrl-C: KeyboardInterrupt, for the caller)."""
+    with Live(console=out, refresh_per_second=4, transient=False, auto_refresh=False) as live:
+        view = backend.get(name)
+        shown = 0.0
+        while not view.done:
+            # Poll often (to return as soon as the job ends), draw at most 4 times a
+            # second and only on a terminal (elsewhere the final table is enough).
+            if out.is_terminal and time.monotonic() - shown >= 0.25:
+                live.update(job_panel(view, width=out.width), refresh=True)
+                shown = time.monotonic()
+            time.sleep(0.05)
             view = backend.get(name)
-            shown = 0.0
-            while not view.done:
-                # Poll often (to return as soon as the job ends), draw at most 4 times a
-                # second and only on a terminal (elsewhere the final table is enough).
-                if out.is_terminal and time.monotonic() - shown >= 0.25:
-                    live.update(job_panel(view, width=out.width), refresh=True)
-                    shown = time.monotonic()
-                time.sleep(0.05)
-                view = backend.get(name)
-            view = backend.wait(name)
-            live.update(job_panel(view, width=out.width), refresh=True)
-        out.line()
-        return view
-    except KeyboardInterrupt:
+        view = backend.wait(name)
+        live.update(job_panel(view, width=out.width), refresh=True)
+    out.line()
+    return view
+
+
+def _interrupted(backend: LocalBackend) -> None:
+    """Stop the jobs this command started (none if Ctrl-C came while staging)."""
+    if not backend.submitted:
+        err.print("interrupted: the job had not started; nothing runs")
+        return
+    for name in backend.submitted:
         err.print(f"interrupted: stopping every replica of {name}")
-        view = backend.stop(name)
+        try:
+            view = backend.stop(name)
+        except KeyboardInterrupt:  # Ctrl-C again: stop() held it until it had finished
+            view = backend.get(name)
+        except JobNotFound:
+            continue
         out.print(job_panel(view, width=out.width))
-        raise typer.Exit(EXIT_INTERRUPTED) from None
 
 
 @app.command()
@@ -426,6 +441,14 @@ def render(
     include_namespace: Annotated[
         bool, typer.Option("--include-namespace", help="Also emit the Namespace object.")
     ] = False,
+    venv_cache_host_path: Annotated[
+        str | None,
+        typer.Option(
+            "--venv-cache-host-path",
+            help="A node folder where pods share the environments built from the code's "
+            "requirements.txt (hostPath <folder>/<namespace>; default: one per pod).",
+        ),
+    ] = None,
 ) -> None:
     """Print the job's Kubernetes objects as YAML for `kubectl apply -f -` (no operator
     needed; nothing is contacted)."""
@@ -446,6 +469,7 @@ def render(
             registry_secret=_read_secret(registry_secret) if registry_secret else None,
             code_archive=code,
             include_namespace=include_namespace,
+            venv_cache_host_path=venv_cache_host_path,
         )
         objects = render_job(job, options)
     except SpecError as exc:

@@ -55,7 +55,10 @@ def job_panel(view: JobView, now: float | None = None, width: int = 120) -> Grou
     table.add_column("message / last log line", no_wrap=True)
     room = max(12, width - (82 if wide else 52))  # what the other columns leave
     for r in view.replicas:
-        cells: list[str | Text] = [r.key, Text(r.state.value, _STATE_STYLE[r.state])]
+        state = (
+            Text("Stalled", "bold red") if r.stalled else Text(r.state.value, _STATE_STYLE[r.state])
+        )
+        cells: list[str | Text] = [r.key, state]
         if wide:
             cells += [str(r.pid or "-"), r.address or "-"]
         cells += [str(r.restarts), "-" if r.exit_code is None else str(r.exit_code)]

@@ -162,6 +162,16 @@ def exit_code(pod: Obj) -> int | None:
     return int(terminated["exitCode"]) if terminated is not None else None
 
 
+def termination_message(pod: Obj) -> str | None:
+    """The main container's termination message as written: where the launcher says why
+    it failed (/dev/termination-log), which tells its permanent failures from the
+    training code's own exits (`tfkube.contract.launcher_failure`)."""
+    terminated = _main_termination(pod)
+    if terminated is None or int(terminated["exitCode"]) == 0:
+        return None
+    return str(terminated.get("message") or "").strip() or None
+
+
 def _one_line(text: object) -> str:
     """The last non-empty line (a traceback's last line says what happened), cut short."""
     lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
@@ -408,13 +418,14 @@ def read_replica(
     failed_pod: str | None = None
     next_start: float | None = None
     message = ""
+    termination: str | None = None
     restarts = len(own_failures)
     state: ReplicaState
     if completed or any(pod_phase(p) == "Succeeded" for p in current):
         state, code = ReplicaState.SUCCEEDED, 0
     elif newest is not None and pod_phase(newest) == "Failed":
         failed_pod, code = _name(newest), exit_code(newest)
-        message = failure_message(newest)
+        message, termination = failure_message(newest), termination_message(newest)
         if failed_pod in prior.handled and not terminal:
             state = ReplicaState.BACKOFF
             message = f"being restarted by Kubernetes after {message}"
@@ -457,6 +468,7 @@ def read_replica(
             exit_code=code,
             restarts=max(restarts, 0),
             next_start_at=next_start,
+            message=termination,
         ),
         pod=_name(newest) if newest is not None else None,
         failed_pod=failed_pod,

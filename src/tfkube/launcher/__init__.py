@@ -1,31 +1,32 @@
 """What runs inside every replica, on both engines: fetch and verify the code, build the
-environment (TF_CONFIG, classic flags, TFKUBE_*), run the entrypoint, forward signals,
-and make sure nothing it started outlives it.
+environment (TF_CONFIG, classic flags, TFKUBE_*), install the code's requirements, run the
+entrypoint, forward signals, and make sure nothing it started outlives it.
 
-Standard library only (plus `tfkube.cluster`, which is too), so that it can run inside a
-stock TensorFlow image where tfkube is not installed.
+Standard library only (plus `tfkube.cluster` and `tfkube.contract`, which are too), so
+that it can run inside a stock TensorFlow image where tfkube is not installed.
 """
 
-from tfkube.launcher._contract import (
-    EX_CONFIG,
-    EX_DATAERR,
-    EX_NOINPUT,
-    EX_TEMPFAIL,
-    ContractError,
-    ReplicaContract,
-    contract_from_env,
+from tfkube.launcher._contract import ContractError, ReplicaContract, contract_from_env
+from tfkube.launcher._deps import DepsError, ensure_venv, file_lock, requirements_key
+from tfkube.launcher._fetch import (
+    ArchiveInfo,
+    FetchError,
+    check_archive,
+    fetch_code,
+    sha256_file,
 )
-from tfkube.launcher._fetch import FetchError, fetch_code, sha256_file
 
 __all__ = [
-    "EX_CONFIG",
-    "EX_DATAERR",
-    "EX_NOINPUT",
-    "EX_TEMPFAIL",
+    "ArchiveInfo",
     "ContractError",
+    "DepsError",
     "FetchError",
     "ReplicaContract",
+    "check_archive",
     "contract_from_env",
+    "ensure_venv",
     "fetch_code",
+    "file_lock",
+    "requirements_key",
     "sha256_file",
 ]

@@ -1,10 +1,12 @@
 """Fetch a code artifact (.tar.gz by file:// or http(s)://), verify it, unpack it safely.
 
-Safety rules: the download and the unpacked size are bounded; members that would land
-outside the destination (absolute paths, `..`, links pointing out), devices and other
-special files are refused (tarfile's `data` filter), and a checksum mismatch is fatal.
-Pythons older than the `data` filter (3.11.0-3.11.3, e.g. Debian 12's python3 in a
-TensorFlow image) get the same rules from `_data_member`, checked before anything is written.
+Safety rules (`check_archive`, which the engines also run at submit, so a bad archive is
+refused before anything starts): the download, the member count and the unpacked size
+are bounded; members with absolute paths, members that would land outside the
+destination (`..`, links pointing out), devices and other special files are refused
+(tarfile's `data` filter); a checksum mismatch is fatal. Pythons older than the `data`
+filter (3.11.0-3.11.3, e.g. Debian 12's python3 in a TensorFlow image) get the same rules
+from `_data_member`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import tarfile
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 MAX_DOWNLOAD_BYTES = 512 * 1024 * 1024
@@ -110,38 +113,94 @@ def _data_member(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
     return safe
 
 
+@dataclass(frozen=True)
+class ArchiveInfo:
+    """What `check_archive` found in a code archive that passed every check."""
+
+    members: int
+    unpacked_bytes: int
+    names: frozenset[str]
+    """Regular files and symlinks, as relative paths without a leading './'."""
+
+
+_CHECK_ROOT = "/tfkube-archive-check"
+"""A stand-in destination for the data filter: it judges paths, it touches nothing."""
+
+
+def check_archive(
+    archive: Path,
+    max_bytes: int = MAX_UNPACKED_BYTES,
+    max_members: int = MAX_MEMBERS,
+    builtin_filter: bool = hasattr(tarfile, "data_filter"),
+) -> ArchiveInfo:
+    """Read a code archive's headers and refuse anything unsafe, without unpacking it.
+
+    Members are read one at a time, so a bomb (too many members, or too many bytes) is
+    refused as soon as it crosses a limit. Raises FetchError (permanent) naming the
+    member at fault."""
+    count = 0
+    total = 0
+    names: set[str] = set()
+    try:
+        with tarfile.open(archive, "r:*") as tar:
+            while (member := tar.next()) is not None:
+                count += 1
+                if count > max_members:
+                    raise FetchError(
+                        f"the code has more than {max_members} files; at most {max_members} "
+                        "are allowed",
+                        permanent=True,
+                    )
+                if member.name.startswith("/"):
+                    raise FetchError(
+                        f"cannot unpack the code: member {member.name!r} has an absolute "
+                        "path; an archive must hold relative paths only",
+                        permanent=True,
+                    )
+                if builtin_filter:
+                    try:
+                        tarfile.data_filter(member, _CHECK_ROOT)
+                    except tarfile.FilterError as exc:
+                        raise FetchError(f"cannot unpack the code: {exc}", permanent=True) from None
+                else:
+                    _data_member(member, _CHECK_ROOT)
+                if member.isfile():
+                    total += member.size
+                    if total > max_bytes:
+                        raise FetchError(
+                            f"the code unpacks to more than {max_bytes} bytes (at "
+                            f"{member.name!r}); the limit is {max_bytes}",
+                            permanent=True,
+                        )
+                if member.isfile() or member.issym():
+                    names.add(member.name.removeprefix("./"))
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise FetchError(f"cannot unpack the code: {exc}", permanent=True) from None
+    return ArchiveInfo(members=count, unpacked_bytes=total, names=frozenset(names))
+
+
 def unpack(
     archive: Path,
     dest: Path,
     max_bytes: int = MAX_UNPACKED_BYTES,
     builtin_filter: bool = hasattr(tarfile, "data_filter"),
-) -> None:
+) -> ArchiveInfo:
     """Unpack a .tar.gz into `dest` (which must not exist), refusing anything unsafe.
     `builtin_filter` False checks members with `_data_member` instead of tarfile's filter."""
+    info = check_archive(archive, max_bytes, builtin_filter=builtin_filter)
     try:
         with tarfile.open(archive, "r:*") as tar:
-            members = tar.getmembers()
-            if len(members) > MAX_MEMBERS:
-                raise FetchError(
-                    f"the code has {len(members)} files; at most {MAX_MEMBERS} are allowed",
-                    permanent=True,
-                )
-            total = sum(m.size for m in members if m.isfile())
-            if total > max_bytes:
-                raise FetchError(
-                    f"the code unpacks to {total} bytes; the limit is {max_bytes}",
-                    permanent=True,
-                )
             if builtin_filter:
                 dest.mkdir(parents=True)
                 tar.extractall(dest, filter="data")
             else:
                 root = os.path.realpath(dest)
-                safe = [_data_member(m, root) for m in members]
+                safe = [_data_member(m, root) for m in tar.getmembers()]
                 dest.mkdir(parents=True)
                 tar.extractall(dest, members=safe)
     except (tarfile.TarError, EOFError, OSError) as exc:
         raise FetchError(f"cannot unpack the code: {exc}", permanent=True) from None
+    return info
 
 
 def fetch_code(

@@ -1,10 +1,15 @@
 """The launcher's process: one per replica, the leader of the replica's process group.
 
     engine --starts--> launcher --fetches/verifies--> code/
+                          |--installs requirements.txt (Kubernetes; locally done at submit)
                           |--runs--> entrypoint (+ everything it starts), same group
                           |<-- SIGTERM/SIGINT: forwarded to the whole group; after the
                           |    grace period, SIGKILL
                           '-- exits with the entrypoint's code (128+N if killed by N)
+
+When the launcher itself fails (bad code, missing entrypoint, broken set-up: the exit
+codes in `tfkube.contract`), it writes why to $TFKUBE_TERMINATION_LOG, so an engine can
+tell its permanent failures from the training code's own exit codes and never retry them.
 
 When the engine that started it dies (TFKUBE_PARENT_PID no longer its parent), the
 launcher ends its group: a replica never outlives its supervisor.
@@ -14,7 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,14 +29,9 @@ import threading
 import time
 from pathlib import Path
 
-from tfkube.launcher._contract import (
-    EX_CONFIG,
-    EX_DATAERR,
-    EX_NOINPUT,
-    EX_TEMPFAIL,
-    ContractError,
-    contract_from_env,
-)
+from tfkube import contract as c
+from tfkube.launcher._contract import ContractError, ReplicaContract, contract_from_env
+from tfkube.launcher._deps import DepsError, activate, ensure_venv
 from tfkube.launcher._fetch import FetchError, fetch_code
 from tfkube.launcher._tee import open_attempt, start_tee
 
@@ -140,30 +142,103 @@ def _computed_env(commands: dict[str, str], env: dict[str, str], cwd: Path) -> d
     return out
 
 
-def main() -> int:
+class LauncherFailure(Exception):
+    """One of the launcher's own failures: its exit code and the reason."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+
+
+def _write_termination_message(path: str | None, reason: str) -> None:
+    if not path:
+        return
+    with contextlib.suppress(OSError):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(c.launcher_message(reason))
+
+
+def _python_env(contract: ReplicaContract, code: Path, env: dict[str, str]) -> dict[str, str]:
+    """`env` with the code's requirements.txt installed and first on PATH, if it has one."""
+    requirements = code / c.REQUIREMENTS_FILE
+    if contract.venv:  # made by the engine at submit (local)
+        if not Path(contract.venv, "bin").is_dir():
+            raise LauncherFailure(c.EX_CONFIG, f"the job's environment {contract.venv} is gone")
+        return activate(env, contract.venv)
+    if not requirements.is_file():
+        return env
+    if not contract.venv_cache:
+        _say(f"{c.REQUIREMENTS_FILE} is not installed: the engine set no {c.VENV_CACHE}")
+        return env
+    _say(f"installing {c.REQUIREMENTS_FILE} into {contract.venv_cache} (or reusing it)")
     try:
-        contract = contract_from_env(os.environ)
-    except ContractError as exc:
-        _say(f"cannot start: {exc}")
-        return EX_CONFIG
-    grace = float(os.environ.get("TFKUBE_GRACE_SECONDS", "5"))
+        venv = ensure_venv(requirements, Path(contract.venv_cache), uv=shutil.which("uv"))
+    except DepsError as exc:
+        raise LauncherFailure(c.EX_CONFIG, f"cannot install {c.REQUIREMENTS_FILE}: {exc}") from None
+    return activate(env, str(venv))
+
+
+def _prepare(contract: ReplicaContract) -> tuple[Path, Path, dict[str, str]]:
+    """Fetch, verify and unpack the code; build the entrypoint's environment.
+    Returns (code folder, entrypoint, environment). Raises LauncherFailure."""
     work = Path(contract.work_dir)
     _say(f"{contract.job} {contract.role}-{contract.index}: fetching {contract.code_url}")
     try:
         code = fetch_code(contract.code_url, contract.code_sha256, work, contract.code_token)
     except FetchError as exc:
-        _say(f"cannot fetch the code: {exc}")
-        return EX_DATAERR if exc.permanent else EX_TEMPFAIL
+        if exc.permanent:
+            raise LauncherFailure(c.EX_DATAERR, f"bad code: {exc}") from None
+        raise LauncherFailure(c.EX_TEMPFAIL, f"cannot fetch the code: {exc}") from None
     entry = (code / contract.entrypoint).resolve()
     if not entry.is_file() or not entry.is_relative_to(code.resolve()):
-        _say(f"the entrypoint {contract.entrypoint!r} is not in the code")
-        return EX_NOINPUT
+        raise LauncherFailure(
+            c.EX_NOINPUT, f"the entrypoint {contract.entrypoint!r} is not in the code"
+        )
     env = contract.environment(os.environ)
     try:
         env.update(_computed_env(contract.env_commands, env, code))
     except (ContractError, subprocess.TimeoutExpired) as exc:
-        _say(f"cannot build the environment: {exc}")
-        return EX_CONFIG
+        raise LauncherFailure(c.EX_CONFIG, f"cannot build the environment: {exc}") from None
+    return code, entry, _python_env(contract, code, env)
+
+
+def _start(
+    argv: list[str], code: Path, env: dict[str, str], *, piped: bool
+) -> subprocess.Popen[bytes]:
+    """Start the entrypoint (its output piped, for the tee, when `piped`)."""
+    try:
+        return subprocess.Popen(
+            argv,
+            cwd=code,
+            env=env,
+            stdout=subprocess.PIPE if piped else None,
+            stderr=subprocess.STDOUT if piped else None,
+        )
+    except OSError as exc:
+        missing = exc.errno == errno.ENOENT
+        raise LauncherFailure(
+            c.EX_NOTFOUND if missing else c.EX_NOEXEC,
+            f"cannot run {' '.join(argv[:2])}: {exc.strerror or exc}",
+        ) from None
+
+
+def main() -> int:
+    termination_log = os.environ.get(c.TERMINATION_LOG)
+    try:
+        return _supervise()
+    except LauncherFailure as failure:
+        _say(str(failure))
+        _write_termination_message(termination_log, str(failure))
+        return failure.code
+
+
+def _supervise() -> int:
+    try:
+        contract = contract_from_env(os.environ)
+    except ContractError as exc:
+        raise LauncherFailure(c.EX_CONFIG, f"cannot start: {exc}") from None
+    grace = float(os.environ.get(c.GRACE_SECONDS, "5"))
+    code, entry, env = _prepare(contract)
 
     # Become the group leader if the engine did not already make us one (in a container
     # we are often PID 1 of our own namespace; locally the engine starts a new session).
@@ -183,22 +258,20 @@ def main() -> int:
         signal.signal(sig, on_signal)
 
     argv = contract.argv(str(entry))
+    if stopping.is_set():  # stopped while setting up: start nothing
+        return 128 + signal.SIGTERM
     _say(f"running {' '.join(argv)}")
     # The output also goes to the job's shared log folder, one file per start (_tee).
     opened = open_attempt(contract.log_dir, f"{contract.role}-{contract.index}")
-    child = subprocess.Popen(
-        argv,
-        cwd=code,
-        env=env,
-        stdout=subprocess.PIPE if opened else None,
-        stderr=subprocess.STDOUT if opened else None,
-    )
+    child = _start(argv, code, env, piped=opened is not None)
+    if stopping.is_set():  # the signal came while it started: pass it on now
+        _signal_group(pgid, signal.SIGTERM)
     tee = None
     if opened is not None and child.stdout is not None:
         tee = start_tee(child.stdout, opened[1])
         tee.note(f"{contract.job} {contract.role}-{contract.index} attempt {opened[0]}: {argv[0]}")
 
-    parent = os.environ.get("TFKUBE_PARENT_PID")
+    parent = os.environ.get(c.PARENT_PID)
     if parent and parent.isdigit():
         watched = int(parent)
 

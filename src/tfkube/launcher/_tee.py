@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import IO
 
+from tfkube.contract import LOG_MAX_BYTES
+
 LOGS_SUBDIR = (".tfkube", "logs")
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 _CHUNK = 65536
@@ -123,6 +125,6 @@ class Tee:
 
 def start_tee(source: IO[bytes], log: IO[bytes], max_bytes: int | None = None) -> Tee:
     if max_bytes is None:
-        text = os.environ.get("TFKUBE_LOG_MAX_BYTES", "")
+        text = os.environ.get(LOG_MAX_BYTES, "")
         max_bytes = int(text) if text.isascii() and text.isdigit() else DEFAULT_MAX_BYTES
     return Tee(source, log, max_bytes).start()

@@ -1,10 +1,10 @@
 """Job-level decisions from observed replica states. No I/O; exhaustively table-tested."""
 
 from tfkube.planner._plan import (
-    EX_TEMPFAIL,
     is_retryable_exit,
     plan,
     should_retry,
+    stalled_replicas,
     success_reached,
 )
 from tfkube.planner._types import (
@@ -21,7 +21,6 @@ from tfkube.planner._types import (
 )
 
 __all__ = [
-    "EX_TEMPFAIL",
     "Action",
     "Decision",
     "DeleteJob",
@@ -35,5 +34,6 @@ __all__ = [
     "is_retryable_exit",
     "plan",
     "should_retry",
+    "stalled_replicas",
     "success_reached",
 ]

@@ -7,17 +7,32 @@ Order of decisions, each tick:
 3. The success policy is met -> Succeeded; PS and any replica still running are stopped.
    Success is checked before failures: a job whose chief finished is done, whatever a
    worker did in the same instant.
-4. Replicas that failed on their own: a failure the restart policy does not retry, or
+4. A launcher's own permanent failure (bad code, missing entrypoint, broken set-up: its
+   exit code *and* its termination message say so) fails the job at once, whatever the
+   restart policy: no retry can fix it.
+5. Replicas that failed on their own: a failure the restart policy does not retry, or
    one past backoffLimit, fails the job; otherwise the replica restarts after
    exponential backoff. A failed PS restarts with every chief/worker/evaluator that has
    not succeeded, since their sessions depend on its variables: they resume from the
-   last checkpoint in the shared log dir.
-5. Replicas whose backoff has passed, or that never started, are started.
+   last checkpoint in the shared log dir. A stalled replica (no progress for
+   runPolicy.stallSeconds) is reported, and with stallAction Restart handled like a
+   failed one, or with Fail fails the job.
+6. Replicas whose backoff has passed, or that never started, are started, unless the
+   engine holds them (their resources, e.g. GPUs, are not free yet).
 """
 
 from __future__ import annotations
 
-from tfkube.api import CleanPodPolicy, RestartPolicy, Role, RunPolicy, SuccessPolicy, TFJob
+from tfkube import contract
+from tfkube.api import (
+    CleanPodPolicy,
+    RestartPolicy,
+    Role,
+    RunPolicy,
+    StallAction,
+    SuccessPolicy,
+    TFJob,
+)
 from tfkube.planner._types import (
     Action,
     Decision,
@@ -31,14 +46,11 @@ from tfkube.planner._types import (
     Stop,
 )
 
-EX_TEMPFAIL = 75
-"""The launcher's exit code when it could not fetch the code (an infrastructure fault)."""
-
 
 def is_retryable_exit(code: int | None) -> bool:
     """Under `ExitCode`: 128+N (killed by signal N: preemption, OOM kill, node loss) and the
     launcher's EX_TEMPFAIL are retried; 1-127 are the user's errors."""
-    return code is not None and (code >= 128 or code == EX_TEMPFAIL)
+    return code is not None and (code >= 128 or code in contract.RETRYABLE_EXITS)
 
 
 def should_retry(policy: RestartPolicy, code: int | None) -> bool:
@@ -74,7 +86,14 @@ def _cleanup(policy: RunPolicy, status: JobStatus, reason: str) -> list[Action]:
     ]
 
 
-def _finish(job: TFJob, status: JobStatus, phase: JobPhase, reason: str, message: str) -> Decision:
+def _finish(
+    job: TFJob,
+    status: JobStatus,
+    phase: JobPhase,
+    reason: str,
+    message: str,
+    events: tuple[str, ...] = (),
+) -> Decision:
     return Decision(
         phase=phase,
         restarts=status.restarts,
@@ -82,7 +101,7 @@ def _finish(job: TFJob, status: JobStatus, phase: JobPhase, reason: str, message
         reason=reason,
         message=message,
         finished=True,
-        events=(f"job {phase.value}: {message}",),
+        events=(*events, f"job {phase.value}: {message}"),
     )
 
 
@@ -125,10 +144,29 @@ def plan(job: TFJob, status: JobStatus, now: float) -> Decision:
         return _finish(job, status, JobPhase.SUCCEEDED, "Succeeded", succeeded)
 
     failed = [r for r in status.replicas if r.state is ReplicaState.FAILED]
+    for r in failed:
+        reason = contract.launcher_failure(r.exit_code, r.message)
+        if reason is not None:
+            return _finish(
+                job,
+                status,
+                JobPhase.FAILED,
+                "SetupFailed",
+                f"{r.key} could not start: {reason} ({_exit_text(r.exit_code)}; the "
+                "launcher's own failure, never retried)",
+            )
+    stalled = stalled_replicas(policy, status, now)
+    events: list[str] = _stall_events(status, stalled, now)
+    if stalled and policy.stall_action is StallAction.FAIL:
+        r = status.replica(sorted(stalled)[0])
+        text = _stall_text(policy, r, now)
+        return _finish(job, status, JobPhase.FAILED, "Stalled", text, tuple(events))
+    to_fix = [(r, f"{r.key} failed with {_exit_text(r.exit_code)}") for r in failed]
+    if policy.stall_action is StallAction.RESTART:
+        to_fix += [(r, f"{r.key} stalled") for r in status.replicas if r.key in stalled]
     actions = []
-    events: list[str] = []
     restarts = status.restarts
-    if failed:
+    if to_fix:
         for r in failed:
             if not should_retry(policy.restart_policy, r.exit_code):
                 return _finish(
@@ -139,43 +177,45 @@ def plan(job: TFJob, status: JobStatus, now: float) -> Decision:
                     f"{r.key} failed with {_exit_text(r.exit_code)}; restartPolicy "
                     f"{policy.restart_policy.value} does not retry it",
                 )
-        if restarts + len(failed) > policy.backoff_limit:
-            r = failed[0]
+        if restarts + len(to_fix) > policy.backoff_limit:
+            r, what = to_fix[0]
             return _finish(
                 job,
                 status,
                 JobPhase.FAILED,
                 "BackoffLimitExceeded",
-                f"{r.key} failed with {_exit_text(r.exit_code)} after {restarts} restarts "
-                f"(backoffLimit={policy.backoff_limit})",
+                f"{what} after {restarts} restarts (backoffLimit={policy.backoff_limit})",
+                tuple(events),
             )
-        restarts += len(failed)
+        restarts += len(to_fix)
         to_restart: dict[str, tuple[float, str]] = {}
-        for number, r in enumerate(failed, start=status.restarts + 1):
+        for number, (r, what) in enumerate(to_fix, start=status.restarts + 1):
             at = now + policy.backoff.delay(r.restarts)
-            to_restart[r.key] = (at, f"{r.key} failed with {_exit_text(r.exit_code)}")
-            events.append(
-                f"{r.key} failed with {_exit_text(r.exit_code)}; restart {number} of "
-                f"{policy.backoff_limit} in {at - now:.1f}s"
-            )
-        failed_ps = [r for r in failed if r.role == Role.PS.value]
-        if failed_ps:
-            at = min(to_restart[r.key][0] for r in failed_ps)
-            why = f"{failed_ps[0].key} failed: restarting the replicas that use it"
+            to_restart[r.key] = (at, what)
+            events.append(f"{what}; restart {number} of {policy.backoff_limit} in {at - now:.1f}s")
+        fixed_ps = [r for r, _ in to_fix if r.role == Role.PS.value]
+        if fixed_ps:
+            at = min(to_restart[r.key][0] for r in fixed_ps)
+            why = f"{fixed_ps[0].key} {'failed' if fixed_ps[0] in failed else 'stalled'}: "
+            why += "restarting the replicas that use it"
             for r in _dependents_of_ps(status.replicas):
                 if r.key not in to_restart:
                     to_restart[r.key] = (at, why)
             events.append(why + ", to resume from the last checkpoint")
         actions += [Restart(key, at, why) for key, (at, why) in to_restart.items()]
 
-    restarting = set()
+    restarting: set[str] = set()
+    restarted = {a.key for a in actions if isinstance(a, Restart)}
     for r in status.replicas:
-        if r.key in {a.key for a in actions if isinstance(a, Restart)}:
+        if r.key in restarted:
             restarting.add(r.key)
         elif r.state is ReplicaState.PENDING:
-            actions.append(Start(r.key))
+            if r.held is None:
+                actions.append(Start(r.key))
         elif r.state is ReplicaState.BACKOFF:
-            if r.next_start_at is not None and now >= r.next_start_at:
+            if r.held is not None:
+                restarting.add(r.key)
+            elif r.next_start_at is not None and now >= r.next_start_at:
                 actions.append(Start(r.key))
             else:
                 restarting.add(r.key)
@@ -194,7 +234,42 @@ def plan(job: TFJob, status: JobStatus, now: float) -> Decision:
         actions=tuple(actions),
         reason=status.reason if phase is status.phase else None,
         events=tuple(events),
+        stalled=frozenset(k for k in stalled if k not in restarting),
     )
+
+
+def stalled_replicas(policy: RunPolicy, status: JobStatus, now: float) -> frozenset[str]:
+    """Running replicas whose last progress is at least stallSeconds old."""
+    limit = policy.stall_seconds
+    if limit is None:
+        return frozenset()
+    return frozenset(
+        r.key
+        for r in status.replicas
+        if r.state is ReplicaState.RUNNING
+        and r.progress_at is not None
+        and now - r.progress_at >= limit
+    )
+
+
+def _stall_text(policy: RunPolicy, r: ReplicaStatus, now: float) -> str:
+    quiet = now - (r.progress_at or now)
+    return (
+        f"{r.key} made no progress for {quiet:.0f}s (no log line, nothing written in the "
+        f"log/checkpoint folder; stallSeconds={policy.stall_seconds})"
+    )
+
+
+def _stall_events(status: JobStatus, stalled: frozenset[str], now: float) -> list[str]:
+    """An event when a replica becomes stalled, and when a stalled one moves again."""
+    events = []
+    for r in status.replicas:
+        if r.key in stalled and not r.stalled:
+            quiet = now - (r.progress_at or now)
+            events.append(f"{r.key} is stalled: no progress for {quiet:.0f}s")
+        elif r.stalled and r.key not in stalled and r.state is ReplicaState.RUNNING:
+            events.append(f"{r.key} makes progress again")
+    return events
 
 
 def _dependents_of_ps(replicas: tuple[ReplicaStatus, ...]) -> list[ReplicaStatus]:

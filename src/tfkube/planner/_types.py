@@ -48,6 +48,17 @@ class ReplicaStatus:
     exit_code: int | None = None
     restarts: int = 0
     next_start_at: float | None = None
+    message: str | None = None
+    """The termination message of its last exit: the launcher's own reason when it failed
+    (see `tfkube.contract.launcher_failure`), else whatever the container left there."""
+    progress_at: float | None = None
+    """When it last showed progress (a log line, a write in the log/checkpoint folder);
+    None when the engine does not observe progress (then it never stalls)."""
+    stalled: bool = False
+    """Whether the previous decision found it stalled (so events mark only changes)."""
+    held: str | None = None
+    """Why it cannot start yet although it is due (e.g. its GPUs are in use by other
+    jobs); a held replica is not started."""
 
     @property
     def key(self) -> str:
@@ -115,3 +126,5 @@ class Decision:
     """True when this decision moved the job into a terminal phase."""
     events: tuple[str, ...] = field(default=())
     """Human-readable lines worth recording (why a restart, why the job ended)."""
+    stalled: frozenset[str] = frozenset()
+    """Running replicas that made no progress for runPolicy.stallSeconds."""

@@ -40,6 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfkube import contract
 from tfkube.api import (
     FieldError,
     GangScheduler,
@@ -81,7 +82,6 @@ CODE_FILE = "code.tar.gz"
 WORK_DIR = "/tfkube/work"
 """An emptyDir: the launcher unpacks the code here (the image's own files stay untouched)."""
 DEFAULT_MOUNTS = {"data": "/tfkube/data", "logs": "/tfkube/logs"}
-CODE_TOKEN_ENV = "TFKUBE_CODE_TOKEN"
 CONTAINER = "tensorflow"
 """The replica container's name (part B's status and logs read this one)."""
 PORT_NAME = "tf"
@@ -89,9 +89,12 @@ TENSORBOARD_PORT = 6006
 GPU_RESOURCE = "nvidia.com/gpu"
 MAX_CODE_CONFIGMAP_BYTES = 768 * 1024
 """A ConfigMap holds at most 1 MiB; leave room for the rest of the object."""
-EXIT_TEMPFAIL = 75
-"""The launcher's 'could not fetch the code' exit: an infrastructure fault, retried."""
-USER_ERROR_EXIT_CODES = tuple(c for c in range(1, 128) if c != EXIT_TEMPFAIL)
+VENV_DIR = "/tfkube/venvs"
+"""Where the launcher installs the code's requirements.txt (see RenderOptions.venv_cache)."""
+TERMINATION_LOG = "/dev/termination-log"
+"""The launcher's failure reason lands in the pod's status (containerStatuses[].state
+.terminated.message), where the operator reads it."""
+USER_ERROR_EXIT_CODES = tuple(c for c in range(1, 128) if c not in contract.RETRYABLE_EXITS)
 """Under restartPolicy ExitCode these fail the job at once (the planner's rule too)."""
 DEFAULT_SCHEDULERS = {
     GangScheduler.VOLCANO: "volcano",
@@ -130,6 +133,11 @@ class RenderOptions:
     """Also emit the Namespace (first), for `kubectl apply` into a new tenant namespace."""
     pod_annotations: Mapping[str, str] = field(default_factory=dict)
     """Extra annotations on every replica pod (the spec's per-role ones win)."""
+    venv_cache_host_path: str | None = None
+    """A node folder for the environments the launcher builds from a code's
+    requirements.txt: the pods of a namespace on one node then share them (hostPath
+    `<this>/<namespace>`). None keeps one per pod (an emptyDir), which PodSecurity's
+    baseline level allows and hostPath it does not."""
     code_token_secret: str | None = None
     """A Secret (key `token`) holding the bearer token replicas send when they fetch an
     http(s) code URL: the tfkube server's job-scoped claim. It reaches the launcher as
@@ -524,6 +532,7 @@ def _volumes(ctx: _Context, role: Role) -> tuple[list[Object], list[Object]]:
         },
         {"name": "work", "emptyDir": {}},
         {"name": "logs", "persistentVolumeClaim": {"claimName": ctx.logs_claim}},
+        _venv_volume(ctx),
     ]
     logs_mount: Object = {"name": "logs", "mountPath": _mount_path(storage.logs, "logs")}
     if ctx.logs_sub_path:
@@ -532,6 +541,7 @@ def _volumes(ctx: _Context, role: Role) -> tuple[list[Object], list[Object]]:
         {"name": "launcher", "mountPath": LAUNCHER_DIR, "readOnly": True},
         {"name": "work", "mountPath": WORK_DIR},
         logs_mount,
+        {"name": "venvs", "mountPath": VENV_DIR},
     ]
     if role is not Role.PS:
         volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": ctx.data_claim}})
@@ -545,6 +555,14 @@ def _volumes(ctx: _Context, role: Role) -> tuple[list[Object], list[Object]]:
         )
         mounts.append({"name": "code", "mountPath": CODE_DIR, "readOnly": True})
     return volumes, mounts
+
+
+def _venv_volume(ctx: _Context) -> Object:
+    host = ctx.options.venv_cache_host_path
+    if host is None:
+        return {"name": "venvs", "emptyDir": {}}
+    path = f"{host.rstrip('/')}/{ctx.ns}"  # per namespace: tenants never share one
+    return {"name": "venvs", "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
 
 
 def _environment(ctx: _Context, role: Role) -> list[Object]:
@@ -561,13 +579,15 @@ def _environment(ctx: _Context, role: Role) -> list[Object]:
         data_dir=_mount_path(job.spec.storage.data, "data"),
         log_dir=_mount_path(job.spec.storage.logs, "logs"),
         work_dir=WORK_DIR,
+        termination_log=TERMINATION_LOG,
         index=None,  # one template for every index: the launcher reads JOB_COMPLETION_INDEX
+        venv_cache=VENV_DIR,
     )
     out: list[Object] = [{"name": k, "value": env[k]} for k in sorted(env)]
     if ctx.options.code_token_secret:
         out.append(
             {
-                "name": CODE_TOKEN_ENV,
+                "name": contract.CODE_TOKEN,
                 "valueFrom": {
                     "secretKeyRef": {"name": ctx.options.code_token_secret, "key": "token"}
                 },

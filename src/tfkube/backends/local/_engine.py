@@ -1,9 +1,15 @@
 """The local engine: every replica a process on this machine, supervised per job.
 
-submit: check everything (spec, code, folders) in a staging folder, then move it into
+submit: check everything (spec, code, folders) and install the code's requirements.txt
+(a cached virtual environment) while staging in a hidden folder, then move it into
 place and start the job's supervisor (`python -m tfkube.backends.local`) in its own
 session. Every other call reads the job's folder; delete/stop signal the supervisor, and
 stop the replicas' trees themselves should the supervisor be gone.
+
+Ctrl-C: staging may be interrupted at any point (its folder is removed, nothing ran).
+From the move into place until the supervisor is registered, and while stopping, SIGINT
+is held (`_interrupts.py`), so an interrupted submit stops the job it started and an
+interrupted stop still finishes.
 """
 
 from __future__ import annotations
@@ -14,27 +20,43 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 from tfkube.api import FieldError, SpecError, TFJob, dump_job, load_job_text
-from tfkube.backends._artifact import prepare_artifact
+from tfkube.backends._artifact import Artifact, prepare_artifact
 from tfkube.backends._base import JobEvent, JobExists, JobNotFound, JobView, ReplicaView
 from tfkube.backends.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
+from tfkube.backends.local._interrupts import interrupts_held
 from tfkube.backends.local._procs import alive, stop_trees, wait_gone
 from tfkube.backends.local._store import (
     JobDir,
     JobRecord,
     ReplicaRecord,
     last_line,
+    tfkube_cache,
     tfkube_home,
 )
 from tfkube.backends.local._supervisor import spawn
 from tfkube.cluster import CLUSTER_ROLES
+from tfkube.contract import REQUIREMENTS_FILE
+from tfkube.launcher import DepsError, ensure_venv
 from tfkube.planner import JobPhase, ReplicaState
 
 SUPERVISOR_START_TIMEOUT = 20.0
+STOP_GRACE_MARGIN = 15.0
+"""How long beyond the job's termination grace a supervisor may take to stop."""
+
+
+def _uv() -> str | None:
+    """The uv binary of the `uv` package (a dependency of tfkube), or None: then pip."""
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return None
 
 
 def _free_ports(count: int) -> list[int]:
@@ -63,14 +85,45 @@ def _folder(job: TFJob, base_dir: Path, value: str | None, field: str) -> Path |
     return path
 
 
+def _replica_message(
+    r: ReplicaRecord, record: JobRecord, state: ReplicaState, now: float
+) -> str | None:
+    """Why a replica is where it is, for `status` (None when its state says it all)."""
+    if state is ReplicaState.PENDING:
+        if record.phase.terminal:
+            return None
+        if record.supervisor is None:
+            return "waiting for the job's supervisor to start"
+        return r.held or r.message or "starting"
+    if state is ReplicaState.BACKOFF and r.next_start_at is not None:
+        why = f" after exit code {r.exit_code}" if r.exit_code is not None else ""
+        return f"restarting in {max(0.0, r.next_start_at - now):.0f}s{why}" + (
+            f": {r.message}" if r.message else ""
+        )
+    return r.message
+
+
 class LocalBackend:
     """Runs TFJobs as processes on this machine. State lives under `home/jobs/`."""
 
-    def __init__(self, home: Path | None = None, fork_supervisor: bool = False) -> None:
+    def __init__(
+        self,
+        home: Path | None = None,
+        fork_supervisor: bool = False,
+        cache: Path | None = None,
+        spawner: Callable[[JobDir, bool], None] = spawn,
+    ) -> None:
         """`fork_supervisor`: start supervisors by forking this process (see `spawn`);
-        only for single-threaded callers such as the CLI."""
+        only for single-threaded callers such as the CLI. `cache`: where the jobs'
+        Python environments are kept (default `tfkube_cache()`). `spawner`: what starts
+        a supervisor (a seam for tests that interrupt the start)."""
         self.home = home or tfkube_home()
         self.fork_supervisor = fork_supervisor
+        self.cache = cache or tfkube_cache()
+        self.spawner = spawner
+        self.submitted: builtins.list[str] = []
+        """Names of the jobs this object started, in order (for a caller that must stop
+        them on Ctrl-C: the name alone could be another job's after a replace)."""
 
     def _dir(self, name: str) -> JobDir:
         return JobDir(self.home / "jobs" / name)
@@ -107,14 +160,21 @@ class LocalBackend:
         staging.root.mkdir(parents=True)
         try:
             self._stage(job, base_dir, staging, target, code_token)
-            try:
-                staging.root.rename(target.root)
-            except OSError:  # another submit of the same name got there first
-                raise JobExists(f"a job named {job.name!r} was just submitted") from None
+            with interrupts_held():
+                try:
+                    staging.root.rename(target.root)
+                except OSError:  # another submit of the same name got there first
+                    raise JobExists(f"a job named {job.name!r} was just submitted") from None
+                self.submitted.append(job.name)
         except BaseException:
             shutil.rmtree(staging.root, ignore_errors=True)
             raise
-        self._start_supervisor(target)
+        try:
+            with interrupts_held():
+                self._start_supervisor(target)
+        except KeyboardInterrupt:
+            self.stop(job.name)  # the supervisor is registered: stop what it started
+            raise
         return self.get(job.name)
 
     def _stage(
@@ -131,16 +191,19 @@ class LocalBackend:
         # Default folders live in the job's own folder (moved into place with it).
         for default in ("data", "output"):
             (staging.root / default).mkdir()
-        gpus = self._place_gpus(job)
+        gpus = self._check_gpus(job)
+        venv = None
         if code_token is not None and job.spec.code.is_url and job.spec.code.sha256:
             # Fetched by every replica itself, with the token (the server's job-scoped
-            # claim), and verified against the pinned sha256: nothing to download here.
+            # claim), and verified against the pinned sha256: nothing to download here;
+            # a requirements.txt is then installed by the first replica's launcher.
             code_url, code_sha = job.spec.code.source, job.spec.code.sha256
             staging.write_code_token(code_token)
         else:
             artifact = prepare_artifact(job, base_dir, staging.artifacts)
             code_url = str(target.artifacts / artifact.path.name)
             code_sha = artifact.sha256
+            venv = self._python_env(job, artifact, staging)
         keys = job.replica_keys()
         ports = _free_ports(len(keys))
         record = JobRecord(
@@ -152,7 +215,7 @@ class LocalBackend:
                     role=role.value,
                     index=i,
                     port=port if role.value in CLUSTER_ROLES else 0,
-                    gpus=gpus[f"{role.value}-{i}"],
+                    gpu_request=gpus[f"{role.value}-{i}"],
                 )
                 for (role, i), port in zip(keys, ports, strict=True)
             ],
@@ -160,6 +223,7 @@ class LocalBackend:
             log_dir=str(logs or target.root / "output"),
             artifact=code_url,
             artifact_sha256=code_sha,
+            venv=venv,
         )
         # The spec as it runs: absolute paths, every default filled in.
         staging.spec.write_text(dump_job(job))
@@ -168,32 +232,49 @@ class LocalBackend:
         staging.event(f"job submitted with {len(keys)} replicas")
         return record
 
-    def _place_gpus(self, job: TFJob) -> dict[str, list[str]]:
-        """Devices for each replica, avoiding those that running local jobs hold."""
-        requests = []
+    def _python_env(self, job: TFJob, artifact: Artifact, staging: JobDir) -> str | None:
+        """Install the code's requirements.txt (or reuse the cached environment) before
+        any replica starts: a failure is the job's set-up failing, reported once."""
+        if artifact.requirements is None:
+            return None
+        requirements = staging.root / REQUIREMENTS_FILE
+        requirements.write_bytes(artifact.requirements)
+        try:
+            venv = ensure_venv(requirements, self.cache / "venvs", uv=_uv())
+        except DepsError as exc:
+            raise SpecError(
+                [
+                    FieldError(
+                        "spec.code.source",
+                        f"its {REQUIREMENTS_FILE} does not install: {exc}; fix the "
+                        "requirements (or remove the file) and submit again",
+                    )
+                ],
+                f"job {job.name!r}",
+            ) from None
+        finally:
+            requirements.unlink(missing_ok=True)
+        return str(venv)
+
+    def _check_gpus(self, job: TFJob) -> dict[str, int]:
+        """GPUs each replica needs. More than this machine has is an error now; more than
+        are free now only means waiting: the supervisor claims them when they are."""
+        requests = {}
         for role, i in job.replica_keys():
             spec = job.spec.replicas.get(role)
-            requests.append((f"{role.value}-{i}", spec.resources.gpu if spec else 0))
-        in_use = [
-            g
-            for other in self.list()
-            if not other.done
-            for r in self._dir(other.name).read().replicas
-            for g in r.gpus
-        ]
+            requests[f"{role.value}-{i}"] = spec.resources.gpu if spec else 0
         try:
-            return assign_gpus(requests, available_gpus(), in_use)
+            assign_gpus(list(requests.items()), available_gpus())
         except NotEnoughGpus as exc:
-            role = next(
-                role for role, i in job.replica_keys() if dict(requests)[f"{role.value}-{i}"]
-            )
+            role = next(role for role, i in job.replica_keys() if requests[f"{role.value}-{i}"])
             raise SpecError(
                 [FieldError(f"spec.replicas.{role.value}.resources.gpu", str(exc))],
                 f"job {job.name!r}",
             ) from None
+        return requests
 
     def _start_supervisor(self, target: JobDir) -> None:
-        spawn(target, fork=self.fork_supervisor)
+        self.spawner(target, self.fork_supervisor)
         deadline = time.monotonic() + SUPERVISOR_START_TIMEOUT
         while time.monotonic() < deadline:
             record = target.read()
@@ -229,6 +310,7 @@ class LocalBackend:
                 return ReplicaState.STOPPED
             return r.state
 
+        now = time.time()
         replicas = tuple(
             ReplicaView(
                 key=r.key,
@@ -240,6 +322,8 @@ class LocalBackend:
                 pid=r.process.pid if r.process else None,
                 address=f"127.0.0.1:{r.port}" if r.port else None,
                 last_line=last_line(d.log(r.key)),
+                message=_replica_message(r, record, state(r), now) or "",
+                stalled=r.stalled and state(r) is ReplicaState.RUNNING,
             )
             for r in record.replicas
         )
@@ -331,19 +415,46 @@ class LocalBackend:
     # -- ending -----------------------------------------------------------------------
 
     def stop(self, name: str) -> JobView:
+        """Stop every replica; the job ends Failed (Stopped). Ctrl-C while this runs is
+        held until it is done (see `_interrupts.py`)."""
         d = self._dir(name)
         if not d.exists():
             raise JobNotFound(name)
+        with interrupts_held():
+            self._stop(d)
+        return self.get(name)
+
+    def _stop(self, d: JobDir) -> None:
+        # First the file, then the look at the supervisor: one that registers after our
+        # look reads the file after registering, and stops by itself.
+        d.stop_requested.touch()
         record = d.read()
-        grace = 5.0
+        grace = self._grace(d)
+        if record.supervisor is None and not record.phase.terminal:
+            record = self._await_supervisor(d, record)
         if (sup := alive(record.supervisor)) is not None:
             sup.send_signal(signal.SIGTERM)
-            if not wait_gone(record.supervisor, grace + 15.0):  # type: ignore[arg-type]
+            if not wait_gone(record.supervisor, grace + STOP_GRACE_MARGIN):  # type: ignore[arg-type]
                 sup.kill()
         # Whatever the supervisor left (or if it was gone): stop the trees ourselves.
         record = d.read()
         stop_trees([r.process for r in record.replicas if r.process is not None], grace)
-        return self.get(name)
+
+    def _await_supervisor(self, d: JobDir, record: JobRecord) -> JobRecord:
+        """A job just submitted may have a supervisor that has not registered yet: wait
+        for it (it will read the stop file) rather than leave it to start replicas."""
+        deadline = record.created_at + SUPERVISOR_START_TIMEOUT
+        while record.supervisor is None and time.time() < deadline:
+            time.sleep(0.05)
+            record = d.read()
+        return record
+
+    def _grace(self, d: JobDir) -> float:
+        try:
+            job = load_job_text(d.spec.read_text(), str(d.spec))
+        except (OSError, SpecError):
+            return 5.0
+        return job.spec.run_policy.termination_grace_seconds
 
     def delete(self, name: str) -> JobView:
         view = self.stop(name)

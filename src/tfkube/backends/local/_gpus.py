@@ -39,9 +39,14 @@ def assign_gpus(
     free = [g for g in available if g not in busy]
     wanted = sum(n for _, n in requests)
     if wanted > len(free):
+        if busy:
+            raise NotEnoughGpus(
+                f"the job asks for {wanted} GPUs; {len(free)} of this machine's "
+                f"{len(available)} are free"
+            )
         raise NotEnoughGpus(
-            f"the job asks for {wanted} GPUs; {len(free)} of this machine's "
-            f"{len(available)} are free (set TFKUBE_GPUS to list the devices to use)"
+            f"the job asks for {wanted} GPUs; this machine has {len(available)} "
+            "(set TFKUBE_GPUS to list the devices to use)"
         )
     out: dict[str, list[str]] = {}
     for key, n in requests:

@@ -71,6 +71,11 @@ def stop_trees(refs: list[ProcessRef], grace: float) -> None:
         with contextlib.suppress(psutil.Error):
             p.send_signal(signal.SIGTERM)
     remaining = _wait_dead(list(procs.values()), grace)
+    # A launcher stopped while it was still starting its entrypoint may have started it
+    # after the first look: look at the groups again, so SIGKILL reaches it too.
+    known = {p.pid for p in remaining}
+    for pgid in groups:
+        remaining += [p for p in _group(pgid) if p.pid not in known and not _dead(p)]
     for p in remaining:
         with contextlib.suppress(psutil.Error):
             p.kill()

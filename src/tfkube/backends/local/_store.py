@@ -5,8 +5,11 @@
     events.jsonl     what happened and why, one JSON object per line
     logs/<r>.log     each replica's output, across restarts
     artifacts/       the code archive every replica fetches and verifies
-    work/<r>/        each replica's unpacked copy of the code
+    work/<r>/        each replica's unpacked copy of the code, and its launcher's
+                     termination message (why the launcher itself failed)
     data/, output/   the default data and log/checkpoint folders (shared by replicas)
+    stop             present once a stop was asked for (the supervisor polls it, so a
+                     stop cannot be missed while the supervisor is still starting)
 
 Any shell can read these; only the job's supervisor writes `state.json` once it runs.
 """
@@ -28,6 +31,15 @@ def tfkube_home() -> Path:
     return Path(os.environ.get("TFKUBE_HOME") or Path.home() / ".tfkube")
 
 
+def tfkube_cache() -> Path:
+    """What outlives jobs and may be rebuilt (the jobs' Python environments):
+    $TFKUBE_CACHE, else $XDG_CACHE_HOME/tfkube, else ~/.cache/tfkube."""
+    if configured := os.environ.get("TFKUBE_CACHE"):
+        return Path(configured)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "tfkube"
+
+
 class ProcessRef(BaseModel):
     """A PID plus its start time, so a recycled PID is never mistaken for ours."""
 
@@ -41,7 +53,12 @@ class ReplicaRecord(BaseModel):
     index: int
     port: int
     gpus: list[str] = []
-    """GPU ids given to this replica (its CUDA_VISIBLE_DEVICES)."""
+    """GPU ids given to this replica (its CUDA_VISIBLE_DEVICES), once the supervisor has
+    claimed them."""
+    gpu_request: int = 0
+    """How many GPUs it needs; until `gpus` holds that many, it waits (see `held`)."""
+    held: str | None = None
+    """Why it cannot start yet (its GPUs are in use by other jobs)."""
     state: ReplicaState = ReplicaState.PENDING
     exit_code: int | None = None
     restarts: int = 0
@@ -49,6 +66,12 @@ class ReplicaRecord(BaseModel):
     process: ProcessRef | None = None
     started_at: float | None = None
     ended_at: float | None = None
+    message: str | None = None
+    """Why it is in its state, when that is not obvious: its launcher's termination
+    message after an exit, what made it stall."""
+    progress_at: float | None = None
+    """When it last showed progress (observed only with runPolicy.stallSeconds)."""
+    stalled: bool = False
 
     @property
     def key(self) -> str:
@@ -73,6 +96,8 @@ class JobRecord(BaseModel):
     """The code archive replicas fetch: a file on this machine, or an http(s) URL (then
     with the bearer token in `code-token`)."""
     artifact_sha256: str
+    venv: str | None = None
+    """The environment made at submit from the code's requirements.txt, if it has one."""
 
     def replica(self, key: str) -> ReplicaRecord:
         for r in self.replicas:
@@ -135,8 +160,15 @@ class JobDir:
     def supervisor_log(self) -> Path:
         return self.root / "supervisor.log"
 
+    @property
+    def stop_requested(self) -> Path:
+        return self.root / "stop"
+
     def log(self, key: str) -> Path:
         return self.logs / f"{key}.log"
+
+    def termination_log(self, key: str) -> Path:
+        return self.work / key / "termination-log"
 
     def exists(self) -> bool:
         return self.state.exists()

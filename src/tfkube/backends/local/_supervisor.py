@@ -1,10 +1,11 @@
 """One supervisor process per local job: the thin shell around the planner.
 
-Each tick (0.1 s) it reaps replicas that exited, asks `tfkube.planner.plan` what to do,
-does it (start, restart after backoff, stop whole process trees), and writes the job's
-state for other shells to read. SIGTERM/SIGINT stop the job (phase Failed, reason
-Stopped). It exits when the job has ended and nothing of it runs; with a TTL it waits
-for the TTL and then removes the job's folder.
+Each tick (0.1 s) it reaps replicas that exited (reading their launcher's termination
+message), observes progress when stall detection is on, asks `tfkube.planner.plan` what
+to do, does it (start, restart after backoff, stop whole process trees), and writes the
+job's state for other shells to read. SIGTERM/SIGINT, or the job folder's `stop` file,
+stop the job (phase Failed, reason Stopped). It exits when the job has ended and nothing
+of it runs; with a TTL it waits for the TTL and then removes the job's folder.
 """
 
 from __future__ import annotations
@@ -22,10 +23,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from tfkube import contract
 from tfkube.api import Role, TFJob, load_job_text, replica_environment
+from tfkube.backends.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
 from tfkube.backends.local._procs import alive, ref_of, stop_trees
-from tfkube.backends.local._store import JobDir, JobRecord, ReplicaRecord
+from tfkube.backends.local._store import JobDir, JobRecord, ReplicaRecord, tfkube_cache
 from tfkube.cluster import cluster_spec, local_address
+from tfkube.launcher import file_lock
+from tfkube.launcher._tee import LOGS_SUBDIR
 from tfkube.planner import (
     Decision,
     DeleteJob,
@@ -40,7 +45,36 @@ from tfkube.planner import (
 )
 
 TICK_SECONDS = 0.1
-_INHERITED_DROP = ("TFKUBE_", "TF_CONFIG")
+PROGRESS_EVERY = 1.0
+"""How often progress is observed (log files and the log folder's mtimes)."""
+MAX_SCAN = 5000
+"""At most this many entries of the log folder are looked at per observation."""
+_INHERITED_DROP = (contract.RESERVED_PREFIX, contract.TF_CONFIG, "VIRTUAL_ENV")
+
+
+def _latest_write(folder: Path, limit: int = MAX_SCAN) -> float:
+    """The newest mtime of `folder` and what is below it (the first `limit` entries),
+    leaving out tfkube's own copy of the replicas' output (`.tfkube/`): that every
+    replica's log lands there must not make a silent replica look busy."""
+    latest = 0.0
+    stack = [folder]
+    seen = 0
+    while stack and seen < limit:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    if entry.name == LOGS_SUBDIR[0]:
+                        continue
+                    seen += 1
+                    with contextlib.suppress(OSError):
+                        latest = max(latest, entry.stat(follow_symlinks=False).st_mtime)
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(Path(entry.path))
+        except OSError:
+            continue
+    with contextlib.suppress(OSError):
+        latest = max(latest, folder.stat().st_mtime)
+    return latest
 
 
 def _status_of(record: JobRecord, now: float) -> JobStatus:
@@ -59,6 +93,10 @@ def _status_of(record: JobRecord, now: float) -> JobStatus:
                 exit_code=r.exit_code,
                 restarts=r.restarts,
                 next_start_at=r.next_start_at,
+                message=r.message,
+                progress_at=r.progress_at,
+                stalled=r.stalled,
+                held=r.held,
             )
             for r in record.replicas
         ),
@@ -73,6 +111,8 @@ class Supervisor:
         self.record = job_dir.read()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.stop_reason: str | None = None
+        self.observed_at = 0.0
+        self.claimed_at = 0.0
         ports = {
             role.value: [r.port for r in self.record.replicas if r.role == role.value]
             for role in Role
@@ -83,7 +123,7 @@ class Supervisor:
         self.code_url = artifact if "://" in artifact else Path(artifact).as_uri()
         token = job_dir.read_code_token()
         if token is not None:
-            self.base_env["TFKUBE_CODE_TOKEN"] = token
+            self.base_env[contract.CODE_TOKEN] = token
         # Replicas run with the Python tfkube runs with: `python3` in run.sh finds it first.
         python_bin = str(Path(sys.executable).parent)
         self.base_env["PATH"] = python_bin + os.pathsep + self.base_env.get("PATH", "")
@@ -107,6 +147,12 @@ class Supervisor:
         self.dir.event(f"supervisor {os.getpid()} started the job")
         while True:
             changed = self._reap()
+            if self.dir.stop_requested.exists() and not self.stop_reason:
+                # Checked only after registering above: a stop that found no supervisor
+                # yet wrote this file first, so it cannot be missed.
+                self.stop_reason = "stopped on request (tfkube stop/delete, or Ctrl-C)"
+            changed |= self._observe_progress()
+            changed |= self._claim_gpus()
             if self.stop_reason and not self.record.phase.terminal:
                 self._finish(JobPhase.FAILED, "Stopped", self.stop_reason)
                 changed = True
@@ -142,13 +188,99 @@ class Supervisor:
             replica = self.record.replica(key)
             replica.ended_at = self.clock()
             replica.process = None
+            replica.stalled = False
             if replica.state is not ReplicaState.RUNNING:
                 continue  # we stopped it: its exit is no news
             code = code if code >= 0 else 128 - code
             replica.exit_code = code
             replica.state = ReplicaState.SUCCEEDED if code == 0 else ReplicaState.FAILED
-            self.dir.event(f"{key} exited with code {code}", replica=key, exit_code=code)
+            replica.message = self._termination_message(key)
+            self.dir.event(
+                f"{key} exited with code {code}"
+                + (f": {replica.message}" if replica.message else ""),
+                replica=key,
+                exit_code=code,
+            )
             changed = True
+        return changed
+
+    def _claim_gpus(self) -> bool:
+        """Give the replicas still without their GPUs devices no other running job holds,
+        all at once (half a job holding GPUs while it waits for the rest could deadlock
+        two jobs). Under a machine-wide lock, with this job's claim written before it is
+        released, so two supervisors never hand out one device twice."""
+        waiting = [r for r in self.record.replicas if r.gpu_request and len(r.gpus) < r.gpu_request]
+        now = self.clock()
+        if not waiting or self.record.phase.terminal or now - self.claimed_at < 1.0:
+            return False
+        self.claimed_at = now
+        home = self.dir.root.parent.parent
+        with file_lock(home / "gpus.lock"):
+            holders: dict[str, list[str]] = {}
+            for other in sorted((home / "jobs").iterdir()):
+                if other == self.dir.root or other.name.startswith("."):
+                    continue
+                try:
+                    record = JobDir(other).read()
+                except (OSError, ValueError):
+                    continue
+                if record.phase.terminal or alive(record.supervisor) is None:
+                    continue
+                for r in record.replicas:
+                    for gpu in r.gpus:
+                        holders.setdefault(gpu, []).append(record.name)
+            try:
+                given = assign_gpus(
+                    [(r.key, r.gpu_request) for r in waiting], available_gpus(), holders
+                )
+            except NotEnoughGpus as exc:
+                users = sorted({name for names in holders.values() for name in names})
+                held = f"waiting for GPUs: {exc} (in use by {', '.join(users)})"
+                # The whole job waits: a PS started alone would only hold its port.
+                unstarted = [r for r in self.record.replicas if r.state is ReplicaState.PENDING]
+                if any(r.held != held for r in unstarted):
+                    for r in unstarted:
+                        r.held = held
+                    self.dir.event(held)
+                    return True
+                return False
+            for r in waiting:
+                r.gpus = given[r.key]
+            for r in self.record.replicas:
+                r.held = None
+            self.dir.write(self.record)
+        self.dir.event("GPUs assigned: " + ", ".join(f"{r.key} {r.gpus}" for r in waiting))
+        return True
+
+    def _termination_message(self, key: str) -> str | None:
+        try:
+            text = self.dir.termination_log(key).read_text(errors="replace").strip()
+        except OSError:
+            return None
+        return text or None
+
+    def _observe_progress(self) -> bool:
+        """With stall detection on: when each running replica last made progress (its
+        log grew, or anything in the shared log/checkpoint folder was written)."""
+        if self.job.spec.run_policy.stall_seconds is None:
+            return False
+        now = self.clock()
+        if now - self.observed_at < PROGRESS_EVERY:
+            return False
+        self.observed_at = now
+        shared = _latest_write(Path(self.record.log_dir))
+        changed = False
+        for r in self.record.replicas:
+            if r.state is not ReplicaState.RUNNING:
+                continue
+            try:
+                own = self.dir.log(r.key).stat().st_mtime
+            except OSError:
+                own = 0.0
+            latest = max(r.started_at or 0.0, own, shared)
+            if r.progress_at is None or latest > r.progress_at:
+                r.progress_at = latest
+                changed = True
         return changed
 
     # -- acting ---------------------------------------------------------------------
@@ -168,6 +300,13 @@ class Supervisor:
         if decision.restarts != record.restarts:
             record.restarts = decision.restarts
             changed = True
+        for r in record.replicas:
+            stalled = r.key in decision.stalled
+            if stalled != r.stalled:
+                r.stalled = stalled
+                quiet = self.clock() - (r.progress_at or self.clock())
+                r.message = f"no progress for {quiet:.0f}s" if stalled else None
+                changed = True
 
         # Stop first, all trees at once: a PS must be gone in a second, not in turn.
         to_stop: list[Stop | Restart] = [
@@ -221,13 +360,19 @@ class Supervisor:
                 data_dir=self.record.data_dir,
                 log_dir=self.record.log_dir,
                 work_dir=str(work),
+                termination_log=str(self.dir.termination_log(key)),
                 index=replica.index,
+                venv=self.record.venv,
+                # Made at submit when the code was staged here; else (code fetched by
+                # each replica with a token) the first launcher installs it, shared.
+                venv_cache=None if self.record.venv else str(tfkube_cache() / "venvs"),
             ),
-            "TFKUBE_JOB_UID": self.record.uid,
+            contract.JOB_UID: self.record.uid,
             "CUDA_VISIBLE_DEVICES": ",".join(replica.gpus),
-            "TFKUBE_PARENT_PID": str(os.getpid()),
+            contract.PARENT_PID: str(os.getpid()),
         }
         self.dir.logs.mkdir(exist_ok=True)
+        self.dir.termination_log(key).unlink(missing_ok=True)
         attempt = replica.restarts
         with self.dir.log(key).open("ab") as log:
             log.write(f"==== tfkube: {key} start (restart {attempt}) ====\n".encode())
@@ -251,6 +396,8 @@ class Supervisor:
         replica.started_at = self.clock()
         replica.next_start_at = None
         replica.exit_code = None
+        replica.message = None
+        replica.progress_at = replica.started_at
         self.dir.event(
             f"started {key} (pid {proc.pid}, restart {attempt})", replica=key, pid=proc.pid
         )
@@ -282,6 +429,9 @@ def spawn(job_dir: JobDir, fork: bool = False) -> None:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 check=False,
+                # Out of the caller's session from the start: a Ctrl-C in the caller's
+                # terminal must never reach the supervisor (the caller decides to stop).
+                start_new_session=True,
             )
             return
         sys.stdout.flush()

@@ -1,0 +1,135 @@
+"""The runtime contract between an engine and the launcher, in one place: the `TFKUBE_*`
+variables, the launcher's exit codes and its termination message.
+
+    writers: tfkube.api.replica_environment (both engines), tfkube.render (pod specs),
+             the local supervisor (tfkube.backends.local)
+    reader:  tfkube.launcher, inside every replica
+    judges:  tfkube.planner (which exits are retried), tfkube.render (podFailurePolicy)
+
+Standard library only and importing nothing of tfkube (an import-linter contract keeps it
+so): the launcher carries this file into stock TensorFlow images where tfkube is not
+installed (`render/_launcher.py` zips it with the launcher).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- Variables an engine sets for every replica (both engines set the same ones) ---------
+
+JOB: Final = "TFKUBE_JOB"
+"""The job's name."""
+JOB_UID: Final = "TFKUBE_JOB_UID"
+"""Local engine: the job's unique id (tells two jobs of one name apart)."""
+ROLE: Final = "TFKUBE_ROLE"
+"""chief, ps, worker or evaluator."""
+INDEX: Final = "TFKUBE_INDEX"
+"""The replica's index within its role (local engine)."""
+K8S_INDEX: Final = "JOB_COMPLETION_INDEX"
+"""Kubernetes: an Indexed Job's pods share one template, so the index comes from here."""
+CLUSTER: Final = "TFKUBE_CLUSTER"
+"""JSON object role -> list of host:port (the TensorFlow cluster)."""
+NUM_PS: Final = "TFKUBE_NUM_PS"
+NUM_WORKERS: Final = "TFKUBE_NUM_WORKERS"
+HAS_CHIEF: Final = "TFKUBE_HAS_CHIEF"
+"""'1' when the job has a chief, else '0'."""
+DATA_DIR: Final = "TFKUBE_DATA_DIR"
+"""Training data, shared; a worker reads shard TFKUBE_SHARD_INDEX of TFKUBE_NUM_SHARDS."""
+LOG_DIR: Final = "TFKUBE_LOG_DIR"
+"""Logs, checkpoints, summaries: shared by every replica (restarts resume from here)."""
+CODE_URL: Final = "TFKUBE_CODE_URL"
+"""The code archive (.tar.gz) as a file:// or http(s):// URL."""
+CODE_SHA256: Final = "TFKUBE_CODE_SHA256"
+"""Optional: the archive's expected SHA-256; a mismatch is a permanent failure."""
+CODE_TOKEN: Final = "TFKUBE_CODE_TOKEN"
+"""Optional: a bearer token for fetching TFKUBE_CODE_URL (the tfkube server's job-scoped
+claim); the launcher removes it from the entrypoint's environment."""
+ENTRYPOINT: Final = "TFKUBE_ENTRYPOINT"
+"""The script inside the code to run (default run.sh)."""
+WORK_DIR: Final = "TFKUBE_WORK_DIR"
+"""Where the launcher unpacks its copy of the code."""
+GRACE_SECONDS: Final = "TFKUBE_GRACE_SECONDS"
+"""How long the entrypoint gets between SIGTERM and SIGKILL."""
+ARGS: Final = "TFKUBE_ARGS"
+"""Optional JSON list of arguments appended after the classic flags."""
+ENV_COMMANDS: Final = "TFKUBE_ENV_COMMANDS"
+"""Optional JSON object name -> shell command, computed at start-up (images do not
+expand `$(...)`)."""
+PARENT_PID: Final = "TFKUBE_PARENT_PID"
+"""Local engine: the supervisor's PID; the launcher ends its replica when it is gone."""
+TERMINATION_LOG: Final = "TFKUBE_TERMINATION_LOG"
+"""Where the launcher writes why it failed (its own failures only): /dev/termination-log
+in a pod, so the reason shows in the pod's status; a file the supervisor reads locally."""
+VENV: Final = "TFKUBE_VENV"
+"""Local engine: a virtual environment made at submit from the code's requirements.txt;
+the launcher puts its bin/ first on PATH."""
+VENV_CACHE: Final = "TFKUBE_VENV_CACHE"
+"""Kubernetes: a folder (a volume) where the launcher installs the code's
+requirements.txt, one environment per requirements hash, shared by the pods that mount it."""
+
+LOG_MAX_BYTES: Final = "TFKUBE_LOG_MAX_BYTES"
+"""Optional: the size at which the launcher's copy of a replica's output in the shared
+log folder stops growing (default 64 MiB)."""
+
+# -- What the launcher adds for the entrypoint ------------------------------------------
+
+TF_CONFIG: Final = "TF_CONFIG"
+CHECKPOINT_DIR: Final = "TFKUBE_CHECKPOINT_DIR"
+SHARD_INDEX: Final = "TFKUBE_SHARD_INDEX"
+NUM_SHARDS: Final = "TFKUBE_NUM_SHARDS"
+
+RESERVED_PREFIX: Final = "TFKUBE_"
+"""Users may not set variables with this prefix (nor TF_CONFIG): tfkube owns them."""
+
+REQUIREMENTS_FILE: Final = "requirements.txt"
+"""A code folder holding this file gets its packages installed before any replica runs."""
+
+# -- The launcher's exit codes (sysexits.h where one fits, the shell's 126/127) ----------
+
+EX_DATAERR: Final = 65
+"""The code is bad: checksum mismatch, or an archive that is unsafe or unreadable."""
+EX_NOINPUT: Final = 66
+"""The entrypoint is not in the code."""
+EX_TEMPFAIL: Final = 75
+"""The code could not be fetched (network, server): an infrastructure fault, retried."""
+EX_CONFIG: Final = 78
+"""The set-up is broken: a missing or malformed variable, a failing env command, a
+requirements.txt that does not install."""
+EX_NOEXEC: Final = 126
+"""The entrypoint could not be executed (permissions, not a program)."""
+EX_NOTFOUND: Final = 127
+"""The entrypoint's interpreter was not found."""
+
+LAUNCHER_PERMANENT_EXITS: Final = frozenset(
+    {EX_DATAERR, EX_NOINPUT, EX_CONFIG, EX_NOEXEC, EX_NOTFOUND}
+)
+"""The launcher's own failures that no retry can fix. They count as the launcher's only
+when its termination message says so: training code may exit with these codes too."""
+RETRYABLE_EXITS: Final = frozenset({EX_TEMPFAIL})
+"""Exit codes below 128 that mean an infrastructure fault rather than the user's error."""
+
+# -- The termination message -------------------------------------------------------------
+
+MESSAGE_PREFIX: Final = "tfkube-launcher: "
+"""How the launcher's own termination message starts (a user's never does)."""
+MAX_MESSAGE_BYTES: Final = 4096
+"""Kubernetes keeps at most 4096 bytes of a termination message."""
+
+
+def launcher_message(reason: str) -> str:
+    """The termination message the launcher writes for one of its own failures."""
+    text = MESSAGE_PREFIX + " ".join(reason.split())
+    data = text.encode()
+    if len(data) > MAX_MESSAGE_BYTES:
+        text = data[: MAX_MESSAGE_BYTES - 3].decode(errors="ignore") + "..."
+    return text
+
+
+def launcher_failure(exit_code: int | None, message: str | None) -> str | None:
+    """The reason, when an exit is one of the launcher's permanent failures (never retried);
+    None for everything else: the training code's own exits, signals, transient faults."""
+    if exit_code not in LAUNCHER_PERMANENT_EXITS or not message:
+        return None
+    if not message.startswith(MESSAGE_PREFIX):
+        return None
+    return message[len(MESSAGE_PREFIX) :].strip() or None
