@@ -8,6 +8,7 @@ PostgreSQL half is skipped, except under CI=true where that is a failure.
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import tarfile
@@ -136,15 +137,16 @@ def team(server: ServerProc, admin: Api) -> Iterator[TeamCtx]:
 
 
 def targz(files: dict[str, str | bytes], modes: dict[str, int] | None = None) -> bytes:
+    """The same files give the same bytes: no time in the tar members or the gzip header."""
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
         for name, content in files.items():
             data = content.encode() if isinstance(content, str) else content
             info = tarfile.TarInfo(name)
             info.size = len(data)
             info.mode = (modes or {}).get(name, 0o755 if name.endswith(".sh") else 0o644)
             tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
+    return gzip.compress(buffer.getvalue(), mtime=0)
 
 
 def upload(
