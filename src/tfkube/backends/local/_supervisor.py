@@ -288,15 +288,18 @@ class Supervisor:
     def _apply(self, decision: Decision) -> bool:
         changed = False
         record = self.record
-        for line in decision.events:
-            self.dir.event(line)
         if decision.finished:
+            # `_finish` records the end with its reason; the planner's own line for it
+            # would say the same thing twice in the job's events.
             self._finish(decision.phase, decision.reason or "", decision.message or "")
             changed = True
-        elif decision.phase is not record.phase:
-            self.dir.event(f"job is {decision.phase.value}")
-            record.phase = decision.phase
-            changed = True
+        else:
+            for line in decision.events:
+                self.dir.event(line)
+            if decision.phase is not record.phase:
+                self.dir.event(f"job is {decision.phase.value}")
+                record.phase = decision.phase
+                changed = True
         if decision.restarts != record.restarts:
             record.restarts = decision.restarts
             changed = True
