@@ -22,6 +22,7 @@ from tfkube.kube.observe import (
     parse_time,
     pending_message,
     read_replica,
+    role_indexes,
     slim_pod,
     termination_message,
 )
@@ -70,6 +71,24 @@ def test_owner_reference_makes_the_tfjob_the_controller():
 )
 def test_parse_indexes(text: str | None, expected: set[int]):
     assert parse_indexes(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("status", "completed", "failed"),
+    [
+        pytest.param({}, set(), set(), id="no-status"),
+        pytest.param({"completedIndexes": "0-2"}, {0, 1, 2}, set(), id="completed"),
+        pytest.param({"failedIndexes": "4,6"}, set(), {4, 6}, id="failed"),
+        pytest.param(
+            {"completedIndexes": "0-9999", "failedIndexes": "10000"},
+            set(range(10000)),
+            {10000},
+            id="ten-thousand-workers",
+        ),
+    ],
+)
+def test_role_indexes(status: dict[str, str], completed: set[int], failed: set[int]):
+    assert role_indexes({"status": status}) == (completed, failed)
 
 
 def test_time_round_trip():

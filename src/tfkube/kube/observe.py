@@ -45,7 +45,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from tfkube.api import Role, TFJob, parse_job
 from tfkube.kube.names import GENERATION_ANNOTATION, INDEX_KEY, LABEL_ROLE, role_job_name
@@ -233,6 +233,25 @@ def pending_message(pod: Obj) -> str:
 def _created(obj: Obj) -> tuple[float, str]:
     meta = obj.get("metadata") or {}
     return (parse_time(meta.get("creationTimestamp")) or 0.0, str(meta.get("name", "")))
+
+
+class RoleIndexes(NamedTuple):
+    """What a role's Indexed Job says about its indexes."""
+
+    completed: frozenset[int] = frozenset()
+    """Indexes with a succeeded pod (`status.completedIndexes`)."""
+    failed: frozenset[int] = frozenset()
+    """Indexes Kubernetes gave up on (`status.failedIndexes`: per-index backoff spent)."""
+
+
+def role_indexes(job: Obj) -> RoleIndexes:
+    """A role Job's completed and failed indexes, parsed once for the whole role (a
+    10,000-worker Job's ranges parsed per replica made observing quadratic)."""
+    status = job.get("status") or {}
+    return RoleIndexes(
+        frozenset(parse_indexes(status.get("completedIndexes"))),
+        frozenset(parse_indexes(status.get("failedIndexes"))),
+    )
 
 
 def job_failed_condition(job: Obj) -> Obj | None:
@@ -512,7 +531,10 @@ def observe(
             continue  # not a replica, or a pod of a stale or deleted Job
         pods_by_key.setdefault(f"{pod_of}-{index}", []).append(pod)
 
-    failed_role_jobs: dict[str, Obj] = {}
+    failed_role_jobs = {
+        r: cond for r, j in role_jobs.items() if (cond := job_failed_condition(j)) is not None
+    }
+    indexes = {r: role_indexes(j) for r, j in role_jobs.items()}  # once per role, not replica
     gave_up: set[str] = set()
     replicas: dict[str, ReplicaObservation] = {}
     live_pods: dict[str, list[str]] = {}
@@ -520,18 +542,15 @@ def observe(
     for role_enum, index in job.replica_keys():
         role = role_enum.value
         key = f"{role}-{index}"
-        role_job = role_jobs.get(role)
-        job_status = (role_job or {}).get("status") or {}
-        if role_job is not None and (cond := job_failed_condition(role_job)) is not None:
-            failed_role_jobs[role] = cond
-        if index in parse_indexes(job_status.get("failedIndexes")):
+        completed, failed = indexes.get(role, RoleIndexes())
+        if index in failed:
             gave_up.add(key)
         mine = pods_by_key.get(key, [])
         seen = read_replica(
             role,
             index,
             mine,
-            completed=index in parse_indexes(job_status.get("completedIndexes")),
+            completed=index in completed,
             role_job=found[role][0] if role in found else RoleJob.MISSING,
             job_failed=role in failed_role_jobs,
             prior=prior,
