@@ -259,7 +259,9 @@ class Cluster:
         verbose: bool = False,
         real_node: bool = False,
         state_file: Path | None = None,
+        apiserver_args: tuple[str, ...] = (),
     ) -> None:
+        self.apiserver_args = apiserver_args  # extra flags, e.g. an audit log (benchmarks)
         self.bin_dir = Path(bin_dir) if bin_dir else default_bin_dir()
         self.want_real_node = real_node
         self.state_file = state_file  # saved as soon as there is something to undo
@@ -506,6 +508,7 @@ class Cluster:
                 "--max-requests-inflight=1000",
                 "--max-mutating-requests-inflight=500",
                 "--v=1",
+                *self.apiserver_args,
             ],
         )
         self._wait(

@@ -1,0 +1,114 @@
+"""Who asked the API server for what: its audit log, one JSON line per finished request
+(level Metadata: user, user agent, verb, object reference, status code; no bodies).
+
+The benchmark gives every actor it starts its own ServiceAccount token, so the operators,
+the plain client and the benchmark's own watches are told apart by user; the control
+plane's components share the admin token and are told apart by user agent
+(`kube-controller-manager/v1.34.4 (...) .../job-controller` -> `kcm/job-controller`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+- level: Metadata
+"""
+
+SA_PREFIX = "system:serviceaccount:"
+
+
+def apiserver_args(workdir: Path) -> tuple[str, ...]:
+    policy = workdir / "audit-policy.yaml"
+    policy.write_text(POLICY)
+    return (
+        f"--audit-policy-file={policy}",
+        f"--audit-log-path={workdir / 'audit.log'}",
+        "--audit-log-maxsize=0",  # one file, never rotated: the benchmark reads it by offset
+    )
+
+
+def component(entry: dict[str, Any]) -> str:
+    """The actor: a ServiceAccount's name, else the client program (from the user agent)."""
+    user = (entry.get("user") or {}).get("username", "")
+    if user.startswith(SA_PREFIX):
+        return user.rsplit(":", 1)[-1]
+    agent = entry.get("userAgent") or "unknown"
+    program = agent.split("/", 1)[0]
+    if program == "Python-urllib":
+        return "bench-admin"  # tools/kube/cluster.py's admin requests: set-up and clean-up
+    if program == "kube-controller-manager":
+        return "kcm/" + agent.rsplit("/", 1)[-1]
+    return program
+
+
+@dataclass
+class Requests:
+    """Requests of one time window."""
+
+    by_component: Counter[str] = field(default_factory=Counter)
+    by_component_verb: Counter[tuple[str, str]] = field(default_factory=Counter)
+    created: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """(component, resource) -> objects created in the run's namespace (2xx creates)."""
+
+    def total(self) -> int:
+        return sum(self.by_component.values())
+
+    def of(self, who: str) -> int:
+        return self.by_component.get(who, 0)
+
+    def verbs(self, who: str) -> dict[str, int]:
+        return {v: n for (c, v), n in sorted(self.by_component_verb.items()) if c == who}
+
+    def creates(self, who: str | None = None, events: bool = False) -> dict[str, int]:
+        """Objects created (by `who`, or by anyone), per resource; Events apart."""
+        out: Counter[str] = Counter()
+        for (c, resource), n in self.created.items():
+            if (who is None or c == who) and (resource == "events") == events:
+                out[resource] += n
+        return dict(sorted(out.items()))
+
+
+class AuditLog:
+    """Reads the log incrementally: each `window` call consumes the lines written since the
+    previous call and keeps those received in [start, end] (epoch seconds)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+
+    def window(self, start: float, end: float, namespace: str) -> Requests:
+        out = Requests()
+        if not self.path.exists():
+            return out
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        complete = data.rfind(b"\n") + 1  # a line being written is read next time
+        self.offset += complete
+        for line in data[:complete].splitlines():
+            entry = json.loads(line)
+            at = datetime.fromisoformat(
+                entry["requestReceivedTimestamp"].replace("Z", "+00:00")
+            ).timestamp()
+            if not start <= at <= end:
+                continue
+            who, verb = component(entry), entry.get("verb", "")
+            out.by_component[who] += 1
+            out.by_component_verb[(who, verb)] += 1
+            ref = entry.get("objectRef") or {}
+            code = (entry.get("responseStatus") or {}).get("code", 0)
+            # a pod's binding (a subresource) is not a new object
+            new = verb == "create" and 200 <= code < 300 and not ref.get("subresource")
+            if new and ref.get("namespace") == namespace:
+                out.created[(who, ref.get("resource", ""))] += 1
+        return out

@@ -1,0 +1,94 @@
+"""The floor: a plain client doing an operator's job by brute force, as fast as the API
+server lets it. Run by run.py as its own process (so its CPU and memory are measured like
+an operator's):
+
+    floor.py --kubeconfig K --namespace NS --objects objects.json [--parallel 250]
+
+It prints "ready" and waits for a line on stdin (the benchmark's clock starts there), then
+creates the job's few shared objects, then every pod at once (at most `--parallel`
+requests in flight), follows the pods with a WATCH until every worker succeeded, and deletes
+the PS pods with one request. No controller, no Job, no retry logic: nothing any operator
+could do is faster, so its figures are the limit both operators are measured against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from _api import Api, Identity
+
+ROLE_LABEL = "tfkube.io/replica-type"
+
+
+async def run(
+    identity: Identity, namespace: str, objects: list[dict[str, Any]], parallel: int
+) -> None:
+    shared = [o for o in objects if o["kind"] != "Pod"]
+    pods = [o for o in objects if o["kind"] == "Pod"]
+    workers = {
+        p["metadata"]["name"] for p in pods if p["metadata"]["labels"].get(ROLE_LABEL) == "worker"
+    }
+    done = asyncio.Event()
+    succeeded: set[str] = set()
+
+    def on_pod(kind: str, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        if name in workers and (pod.get("status") or {}).get("phase") == "Succeeded":
+            succeeded.add(name)
+            if succeeded >= workers:
+                done.set()
+
+    async with Api(identity, connections=parallel) as api:
+        for obj in shared:  # PVCs, ConfigMaps, the Service: a handful
+            await api.request("POST", collection(obj, namespace), body=obj, allow=(409,))
+        gate = asyncio.Semaphore(parallel)
+
+        async def create(pod: dict[str, Any]) -> None:
+            async with gate:
+                await api.request(
+                    "POST", f"/api/v1/namespaces/{namespace}/pods", body=pod, allow=(409,)
+                )
+
+        stop = asyncio.Event()
+        watch = asyncio.create_task(
+            api.follow(f"/api/v1/namespaces/{namespace}/pods", on_pod, stop)
+        )
+        await asyncio.gather(*(create(p) for p in pods))
+        await done.wait()
+        await api.request(
+            "DELETE",
+            f"/api/v1/namespaces/{namespace}/pods",
+            query={"labelSelector": f"{ROLE_LABEL}=ps"},
+        )
+        stop.set()
+        await watch
+
+
+def collection(obj: dict[str, Any], namespace: str) -> str:
+    version, plural = obj["apiVersion"], obj["kind"].lower() + "s"
+    base = "/api/v1" if version == "v1" else f"/apis/{version}"
+    return f"{base}/namespaces/{namespace}/{plural}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kubeconfig", type=Path, required=True)
+    parser.add_argument("--namespace", required=True)
+    parser.add_argument("--objects", type=Path, required=True, help="JSON list of objects")
+    parser.add_argument("--parallel", type=int, default=250, help="requests in flight")
+    args = parser.parse_args()
+    objects = json.loads(args.objects.read_text())
+    identity = Identity.from_kubeconfig(args.kubeconfig)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    asyncio.run(run(identity, args.namespace, objects, args.parallel))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
