@@ -28,7 +28,11 @@ INDEX: Final = "TFKUBE_INDEX"
 K8S_INDEX: Final = "JOB_COMPLETION_INDEX"
 """Kubernetes: an Indexed Job's pods share one template, so the index comes from here."""
 CLUSTER: Final = "TFKUBE_CLUSTER"
-"""JSON object role -> list of host:port (the TensorFlow cluster)."""
+"""JSON object role -> list of host:port (the TensorFlow cluster): the local engine."""
+ADDRESS: Final = "TFKUBE_ADDRESS"
+"""Kubernetes, instead of TFKUBE_CLUSTER: one rule for every address,
+`<job>-{role}-{index}.<job>:<port>`, expanded with the counts below (listing 11,000
+addresses made every pod 330 KB)."""
 NUM_PS: Final = "TFKUBE_NUM_PS"
 NUM_WORKERS: Final = "TFKUBE_NUM_WORKERS"
 HAS_CHIEF: Final = "TFKUBE_HAS_CHIEF"

@@ -12,7 +12,9 @@ from tfkube.cluster import (
     classic_flags,
     cluster_spec,
     local_address,
+    rule_address,
     service_address,
+    service_address_rule,
     shard_for,
     tf_config,
 )
@@ -225,6 +227,34 @@ def test_shard_for(role, index, num_workers, expected):
 )
 def test_service_address(job, port, namespace, role, index, expected):
     assert service_address(job, port, namespace)(role, index) == expected
+
+
+@pytest.mark.parametrize(
+    ("job", "port", "namespace", "expected"),
+    [
+        pytest.param("mnist", 2222, None, "mnist-{role}-{index}.mnist:2222", id="no-ns"),
+        pytest.param("j-1", 5000, "team-a", "j-1-{role}-{index}.j-1.team-a.svc:5000", id="ns"),
+    ],
+)
+def test_service_address_rule(job, port, namespace, expected):
+    rule = service_address_rule(job, port, namespace)
+    assert rule == expected
+    assert rule_address(rule)("ps", 7) == service_address(job, port, namespace)("ps", 7)
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        pytest.param("j-{role}.j:1", id="no-index"),
+        pytest.param("j-{index}.j:1", id="no-role"),
+        pytest.param("j-{role}-{index}-{port}.j:1", id="unknown-field"),
+        pytest.param("j-{role}-{index}.j:1{", id="unbalanced"),
+        pytest.param("j-ps-0.j:1", id="plain-address"),
+    ],
+)
+def test_rule_address_refuses_other_rules(rule):
+    with pytest.raises(ValueError, match=r"rule|Single"):
+        rule_address(rule)
 
 
 def test_service_address_builds_a_cluster():

@@ -192,6 +192,54 @@ def test_contract_from_env_malformed(name, value, match):
         contract_from_env(contract_env(**{name: value}))
 
 
+RULE = "j-{role}-{index}.j:2222"
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        pytest.param(
+            {},
+            {"ps": ["j-ps-0.j:2222"], "worker": ["j-worker-0.j:2222", "j-worker-1.j:2222"]},
+            id="ps-and-workers",
+        ),
+        pytest.param(
+            {"TFKUBE_HAS_CHIEF": "1", "TFKUBE_NUM_PS": "0"},
+            {"chief": ["j-chief-0.j:2222"], "worker": ["j-worker-0.j:2222", "j-worker-1.j:2222"]},
+            id="chief-no-ps",
+        ),
+        pytest.param(
+            {"TFKUBE_CLUSTER": json.dumps({"ps": ["other:1"], "worker": ["a:1", "b:1"]})},
+            {"ps": ["j-ps-0.j:2222"], "worker": ["j-worker-0.j:2222", "j-worker-1.j:2222"]},
+            id="the-rule-wins",
+        ),
+    ],
+)
+def test_contract_from_env_address_rule(changes, expected):
+    """A pod carries a rule and the counts, not every address (its size would grow with
+    the job's); the launcher expands it."""
+    env = contract_env(TFKUBE_CLUSTER=None, TFKUBE_ADDRESS=RULE, JOB_COMPLETION_INDEX="1")
+    env.pop("TFKUBE_INDEX")
+    env.update(changes)
+    assert contract_from_env(env).cluster == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "match"),
+    [
+        pytest.param(
+            "TFKUBE_ADDRESS", "j-{role}.j:1", "TFKUBE_ADDRESS: an address rule", id="rule"
+        ),
+        pytest.param("TFKUBE_NUM_WORKERS", "two", "TFKUBE_NUM_WORKERS must be", id="count"),
+        pytest.param("TFKUBE_NUM_WORKERS", "1", "worker index 1 is outside", id="index-past-end"),
+    ],
+)
+def test_contract_from_env_bad_address_rule(name, value, match):
+    env = contract_env(TFKUBE_CLUSTER=None, TFKUBE_ADDRESS=RULE)
+    with pytest.raises(ContractError, match=match):
+        contract_from_env({**env, name: value})
+
+
 def test_contract_from_env_evaluator_is_outside_the_cluster():
     c = contract_from_env(contract_env(TFKUBE_ROLE="evaluator", TFKUBE_INDEX="0"))
     assert c.role == "evaluator"

@@ -23,6 +23,7 @@ import yaml
 from tfkube.api import SpecError, TFJob, parse_job
 from tfkube.cluster import cluster_spec, service_address
 from tfkube.kube.names import job_labels
+from tfkube.launcher._contract import contract_from_env
 from tfkube.planner import JobPhase, should_retry
 from tfkube.render import (
     CONTAINER,
@@ -186,7 +187,10 @@ def test_indexed_job_gives_stable_hostnames(role, count):
 
 def test_tf_config_addresses_are_the_headless_dns_names():
     env = env_of(render(job_of(runPolicy__port=2345)), "worker")
-    cluster = json.loads(env["TFKUBE_CLUSTER"])
+    assert "TFKUBE_CLUSTER" not in env
+    assert env["TFKUBE_ADDRESS"] == "mnist-{role}-{index}.mnist:2345"
+    # What the launcher makes of it in the pod of index 1:
+    cluster = contract_from_env({**env, "JOB_COMPLETION_INDEX": "1"}).cluster
     assert cluster == {
         "ps": ["mnist-ps-0.mnist:2345", "mnist-ps-1.mnist:2345"],
         "worker": [
@@ -196,6 +200,24 @@ def test_tf_config_addresses_are_the_headless_dns_names():
         ],
     }
     assert cluster == cluster_spec({"ps": 2, "worker": 3}, service_address("mnist", 2345))
+
+
+@pytest.mark.parametrize(
+    ("ps", "workers"),
+    [
+        pytest.param(1, 2, id="small"),
+        pytest.param(100, 1000, id="1100"),
+        pytest.param(1000, 10000, id="11000"),
+    ],
+)
+def test_pod_templates_do_not_grow_with_the_job(ps: int, workers: int):
+    """Every pod the Job controller makes copies its template: 11,000 listed addresses
+    made each pod 330 KB (3.6 GB through etcd and every watch)."""
+    small = render(job_of())
+    big = render(job_of(replicas={"ps": {"replicas": ps}, "worker": {"replicas": workers}}))
+    for role in ("ps", "worker"):
+        size = len(json.dumps(pod(big, role)))
+        assert size - len(json.dumps(pod(small, role))) < 10  # digits of the counts
 
 
 # -- the launcher contract -------------------------------------------------------------------

@@ -1,9 +1,12 @@
 """The environment every replica's launcher gets, on both engines. Pure.
 
-Both engines call `replica_environment`; they differ only in the addresses inside
-`cluster` and in the paths (folders on this machine, or mount paths in a pod). In a
-cluster the index is left out: an Indexed Job's pods share one template and the launcher
-reads Kubernetes' JOB_COMPLETION_INDEX instead.
+Both engines call `replica_environment`; they differ only in the addresses and in the
+paths (folders on this machine, or mount paths in a pod). Locally every address is listed
+(`TFKUBE_CLUSTER`: each replica has its own port); in a cluster the addresses follow one
+rule (`TFKUBE_ADDRESS`, `<job>-{role}-{index}.<job>:<port>`) that the launcher expands with
+the replica counts, so a pod's size does not grow with the job's. In a cluster the index is
+left out too: an Indexed Job's pods share one template and the launcher reads Kubernetes'
+JOB_COMPLETION_INDEX instead.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from tfkube.api._models import EnvFromCommand, Role, TFJob
 def replica_environment(
     job: TFJob,
     role: Role,
-    cluster: dict[str, list[str]],
+    cluster: dict[str, list[str]] | str,
     *,
     code_url: str,
     code_sha256: str | None,
@@ -29,7 +32,8 @@ def replica_environment(
     venv: str | None = None,
     venv_cache: str | None = None,
 ) -> dict[str, str]:
-    """`TFKUBE_*` variables plus the role's own env (commands go to TFKUBE_ENV_COMMANDS)."""
+    """`TFKUBE_*` variables plus the role's own env (commands go to TFKUBE_ENV_COMMANDS).
+    `cluster` is every address (role -> list), or an address rule (`str`)."""
     spec = job.spec.replicas.get(role)
     assert spec is not None, f"job {job.name} has no {role.value} replicas"
     plain = {k: v for k, v in spec.env.items() if isinstance(v, str)}
@@ -38,7 +42,11 @@ def replica_environment(
         **plain,
         c.JOB: job.name,
         c.ROLE: role.value,
-        c.CLUSTER: json.dumps(cluster, sort_keys=True),
+        **(
+            {c.ADDRESS: cluster}
+            if isinstance(cluster, str)
+            else {c.CLUSTER: json.dumps(cluster, sort_keys=True)}
+        ),
         c.NUM_PS: str(job.spec.replicas.count(Role.PS)),
         c.NUM_WORKERS: str(job.spec.replicas.count(Role.WORKER)),
         c.HAS_CHIEF: "1" if job.spec.replicas.count(Role.CHIEF) else "0",

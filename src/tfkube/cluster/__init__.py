@@ -12,7 +12,9 @@ from tfkube.cluster._wiring import (
     classic_flags,
     cluster_spec,
     local_address,
+    rule_address,
     service_address,
+    service_address_rule,
     shard_for,
     tf_config,
 )
@@ -24,7 +26,9 @@ __all__ = [
     "classic_flags",
     "cluster_spec",
     "local_address",
+    "rule_address",
     "service_address",
+    "service_address_rule",
     "shard_for",
     "tf_config",
 ]

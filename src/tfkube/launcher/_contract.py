@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tfkube import contract as c
-from tfkube.cluster import classic_flags, shard_for, tf_config
+from tfkube.cluster import classic_flags, cluster_spec, rule_address, shard_for, tf_config
 
 
 class ContractError(Exception):
@@ -72,6 +72,30 @@ def _require(env: Mapping[str, str], name: str) -> str:
     return value
 
 
+def _count(env: Mapping[str, str], name: str) -> int:
+    text = env.get(name) or "0"
+    if not (text.isascii() and text.isdigit()):
+        raise ContractError(f"{name} must be a whole number, not {text!r}")
+    return int(text)
+
+
+def _cluster(env: Mapping[str, str]) -> object:
+    """Every address: listed (TFKUBE_CLUSTER), or by rule and counts (TFKUBE_ADDRESS)."""
+    rule = env.get(c.ADDRESS)
+    if not rule:
+        return json.loads(_require(env, c.CLUSTER))
+    try:
+        address = rule_address(rule)
+    except ValueError as exc:
+        raise ContractError(f"{c.ADDRESS}: {exc}") from None
+    counts = {
+        "chief": min(_count(env, c.HAS_CHIEF), 1),
+        "ps": _count(env, c.NUM_PS),
+        "worker": _count(env, c.NUM_WORKERS),
+    }
+    return cluster_spec(counts, address)
+
+
 def contract_from_env(env: Mapping[str, str]) -> ReplicaContract:
     """Read the contract an engine put in the environment. Raises ContractError."""
     index_text = env.get(c.INDEX) or env.get(c.K8S_INDEX)
@@ -79,7 +103,7 @@ def contract_from_env(env: Mapping[str, str]) -> ReplicaContract:
     if index_text is None or not (index_text.isascii() and index_text.isdigit()):
         raise ContractError(f"{c.INDEX} (or {c.K8S_INDEX}) must be a whole number")
     try:
-        cluster = json.loads(_require(env, c.CLUSTER))
+        cluster = _cluster(env)
         args = json.loads(env.get(c.ARGS) or "[]")
         commands = json.loads(env.get(c.ENV_COMMANDS) or "{}")
     except json.JSONDecodeError as exc:

@@ -55,7 +55,7 @@ from tfkube.api import (
     VolumeSpec,
     replica_environment,
 )
-from tfkube.cluster import cluster_spec, service_address
+from tfkube.cluster import service_address_rule
 from tfkube.kube.names import (
     LABEL_COMPONENT,
     LABEL_JOB,
@@ -567,13 +567,10 @@ def _venv_volume(ctx: _Context) -> Object:
 
 def _environment(ctx: _Context, role: Role) -> list[Object]:
     job = ctx.job
-    cluster = cluster_spec(
-        job.spec.replicas.counts(), service_address(job.name, job.spec.run_policy.port)
-    )
     env = replica_environment(
         job,
         role,
-        cluster,
+        service_address_rule(job.name, job.spec.run_policy.port),  # not 11,000 addresses
         code_url=ctx.code_url,
         code_sha256=ctx.code_sha256,
         data_dir=_mount_path(job.spec.storage.data, "data"),
