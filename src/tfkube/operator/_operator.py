@@ -1,9 +1,14 @@
 """`tfkube operator`: kopf watches, a per-TFJob work queue, and one reconcile function.
 
     kopf watch events: TFJob / its Jobs / its pods --poke(ns, name)--> WorkQueue
-    WorkQueue: one reconcile at a time per TFJob (coalescing pokes), in a thread
-    reconcile_once: GET TFJob, LIST Jobs + pods, render -> _reconcile.reconcile (pure)
-                    -> _apply (ops, then the status); returns when to look again
+    kopf index `replica_pods`: every replica pod (slimmed), by (namespace, TFJob), kept
+                    up to date by the pod WATCH: no reconcile ever lists pods
+    WorkQueue: one reconcile at a time per TFJob, in a thread; pokes that arrive during
+                    one are coalesced into one more, after a pause that grows with the
+                    reconcile's own cost (a burst of 11,000 pod events is a few passes)
+    reconcile_once: GET TFJob, LIST its Jobs, its pods from the index, render
+                    -> _reconcile.reconcile (pure) -> _apply (ops, then the status);
+                    returns when to look again
 
 kopf is used for what it is good at: watching several resources with reconnects and
 per-object batching, logging in (kubeconfig or service account), signal handling. Its
@@ -12,8 +17,10 @@ annotations) are not: the reconcile is level-triggered from the objects themselv
 only `on.event` handlers are registered and kopf writes nothing to our objects (no
 finalizers: deletion is the garbage collector's business through owner references).
 
-The work queue is the only in-memory state, and it only decides *when* to reconcile; a
-restarted operator lists every TFJob (kopf's initial listing) and carries on.
+The work queue and the pod index are the only in-memory state. The index is a cache of
+what the API says (kopf lists, then watches; no handler runs before every index is filled
+by that first listing), and the queue only decides *when* to reconcile; a restarted
+operator lists every TFJob and pod and carries on.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import base64
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +46,6 @@ from tfkube.kube.names import (
     PLURAL,
     VERSION,
     code_configmap_name,
-    replica_selector,
 )
 from tfkube.kube.observe import slim_pod, tfjob_model
 from tfkube.kube.rest import ApiError, Kube, api_client_from, tfjob_path
@@ -50,6 +56,7 @@ from tfkube.render import OPERATOR_NAMESPACE, REGISTRY_SECRET, RenderOptions, re
 
 log = logging.getLogger("tfkube.operator")
 Key = tuple[str, str]
+PodsOf = Callable[[Key], list[Any]]
 ERROR_REQUEUE_SECONDS = 5.0
 CODE_FILE = "code.tar.gz"
 
@@ -95,7 +102,9 @@ class Reconciler:
         data = ((cm or {}).get("binaryData") or {}).get(CODE_FILE)
         return base64.b64decode(data) if data else None
 
-    def reconcile_once(self, namespace: str, name: str) -> float | None:
+    def reconcile_once(self, namespace: str, name: str, pods: Iterable[Any]) -> float | None:
+        """One reconcile of one TFJob; `pods` are its replica pods as the watch last saw
+        them (slimmed)."""
         tfjob = self.kube.request("GET", tfjob_path(namespace, name), allow=(404,))
         if tfjob is None or tfjob["metadata"].get("deletionTimestamp"):
             return None
@@ -117,7 +126,6 @@ class Reconciler:
             plan = invalid_spec_plan(tfjob, str(exc), now)
         else:
             jobs = self.kube.list("batch/v1", "Job", namespace, f"{LABEL_JOB}={name}")
-            pods = self.kube.list("v1", "Pod", namespace, replica_selector(name), slim=slim_pod)
             plan = reconcile(tfjob, job, jobs, pods, rendered, now)
         for op in plan.ops:
             log.info("%s/%s: %s", namespace, name, _describe(op))
@@ -133,12 +141,33 @@ def _describe(op: object) -> str:
     return text if len(text) < 200 else text[:200] + "..."
 
 
+COALESCE_MIN_SECONDS = 0.05
+COALESCE_MAX_SECONDS = 1.0
+
+
+def coalesce_pause(last_reconcile_seconds: float) -> float:
+    """How long pokes that came during a reconcile wait before the next one: twice what
+    the reconcile cost, so a busy job's reconciles take at most a third of a core, within
+    [0.05 s, 1 s] (a finished job's PS are still ended within a second or so of the
+    last worker's success)."""
+    return min(max(2 * last_reconcile_seconds, COALESCE_MIN_SECONDS), COALESCE_MAX_SECONDS)
+
+
 class WorkQueue:
     """Coalesces pokes: at most one reconcile per TFJob runs; pokes during it make it run
-    once more afterwards; a reconcile asks to be run again after some seconds."""
+    once more afterwards (after `coalesce_pause`); a reconcile asks to be run again after
+    some seconds. Each reconcile gets the TFJob's pods as the index holds them then (read
+    in the event loop, which the index is updated in)."""
 
-    def __init__(self, work: Callable[[str, str], float | None]) -> None:
+    def __init__(
+        self,
+        work: Callable[[str, str, list[Any]], float | None],
+        pods_of: PodsOf,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.work = work
+        self.pods_of = pods_of
+        self.clock = clock
         self.running: dict[Key, asyncio.Task[None]] = {}
         self.dirty: set[Key] = set()
         self.timers: dict[Key, asyncio.TimerHandle] = {}
@@ -157,14 +186,15 @@ class WorkQueue:
         try:
             while True:
                 self.dirty.discard(key)
+                started = self.clock()
                 try:
-                    requeue = await asyncio.to_thread(self.work, *key)
+                    requeue = await asyncio.to_thread(self.work, *key, self.pods_of(key))
                 except Exception:
                     log.exception("reconciling %s/%s failed; retrying", *key)
                     requeue = ERROR_REQUEUE_SECONDS
                 if key not in self.dirty:
                     break
-                await asyncio.sleep(0.05)  # let a burst of pod events land in one pass
+                await asyncio.sleep(coalesce_pause(self.clock() - started))
         finally:
             del self.running[key]
         if requeue is not None:
@@ -172,7 +202,19 @@ class WorkQueue:
             self.timers[key] = loop.call_later(max(requeue, 0.0), self.poke, key)
 
 
-def build_registry(queue_of: Callable[[], WorkQueue], verbose: bool) -> Any:
+def index_reader(index: Mapping[Key, Iterable[Any]]) -> PodsOf:
+    """A TFJob's pods from kopf's index, copied (the index changes under the event loop
+    while a reconcile runs in its thread)."""
+
+    def pods_of(key: Key) -> list[Any]:
+        return list(index.get(key, ()))
+
+    return pods_of
+
+
+def build_registry(queue_of: Callable[[Any], WorkQueue], verbose: bool) -> Any:
+    """kopf's handlers; `queue_of(replica_pods)` is the operator's one WorkQueue, reading
+    the pod index kopf hands every handler."""
     import kopf
 
     registry = kopf.OperatorRegistry()
@@ -191,8 +233,8 @@ def build_registry(queue_of: Callable[[], WorkQueue], verbose: bool) -> Any:
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)  # type: ignore[arg-type]
-    async def on_tfjob(name: str, namespace: str, **_: Any) -> None:
-        queue_of().poke((namespace, name))
+    async def on_tfjob(name: str, namespace: str, replica_pods: Any, **_: Any) -> None:
+        queue_of(replica_pods).poke((namespace, name))
 
     managed: dict[str, Any] = {
         LABEL_MANAGED_BY: MANAGED_BY,
@@ -200,14 +242,22 @@ def build_registry(queue_of: Callable[[], WorkQueue], verbose: bool) -> Any:
     }
 
     @kopf.on.event("batch", "v1", "jobs", labels=managed, registry=registry)  # type: ignore[arg-type]
-    async def on_job(labels: dict[str, str], namespace: str, **_: Any) -> None:
-        queue_of().poke((namespace, labels[LABEL_JOB]))
+    async def on_job(labels: dict[str, str], namespace: str, replica_pods: Any, **_: Any) -> None:
+        queue_of(replica_pods).poke((namespace, labels[LABEL_JOB]))
 
     pods: dict[str, Any] = {**managed, LABEL_ROLE: kopf.PRESENT}
 
+    @kopf.index("", "v1", "pods", id="replica_pods", labels=pods, registry=registry)  # type: ignore[arg-type]
+    async def replica_pods(
+        labels: dict[str, str], namespace: str, body: Any, **_: Any
+    ) -> dict[Key, Any]:
+        """Each replica pod, slimmed to what observe reads, under its TFJob. kopf calls
+        this before any handler of the same event, and drops the pod when it is deleted."""
+        return {(namespace, labels[LABEL_JOB]): slim_pod(body)}
+
     @kopf.on.event("", "v1", "pods", labels=pods, registry=registry)  # type: ignore[arg-type]
-    async def on_pod(labels: dict[str, str], namespace: str, **_: Any) -> None:
-        queue_of().poke((namespace, labels[LABEL_JOB]))
+    async def on_pod(labels: dict[str, str], namespace: str, replica_pods: Any, **_: Any) -> None:
+        queue_of(replica_pods).poke((namespace, labels[LABEL_JOB]))
 
     return registry
 
@@ -228,9 +278,9 @@ def run_operator(options: OperatorOptions) -> None:
     reconciler = Reconciler(kube, options)
     queues: list[WorkQueue] = []
 
-    def queue_of() -> WorkQueue:
-        if not queues:  # created inside kopf's event loop
-            queues.append(WorkQueue(reconciler.reconcile_once))
+    def queue_of(replica_pods: Any) -> WorkQueue:
+        if not queues:  # created inside kopf's event loop, with kopf's pod index
+            queues.append(WorkQueue(reconciler.reconcile_once, index_reader(replica_pods)))
         return queues[0]
 
     registry = build_registry(queue_of, options.verbose)

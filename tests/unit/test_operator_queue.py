@@ -1,0 +1,96 @@
+"""The operator's work queue: pokes coalesced per TFJob, reconciles fed from the pod
+index (no pod is listed), the pause between coalesced reconciles."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from tfkube.operator._operator import (
+    COALESCE_MAX_SECONDS,
+    COALESCE_MIN_SECONDS,
+    WorkQueue,
+    coalesce_pause,
+    index_reader,
+)
+
+
+@pytest.mark.parametrize(
+    ("last", "expected"),
+    [
+        pytest.param(0.0, COALESCE_MIN_SECONDS, id="instant-reconcile"),
+        pytest.param(0.01, COALESCE_MIN_SECONDS, id="small-job"),
+        pytest.param(0.2, 0.4, id="twice-its-cost"),
+        pytest.param(0.5, COALESCE_MAX_SECONDS, id="capped"),
+        pytest.param(30.0, COALESCE_MAX_SECONDS, id="very-slow"),
+    ],
+)
+def test_coalesce_pause(last: float, expected: float):
+    assert coalesce_pause(last) == pytest.approx(expected)
+
+
+def test_index_reader_copies_a_jobs_pods():
+    index: dict[tuple[str, str], list[str]] = {("ns", "a"): ["p1", "p2"]}
+    pods_of = index_reader(index)
+    got = pods_of(("ns", "a"))
+    index[("ns", "a")].append("p3")
+    assert got == ["p1", "p2"]
+    assert pods_of(("ns", "missing")) == []
+
+
+class Recorder:
+    """A reconcile that blocks until released, recording what it was given."""
+
+    def __init__(self, requeue: float | None = None) -> None:
+        self.calls: list[tuple[str, str, list[Any]]] = []
+        self.release = threading.Event()
+        self.requeue = requeue
+
+    def __call__(self, namespace: str, name: str, pods: list[Any]) -> float | None:
+        self.calls.append((namespace, name, pods))
+        self.release.wait(5)
+        return self.requeue
+
+
+async def settle(queue: WorkQueue) -> None:
+    for _ in range(500):
+        if not queue.running:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the queue never went idle")
+
+
+def test_pokes_during_a_reconcile_make_one_more_with_the_newest_pods():
+    async def scenario() -> Recorder:
+        index = {("ns", "j"): ["pod-0"]}
+        work = Recorder()
+        queue = WorkQueue(work, index_reader(index))
+        queue.poke(("ns", "j"))
+        await asyncio.sleep(0.05)
+        index[("ns", "j")] = ["pod-0", "pod-1"]
+        for _ in range(50):  # a burst of pod events while the first reconcile runs
+            queue.poke(("ns", "j"))
+        work.release.set()
+        await settle(queue)
+        return work
+
+    work = asyncio.run(scenario())
+    assert work.calls == [("ns", "j", ["pod-0"]), ("ns", "j", ["pod-0", "pod-1"])]
+
+
+def test_jobs_are_reconciled_independently_and_requeued():
+    async def scenario() -> tuple[Recorder, WorkQueue]:
+        work = Recorder(requeue=60.0)
+        work.release.set()
+        queue = WorkQueue(work, index_reader({}))
+        queue.poke(("ns", "a"))
+        queue.poke(("ns", "b"))
+        await settle(queue)
+        return work, queue
+
+    work, queue = asyncio.run(scenario())
+    assert sorted(c[:2] for c in work.calls) == [("ns", "a"), ("ns", "b")]
+    assert set(queue.timers) == {("ns", "a"), ("ns", "b")}
