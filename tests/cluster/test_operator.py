@@ -212,7 +212,8 @@ def test_success_ends_the_ps_within_seconds(
     # Everything it created is owned by the TFJob; one Job per role, no duplicates.
     uid = tfjob(kube, ns, "ok")["metadata"]["uid"]  # type: ignore[index]
     jobs = kube.batch.list_namespaced_job(ns, label_selector="tfkube.io/job-name=ok").items
-    assert [j.metadata.name for j in jobs] == ["ok-worker"]  # the PS Job was deleted
+    assert sorted(j.metadata.name for j in jobs) == ["ok-ps", "ok-worker"]
+    assert [j.metadata.name for j in jobs if j.spec.suspend] == ["ok-ps"]  # PS pods deleted
     for obj in [
         *jobs,
         *kube.core.list_namespaced_service(ns, label_selector="tfkube.io/job-name=ok").items,
@@ -409,7 +410,7 @@ def test_operator_killed_and_restarted_mid_job(
     status = wait_for("success", lambda: phase_is(kube, ns, "survive", "Succeeded"), 40)
     assert status["restarts"] == 0
     jobs = kube.batch.list_namespaced_job(ns, label_selector="tfkube.io/job-name=survive")
-    assert [j.metadata.name for j in jobs.items] == ["survive-worker"]
+    assert sorted(j.metadata.name for j in jobs.items) == ["survive-ps", "survive-worker"]
     workers = pods(kube, ns, "tfkube.io/replica-type=worker")
     assert sorted(
         p.metadata.labels["batch.kubernetes.io/job-completion-index"] for p in workers

@@ -114,11 +114,16 @@ def test_success_ends_the_ps_within_the_same_reconcile():
     plan = reconcile(resource(running()), job, jobs, pods, rendered(job), NOW)
     assert plan.status["phase"] == "Succeeded"
     assert plan.status["completionTime"] == format_time(NOW)
-    deleted = ops_of(plan, DeleteRoleJob)
-    assert [d.name for d in deleted] == ["j-ps"]
-    assert deleted[0].selector == "tfkube.io/job-name=j,tfkube.io/replica-type=ps"
-    # worker-1 still runs, worker-0's success is kept: that role's Job is suspended.
-    assert ops_of(plan, SuspendJob) == [SuspendJob("j-worker", True)]
+    # Both role Jobs are suspended: Kubernetes deletes the running pods (the PS, worker-1)
+    # all at once and keeps worker-0's success.
+    assert not ops_of(plan, DeleteRoleJob)
+    assert ops_of(plan, SuspendJob) == [SuspendJob("j-ps", True), SuspendJob("j-worker", True)]
+    # Once suspended, nothing more is asked of them.
+    suspended = [role_job("ps", suspend=True), role_job("worker", suspend=True)]
+    ps_dying = [pod("ps", 0, dying=True), pods[1], pod("worker", 1, dying=True)]
+    again = reconcile(resource(plan.status), job, suspended, ps_dying, rendered(job), NOW + 1)
+    assert not ops_of(again, SuspendJob)
+    assert not ops_of(again, DeleteRoleJob)
     assert any(e.reason == "Succeeded" for e in ops_of(plan, Event))
 
 
@@ -165,7 +170,7 @@ def test_non_retryable_exit_fails_the_job():
     assert plan.status["phase"] == "Failed"
     assert plan.status["reason"] == "ReplicaFailed"
     assert "exit code 3" in plan.status["message"]
-    assert "j-ps" in [d.name for d in ops_of(plan, DeleteRoleJob)]
+    assert SuspendJob("j-ps", True) in ops_of(plan, SuspendJob)
 
 
 def test_kubernetes_failing_a_worker_job_fails_the_tfjob():
@@ -249,7 +254,7 @@ def test_deadline_fails_the_job():
     pods = [pod("ps", 0), pod("worker", 0), pod("worker", 1)]
     plan = reconcile(resource(running(start=NOW - 60)), job, jobs, pods, rendered(job), NOW)
     assert plan.status["reason"] == "DeadlineExceeded"
-    assert {d.name for d in ops_of(plan, DeleteRoleJob)} == {"j-ps", "j-worker"}
+    assert {d.name for d in ops_of(plan, SuspendJob)} == {"j-ps", "j-worker"}
 
 
 def test_ttl_deletes_the_tfjob_when_due():
@@ -572,7 +577,7 @@ def test_finish_ends_tensorboard_once_and_says_how_the_job_ended():
     done = Decision(JobPhase.SUCCEEDED, 0, reason="Succeeded", message="ok", finished=True)
     ops = finish(job, obs, done, frozenset({"ps", "worker"}), [tensorboard])
     assert kinds(ops) == [
-        "DeleteRoleJob j-ps",
+        "SuspendJob j-ps",
         "SuspendJob j-worker",
         "DeleteObject j-tensorboard",
         "DeleteObject j-tensorboard",

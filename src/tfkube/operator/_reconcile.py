@@ -19,9 +19,10 @@ Mapping of the planner's actions to Kubernetes (who retries what: see `tfkube.ku
                    recorded in `status.handledFailures` so it is acted on once.
                    Live replica (a PS it depends on failed): its pod is deleted; the Job
                    controller re-creates it and it resumes from the checkpoint.
-  Stop(key)        the job ended: a role with nothing finished to keep (the PS) has its
-                   Job deleted with its pods; a role with finished pods is suspended, which
-                   deletes only its running pods. cleanPodPolicy All deletes every Job.
+  Stop(key)        the job ended: the role's Job is suspended, so Kubernetes deletes its
+                   running pods (all at once, finalizers handled) and keeps finished ones;
+                   the Job stays, owned by the TFJob. cleanPodPolicy All deletes every Job
+                   with its pods.
   DeleteJob        the TFJob is deleted; owner references make the garbage collector
                    delete everything it owns.
 A role Job that Kubernetes failed (per-index backoff exhausted, podFailurePolicy FailJob)
@@ -581,13 +582,9 @@ def _cleanup(job: TFJob, obs: Observation, stop_roles: frozenset[str], finishing
     else:
         roles = {r for r in stop_roles if r in obs.role_jobs or obs.live_pods.get(r)}
     for role in sorted(roles):
-        keep = policy is not CleanPodPolicy.ALL and any(
-            o.status.role == role and o.status.state in (ReplicaState.SUCCEEDED,)
-            for o in obs.replicas.values()
-        )
         name = role_job_name(job.name, role)
         role_job = obs.role_jobs.get(role)
-        if keep and role_job is not None:
+        if policy is not CleanPodPolicy.ALL and role_job is not None:
             if not (role_job.get("spec") or {}).get("suspend"):
                 ops.append(SuspendJob(name, True))
         elif role_job is not None or obs.live_pods.get(role):
