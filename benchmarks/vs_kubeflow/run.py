@@ -270,7 +270,17 @@ def setup(args: argparse.Namespace, work: Path) -> Context:
         )
         for i in range(count)
     ]
-    cluster = kube.Cluster(nodes=nodes, die_with_parent=True, apiserver_args=apiserver_args(work))
+    kwok = work / "kwok.yaml"
+    kwok.write_text(
+        "apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokConfiguration\noptions:\n"
+        f"  podPlayStageParallelism: {args.kwok_parallelism}\n"
+    )
+    cluster = kube.Cluster(
+        nodes=nodes,
+        die_with_parent=True,
+        apiserver_args=apiserver_args(work),
+        kwok_args=(f"--config={kwok}",),
+    )
     t = time.monotonic()
     state = cluster.start()
     log(f"control plane ready in {time.monotonic() - t:.1f}s: {count} fake nodes x {per_node} pods")
@@ -686,6 +696,7 @@ def run_one(ctx: Context, name: str, size: Size) -> dict[str, Any]:
     runner = make_runner(name, ctx, namespace, size)
     volumes = bind_volumes(ctx, namespace) if runner.volumes else []
     popen = runner.start()
+    profiler = profile(ctx, runner, popen)
     plane = ctx.control_plane()
     tracker = Tracker(size, time.monotonic(), runner)
     cpu0 = cpu_seconds(popen.pid)
@@ -699,12 +710,27 @@ def run_one(ctx: Context, name: str, size: Size) -> dict[str, Any]:
         cpu = cpu_seconds(popen.pid) - cpu0 if alive else math.nan
         rss = peak_rss_mib(popen.pid) if alive else math.nan
         plane_cpu = {n: round(cpu_seconds(p) - plane0[n], 1) for n, p in plane.items()}
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)  # py-spy writes its profile and exits
+            profiler.wait(60)
         stop(popen)
     time.sleep(1.0)  # the audit log's last lines
     requests = ctx.audit.window(wall0 - 0.5, end, namespace)
     result = report_row(name, size, tracker, runner, requests, cpu, rss, plane_cpu)
     cleanup(ctx, namespace, volumes)
     return result
+
+
+def profile(ctx: Context, runner: Runner, popen: subprocess.Popen[bytes]) -> Any:
+    """With --profile DIR: py-spy samples tfkube's operator (collapsed stacks, 50 Hz)."""
+    if ctx.args.profile is None or not isinstance(runner, TfkubeRunner):
+        return None
+    ctx.args.profile.mkdir(parents=True, exist_ok=True)
+    out = ctx.args.profile / f"{runner.namespace}.txt"
+    spy = Path(sys.executable).with_name("py-spy")
+    argv = [str(spy), "record", "--pid", str(popen.pid), "--rate", "50", "--threads"]
+    argv += ["--format", "raw", "--output", str(out)]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def report_row(
@@ -851,6 +877,12 @@ def main() -> int:
         "--nodes", type=int, default=0, help="fake nodes (default: 1 per 1,000 pods, +1)"
     )
     parser.add_argument(
+        "--kwok-parallelism",
+        type=int,
+        default=4,
+        help="pods the fake kubelet (KWOK) moves through its stages at once (KWOK's default: 4)",
+    )
+    parser.add_argument(
         "--floor-parallel", type=int, default=250, help="the floor's requests in flight"
     )
     parser.add_argument(
@@ -860,6 +892,7 @@ def main() -> int:
     parser.add_argument("--progress", type=float, default=5.0, help="s between progress lines")
     parser.add_argument("--json", action="store_true", help="one JSON object per runner and size")
     parser.add_argument("--keep", type=Path, help="copy the work dir (logs, audit log) here")
+    parser.add_argument("--profile", type=Path, help="py-spy tfkube's operator into this dir")
     args = parser.parse_args()
     args.sizes = [Size.parse(s) for s in args.sizes.split(",")]
     args.runners = [r.strip() for r in args.runners.split(",")]

@@ -260,8 +260,10 @@ class Cluster:
         real_node: bool = False,
         state_file: Path | None = None,
         apiserver_args: tuple[str, ...] = (),
+        kwok_args: tuple[str, ...] = (),
     ) -> None:
         self.apiserver_args = apiserver_args  # extra flags, e.g. an audit log (benchmarks)
+        self.kwok_args = kwok_args  # extra flags, e.g. a KwokConfiguration (benchmarks)
         self.bin_dir = Path(bin_dir) if bin_dir else default_bin_dir()
         self.want_real_node = real_node
         self.state_file = state_file  # saved as soon as there is something to undo
@@ -583,6 +585,7 @@ class Cluster:
         ]
         for stage in sorted(STAGES_DIR.glob("*.yaml")):
             kwok_argv.append(f"--config={stage}")
+        kwok_argv += self.kwok_args
         kwok = self._spawn("kwok", kwok_argv)
 
         insecure = ssl.create_default_context()

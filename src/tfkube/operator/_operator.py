@@ -212,6 +212,25 @@ def index_reader(index: Mapping[Key, Iterable[Any]]) -> PodsOf:
     return pods_of
 
 
+def no_diff_base() -> Any:
+    """A kopf diff-base storage that keeps nothing. kopf deep-copies every object it sees
+    to compare it with the last handled state: a fifth of the operator's CPU at 1,100 pods
+    (profiled), for change handlers the operator does not have (only `on.event`)."""
+    import kopf
+
+    class NoDiffBase(kopf.DiffBaseStorage):
+        def build(self, *, body: Any, extra_fields: Any = None) -> Any:
+            return {}
+
+        def fetch(self, *, body: Any) -> Any:
+            return None
+
+        def store(self, *, body: Any, patch: Any, essence: Any) -> None:
+            return None
+
+    return NoDiffBase()
+
+
 def build_registry(queue_of: Callable[[Any], WorkQueue], verbose: bool) -> Any:
     """kopf's handlers; `queue_of(replica_pods)` is the operator's one WorkQueue, reading
     the pod index kopf hands every handler."""
@@ -227,6 +246,7 @@ def build_registry(queue_of: Callable[[Any], WorkQueue], verbose: bool) -> Any:
         settings.batching.batch_window = 0.05
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 120
+        settings.persistence.diffbase_storage = no_diff_base()
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> Any:
