@@ -690,7 +690,9 @@ async def follow_run(ctx: Context, runner: Runner, tracker: Tracker) -> None:
                 await w
 
 
-def run_one(ctx: Context, name: str, size: Size) -> dict[str, Any]:
+def run_one(ctx: Context, name: str, size: Size) -> tuple[dict[str, Any], Any]:
+    """One runner on one size: its figures, and what deletes its namespace (the next run
+    must start clean; the last one need not wait)."""
     namespace = f"{name}-{size}".replace("x", "x")
     ctx.admin("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
     runner = make_runner(name, ctx, namespace, size)
@@ -716,9 +718,8 @@ def run_one(ctx: Context, name: str, size: Size) -> dict[str, Any]:
         stop(popen)
     time.sleep(1.0)  # the audit log's last lines
     requests = ctx.audit.window(wall0 - 0.5, end, namespace)
-    result = report_row(name, size, tracker, runner, requests, cpu, rss, plane_cpu)
-    cleanup(ctx, namespace, volumes)
-    return result
+    row = report_row(name, size, tracker, runner, requests, cpu, rss, plane_cpu)
+    return row, lambda: cleanup(ctx, namespace, volumes)
 
 
 def profile(ctx: Context, runner: Runner, popen: subprocess.Popen[bytes]) -> Any:
@@ -759,6 +760,8 @@ def report_row(
         "ps_gone_s": r(t.ps_gone),
         "ps_gone_after_success_s": r(after(t.ps_gone, t.succeeded)),
         "ps_gone_after_workers_s": r(after(t.ps_gone, t.workers_done)),
+        "ps_kept": getattr(runner, "clean", "Running") == "None",
+        "ps_waited_s": t.runner.ctx.args.linger,
         "operator_cpu_s": r(cpu),
         "operator_peak_rss_mib": r(rss),
         "operator_requests": requests.of(who),
@@ -810,6 +813,11 @@ def fmt(value: float | None, digits: int = 1) -> str:
     )
 
 
+def not_gone(row: dict[str, Any]) -> str:
+    """Kept by policy (Kubeflow's default cleanPodPolicy None), or not gone in time."""
+    return "kept" if row.get("ps_kept") else f"> {row.get('ps_waited_s', 0):.0f}"
+
+
 def markdown(rows: list[dict[str, Any]]) -> str:
     out = [
         "| job | runner | all running s (x floor) | succeeded s (x floor) |"
@@ -831,8 +839,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             f"| {row['ps']} PS + {row['workers']} workers | {row['runner']} |"
             f" {fmt(row['all_running_s'])} ({vs('all_running_s')}) |"
             f" {fmt(row['succeeded_s'])} ({vs('succeeded_s')}) |"
-            f" {fmt(max(gone, 0.0)) if gone is not None else 'never'} |"
-            f" {fmt(gone_workers) if gone_workers is not None else 'never'} |"
+            f" {fmt(max(gone, 0.0)) if gone is not None else not_gone(row)} |"
+            f" {fmt(gone_workers) if gone_workers is not None else not_gone(row)} |"
             f" {creates} ({row['operator_events']}) |"
             f" {row['operator_requests']} ({vs('operator_requests')}) |"
             f" {row['requests_total']} ({vs('requests_total')}) |"
@@ -906,13 +914,15 @@ def main() -> int:
         work = Path(tmp)
         ctx = setup(args, work)
         try:
-            for size in args.sizes:
-                for name in args.runners:
-                    log(f"== {name}, {size.ps} PS + {size.workers} workers")
-                    row = run_one(ctx, name, size)
-                    rows.append(row)
-                    if args.json:
-                        print(json.dumps(row), flush=True)
+            runs = [(size, name) for size in args.sizes for name in args.runners]
+            for i, (size, name) in enumerate(runs):
+                log(f"== {name}, {size.ps} PS + {size.workers} workers")
+                row, clean = run_one(ctx, name, size)
+                rows.append(row)
+                if args.json:
+                    print(json.dumps(row), flush=True)
+                if i + 1 < len(runs):
+                    clean()
         finally:
             ctx.cluster.stop(remove_workdir=True)
             if args.keep is not None:
