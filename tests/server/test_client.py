@@ -22,10 +22,13 @@ def _code(folder: Path) -> Path:
     (folder / "run.sh").write_text(
         "#!/usr/bin/env bash\n"
         'for i in 1 2 3; do echo "$TFKUBE_ROLE-$TFKUBE_INDEX line $i"; done\n'
-        # worker-0 decides success (and then the rest is stopped): it waits for worker-1.
+        # worker-0 decides success (and then the rest is stopped): with a worker-1, it waits
+        # for worker-1's lines first.
         'if [ "$TFKUBE_ROLE-$TFKUBE_INDEX" = worker-1 ]; then touch "$TFKUBE_LOG_DIR/w1"; fi\n'
         'if [ "$TFKUBE_ROLE-$TFKUBE_INDEX" = worker-0 ]; then\n'
-        '  for _ in $(seq 1200); do [ -e "$TFKUBE_LOG_DIR/w1" ] && break; sleep 0.1; done\n'
+        '  if [ "${TFKUBE_NUM_WORKERS:-1}" -gt 1 ]; then\n'
+        '    for _ in $(seq 1200); do [ -e "$TFKUBE_LOG_DIR/w1" ] && break; sleep 0.1; done\n'
+        '  fi\n'
         '  echo model > "$TFKUBE_LOG_DIR/model.txt"\n'
         "fi\n"
     )
