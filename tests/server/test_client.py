@@ -28,7 +28,7 @@ def _code(folder: Path) -> Path:
         'if [ "$TFKUBE_ROLE-$TFKUBE_INDEX" = worker-0 ]; then\n'
         '  if [ "${TFKUBE_NUM_WORKERS:-1}" -gt 1 ]; then\n'
         '    for _ in $(seq 1200); do [ -e "$TFKUBE_LOG_DIR/w1" ] && break; sleep 0.1; done\n'
-        '  fi\n'
+        "  fi\n"
         '  echo model > "$TFKUBE_LOG_DIR/model.txt"\n'
         "fi\n"
     )
