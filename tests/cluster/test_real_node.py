@@ -212,6 +212,8 @@ def test_between_graph_example_trains_in_real_pods(
     # running worker's went with their pods (deleted when the job ended).
     after = tfkube(kube, ns, "logs", name)
     assert "[worker-0] tfkube-example: result" in after
+    assert "[ps-0] (ps-0 has no pod now" in after, after
+    assert (real_node.volume(ns, f"{name}-logs") / ".tfkube/logs/ps-0/0.log").read_text()
     backend = KubernetesBackend(api_client=kube.api_client, namespace=ns)
     assert "tfkube-example: result" in "\n".join(backend.logs(name, "worker-0"))
 

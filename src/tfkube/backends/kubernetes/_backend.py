@@ -278,6 +278,19 @@ class KubernetesBackend:
         for key in chosen:
             found = newest.get(key)
             if found is None:
+                gone = (
+                    (
+                        f"{key} has no pod now (a job's PS and still-running workers are "
+                        "removed when it ends); the launcher keeps every start's log on the "
+                        f"job's logs volume under .tfkube/logs/{key}/, which a tfkube server "
+                        "serves"
+                    )
+                    if view.phase.terminal
+                    else f"{key} has no pod yet"
+                )
+                if replica is not None:
+                    raise LogsUnavailable(gone)
+                yield f"[{key}] ({gone})"
                 continue
             pod_name = found["metadata"]["name"]
             waiting = not_started(found)
