@@ -145,3 +145,50 @@ def service_account_kubeconfig(kube: KubeCluster, account: str, namespace: str, 
         user["user"] = {"token": token}
     dest.write_text(yaml.safe_dump(config))
     return dest
+
+
+def _podgroup_crd(group: str, version: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A minimal stand-in for Volcano's / scheduler-plugins' PodGroup CRD."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"podgroups.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"kind": "PodGroup", "plural": "podgroups", "singular": "podgroup"},
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "properties": {
+                                "spec": {"type": "object", "properties": spec},
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+POD_GROUP_CRDS = (
+    _podgroup_crd(
+        "scheduling.volcano.sh",
+        "v1beta1",
+        {
+            "minMember": {"type": "integer"},
+            "queue": {"type": "string"},
+            "priorityClassName": {"type": "string"},
+        },
+    ),
+    _podgroup_crd(
+        "scheduling.x-k8s.io",
+        "v1alpha1",
+        {"minMember": {"type": "integer"}, "scheduleTimeoutSeconds": {"type": "integer"}},
+    ),
+)

@@ -28,7 +28,7 @@ from tfkube.backends._artifact import prepare_artifact
 from tfkube.kube.names import CRD_NAME, GROUP, PLURAL, VERSION
 from tfkube.render import RenderOptions, ServerInstall, crd, dump_yaml, render_job, server_manifests
 
-from ._support import REPO, KubeCluster, wait_for
+from ._support import POD_GROUP_CRDS, REPO, KubeCluster, wait_for
 
 EXAMPLES = REPO / "examples"
 URL = "http://code.example/job.tar.gz"
@@ -134,53 +134,6 @@ def _example(name: str) -> TFJob:
     data = yaml.safe_load(text)
     data["spec"]["code"] = {**data["spec"]["code"], "source": URL, "sha256": SHA}
     return parse_job(data, name)
-
-
-def _podgroup_crd(group: str, version: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """A minimal stand-in for Volcano's / scheduler-plugins' PodGroup CRD."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"podgroups.{group}"},
-        "spec": {
-            "group": group,
-            "scope": "Namespaced",
-            "names": {"kind": "PodGroup", "plural": "podgroups", "singular": "podgroup"},
-            "versions": [
-                {
-                    "name": version,
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "properties": {
-                                "spec": {"type": "object", "properties": spec},
-                            },
-                        }
-                    },
-                }
-            ],
-        },
-    }
-
-
-POD_GROUP_CRDS = (
-    _podgroup_crd(
-        "scheduling.volcano.sh",
-        "v1beta1",
-        {
-            "minMember": {"type": "integer"},
-            "queue": {"type": "string"},
-            "priorityClassName": {"type": "string"},
-        },
-    ),
-    _podgroup_crd(
-        "scheduling.x-k8s.io",
-        "v1alpha1",
-        {"minMember": {"type": "integer"}, "scheduleTimeoutSeconds": {"type": "integer"}},
-    ),
-)
 
 
 @pytest.fixture(scope="module")

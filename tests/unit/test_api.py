@@ -83,6 +83,10 @@ def test_minimal_job_dump_fills_every_default():
                     "env": {},
                     "args": [],
                     "annotations": {},
+                    "labels": {},
+                    "volumes": [],
+                    "initContainers": [],
+                    "sidecars": [],
                 },
             },
             "code": {"source": "./code", "entrypoint": "run.sh"},
@@ -444,14 +448,108 @@ ENTRYPOINT = "must be a path inside the code folder, like 'run.sh'"
         pytest.param(
             {"spec__replicas__worker__env": {"A": 1}},
             "spec.replicas.worker.env.A",
-            "valid string",
+            "must be a string, {command: ...}, {secretKeyRef",
             id="env-value-number",
         ),
         pytest.param(
             {"spec__replicas__worker__env": {"A": {}}},
+            "spec.replicas.worker.env.A",
+            "must be a string, {command: ...}",
+            id="env-form-missing",
+        ),
+        pytest.param(
+            {"spec__replicas__worker__env": {"A": {"command": 3}}},
             "spec.replicas.worker.env.A.command",
+            "valid string",
+            id="env-command-not-a-string",
+        ),
+        pytest.param(
+            {"spec__replicas__worker__env": {"A": {"secretKeyRef": {"name": "s"}}}},
+            "spec.replicas.worker.env.A.secretKeyRef.key",
             "required field is missing; add it",
-            id="env-command-missing",
+            id="env-secret-without-key",
+        ),
+        pytest.param(
+            {"spec__replicas__worker__env": {"A": {"fieldRef": {"fieldPath": "spec.x"}}}},
+            "spec.replicas.worker.env.A.fieldRef.fieldPath",
+            "is not a pod field Kubernetes can give",
+            id="env-unknown-pod-field",
+        ),
+        pytest.param(
+            {"spec__code": DELETE},
+            "spec.code",
+            "required unless every role gives its own command",
+            id="code-or-commands",
+        ),
+        pytest.param(
+            {"spec__replicas__worker__command": []},
+            "spec.replicas.worker.command",
+            "must name a program",
+            id="empty-command",
+        ),
+        pytest.param(
+            {"spec__replicas__worker__workingDir": "app"},
+            "spec.replicas.worker.workingDir",
+            "must be an absolute path",
+            id="relative-working-dir",
+        ),
+        pytest.param(
+            {
+                "spec__replicas__worker__volumes": [
+                    {"name": "logs", "mountPath": "/x", "emptyDir": {}}
+                ]
+            },
+            "spec.replicas.worker.volumes[0].name",
+            "one of tfkube's own volumes",
+            id="volume-name-reserved",
+        ),
+        pytest.param(
+            {"spec__replicas__worker__volumes": [{"name": "d", "mountPath": "/x"}]},
+            "spec.replicas.worker.volumes[0]",
+            "give exactly one source",
+            id="volume-without-source",
+        ),
+        pytest.param(
+            {
+                "spec__replicas__worker__volumes": [
+                    {"name": "d", "mountPath": "/x", "claimName": "c", "secret": "s"}
+                ]
+            },
+            "spec.replicas.worker.volumes[0]",
+            "(found claim_name, secret)",
+            id="volume-two-sources",
+        ),
+        pytest.param(
+            {"spec__replicas__worker__sidecars": [{"name": "tensorflow", "image": "x"}]},
+            "spec.replicas.worker.sidecars[0].name",
+            "the replica's own container",
+            id="sidecar-named-tensorflow",
+        ),
+        pytest.param(
+            {
+                "spec__replicas__worker__sidecars": [
+                    {"name": "s", "image": "x", "volumeMounts": [{"name": "v", "mountPath": "/v"}]}
+                ]
+            },
+            "spec.replicas.worker",
+            "mounts 'v', which is not a volume of this role",
+            id="sidecar-mounts-unknown-volume",
+        ),
+        pytest.param(
+            {
+                "spec__replicas__worker__sidecars": [
+                    {"name": "s", "image": "x", "env": {"A": {"command": "x"}}}
+                ]
+            },
+            "spec.replicas.worker.sidecars[0].env.A",
+            "must be a string, {secretKeyRef",
+            id="sidecar-env-command",
+        ),
+        pytest.param(
+            {"spec__scheduling": {"gang": "Volcano", "minAvailable": 5}},
+            "spec",
+            "minAvailable 5 is more than the job's 1",
+            id="min-available-too-big",
         ),
         # code
         pytest.param(

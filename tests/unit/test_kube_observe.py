@@ -14,6 +14,7 @@ from tfkube.kube.names import owner_reference, replica_selector
 from tfkube.kube.observe import (
     Prior,
     RoleJob,
+    creation_failures,
     exit_code,
     failure_message,
     format_time,
@@ -25,6 +26,7 @@ from tfkube.kube.observe import (
     role_indexes,
     slim_pod,
     termination_message,
+    waiting_message,
 )
 from tfkube.planner import JobPhase, ReplicaState, plan
 
@@ -618,3 +620,79 @@ def test_job_view_reads_phase_and_times():
     view = job_view(tfjob(done), [], [], NOW)
     assert (view.phase, view.started_at, view.finished_at) == (JobPhase.SUCCEEDED, T0, NOW)
     assert {r.state for r in view.replicas} == {ReplicaState.STOPPED}
+
+
+# -- why a replica has no pod: the role Job's own words ---------------------------------------
+
+
+def test_a_scheduler_that_gives_no_verdict_is_named():
+    waiting_pod = {"spec": {"schedulerName": "volcano"}, "status": {"phase": "Pending"}}
+    assert pending_message(waiting_pod) == (
+        "waiting for the scheduler volcano to place it (no verdict yet)"
+    )
+    assert pending_message(slim_pod(waiting_pod)) == pending_message(waiting_pod)
+    default = {"spec": {"schedulerName": "default-scheduler"}, "status": {"phase": "Pending"}}
+    assert pending_message(default) == "waiting to be scheduled"
+
+
+QUOTA = (
+    'Error creating: pods "j-worker-0-x" is forbidden: exceeded quota: tfkube-tenant, '
+    "requested: requests.cpu=4, used: requests.cpu=0, limited: requests.cpu=2"
+)
+
+
+def event(job: str, message: str, at: float, reason: str = "FailedCreate") -> dict[str, Any]:
+    return {
+        "involvedObject": {"kind": "Job", "name": job},
+        "reason": reason,
+        "message": message,
+        "lastTimestamp": format_time(at),
+    }
+
+
+def test_creation_failures_take_each_jobs_newest_failed_create():
+    found = creation_failures(
+        [
+            event("j-worker", "old words", T0),
+            event("j-worker", QUOTA, T0 + 10),
+            event("j-ps", "no PriorityClass with name high was found", T0),
+            event("j-ps", "Created pod", T0 + 20, reason="SuccessfulCreate"),
+        ]
+    )
+    assert found == {
+        "j-worker": f"cannot create its pod: {QUOTA}",
+        "j-ps": "cannot create its pod: no PriorityClass with name high was found",
+    }
+
+
+@pytest.mark.parametrize(
+    ("the_job", "expected"),
+    [
+        pytest.param(role_job("worker"), None, id="nothing-to-say"),
+        pytest.param(role_job("worker", suspend=True), "suspended", id="suspended"),
+        pytest.param(
+            {
+                **role_job("worker", suspend=True),
+                "metadata": {
+                    **role_job("worker")["metadata"],
+                    "labels": {"kueue.x-k8s.io/queue-name": "team-a"},
+                },
+            },
+            "suspended: waiting for Kueue to admit it (LocalQueue team-a)",
+            id="kueue",
+        ),
+        pytest.param(role_job("ps"), "cannot create its pod: quota", id="failed-create"),
+    ],
+)
+def test_waiting_message(the_job: dict[str, Any], expected: str | None):
+    assert waiting_message(the_job, {"j-ps": "cannot create its pod: quota"}) == expected
+
+
+def test_a_replica_refused_by_a_quota_says_so_in_status():
+    jobs = [role_job("ps"), role_job("worker")]
+    obs = observe(job_model(), Prior(), jobs, [pod("ps", 0)], NOW, [event("j-worker", QUOTA, T0)])
+    assert obs.replicas["worker-0"].status.state is ReplicaState.PENDING
+    assert obs.replicas["worker-0"].message == f"cannot create its pod: {QUOTA}"
+    assert obs.replicas["ps-0"].message == ""
+    view = job_view(tfjob(), jobs, [pod("ps", 0)], NOW, [event("j-worker", QUOTA, T0)])
+    assert {r.key: r.message for r in view.replicas}["worker-1"].startswith("cannot create")

@@ -76,11 +76,11 @@ def test_minimal_manifest_converts():
     job = from_kubeflow(manifest())
     assert job.name == "dist-mnist"
     assert job.spec.replicas.counts() == {"chief": 0, "ps": 1, "worker": 2, "evaluator": 0}
-    assert job.spec.code.source == "."
-    assert job.spec.code.entrypoint == "train.py"
+    assert job.spec.code is None  # the image carries the code: the command runs as given
     worker = job.spec.replicas.worker
     assert worker is not None
-    assert worker.args == ["--epochs=2"]
+    assert worker.command == ["python", "train.py", "--epochs=2"]
+    assert worker.args == []
     assert worker.image == "tensorflow/tensorflow:2.21.0"
     assert job.spec.run_policy.restart_policy is RestartPolicy.ON_FAILURE
 
@@ -201,32 +201,172 @@ def test_container_details_map():
             "limits": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": 1},
             "requests": {"cpu": "1"},
         },
-        ports=[{"name": "tfjob-port", "containerPort": 2345}],
+        ports=[{"name": "tfjob-port", "containerPort": 2345}, {"containerPort": 6006}],
         imagePullPolicy="Always",
+        workingDir="/app",
     )
     spec = replica(
         2,
-        template={"metadata": {"annotations": {"a": "b"}}, "spec": {"containers": [c]}},
+        template={
+            "metadata": {"annotations": {"a": "b"}, "labels": {"team": "vision"}},
+            "spec": {"containers": [c], "serviceAccountName": "trainer"},
+        },
     )
     job = from_kubeflow(manifest(spec__tfReplicaSpecs={"Worker": spec}))
     worker = job.spec.replicas.worker
     assert worker is not None
-    assert job.spec.code.entrypoint == "bin/run.sh"
-    assert worker.args == ["--lr=0.1"]
+    assert (worker.command, worker.args) == (["bash", "bin/run.sh"], ["--lr=0.1"])
     assert worker.env == {"MODE": "fast"}
     assert (worker.resources.cpu, worker.resources.memory, worker.resources.gpu) == ("2", "4Gi", 1)
     assert worker.annotations == {"a": "b"}
-    assert job.spec.run_policy.port == 2345
+    assert worker.labels == {"team": "vision"}
+    assert worker.working_dir == "/app"
+    assert worker.service_account_name == "trainer"
+    assert job.spec.run_policy.port == 2345  # other ports are informational: dropped
+    assert job.spec.image_pull_policy is not None
+    assert job.spec.image_pull_policy.value == "Always"
 
 
-def test_script_in_args_when_no_command():
-    c = container(args=["train.py", "--x"])
+@pytest.mark.parametrize(
+    ("words", "command"),
+    [
+        pytest.param(["train.py", "--x"], ["train.py", "--x"], id="script"),
+        pytest.param(["python", "/opt/t.py"], ["python", "/opt/t.py"], id="interpreter"),
+    ],
+)
+def test_args_alone_are_the_command_line(words: list[str], command: list[str]):
+    c = container(args=words)
     del c["command"]
     spec = replica(1, template={"spec": {"containers": [c]}})
     job = from_kubeflow(manifest(spec__tfReplicaSpecs={"Worker": spec}))
-    assert job.spec.code.entrypoint == "train.py"
     assert job.spec.replicas.worker is not None
-    assert job.spec.replicas.worker.args == ["--x"]
+    assert job.spec.replicas.worker.command == command
+
+
+def test_per_role_restart_policies():
+    job = from_kubeflow(
+        manifest(
+            spec__tfReplicaSpecs={
+                "PS": replica(1, "Always"),
+                "Worker": replica(2, "ExitCode"),
+                "Evaluator": replica(1, None),
+            }
+        )
+    )
+    assert job.spec.restart_policy(Role.PS) is RestartPolicy.ON_FAILURE  # tfkube ends the PS
+    assert job.spec.restart_policy(Role.WORKER) is RestartPolicy.EXIT_CODE
+    assert job.spec.restart_policy(Role.EVALUATOR) is RestartPolicy.NEVER  # Kubeflow's default
+
+
+def test_volumes_mounts_and_helpers_map():
+    pod = {
+        "initContainers": [
+            {
+                "name": "fetch",
+                "image": "busybox",
+                "command": ["sh", "-c", "wget x"],
+                "volumeMounts": [{"name": "scratch", "mountPath": "/in"}],
+            }
+        ],
+        "volumes": [
+            {"name": "data", "persistentVolumeClaim": {"claimName": "ds", "readOnly": True}},
+            {"name": "scratch", "emptyDir": {"medium": "Memory"}},
+            {"name": "cfg", "configMap": {"name": "settings"}},
+            {"name": "creds", "secret": {"secretName": "s3"}},
+        ],
+    }
+    main = container(
+        volumeMounts=[
+            {"name": "data", "mountPath": "/datasets", "readOnly": True},
+            {"name": "cfg", "mountPath": "/etc/cfg", "subPath": "train"},
+            {"name": "creds", "mountPath": "/creds"},
+        ],
+        env=[
+            {"name": "K", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "k"}}},
+            {
+                "name": "IP",
+                "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}},
+            },
+        ],
+    )
+    shipper = {"name": "shipper", "image": "fluent-bit", "args": ["-i", "tail"]}
+    spec = replica(2, template={"spec": {"containers": [shipper, main], **pod}})
+    worker = from_kubeflow(manifest(spec__tfReplicaSpecs={"Worker": spec})).spec.replicas.worker
+    assert worker is not None
+    volumes = {v.name: v for v in worker.volumes}
+    assert set(volumes) == {"kf-data", "scratch", "cfg", "creds"}  # `data` is tfkube's own
+    assert (volumes["kf-data"].claim_name, volumes["kf-data"].mount_path) == ("ds", "/datasets")
+    assert volumes["kf-data"].read_only
+    assert volumes["scratch"].mount_path is None  # only the init container mounts it
+    assert volumes["scratch"].empty_dir is not None
+    assert volumes["cfg"].sub_path == "train"
+    assert volumes["creds"].secret == "s3"
+    assert [c.name for c in worker.init_containers] == ["fetch"]
+    assert worker.init_containers[0].volume_mounts[0].name == "scratch"
+    assert [c.name for c in worker.sidecars] == ["shipper"]
+    assert set(worker.env) == {"K", "IP"}
+    assert worker.cluster_only() == ["volumes", "initContainers", "sidecars", "env.K", "env.IP"]
+
+
+def test_placement_and_scheduling_map():
+    pod = {
+        "nodeSelector": {"pool": "gpu"},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                    ]
+                }
+            }
+        },
+        "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "schedulerName": "volcano",
+        "priorityClassName": "high",
+        "terminationGracePeriodSeconds": 45,
+        "imagePullSecrets": [{"name": "regcred"}],
+    }
+    spec = replica(2, template={"spec": {"containers": [container()], **pod}})
+    job = from_kubeflow(
+        manifest(
+            spec__tfReplicaSpecs={"Worker": spec},
+            spec__runPolicy={"schedulingPolicy": {"minAvailable": 2, "queue": "research"}},
+        )
+    )
+    worker = job.spec.replicas.worker
+    assert worker is not None
+    assert worker.node_selector == {"pool": "gpu", "zone": "a"}
+    assert worker.tolerations is not None
+    assert worker.tolerations[0].key == "gpu"
+    scheduling = job.spec.scheduling
+    assert scheduling is not None
+    assert (scheduling.gang.value, scheduling.queue, scheduling.min_available) == (
+        "Volcano",
+        "research",
+        2,
+    )
+    assert scheduling.priority_class_name == "high"
+    assert job.spec.run_policy.termination_grace_seconds == 45
+    assert job.spec.image_pull_secrets == ["regcred"]
+
+
+def test_kueue_queue_label_is_kueue_scheduling():
+    job = from_kubeflow(
+        manifest(
+            metadata={"name": "q", "labels": {"kueue.x-k8s.io/queue-name": "team-a"}},
+            spec__runPolicy={"suspend": True},  # Kueue's own switch: it admits the Jobs
+        )
+    )
+    assert job.spec.scheduling is not None
+    assert (job.spec.scheduling.gang.value, job.spec.scheduling.queue) == ("Kueue", "team-a")
+    assert not job.spec.run_policy.suspend
+    assert job.metadata.labels == {}
+
+
+def test_old_top_level_run_policy_fields():
+    job = from_kubeflow(manifest(spec__cleanPodPolicy="None", spec__ttlSecondsAfterFinished=60))
+    assert job.spec.run_policy.clean_pod_policy is CleanPodPolicy.NONE
+    assert job.spec.run_policy.ttl_seconds_after_finished == 60
 
 
 # -- what is rejected ------------------------------------------------------------------------
@@ -250,71 +390,140 @@ def _worker_with(pod: dict[str, Any] | None = None, **container_changes: Any) ->
             id="restart-always",
         ),
         pytest.param(
+            {
+                "spec__tfReplicaSpecs__Worker": replica(
+                    2,
+                    template={"spec": {"containers": [container(name="main"), {"name": "side"}]}},
+                )
+            },
+            f"{W}.template.spec.containers",
+            "none named 'tensorflow'",
+            id="two-containers-no-tensorflow",
+        ),
+        pytest.param(
+            {
+                "spec__tfReplicaSpecs__Worker": _worker_with(
+                    {"volumes": [{"name": "v", "hostPath": {"path": "/x"}}]}
+                )
+            },
+            f"{W}.template.spec.volumes[0].hostPath",
+            "use a claim for this storage",
+            id="host-path-volume",
+        ),
+        pytest.param(
+            {
+                "spec__tfReplicaSpecs__Worker": _worker_with(
+                    volumeMounts=[{"name": "v", "mountPath": "/v"}]
+                )
+            },
+            f"{C}.volumeMounts[0].name",
+            "is not one of the pod's volumes",
+            id="mount-of-no-volume",
+        ),
+        pytest.param(
+            {"spec__tfReplicaSpecs__Worker": _worker_with(command=None, args=["--epochs=3"])},
+            f"{C}.command",
+            "the image's own ENTRYPOINT would run with",
+            id="flags-for-the-image-entrypoint",
+        ),
+        pytest.param(
+            {
+                "spec__tfReplicaSpecs__Worker": _worker_with(
+                    env=[{"name": "P", "valueFrom": {"resourceFieldRef": {"resource": "cpu"}}}]
+                )
+            },
+            f"{C}.env[0].valueFrom.resourceFieldRef",
+            "give a value instead",
+            id="env-resource-field-ref",
+        ),
+        pytest.param(
+            {
+                "spec__tfReplicaSpecs__Worker": _worker_with(
+                    envFrom=[{"configMapRef": {"name": "c"}}]
+                )
+            },
+            f"{C}.envFrom",
+            "cannot express this container setting",
+            id="env-from",
+        ),
+        pytest.param(
+            {"spec__tfReplicaSpecs__Worker": _worker_with({"hostNetwork": True})},
+            f"{W}.template.spec.hostNetwork",
+            "cannot express this pod setting",
+            id="host-network",
+        ),
+        pytest.param(
+            {
+                "spec__tfReplicaSpecs__Worker": _worker_with(
+                    {
+                        "affinity": {
+                            "podAntiAffinity": {
+                                "requiredDuringSchedulingIgnoredDuringExecution": []
+                            }
+                        }
+                    }
+                )
+            },
+            f"{W}.template.spec.affinity.podAntiAffinity",
+            "nodeSelector and tolerations",
+            id="pod-anti-affinity",
+        ),
+        pytest.param(
+            {
+                "spec__tfReplicaSpecs__Worker": _worker_with(
+                    {
+                        "affinity": {
+                            "nodeAffinity": {
+                                "requiredDuringSchedulingIgnoredDuringExecution": {
+                                    "nodeSelectorTerms": [
+                                        {
+                                            "matchExpressions": [
+                                                {"key": "z", "operator": "In", "values": ["a", "b"]}
+                                            ]
+                                        }
+                                    ]
+                                }
+                            }
+                        }
+                    }
+                )
+            },
+            f"{W}.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+            ".nodeSelectorTerms[0].matchExpressions[0]",
+            "`In` with one value",
+            id="node-affinity-two-values",
+        ),
+        pytest.param(
+            {
+                "spec__tfReplicaSpecs": {
+                    name: replica(
+                        1,
+                        template={"spec": {"containers": [container()], "schedulerName": sched}},
+                    )
+                    for name, sched in (("PS", "volcano"), ("Worker", "my-scheduler"))
+                }
+            },
+            "spec.tfReplicaSpecs",
+            "one schedulerName per job",
+            id="scheduler-differs",
+        ),
+        pytest.param(
+            {"spec__runPolicy": {"schedulingPolicy": {"minResources": {"cpu": "4"}}}},
+            "spec.runPolicy.schedulingPolicy.minResources",
+            "minResources",
+            id="min-resources",
+        ),
+        pytest.param(
+            {"metadata": {"generateName": "job-"}},
+            "metadata.generateName",
+            "fixed name",
+            id="generate-name",
+        ),
+        pytest.param(
             {"spec__tfReplicaSpecs__Worker__restartPolicy": "Sometimes"},
             f"{W}.restartPolicy",
             "must be Never, OnFailure or ExitCode",
             id="restart-unknown",
-        ),
-        pytest.param(
-            {"spec__tfReplicaSpecs__PS__restartPolicy": "Never"},
-            "spec.tfReplicaSpecs",
-            "one restartPolicy per job",
-            id="restart-differs",
-        ),
-        pytest.param(
-            {
-                "spec__tfReplicaSpecs__Worker": replica(
-                    2,
-                    template={"spec": {"containers": [container(), {"name": "sidecar"}]}},
-                )
-            },
-            f"{W}.template.spec.containers",
-            "sidecars are not supported",
-            id="sidecar",
-        ),
-        pytest.param(
-            {"spec__tfReplicaSpecs__Worker": _worker_with({"volumes": [{"name": "v"}]})},
-            f"{W}.template.spec.volumes",
-            "cannot express this pod setting",
-            id="volumes",
-        ),
-        pytest.param(
-            {"spec__tfReplicaSpecs__Worker": _worker_with(volumeMounts=[{"name": "v"}])},
-            f"{C}.volumeMounts",
-            "cannot express this container setting",
-            id="volume-mounts",
-        ),
-        pytest.param(
-            {
-                "spec__tfReplicaSpecs__Worker": _worker_with(
-                    command=["python", "/var/tf_mnist/mnist.py"]
-                )
-            },
-            f"{C}.command",
-            "lives in the image",
-            id="script-in-image",
-        ),
-        pytest.param(
-            {"spec__tfReplicaSpecs__Worker": _worker_with(command=["python", "-m", "trainer"])},
-            f"{C}.command",
-            "not an interpreter option",
-            id="python-m",
-        ),
-        pytest.param(
-            {"spec__tfReplicaSpecs__Worker": _worker_with(command=["python", "other.py"])},
-            "spec.tfReplicaSpecs",
-            "one entrypoint for every role",
-            id="entrypoints-differ",
-        ),
-        pytest.param(
-            {
-                "spec__tfReplicaSpecs__Worker": _worker_with(
-                    env=[{"name": "P", "valueFrom": {"secretKeyRef": {"name": "s"}}}]
-                )
-            },
-            f"{C}.env[0].valueFrom",
-            "give a value",
-            id="env-value-from",
         ),
         pytest.param(
             {
@@ -325,12 +534,6 @@ def _worker_with(pod: dict[str, Any] | None = None, **container_changes: Any) ->
             f"{C}.resources.limits.example.com/fpga",
             "only cpu, memory and nvidia.com/gpu",
             id="other-resource",
-        ),
-        pytest.param(
-            {"spec__tfReplicaSpecs__Worker": _worker_with(ports=[{"containerPort": 80}])},
-            f"{C}.ports[0]",
-            "tfjob-port",
-            id="other-port",
         ),
         pytest.param(
             {"spec__tfReplicaSpecs__Launcher": replica(1)},
@@ -379,12 +582,6 @@ def _worker_with(pod: dict[str, Any] | None = None, **container_changes: Any) ->
             "spec.enableDynamicWorker",
             "fixed set of workers",
             id="dynamic-worker",
-        ),
-        pytest.param(
-            {"spec__tfReplicaSpecs__Worker__template__metadata": {"labels": {"a": "b"}}},
-            f"{W}.template.metadata.labels",
-            "only annotations carry over",
-            id="pod-labels",
         ),
     ],
 )

@@ -13,6 +13,7 @@ import json
 import os
 import socket
 import stat
+import sys
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -122,7 +123,6 @@ def test_contract_from_env_defaults():
         pytest.param("TFKUBE_JOB", id="job"),
         pytest.param("TFKUBE_ROLE", id="role"),
         pytest.param("TFKUBE_CLUSTER", id="cluster"),
-        pytest.param("TFKUBE_CODE_URL", id="code-url"),
         pytest.param("TFKUBE_WORK_DIR", id="work-dir"),
     ],
 )
@@ -130,6 +130,71 @@ def test_contract_from_env_defaults():
 def test_contract_from_env_missing_variable(name, value):
     with pytest.raises(ContractError, match=f"^{name} is not set; the engine must set it"):
         contract_from_env(contract_env(**{name: value}))
+
+
+@pytest.mark.parametrize("value", [pytest.param(None, id="unset"), pytest.param("", id="empty")])
+def test_contract_needs_code_or_a_command(value):
+    with pytest.raises(ContractError, match="TFKUBE_CODE_URL or TFKUBE_COMMAND must be set"):
+        contract_from_env(contract_env(TFKUBE_CODE_URL=value))
+
+
+@pytest.mark.parametrize(
+    ("command", "code_url", "args", "expected"),
+    [
+        pytest.param(
+            '["python", "/opt/train.py"]',
+            None,
+            '["--steps=3"]',
+            ["python", "/opt/train.py", "--steps=3"],
+            id="image-command-no-flags",
+        ),
+        pytest.param(
+            '["sh", "-c", "echo $TF_CONFIG"]',
+            "file:///tmp/code.tar.gz",
+            None,
+            ["sh", "-c", "echo $TF_CONFIG"],
+            id="command-with-code",
+        ),
+    ],
+)
+def test_a_command_runs_as_given(command, code_url, args, expected):
+    c = contract_from_env(
+        contract_env(TFKUBE_COMMAND=command, TFKUBE_CODE_URL=code_url, TFKUBE_ARGS=args)
+    )
+    assert c.code_url == code_url
+    assert c.argv(None) == expected  # no classic flags: those are for tfkube's run.sh
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param("[]", id="empty"),
+        pytest.param('"python train.py"', id="string"),
+        pytest.param("[1, 2]", id="numbers"),
+    ],
+)
+def test_a_malformed_command_is_a_contract_error(command):
+    with pytest.raises(ContractError, match="TFKUBE_COMMAND must be a non-empty JSON list"):
+        contract_from_env(contract_env(TFKUBE_COMMAND=command))
+
+
+@pytest.mark.parametrize(
+    ("argv", "path", "expected"),
+    [
+        pytest.param(["python", "t.py"], "/nonexistent", [sys.executable, "t.py"], id="python"),
+        pytest.param(["python3", "-u"], "", [sys.executable, "-u"], id="python3-empty-path"),
+        pytest.param(["sh", "-c", "x"], "/nonexistent", ["sh", "-c", "x"], id="other-as-given"),
+        pytest.param(["python3", "t.py"], None, None, id="python3-on-path-kept"),
+    ],
+)
+def test_python_missing_from_path_is_the_launchers_interpreter(argv, path, expected):
+    from tfkube.launcher._run import resolve_program
+
+    env = {} if path is None else {"PATH": path}
+    if path is None:
+        env["PATH"] = str(Path(sys.executable).parent)
+        expected = argv
+    assert resolve_program(argv, env) == expected
 
 
 @pytest.mark.parametrize(

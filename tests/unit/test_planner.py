@@ -1225,3 +1225,87 @@ def test_a_held_restart_waits_past_its_backoff():
     decision = plan(job(), status, NOW)
     assert decision.actions == ()
     assert decision.phase is JobPhase.RESTARTING
+
+
+def job_with_roles(policy: str, **per_role: str) -> Any:
+    """1 PS + 2 workers; `per_role` gives a role its own restartPolicy."""
+    replicas: dict[str, Any] = {"ps": {"replicas": 1}, "worker": {"replicas": 2}}
+    for role, own in per_role.items():
+        replicas[role]["restartPolicy"] = own
+    return parse_job(
+        {
+            "apiVersion": "tfkube.io/v1alpha1",
+            "kind": "TFJob",
+            "metadata": {"name": "j"},
+            "spec": {
+                "replicas": replicas,
+                "code": {"source": "."},
+                "runPolicy": {"restartPolicy": policy, "backoffLimit": 5},
+            },
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("the_job", "failed", "code", "retried", "policy_named"),
+    [
+        pytest.param(
+            job_with_roles("OnFailure", worker="Never"),
+            "worker-1",
+            1,
+            False,
+            "Never",
+            id="worker-never",
+        ),
+        pytest.param(
+            job_with_roles("OnFailure", worker="Never"), "ps-0", 1, True, None, id="ps-job-default"
+        ),
+        pytest.param(
+            job_with_roles("Never", ps="OnFailure"), "ps-0", 1, True, None, id="ps-own-onfailure"
+        ),
+        pytest.param(
+            job_with_roles("Never", ps="OnFailure"),
+            "worker-0",
+            1,
+            False,
+            "Never",
+            id="worker-job-never",
+        ),
+        pytest.param(
+            job_with_roles("OnFailure", worker="ExitCode"),
+            "worker-0",
+            3,
+            False,
+            "ExitCode",
+            id="worker-exitcode-user",
+        ),
+        pytest.param(
+            job_with_roles("OnFailure", worker="ExitCode"),
+            "worker-0",
+            137,
+            True,
+            None,
+            id="worker-exitcode-signal",
+        ),
+        pytest.param(
+            job_with_roles("ExitCode", worker="OnFailure"),
+            "worker-0",
+            3,
+            True,
+            None,
+            id="worker-own-onfailure",
+        ),
+    ],
+)
+def test_each_role_is_retried_by_its_own_restart_policy(
+    the_job, failed, code, retried, policy_named
+):
+    keys = ["ps-0", "worker-0", "worker-1"]
+    status = st(*(r(k, FAIL, code) if k == failed else r(k) for k in keys))
+    decision = plan(the_job, status, NOW)
+    if retried:
+        assert not decision.finished
+        assert any(isinstance(a, Restart) and a.key == failed for a in decision.actions)
+    else:
+        assert decision.reason == "ReplicaFailed"
+        assert f"restartPolicy {policy_named} does not retry it" in (decision.message or "")

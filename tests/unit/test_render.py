@@ -903,11 +903,20 @@ def test_crd_preserves_unknown_fields_only_where_unavoidable():
     places = [
         path for path, node in _walk(_schema()) if node.get("x-kubernetes-preserve-unknown-fields")
     ]
+    roles = ".properties.spec.properties.replicas.properties"
+    env = ".properties.env.additionalProperties"
+    # Environment values (a string or one of four forms) of the replica and of its helper
+    # containers; kopf's bookkeeping in the status.
     assert places == [
-        ".properties.spec.properties.replicas.properties.chief.properties.env.additionalProperties",
-        ".properties.spec.properties.replicas.properties.ps.properties.env.additionalProperties",
-        ".properties.spec.properties.replicas.properties.worker.properties.env.additionalProperties",
-        ".properties.spec.properties.replicas.properties.evaluator.properties.env.additionalProperties",
+        *(
+            path
+            for role in ("chief", "ps", "worker", "evaluator")
+            for path in (
+                f"{roles}.{role}{env}",
+                f"{roles}.{role}.properties.initContainers.items{env}",
+                f"{roles}.{role}.properties.sidecars.items{env}",
+            )
+        ),
         ".properties.status",
     ]
 
@@ -923,7 +932,7 @@ def test_crd_schema_follows_the_models():
         "description": "Restarts the whole job may take (over all replicas) before it is Failed.",
     }
     assert run_policy["activeDeadlineSeconds"]["exclusiveMinimum"] is True
-    assert spec["required"] == ["code", "replicas"]
+    assert spec["required"] == ["replicas"]  # code: unless every role has a command
     assert spec["properties"]["replicas"]["required"] == ["worker"]
     assert set(spec["properties"]) == set(
         TFJob.model_json_schema(by_alias=True)["$defs"]["JobSpec"]["properties"]
@@ -1050,3 +1059,137 @@ def test_a_node_cache_for_requirements_is_per_namespace():
 def test_the_launcher_zipapp_carries_the_runtime_contract():
     names = zipfile.ZipFile(io.BytesIO(build_launcher_zipapp())).namelist()
     assert "tfkube/contract.py" in names
+
+
+# -- a role's own command, volumes, helper containers (Kubeflow's shapes) -------------------
+
+
+def test_per_role_restart_policy_wins_over_the_jobs():
+    job = job_of(
+        runPolicy={"restartPolicy": "OnFailure", "backoffLimit": 4},
+        replicas={"ps": {"replicas": 1}, "worker": {"replicas": 2, "restartPolicy": "Never"}},
+    )
+    objects = render(job)
+    assert one(objects, "Job", "mnist-worker")["spec"]["backoffLimit"] == 0
+    assert _rules(objects, "worker") == [IGNORE_DISRUPTION, FAIL_ANY]
+    assert _rules(objects, "ps") == [IGNORE_DISRUPTION]
+
+
+def test_a_command_without_code_runs_as_given_through_the_launcher():
+    job = parse_job(
+        {
+            "apiVersion": "tfkube.io/v1alpha1",
+            "kind": "TFJob",
+            "metadata": {"name": "mnist"},
+            "spec": {
+                "replicas": {
+                    "worker": {
+                        "replicas": 2,
+                        "command": ["python", "/opt/train.py"],
+                        "args": ["--steps=5"],
+                        "workingDir": "/opt",
+                        "serviceAccountName": "trainer",
+                        "labels": {"team": "vision"},
+                    }
+                }
+            },
+        }
+    )
+    objects = render(job)
+    container = pod(objects, "worker")["containers"][0]
+    assert container["command"] == list(LAUNCHER_COMMAND)  # tees, signals, termination log
+    assert container["workingDir"] == "/opt"
+    env = env_of(objects, "worker")
+    assert json.loads(env["TFKUBE_COMMAND"]) == ["python", "/opt/train.py"]
+    assert json.loads(env["TFKUBE_ARGS"]) == ["--steps=5"]
+    assert "TFKUBE_CODE_URL" not in env
+    assert "TFKUBE_ENTRYPOINT" not in env
+    assert "code" not in {v["name"] for v in pod(objects, "worker")["volumes"]}
+    assert pod(objects, "worker")["serviceAccountName"] == "trainer"
+    labels = one(objects, "Job", "mnist-worker")["spec"]["template"]["metadata"]["labels"]
+    assert labels["team"] == "vision"
+    assert labels["tfkube.io/replica-type"] == "worker"
+    assert not by_kind(objects, "ConfigMap")[1:]  # only the launcher's
+
+
+def test_env_references_volumes_and_helpers():
+    job = job_of(
+        replicas={
+            "worker": {
+                "replicas": 1,
+                "command": ["sh", "-c", "python /app/train.py"],
+                "env": {
+                    "PLAIN": "x",
+                    "KEY": {"secretKeyRef": {"name": "s3", "key": "k"}},
+                    "CFG": {"configMapKeyRef": {"name": "c", "key": "e", "optional": True}},
+                    "IP": {"fieldRef": {"fieldPath": "status.podIP"}},
+                    "CP": {"command": "hadoop classpath"},
+                },
+                "volumes": [
+                    {
+                        "name": "ds",
+                        "mountPath": "/datasets",
+                        "claimName": "imagenet",
+                        "readOnly": True,
+                    },
+                    {"name": "shm", "mountPath": "/dev/shm", "emptyDir": {"medium": "Memory"}},
+                    {"name": "cfg", "mountPath": "/etc/t", "configMap": "settings", "subPath": "a"},
+                    {"name": "scratch", "emptyDir": {}},
+                ],
+                "initContainers": [
+                    {
+                        "name": "fetch",
+                        "image": "busybox",
+                        "command": ["sh", "-c", "wget x"],
+                        "volumeMounts": [{"name": "scratch", "mountPath": "/in"}],
+                    }
+                ],
+                "sidecars": [
+                    {
+                        "name": "shipper",
+                        "image": "fluent-bit",
+                        "args": ["-i", "tail"],
+                        "env": {"K": {"secretKeyRef": {"name": "s", "key": "k"}}},
+                        "resources": {"cpu": "100m"},
+                        "volumeMounts": [{"name": "logs", "mountPath": "/logs", "readOnly": True}],
+                    }
+                ],
+            }
+        }
+    )
+    spec = pod(render(job), "worker")
+    container = spec["containers"][0]
+    refs = {e["name"]: e.get("valueFrom") for e in container["env"] if "valueFrom" in e}
+    assert refs == {
+        "CFG": {"configMapKeyRef": {"name": "c", "key": "e", "optional": True}},
+        "IP": {"fieldRef": {"fieldPath": "status.podIP"}},
+        "KEY": {"secretKeyRef": {"name": "s3", "key": "k", "optional": False}},
+    }
+    values = {e["name"]: e.get("value") for e in container["env"] if "value" in e}
+    assert values["PLAIN"] == "x"
+    assert json.loads(values["TFKUBE_ENV_COMMANDS"]) == {"CP": "hadoop classpath"}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["ds"]["persistentVolumeClaim"] == {"claimName": "imagenet", "readOnly": True}
+    assert volumes["shm"]["emptyDir"] == {"medium": "Memory"}
+    assert volumes["cfg"]["configMap"] == {"name": "settings"}
+    assert volumes["scratch"]["emptyDir"] == {}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["ds"] == {"name": "ds", "mountPath": "/datasets", "readOnly": True}
+    assert mounts["cfg"]["subPath"] == "a"
+    assert "scratch" not in mounts  # only the init container mounts it
+    fetch, shipper = spec["initContainers"]
+    assert fetch["name"] == "fetch"
+    assert "restartPolicy" not in fetch  # runs to completion first
+    assert fetch["volumeMounts"] == [{"name": "scratch", "mountPath": "/in"}]
+    assert shipper["restartPolicy"] == "Always"  # a native sidecar: the pod still completes
+    assert shipper["args"] == ["-i", "tail"]
+    assert shipper["env"] == [
+        {"name": "K", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k", "optional": False}}}
+    ]
+    assert shipper["resources"] == {"requests": {"cpu": "100m"}, "limits": {"cpu": "100m"}}
+
+
+def test_min_available_is_the_pod_groups_min_member():
+    job = job_of(scheduling={"gang": "Volcano", "minAvailable": 3})
+    group = by_kind(render(job), "PodGroup")[0]
+    assert group["spec"]["minMember"] == 3

@@ -22,7 +22,7 @@ def replica_environment(
     role: Role,
     cluster: dict[str, list[str]] | str,
     *,
-    code_url: str,
+    code_url: str | None,
     code_sha256: str | None,
     data_dir: str,
     log_dir: str,
@@ -33,7 +33,9 @@ def replica_environment(
     venv_cache: str | None = None,
 ) -> dict[str, str]:
     """`TFKUBE_*` variables plus the role's own env (commands go to TFKUBE_ENV_COMMANDS).
-    `cluster` is every address (role -> list), or an address rule (`str`)."""
+    `cluster` is every address (role -> list), or an address rule (`str`).
+    References to Secrets, ConfigMaps or pod fields are not values: a cluster renders them
+    itself (`tfkube.render`), the local engine refuses them."""
     spec = job.spec.replicas.get(role)
     assert spec is not None, f"job {job.name} has no {role.value} replicas"
     plain = {k: v for k, v in spec.env.items() if isinstance(v, str)}
@@ -52,13 +54,17 @@ def replica_environment(
         c.HAS_CHIEF: "1" if job.spec.replicas.count(Role.CHIEF) else "0",
         c.DATA_DIR: data_dir,
         c.LOG_DIR: log_dir,
-        c.CODE_URL: code_url,
-        c.ENTRYPOINT: job.spec.code.entrypoint,
         c.WORK_DIR: work_dir,
         c.GRACE_SECONDS: str(job.spec.run_policy.termination_grace_seconds),
         c.TERMINATION_LOG: termination_log,
         "PYTHONUNBUFFERED": "1",
     }
+    if code_url:
+        env[c.CODE_URL] = code_url
+    if spec.command is not None:
+        env[c.COMMAND] = json.dumps(spec.command)
+    elif job.spec.code is not None:
+        env[c.ENTRYPOINT] = job.spec.code.entrypoint
     if index is not None:
         env[c.INDEX] = str(index)
     if code_sha256:

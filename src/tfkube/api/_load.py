@@ -40,12 +40,22 @@ class SpecError(ValueError):
         super().__init__("\n".join(lines))
 
 
+_UNION_BRANCHES = {
+    "str",
+    "EnvFromCommand",
+    "EnvFromSecret",
+    "EnvFromConfigMap",
+    "EnvFromField",
+}
+"""Union branch names pydantic adds to an error's path (environment values)."""
+
+
 def _field_path(loc: tuple[int | str, ...]) -> str:
     parts: list[str] = []
     for item in loc:
         if isinstance(item, int):
             parts.append(f"[{item}]")
-        elif item in {"str", "EnvFromCommand"}:
+        elif item in _UNION_BRANCHES:
             continue  # union branch names pydantic adds to the path
         else:
             parts.append(("." if parts else "") + item)

@@ -11,8 +11,17 @@ import re
 from enum import StrEnum
 from typing import Annotated, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel, to_snake
 
 from tfkube.contract import RESERVED_PREFIX, TF_CONFIG
 
@@ -112,7 +121,135 @@ class EnvFromCommand(_Model):
     """A shell command; its standard output, stripped, becomes the value."""
 
 
-EnvValue = str | EnvFromCommand
+class SecretKeyRef(_Model):
+    """One key of a Secret in the job's namespace."""
+
+    name: str
+    """The Secret's name."""
+    key: str
+    """The key within it."""
+    optional: bool = False
+    """True: a missing Secret or key leaves the variable unset instead of failing the pod."""
+
+
+class ConfigMapKeyRef(_Model):
+    """One key of a ConfigMap in the job's namespace."""
+
+    name: str
+    """The ConfigMap's name."""
+    key: str
+    """The key within it."""
+    optional: bool = False
+    """True: a missing ConfigMap or key leaves the variable unset instead of failing the pod."""
+
+
+class FieldRef(_Model):
+    """A field of the replica's own pod, as Kubernetes' downward API gives it."""
+
+    field_path: str
+    """e.g. `metadata.name`, `metadata.namespace`, `spec.nodeName`, `status.podIP`,
+    `status.hostIP`, `metadata.labels['key']`."""
+
+    @field_validator("field_path")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        plain = {
+            "metadata.name",
+            "metadata.namespace",
+            "metadata.uid",
+            "spec.nodeName",
+            "spec.serviceAccountName",
+            "status.hostIP",
+            "status.hostIPs",
+            "status.podIP",
+            "status.podIPs",
+        }
+        if value not in plain and not _INDEXED_FIELD.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a pod field Kubernetes can give; use one of "
+                f"{', '.join(sorted(plain))} or metadata.labels['KEY'] / "
+                "metadata.annotations['KEY']"
+            )
+        return value
+
+
+_INDEXED_FIELD = re.compile(r"^metadata\.(labels|annotations)\['[^']+'\]$")
+
+
+class EnvFromSecret(_Model):
+    """Cluster: a variable read from a Secret (credentials stay out of the spec)."""
+
+    secret_key_ref: SecretKeyRef
+
+
+class EnvFromConfigMap(_Model):
+    """Cluster: a variable read from a ConfigMap."""
+
+    config_map_key_ref: ConfigMapKeyRef
+
+
+class EnvFromField(_Model):
+    """Cluster: a variable holding a field of the replica's pod (its name, its IP, ...)."""
+
+    field_ref: FieldRef
+
+
+_ENV_KINDS = (
+    ("command", EnvFromCommand),
+    ("secretKeyRef", EnvFromSecret),
+    ("configMapKeyRef", EnvFromConfigMap),
+    ("fieldRef", EnvFromField),
+)
+
+
+def _env_kind(value: object) -> str | None:
+    """Which form an environment value has, by its one key (so an error names only the
+    fields of that form, not of every form the value could have been)."""
+    if isinstance(value, str):
+        return "str"
+    if isinstance(value, BaseModel):
+        return type(value).__name__
+    if isinstance(value, dict):
+        for key, model in _ENV_KINDS:
+            if key in value or to_snake(key) in value:
+                return model.__name__
+    return None
+
+
+def _kube_env_kind(value: object) -> str | None:
+    kind = _env_kind(value)
+    return None if kind == EnvFromCommand.__name__ else kind
+
+
+KubeEnvValue = Annotated[
+    Annotated[str, Tag("str")]
+    | Annotated[EnvFromSecret, Tag("EnvFromSecret")]
+    | Annotated[EnvFromConfigMap, Tag("EnvFromConfigMap")]
+    | Annotated[EnvFromField, Tag("EnvFromField")],
+    Discriminator(
+        _kube_env_kind,
+        custom_error_type="env_value",
+        custom_error_message="must be a string, {secretKeyRef: {name, key}}, "
+        "{configMapKeyRef: {name, key}} or {fieldRef: {fieldPath}}",
+    ),
+]
+"""What Kubernetes itself can set: a value, or a reference it resolves when the pod starts."""
+EnvValue = Annotated[
+    Annotated[str, Tag("str")]
+    | Annotated[EnvFromCommand, Tag("EnvFromCommand")]
+    | Annotated[EnvFromSecret, Tag("EnvFromSecret")]
+    | Annotated[EnvFromConfigMap, Tag("EnvFromConfigMap")]
+    | Annotated[EnvFromField, Tag("EnvFromField")],
+    Discriminator(
+        _env_kind,
+        custom_error_type="env_value",
+        custom_error_message="must be a string, {command: ...}, {secretKeyRef: {name, key}}, "
+        "{configMapKeyRef: {name, key}} or {fieldRef: {fieldPath}}",
+    ),
+]
+"""A replica's variable: also `{command: ...}`, which tfkube's launcher computes."""
+CLUSTER_ONLY_ENV = (EnvFromSecret, EnvFromConfigMap, EnvFromField)
+"""Values only Kubernetes can resolve: the local engine refuses them."""
 
 
 class TolerationOperator(StrEnum):
@@ -175,6 +312,154 @@ def _check_labels(labels: dict[str, str] | None) -> dict[str, str] | None:
     return labels
 
 
+RESERVED_VOLUMES = frozenset({"launcher", "work", "logs", "data", "venvs", "code"})
+"""tfkube's own volumes in every replica pod (see tfkube.render); a role's extra volumes
+take other names. Helper containers may mount `data` and `logs` by these names."""
+_ABSOLUTE = re.compile(r"^/[^\0]*$")
+
+
+def _dns_label(value: str, what: str) -> str:
+    if len(value) > 63 or not _DNS_LABEL.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a valid {what}; use at most 63 lower-case letters, digits "
+            "and '-', starting and ending with a letter or digit"
+        )
+    return value
+
+
+def _absolute(value: str) -> str:
+    if not _ABSOLUTE.fullmatch(value) or ".." in value.split("/"):
+        raise ValueError(f"{value!r} must be an absolute path without '..', e.g. '/mnt/data'")
+    return value
+
+
+class EmptyDir(_Model):
+    """A scratch folder that lives as long as the pod."""
+
+    medium: Literal["", "Memory"] = ""
+    """"" (the node's disk) or Memory (tmpfs, e.g. a bigger /dev/shm for data loaders)."""
+    size_limit: str | None = None
+    """The most it may hold, as a quantity (e.g. "1Gi")."""
+
+    @field_validator("size_limit")
+    @classmethod
+    def _quantity(cls, value: str | None) -> str | None:
+        if value is not None and not _QUANTITY.fullmatch(value):
+            raise ValueError(f"{value!r} is not a quantity; write e.g. '1Gi'")
+        return value
+
+
+class ExtraVolume(_Model):
+    """Cluster: one more volume mounted into this role's replica container (Kubeflow's
+    `volumes` + `volumeMounts`): an existing claim with a dataset, a ConfigMap or Secret
+    of settings, a scratch folder. Exactly one source. tfkube's own shared storage
+    (`spec.storage`) stays where it is; the local engine refuses extra volumes (it cannot
+    mount them)."""
+
+    name: str
+    """The volume's name in the pod (a DNS label, not one of tfkube's own)."""
+    mount_path: str | None = None
+    """Where the replica container sees it (an absolute path); empty: only the role's
+    helper containers mount it (e.g. a scratch folder an init container fills)."""
+    read_only: bool = False
+    """Mount it read-only."""
+    sub_path: str | None = None
+    """Mount only this folder of the volume."""
+    claim_name: str | None = None
+    """An existing PersistentVolumeClaim in the job's namespace."""
+    config_map: str | None = None
+    """A ConfigMap in the job's namespace (one file per key)."""
+    secret: str | None = None
+    """A Secret in the job's namespace (one file per key)."""
+    empty_dir: EmptyDir | None = None
+    """A scratch folder of the pod."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if value in RESERVED_VOLUMES:
+            raise ValueError(
+                f"{value!r} is one of tfkube's own volumes "
+                f"({', '.join(sorted(RESERVED_VOLUMES))}); choose another name"
+            )
+        return _dns_label(value, "volume name")
+
+    @field_validator("mount_path")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        return _absolute(value) if value is not None else None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        given = [
+            k
+            for k in ("claim_name", "config_map", "secret", "empty_dir")
+            if getattr(self, k) is not None
+        ]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one source: claimName, configMap, secret or emptyDir"
+                + (f" (found {', '.join(given)})" if given else "")
+            )
+        return self
+
+
+class VolumeMount(_Model):
+    """Where a helper container sees one of the role's volumes."""
+
+    name: str
+    """An extra volume of the role, or tfkube's `data` or `logs`."""
+    mount_path: str
+    """An absolute path in the helper container."""
+    read_only: bool = False
+    sub_path: str | None = None
+
+    @field_validator("mount_path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        return _absolute(value)
+
+
+class Container(_Model):
+    """Cluster: a helper container in every pod of a role: an init container (runs to
+    completion before the replica starts, e.g. to download a dataset) or a sidecar (runs
+    beside it, e.g. a log shipper; Kubernetes' native sidecars, so the pod still completes
+    when the replica does). It runs its own image as given: no launcher, no TF_CONFIG."""
+
+    name: str
+    """A DNS label, unique in the pod (not `tensorflow`, the replica's own container)."""
+    image: str
+    """Its image."""
+    command: list[str] | None = None
+    """Its program and arguments; empty runs the image's own ENTRYPOINT."""
+    args: list[str] = []
+    """Arguments after `command` (or the image's ENTRYPOINT)."""
+    env: dict[str, KubeEnvValue] = {}
+    """Its environment: values, or Secret/ConfigMap/pod-field references."""
+    resources: Resources = Resources()
+    """Its requests and limits."""
+    volume_mounts: list[VolumeMount] = []
+    """The role's volumes it sees, and where."""
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if value == "tensorflow":
+            raise ValueError("'tensorflow' is the replica's own container; choose another name")
+        return _dns_label(value, "container name")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, env: dict[str, KubeEnvValue]) -> dict[str, KubeEnvValue]:
+        for name in env:
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(
+                    f"{name!r} is not a valid environment variable name; use letters, "
+                    "digits and '_', not starting with a digit"
+                )
+        return env
+
+
 class ReplicaSpec(_Model):
     """One role's replicas."""
 
@@ -184,22 +469,104 @@ class ReplicaSpec(_Model):
     env: dict[str, EnvValue] = {}
     """Extra environment; a value is a string or `{command: ...}`."""
     args: list[str] = []
-    """Extra arguments appended after the classic flags."""
+    """Extra arguments: after the classic flags for the code's entrypoint, or after
+    `command` (as Kubernetes appends a container's args to its command)."""
+    command: list[str] | None = None
+    """The program to run instead of the code's entrypoint, as given (Kubeflow's container
+    `command`): `[python, /opt/train.py]`, `[sh, -c, "..."]`. It gets TF_CONFIG and the
+    TFKUBE_* variables but not the classic flags (those are for tfkube's own `run.sh`
+    contract). It runs in the code folder when the job has code, else in `workingDir`
+    (cluster: the image's own working directory by default). Locally its program must
+    exist on this machine (`python`/`python3` is tfkube's interpreter), or the job is
+    refused before anything starts."""
+    working_dir: str | None = None
+    """The replica's working directory when the job has no code (cluster: the container's
+    workingDir; locally a folder that must exist here)."""
+    restart_policy: RestartPolicy | None = None
+    """This role's restart policy; default `runPolicy.restartPolicy` (e.g. PS OnFailure,
+    workers ExitCode)."""
     image: str | None = None
     """Container image in a cluster; defaults to `spec.image`."""
     annotations: dict[str, str] = {}
     """Cluster: extra annotations on this role's pods (e.g. for a service mesh or, in
     tests, the fake nodes' `tfkube.io/fake-*` behaviour). Ignored by the local engine."""
+    labels: dict[str, str] = {}
+    """Cluster: extra labels on this role's pods (tfkube's own labels win). Ignored by the
+    local engine."""
     node_selector: dict[str, str] | None = None
     """Cluster: node labels this role's pods require (e.g. `{tfkube.io/gpu: "true"}` or a
     node pool). Per role because PS and workers often belong on different machines."""
     tolerations: list[Toleration] | None = None
     """Cluster: taints this role's pods tolerate (e.g. a tainted GPU pool)."""
+    volumes: list[ExtraVolume] = []
+    """Cluster: more volumes for this role's replica container (a dataset's claim, a
+    ConfigMap, a scratch folder); the local engine refuses them."""
+    init_containers: list[Container] = []
+    """Cluster: helper containers that run to completion, in order, before the replica
+    starts (e.g. a download); the local engine refuses them."""
+    sidecars: list[Container] = []
+    """Cluster: helper containers beside the replica for as long as it runs; the local
+    engine refuses them."""
+    service_account_name: str | None = None
+    """Cluster: the ServiceAccount of this role's pods (e.g. one with cloud storage
+    access); default the namespace's `default`."""
 
     @field_validator("node_selector")
     @classmethod
     def _selector(cls, value: dict[str, str] | None) -> dict[str, str] | None:
         return _check_labels(value)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        _check_labels(value)
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and (not value or not value[0].strip()):
+            raise ValueError("must name a program, e.g. [python, /opt/train.py] or [sh, -c, ...]")
+        return value
+
+    @field_validator("working_dir")
+    @classmethod
+    def _working_dir(cls, value: str | None) -> str | None:
+        return _absolute(value) if value is not None else None
+
+    @model_validator(mode="after")
+    def _helpers(self) -> Self:
+        names = [c.name for c in (*self.init_containers, *self.sidecars)]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"helper container names must be unique: {', '.join(twice)}")
+        volumes = [v.name for v in self.volumes]
+        if len(set(volumes)) != len(volumes):
+            raise ValueError("volume names must be unique within a role")
+        known = {*volumes, "data", "logs"}
+        for c in (*self.init_containers, *self.sidecars):
+            for m in c.volume_mounts:
+                if m.name not in known:
+                    raise ValueError(
+                        f"container {c.name!r} mounts {m.name!r}, which is not a volume of "
+                        f"this role; add it to volumes or use data/logs"
+                    )
+        return self
+
+    def cluster_only(self) -> list[str]:
+        """The fields set here that only a cluster can honour (the local engine refuses
+        them), as camelCase names."""
+        out = [
+            name
+            for name, given in (
+                ("volumes", self.volumes),
+                ("initContainers", self.init_containers),
+                ("sidecars", self.sidecars),
+            )
+            if given
+        ]
+        out += [f"env.{k}" for k, v in self.env.items() if isinstance(v, CLUSTER_ONLY_ENV)]
+        return out
 
     @field_validator("env")
     @classmethod
@@ -257,7 +624,9 @@ class CodeSpec(_Model):
     source: str
     """A local folder (relative to the job file) or an http(s) URL of a .tar.gz."""
     entrypoint: str = "run.sh"
-    """The file in the code to run; it gets the classic flags and TF_CONFIG."""
+    """The file in the code to run; it gets the classic flags and TF_CONFIG. Roles that
+    give a `command` run that instead (in the code folder), and then the code need not
+    hold an entrypoint."""
     sha256: str | None = None
     """Expected SHA-256 of the .tar.gz at a URL; replicas refuse code that differs."""
 
@@ -324,6 +693,8 @@ class BackoffSpec(_Model):
 
 class RunPolicy(_Model):
     restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
+    """Every role's restart policy, unless the role sets its own
+    (`replicas.<role>.restartPolicy`)."""
     backoff_limit: Annotated[int, Field(ge=0, le=1000)] = 3
     """Restarts the whole job may take (over all replicas) before it is Failed."""
     backoff: BackoffSpec = BackoffSpec()
@@ -421,6 +792,9 @@ class SchedulingSpec(_Model):
     """PriorityClass of the pods (and of the PodGroup)."""
     schedule_timeout_seconds: Annotated[int, Field(gt=0)] | None = None
     """SchedulerPlugins: how long the group may wait to be scheduled as a whole."""
+    min_available: Annotated[int, Field(ge=1)] | None = None
+    """Volcano/SchedulerPlugins: how many pods must be placeable together before any
+    starts (the PodGroup's minMember); default every chief, PS and worker."""
 
     @model_validator(mode="after")
     def _queue_for_kueue(self) -> Self:
@@ -485,7 +859,9 @@ class TenantSpec(_Model):
 
 class JobSpec(_Model):
     replicas: Replicas
-    code: CodeSpec
+    code: Annotated[CodeSpec | None, Field(validate_default=True)] = None
+    """The training code every replica fetches. Required unless every role gives its own
+    `command` (e.g. code baked into its image)."""
     storage: StorageSpec = StorageSpec()
     run_policy: RunPolicy = RunPolicy()
     image: str = DEFAULT_IMAGE
@@ -504,6 +880,44 @@ class JobSpec(_Model):
     """Cluster: gang scheduling (Volcano, scheduler-plugins, Kueue) and priority."""
     tenant: TenantSpec | None = None
     """Cluster: ResourceQuota and LimitRange of the job's namespace."""
+
+    @field_validator("code")
+    @classmethod
+    def _code_or_commands(cls, code: CodeSpec | None, info: ValidationInfo) -> CodeSpec | None:
+        replicas = info.data.get("replicas")
+        if code is None and isinstance(replicas, Replicas):
+            without = [r.value for r in Role if (s := replicas.get(r)) and s.command is None]
+            if without:
+                raise ValueError(
+                    "required unless every role gives its own command: add code (source, "
+                    f"entrypoint), or a command to {', '.join(without)}"
+                )
+        return code
+
+    @model_validator(mode="after")
+    def _gang_size(self) -> Self:
+        scheduling = self.scheduling
+        if scheduling is not None and scheduling.min_available is not None:
+            members = sum(self.replicas.count(r) for r in (Role.CHIEF, Role.PS, Role.WORKER))
+            if scheduling.min_available > members:
+                raise ValueError(
+                    f"scheduling.minAvailable {scheduling.min_available} is more than the "
+                    f"job's {members} chief, PS and worker replicas; lower it"
+                )
+        return self
+
+    def restart_policy(self, role: Role | str) -> RestartPolicy:
+        """The role's own restart policy, else the job's."""
+        spec = self.replicas.get(Role(role))
+        own = spec.restart_policy if spec is not None else None
+        return own or self.run_policy.restart_policy
+
+    def runs_entrypoint(self) -> bool:
+        """Whether some role runs the code's entrypoint (has no command of its own)."""
+        return any(
+            (s := self.replicas.get(r)) is not None and s.replicas > 0 and s.command is None
+            for r in Role
+        )
 
     @field_validator("image_pull_secrets")
     @classmethod

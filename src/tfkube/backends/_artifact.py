@@ -29,6 +29,8 @@ class Artifact:
     sha256: str
     requirements: bytes | None = None
     """The code's requirements.txt, when it has one."""
+    names: frozenset[str] = frozenset()
+    """The archive's member names (a role's command may name a file of the code)."""
 
 
 def _spec_error(job: TFJob, field: str, message: str) -> SpecError:
@@ -45,24 +47,27 @@ def _pack(folder: Path, dest: Path) -> None:
             tar.add(child, arcname=child.name, filter=keep)
 
 
-def _checked(job: TFJob, archive: Path, where: str) -> bytes | None:
-    """Run the launcher's archive checks; returns the code's requirements.txt, if any."""
+def _checked(job: TFJob, archive: Path, where: str) -> tuple[bytes | None, frozenset[str]]:
+    """Run the launcher's archive checks; returns the code's requirements.txt, if any,
+    and the archive's member names."""
     code = job.spec.code
+    assert code is not None
     try:
         info = check_archive(archive)
     except FetchError as exc:
         raise _spec_error(
             job, "spec.code.source", f"{where} is refused: {exc}; fix the archive or folder"
         ) from None
-    if code.entrypoint not in info.names:
+    names = frozenset(n.removeprefix("./") for n in info.names)
+    if job.spec.runs_entrypoint() and code.entrypoint not in names:
         raise _spec_error(
             job,
             "spec.code.entrypoint",
             f"{code.entrypoint!r} is not in the archive at {where}; add it or set "
             "spec.code.entrypoint to the script to run",
         )
-    if REQUIREMENTS_FILE not in info.names:
-        return None
+    if REQUIREMENTS_FILE not in names:
+        return None, names
     with tarfile.open(archive, "r:*") as tar:
         for name in (REQUIREMENTS_FILE, f"./{REQUIREMENTS_FILE}"):
             try:
@@ -70,13 +75,15 @@ def _checked(job: TFJob, archive: Path, where: str) -> bytes | None:
             except KeyError:
                 continue
             if member is not None:
-                return member.read()
-    return None
+                return member.read(), names
+    return None, names
 
 
 def prepare_artifact(job: TFJob, base_dir: Path, store: Path) -> Artifact:
-    """Check the job's code and store it under `store`. Raises SpecError."""
+    """Check the job's code and store it under `store`. Raises SpecError.
+    The job must have code (`job.spec.code`)."""
     code = job.spec.code
+    assert code is not None, "a job without code has no artifact"
     store.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=store, suffix=".tar.gz", delete=False) as tmp:
         staged = Path(tmp.name)
@@ -104,7 +111,7 @@ def prepare_artifact(job: TFJob, base_dir: Path, store: Path) -> Artifact:
                     f"{folder} is not a folder; give the folder holding "
                     f"{code.entrypoint} (relative to the job file) or an http(s) URL",
                 )
-            if not (folder / code.entrypoint).is_file():
+            if job.spec.runs_entrypoint() and not (folder / code.entrypoint).is_file():
                 raise _spec_error(
                     job,
                     "spec.code.entrypoint",
@@ -121,9 +128,9 @@ def prepare_artifact(job: TFJob, base_dir: Path, store: Path) -> Artifact:
                 )
             sha = sha256_file(staged)
             where = str(folder)
-        requirements = _checked(job, staged, where)
+        requirements, names = _checked(job, staged, where)
         final = store / f"code-{sha[:16]}.tar.gz"
         staged.replace(final)
-        return Artifact(final, sha, requirements)
+        return Artifact(final, sha, requirements, names)
     finally:
         staged.unlink(missing_ok=True)

@@ -457,7 +457,7 @@ def render(
     try:
         job = _load(job_file)
         code: bytes | None = None
-        if pack_code and not job.spec.code.is_url:
+        if pack_code and job.spec.code is not None and not job.spec.code.is_url:
             code = _pack_code(job, job_file.resolve().parent)
             err.print(
                 f"packed {job.spec.code.source!r} into ConfigMap {job.name}-code "
@@ -474,7 +474,7 @@ def render(
         objects = render_job(job, options)
     except SpecError as exc:
         raise _fail(str(exc)) from None
-    if job.spec.code.is_url and not job.spec.code.sha256:
+    if job.spec.code is not None and job.spec.code.is_url and not job.spec.code.sha256:
         err.print(
             "warning: spec.code.sha256 is not set, so replicas cannot verify the code they "
             "download; add it (sha256sum of the .tar.gz)",

@@ -74,7 +74,11 @@ class ServerBackend:
 
     def submit(self, job: TFJob, base_dir: Path, *, code_token: str | None = None) -> JobView:
         code = job.spec.code
-        if not code.is_url and not code.source.startswith(("artifact:", "sha256:")):
+        if (
+            code is not None
+            and not code.is_url
+            and not code.source.startswith(("artifact:", "sha256:"))
+        ):
             folder = (base_dir / code.source).resolve()
             if not folder.is_dir():
                 raise SpecError(

@@ -33,7 +33,10 @@ the current Job by its UID, so a stale Job's pods never count. For each replica 
   deleted, so this count survives an operator restart), minus the current failure.
 - message: why, in one line, from the pod (`pending_message`, `failure_message`: the
   scheduler's verdict, an unbound claim, an image pull error, a waiting container's reason,
-  the exit code and termination message) or from where the whole-job restart stands.
+  a scheduler that gives no verdict, the exit code and termination message); without a
+  pod, from the role's Job (`waiting_message`: suspended for Kueue, or its pods refused at
+  creation by a quota, per the Job controller's FailedCreate Event) or from where the
+  whole-job restart stands.
 
 Everything comes from the API: the operator can be killed at any moment and the next
 observation is the same.
@@ -57,6 +60,8 @@ IMAGE_PULL_REASONS = frozenset(
     {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
 )
 """A waiting container's reasons that mean its image cannot be had (kubelet's words)."""
+DEFAULT_SCHEDULER = "default-scheduler"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 MESSAGE_CHARS = 300
 """A replica's message is one line for a table: longer API messages are cut."""
 
@@ -227,6 +232,10 @@ def pending_message(pod: Obj) -> str:
         return _with(str(status["reason"]), status.get("message"))
     if scheduled is not None and scheduled.get("status") == "True":
         return "scheduled, starting"
+    scheduler = (pod.get("spec") or {}).get("schedulerName")
+    if scheduled is None and scheduler and scheduler != DEFAULT_SCHEDULER:
+        # No verdict at all: nobody of that name is looking (not installed, or down).
+        return f"waiting for the scheduler {scheduler} to place it (no verdict yet)"
     return "waiting to be scheduled"
 
 
@@ -282,7 +291,9 @@ def slim_pod(pod: Obj) -> dict[str, Any]:
     for key in ("reason", "message"):
         if status.get(key):
             slim_status[key] = status[key]
+    scheduler = (pod.get("spec") or {}).get("schedulerName")
     return {
+        "spec": {"schedulerName": scheduler} if scheduler else {},
         "metadata": {
             "name": meta.get("name"),
             "creationTimestamp": meta.get("creationTimestamp"),
@@ -296,6 +307,40 @@ def slim_pod(pod: Obj) -> dict[str, Any]:
         },
         "status": slim_status,
     }
+
+
+def creation_failures(events: Iterable[Obj]) -> dict[str, str]:
+    """Job name -> why the Job controller could not create its pods, from its newest
+    `FailedCreate` Event (a ResourceQuota exceeded, a PriorityClass missing, ...): such a
+    pod never exists, so no pod can say it."""
+    newest: dict[str, tuple[float, str]] = {}
+    for event in events:
+        involved = event.get("involvedObject") or {}
+        if event.get("reason") != "FailedCreate" or involved.get("kind") != "Job":
+            continue
+        when = (
+            parse_time(event.get("lastTimestamp"))
+            or parse_time(event.get("eventTime"))
+            or parse_time((event.get("metadata") or {}).get("creationTimestamp"))
+            or 0.0
+        )
+        name = str(involved.get("name"))
+        if name not in newest or when >= newest[name][0]:
+            newest[name] = (when, str(event.get("message") or ""))
+    return {name: _with("cannot create its pod", text) for name, (_, text) in newest.items()}
+
+
+def waiting_message(role_job: Obj, failures: Mapping[str, str]) -> str | None:
+    """Why a role's current Job has no pod for a replica, when the Job says: suspended for
+    Kueue (or by tfkube), or its pods refused at creation. None: nothing to say yet."""
+    spec = role_job.get("spec") or {}
+    labels = (role_job.get("metadata") or {}).get("labels") or {}
+    if spec.get("suspend"):
+        queue = labels.get(KUEUE_QUEUE_LABEL)
+        if queue:
+            return f"suspended: waiting for Kueue to admit it (LocalQueue {queue})"
+        return "suspended"
+    return failures.get(_name(role_job))
 
 
 def job_generation(obj: Obj) -> int:
@@ -424,10 +469,12 @@ def read_replica(
     job_failed: bool = False,
     prior: Prior,
     now: float,
+    waiting: str | None = None,
 ) -> ReplicaObservation:
     """One replica's state, exit code, restarts and message from its index's pods (of the
-    current Job only; any order) and where its role's Job stands. The rules are in the
-    module docstring; every branch is a row in tests/unit/test_kube_observe.py."""
+    current Job only; any order) and where its role's Job stands (`waiting`: what the Job
+    says about pods it has not made, `waiting_message`). The rules are in the module
+    docstring; every branch is a row in tests/unit/test_kube_observe.py."""
     terminal = prior.phase.terminal
     all_pods = sorted(pods, key=_created, reverse=True)
     current = [p for p in all_pods if not is_dying(p)]
@@ -474,7 +521,8 @@ def read_replica(
         state, next_start = ReplicaState.BACKOFF, prior.restart_at
         message = f"whole-job restart: starts again at {format_time(prior.restart_at)}"
     elif role_job is RoleJob.CURRENT:
-        state, message = ReplicaState.PENDING, "waiting for Kubernetes to create its pod"
+        state = ReplicaState.PENDING
+        message = waiting or "waiting for Kubernetes to create its pod"
     else:
         state, message = ReplicaState.PENDING, "its Job is not created yet"
     if terminal and state is ReplicaState.PENDING and role_job is not RoleJob.CURRENT:
@@ -516,10 +564,17 @@ def _role_jobs(job_name: str, jobs: Iterable[Obj], prior: Prior) -> dict[str, tu
 
 
 def observe(
-    job: TFJob, prior: Prior, jobs: Iterable[Obj], pods: Iterable[Obj], now: float
+    job: TFJob,
+    prior: Prior,
+    jobs: Iterable[Obj],
+    pods: Iterable[Obj],
+    now: float,
+    events: Iterable[Obj] = (),
 ) -> Observation:
     """Build the planner's `JobStatus` (and what the operator needs to act) from the
-    job's Kubernetes Jobs and pods."""
+    job's Kubernetes Jobs and pods; `events` (the namespace's `FailedCreate` Events of
+    Jobs) only add words to the messages of replicas without a pod."""
+    failures = creation_failures(events)
     found = _role_jobs(job.name, jobs, prior)
     role_jobs = {r: j for r, (where, j) in found.items() if where is RoleJob.CURRENT}
     current_uids = {str(j["metadata"].get("uid")): r for r, j in role_jobs.items()}
@@ -535,6 +590,7 @@ def observe(
         r: cond for r, j in role_jobs.items() if (cond := job_failed_condition(j)) is not None
     }
     indexes = {r: role_indexes(j) for r, j in role_jobs.items()}  # once per role, not replica
+    waits = {r: waiting_message(j, failures) for r, j in role_jobs.items()}
     gave_up: set[str] = set()
     replicas: dict[str, ReplicaObservation] = {}
     live_pods: dict[str, list[str]] = {}
@@ -555,6 +611,7 @@ def observe(
             job_failed=role in failed_role_jobs,
             prior=prior,
             now=now,
+            waiting=waits.get(role),
         )
         replicas[key] = seen
         newest_live = seen.pod is not None and seen.status.state.live

@@ -27,7 +27,8 @@ class ReplicaContract:
     role: str
     index: int
     cluster: dict[str, list[str]]
-    code_url: str
+    code_url: str | None
+    """None: the job has no code; the role's command runs where the launcher started."""
     code_sha256: str | None
     entrypoint: str
     work_dir: str
@@ -40,6 +41,9 @@ class ReplicaContract:
     venv_cache: str | None = None
     code_token: str | None = None
     """Sent as `Authorization: Bearer` when fetching an http(s) code URL."""
+    command: tuple[str, ...] | None = None
+    """The role's own program and arguments (run as given, before `args`), else None:
+    the code's entrypoint with the classic flags."""
 
     def environment(self, base: Mapping[str, str]) -> dict[str, str]:
         """The entrypoint's environment: `base` plus TF_CONFIG and the derived TFKUBE_*."""
@@ -54,8 +58,12 @@ class ReplicaContract:
             env[c.SHARD_INDEX], env[c.NUM_SHARDS] = map(str, shard)
         return env
 
-    def argv(self, entrypoint_path: str) -> list[str]:
-        """The command line: the entrypoint, the classic flags, then the spec's args."""
+    def argv(self, entrypoint_path: str | None) -> list[str]:
+        """The command line: the role's own command and the spec's args; or the
+        entrypoint, the classic flags (tfkube's `run.sh` contract), then the spec's args."""
+        if self.command is not None:
+            return [*self.command, *self.args]
+        assert entrypoint_path is not None, "no command: the entrypoint is needed"
         if os.access(entrypoint_path, os.X_OK):
             head = [entrypoint_path]
         elif entrypoint_path.endswith(".py"):
@@ -106,6 +114,7 @@ def contract_from_env(env: Mapping[str, str]) -> ReplicaContract:
         cluster = _cluster(env)
         args = json.loads(env.get(c.ARGS) or "[]")
         commands = json.loads(env.get(c.ENV_COMMANDS) or "{}")
+        command = json.loads(env[c.COMMAND]) if env.get(c.COMMAND) else None
     except json.JSONDecodeError as exc:
         raise ContractError(f"a TFKUBE_* JSON variable is malformed: {exc}") from None
     # Well-formed JSON of the wrong shape would otherwise surface later as a crash (or,
@@ -118,6 +127,13 @@ def contract_from_env(env: Mapping[str, str]) -> ReplicaContract:
         raise ContractError(f"{c.ARGS} must be a JSON list of strings")
     if not isinstance(commands, dict):
         raise ContractError(f"{c.ENV_COMMANDS} must be a JSON object of name -> command")
+    if command is not None and (
+        not isinstance(command, list) or not command or not all(isinstance(w, str) for w in command)
+    ):
+        raise ContractError(f"{c.COMMAND} must be a non-empty JSON list of strings")
+    code_url = env.get(c.CODE_URL) or None
+    if code_url is None and command is None:
+        raise ContractError(f"{c.CODE_URL} or {c.COMMAND} must be set: there is nothing to run")
     role = _require(env, c.ROLE)
     index = int(index_text)
     try:
@@ -129,7 +145,7 @@ def contract_from_env(env: Mapping[str, str]) -> ReplicaContract:
         role=role,
         index=index,
         cluster=cluster,
-        code_url=_require(env, c.CODE_URL),
+        code_url=code_url,
         code_sha256=env.get(c.CODE_SHA256) or None,
         entrypoint=env.get(c.ENTRYPOINT) or "run.sh",
         work_dir=_require(env, c.WORK_DIR),
@@ -141,4 +157,5 @@ def contract_from_env(env: Mapping[str, str]) -> ReplicaContract:
         venv=env.get(c.VENV) or None,
         venv_cache=env.get(c.VENV_CACHE) or None,
         code_token=env.get(c.CODE_TOKEN) or None,
+        command=tuple(command) if command is not None else None,
     )

@@ -158,13 +158,17 @@ def _write_termination_message(path: str | None, reason: str) -> None:
         Path(path).write_text(c.launcher_message(reason))
 
 
-def _python_env(contract: ReplicaContract, code: Path, env: dict[str, str]) -> dict[str, str]:
+def _python_env(
+    contract: ReplicaContract, code: Path | None, env: dict[str, str]
+) -> dict[str, str]:
     """`env` with the code's requirements.txt installed and first on PATH, if it has one."""
-    requirements = code / c.REQUIREMENTS_FILE
     if contract.venv:  # made by the engine at submit (local)
         if not Path(contract.venv, "bin").is_dir():
             raise LauncherFailure(c.EX_CONFIG, f"the job's environment {contract.venv} is gone")
         return activate(env, contract.venv)
+    if code is None:
+        return env
+    requirements = code / c.REQUIREMENTS_FILE
     if not requirements.is_file():
         return env
     if not contract.venv_cache:
@@ -178,28 +182,54 @@ def _python_env(contract: ReplicaContract, code: Path, env: dict[str, str]) -> d
     return activate(env, str(venv))
 
 
-def _prepare(contract: ReplicaContract) -> tuple[Path, Path, dict[str, str]]:
-    """Fetch, verify and unpack the code; build the entrypoint's environment.
-    Returns (code folder, entrypoint, environment). Raises LauncherFailure."""
-    work = Path(contract.work_dir)
+def _fetch(contract: ReplicaContract) -> Path | None:
+    """Fetch, verify and unpack the code, if the job has any."""
+    if contract.code_url is None:
+        return None
     _say(f"{contract.job} {contract.role}-{contract.index}: fetching {contract.code_url}")
     try:
-        code = fetch_code(contract.code_url, contract.code_sha256, work, contract.code_token)
+        return fetch_code(
+            contract.code_url, contract.code_sha256, Path(contract.work_dir), contract.code_token
+        )
     except FetchError as exc:
         if exc.permanent:
             raise LauncherFailure(c.EX_DATAERR, f"bad code: {exc}") from None
         raise LauncherFailure(c.EX_TEMPFAIL, f"cannot fetch the code: {exc}") from None
-    entry = (code / contract.entrypoint).resolve()
-    if not entry.is_file() or not entry.is_relative_to(code.resolve()):
-        raise LauncherFailure(
-            c.EX_NOINPUT, f"the entrypoint {contract.entrypoint!r} is not in the code"
-        )
+
+
+def _prepare(contract: ReplicaContract) -> tuple[Path, Path | None, dict[str, str]]:
+    """Fetch, verify and unpack the code; build the program's environment.
+    Returns (where it runs: the code folder, else the launcher's working directory; the
+    entrypoint, None when the role runs its own command; environment).
+    Raises LauncherFailure."""
+    code = _fetch(contract)
+    entry = None
+    if contract.command is None:
+        assert code is not None  # the contract has code or a command
+        entry = (code / contract.entrypoint).resolve()
+        if not entry.is_file() or not entry.is_relative_to(code.resolve()):
+            raise LauncherFailure(
+                c.EX_NOINPUT, f"the entrypoint {contract.entrypoint!r} is not in the code"
+            )
+    where = code if code is not None else Path.cwd()
     env = contract.environment(os.environ)
     try:
-        env.update(_computed_env(contract.env_commands, env, code))
+        env.update(_computed_env(contract.env_commands, env, where))
     except (ContractError, subprocess.TimeoutExpired) as exc:
         raise LauncherFailure(c.EX_CONFIG, f"cannot build the environment: {exc}") from None
-    return code, entry, _python_env(contract, code, env)
+    return where, entry, _python_env(contract, code, env)
+
+
+PYTHONS = ("python", "python3")
+
+
+def resolve_program(argv: list[str], env: dict[str, str]) -> list[str]:
+    """`python`/`python3` that the replica's PATH does not have is the interpreter running
+    this launcher (stock images often lack a bare `python`; locally it is tfkube's own).
+    Every other program runs as given."""
+    if argv and argv[0] in PYTHONS and shutil.which(argv[0], path=env.get("PATH")) is None:
+        return [sys.executable, *argv[1:]]
+    return argv
 
 
 def _start(
@@ -257,7 +287,7 @@ def _supervise() -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
 
-    argv = contract.argv(str(entry))
+    argv = resolve_program(contract.argv(str(entry) if entry is not None else None), env)
     if stopping.is_set():  # stopped while setting up: start nothing
         return 128 + signal.SIGTERM
     _say(f"running {' '.join(argv)}")

@@ -96,7 +96,7 @@ class Reconciler:
         return secret
 
     def _code_archive(self, job: TFJob, namespace: str) -> bytes | None:
-        if job.spec.code.is_url:
+        if job.spec.code is None or job.spec.code.is_url:
             return None
         cm = self.kube.get("v1", "ConfigMap", namespace, code_configmap_name(job.name))
         data = ((cm or {}).get("binaryData") or {}).get(CODE_FILE)

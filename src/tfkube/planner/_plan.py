@@ -10,7 +10,8 @@ Order of decisions, each tick:
 4. A launcher's own permanent failure (bad code, missing entrypoint, broken set-up: its
    exit code *and* its termination message say so) fails the job at once, whatever the
    restart policy: no retry can fix it.
-5. Replicas that failed on their own: a failure the restart policy does not retry, or
+5. Replicas that failed on their own: a failure the restart policy (the role's own, else
+   the job's) does not retry, or
    one past backoffLimit, fails the job; otherwise the replica restarts after
    exponential backoff. A failed PS restarts with every chief/worker/evaluator that has
    not succeeded, since their sessions depend on its variables: they resume from the
@@ -168,14 +169,15 @@ def plan(job: TFJob, status: JobStatus, now: float) -> Decision:
     restarts = status.restarts
     if to_fix:
         for r in failed:
-            if not should_retry(policy.restart_policy, r.exit_code):
+            restart_policy = job.spec.restart_policy(r.role)  # the role's, else the job's
+            if not should_retry(restart_policy, r.exit_code):
                 return _finish(
                     job,
                     status,
                     JobPhase.FAILED,
                     "ReplicaFailed",
                     f"{r.key} failed with {_exit_text(r.exit_code)}; restartPolicy "
-                    f"{policy.restart_policy.value} does not retry it",
+                    f"{restart_policy.value} does not retry it",
                 )
         if restarts + len(to_fix) > policy.backoff_limit:
             r, what = to_fix[0]

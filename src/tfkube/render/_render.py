@@ -42,6 +42,11 @@ from typing import Any
 
 from tfkube import contract
 from tfkube.api import (
+    CLUSTER_ONLY_ENV,
+    EnvFromConfigMap,
+    EnvFromField,
+    EnvFromSecret,
+    ExtraVolume,
     FieldError,
     GangScheduler,
     PullPolicy,
@@ -240,7 +245,7 @@ def _pod_failure_policy(job: TFJob, role: Role, managed: bool) -> Object:
     rules: list[Object] = [
         {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
     ]
-    policy = job.spec.run_policy.restart_policy
+    policy = job.spec.restart_policy(role)
     if policy is RestartPolicy.NEVER:
         rules.append({"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}})
     elif policy is RestartPolicy.EXIT_CODE:
@@ -255,7 +260,7 @@ def _pod_failure_policy(job: TFJob, role: Role, managed: bool) -> Object:
 
 def backoff_limit(job: TFJob, role: Role, managed: bool) -> int:
     """Kubernetes' retry budget of one role's Job (see the module docstring)."""
-    if job.spec.run_policy.restart_policy is RestartPolicy.NEVER:
+    if job.spec.restart_policy(role) is RestartPolicy.NEVER:
         return 0
     if managed and role is Role.PS:
         return 0
@@ -267,7 +272,8 @@ class _Context:
     job: TFJob
     options: RenderOptions
     pull: _Pull
-    code_url: str
+    code_url: str | None
+    """None: the job has no code (every role runs its own command)."""
     code_sha256: str | None
     data_claim: str
     logs_claim: str
@@ -283,8 +289,10 @@ class _Context:
         return dict(self.job.metadata.labels)
 
 
-def _code(job: TFJob, options: RenderOptions) -> tuple[str, str | None]:
+def _code(job: TFJob, options: RenderOptions) -> tuple[str | None, str | None]:
     code = job.spec.code
+    if code is None:
+        return None, None
     if code.is_url:
         return code.source, code.sha256
     if options.code_archive is None:
@@ -422,7 +430,8 @@ def _configmaps(ctx: _Context) -> list[Object]:
             "binaryData": {LAUNCHER_FILE: base64.b64encode(zipapp).decode()},
         }
     ]
-    if ctx.options.code_archive is not None and not ctx.job.spec.code.is_url:
+    code = ctx.job.spec.code
+    if ctx.options.code_archive is not None and code is not None and not code.is_url:
         out.append(
             {
                 "apiVersion": "v1",
@@ -505,7 +514,7 @@ def _pod_group(ctx: _Context) -> list[Object]:
         return []
     name = ctx.job.name
     meta = _meta(name, ctx.ns, {**job_labels(name), LABEL_COMPONENT: "gang"}, ctx.user_labels)
-    spec: Object = {"minMember": _gang_members(ctx.job)}
+    spec: Object = {"minMember": scheduling.min_available or _gang_members(ctx.job)}
     if scheduling.gang is GangScheduler.VOLCANO:
         if scheduling.queue:
             spec["queue"] = scheduling.queue
@@ -519,9 +528,37 @@ def _pod_group(ctx: _Context) -> list[Object]:
     return [{"apiVersion": api, "kind": "PodGroup", "metadata": meta, "spec": spec}]
 
 
+def _volume_source(volume: ExtraVolume) -> Object:
+    if volume.claim_name is not None:
+        return {
+            "persistentVolumeClaim": {"claimName": volume.claim_name, "readOnly": volume.read_only}
+        }
+    if volume.config_map is not None:
+        return {"configMap": {"name": volume.config_map}}
+    if volume.secret is not None:
+        return {"secret": {"secretName": volume.secret}}
+    assert volume.empty_dir is not None
+    empty: Object = {}
+    if volume.empty_dir.medium:
+        empty["medium"] = volume.empty_dir.medium
+    if volume.empty_dir.size_limit:
+        empty["sizeLimit"] = volume.empty_dir.size_limit
+    return {"emptyDir": empty}
+
+
+def _mount(name: str, path: str, read_only: bool, sub_path: str | None) -> Object:
+    out: Object = {"name": name, "mountPath": path}
+    if read_only:
+        out["readOnly"] = True
+    if sub_path:
+        out["subPath"] = sub_path
+    return out
+
+
 def _volumes(ctx: _Context, role: Role) -> tuple[list[Object], list[Object]]:
     """(pod volumes, container mounts) of one role. PS never read data: no data mount."""
     storage = ctx.job.spec.storage
+    spec = ctx.job.spec.replicas.get(role)
     volumes: list[Object] = [
         {
             "name": "launcher",
@@ -546,7 +583,11 @@ def _volumes(ctx: _Context, role: Role) -> tuple[list[Object], list[Object]]:
     if role is not Role.PS:
         volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": ctx.data_claim}})
         mounts.append({"name": "data", "mountPath": _mount_path(storage.data, "data")})
-    if ctx.code_url.startswith("file://"):
+    for extra in spec.volumes if spec is not None else []:
+        volumes.append({"name": extra.name, **_volume_source(extra)})
+        if extra.mount_path is not None:
+            mounts.append(_mount(extra.name, extra.mount_path, extra.read_only, extra.sub_path))
+    if ctx.code_url is not None and ctx.code_url.startswith("file://"):
         volumes.append(
             {
                 "name": "code",
@@ -581,6 +622,9 @@ def _environment(ctx: _Context, role: Role) -> list[Object]:
         venv_cache=VENV_DIR,
     )
     out: list[Object] = [{"name": k, "value": env[k]} for k in sorted(env)]
+    spec = job.spec.replicas.get(role)
+    references = {k: v for k, v in (spec.env if spec else {}).items() if not isinstance(v, str)}
+    out += _env_list({k: v for k, v in references.items() if isinstance(v, CLUSTER_ONLY_ENV)})
     if ctx.options.code_token_secret:
         out.append(
             {
@@ -590,6 +634,63 @@ def _environment(ctx: _Context, role: Role) -> list[Object]:
                 },
             }
         )
+    return out
+
+
+def _value_from(value: EnvFromSecret | EnvFromConfigMap | EnvFromField) -> Object:
+    """A variable Kubernetes resolves when the pod starts."""
+    if isinstance(value, EnvFromSecret):
+        ref = value.secret_key_ref
+        return {"secretKeyRef": {"name": ref.name, "key": ref.key, "optional": ref.optional}}
+    if isinstance(value, EnvFromConfigMap):
+        cm = value.config_map_key_ref
+        return {"configMapKeyRef": {"name": cm.name, "key": cm.key, "optional": cm.optional}}
+    return {"fieldRef": {"fieldPath": value.field_ref.field_path}}
+
+
+def _env_list(env: Mapping[str, object]) -> list[Object]:
+    """Values and references, by name (a container's `env`)."""
+    out: list[Object] = []
+    for name in sorted(env):
+        value = env[name]
+        if isinstance(value, str):
+            out.append({"name": name, "value": value})
+        elif isinstance(value, CLUSTER_ONLY_ENV):
+            out.append({"name": name, "valueFrom": _value_from(value)})
+    return out
+
+
+def _helpers(spec: ReplicaSpec, pull: _Pull) -> list[Object]:
+    """The role's init containers, then its sidecars as native sidecars (init containers
+    that keep running, `restartPolicy: Always`): Kubernetes starts them before the replica
+    and stops them after it, so the pod still ends when the replica does."""
+    out: list[Object] = []
+    for container, sidecar in [
+        *((c, False) for c in spec.init_containers),
+        *((c, True) for c in spec.sidecars),
+    ]:
+        item: Object = {
+            "name": container.name,
+            "image": container.image,
+            "imagePullPolicy": pull.policy(container.image),
+        }
+        if container.command is not None:
+            item["command"] = list(container.command)
+        if container.args:
+            item["args"] = list(container.args)
+        if container.env:
+            item["env"] = _env_list(container.env)
+        resources = _resources(container.resources)
+        if resources:
+            item["resources"] = resources
+        if container.volume_mounts:
+            item["volumeMounts"] = [
+                _mount(m.name, m.mount_path, m.read_only, m.sub_path)
+                for m in container.volume_mounts
+            ]
+        if sidecar:
+            item["restartPolicy"] = "Always"
+        out.append(item)
     return out
 
 
@@ -625,7 +726,7 @@ def _role_job(ctx: _Context, role: Role) -> Object:
     name = role_job_name(job.name, role.value)
     labels = {**job_labels(job.name, role.value), LABEL_COMPONENT: "replica"}
     scheduling = job.spec.scheduling
-    pod_labels = {**ctx.user_labels, **labels}
+    pod_labels = {**ctx.user_labels, **spec.labels, **labels}
     annotations = {**ctx.options.pod_annotations, **spec.annotations}
     job_meta = _meta(name, ctx.ns, labels, ctx.user_labels)
     suspend = job.spec.run_policy.suspend
@@ -654,6 +755,8 @@ def _role_job(ctx: _Context, role: Role) -> Object:
         # `tfkube status` shows without a log read (tfkube.kube.observe.failure_message).
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
+    if spec.working_dir:
+        container["workingDir"] = spec.working_dir
     template_meta: Object = {"labels": dict(sorted(pod_labels.items()))}
     if annotations:
         template_meta["annotations"] = dict(sorted(annotations.items()))
@@ -669,6 +772,11 @@ def _role_job(ctx: _Context, role: Role) -> Object:
         "containers": [container],
         "volumes": volumes,
     }
+    helpers = _helpers(spec, ctx.pull)
+    if helpers:
+        pod_spec["initContainers"] = helpers
+    if spec.service_account_name:
+        pod_spec["serviceAccountName"] = spec.service_account_name
     job_spec: Object = {
         "completionMode": "Indexed",
         "completions": count,

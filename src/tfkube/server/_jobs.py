@@ -195,7 +195,10 @@ class JobService:
     def resolve_code(
         self, db: Session, team: Team, job: TFJob, code_field: str
     ) -> tuple[Artifact | None, str | None]:
-        """The team's code artifact a job names (or None for an http(s) URL)."""
+        """The team's code artifact a job names (or None for an http(s) URL, or for a job
+        without code: every role runs its own command, e.g. from its image)."""
+        if job.spec.code is None:
+            return None, None
         source = job.spec.code.source
         ref = parse_ref(source)
         if ref is None:
@@ -224,7 +227,9 @@ class JobService:
                 ],
                 f"job {job.name!r}",
             )
-        if not _entrypoint_in(self.blobs.path(found.sha256), job.spec.code.entrypoint):
+        if job.spec.runs_entrypoint() and not _entrypoint_in(
+            self.blobs.path(found.sha256), job.spec.code.entrypoint
+        ):
             raise SpecError(
                 [
                     FieldError(
@@ -273,8 +278,10 @@ class JobService:
         if artifact is not None:
             code_url = f"{self.settings.replica_url}/api/v1/code/{artifact.sha256}"
             sha = artifact.sha256
-        else:
+        elif job.spec.code is not None:
             code_url, sha = job.spec.code.source, job.spec.code.sha256 or ""
+        else:
+            code_url, sha = "", ""
         out = self.output_dir(team, job_id, job.name)
         local = self.engines.kind == "local"
         placed = place_job(

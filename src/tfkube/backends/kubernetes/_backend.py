@@ -79,6 +79,7 @@ def job_view(
     jobs: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
     now: float,
+    events: Iterable[Mapping[str, Any]] = (),
 ) -> JobView:
     """A TFJob resource, its role Jobs and its pods -> the engine-neutral view (pure).
 
@@ -102,7 +103,7 @@ def job_view(
             (p.get("metadata") or {}).get("name"): (p.get("spec") or {}).get("nodeName")
             for p in pods
         }
-        seen = observe(job, prior, jobs, pods, now).replicas
+        seen = observe(job, prior, jobs, pods, now, events).replicas
         replicas = tuple(
             ReplicaView(
                 key=key,
@@ -165,14 +166,29 @@ class KubernetesBackend:
     def _list(self, api_version: str, kind: str, selector: str) -> builtins.list[dict[str, Any]]:
         return self.kube.list(api_version, kind, self.namespace, selector)
 
-    def _view(self, tfjob: dict[str, Any], jobs: Any, pods: Any) -> JobView:
-        return job_view(tfjob, jobs, pods, time.time())
+    def _view(self, tfjob: dict[str, Any], jobs: Any, pods: Any, events: Any = ()) -> JobView:
+        return job_view(tfjob, jobs, pods, time.time(), events)
+
+    def _creation_failures(self) -> builtins.list[dict[str, Any]]:
+        """The namespace's Events of Jobs that could not create a pod (quota, ...): the
+        only trace of a replica whose pod was refused. Not allowed to read Events: none."""
+        try:
+            data = self.kube.request(
+                "GET",
+                collection("v1", "Event", self.namespace),
+                query={"fieldSelector": "involvedObject.kind=Job,reason=FailedCreate"},
+            )
+        except ApiError as exc:
+            if exc.status == 403:
+                return []
+            raise
+        return list(data.get("items") or [])
 
     # -- the Backend protocol ---------------------------------------------------------
 
     def submit(self, job: TFJob, base_dir: Path, *, code_token: str | None = None) -> JobView:
         code_archive = None
-        if not job.spec.code.is_url:
+        if job.spec.code is not None and not job.spec.code.is_url:
             with tempfile.TemporaryDirectory(prefix="tfkube-submit-") as tmp:
                 code_archive = prepare_artifact(job, base_dir, Path(tmp)).path.read_bytes()
         # The fetch token reaches the pods from a Secret, never through the pod spec.
@@ -249,7 +265,9 @@ class KubernetesBackend:
     def get(self, name: str) -> JobView:
         tfjob = self._read(name)
         selector = replica_selector(name)
-        return self._view(tfjob, self._list("batch/v1", "Job", selector), self._pods(selector))
+        jobs = self._list("batch/v1", "Job", selector)
+        pods = self._pods(selector)
+        return self._view(tfjob, jobs, pods, self._creation_failures())
 
     def _pods(self, selector: str) -> builtins.list[dict[str, Any]]:
         return self._list("v1", "Pod", selector)
@@ -258,8 +276,14 @@ class KubernetesBackend:
         items = self.kube.request("GET", tfjob_path(self.namespace)).get("items") or []
         jobs = _by_job(self._list("batch/v1", "Job", replica_selector()))
         pods = _by_job(self._pods(replica_selector()))
+        failures = self._creation_failures() if items else []
         return [
-            self._view(t, jobs.get(t["metadata"]["name"], []), pods.get(t["metadata"]["name"], []))
+            self._view(
+                t,
+                jobs.get(t["metadata"]["name"], []),
+                pods.get(t["metadata"]["name"], []),
+                failures,
+            )
             for t in items
         ]
 

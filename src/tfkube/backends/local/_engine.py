@@ -15,9 +15,11 @@ interrupted stop still finishes.
 from __future__ import annotations
 
 import builtins
+import os
 import shutil
 import signal
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -27,6 +29,7 @@ from pathlib import Path
 from tfkube.api import FieldError, SpecError, TFJob, dump_job, load_job_text
 from tfkube.backends._artifact import Artifact, prepare_artifact
 from tfkube.backends._base import JobEvent, JobExists, JobNotFound, JobView, ReplicaView
+from tfkube.backends.local._commands import command_problems
 from tfkube.backends.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
 from tfkube.backends.local._interrupts import interrupts_held
 from tfkube.backends.local._procs import alive, stop_trees, wait_gone
@@ -57,6 +60,13 @@ def _uv() -> str | None:
         return str(find_uv_bin())
     except (ImportError, FileNotFoundError):
         return None
+
+
+def _replica_which(program: str) -> str | None:
+    """A program as a replica's launcher finds it: on PATH after tfkube's interpreter's
+    folder (the supervisor puts it first)."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    return shutil.which(program, path=path)
 
 
 def _free_ports(count: int) -> list[int]:
@@ -193,16 +203,35 @@ class LocalBackend:
             (staging.root / default).mkdir()
         gpus = self._check_gpus(job)
         venv = None
-        if code_token is not None and job.spec.code.is_url and job.spec.code.sha256:
+        code = job.spec.code
+        code_url, code_sha = "", ""
+        names: frozenset[str] | None = None
+        if code is None:
+            pass  # every role runs its own command, checked below
+        elif code_token is not None and code.is_url and code.sha256:
             # Fetched by every replica itself, with the token (the server's job-scoped
             # claim), and verified against the pinned sha256: nothing to download here;
             # a requirements.txt is then installed by the first replica's launcher.
-            code_url, code_sha = job.spec.code.source, job.spec.code.sha256
+            code_url, code_sha = code.source, code.sha256
             staging.write_code_token(code_token)
         else:
             artifact = prepare_artifact(job, base_dir, staging.artifacts)
             code_url = str(target.artifacts / artifact.path.name)
             code_sha = artifact.sha256
+            names = artifact.names
+        problems = command_problems(
+            job,
+            names,
+            which=_replica_which,
+            exists=lambda p: Path(p).exists(),
+            is_dir=lambda p: Path(p).is_dir(),
+        )
+        if code is not None and names is None:
+            # Code fetched by the replicas themselves: what it holds is not known here.
+            problems = [p for p in problems if "not in the code" not in p.message]
+        if problems:
+            raise SpecError(problems, f"job {job.name!r} (for this machine)")
+        if names is not None:
             venv = self._python_env(job, artifact, staging)
         keys = job.replica_keys()
         ports = _free_ports(len(keys))

@@ -120,7 +120,9 @@ class Supervisor:
         self.cluster = cluster_spec(self.job.spec.replicas.counts(), local_address(ports))
         self.base_env = {k: v for k, v in os.environ.items() if not k.startswith(_INHERITED_DROP)}
         artifact = self.record.artifact
-        self.code_url = artifact if "://" in artifact else Path(artifact).as_uri()
+        self.code_url: str | None = None  # no code: every role runs its own command
+        if artifact:
+            self.code_url = artifact if "://" in artifact else Path(artifact).as_uri()
         token = job_dir.read_code_token()
         if token is not None:
             self.base_env[contract.CODE_TOKEN] = token
@@ -359,7 +361,7 @@ class Supervisor:
                 Role(replica.role),
                 self.cluster,
                 code_url=self.code_url,
-                code_sha256=self.record.artifact_sha256,
+                code_sha256=self.record.artifact_sha256 or None,
                 data_dir=self.record.data_dir,
                 log_dir=self.record.log_dir,
                 work_dir=str(work),
@@ -376,6 +378,13 @@ class Supervisor:
         }
         self.dir.logs.mkdir(exist_ok=True)
         self.dir.termination_log(key).unlink(missing_ok=True)
+        # Without code a command runs where its launcher starts: workingDir (checked at
+        # submit), else the replica's own work folder.
+        spec = self.job.spec.replicas.get(Role(replica.role))
+        cwd = self.dir.root
+        if self.code_url is None:
+            cwd = Path(spec.working_dir) if spec and spec.working_dir else work
+            cwd.mkdir(parents=True, exist_ok=True)
         attempt = replica.restarts
         with self.dir.log(key).open("ab") as log:
             log.write(f"==== tfkube: {key} start (restart {attempt}) ====\n".encode())
@@ -383,7 +392,7 @@ class Supervisor:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "tfkube.launcher"],
                 env=env,
-                cwd=self.dir.root,
+                cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
