@@ -22,7 +22,9 @@ WAIT = 120
 
 
 def test_sh_c_manifest_runs_here_with_the_cluster_wiring(tfkube_home: Path, tmp_path: Path):
-    """02-sh-c.yaml: no code at all; `/bin/sh -c` with TF_CONFIG, no classic flags."""
+    """02-sh-c.yaml: no code at all; `/bin/sh -c` with TF_CONFIG, no classic flags.
+    Only worker-0's line is promised: its success ends the job (the default success
+    policy), so worker-1 may be stopped before it prints."""
     job = load_job_text((CORPUS / "02-sh-c.yaml").read_text(), "02-sh-c.yaml")
     backend = LocalBackend(tfkube_home)
     backend.submit(job, tmp_path)
@@ -30,7 +32,6 @@ def test_sh_c_manifest_runs_here_with_the_cluster_wiring(tfkube_home: Path, tmp_
     assert view.phase is JobPhase.SUCCEEDED, view
     logs = "\n".join(backend.logs(job.name))
     assert "task worker 0" in logs
-    assert "task worker 1" in logs
     assert "--worker_hosts" not in logs  # the classic flags are for tfkube's own run.sh
 
 
