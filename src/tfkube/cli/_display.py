@@ -54,6 +54,7 @@ def job_panel(view: JobView, now: float | None = None, width: int = 120) -> Grou
         table.add_column(col, no_wrap=True)
     table.add_column("message / last log line", no_wrap=True)
     room = max(12, width - (82 if wide else 52))  # what the other columns leave
+    cut: dict[str, list[str]] = {}  # a reason too long for its cell -> the replicas it is
     for r in view.replicas:
         state = (
             Text("Stalled", "bold red") if r.stalled else Text(r.state.value, _STATE_STYLE[r.state])
@@ -64,8 +65,13 @@ def job_panel(view: JobView, now: float | None = None, width: int = 120) -> Grou
         cells += [str(r.restarts), "-" if r.exit_code is None else str(r.exit_code)]
         note = r.message or r.last_line  # why it is where it is, else what it last said
         line = note if len(note) <= room else note[: room - 1] + "…"
+        if r.message and len(r.message) > room:
+            cut.setdefault(r.message, []).append(r.key)
         table.add_row(*cells, Text(line))
     parts: list[Text | Table] = [head, table]
+    # Why a replica waits or failed is the point of `status`: said in full under the table
+    # (once per distinct reason) when its cell had to cut it.
+    parts += [Text(f"{', '.join(keys)}: {message}") for message, keys in cut.items()]
     if view.reason:
         parts.append(Text(f"{view.reason}: {view.message or ''}"))
     return Group(*parts)
