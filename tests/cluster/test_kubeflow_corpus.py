@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from tfkube.api import SpecError, parse_job
 from tfkube.backends.kubernetes import KubernetesBackend
 
-from ._support import POD_GROUP_CRDS, KubeCluster, Operator, wait_for
+from ._support import POD_GROUP_CRDS, KubeCluster, Operator, bind_claim, delete_volumes, wait_for
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "kubeflow"
 EXPECTED: dict[str, dict[str, Any]] = yaml.safe_load((CORPUS / "expected.yaml").read_text())
@@ -63,25 +63,6 @@ def _create(call: Any, *args: Any) -> None:
             raise
 
 
-def _bind(kube: KubeCluster, namespace: str, claim: str, made: list[str]) -> None:
-    """A PersistentVolume pre-bound to `claim` in `namespace`."""
-    name = f"{namespace}-{claim}"[:63]
-    _create(
-        kube.core.create_persistent_volume,
-        client.V1PersistentVolume(
-            metadata=client.V1ObjectMeta(name=name),
-            spec=client.V1PersistentVolumeSpec(
-                capacity={"storage": "100Gi"},
-                access_modes=["ReadWriteMany", "ReadWriteOnce", "ReadOnlyMany"],
-                persistent_volume_reclaim_policy="Retain",
-                host_path=client.V1HostPathVolumeSource(path=f"/tmp/tfkube-fake/{name}"),
-                claim_ref=client.V1ObjectReference(namespace=namespace, name=claim),
-            ),
-        ),
-    )
-    made.append(name)
-
-
 def _prerequisites(kube: KubeCluster, ns: str, made: list[str]) -> None:
     """What the manifests name that a real cluster would already hold."""
     _create(
@@ -95,7 +76,7 @@ def _prerequisites(kube: KubeCluster, ns: str, made: list[str]) -> None:
             ),
         ),
     )
-    _bind(kube, ns, "imagenet-ro", made)
+    made.append(bind_claim(kube, ns, "imagenet-ro"))
     _create(
         kube.core.create_namespaced_config_map,
         ns,
@@ -160,19 +141,14 @@ def corpus(
         for name in ACCEPTED:
             job = parse_job(with_fake_durations(manifest(name)), name)
             for which in ("data", "logs"):
-                _bind(kube, ns, f"{job.name}-{which}", made)
+                made.append(bind_claim(kube, ns, f"{job.name}-{which}"))
             backend.submit(job, CORPUS)  # a local code folder (18) is packed from here
             jobs[name] = job.name
         yield Corpus(kube, ns, backend, jobs)
     finally:
         operator.kill()
         kube.core.delete_namespace(ns, propagation_policy="Background")
-        for pv in made:
-            try:
-                kube.core.delete_persistent_volume(pv)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
+        delete_volumes(kube, made)
     assert not operator.errors(), log.read_text()[-5000:]
     assert "Forbidden" not in log.read_text(), log.read_text()[-5000:]
 
@@ -189,11 +165,15 @@ def _pods(corpus: Corpus, job: str, role: str) -> list[client.V1Pod]:
 
 
 def _ended(corpus: Corpus, name: str) -> Any:
-    """The job of manifest `name` once it ended (a timeout shows where it stands)."""
+    """The job of manifest `name` once its phase is final (a timeout shows where it
+    stands). Not `done`: with cleanPodPolicy None its PS keeps running, as asked."""
     job = corpus.jobs[name]
     try:
         return wait_for(
-            f"{name} to end", lambda: (v := corpus.backend.get(job)).done and v, OUTCOME_TIMEOUT, 1
+            f"{name} to end",
+            lambda: (v := corpus.backend.get(job)).phase.terminal and v,
+            OUTCOME_TIMEOUT,
+            1,
         )
     except AssertionError as exc:
         view = corpus.backend.get(job)
