@@ -89,6 +89,38 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
 
 
+def bind_claim(kube: KubeCluster, namespace: str, claim: str) -> str:
+    """A PersistentVolume pre-bound to `claim` in `namespace` (there is no volume
+    provisioner here); returns its name. `Retain`: the caller deletes it."""
+    name = f"{namespace}-{claim}"[:63]
+    try:
+        kube.core.create_persistent_volume(
+            client.V1PersistentVolume(
+                metadata=client.V1ObjectMeta(name=name),
+                spec=client.V1PersistentVolumeSpec(
+                    capacity={"storage": "100Gi"},
+                    access_modes=["ReadWriteMany", "ReadWriteOnce", "ReadOnlyMany"],
+                    persistent_volume_reclaim_policy="Retain",
+                    host_path=client.V1HostPathVolumeSource(path=f"/tmp/tfkube-fake/{name}"),
+                    claim_ref=client.V1ObjectReference(namespace=namespace, name=claim),
+                ),
+            )
+        )
+    except client.exceptions.ApiException as exc:
+        if exc.status != 409:
+            raise
+    return name
+
+
+def delete_volumes(kube: KubeCluster, names: list[str]) -> None:
+    for name in names:
+        try:
+            kube.core.delete_persistent_volume(name)
+        except client.exceptions.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
 class Operator:
     """`tfkube operator` as a subprocess watching one namespace."""
 

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,52 +31,6 @@ from tfkube.planner import JobPhase
 from ._support import KubeCluster, Operator, wait_for
 
 PS_CLEANUP_LIMIT_SECONDS = 10.0
-
-
-# -- fixtures --------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def volumes(crd: KubeCluster) -> Iterator[Callable[[str, str], None]]:
-    """Pre-bound PersistentVolumes for a job's data and logs claims (no provisioner here)."""
-    core = crd.core
-    made: list[str] = []
-
-    def bind(namespace: str, job: str) -> None:
-        for which in ("data", "logs"):
-            name = f"{namespace}-{job}-{which}"[:63]
-            core.create_persistent_volume(
-                client.V1PersistentVolume(
-                    metadata=client.V1ObjectMeta(name=name),
-                    spec=client.V1PersistentVolumeSpec(
-                        capacity={"storage": "100Gi"},
-                        access_modes=["ReadWriteMany", "ReadWriteOnce"],
-                        persistent_volume_reclaim_policy="Retain",
-                        host_path=client.V1HostPathVolumeSource(path=f"/tmp/tfkube-fake/{name}"),
-                        claim_ref=client.V1ObjectReference(
-                            namespace=namespace, name=f"{job}-{which}"
-                        ),
-                    ),
-                )
-            )
-            made.append(name)
-
-    yield bind
-    for name in made:
-        try:
-            core.delete_persistent_volume(name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-
-
-@pytest.fixture
-def code(tmp_path: Path) -> Path:
-    folder = tmp_path / "code"
-    folder.mkdir()
-    (folder / "run.sh").write_text("#!/bin/sh\necho training\n")
-    (folder / "train.py").write_text("print('training')\n")
-    return tmp_path
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -115,15 +69,14 @@ def submit(
     return backend
 
 
-def cli_submit(kube: KubeCluster, ns: str, path: Path) -> subprocess.CompletedProcess[str]:
-    """`tfkube submit PATH --engine kubernetes` as a user runs it."""
+def cli(kube: KubeCluster, ns: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """`tfkube ARGS --engine kubernetes` as a user runs it."""
     return subprocess.run(
         [
             sys.executable,
             "-m",
             "tfkube",
-            "submit",
-            str(path),
+            *args,
             "--engine",
             "kubernetes",
             "--namespace",
@@ -136,6 +89,10 @@ def cli_submit(kube: KubeCluster, ns: str, path: Path) -> subprocess.CompletedPr
         timeout=60,
         check=False,
     )
+
+
+def cli_submit(kube: KubeCluster, ns: str, path: Path) -> subprocess.CompletedProcess[str]:
+    return cli(kube, ns, "submit", str(path))
 
 
 def tfjob(kube: KubeCluster, namespace: str, name: str) -> dict[str, Any] | None:
@@ -358,14 +315,7 @@ def test_status_says_why_a_replica_is_pending(
     }
     status = wait_for("the operator's status", lambda: phase_is(kube, ns, "stuck", "Running"))
     assert status["replicaStatuses"]["worker"]["active"] == 1
-    where = ["--namespace", ns, "--kubeconfig", str(kube.kubeconfig)]
-    shown = subprocess.run(
-        [sys.executable, "-m", "tfkube", "status", "stuck", "--engine", "kubernetes", *where],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    shown = cli(kube, ns, "status", "stuck")
     assert shown.returncode == 0, shown.stderr
     assert "unschedulable" in shown.stdout, shown.stdout
 

@@ -1,0 +1,107 @@
+"""Faults on the test control plane (the Kubernetes rows of docs/reliability.md).
+
+- The operator SIGKILLed mid-reconcile: while it is creating a new job's objects (the
+  first role Job exists, the rest may not), then started again. The job runs to success
+  and no object exists twice (`test_operator.py` kills it later, once the job runs).
+- A crash-looping job: every worker exits 1 at once, for ever. The job fails once the
+  retry budget is spent and at most `backoffLimit + replicas` dead pods are left (the seed
+  platform's node ended with 10,000+).
+
+Each test prints what it measured (`pytest -s`): the figures in docs/reliability.md come
+from `.venv/bin/pytest tests/cluster/test_kube_faults.py -s -q`.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from tfkube.planner import JobPhase
+
+from ._support import Operator, wait_for
+from .test_operator import events, job_dict, phase_is, pods, submit
+
+
+def _names(items: list[Any]) -> list[str]:
+    return sorted(i.metadata.name for i in items)
+
+
+def test_operator_killed_mid_reconcile_leaves_no_duplicate(
+    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+) -> None:
+    kube, ns = operator.kube, kube_namespace
+    data = job_dict("midway")
+    data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "4s"}
+    selector = "tfkube.io/job-name=midway"
+    submit(kube, ns, volumes, code, data)
+    wait_for(
+        "the first role Job",
+        lambda: kube.batch.list_namespaced_job(ns, label_selector=selector).items,
+        60,
+        0.02,
+    )
+    operator.kill(signal.SIGKILL)
+    killed = time.monotonic()
+    made_before = len(kube.batch.list_namespaced_job(ns, label_selector=selector).items)
+    operator.start()
+    status = wait_for("success", lambda: phase_is(kube, ns, "midway", "Succeeded", "Failed"), 90)
+    recovered = time.monotonic() - killed
+    assert status["phase"] == "Succeeded", status
+    assert status["restarts"] == 0
+    jobs = kube.batch.list_namespaced_job(ns, label_selector=selector).items
+    assert _names(jobs) == ["midway-ps", "midway-worker"]
+    services = kube.core.list_namespaced_service(ns, label_selector=selector).items
+    assert len(services) == 1, _names(services)
+    claims = kube.core.list_namespaced_persistent_volume_claim(ns, label_selector=selector)
+    assert _names(claims.items) == ["midway-data", "midway-logs"]
+    workers = pods(kube, ns, "tfkube.io/job-name=midway,tfkube.io/replica-type=worker")
+    indexes = sorted(p.metadata.labels["batch.kubernetes.io/job-completion-index"] for p in workers)
+    assert indexes == ["0", "1"]  # one pod per index: nothing started twice
+    created = [e for e in events(kube, ns, "midway") if e.reason == "Created"]
+    assert 1 <= len(created) <= 2, created  # said again only if the kill came before it
+    print(
+        f"\n[fault] operator SIGKILLed with {made_before} of 2 role Jobs made: "
+        f"{recovered:.1f}s from the kill to Succeeded (4 s of it the workers' run); "
+        f"{len(jobs)} Jobs, {len(services)} Service, {len(workers)} worker pods"
+    )
+
+
+def test_a_crash_loop_leaves_a_bounded_number_of_dead_pods(
+    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+) -> None:
+    kube, ns = operator.kube, kube_namespace
+    limit, workers = 2, 2
+    data = job_dict("crashloop", runPolicy={"restartPolicy": "OnFailure", "backoffLimit": limit})
+    data["spec"]["replicas"]["worker"] = {
+        "replicas": workers,
+        "annotations": {"tfkube.io/fake-exit-code": "1", "tfkube.io/fake-fail-after": "0s"},
+    }
+    started = time.monotonic()
+    backend = submit(kube, ns, volumes, code, data)
+    status = wait_for(
+        "the retry budget spent",
+        lambda: phase_is(kube, ns, "crashloop", "Failed", "Succeeded"),
+        240,
+        0.5,
+    )
+    took = time.monotonic() - started
+    assert status["phase"] == "Failed", status
+    assert backend.get("crashloop").phase is JobPhase.FAILED
+
+    def dead() -> list[Any]:
+        selector = "tfkube.io/job-name=crashloop,tfkube.io/replica-type=worker"
+        return [p for p in pods(kube, ns, selector) if p.status.phase == "Failed"]
+
+    first = len(dead())
+    # Nothing more is made once the job has failed: the count holds.
+    wait_for("a while after the end", lambda: time.monotonic() > started + took + 10, 30, 0.5)
+    left = len(dead())
+    assert left == first, (first, left)
+    assert left <= limit + workers, left
+    print(
+        f"\n[fault] crash loop (2 workers exit 1, backoffLimit {limit}): Failed "
+        f"({status['reason']}) {took:.1f}s after submit; {left} dead worker pods "
+        f"(bound {limit + workers})"
+    )
