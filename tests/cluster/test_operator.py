@@ -448,6 +448,8 @@ apiVersion: kubeflow.org/v1
 kind: TFJob
 metadata:
   name: kf-mnist
+  annotations:
+    tfkube.io/code-source: "."
 spec:
   runPolicy:
     cleanPodPolicy: Running
@@ -484,7 +486,7 @@ def test_kubeflow_manifest_is_converted_and_run(
     operator: Operator, volumes: Any, code: Path, kube_namespace: str
 ) -> None:
     kube, ns = operator.kube, kube_namespace
-    path = code / "code" / "kubeflow.yaml"  # next to train.py: code-source defaults to "."
+    path = code / "code" / "kubeflow.yaml"  # next to train.py, shipped by code-source "."
     path.write_text(KUBEFLOW)
     volumes(ns, "kf-mnist")
     proc = cli_submit(kube, ns, path)
@@ -492,7 +494,8 @@ def test_kubeflow_manifest_is_converted_and_run(
     stored = tfjob(kube, ns, "kf-mnist")
     assert stored is not None
     assert stored["apiVersion"] == "tfkube.io/v1alpha1"
-    assert stored["spec"]["code"]["entrypoint"] == "train.py"
+    assert stored["spec"]["code"]["source"] == "."
+    assert stored["spec"]["replicas"]["worker"]["command"] == ["python", "train.py"]
     assert stored["spec"]["replicas"]["worker"]["args"] == ["--steps=10"]
     status = wait_for("success", lambda: phase_is(kube, ns, "kf-mnist", "Succeeded"), 40)
     assert status["message"] == "worker-0 succeeded"
