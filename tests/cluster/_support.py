@@ -91,24 +91,21 @@ def wait_for(
 
 def bind_claim(kube: KubeCluster, namespace: str, claim: str) -> str:
     """A PersistentVolume pre-bound to `claim` in `namespace` (there is no volume
-    provisioner here); returns its name. `Retain`: the caller deletes it."""
-    name = f"{namespace}-{claim}"[:63]
-    try:
-        kube.core.create_persistent_volume(
-            client.V1PersistentVolume(
-                metadata=client.V1ObjectMeta(name=name),
-                spec=client.V1PersistentVolumeSpec(
-                    capacity={"storage": "100Gi"},
-                    access_modes=["ReadWriteMany", "ReadWriteOnce", "ReadOnlyMany"],
-                    persistent_volume_reclaim_policy="Retain",
-                    host_path=client.V1HostPathVolumeSource(path=f"/tmp/tfkube-fake/{name}"),
-                    claim_ref=client.V1ObjectReference(namespace=namespace, name=claim),
-                ),
-            )
+    provisioner here); returns its name (unique: namespace and claim, a PV name may be 253
+    characters). `Retain`: the caller deletes it."""
+    name = f"{namespace}-{claim}"
+    kube.core.create_persistent_volume(
+        client.V1PersistentVolume(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1PersistentVolumeSpec(
+                capacity={"storage": "100Gi"},
+                access_modes=["ReadWriteMany", "ReadWriteOnce", "ReadOnlyMany"],
+                persistent_volume_reclaim_policy="Retain",
+                host_path=client.V1HostPathVolumeSource(path=f"/tmp/tfkube-fake/{name}"),
+                claim_ref=client.V1ObjectReference(namespace=namespace, name=claim),
+            ),
         )
-    except client.exceptions.ApiException as exc:
-        if exc.status != 409:
-            raise
+    )
     return name
 
 

@@ -3,6 +3,8 @@
 - The operator SIGKILLed mid-reconcile: while it is creating a new job's objects (the
   first role Job exists, the rest may not), then started again. The job runs to success
   and no object exists twice (`test_operator.py` kills it later, once the job runs).
+- kube-apiserver, then etcd, SIGKILLed mid-job and started again with the same command
+  line and data (the harness's `restart`): the job goes on to success, nothing twice.
 - A crash-looping job: every worker exits 1 at once, for ever. The job fails once the
   retry budget is spent and at most `backoffLimit + replicas` dead pods are left (the seed
   platform's node ended with 10,000+).
@@ -17,6 +19,8 @@ import signal
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tfkube.planner import JobPhase
 
@@ -104,4 +108,47 @@ def test_a_crash_loop_leaves_a_bounded_number_of_dead_pods(
         f"\n[fault] crash loop (2 workers exit 1, backoffLimit {limit}): Failed "
         f"({status['reason']}) {took:.1f}s after submit; {left} dead worker pods "
         f"(bound {limit + workers})"
+    )
+
+
+@pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
+def test_control_plane_restarted_mid_job(
+    component: str, operator: Operator, volumes: Any, code: Path, kube_namespace: str
+) -> None:
+    """The operator's watches break and come back; the Job controller, the scheduler and
+    KWOK reconnect; the TFJob's status is the operator's memory, so nothing is re-made."""
+    kube, ns = operator.kube, kube_namespace
+    assert kube.harness is not None, "the control plane is not this session's own"
+    name = f"survive-{component.removeprefix('kube-')}"
+    selector = f"tfkube.io/job-name={name}"
+    data = job_dict(name)
+    data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "10s"}
+    backend = submit(kube, ns, volumes, code, data)
+    try:
+        wait_for("running", lambda: phase_is(kube, ns, name, "Running"), 90)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{backend.get(name)}") from None
+    killed = time.monotonic()
+    down = kube.harness.restart(component)
+    status = wait_for(
+        "success after the restart",
+        lambda: phase_is(kube, ns, name, "Succeeded", "Failed"),
+        180,
+        0.5,
+    )
+    recovered = time.monotonic() - killed
+    assert status["phase"] == "Succeeded", status
+    assert status["restarts"] == 0
+    jobs = kube.batch.list_namespaced_job(ns, label_selector=selector).items
+    assert _names(jobs) == [f"{name}-ps", f"{name}-worker"]
+    workers = pods(kube, ns, f"{selector},tfkube.io/replica-type=worker")
+    indexes = sorted(p.metadata.labels["batch.kubernetes.io/job-completion-index"] for p in workers)
+    assert indexes == ["0", "1"]
+    reasons = [e.reason for e in events(kube, ns, name)]
+    assert reasons.count("Created") == 1
+    assert reasons.count("Succeeded") == 1
+    print(
+        f"\n[fault] {component} SIGKILLed mid-job and restarted: answering again after "
+        f"{down:.1f}s; Succeeded {recovered:.1f}s after the kill (10 s fake workers); "
+        f"{len(jobs)} Jobs, {len(workers)} worker pods, restarts 0"
     )

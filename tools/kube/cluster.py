@@ -427,6 +427,39 @@ class Cluster:
         if self.state is not None and self.state_file is not None:
             self.state.save(self.state_file)
 
+    def restart(self, name: str, timeout: float = 120.0) -> float:
+        """Crash one control-plane component (SIGKILL) and start it again with the same
+        command line and data, as a supervisor would (fault tests: an apiserver or etcd
+        restarted mid-job). Returns the seconds from the kill until it answers again."""
+        assert self.state is not None
+        at = next(i for i, p in enumerate(self.state.procs) if p.name == name)
+        old = self.state.procs[at]
+        cmdline = Path(f"/proc/{old.pid}/cmdline").read_bytes()
+        argv = [a.decode() for a in cmdline.split(b"\0")[:-1]]
+        killed = time.monotonic()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(old.pid, signal.SIGKILL)
+        popen = self._popens.pop(old.pid, None)
+        if popen is not None:
+            popen.wait(10)
+        while _is_ours(old):
+            _reap(old.pid)
+            time.sleep(0.02)
+        new = self._spawn(name, argv)
+        self.state.procs.pop()  # keep the start order: stop_procs stops in reverse
+        self.state.procs[at] = new
+        self.save_state()
+        if name == "etcd":
+            url = next(a.split("=", 1)[1] for a in argv if a.startswith("--listen-client-urls="))
+            self._wait("etcd /health", lambda: _http_ok(url + "/health"), new, timeout)
+        self._wait(  # the apiserver answers (again): the cluster is usable
+            "kube-apiserver /readyz",
+            lambda: self.api("GET", "/readyz").get("raw", "").strip() == "ok",
+            new,
+            timeout,
+        )
+        return time.monotonic() - killed
+
     def stop_real_node(self) -> list[str]:
         """Stop the real node, if one was started, and remove all it made (API still up)."""
         if self.state is None or self.state.real_node is None:
