@@ -43,12 +43,22 @@ NOW = 1000.0
 T0 = 900.0
 
 
-def job(chief: int = 0, ps: int = 0, workers: int = 2, evaluator: int = 0, **run_policy: Any):
-    """A job with these counts; `run_policy` keys are camelCase runPolicy fields."""
+def job(
+    chief: int = 0,
+    ps: int = 0,
+    workers: int = 2,
+    evaluator: int = 0,
+    own_policies: dict[str, str] | None = None,
+    **run_policy: Any,
+):
+    """A job with these counts; `run_policy` keys are camelCase runPolicy fields;
+    `own_policies` gives a role its own restartPolicy."""
     replicas: dict[str, Any] = {"worker": {"replicas": workers}}
     for role, n in (("chief", chief), ("ps", ps), ("evaluator", evaluator)):
         if n:
             replicas[role] = {"replicas": n}
+    for role, own in (own_policies or {}).items():
+        replicas[role]["restartPolicy"] = own
     return parse_job(
         {
             "apiVersion": "tfkube.io/v1alpha1",
@@ -1229,21 +1239,7 @@ def test_a_held_restart_waits_past_its_backoff():
 
 def job_with_roles(policy: str, **per_role: str) -> Any:
     """1 PS + 2 workers; `per_role` gives a role its own restartPolicy."""
-    replicas: dict[str, Any] = {"ps": {"replicas": 1}, "worker": {"replicas": 2}}
-    for role, own in per_role.items():
-        replicas[role]["restartPolicy"] = own
-    return parse_job(
-        {
-            "apiVersion": "tfkube.io/v1alpha1",
-            "kind": "TFJob",
-            "metadata": {"name": "j"},
-            "spec": {
-                "replicas": replicas,
-                "code": {"source": "."},
-                "runPolicy": {"restartPolicy": policy, "backoffLimit": 5},
-            },
-        }
-    )
+    return job(ps=1, own_policies=per_role, restartPolicy=policy, backoffLimit=5)
 
 
 @pytest.mark.parametrize(
