@@ -183,3 +183,15 @@ def test_refused_here(worker: dict[str, Any], code: frozenset[str] | None, field
 )
 def test_script_of(command: list[str], script: str | None):
     assert script_of(command) == script
+
+
+def test_relative_paths_into_code_the_replicas_fetch_are_not_checked_here() -> None:
+    """A URL fetched by each replica (the server's jobs): its names are not known at
+    submit, so `python train.py` is left to the launcher; absolute paths still are."""
+    fetched = job({"command": ["python", "train.py"]}, True)
+    assert (
+        command_problems(fetched, None, ON_PATH.get, FILES.__contains__, bool, fetched=True) == []
+    )
+    elsewhere = job({"command": ["python", "/opt/train.py"]}, True)
+    found = command_problems(elsewhere, None, ON_PATH.get, FILES.__contains__, bool, fetched=True)
+    assert [p.field for p in found] == ["spec.replicas.worker.command"]

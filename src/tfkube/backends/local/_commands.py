@@ -71,11 +71,14 @@ def _check_path(
     code: frozenset[str] | None,
     working_dir: str | None,
     exists: Callable[[str], bool],
+    fetched: bool = False,
 ) -> FieldError | None:
     if PurePosixPath(path).is_absolute():
         if exists(path):
             return None
         return FieldError(field, f"{what} {path!r} is not on this machine; {_ELSEWHERE}")
+    if fetched:
+        return None  # into code each replica fetches itself: not known here
     inside = _relative_ok(path, code, working_dir)
     if inside is None:
         assert working_dir is not None
@@ -101,9 +104,12 @@ def command_problems(
     which: Callable[[str], str | None],
     exists: Callable[[str], bool],
     is_dir: Callable[[str], bool],
+    *,
+    fetched: bool = False,
 ) -> list[FieldError]:
     """Why this machine cannot run `job` as given (empty: it can). `code` holds the names
-    in the job's code archive (None: the job has no code)."""
+    in the job's code archive (None: the job has no code, or `fetched`: its replicas fetch
+    it themselves, so relative paths into it cannot be checked here)."""
     problems: list[FieldError] = []
     for role in Role:
         spec = job.spec.replicas.get(role)
@@ -123,7 +129,7 @@ def command_problems(
         if _is_python(program) and "/" not in program:
             pass  # tfkube's interpreter (first on PATH)
         elif "/" in program:
-            found = _check_path(program, "its program", field, code, base, exists)
+            found = _check_path(program, "its program", field, code, base, exists, fetched)
             if found is not None:
                 problems.append(found)
         elif which(program) is None:
@@ -136,7 +142,7 @@ def command_problems(
             )
         script = script_of([*spec.command, *spec.args])
         if script is not None:
-            found = _check_path(script, "its script", field, code, base, exists)
+            found = _check_path(script, "its script", field, code, base, exists, fetched)
             if found is not None:
                 problems.append(found)
     return problems

@@ -225,10 +225,8 @@ class LocalBackend:
             which=_replica_which,
             exists=lambda p: Path(p).exists(),
             is_dir=lambda p: Path(p).is_dir(),
+            fetched=code is not None and names is None,
         )
-        if code is not None and names is None:
-            # Code fetched by the replicas themselves: what it holds is not known here.
-            problems = [p for p in problems if "not in the code" not in p.message]
         if problems:
             raise SpecError(problems, f"job {job.name!r} (for this machine)")
         if names is not None:
