@@ -5,6 +5,9 @@
   and no object exists twice (`test_operator.py` kills it later, once the job runs).
 - kube-apiserver, then etcd, SIGKILLed mid-job and started again with the same command
   line and data (the harness's `restart`): the job goes on to success, nothing twice.
+- A fake node lost mid-job (its Node object deleted, as a cloud does with a dead machine):
+  the pod garbage collector fails its pods (DisruptionTarget), they are made again on
+  other nodes, and the job succeeds. The node is registered again afterwards.
 - A crash-looping job: every worker exits 1 at once, for ever. The job fails once the
   retry budget is spent and at most `backoffLimit + replicas` dead pods are left (the seed
   platform's node ended with 10,000+).
@@ -151,4 +154,59 @@ def test_control_plane_restarted_mid_job(
         f"\n[fault] {component} SIGKILLed mid-job and restarted: answering again after "
         f"{down:.1f}s; Succeeded {recovered:.1f}s after the kill (10 s fake workers); "
         f"{len(jobs)} Jobs, {len(workers)} worker pods, restarts 0"
+    )
+
+
+def test_a_node_lost_mid_job_and_the_job_recovers(
+    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+) -> None:
+    kube, ns = operator.kube, kube_namespace
+    harness = kube.harness
+    assert harness is not None, "the control plane is not this session's own"
+    selector = "tfkube.io/job-name=nodelost"
+    data = job_dict("nodelost")
+    # KWOK still completes a lost node's pods on time (it is no kubelet): they must outlast
+    # the pod GC's wait for a missing node's pods (40 s quarantine, a 20 s period).
+    data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "90s"}
+    backend = submit(kube, ns, volumes, code, data)
+
+    index = "batch.kubernetes.io/job-completion-index"
+
+    def worker_0() -> Any:
+        """worker-0's pod (its success is the job's), once it runs."""
+        for pod in pods(kube, ns, f"{selector},tfkube.io/replica-type=worker"):
+            if pod.metadata.labels.get(index) == "0" and pod.status.phase == "Running":
+                return pod
+        return None
+
+    first = wait_for("worker-0 running", worker_0, 90)
+    node = str(first.spec.node_name)
+    spec = next(n for n in harness.nodes if n.name == node)
+    lost = time.monotonic()
+    kube.core.delete_node(node)
+    try:
+        status = wait_for(
+            "success after the node's loss",
+            lambda: phase_is(kube, ns, "nodelost", "Succeeded", "Failed"),
+            360,
+            0.5,
+        )
+        recovered = time.monotonic() - lost
+    finally:
+        harness.api("POST", "/api/v1/nodes", spec.manifest())
+        wait_for("the node back", harness._nodes_ready, 90, 0.5)
+    assert status["phase"] == "Succeeded", (status, backend.get("nodelost"))
+    again = worker_0() or next(
+        p
+        for p in pods(kube, ns, f"{selector},tfkube.io/replica-type=worker")
+        if p.metadata.labels.get(index) == "0" and p.status.phase == "Succeeded"
+    )
+    assert again.metadata.uid != first.metadata.uid  # made again, elsewhere
+    assert again.spec.node_name != node
+    jobs = kube.batch.list_namespaced_job(ns, label_selector=selector).items
+    assert len({j.metadata.name for j in jobs}) == len(jobs)
+    print(
+        f"\n[fault] node {node} lost (deleted) with worker-0 running: Succeeded "
+        f"{recovered:.1f}s later (90 s fake workers; the pod GC waits 40-60 s for a lost "
+        f"node's pods); whole-job restarts {status['restarts']}"
     )
