@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +29,12 @@ import pytest
 
 from tfkube.planner import JobPhase
 
-from ._support import Operator, wait_for
+from ._support import KubeCluster, Operator, wait_for
 from .test_operator import events, job_dict, phase_is, pods, submit
+
+FORBIDDEN_GRACE = 30.0
+"""Seconds after a restarted apiserver is ready during which a 403 is its empty RBAC
+cache (measured: about 3 s), not missing rules."""
 
 
 def _names(items: list[Any]) -> list[str]:
@@ -65,7 +71,10 @@ def test_operator_killed_mid_reconcile_leaves_no_duplicate(
     assert _names(claims.items) == ["midway-data", "midway-logs"]
     workers = pods(kube, ns, "tfkube.io/job-name=midway,tfkube.io/replica-type=worker")
     indexes = sorted(p.metadata.labels["batch.kubernetes.io/job-completion-index"] for p in workers)
-    assert indexes == ["0", "1"]  # one pod per index: nothing started twice
+    # One pod per index: nothing started twice (a worker still running when worker-0's
+    # success ends the job is ended with its pod, so index 1 may be gone).
+    assert "0" in indexes, indexes
+    assert len(indexes) == len(set(indexes)), indexes
     created = [e for e in events(kube, ns, "midway") if e.reason == "Created"]
     assert 1 <= len(created) <= 2, created  # said again only if the kill came before it
     print(
@@ -114,12 +123,35 @@ def test_a_crash_loop_leaves_a_bounded_number_of_dead_pods(
     )
 
 
+def _log_time(line: str) -> float | None:
+    """The operator's log line's time (logging's `asctime`, local time), if it has one."""
+    try:
+        return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    except ValueError:
+        return None
+
+
+@pytest.fixture
+def own_operator(
+    crd: KubeCluster, operator_kubeconfig: Path, kube_namespace: str, tmp_path: Path
+) -> Iterator[Operator]:
+    """The operator as the `operator` fixture runs it, without its teardown checks: the
+    test that restarts the apiserver checks the log itself (see there)."""
+    op = Operator(crd, kube_namespace, tmp_path / "operator.log", operator_kubeconfig)
+    op.start()
+    yield op
+    op.kill()
+
+
 @pytest.mark.parametrize("component", ["kube-apiserver", "etcd"])
 def test_control_plane_restarted_mid_job(
-    component: str, operator: Operator, volumes: Any, code: Path, kube_namespace: str
+    component: str, own_operator: Operator, volumes: Any, code: Path, kube_namespace: str
 ) -> None:
     """The operator's watches break and come back; the Job controller, the scheduler and
-    KWOK reconnect; the TFJob's status is the operator's memory, so nothing is re-made."""
+    KWOK reconnect; the TFJob's status is the operator's memory, so nothing is re-made.
+    A restarted apiserver answers 403 for a moment (its RBAC cache is empty) although it
+    is ready: the operator may log that, one line each, only then, and no traceback."""
+    operator = own_operator
     kube, ns = operator.kube, kube_namespace
     assert kube.harness is not None, "the control plane is not this session's own"
     name = f"survive-{component.removeprefix('kube-')}"
@@ -131,8 +163,9 @@ def test_control_plane_restarted_mid_job(
         wait_for("running", lambda: phase_is(kube, ns, name, "Running"), 90)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{backend.get(name)}") from None
-    killed = time.monotonic()
+    killed, killed_at = time.monotonic(), time.time()
     down = kube.harness.restart(component)
+    ready_at = time.time()
     status = wait_for(
         "success after the restart",
         lambda: phase_is(kube, ns, name, "Succeeded", "Failed"),
@@ -146,10 +179,21 @@ def test_control_plane_restarted_mid_job(
     assert _names(jobs) == [f"{name}-ps", f"{name}-worker"]
     workers = pods(kube, ns, f"{selector},tfkube.io/replica-type=worker")
     indexes = sorted(p.metadata.labels["batch.kubernetes.io/job-completion-index"] for p in workers)
-    assert indexes == ["0", "1"]
+    assert "0" in indexes, indexes
+    assert len(indexes) == len(set(indexes)), indexes  # nothing twice
     reasons = [e.reason for e in events(kube, ns, name)]
     assert reasons.count("Created") == 1
     assert reasons.count("Succeeded") == 1
+    operator.kill()
+    log = operator.log.read_text()
+    assert not operator.errors(), log[-5000:]
+    late = [
+        line
+        for line in log.splitlines()
+        if "Forbidden" in line
+        and not killed_at - 1 <= (_log_time(line) or 0.0) <= ready_at + FORBIDDEN_GRACE
+    ]
+    assert not late, late  # outside the restart, Forbidden is missing RBAC: a bug
     print(
         f"\n[fault] {component} SIGKILLed mid-job and restarted: answering again after "
         f"{down:.1f}s; Succeeded {recovered:.1f}s after the kill (10 s fake workers); "

@@ -189,6 +189,12 @@ class WorkQueue:
                 started = self.clock()
                 try:
                     requeue = await asyncio.to_thread(self.work, *key, self.pods_of(key))
+                except ApiError as exc:
+                    # The API refused or failed (an apiserver just restarted answers 403
+                    # until its RBAC cache is filled, then 5xx...): a state, not a bug in
+                    # tfkube, so one line and a retry, no traceback.
+                    log.warning("reconciling %s/%s: %s; retrying", *key, exc)
+                    requeue = ERROR_REQUEUE_SECONDS
                 except Exception:
                     log.exception("reconciling %s/%s failed; retrying", *key)
                     requeue = ERROR_REQUEUE_SECONDS
