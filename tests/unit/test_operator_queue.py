@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tfkube.kube.rest import ApiError
 from tfkube.operator._operator import (
     COALESCE_MAX_SECONDS,
     COALESCE_MIN_SECONDS,
@@ -94,3 +95,32 @@ def test_jobs_are_reconciled_independently_and_requeued():
     work, queue = asyncio.run(scenario())
     assert sorted(c[:2] for c in work.calls) == [("ns", "a"), ("ns", "b")]
     assert set(queue.timers) == {("ns", "a"), ("ns", "b")}
+
+
+@pytest.mark.parametrize(
+    ("error", "traceback"),
+    [
+        pytest.param(ApiError(403, "Forbidden", "{}"), False, id="api-refused-one-line"),
+        pytest.param(KeyError("bug"), True, id="a-bug-keeps-its-traceback"),
+    ],
+)
+def test_a_failed_reconcile_is_retried(
+    error: Exception, traceback: bool, caplog: pytest.LogCaptureFixture
+):
+    """An API error is a state of the cluster (a restarted apiserver answers 403 for a
+    moment): one warning line; anything else is a bug and keeps its traceback. Both retry."""
+
+    def work(namespace: str, name: str, pods: list[Any]) -> float | None:
+        raise error
+
+    async def scenario() -> WorkQueue:
+        queue = WorkQueue(work, index_reader({}))
+        queue.poke(("ns", "j"))
+        await settle(queue)
+        return queue
+
+    queue = asyncio.run(scenario())
+    assert set(queue.timers) == {("ns", "j")}  # requeued
+    [record] = [r for r in caplog.records if "ns/j" in r.getMessage()]
+    assert (record.exc_info is not None) is traceback
+    assert "retrying" in record.getMessage()
