@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, delete, select, update
+from sqlalchemy import CursorResult, delete, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -46,6 +46,10 @@ from tfkube.server._tables import Artifact, Job, JobEvent, Team
 log = logging.getLogger("tfkube.server")
 
 QUEUED, LIVE, ENDED = "queued", "live", "ended"
+STARTING = "Starting"
+"""The reason of a queued job that one caller is handing to its engine (a lease)."""
+START_LEASE_SECONDS = 300.0
+"""A start that has not ended by then (its server died mid-way) may be taken again."""
 CODE_CLAIM_SECONDS = 7 * 24 * 3600
 """How long a job's code claim is valid at most; it is refused anyway once the job ended,
 so a replica restarted late in a long job can still fetch its code."""
@@ -350,6 +354,7 @@ class JobService:
             wait = passing_refusal(exc)
             if wait is not None:
                 self._retry_at[row.id] = time.monotonic() + RETRY_SECONDS
+                row.reason = "Queued"  # the lease ends: queued again
                 if row.message != wait:
                     log.info("job %s waits: %s", row.id, wait)
                     row.message = wait
@@ -391,26 +396,31 @@ class JobService:
     def _claim_start(db: Session, row: Job) -> bool:
         """Whether this caller may hand the job to the engine: it is still queued and no
         one else (the request that submitted it, the sync loop, another server process on
-        the same database) claimed it since it was read. A conditional update on
-        `updated_at` decides; the loser leaves it alone (two submits of one job made the
-        second fail as "already exists")."""
+        the same database) is starting it. A conditional update takes a lease: the reason
+        becomes Starting until the start ends (live, failed, or queued again). A claim
+        that only compared versions let a second caller that read the row after the first
+        claim win too, and the engine refused the second submit as "already exists"."""
         if row.state != QUEUED:
             return False
-        seen = row.updated_at  # the version the caller decided on
         db.commit()  # the update runs in a fresh transaction, on what others committed
-        now = max(time.time(), seen + 1e-6)
+        now = time.time()
         result = db.execute(
             update(Job)
-            .where(Job.id == row.id, Job.state == QUEUED, Job.updated_at == seen)
-            .values(updated_at=now)
+            .where(
+                Job.id == row.id,
+                Job.state == QUEUED,
+                or_(
+                    Job.reason.is_(None),
+                    Job.reason != STARTING,
+                    Job.updated_at < now - START_LEASE_SECONDS,
+                ),
+            )
+            .values(reason=STARTING, updated_at=now)
         )
         claimed = cast(CursorResult[Any], result).rowcount
         db.commit()
-        if not claimed:
-            db.refresh(row)
-            return False
-        row.updated_at = now
-        return True
+        db.refresh(row)
+        return bool(claimed)
 
     @staticmethod
     def _end(row: Job, phase: str, reason: str, message: str, now: float) -> None:
