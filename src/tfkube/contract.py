@@ -76,6 +76,12 @@ VENV_CACHE: Final = "TFKUBE_VENV_CACHE"
 """Kubernetes: a folder (a volume) where the launcher installs the code's
 requirements.txt, one environment per requirements hash, shared by the pods that mount it."""
 
+HEARTBEAT_FILE: Final = "TFKUBE_HEARTBEAT_FILE"
+"""Kubernetes with runPolicy.stallSeconds: a file the launcher touches whenever its replica
+shows progress (a chunk of output, a newer write in TFKUBE_LOG_DIR; always while it sets
+up). The pod's readiness probe fails once it is stallSeconds old, and the operator reads
+that not-ready as a stall (`tfkube.kube.observe`): the launcher has no API access."""
+
 LOG_MAX_BYTES: Final = "TFKUBE_LOG_MAX_BYTES"
 """Optional: the size at which the launcher's copy of a replica's output in the shared
 log folder stops growing (default 64 MiB)."""

@@ -394,3 +394,109 @@ def resolves(kube: KubeCluster, ns: str, pod: client.V1Pod, host: str) -> bool:
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     return proc.stdout.strip() == "yes"
+
+
+# -- stall detection (readiness probes run only on the real node; KWOK's fake pods have none)
+
+
+def stall_job(node: RealNode, tmp_path: Path, name: str, action: str, **policy: Any) -> Path:
+    """One worker that prints a line, then stays silent (a `sleep`, writing nothing)."""
+    raw = {
+        "apiVersion": "tfkube.io/v1alpha1",
+        "kind": "TFJob",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": {
+                "worker": {
+                    "replicas": 1,
+                    "command": ["sh", "-c", "echo started; sleep 600"],
+                    "resources": {"memory": "256Mi"},
+                    "nodeSelector": dict(node.SELECTOR),
+                    "tolerations": list(node.TOLERATIONS),
+                }
+            },
+            "runPolicy": {"stallSeconds": STALL_SECONDS, "stallAction": action, **policy},
+        },
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+STALL_SECONDS = 15
+
+
+def failed(kube: KubeCluster, ns: str, name: str) -> dict[str, Any] | None:
+    st = status(kube, ns, name)
+    return st if st.get("phase") == "Failed" else None
+
+
+def job_events(kube: KubeCluster, ns: str, name: str) -> list[str]:
+    found = kube.core.list_namespaced_event(
+        ns, field_selector=f"involvedObject.kind=TFJob,involvedObject.name={name}"
+    ).items
+    return [str(e.message) for e in found]
+
+
+def test_a_silent_replica_is_stalled_reported_restarted_or_fails_the_job(
+    operator: Operator, real_node: RealNode, kube_namespace: str, tmp_path: Path
+) -> None:
+    """runPolicy.stallSeconds on Kubernetes, one job per stallAction, side by side: the
+    launcher's heartbeat goes stale, the pod's readiness probe fails, the operator reads a
+    stall. Report: `tfkube status` shows the worker Stalled with how long it has been
+    quiet, and an event says so. Fail: the job fails with reason Stalled. Restart: the
+    worker's pod is replaced (a restart counted), and a second stall exceeds
+    backoffLimit 1."""
+    kube, ns = operator.kube, kube_namespace
+    jobs = {"stall-report": "Report", "stall-fail": "Fail", "stall-restart": "Restart"}
+    t0 = time.monotonic()
+    for name, action in jobs.items():
+        submit(
+            real_node, kube, ns, stall_job(real_node, tmp_path, name, action, backoffLimit=1), name
+        )
+
+    def shown_stalled() -> str | None:
+        out = tfkube(kube, ns, "status", "stall-report")
+        row = next((line for line in out.splitlines() if line.startswith("worker-0")), "")
+        return out if "Stalled" in row and "no progress for" in row else None
+
+    try:
+        wait_for("worker-0 of stall-report shown Stalled", shown_stalled, JOB_TIMEOUT, 2.0)
+        wait_for(
+            "the stall event",
+            lambda: any("worker-0 is stalled" in m for m in job_events(kube, ns, "stall-report")),
+            60,
+            1.0,
+        )
+        stall_failed = wait_for(
+            "stall-fail to fail",
+            lambda: failed(kube, ns, "stall-fail"),
+            JOB_TIMEOUT,
+            1.0,
+        )
+        assert stall_failed["reason"] == "Stalled", stall_failed
+        assert "worker-0 made no progress" in stall_failed["message"], stall_failed
+        stalled_after = time.monotonic() - t0
+
+        given_up = wait_for(
+            "stall-restart to fail after its restart",
+            lambda: failed(kube, ns, "stall-restart"),
+            JOB_TIMEOUT,
+            1.0,
+        )
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}\n" + "\n".join(describe(kube, ns, name) for name in jobs)
+        ) from None
+    assert given_up["reason"] == "BackoffLimitExceeded", given_up
+    assert "worker-0 stalled" in given_up["message"], given_up
+    assert given_up["restarts"] == 1, given_up
+    # Report changes nothing: still running, never restarted.
+    report = status(kube, ns, "stall-report")
+    assert report["phase"] == "Running", report
+    assert report.get("restarts", 0) == 0, report
+    print(
+        f"\nstallSeconds={STALL_SECONDS}: stall-fail Failed (Stalled) {stalled_after:.0f}s "
+        f"after submit; stall-restart BackoffLimitExceeded after one restart "
+        f"{time.monotonic() - t0:.0f}s after submit"
+    )

@@ -91,5 +91,36 @@ def pod(
     return {"metadata": meta, "status": body}
 
 
+STALL = 15
+STARTED = T0 + 10
+
+
+def running_pod(
+    ready: bool | None,
+    turned: float | None = None,
+    created: float = T0,
+    started: float = STARTED,
+    **extra: Any,
+) -> dict[str, Any]:
+    """A running worker-0 pod whose container started at `started`; `ready` None: no Ready
+    condition yet; `turned`: the Ready condition's lastTransitionTime."""
+    status: dict[str, Any] = {
+        "containerStatuses": [
+            {
+                "name": "tensorflow",
+                "ready": bool(ready),
+                "state": {"running": {"startedAt": format_time(started)}},
+            }
+        ]
+    }
+    if ready is not None:
+        condition = {"type": "Ready", "status": "True" if ready else "False"}
+        if turned is not None:
+            condition["lastTransitionTime"] = format_time(turned)
+        status["conditions"] = [condition]
+    status.update(extra)
+    return pod("worker", 0, "Running", created=created, **status)
+
+
 def states(obs: Any) -> dict[str, str]:
     return {k: r.status.state.value for k, r in obs.replicas.items()}

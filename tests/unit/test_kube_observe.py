@@ -18,6 +18,7 @@ from tfkube.kube.observe import (
     exit_code,
     failure_message,
     format_time,
+    last_progress,
     observe,
     parse_indexes,
     parse_time,
@@ -30,7 +31,17 @@ from tfkube.kube.observe import (
 )
 from tfkube.planner import JobPhase, ReplicaState, plan
 
-from ._kube_objects import NOW, T0, job_model, pod, role_job, states
+from ._kube_objects import (
+    NOW,
+    STALL,
+    STARTED,
+    T0,
+    job_model,
+    pod,
+    role_job,
+    running_pod,
+    states,
+)
 
 # -- names ----------------------------------------------------------------------------------
 
@@ -696,3 +707,90 @@ def test_a_replica_refused_by_a_quota_says_so_in_status():
     assert obs.replicas["ps-0"].message == ""
     view = job_view(tfjob(), jobs, [pod("ps", 0)], NOW, [event("j-worker", QUOTA, T0)])
     assert {r.key: r.message for r in view.replicas}["worker-1"].startswith("cannot create")
+
+
+# -- stall detection: the readiness probe's verdict read as progress --------------------------
+
+
+@pytest.mark.parametrize(
+    ("the_pod", "stall_seconds", "expected"),
+    [
+        pytest.param(running_pod(False, NOW - 3), None, None, id="no-stall-detection"),
+        pytest.param(running_pod(None), STALL, NOW, id="no-ready-condition-yet"),
+        pytest.param(running_pod(False, T0), STALL, NOW, id="not-ready-since-before-start"),
+        pytest.param(running_pod(False, STARTED), STALL, NOW, id="not-ready-since-start"),
+        pytest.param(running_pod(True, STARTED + 2), STALL, NOW, id="ready"),
+        pytest.param(running_pod(False, NOW - 3), STALL, NOW - 3 - STALL, id="probe-failed"),
+        pytest.param(
+            running_pod(False, NOW - 3, containerStatuses=[]), STALL, NOW, id="no-container-status"
+        ),
+    ],
+)
+def test_last_progress(the_pod: dict[str, Any], stall_seconds: int | None, expected: float | None):
+    assert last_progress(the_pod, stall_seconds, NOW) == expected
+    assert last_progress(slim_pod(the_pod), stall_seconds, NOW) == expected
+
+
+def test_a_sidecar_that_is_not_ready_is_no_stall():
+    sidecar = running_pod(False, NOW - 3)
+    sidecar["status"]["containerStatuses"][0]["ready"] = True
+    sidecar["status"]["containerStatuses"].append({"name": "proxy", "ready": False, "state": {}})
+    assert last_progress(sidecar, STALL, NOW) == NOW
+
+
+def stall_observation(action: str, pods: list[Any], **status: Any) -> Any:
+    job = job_model(ps=0, workers=1, stallSeconds=STALL, stallAction=action)
+    prior = Prior.from_status({"phase": "Running", **status})
+    return job, observe(job, prior, [role_job("worker")], pods, NOW)
+
+
+def test_a_failed_probe_is_a_stalled_replica_with_how_long_it_was_quiet():
+    _, obs = stall_observation("Report", [running_pod(False, NOW - 5)])
+    assert obs.stalled == {"worker-0"}
+    seen = obs.replicas["worker-0"]
+    assert seen.status.state is ReplicaState.RUNNING
+    assert seen.message == f"no progress for {STALL + 5}s"
+    _, fresh = stall_observation("Report", [running_pod(False, STARTED)])
+    assert fresh.stalled == frozenset()
+    assert fresh.replicas["worker-0"].message == ""
+
+
+@pytest.mark.parametrize(
+    ("action", "phase", "reason"),
+    [
+        pytest.param("Report", JobPhase.RUNNING, None, id="report"),
+        pytest.param("Fail", JobPhase.FAILED, "Stalled", id="fail"),
+        pytest.param("Restart", JobPhase.RESTARTING, None, id="restart"),
+    ],
+)
+def test_the_planner_decides_on_a_kubernetes_stall_as_locally(
+    action: str, phase: JobPhase, reason: str | None
+):
+    job, obs = stall_observation(action, [running_pod(False, NOW - 5)])
+    decision = plan(job, obs.status, NOW)
+    assert (decision.phase, decision.reason) == (phase, reason)
+    assert any("worker-0 is stalled" in line for line in decision.events)
+    if action == "Restart":
+        assert [a.key for a in decision.actions] == ["worker-0"]
+
+
+def test_the_stall_event_is_said_once_and_recovery_too():
+    job, again = stall_observation(
+        "Report", [running_pod(False, NOW - 5)], stalledReplicas=["worker-0"]
+    )
+    assert again.status.replicas[0].stalled
+    assert not any("stalled" in line for line in plan(job, again.status, NOW).events)
+    job, moving = stall_observation(
+        "Report", [running_pod(True, NOW - 1)], stalledReplicas=["worker-0"]
+    )
+    assert "worker-0 makes progress again" in plan(job, moving.status, NOW).events
+
+
+def test_job_view_shows_a_stalled_replica():
+    resource = tfjob({"phase": "Running"})
+    resource["spec"]["replicas"] = {"worker": {"replicas": 1}}
+    resource["spec"]["runPolicy"] = {"stallSeconds": STALL}
+    view = job_view(resource, [role_job("worker")], [running_pod(False, NOW - 5)], NOW)
+    (replica,) = view.replicas
+    assert replica.stalled
+    assert replica.message == f"no progress for {STALL + 5}s"

@@ -13,6 +13,7 @@ from tfkube.kube.observe import Prior, format_time, observe
 from tfkube.operator import reconcile
 from tfkube.operator._ops import Create, DeletePod, DeleteRoleJob, DeleteTFJob, Event, SuspendJob
 from tfkube.operator._reconcile import (
+    Acted,
     WholeJobRestart,
     act,
     announce,
@@ -27,7 +28,7 @@ from tfkube.operator._reconcile import (
 )
 from tfkube.planner import Decision, DeleteJob, JobPhase, ReplicaState, Restart, Stop
 
-from ._kube_objects import NOW, T0, job_model, pod, role_job
+from ._kube_objects import NOW, T0, job_model, pod, role_job, running_pod
 
 # -- reconcile: decisions -> operations ----------------------------------------------------
 
@@ -592,7 +593,8 @@ def test_record_keeps_only_live_handled_failures_and_flips_conditions():
     _, obs = seen(LIVE, pods)
     old = running(conditions=[{"type": "Running", "status": "True", "lastTransitionTime": "t"}])
     decision = Decision(JobPhase.FAILED, 1, reason="ReplicaFailed", message="m", finished=True)
-    status = record(old, Prior(), obs, decision, frozenset({"w0", "gone"}), None, NOW)
+    acted = Acted((), frozenset({"w0", "gone"}), frozenset())
+    status = record(old, Prior(), obs, decision, acted, None, NOW)
     assert status["handledFailures"] == ["w0"]
     assert status["completionTime"] == format_time(NOW)
     assert {c["type"]: c["status"] for c in status["conditions"]} == {
@@ -652,3 +654,64 @@ def test_requeue_after(
     marker = WholeJobRestart({}, 0, NOW) if restart else None
     decision = Decision(phase, 0)
     assert requeue_after(job, obs, decision, marker, deleting, NOW) == expected
+
+
+# -- stall detection: the planner's Report / Restart / Fail carried out on Kubernetes --------
+
+
+def stall_job(action: str) -> Any:
+    return job_model(ps=0, workers=1, stallSeconds=15, stallAction=action, backoffLimit=1)
+
+
+def test_a_reported_stall_is_recorded_and_announced_once():
+    job = stall_job("Report")
+    quiet = [running_pod(False, NOW - 5)]
+    plan = reconcile(resource(running()), job, [role_job("worker")], quiet, rendered(job), NOW)
+    assert plan.status["phase"] == "Running"
+    assert plan.status["stalledReplicas"] == ["worker-0"]
+    assert [op.message for op in ops_of(plan, Event)] == [
+        "worker-0 is stalled: no progress for 20s"
+    ]
+    assert not ops_of(plan, DeletePod)
+    again = reconcile(
+        resource(plan.status), job, [role_job("worker")], quiet, rendered(job), NOW + 2
+    )
+    assert not ops_of(again, Event)
+    moving = [running_pod(True, NOW + 3)]
+    back = reconcile(
+        resource(again.status), job, [role_job("worker")], moving, rendered(job), NOW + 4
+    )
+    assert [op.message for op in ops_of(back, Event)] == ["worker-0 makes progress again"]
+    assert "stalledReplicas" not in back.status
+
+
+def test_a_stall_restart_deletes_the_pod_and_counts_once_until_the_backoff_limit():
+    job = stall_job("Restart")
+    jobs = [role_job("worker")]
+    first = running_pod(False, NOW - 5)
+    plan = reconcile(resource(running()), job, jobs, [first], rendered(job), NOW)
+    assert [op.name for op in ops_of(plan, DeletePod)] == [first["metadata"]["name"]]
+    assert (plan.status["restarts"], plan.status["restartsBefore"]) == (1, 1)
+    # Its pod being deleted, then gone and replaced: the restart stays counted, once.
+    dying = [running_pod(False, NOW - 5)]
+    dying[0]["metadata"]["deletionTimestamp"] = format_time(NOW)
+    later = reconcile(resource(plan.status), job, jobs, dying, rendered(job), NOW + 1)
+    assert not ops_of(later, DeletePod)
+    assert later.status["restarts"] == 1
+    second = running_pod(True, NOW + 20, created=NOW + 10, started=NOW + 12)
+    fine = reconcile(resource(later.status), job, jobs, [second], rendered(job), NOW + 30)
+    assert (fine.status["phase"], fine.status["restarts"]) == ("Running", 1)
+    # A second stall is one restart too many for backoffLimit 1.
+    stalled = running_pod(False, NOW + 50, created=NOW + 10, started=NOW + 12)
+    done = reconcile(resource(fine.status), job, jobs, [stalled], rendered(job), NOW + 52)
+    assert (done.status["phase"], done.status["reason"]) == ("Failed", "BackoffLimitExceeded")
+    assert "worker-0 stalled after 1 restarts" in done.status["message"]
+
+
+def test_a_stall_fails_the_job_with_reason_stalled():
+    job = stall_job("Fail")
+    quiet = [running_pod(False, NOW - 5)]
+    plan = reconcile(resource(running()), job, [role_job("worker")], quiet, rendered(job), NOW)
+    assert (plan.status["phase"], plan.status["reason"]) == ("Failed", "Stalled")
+    assert plan.status["message"].startswith("worker-0 made no progress for 20s")
+    assert ops_of(plan, SuspendJob) == [SuspendJob("j-worker", True)]

@@ -9,9 +9,11 @@ import copy
 import hashlib
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
+import time
 import zipfile
 from io import BytesIO
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tfkube import contract
 from tfkube.api import SpecError, TFJob, parse_job
 from tfkube.cluster import cluster_spec, service_address
 from tfkube.kube.names import job_labels
@@ -39,6 +42,7 @@ from tfkube.render import (
     render_job,
 )
 from tfkube.render._crd import PHASES
+from tfkube.render._render import HEARTBEAT_PATH, stall_probe
 
 REPO = Path(__file__).resolve().parents[2]
 URL = "https://code.example/job.tar.gz"
@@ -1193,3 +1197,51 @@ def test_min_available_is_the_pod_groups_min_member():
     job = job_of(scheduling={"gang": "Volcano", "minAvailable": 3})
     group = by_kind(render(job), "PodGroup")[0]
     assert group["spec"]["minMember"] == 3
+
+
+# -- stall detection: the heartbeat and the readiness probe that reads it ------------------
+
+
+def test_no_probe_without_stall_detection():
+    container = pod(render(), "worker")["containers"][0]
+    assert "readinessProbe" not in container
+    assert contract.HEARTBEAT_FILE not in env_of(render(), "worker")
+
+
+def test_stall_seconds_render_a_heartbeat_and_a_readiness_probe_on_every_role():
+    objects = render(job_of(runPolicy__stallSeconds=30))
+    for role in ("ps", "worker"):
+        container = pod(objects, role)["containers"][0]
+        assert env_of(objects, role)[contract.HEARTBEAT_FILE] == HEARTBEAT_PATH
+        assert container["readinessProbe"] == stall_probe(30)
+    probe = stall_probe(30)
+    assert probe["exec"]["command"][:2] == ["sh", "-c"]
+    assert (probe["periodSeconds"], probe["failureThreshold"]) == (10, 1)
+    assert stall_probe(1)["periodSeconds"] == 1
+    assert stall_probe(600)["periodSeconds"] == 10
+
+
+def run_probe(script: str, heartbeat: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["sh", "-c", script.replace(HEARTBEAT_PATH, str(heartbeat))],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_the_probe_passes_on_a_fresh_heartbeat_and_fails_on_a_stale_or_missing_one(
+    tmp_path: Path,
+):
+    """The probe's script itself, in the shell every image has."""
+    script = stall_probe(15)["exec"]["command"][2]
+    heartbeat = tmp_path / "heartbeat"
+    assert run_probe(script, heartbeat).returncode != 0  # not written yet
+    heartbeat.touch()
+    assert run_probe(script, heartbeat).returncode == 0
+    old = time.time() - 20
+    os.utime(heartbeat, (old, old))
+    stale = run_probe(script, heartbeat)
+    assert stale.returncode == 1
+    assert "no progress for 2" in stale.stdout

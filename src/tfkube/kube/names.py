@@ -31,6 +31,8 @@ LABEL_COMPONENT = "tfkube.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "tfkube"
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+REPLICA_CONTAINER = "tensorflow"
+"""The replica container's name in each pod (status, logs and stall detection read it)."""
 """Kubernetes' own label (and annotation) with a pod's index in its Indexed Job."""
 
 GENERATION_ANNOTATION = "tfkube.io/restart-generation"

@@ -31,6 +31,15 @@ the current Job by its UID, so a stale Job's pods never count. For each replica 
   Kubernetes has made the replacement pod.
 - restarts: the index's pods that failed on their own (failed pods stay until their Job is
   deleted, so this count survives an operator restart), minus the current failure.
+- progress (only with runPolicy.stallSeconds; `last_progress`): the launcher keeps a
+  heartbeat file fresh while its program shows progress and the pod's readiness probe
+  fails once it is stallSeconds old (`tfkube.render.stall_probe`). A running replica whose
+  container is not ready, with the pod's Ready condition turned False after the container
+  started, last made progress about stallSeconds before that turn; any other running
+  replica (ready, or not ready yet since it started) makes progress now. Whether that is
+  a stall is the planner's rule (`stalled_replicas`), applied here too, so the operator
+  and `tfkube status` agree; the replicas the previous reconcile found stalled are in
+  `status.stalledReplicas` (events mark only changes).
 - message: why, in one line, from the pod (`pending_message`, `failure_message`: the
   scheduler's verdict, an unbound claim, an image pull error, a waiting container's reason,
   a scheduler that gives no verdict, the exit code and termination message); without a
@@ -45,14 +54,20 @@ observation is the same.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
 from tfkube.api import Role, TFJob, parse_job
-from tfkube.kube.names import GENERATION_ANNOTATION, INDEX_KEY, LABEL_ROLE, role_job_name
-from tfkube.planner import JobPhase, JobStatus, ReplicaState, ReplicaStatus
+from tfkube.kube.names import (
+    GENERATION_ANNOTATION,
+    INDEX_KEY,
+    LABEL_ROLE,
+    REPLICA_CONTAINER,
+    role_job_name,
+)
+from tfkube.planner import JobPhase, JobStatus, ReplicaState, ReplicaStatus, stalled_replicas
 
 Obj = Mapping[str, Any]
 
@@ -239,6 +254,26 @@ def pending_message(pod: Obj) -> str:
     return "waiting to be scheduled"
 
 
+def last_progress(pod: Obj, stall_seconds: int | None, now: float) -> float | None:
+    """When a running replica's pod last showed progress (see the module docstring); None
+    without stall detection (then it never stalls)."""
+    if stall_seconds is None:
+        return None
+    status = pod.get("status") or {}
+    main = next(
+        (cs for cs in status.get("containerStatuses") or [] if cs.get("name") == REPLICA_CONTAINER),
+        None,
+    )
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    if main is None or main.get("ready") or ready is None or ready.get("status") != "False":
+        return now
+    started = parse_time(((main.get("state") or {}).get("running") or {}).get("startedAt"))
+    turned = parse_time(ready.get("lastTransitionTime"))
+    if started is None or turned is None or turned <= started:
+        return now  # not ready since it started: the probe has not passed yet
+    return min(turned - stall_seconds, now)
+
+
 def _created(obj: Obj) -> tuple[float, str]:
     meta = obj.get("metadata") or {}
     return (parse_time(meta.get("creationTimestamp")) or 0.0, str(meta.get("name", "")))
@@ -279,12 +314,17 @@ def slim_pod(pod: Obj) -> dict[str, Any]:
     slim_status: dict[str, Any] = {
         "phase": status.get("phase"),
         "conditions": [
-            {k: c.get(k) for k in ("type", "status", "reason", "message")}
+            {k: c.get(k) for k in ("type", "status", "reason", "message", "lastTransitionTime")}
             for c in status.get("conditions") or []
-            if c.get("type") == "PodScheduled"
+            if c.get("type") in ("PodScheduled", "Ready")
         ],
         "containerStatuses": [
-            {"state": cs.get("state") or {}, "lastState": cs.get("lastState") or {}}
+            {
+                "name": cs.get("name"),
+                "ready": cs.get("ready"),
+                "state": cs.get("state") or {},
+                "lastState": cs.get("lastState") or {},
+            }
             for cs in status.get("containerStatuses") or []
         ],
     }
@@ -400,6 +440,8 @@ class Observation:
     """Role -> the Failed condition of its Job, when Kubernetes gave up on it."""
     gave_up: frozenset[str] = frozenset()
     """Replica keys Kubernetes will not retry (the Job lists them in failedIndexes)."""
+    stalled: frozenset[str] = frozenset()
+    """Running replicas with no progress for runPolicy.stallSeconds (the planner's rule)."""
 
 
 @dataclass(frozen=True)
@@ -419,6 +461,8 @@ class Prior:
     """Replica failures counted in earlier generations (their pods are gone)."""
     restart_at: float | None = None
     """When the current generation's Jobs may be created (whole-job restart backoff)."""
+    stalled: frozenset[str] = frozenset()
+    """Replicas the previous reconcile found stalled (`status.stalledReplicas`)."""
 
     @classmethod
     def from_status(cls, status: Obj | None) -> Prior:
@@ -440,6 +484,7 @@ class Prior:
             },
             restarts_before=int(status.get("restartsBefore") or 0),
             restart_at=parse_time(status.get("restartAt")),
+            stalled=frozenset(status.get("stalledReplicas") or ()),
         )
 
 
@@ -470,6 +515,7 @@ def read_replica(
     prior: Prior,
     now: float,
     waiting: str | None = None,
+    stall_seconds: int | None = None,
 ) -> ReplicaObservation:
     """One replica's state, exit code, restarts and message from its index's pods (of the
     current Job only; any order) and where its role's Job stands (`waiting`: what the Job
@@ -485,6 +531,7 @@ def read_replica(
     next_start: float | None = None
     message = ""
     termination: str | None = None
+    progress: float | None = None
     restarts = len(own_failures)
     state: ReplicaState
     if completed or any(pod_phase(p) == "Succeeded" for p in current):
@@ -500,6 +547,7 @@ def read_replica(
             restarts -= 1
     elif newest is not None and pod_phase(newest) == "Running":
         state = ReplicaState.RUNNING
+        progress = last_progress(newest, stall_seconds, now)
     elif newest is not None:
         state, message = ReplicaState.PENDING, pending_message(newest)
     elif job_failed and not terminal:
@@ -536,6 +584,8 @@ def read_replica(
             restarts=max(restarts, 0),
             next_start_at=next_start,
             message=termination,
+            progress_at=progress,
+            stalled=f"{role}-{index}" in prior.stalled,
         ),
         pod=_name(newest) if newest is not None else None,
         failed_pod=failed_pod,
@@ -612,6 +662,7 @@ def observe(
             prior=prior,
             now=now,
             waiting=waits.get(role),
+            stall_seconds=job.spec.run_policy.stall_seconds,
         )
         replicas[key] = seen
         newest_live = seen.pod is not None and seen.status.state.live
@@ -627,16 +678,21 @@ def observe(
         )
 
     statuses = tuple(r.status for r in replicas.values())
+    status = JobStatus(
+        phase=prior.phase,
+        started_at=prior.started_at if prior.started_at is not None else now,
+        replicas=statuses,
+        restarts=prior.restarts_before + sum(r.restarts for r in statuses),
+        finished_at=prior.finished_at,
+        reason=prior.reason,
+        message=prior.message,
+    )
+    stalled = stalled_replicas(job.spec.run_policy, status, now)
+    for key in stalled:
+        quiet = now - (replicas[key].status.progress_at or now)
+        replicas[key] = replace(replicas[key], message=f"no progress for {quiet:.0f}s")
     return Observation(
-        status=JobStatus(
-            phase=prior.phase,
-            started_at=prior.started_at if prior.started_at is not None else now,
-            replicas=statuses,
-            restarts=prior.restarts_before + sum(r.restarts for r in statuses),
-            finished_at=prior.finished_at,
-            reason=prior.reason,
-            message=prior.message,
-        ),
+        status=status,
         replicas=replicas,
         role_jobs=role_jobs,
         dying_jobs=frozenset(r for r, (where, _) in found.items() if where is RoleJob.DYING),
@@ -645,4 +701,5 @@ def observe(
         live_pods=live_pods,
         failed_role_jobs=failed_role_jobs,
         gave_up=frozenset(gave_up),
+        stalled=stalled,
     )

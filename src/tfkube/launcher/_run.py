@@ -33,6 +33,7 @@ from tfkube import contract as c
 from tfkube.launcher._contract import ContractError, ReplicaContract, contract_from_env
 from tfkube.launcher._deps import DepsError, activate, ensure_venv
 from tfkube.launcher._fetch import FetchError, fetch_code
+from tfkube.launcher._progress import start_heartbeat
 from tfkube.launcher._tee import open_attempt, start_tee
 
 ENV_COMMAND_TIMEOUT = 60.0
@@ -268,6 +269,8 @@ def _supervise() -> int:
     except ContractError as exc:
         raise LauncherFailure(c.EX_CONFIG, f"cannot start: {exc}") from None
     grace = float(os.environ.get(c.GRACE_SECONDS, "5"))
+    # Stall detection on Kubernetes: a file kept fresh while there is progress (_progress).
+    heartbeat = start_heartbeat(os.environ.get(c.HEARTBEAT_FILE), contract.log_dir)
     code, entry, env = _prepare(contract)
 
     # Become the group leader if the engine did not already make us one (in a container
@@ -293,13 +296,20 @@ def _supervise() -> int:
     _say(f"running {' '.join(argv)}")
     # The output also goes to the job's shared log folder, one file per start (_tee).
     opened = open_attempt(contract.log_dir, f"{contract.role}-{contract.index}")
-    child = _start(argv, code, env, piped=opened is not None)
+    # With a heartbeat the output is piped even without a log file: it is the progress.
+    child = _start(argv, code, env, piped=opened is not None or heartbeat is not None)
     if stopping.is_set():  # the signal came while it started: pass it on now
         _signal_group(pgid, signal.SIGTERM)
     tee = None
-    if opened is not None and child.stdout is not None:
-        tee = start_tee(child.stdout, opened[1])
-        tee.note(f"{contract.job} {contract.role}-{contract.index} attempt {opened[0]}: {argv[0]}")
+    if child.stdout is not None:
+        beat = heartbeat.beat if heartbeat is not None else None
+        tee = start_tee(child.stdout, opened[1] if opened else None, on_output=beat)
+        if opened is not None:
+            tee.note(
+                f"{contract.job} {contract.role}-{contract.index} attempt {opened[0]}: {argv[0]}"
+            )
+    if heartbeat is not None:
+        heartbeat.program_started()
 
     parent = os.environ.get(c.PARENT_PID)
     if parent and parent.isdigit():
@@ -329,6 +339,8 @@ def _supervise() -> int:
                 break
     # Nothing the entrypoint started may outlive it.
     _end_group(pgid, grace=min(grace, 2.0))
+    if heartbeat is not None:
+        heartbeat.stop()
     status = code_ if code_ >= 0 else 128 - code_
     if tee is not None:
         tee.finish(f"entrypoint exited with {status}")

@@ -18,6 +18,7 @@ import contextlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -64,11 +65,20 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 class Tee:
-    """Copies a pipe to a file descriptor (stdout) and a capped log file, in a thread."""
+    """Copies a pipe to a file descriptor (stdout) and a capped log file (if any), in a
+    thread; `on_output` is called for each chunk (the heartbeat of stall detection)."""
 
-    def __init__(self, source: IO[bytes], log: IO[bytes], max_bytes: int, out_fd: int = 1) -> None:
+    def __init__(
+        self,
+        source: IO[bytes],
+        log: IO[bytes] | None,
+        max_bytes: int,
+        out_fd: int = 1,
+        on_output: Callable[[], None] | None = None,
+    ) -> None:
         self.source = source
         self.log = log
+        self.on_output = on_output
         self.max_bytes = max_bytes
         self.out_fd = out_fd
         self.written = 0
@@ -86,7 +96,7 @@ class Tee:
             self._to_log(f"[tfkube-launcher] {line}\n".encode())
 
     def _to_log(self, data: bytes) -> None:
-        if self.capped:
+        if self.capped or self.log is None:
             return
         room = self.max_bytes - self.written
         if len(data) > room:
@@ -110,6 +120,8 @@ class Tee:
                 break
             if not chunk:
                 break
+            if self.on_output is not None:
+                self.on_output()
             with contextlib.suppress(OSError):
                 _write_all(self.out_fd, chunk)
             with self.lock:
@@ -119,12 +131,18 @@ class Tee:
         """Wait for the pipe to drain (everything holding it has ended), note, close."""
         self.thread.join(timeout)
         self.note(line)
-        with contextlib.suppress(OSError):
-            self.log.close()
+        if self.log is not None:
+            with contextlib.suppress(OSError):
+                self.log.close()
 
 
-def start_tee(source: IO[bytes], log: IO[bytes], max_bytes: int | None = None) -> Tee:
+def start_tee(
+    source: IO[bytes],
+    log: IO[bytes] | None,
+    max_bytes: int | None = None,
+    on_output: Callable[[], None] | None = None,
+) -> Tee:
     if max_bytes is None:
         text = os.environ.get(LOG_MAX_BYTES, "")
         max_bytes = int(text) if text.isascii() and text.isdigit() else DEFAULT_MAX_BYTES
-    return Tee(source, log, max_bytes).start()
+    return Tee(source, log, max_bytes, on_output=on_output).start()

@@ -17,8 +17,10 @@ Mapping of the planner's actions to Kubernetes (who retries what: see `tfkube.ku
   Start(key)       the role's Indexed Job exists (created with the job, re-created if lost)
   Restart(key)     FAILED replica: Kubernetes already re-creates the pod; the failure is
                    recorded in `status.handledFailures` so it is acted on once.
-                   Live replica (a PS it depends on failed): its pod is deleted; the Job
-                   controller re-creates it and it resumes from the checkpoint.
+                   Live replica (stalled, with stallAction Restart; or a PS it depends on
+                   failed): its pod is deleted; the Job controller re-creates it and it
+                   resumes from the checkpoint. The deleted pod leaves no failed pod to
+                   count, so the restart is added to `status.restartsBefore`.
   Stop(key)        the job ended: the role's Job is suspended, so Kubernetes deletes its
                    running pods (all at once, finalizers handled) and keeps finished ones;
                    the Job stays, owned by the TFJob. cleanPodPolicy All deletes every Job
@@ -229,7 +231,7 @@ def reconcile(
     deleting = any(isinstance(op, DeleteTFJob) for op in ops)
     return Plan(
         ops=tuple(ops),
-        status=record(status, prior, obs, decision, acted.handled, restart, now),
+        status=record(status, prior, obs, decision, acted, restart, now),
         requeue_after=requeue_after(job, obs, decision, restart, deleting, now),
         decision=decision,
         observation=obs,
@@ -392,6 +394,8 @@ class Acted:
     """Failed pods whose failure has been acted on (`status.handledFailures`)."""
     stop_roles: frozenset[str]
     """Roles with a replica to stop (the job ended)."""
+    live_restarts: int = 0
+    """Live replicas restarted by deleting their pod (no failed pod will count them)."""
 
 
 def act(
@@ -405,6 +409,7 @@ def act(
     ops: list[Op] = []
     now_handled = set(handled)
     stop_roles: set[str] = set()
+    live_restarts = 0
     grace = int(job.spec.run_policy.termination_grace_seconds)
     for action in decision.actions:
         if isinstance(action, Restart):
@@ -415,6 +420,7 @@ def act(
                 now_handled.add(seen.failed_pod)  # Kubernetes re-creates its pod
             elif seen.status.state.live and seen.pod:
                 ops.append(DeletePod(seen.pod, grace))
+                live_restarts += 1
         elif isinstance(action, Stop):
             seen = obs.replicas[action.key]
             if seen.status.state.live or seen.status.state is ReplicaState.BACKOFF:
@@ -422,7 +428,7 @@ def act(
         elif isinstance(action, DeleteJob):
             ops.append(Event("Normal", "Deleted", "ttlSecondsAfterFinished passed: deleting"))
             ops.append(DeleteTFJob())
-    return Acted(tuple(ops), frozenset(now_handled), frozenset(stop_roles))
+    return Acted(tuple(ops), frozenset(now_handled), frozenset(stop_roles), live_restarts)
 
 
 def finish(
@@ -449,11 +455,13 @@ def record(
     prior: Prior,
     obs: Observation,
     decision: Decision,
-    handled: frozenset[str],
+    acted: Acted,
     restart: WholeJobRestart | None,
     now: float,
 ) -> dict[str, Any]:
     """The TFJob's whole new status, written after the operations."""
+    handled = acted.handled
+    before = prior.restarts_before + acted.live_restarts
     live_failed = {o.failed_pod for o in obs.replicas.values() if o.failed_pod}
     replicas = obs.status.replicas
     status = {
@@ -468,6 +476,8 @@ def record(
         else max(decision.restarts, obs.status.restarts),
         "replicaStatuses": {r: c.as_dict() for r, c in obs.counts.items()},
         "handledFailures": sorted(handled & live_failed),
+        "restartsBefore": restart.restarts_before if restart is not None else before or None,
+        "stalledReplicas": sorted(decision.stalled) or None,
         "replicas": len(replicas),
         "readyReplicas": sum(r.state is ReplicaState.RUNNING for r in replicas),
         "succeededReplicas": sum(r.state is ReplicaState.SUCCEEDED for r in replicas),

@@ -66,6 +66,7 @@ from tfkube.kube.names import (
     LABEL_JOB,
     LABEL_MANAGED_BY,
     MANAGED_BY,
+    REPLICA_CONTAINER,
     TENANT_OBJECTS,
     TENSORBOARD_PORT_NAME,
     claim_name,
@@ -87,8 +88,13 @@ CODE_FILE = "code.tar.gz"
 WORK_DIR = "/tfkube/work"
 """An emptyDir: the launcher unpacks the code here (the image's own files stay untouched)."""
 DEFAULT_MOUNTS = {"data": "/tfkube/data", "logs": "/tfkube/logs"}
-CONTAINER = "tensorflow"
-"""The replica container's name (part B's status and logs read this one)."""
+CONTAINER = REPLICA_CONTAINER
+HEARTBEAT_PATH = "/tmp/tfkube-heartbeat"
+"""With runPolicy.stallSeconds: the launcher's heartbeat (`tfkube.contract.HEARTBEAT_FILE`),
+in the container's own /tmp, which stock images have writable."""
+MAX_PROBE_PERIOD_SECONDS = 10
+PROBE_TIMEOUT_SECONDS = 10
+"""Generous: a probe that times out on a loaded node counts as a failure, i.e. a stall."""
 PORT_NAME = "tf"
 TENSORBOARD_PORT = 6006
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -621,6 +627,8 @@ def _environment(ctx: _Context, role: Role) -> list[Object]:
         index=None,  # one template for every index: the launcher reads JOB_COMPLETION_INDEX
         venv_cache=VENV_DIR,
     )
+    if job.spec.run_policy.stall_seconds is not None:
+        env[contract.HEARTBEAT_FILE] = HEARTBEAT_PATH
     out: list[Object] = [{"name": k, "value": env[k]} for k in sorted(env)]
     spec = job.spec.replicas.get(role)
     references = {k: v for k, v in (spec.env if spec else {}).items() if not isinstance(v, str)}
@@ -718,6 +726,26 @@ def _pod_scheduling(ctx: _Context, spec: ReplicaSpec | None) -> Object:
     return out
 
 
+def stall_probe(stall_seconds: int) -> Object:
+    """Stall detection in a pod: ready while the launcher's heartbeat is younger than
+    stallSeconds. The operator reads the pod's Ready turning False after its container
+    started as the replica being stalled (`tfkube.kube.observe.last_progress`); before the
+    first success the pod is simply not ready yet. `sh`, `date` and `stat` are in every
+    stock image; the Service publishes not-ready addresses, so a stalled replica stays
+    reachable."""
+    script = (
+        f'age=$(( $(date +%s) - $(stat -c %Y {HEARTBEAT_PATH}) )) && [ "$age" -lt {stall_seconds} ]'
+        ' || { echo "no progress for ${age:-?}s"; exit 1; }'
+    )
+    return {
+        "exec": {"command": ["sh", "-c", script]},
+        "periodSeconds": max(1, min(MAX_PROBE_PERIOD_SECONDS, stall_seconds // 3)),
+        "timeoutSeconds": PROBE_TIMEOUT_SECONDS,
+        "successThreshold": 1,
+        "failureThreshold": 1,
+    }
+
+
 def _role_job(ctx: _Context, role: Role) -> Object:
     job = ctx.job
     spec = job.spec.replicas.get(role)
@@ -757,6 +785,8 @@ def _role_job(ctx: _Context, role: Role) -> Object:
     }
     if spec.working_dir:
         container["workingDir"] = spec.working_dir
+    if job.spec.run_policy.stall_seconds is not None:
+        container["readinessProbe"] = stall_probe(job.spec.run_policy.stall_seconds)
     template_meta: Object = {"labels": dict(sorted(pod_labels.items()))}
     if annotations:
         template_meta["annotations"] = dict(sorted(annotations.items()))

@@ -103,7 +103,8 @@ def job_view(
             (p.get("metadata") or {}).get("name"): (p.get("spec") or {}).get("nodeName")
             for p in pods
         }
-        seen = observe(job, prior, jobs, pods, now, events).replicas
+        observation = observe(job, prior, jobs, pods, now, events)
+        seen = observation.replicas
         replicas = tuple(
             ReplicaView(
                 key=key,
@@ -115,6 +116,7 @@ def job_view(
                 address=address(r.status.role, r.status.index),
                 node=nodes.get(r.pod) if r.pod else None,
                 message=r.message,
+                stalled=key in observation.stalled,
             )
             for key, r in seen.items()
         )

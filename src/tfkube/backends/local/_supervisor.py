@@ -30,7 +30,7 @@ from tfkube.backends.local._procs import alive, ref_of, stop_trees
 from tfkube.backends.local._store import JobDir, JobRecord, ReplicaRecord, tfkube_cache
 from tfkube.cluster import cluster_spec, local_address
 from tfkube.launcher import file_lock
-from tfkube.launcher._tee import LOGS_SUBDIR
+from tfkube.launcher._progress import latest_write
 from tfkube.planner import (
     Decision,
     DeleteJob,
@@ -47,34 +47,7 @@ from tfkube.planner import (
 TICK_SECONDS = 0.1
 PROGRESS_EVERY = 1.0
 """How often progress is observed (log files and the log folder's mtimes)."""
-MAX_SCAN = 5000
-"""At most this many entries of the log folder are looked at per observation."""
 _INHERITED_DROP = (contract.RESERVED_PREFIX, contract.TF_CONFIG, "VIRTUAL_ENV")
-
-
-def _latest_write(folder: Path, limit: int = MAX_SCAN) -> float:
-    """The newest mtime of `folder` and what is below it (the first `limit` entries),
-    leaving out tfkube's own copy of the replicas' output (`.tfkube/`): that every
-    replica's log lands there must not make a silent replica look busy."""
-    latest = 0.0
-    stack = [folder]
-    seen = 0
-    while stack and seen < limit:
-        try:
-            with os.scandir(stack.pop()) as entries:
-                for entry in entries:
-                    if entry.name == LOGS_SUBDIR[0]:
-                        continue
-                    seen += 1
-                    with contextlib.suppress(OSError):
-                        latest = max(latest, entry.stat(follow_symlinks=False).st_mtime)
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(Path(entry.path))
-        except OSError:
-            continue
-    with contextlib.suppress(OSError):
-        latest = max(latest, folder.stat().st_mtime)
-    return latest
 
 
 def _status_of(record: JobRecord, now: float) -> JobStatus:
@@ -270,7 +243,7 @@ class Supervisor:
         if now - self.observed_at < PROGRESS_EVERY:
             return False
         self.observed_at = now
-        shared = _latest_write(Path(self.record.log_dir))
+        shared = latest_write(Path(self.record.log_dir))
         changed = False
         for r in self.record.replicas:
             if r.state is not ReplicaState.RUNNING:
