@@ -100,9 +100,10 @@ def running_pod(
     turned: float | None = None,
     created: float = T0,
     started: float = STARTED,
+    role: str = "worker",
     **extra: Any,
 ) -> dict[str, Any]:
-    """A running worker-0 pod whose container started at `started`; `ready` None: no Ready
+    """A running pod of `role` index 0 whose container started at `started`; `ready` None: no Ready
     condition yet; `turned`: the Ready condition's lastTransitionTime."""
     status: dict[str, Any] = {
         "containerStatuses": [
@@ -119,7 +120,7 @@ def running_pod(
             condition["lastTransitionTime"] = format_time(turned)
         status["conditions"] = [condition]
     status.update(extra)
-    return pod("worker", 0, "Running", created=created, **status)
+    return pod(role, 0, "Running", created=created, **status)
 
 
 def states(obs: Any) -> dict[str, str]:

@@ -715,3 +715,13 @@ def test_a_stall_fails_the_job_with_reason_stalled():
     assert (plan.status["phase"], plan.status["reason"]) == ("Failed", "Stalled")
     assert plan.status["message"].startswith("worker-0 made no progress for 20s")
     assert ops_of(plan, SuspendJob) == [SuspendJob("j-worker", True)]
+
+
+def test_a_stalled_ps_restarts_the_whole_job_as_a_failed_one():
+    job = job_model(ps=1, workers=1, stallSeconds=15, stallAction="Restart")
+    ps = running_pod(False, NOW - 5, role="ps")
+    jobs = [role_job("ps"), role_job("worker")]
+    plan = reconcile(resource(running()), job, jobs, [ps, pod("worker", 0)], rendered(job), NOW)
+    assert plan.status["restartGenerations"] == {"ps": 1, "worker": 1}
+    assert (plan.status["restarts"], plan.status["restartsBefore"]) == (1, 1)
+    assert not ops_of(plan, DeletePod)  # the generation's Jobs are replaced instead

@@ -17,10 +17,12 @@ Mapping of the planner's actions to Kubernetes (who retries what: see `tfkube.ku
   Start(key)       the role's Indexed Job exists (created with the job, re-created if lost)
   Restart(key)     FAILED replica: Kubernetes already re-creates the pod; the failure is
                    recorded in `status.handledFailures` so it is acted on once.
-                   Live replica (stalled, with stallAction Restart; or a PS it depends on
-                   failed): its pod is deleted; the Job controller re-creates it and it
-                   resumes from the checkpoint. The deleted pod leaves no failed pod to
-                   count, so the restart is added to `status.restartsBefore`.
+                   PS (failed, or stalled with stallAction Restart): a whole-job restart,
+                   a new generation of the restarted roles' Jobs (`WholeJobRestart`).
+                   Other live replica (stalled, stallAction Restart): its pod is deleted;
+                   the Job controller re-creates it and it resumes from the checkpoint.
+                   The deleted pod leaves no failed pod to count, so the restart is added
+                   to `status.restartsBefore`.
   Stop(key)        the job ended: the role's Job is suspended, so Kubernetes deletes its
                    running pods (all at once, finalizers handled) and keeps finished ones;
                    the Job stays, owned by the TFJob. cleanPodPolicy All deletes every Job
@@ -357,12 +359,13 @@ class WholeJobRestart:
 
 
 def whole_job_restart(decision: Decision, obs: Observation, prior: Prior) -> WholeJobRestart | None:
-    """The decision restarts a failed PS: which roles start a new generation, and the
-    failures to keep counting once their pods are gone."""
+    """The decision restarts a PS (failed, or stalled with stallAction Restart: the same
+    for the replicas that use it): which roles start a new generation, and the failures
+    to keep counting once their pods are gone."""
     restarts = [a for a in decision.actions if isinstance(a, Restart)]
     if not any(
         obs.replicas[a.key].status.role == Role.PS.value
-        and obs.replicas[a.key].status.state is ReplicaState.FAILED
+        and obs.replicas[a.key].status.state in (ReplicaState.FAILED, ReplicaState.RUNNING)
         for a in restarts
     ):
         return None
