@@ -712,9 +712,10 @@ class RunPolicy(_Model):
     """Cluster: true stops every replica (their pods are deleted) and keeps the job; false
     again resumes it; as for a Kubernetes Job, activeDeadlineSeconds counts from the resume."""
     stall_seconds: Annotated[int, Field(gt=0)] | None = None
-    """Local engine: a running replica that wrote no log line, while nothing was written
-    in the job's log/checkpoint folder, for this long is Stalled (shown in status, an
-    event recorded); `stallAction` says what else happens. Unset: no stall detection."""
+    """A running replica that wrote no log line, while nothing was written in the job's
+    log/checkpoint folder, for this long is Stalled (shown in status, an event recorded);
+    `stallAction` says what else happens. Unset: no stall detection. On Kubernetes the
+    launcher's heartbeat and a readiness probe observe it (docs/kubernetes.md)."""
     stall_action: StallAction = StallAction.REPORT
     """Report (the default), Restart (counts against backoffLimit) or Fail."""
 
