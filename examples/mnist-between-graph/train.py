@@ -3,7 +3,10 @@
 The PS holds the variables (`replica_device_setter`); each worker trains on its own shard
 of scikit-learn's bundled 8x8 digits; worker 0 is the chief: it initializes or restores
 the model from the shared log dir, writes checkpoints and TensorBoard summaries there,
-and at the end evaluates on the held-out digits and writes `result.json`.
+and at the end evaluates on the held-out digits, writes `result.json` and exports the
+model for serving: a SavedModel in `$TFKUBE_EXPORT_DIR/<global step>` whose
+`serving_default` signature takes `x` (the 64 pixel values, scaled to [0, 1]) and answers
+`probabilities` and `classes`.
 The PS serves until the platform ends it (`server.join()` never returns).
 """
 
@@ -81,6 +84,42 @@ def dense(inputs: tf.Tensor, units: int, name: str) -> tf.Tensor:
         )
         b = tf1.get_variable("bias", [units], initializer=tf1.zeros_initializer())
     return tf1.matmul(inputs, w) + b
+
+
+def export_model(export_dir: Path, version: int, weights: dict[str, np.ndarray]) -> Path:
+    """Write the trained weights as a TF1 SavedModel (tags `serve`, signature
+    `serving_default`) to `export_dir/<version>`: built in a fresh graph of its own (the
+    training graph's variables live on the PS), in a hidden folder first and renamed
+    when complete, so a model server never sees half a model."""
+    target = export_dir / str(version)
+    if target.exists():  # a restarted chief exporting the same step again
+        return target
+    export_dir.mkdir(parents=True, exist_ok=True)
+    partial = export_dir / f".partial-{version}-{os.getpid()}"
+    graph = tf1.Graph()
+    with graph.as_default(), tf1.Session(graph=graph) as sess:
+        x = tf1.placeholder(tf.float32, [None, 64], name="x")
+        params = {name: tf1.Variable(value, name=name) for name, value in weights.items()}
+        hidden = tf.nn.relu(tf1.matmul(x, params["hidden/kernel"]) + params["hidden/bias"])
+        logits = tf1.matmul(hidden, params["logits/kernel"]) + params["logits/bias"]
+        sess.run(tf1.global_variables_initializer())
+        builder = tf1.saved_model.Builder(str(partial))
+        builder.add_meta_graph_and_variables(
+            sess,
+            [tf1.saved_model.tag_constants.SERVING],
+            signature_def_map={
+                "serving_default": tf1.saved_model.predict_signature_def(
+                    inputs={"x": x},
+                    outputs={
+                        "probabilities": tf.nn.softmax(logits),
+                        "classes": tf1.argmax(logits, 1),
+                    },
+                )
+            },
+        )
+        builder.save()
+    partial.rename(target)
+    return target
 
 
 class WorkerSessionCreator(tf1.train.SessionCreator):
@@ -199,6 +238,11 @@ def main() -> None:
         # The variables still live on the PS: evaluate them there.
         with tf1.Session(server.target, config=config) as sess:
             acc, step = sess.run([accuracy, global_step], {x: test_x, y: test_y})
+            trained = tf1.trainable_variables()
+            weights = dict(zip([v.op.name for v in trained], sess.run(trained), strict=True))
+        export_dir = Path(os.environ.get("TFKUBE_EXPORT_DIR") or Path(log_dir, "export"))
+        exported = export_model(export_dir, int(step), weights)
+        print(f"tfkube-example: exported the model to {exported}", flush=True)
         result = {
             "global_step": int(step),
             "test_accuracy": round(float(acc), 4),

@@ -3,7 +3,10 @@
 Workers and parameter servers only serve (`tf.distribute.Server(...).join()`); the chief
 is the coordinator: it places the variables on the PS, schedules steps on the workers
 (each reads its own shard of scikit-learn's bundled digits), saves checkpoints to the
-shared log dir, restores from them after a restart, and writes `result.json` at the end.
+shared log dir, restores from them after a restart, and at the end writes `result.json`
+and exports the model for serving: a SavedModel in `$TFKUBE_EXPORT_DIR/<global step>`
+whose `serving_default` signature takes `x` (the 64 pixel values, scaled to [0, 1]) and
+answers `probabilities` and `classes`.
 """
 
 from __future__ import annotations
@@ -61,6 +64,35 @@ def serve(resolver: tf.distribute.cluster_resolver.ClusterResolver) -> None:
     )
     print(f"{resolver.task_type} {resolver.task_id} serving at {server.target}", flush=True)
     server.join()  # never returns: tfkube ends it when the chief is done
+
+
+class DigitClassifier(tf.Module):
+    """The trained model as it is served: local copies of the weights (the training
+    variables live on the PS) and one signature."""
+
+    def __init__(self, weights: dict[str, np.ndarray]) -> None:
+        super().__init__()
+        self.params = {name: tf.Variable(value, name=name) for name, value in weights.items()}
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 64], tf.float32, name="x")])
+    def serve(self, x: tf.Tensor) -> dict[str, tf.Tensor]:
+        p = self.params
+        logits = tf.matmul(tf.nn.relu(tf.matmul(x, p["w1"]) + p["b1"]), p["w2"]) + p["b2"]
+        return {"probabilities": tf.nn.softmax(logits), "classes": tf.argmax(logits, 1)}
+
+
+def export_model(export_dir: Path, version: int, weights: dict[str, np.ndarray]) -> Path:
+    """`export_dir/<version>`, written in a hidden folder first and renamed when complete,
+    so a model server never sees half a model."""
+    target = export_dir / str(version)
+    if target.exists():  # a restarted chief exporting the same step again
+        return target
+    export_dir.mkdir(parents=True, exist_ok=True)
+    partial = export_dir / f".partial-{version}-{os.getpid()}"
+    model = DigitClassifier(weights)
+    tf.saved_model.save(model, str(partial), signatures={"serving_default": model.serve})
+    partial.rename(target)
+    return target
 
 
 def coordinate(
@@ -152,6 +184,10 @@ def coordinate(
     }
     Path(log_dir, "result.json").write_text(json.dumps(result))
     print(f"tfkube-example: result {json.dumps(result)}", flush=True)
+    export_dir = Path(os.environ.get("TFKUBE_EXPORT_DIR") or Path(log_dir, "export"))
+    weights = {name: var.numpy() for name, var in params.items()}
+    exported = export_model(export_dir, int(step.numpy()), weights)
+    print(f"tfkube-example: exported the model to {exported}", flush=True)
 
 
 def main() -> None:

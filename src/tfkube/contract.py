@@ -90,6 +90,13 @@ log folder stops growing (default 64 MiB)."""
 
 TF_CONFIG: Final = "TF_CONFIG"
 CHECKPOINT_DIR: Final = "TFKUBE_CHECKPOINT_DIR"
+EXPORT_DIR: Final = "TFKUBE_EXPORT_DIR"
+"""The export convention: the chief (or worker 0) writes a SavedModel to
+`$TFKUBE_EXPORT_DIR/<version>` (a whole number, e.g. the global step; in a hidden folder
+first, renamed when complete). It is `<the job's shared output folder>/export`, where
+model servers (the local one and TensorFlow Serving in a cluster) look for versions."""
+EXPORT_SUBDIR: Final = "export"
+"""The export folder's name inside the job's output folder."""
 SHARD_INDEX: Final = "TFKUBE_SHARD_INDEX"
 NUM_SHARDS: Final = "TFKUBE_NUM_SHARDS"
 

@@ -341,6 +341,7 @@ def test_environment(role, index, cluster, shard):
     assert json.loads(env["TF_CONFIG"])["task"] == {"type": role, "index": index}
     assert env["TFKUBE_INDEX"] == str(index)
     assert env["TFKUBE_CHECKPOINT_DIR"] == "/logs/j"
+    assert env["TFKUBE_EXPORT_DIR"] == "/logs/j/export"  # the export convention
     if shard is None:
         assert env["TFKUBE_SHARD_INDEX"] == "9"  # the base's, untouched
         assert "TFKUBE_NUM_SHARDS" not in env

@@ -2,8 +2,8 @@
 exit codes): `TFKUBE_*` variables in, the replica's environment and command line out.
 Pure functions over mappings.
 
-The launcher adds TF_CONFIG, TFKUBE_CHECKPOINT_DIR, TFKUBE_SHARD_INDEX and
-TFKUBE_NUM_SHARDS, and passes the classic flags to the entrypoint.
+The launcher adds TF_CONFIG, TFKUBE_CHECKPOINT_DIR, TFKUBE_EXPORT_DIR, TFKUBE_SHARD_INDEX
+and TFKUBE_NUM_SHARDS, and passes the classic flags to the entrypoint.
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ class ReplicaContract:
         env[c.TF_CONFIG] = tf_config(self.cluster, self.role, self.index)
         env[c.INDEX] = str(self.index)
         env[c.CHECKPOINT_DIR] = self.log_dir
+        if self.log_dir:
+            env[c.EXPORT_DIR] = os.path.join(self.log_dir, c.EXPORT_SUBDIR)
         num_workers = len(self.cluster.get("worker", []))
         shard = shard_for(self.role, self.index, num_workers)
         if shard is not None:

@@ -1,0 +1,444 @@
+"""TensorFlow Serving's REST API, as pure functions: request paths and bodies in, numpy
+arrays out; outputs and errors back to the JSON TensorFlow Serving answers with. No
+TensorFlow and no HTTP here (`_app.py` is the shell), so every branch is table-tested.
+
+    GET  /v1/models/<name>[/versions/<v>]             -> {"model_version_status": [...]}
+    GET  /v1/models/<name>[/versions/<v>]/metadata    -> {"model_spec", "metadata"}
+    POST /v1/models/<name>[/versions/<v>]:predict     {"instances": rows} -> {"predictions"}
+                                                      {"inputs": columns} -> {"outputs"}
+    any error                                         -> {"error": "<message>"}, status by
+                                                         the TensorFlow error code
+
+The shapes follow TensorFlow Serving's documentation (api_rest.md) so that a client
+written against it works here unchanged.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+
+class Code(StrEnum):
+    """TensorFlow's error codes (the subset a model server answers with)."""
+
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    NOT_FOUND = "NOT_FOUND"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    UNIMPLEMENTED = "UNIMPLEMENTED"
+    UNAVAILABLE = "UNAVAILABLE"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    INTERNAL = "INTERNAL"
+    UNKNOWN = "UNKNOWN"
+
+
+HTTP_STATUS: Mapping[Code, int] = {
+    Code.INVALID_ARGUMENT: 400,
+    Code.FAILED_PRECONDITION: 400,
+    Code.NOT_FOUND: 404,
+    Code.UNIMPLEMENTED: 501,
+    Code.UNAVAILABLE: 503,
+    Code.UNAUTHENTICATED: 401,
+    Code.INTERNAL: 500,
+    Code.UNKNOWN: 500,
+}
+"""TensorFlow Serving's mapping from error code to HTTP status (http_server.cc)."""
+
+
+class ServingError(Exception):
+    def __init__(self, code: Code, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    @property
+    def http_status(self) -> int:
+        return HTTP_STATUS[self.code]
+
+    def body(self) -> dict[str, str]:
+        return {"error": self.message}
+
+
+# -- paths ----------------------------------------------------------------------------------
+
+_PREDICT = re.compile(
+    r"/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>\d+)|/labels/(?P<label>[^/:]+))?"
+    r":(?P<verb>classify|regress|predict)",
+    re.IGNORECASE,
+)
+_STATUS = re.compile(
+    r"/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>\d+)|/labels/(?P<label>[^/:]+))?"
+    r"(?P<metadata>/metadata)?",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class Call:
+    """What a request asks for."""
+
+    kind: str
+    """`status`, `metadata` or `predict`."""
+    model: str
+    version: int | None = None
+    """None: every version (status) or the latest (metadata, predict)."""
+
+
+def route(method: str, path: str) -> Call:
+    """The call a request path makes. Raises ServingError (TensorFlow Serving's wording:
+    a path under /v1 that fits no API is a malformed request)."""
+    malformed = ServingError(Code.INVALID_ARGUMENT, f"Malformed request: {method} {path}")
+    if method == "POST":
+        found = _PREDICT.fullmatch(path)
+    elif method == "GET":
+        found = _STATUS.fullmatch(path)
+    else:
+        raise malformed
+    if found is None:
+        raise malformed
+    if found["label"]:
+        raise ServingError(
+            Code.INVALID_ARGUMENT,
+            f"Unrecognized servable version label: {found['label']} (this model server "
+            "assigns no labels; use /versions/<version>)",
+        )
+    version = int(found["version"]) if found["version"] else None
+    if method == "POST":
+        if found["verb"].lower() != "predict":
+            raise ServingError(
+                Code.UNIMPLEMENTED, f"only :predict is served here, not :{found['verb']}"
+            )
+        return Call("predict", found["name"], version)
+    return Call("metadata" if found["metadata"] else "status", found["name"], version)
+
+
+def not_found(model: str, version: int | None) -> ServingError:
+    """TensorFlow Serving's answer for a model or version it does not serve."""
+    spec = f"Latest({model})" if version is None else f"Specific({model}, {version})"
+    return ServingError(Code.NOT_FOUND, f"Servable not found for request: {spec}")
+
+
+# -- signatures -----------------------------------------------------------------------------
+
+DTYPES: Mapping[str, str] = {
+    "float16": "DT_HALF",
+    "float32": "DT_FLOAT",
+    "float64": "DT_DOUBLE",
+    "int8": "DT_INT8",
+    "int16": "DT_INT16",
+    "int32": "DT_INT32",
+    "int64": "DT_INT64",
+    "uint8": "DT_UINT8",
+    "uint16": "DT_UINT16",
+    "uint32": "DT_UINT32",
+    "uint64": "DT_UINT64",
+    "bool": "DT_BOOL",
+    "string": "DT_STRING",
+}
+"""numpy (TensorFlow) dtype name -> the name in a SignatureDef."""
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One input or output of a signature."""
+
+    dtype: str
+    """TensorFlow's dtype name: `float32`, `int64`, `string`, ... (a key of DTYPES)."""
+    shape: tuple[int | None, ...] | None
+    """None per unknown dimension; None for an unknown rank."""
+    tensor_name: str = ""
+    """The graph tensor it binds to (shown in the metadata)."""
+
+    def shape_text(self) -> str:
+        if self.shape is None:
+            return "<unknown>"
+        return "[" + ",".join("?" if d is None else str(d) for d in self.shape) + "]"
+
+    def proto(self) -> dict[str, Any]:
+        """TensorInfo as TensorFlow Serving prints it in JSON."""
+        shape: dict[str, Any]
+        if self.shape is None:
+            shape = {"dim": [], "unknown_rank": True}
+        else:
+            dims = [{"size": str(-1 if d is None else d), "name": ""} for d in self.shape]
+            shape = {"dim": dims, "unknown_rank": False}
+        return {
+            "dtype": DTYPES.get(self.dtype, "DT_INVALID"),
+            "tensor_shape": shape,
+            "name": self.tensor_name,
+        }
+
+
+@dataclass(frozen=True)
+class Signature:
+    inputs: dict[str, TensorInfo]
+    outputs: dict[str, TensorInfo]
+    method_name: str = "tensorflow/serving/predict"
+
+    def proto(self) -> dict[str, Any]:
+        return {
+            "inputs": {k: v.proto() for k, v in sorted(self.inputs.items())},
+            "outputs": {k: v.proto() for k, v in sorted(self.outputs.items())},
+            "method_name": self.method_name,
+            "defaults": {},
+        }
+
+
+DEFAULT_SIGNATURE = "serving_default"
+
+
+# -- predict requests ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Predict:
+    signature_name: str
+    inputs: dict[str, np.ndarray]
+    row_format: bool
+    """`instances` (answer `predictions`) rather than `inputs` (answer `outputs`)."""
+
+
+def _decode_value(value: Any) -> Any:
+    """{"b64": ...} -> bytes, recursively (TensorFlow Serving's binary encoding)."""
+    if isinstance(value, dict):
+        if set(value) == {"b64"} and isinstance(value["b64"], str):
+            try:
+                return base64.b64decode(value["b64"], validate=True)
+            except ValueError:
+                raise ServingError(
+                    Code.INVALID_ARGUMENT, "a b64 value is not valid base64"
+                ) from None
+        raise ServingError(Code.INVALID_ARGUMENT, "an input value may not be an object here")
+    if isinstance(value, list):
+        return [_decode_value(v) for v in value]
+    return value
+
+
+def _array(name: str, value: Any, info: TensorInfo) -> np.ndarray:
+    """A JSON value as the input's dtype and shape, or INVALID_ARGUMENT naming the input."""
+    value = _decode_value(value)
+    try:
+        if info.dtype == "string":
+            array = np.array(value, dtype=object)
+            if array.dtype != object or any(
+                not isinstance(v, str | bytes) for v in array.reshape(-1)
+            ):
+                raise ValueError("not strings")
+            array = np.vectorize(
+                lambda v: v if isinstance(v, bytes) else v.encode(), otypes=[object]
+            )(array)
+        else:
+            raw = np.array(value)
+            if raw.dtype == object or raw.dtype.kind in "USV":
+                raise ValueError("not numbers")
+            if info.dtype != "bool" and raw.dtype.kind == "b":
+                raise ValueError("booleans")
+            whole = raw.dtype.kind != "f" or bool(
+                np.all(np.isfinite(raw)) and np.all(raw == np.round(raw))
+            )
+            if info.dtype.startswith(("int", "uint")) and not whole:
+                raise ValueError("fractions")
+            array = raw.astype(info.dtype)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise ServingError(
+            Code.INVALID_ARGUMENT,
+            f"input {name!r}: expected {DTYPES.get(info.dtype, info.dtype)} values in a "
+            f"regular (not ragged) nested list ({exc})",
+        ) from None
+    if info.shape is not None:
+        fits = len(array.shape) == len(info.shape) and all(
+            want is None or want == got for want, got in zip(info.shape, array.shape, strict=True)
+        )
+        if not fits:
+            got = "[" + ",".join(str(d) for d in array.shape) + "]"
+            raise ServingError(
+                Code.INVALID_ARGUMENT,
+                f"input {name!r}: expected shape {info.shape_text()}, got {got}",
+            )
+    return array
+
+
+def _rows(instances: Any, signature: Signature) -> dict[str, Any]:
+    if not isinstance(instances, list) or not instances:
+        raise ServingError(Code.INVALID_ARGUMENT, "'instances' must be a non-empty list")
+    names = sorted(signature.inputs)
+    objects = [isinstance(i, dict) for i in instances]
+    if all(objects):
+        keys = set(instances[0])
+        if any(set(i) != keys for i in instances):
+            raise ServingError(
+                Code.INVALID_ARGUMENT, "every object in 'instances' must name the same inputs"
+            )
+        return {k: [i[k] for i in instances] for k in keys}
+    if any(objects):
+        raise ServingError(
+            Code.INVALID_ARGUMENT, "'instances' mixes objects and plain values; use one form"
+        )
+    if len(names) != 1:
+        raise ServingError(
+            Code.INVALID_ARGUMENT,
+            f"the signature has {len(names)} inputs ({', '.join(names)}): give each "
+            "instance as an object of input name -> value",
+        )
+    return {names[0]: instances}
+
+
+def _columns(inputs: Any, signature: Signature) -> dict[str, Any]:
+    names = sorted(signature.inputs)
+    if isinstance(inputs, dict) and set(inputs) != {"b64"}:
+        return dict(inputs)
+    if len(names) != 1:
+        raise ServingError(
+            Code.INVALID_ARGUMENT,
+            f"the signature has {len(names)} inputs ({', '.join(names)}): give 'inputs' as "
+            "an object of input name -> value",
+        )
+    return {names[0]: inputs}
+
+
+def parse_predict(body: bytes, signatures: Mapping[str, Signature]) -> Predict:
+    """A :predict body -> the arrays to feed, checked against the signature."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ServingError(Code.INVALID_ARGUMENT, f"JSON Parse error: {exc}") from None
+    if not isinstance(data, dict):
+        raise ServingError(Code.INVALID_ARGUMENT, "the request body must be a JSON object")
+    name = data.get("signature_name") or DEFAULT_SIGNATURE
+    if not isinstance(name, str) or name not in signatures:
+        known = ", ".join(sorted(signatures)) or "none"
+        raise ServingError(
+            Code.INVALID_ARGUMENT,
+            f"Serving signature name: {name!r} not found in signature def (it has {known})",
+        )
+    signature = signatures[name]
+    has_rows, has_columns = "instances" in data, "inputs" in data
+    if has_rows and has_columns:
+        raise ServingError(
+            Code.INVALID_ARGUMENT,
+            "Not formatted correctly, expecting only one of 'inputs' or 'instances' keys",
+        )
+    if not has_rows and not has_columns:
+        raise ServingError(Code.INVALID_ARGUMENT, "Missing 'inputs' or 'instances' key")
+    given = _rows(data["instances"], signature) if has_rows else _columns(data["inputs"], signature)
+    unknown = sorted(set(given) - set(signature.inputs))
+    missing = sorted(set(signature.inputs) - set(given))
+    if unknown or missing:
+        parts = []
+        if unknown:
+            parts.append(f"unknown input(s) {', '.join(unknown)}")
+        if missing:
+            parts.append(f"missing input(s) {', '.join(missing)}")
+        raise ServingError(
+            Code.INVALID_ARGUMENT,
+            f"{'; '.join(parts)}; signature {name!r} takes {', '.join(sorted(signature.inputs))}",
+        )
+    arrays = {k: _array(k, v, signature.inputs[k]) for k, v in given.items()}
+    if has_rows:
+        sizes = {a.shape[0] if a.ndim else None for a in arrays.values()}
+        if len(sizes) != 1 or None in sizes:
+            raise ServingError(
+                Code.INVALID_ARGUMENT,
+                "in 'instances' every input must have the same 0-th dimension; "
+                "use 'inputs' (the columnar format) otherwise",
+            )
+    return Predict(name, arrays, has_rows)
+
+
+# -- predict answers ------------------------------------------------------------------------
+
+
+def _json_value(name: str, array: np.ndarray) -> Any:
+    if array.dtype == object or array.dtype.kind == "S":
+        binary = name.endswith("_bytes")
+
+        def one(v: Any) -> Any:
+            raw = v if isinstance(v, bytes) else str(v).encode()
+            if binary:
+                return {"b64": base64.b64encode(raw).decode()}
+            return raw.decode("utf-8", errors="replace")
+
+        return np.vectorize(one, otypes=[object])(array).tolist()
+    return array.tolist()
+
+
+def predict_answer(outputs: Mapping[str, np.ndarray], row_format: bool) -> dict[str, Any]:
+    """Outputs -> `{"predictions": ...}` (rows) or `{"outputs": ...}` (columns); a single
+    output loses its name, as in TensorFlow Serving."""
+    names = sorted(outputs)
+    if not row_format:
+        if len(names) == 1:
+            return {"outputs": _json_value(names[0], outputs[names[0]])}
+        return {"outputs": {k: _json_value(k, outputs[k]) for k in names}}
+    sizes = {outputs[k].shape[0] if outputs[k].ndim else None for k in names}
+    if len(sizes) != 1 or None in sizes:
+        raise ServingError(
+            Code.INVALID_ARGUMENT,
+            "the outputs do not share a 0-th (batch) dimension, so they cannot be answered "
+            "as rows; send 'inputs' (the columnar format) instead",
+        )
+    if len(names) == 1:
+        return {"predictions": _json_value(names[0], outputs[names[0]])}
+    columns = {k: _json_value(k, outputs[k]) for k in names}
+    (size,) = sizes
+    return {"predictions": [{k: columns[k][i] for k in names} for i in range(size or 0)]}
+
+
+# -- status and metadata ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VersionStatus:
+    version: int
+    state: str
+    """START, LOADING, AVAILABLE, UNLOADING or END (TensorFlow Serving's states)."""
+    error_code: str = "OK"
+    error_message: str = ""
+
+
+def status_answer(
+    model: str, versions: list[VersionStatus], wanted: int | None = None
+) -> dict[str, Any]:
+    """GetModelStatusResponse as JSON: every version, or the one asked for."""
+    chosen = [v for v in versions if wanted is None or v.version == wanted]
+    if not chosen:
+        if wanted is None:
+            raise ServingError(Code.NOT_FOUND, f"Could not find any versions of model {model}")
+        raise ServingError(Code.NOT_FOUND, f"Could not find version {wanted} of model {model}")
+    return {
+        "model_version_status": [
+            {
+                "version": str(v.version),
+                "state": v.state,
+                "status": {"error_code": v.error_code, "error_message": v.error_message},
+            }
+            for v in sorted(chosen, key=lambda v: v.version, reverse=True)
+        ]
+    }
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """A loaded version as the metadata answer shows it."""
+
+    version: int
+    signatures: dict[str, Signature] = field(default_factory=dict)
+
+
+def metadata_answer(model: str, info: ModelInfo) -> dict[str, Any]:
+    """GetModelMetadataResponse as JSON (the `signature_def` metadata)."""
+    return {
+        "model_spec": {"name": model, "signature_name": "", "version": str(info.version)},
+        "metadata": {
+            "signature_def": {
+                "signature_def": {k: s.proto() for k, s in sorted(info.signatures.items())}
+            }
+        },
+    }
