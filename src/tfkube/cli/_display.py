@@ -12,6 +12,7 @@ from rich.text import Text
 
 from tfkube.backends import JobView
 from tfkube.planner import JobPhase, ReplicaState
+from tfkube.serving import exported_versions
 
 _PHASE_STYLE = {
     JobPhase.PENDING: "yellow",
@@ -101,6 +102,10 @@ def summary(view: JobView) -> list[str]:
     lines = [
         f"job {view.name}: {view.phase.value}" + (f" ({view.message})" if view.message else "")
     ]
+    if view.extra.get("exports"):  # a job on a tfkube server
+        lines.append(
+            f"exported models: versions {view.extra['exports']}  (serve: tfkube serve {view.name})"
+        )
     if not view.log_dir:
         return lines
     log_dir = Path(view.log_dir)
@@ -114,6 +119,13 @@ def summary(view: JobView) -> list[str]:
     checkpoint = latest_checkpoint(log_dir)
     if checkpoint:
         lines.append(f"checkpoints: {log_dir} (latest {checkpoint})")
+    exports = exported_versions(log_dir / "export")
+    if exports:
+        listed = ", ".join(str(v) for v in exports)
+        lines.append(
+            f"exported models: {log_dir / 'export'} (versions {listed}; serve: "
+            f"tfkube serve {view.name})"
+        )
     if any(log_dir.rglob("events.out.tfevents.*")):
         lines.append(f"TensorBoard logs: {log_dir}  (view: tensorboard --logdir {log_dir})")
     if view.job_dir:

@@ -57,7 +57,12 @@ def job_view(job: JobOut) -> JobView:
         reason=job.reason,
         message=job.message,
         replicas=replicas,
-        extra={"engine": "server", "team": job.team, "id": job.id},
+        extra={
+            "engine": "server",
+            "team": job.team,
+            "id": job.id,
+            **({"exports": ", ".join(str(v) for v in job.exports)} if job.exports else {}),
+        },
     )
 
 

@@ -6,6 +6,11 @@ code = c.upload("examples/mnist-between-graph", name="mnist")
 job = c.submit(name="mnist", workers=2, ps=1, code="mnist")
 for line in c.logs(job.id, "worker-0", follow=True): print(line)
 c.wait(job.id); c.download(job.id, "checkpoint", "checkpoint")
+server = c.serve(job.id)                      # TensorFlow Serving's REST API at server.url
+c.predict(server.id, [[0.0] * 64])            # -> {"predictions": [...]}
+
+Inside a notebook the server opened, `tfkube.Client()` needs no arguments: TFKUBE_URL,
+TFKUBE_TOKEN and TFKUBE_TEAM are in its environment.
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from tfkube.client.wire import (
     JobList,
     JobOut,
     LogFile,
+    ModelServerOut,
+    NotebookOut,
     OutputFile,
     ScalarsOut,
     TeamOut,
@@ -270,6 +277,121 @@ class Client:
         """One output file (or a folder, as .tar.gz) to `dest`."""
         target = Path(dest)
         with self.http.stream("GET", f"/api/v1/jobs/{job_id}/outputs/{path}", timeout=None) as r:
+            if not r.is_success:
+                r.read()
+                self._check(r)
+            with target.open("wb") as out:
+                for chunk in r.iter_bytes():
+                    out.write(chunk)
+        return target
+
+    # -- serving ------------------------------------------------------------------------
+
+    def exports(self, job_id: str) -> list[int]:
+        """The model versions the job exported (`$TFKUBE_EXPORT_DIR/<version>`)."""
+        return list(self.get(job_id).exports or [])
+
+    def serve(
+        self,
+        job_id: str,
+        *,
+        name: str | None = None,
+        version: int | None = None,
+        cpu: str | None = None,
+        memory: str | None = None,
+    ) -> ModelServerOut:
+        """A model server for the job's latest export (or `version`): TensorFlow Serving's
+        REST API at the answer's `url`. Raises SpecError (nothing exported, no such
+        version, a bad name) or ServerError (409: the name is taken)."""
+        body = {
+            k: v
+            for k, v in (("name", name), ("version", version), ("cpu", cpu), ("memory", memory))
+            if v is not None
+        }
+        try:
+            data = self._json("POST", f"/api/v1/jobs/{job_id}/model-servers", json=body)
+        except ServerError as exc:
+            if exc.status == 422:
+                raise SpecError(
+                    exc.errors or [FieldError("(request)", str(exc))], "serve"
+                ) from None
+            raise
+        return ModelServerOut.model_validate(data)
+
+    def model_servers(
+        self, *, team: str | None = None, job_id: str | None = None, stopped: bool = False
+    ) -> list[ModelServerOut]:
+        params: dict[str, Any] = {k: v for k, v in (("team", team), ("job", job_id)) if v}
+        if stopped:
+            params["stopped"] = "true"
+        data = self._json("GET", "/api/v1/model-servers", params=params)
+        return [ModelServerOut.model_validate(m) for m in data]
+
+    def model_server(self, server_id: str) -> ModelServerOut:
+        return ModelServerOut.model_validate(
+            self._json("GET", f"/api/v1/model-servers/{server_id}")
+        )
+
+    def stop_model_server(self, server_id: str) -> ModelServerOut:
+        data = self._json("POST", f"/api/v1/model-servers/{server_id}/stop")
+        return ModelServerOut.model_validate(data)
+
+    def wait_ready(
+        self, server_id: str, timeout: float = 180.0, poll: float = 0.5
+    ) -> ModelServerOut:
+        """Until the model server answers with a version (raises TimeoutError)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            server = self.model_server(server_id)
+            if server.status == "Ready":
+                return server
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"model server {server.name} is {server.status}: {server.message}"
+                )
+            time.sleep(poll)
+
+    def predict(
+        self,
+        server_id: str,
+        instances: list[Any],
+        *,
+        version: int | None = None,
+        signature_name: str | None = None,
+    ) -> dict[str, Any]:
+        """POST `{"instances": ...}` to the model server (through the proxy) and return
+        TensorFlow Serving's answer; an error answer raises ServerError with its message."""
+        server = self.model_server(server_id)
+        url = server.url + (f"/versions/{version}" if version is not None else "") + ":predict"
+        body: dict[str, Any] = {"instances": instances}
+        if signature_name:
+            body["signature_name"] = signature_name
+        r = self.http.post(url, json=body)
+        data = r.json()
+        if not r.is_success:
+            raise ServerError(r.status_code, str(data.get("error", data)), [])
+        return dict(data)
+
+    # -- notebooks ------------------------------------------------------------------------
+
+    def notebook(self, *, team: str | None = None) -> NotebookOut:
+        """Start (or find) your JupyterLab server in the team; open its `url`."""
+        data = self._json("POST", f"/api/v1/teams/{self._team(team)}/notebook")
+        return NotebookOut.model_validate(data)
+
+    def notebooks(self) -> list[NotebookOut]:
+        return [NotebookOut.model_validate(n) for n in self._json("GET", "/api/v1/notebooks")]
+
+    def stop_notebook(self, notebook_id: str) -> NotebookOut:
+        data = self._json("POST", f"/api/v1/notebooks/{notebook_id}/stop")
+        return NotebookOut.model_validate(data)
+
+    def download_artifact(self, artifact_id: int, dest: str | Path) -> Path:
+        """An uploaded artifact's archive (.tar.gz) to `dest`."""
+        target = Path(dest)
+        with self.http.stream(
+            "GET", f"/api/v1/artifacts/{artifact_id}/download", timeout=None
+        ) as r:
             if not r.is_success:
                 r.read()
                 self._check(r)

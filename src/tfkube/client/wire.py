@@ -121,6 +121,9 @@ class JobOut(_Wire):
     """Every replica (detail only; lists leave it out)."""
     spec: str | None = None
     """The TFJob YAML as it runs (detail only)."""
+    exports: list[int] | None = None
+    """The model versions the job exported to `$TFKUBE_EXPORT_DIR/<version>`, oldest
+    first (detail only)."""
 
 
 class JobList(_Wire):
@@ -194,3 +197,50 @@ class SessionOut(_Wire):
     csrf_token: str
     """Send it as the X-CSRF-Token header on every state-changing request made with the
     session cookie."""
+
+
+class ModelServerOut(_Wire):
+    """A model server: TensorFlow Serving's REST API for a job's exported model."""
+
+    id: str
+    team: str
+    name: str
+    """The model's name in `/v1/models/<name>`."""
+    job: str
+    """The job whose exports it serves."""
+    job_id: str | None = None
+    version: int | None = None
+    """The version asked for; None: the latest, and newer exports as they appear."""
+    serving_version: int | None = None
+    """The version it answers with now (None while loading)."""
+    status: str
+    """Starting | Ready | Failed | Stopped."""
+    message: str = ""
+    url: str
+    """The REST base `.../v1/models/<name>`: GET it for the status, POST `<url>:predict`;
+    send the team's API token (Authorization: Bearer) or the session cookie."""
+    requests: int = 0
+    """Requests answered through the server's proxy."""
+    errors: int = 0
+    """Of those, answered with an error status."""
+    last_request_at: float | None = None
+    restarts: int = 0
+    resources: dict[str, Any] = {}
+    created_by: str | None = None
+    created_at: float
+    stopped_at: float | None = None
+
+
+class NotebookOut(_Wire):
+    """A user's JupyterLab server in one team."""
+
+    id: str
+    team: str
+    user: str
+    state: str
+    """running | stopped (stopped when idle; opening `url` starts it again)."""
+    url: str
+    """JupyterLab, behind the server's login (its owner only)."""
+    started_at: float | None = None
+    stopped_at: float | None = None
+    message: str | None = None

@@ -12,6 +12,9 @@ users all rely on. Pure constants and string functions (no planner, no client), 
     <job>-data, -logs     PersistentVolumeClaims (unless an existing claim is named)
     <job>-tensorboard     TensorBoard Deployment and Service
     tfkube-tenant         the namespace's ResourceQuota and LimitRange (shared by its jobs)
+    <name>-serving        a model server: ConfigMap (model config), Deployment, Service
+    notebook-<id>         a notebook: Secret (its tokens), StatefulSet, headless Service;
+                          its home is the claim home-notebook-<id>-0
 """
 
 from __future__ import annotations
@@ -118,6 +121,23 @@ def registry_secret_name(job_name: str) -> str:
 
 def claim_name(job_name: str, volume: str) -> str:
     return f"{job_name}-{volume}"
+
+
+LABEL_MODEL_SERVER = "tfkube.io/model-server"
+"""On a model server's objects and pods: its name. (Not the job label: the operator
+watches pods that carry that one.)"""
+LABEL_NOTEBOOK = "tfkube.io/notebook"
+"""On a notebook's objects and pods: its id."""
+
+
+def model_server_name(name: str) -> str:
+    """A model server's ConfigMap, Deployment and Service."""
+    return f"{name}-serving"
+
+
+def notebook_name(notebook_id: str) -> str:
+    """A notebook's Secret, StatefulSet and Service (its pod: `<this>-0`)."""
+    return f"notebook-{notebook_id}"
 
 
 def tensorboard_name(job_name: str) -> str:

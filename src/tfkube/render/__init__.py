@@ -4,7 +4,9 @@
 creates the objects) and `tfkube render` (which prints them for `kubectl apply`) use, so
 the two can never drift. `crd()` and `install_manifests()` are the cluster-wide objects
 `tfkube install` applies and `deploy/` holds; `server_manifests()` is what
-`install --server` adds. The names and labels it gives everything are the contract in
+`install --server` adds; `render_model_server()` and `render_notebook()` are what the
+tfkube server applies for a model server and a notebook. The names and labels it gives
+everything are the contract in
 `tfkube.kube.names` (shared with the operator and the Kubernetes backend); who retries
 what is in `tfkube.render._render` and docs/kubernetes.md.
 
@@ -41,6 +43,14 @@ from tfkube.render._server import (
     ServerInstall,
     server_manifests,
 )
+from tfkube.render._serving import (
+    TF_SERVING_IMAGE,
+    ModelServerSpec,
+    NotebookSpec,
+    job_export_volume,
+    render_model_server,
+    render_notebook,
+)
 
 __all__ = [
     "CONTAINER",
@@ -55,7 +65,10 @@ __all__ = [
     "SERVER_PORT",
     "SERVER_RULES",
     "SHORT_NAMES",
+    "TF_SERVING_IMAGE",
     "USER_ERROR_EXIT_CODES",
+    "ModelServerSpec",
+    "NotebookSpec",
     "RenderOptions",
     "ServerInstall",
     "backoff_limit",
@@ -65,7 +78,10 @@ __all__ = [
     "dump_yaml",
     "image_registry",
     "install_manifests",
+    "job_export_volume",
     "launcher_zipapp",
     "render_job",
+    "render_model_server",
+    "render_notebook",
     "server_manifests",
 ]

@@ -10,6 +10,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -25,7 +26,9 @@ from tfkube.server._db import database_url, make_engine, migrate, session_factor
 from tfkube.server._engines import Engines
 from tfkube.server._jobs import JobService
 from tfkube.server._metrics import Metrics
+from tfkube.server._notebooks import Notebooks
 from tfkube.server._platform import Platform
+from tfkube.server._serving import ModelServers
 from tfkube.server._settings import ServerSettings
 from tfkube.server.routes import (
     artifacts,
@@ -35,7 +38,9 @@ from tfkube.server.routes import (
     health,
     jobs,
     logs,
+    notebooks,
     proxy,
+    serving,
     teams,
     tokens,
     users,
@@ -62,7 +67,11 @@ def build_platform(settings: ServerSettings) -> Platform:
     blobs = BlobStore(settings.data_dir / "blobs")
     blobs.clear_incoming()
     jobs_service = JobService(settings, engines, sessions, blobs, key)
-    return Platform(settings, engine, sessions, key, engines, jobs_service, blobs)
+    model_servers = ModelServers(settings, engines, sessions, key)
+    notebooks = Notebooks(settings, engines, sessions, blobs, key)
+    return Platform(
+        settings, engine, sessions, key, engines, jobs_service, blobs, model_servers, notebooks
+    )
 
 
 def announce_setup(platform: Platform) -> str | None:
@@ -127,10 +136,16 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         announce_setup(built)
         built.jobs.start_loop()
+        built.model_servers.start_loop()
+        built.notebooks.start_loop()
+        app.state.proxy_client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, read=None))
         try:
             yield
         finally:
+            await app.state.proxy_client.aclose()
             built.jobs.stop_loop()
+            built.notebooks.close()
+            built.model_servers.close()
             built.tensorboards.close()
             built.engines.close()
             built.engine.dispose()
@@ -185,6 +200,8 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
         logs,
         code,
         metrics_route,
+        serving,
+        notebooks,
         proxy,
     ):
         app.include_router(module.router)

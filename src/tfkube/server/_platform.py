@@ -1,5 +1,6 @@
 """Everything a request handler may need, made once at start-up: settings, the database,
-the engines, the job service, the blob store, the login limiter, the proxy targets."""
+the engines, the job service, the blob store, the login limiter, the processes behind the
+proxy (TensorBoards, model servers, notebooks)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from tfkube.server._artifacts import BlobStore
 from tfkube.server._engines import Engines
 from tfkube.server._jobs import JobService
 from tfkube.server._metrics import Metrics
+from tfkube.server._notebooks import Notebooks
 from tfkube.server._ratelimit import LoginLimiter
 from tfkube.server._scalars import ScalarReader
+from tfkube.server._serving import ModelServers
 from tfkube.server._settings import ServerSettings
 from tfkube.server._tensorboard import TensorBoards
 
@@ -30,6 +33,10 @@ class Platform:
     engines: Engines
     jobs: JobService
     blobs: BlobStore
+    model_servers: ModelServers
+    """The teams' model servers (routes/serving.py, the proxy's `model` kind)."""
+    notebooks: Notebooks
+    """The users' notebooks (routes/notebooks.py, the proxy's `notebook` kind)."""
     limiter: LoginLimiter = field(default_factory=LoginLimiter)
     """Failed sign-ins per user name (5 a minute)."""
     address_limiter: LoginLimiter = field(default_factory=lambda: LoginLimiter(max_failures=30))

@@ -23,9 +23,11 @@ class Role(StrEnum):
     ADMIN = "admin"
     """Manages the team's members and quota, and everything a member may do."""
     MEMBER = "member"
-    """Uploads artifacts, submits, stops and deletes jobs, opens TensorBoard."""
+    """Uploads artifacts, submits, stops and deletes jobs, opens TensorBoard, serves
+    models, opens a notebook."""
     VIEWER = "viewer"
-    """Reads jobs, logs, metrics, artifacts and TensorBoard; changes nothing."""
+    """Reads jobs, logs, metrics, artifacts and TensorBoard, asks the team's model servers
+    for predictions; changes nothing."""
 
 
 class Scope(StrEnum):
@@ -39,6 +41,13 @@ class Scope(StrEnum):
     """Scalars, progress and the job's TensorBoard."""
     OUTPUTS_READ = "outputs:read"
     """List and download a job's outputs (checkpoints, exported models)."""
+    SERVING_READ = "serving:read"
+    """See the team's model servers and send them requests (predict, status, metadata)."""
+    SERVING_WRITE = "serving:write"
+    """Start and stop model servers."""
+    NOTEBOOKS = "notebooks:use"
+    """Open one's own notebook. It runs code as jobs do (locally: as the server's user),
+    so it goes with the right to submit jobs."""
     ARTIFACTS_READ = "artifacts:read"
     ARTIFACTS_WRITE = "artifacts:write"
     """Upload and delete code and data."""
@@ -58,12 +67,14 @@ _READ = frozenset(
         Scope.OUTPUTS_READ,
         Scope.ARTIFACTS_READ,
         Scope.TEAM_READ,
+        Scope.SERVING_READ,
     }
 )
+_WRITE = frozenset({Scope.JOBS_WRITE, Scope.ARTIFACTS_WRITE, Scope.SERVING_WRITE, Scope.NOTEBOOKS})
 ROLE_SCOPES: Mapping[Role, frozenset[Scope]] = {
     Role.VIEWER: _READ,
-    Role.MEMBER: _READ | {Scope.JOBS_WRITE, Scope.ARTIFACTS_WRITE},
-    Role.ADMIN: _READ | {Scope.JOBS_WRITE, Scope.ARTIFACTS_WRITE, Scope.TEAM_ADMIN},
+    Role.MEMBER: _READ | _WRITE,
+    Role.ADMIN: _READ | _WRITE | {Scope.TEAM_ADMIN},
 }
 """What each role grants inside its own team."""
 

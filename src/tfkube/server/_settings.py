@@ -46,6 +46,9 @@ class ServerSettings:
     session_hours: float = 12.0
     tensorboard_idle_seconds: float = 600.0
     """A job's TensorBoard is stopped after this long without a request."""
+    notebook_idle_seconds: float = 3600.0
+    """A notebook is stopped after this long without activity (no request through the
+    proxy, no busy kernel, no open connection); opening it again starts it."""
     secure_cookies: bool = False
     """Mark cookies Secure (set when served over https)."""
 

@@ -175,3 +175,69 @@ class JobEvent(Base):
     time: Mapped[float] = mapped_column(Float)
     replica: Mapped[str | None] = mapped_column(String(64), nullable=True)
     message: Mapped[str] = mapped_column(Text)
+
+
+class ModelServer(Base):
+    """A model server of a team: serves a job's exported SavedModel (TensorFlow Serving's
+    REST API), reached through the server's proxy at `/proxy/model/<id>/v1/models/<name>`.
+    `state` is what the team asked for; whether it answers is observed, not stored."""
+
+    __tablename__ = "model_servers"
+    __table_args__ = (Index("ix_model_servers_team", "team_id"),)
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    """Public id (random): the proxy URL uses it."""
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"))
+    job_id: Mapped[str | None] = mapped_column(
+        ForeignKey("jobs.id", ondelete="SET NULL"), nullable=True
+    )
+    job_name: Mapped[str] = mapped_column(String(40))
+    name: Mapped[str] = mapped_column(String(40))
+    """The model's name in `/v1/models/<name>` (a DNS label: it names cluster objects)."""
+    model_base_path: Mapped[str] = mapped_column(Text)
+    """The job's export folder as the server sees it (`<output>/export`)."""
+    version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """The version asked for; None: the latest, and newer exports as they appear."""
+    resources: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    """cpu, memory (Kubernetes quantities): the Deployment's requests and limits."""
+    state: Mapped[str] = mapped_column(String(16))
+    """running (wanted up: restarted after a crash or a server restart) | stopped."""
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    """Local engine: the model server process (with its start time, so a reused PID is
+    never taken for it)."""
+    pid_started: Mapped[float | None] = mapped_column(Float, nullable=True)
+    port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    requests: Mapped[int] = mapped_column(Integer, default=0)
+    """Requests answered through the proxy (all statuses)."""
+    errors: Mapped[int] = mapped_column(Integer, default=0)
+    """Of those, answered with an error status (>= 400)."""
+    last_request_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    created_by: Mapped[int | None] = mapped_column(
+        ForeignKey("users.id", ondelete="SET NULL"), nullable=True
+    )
+    created_at: Mapped[float] = mapped_column(Float)
+    stopped_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class Notebook(Base):
+    """A user's JupyterLab server in one of their teams; opened through the server's
+    proxy at `/proxy/notebook/<id>/lab`, for its owner only."""
+
+    __tablename__ = "notebooks"
+    __table_args__ = (UniqueConstraint("user_id", "team_id"),)
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"))
+    state: Mapped[str] = mapped_column(String(16))
+    """running | stopped (stopped when idle; opening it starts it again)."""
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    pid_started: Mapped[float | None] = mapped_column(Float, nullable=True)
+    port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    token_id: Mapped[int | None] = mapped_column(
+        ForeignKey("api_tokens.id", ondelete="SET NULL"), nullable=True
+    )
+    """The API token the notebook's client signs in with (revoked when it stops)."""
+    created_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    stopped_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)

@@ -4,30 +4,26 @@ when idle and at server shutdown (by PID, its whole process group)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass
 
+from tfkube.server._loopback import Started, free_port, spawn, stop, wait_port
+
 START_TIMEOUT = 90.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
 class _Board:
     proc: subprocess.Popen[bytes]
-    port: int
+    started: Started
     last_used: float
+
+    @property
+    def port(self) -> int:
+        return self.started.port
 
 
 class TensorBoards:
@@ -46,8 +42,8 @@ class TensorBoards:
             if board is not None and board.proc.poll() is None:
                 board.last_used = time.monotonic()
                 return f"http://127.0.0.1:{board.port}"
-            port = _free_port()
-            proc = subprocess.Popen(
+            port = free_port()
+            proc, started = spawn(
                 [
                     sys.executable,
                     "-m",
@@ -58,28 +54,20 @@ class TensorBoards:
                     f"--path_prefix={prefix}",
                     "--reload_interval=5",
                 ],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
+                port=port,
             )
-            self._boards[job_id] = _Board(proc, port, time.monotonic())
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError("TensorBoard exited at start")
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    return f"http://127.0.0.1:{port}"
-            time.sleep(0.2)
+            self._boards[job_id] = _Board(proc, started, time.monotonic())
+        if wait_port(proc, started.pid, port, START_TIMEOUT):
+            return f"http://127.0.0.1:{port}"
         self.stop(job_id)
-        raise RuntimeError("TensorBoard did not start in time")
+        raise RuntimeError("TensorBoard did not start in time (or exited at start)")
 
     def stop(self, job_id: str) -> None:
         with self._lock:
             board = self._boards.pop(job_id, None)
         if board is not None:
-            _end(board.proc)
+            stop(board.started.pid, board.started.started)
+            board.proc.poll()
 
     def _reap(self) -> None:
         while not self._stop.wait(5.0):
@@ -94,14 +82,3 @@ class TensorBoards:
         self._stop.set()
         for job_id in list(self._boards):
             self.stop(job_id)
-
-
-def _end(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(10)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)

@@ -4,7 +4,13 @@ extra). `KubernetesBackend` submits and reads TFJob resources (the operator runs
 `tfkube.kube` (names, the pod interpreter, REST), as the operator does."""
 
 from tfkube.backends.kubernetes._backend import KubernetesBackend, LogsUnavailable, job_view
-from tfkube.backends.kubernetes._install import Applied, InstallError, apply_objects, install
+from tfkube.backends.kubernetes._install import (
+    Applied,
+    InstallError,
+    apply_objects,
+    delete_objects,
+    install,
+)
 from tfkube.kube.rest import api_client_from
 
 __all__ = [
@@ -14,6 +20,7 @@ __all__ = [
     "LogsUnavailable",
     "api_client_from",
     "apply_objects",
+    "delete_objects",
     "install",
     "job_view",
 ]

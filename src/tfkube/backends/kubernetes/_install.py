@@ -123,3 +123,17 @@ def apply_objects(api_client: Any, objects: list[dict[str, Any]], dry_run: bool 
     kube = Kube(api_client)
     for obj in objects:
         _apply(kube, obj, dry_run)
+
+
+def delete_objects(api_client: Any, objects: list[dict[str, Any]]) -> None:
+    """Delete plain objects by name, in reverse order (gone already is fine); what a
+    `Foreground` delete leaves (a StatefulSet's claims) stays."""
+    kube = Kube(api_client)
+    for obj in reversed(objects):
+        meta = obj["metadata"]
+        kube.request(
+            "DELETE",
+            object_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"]),
+            body={"propagationPolicy": "Background"},
+            allow=(404,),
+        )

@@ -204,8 +204,12 @@ def list_jobs(
 @router.get("/jobs/{job_id}")
 def get_job(job: JobDep, db: SessionDep) -> JobOut:
     """One job with every replica (state, restarts, exit code, address/node, why it is
-    pending) and its TFJob as it runs."""
-    return render_job(db, job)
+    pending), its TFJob as it runs and the model versions it exported."""
+    from tfkube.server._serving import job_exports
+
+    out = render_job(db, job)
+    out.exports = job_exports(job)
+    return out
 
 
 @router.post("/jobs/{job_id}/stop")
@@ -224,6 +228,7 @@ def delete_job(job: JobDep, principal: CurrentUser, db: SessionDep, platform: Pl
     principal.require(Scope.JOBS_WRITE, job.team_id)
     team = db.get(Team, job.team_id)
     assert team is not None
+    platform.model_servers.stop_for_job(db, job)  # they read the outputs deleted here
     platform.jobs.delete(db, job, team)
 
 

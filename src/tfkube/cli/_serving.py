@@ -1,0 +1,213 @@
+"""`tfkube serve`, `tfkube serving list|stop` and `tfkube notebook`: thin commands over
+the tfkube server's API (`--engine server`), and a foreground model server for a job of
+the local engine (`tfkube serve JOB`, without a server)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Table
+
+from tfkube.backends import JobNotFound
+from tfkube.cli._app import EXIT_INTERRUPTED, EngineOpt, NamespaceOpt, _backend, _fail, app, out
+
+if TYPE_CHECKING:
+    from tfkube.client import Client
+    from tfkube.client.wire import ModelServerOut
+
+serving_app = typer.Typer(
+    help="The team's model servers (on a tfkube server).", no_args_is_help=True
+)
+app.add_typer(serving_app, name="serving")
+
+NameOpt = Annotated[
+    str | None,
+    typer.Option("--name", help="The model's name in /v1/models/<name> (default: the job's)."),
+]
+VersionOpt = Annotated[
+    int | None,
+    typer.Option("--version", help="An exported version (default: the latest, and newer ones)."),
+]
+
+
+def _client(team: str | None) -> tuple[Client, str]:
+    try:
+        from tfkube.client import Client
+    except ImportError as exc:
+        raise _fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
+    try:
+        client = Client(team=team)
+        return client, client._team(team)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    except Exception as exc:  # connection refused, bad token
+        raise _fail(f"cannot reach the tfkube server: {exc}") from None
+
+
+def _how_to_call(server: ModelServerOut) -> list[str]:
+    return [
+        f"model server {server.name}: {server.status}"
+        + (f", version {server.serving_version}" if server.serving_version is not None else "")
+        + (f" ({server.message})" if server.message else ""),
+        f"REST URL: {server.url}",
+        '  status:  curl -H "Authorization: Bearer $TOKEN" ' + server.url,
+        '  predict: curl -H "Authorization: Bearer $TOKEN" -d \'{"instances": [[...]]}\' '
+        + f"{server.url}:predict",
+    ]
+
+
+@app.command()
+def serve(
+    job: Annotated[str, typer.Argument(help="The job whose exported model to serve.")],
+    name: NameOpt = None,
+    version: VersionOpt = None,
+    cpu: Annotated[str | None, typer.Option("--cpu", help="Kubernetes: its CPU.")] = None,
+    memory: Annotated[str | None, typer.Option("--memory", help="Kubernetes: its memory.")] = None,
+    wait: Annotated[bool, typer.Option(help="Wait until it answers.")] = True,
+    port: Annotated[int, typer.Option("--port", help="Local engine: the REST port.")] = 8501,
+    engine: EngineOpt = "local",
+    namespace: NamespaceOpt = None,
+) -> None:
+    """Serve a job's exported model with TensorFlow Serving's REST API and print its URL.
+
+    --engine server: a model server of the team (a process, or a Deployment of
+    tensorflow/serving on Kubernetes) behind the server's login; it survives restarts.
+    --engine local: a model server here, in the foreground, until Ctrl-C."""
+    if engine == "local":
+        if namespace is not None:
+            raise _fail("--namespace is for --engine server")
+        _serve_here(job, name, version, port)
+        return
+    if engine != "server":
+        raise _fail("serve needs --engine server (a tfkube server, on either engine) or local")
+    from tfkube.api import SpecError
+
+    client, team = _client(namespace)
+    with client:
+        found = client.find(job, team=team)
+        if found is None:
+            raise _fail(f"team {team} has no job named {job!r}", 1)
+        try:
+            server = client.serve(found.id, name=name, version=version, cpu=cpu, memory=memory)
+        except SpecError as exc:
+            problems = "; ".join(f"{e.field}: {e.message}" for e in exc.errors)
+            raise _fail(f"cannot serve {job}: {problems}") from None
+        except Exception as exc:
+            raise _fail(str(exc), 1) from None
+        if wait:
+            try:
+                server = client.wait_ready(server.id)
+            except TimeoutError as exc:
+                raise _fail(str(exc), 1) from None
+    for line in _how_to_call(server):
+        out.print(line, highlight=False, soft_wrap=True)
+
+
+def _serve_here(job: str, name: str | None, version: int | None, port: int) -> None:
+    from tfkube.serving import choose_version, exported_versions
+
+    try:
+        view = _backend().get(job)
+    except JobNotFound as exc:
+        raise _fail(str(exc), 1) from None
+    if not view.log_dir:
+        raise _fail(f"job {job!r} has no output folder", 1)
+    base = Path(view.log_dir) / "export"
+    _, why = choose_version(exported_versions(base), version)
+    if why is not None:
+        raise _fail(f"job {job!r}: {why}", 1)
+    model = name or job
+    argv = [
+        sys.executable,
+        "-m",
+        "tfkube.serving",
+        f"--model_name={model}",
+        f"--model_base_path={base}",
+        f"--rest_api_port={port}",
+    ]
+    if version is not None:
+        argv.append(f"--model_version={version}")
+    url = f"http://127.0.0.1:{port}/v1/models/{model}"
+    out.print(f"REST URL: {url}  (predict: POST {url}:predict; Ctrl-C stops it)", highlight=False)
+    env = {k: v for k, v in os.environ.items() if k != "TFKUBE_SERVING_TOKEN"}
+    proc = subprocess.Popen(argv, env=env)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        proc.wait(30)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    raise typer.Exit(code)
+
+
+def _servers_table(servers: list[Any]) -> Table:
+    table = Table(box=None, pad_edge=False)
+    for column in ("NAME", "JOB", "STATUS", "VERSION", "REQUESTS", "ERRORS", "URL"):
+        table.add_column(column)
+    for s in servers:
+        table.add_row(
+            s.name,
+            s.job,
+            s.status,
+            str(s.serving_version if s.serving_version is not None else "-")
+            + ("" if s.version is None else " (pinned)"),
+            str(s.requests),
+            str(s.errors),
+            s.url,
+        )
+    return table
+
+
+@serving_app.command("list")
+def list_servers(
+    namespace: NamespaceOpt = None,
+    stopped: Annotated[bool, typer.Option("--stopped", help="Include stopped ones.")] = False,
+) -> None:
+    """The team's model servers: status, version, request counts, URL."""
+    client, team = _client(namespace)
+    with client:
+        servers = client.model_servers(team=team, stopped=stopped)
+    out.print(_servers_table(servers), soft_wrap=True)
+
+
+@serving_app.command("stop")
+def stop_server(
+    name: Annotated[str, typer.Argument(help="The model server's name.")],
+    namespace: NamespaceOpt = None,
+) -> None:
+    """Stop a model server of the team."""
+    client, team = _client(namespace)
+    with client:
+        found = [s for s in client.model_servers(team=team) if s.name == name]
+        if not found:
+            raise _fail(f"team {team} has no running model server named {name!r}", 1)
+        stopped = client.stop_model_server(found[0].id)
+    out.print(f"model server {stopped.name}: {stopped.status}", highlight=False)
+
+
+@app.command()
+def notebook(
+    namespace: NamespaceOpt = None,
+    stop: Annotated[bool, typer.Option("--stop", help="Stop your notebook instead.")] = False,
+) -> None:
+    """Open your JupyterLab server in the team (on a tfkube server) and print its URL:
+    `tfkube.Client()` in it is signed in as you."""
+    client, team = _client(namespace)
+    with client:
+        if stop:
+            mine = [n for n in client.notebooks() if n.team == team and n.state == "running"]
+            for n in mine:
+                client.stop_notebook(n.id)
+            out.print(f"stopped {len(mine)} notebook(s) in team {team}", highlight=False)
+            return
+        try:
+            opened = client.notebook(team=team)
+        except Exception as exc:
+            raise _fail(str(exc), 1) from None
+    out.print(f"notebook in team {team}: {opened.url}", highlight=False, soft_wrap=True)
+    out.print("(open it in a browser signed in to the server)", highlight=False)

@@ -1,0 +1,306 @@
+"""Model servers and notebooks in a cluster, as plain objects (pure).
+
+A model server is the stock `tensorflow/serving` image reading the job's exported
+SavedModels from the job's own output volume (read-only), so what the job wrote is what
+is served, with no copy:
+
+    ConfigMap  <name>-serving   models.config: the model's name, base path, version policy
+    Deployment <name>-serving   tensorflow_model_server, REST on :8501 (gRPC :8500);
+                                ready when GET /v1/models/<name> answers
+    Service    <name>-serving   ClusterIP, port `http` (the tfkube server proxies to it
+                                through the API server's service proxy)
+
+A notebook is a JupyterLab server per user, its home on a claim of its own:
+
+    Secret      notebook-<id>   JUPYTER_TOKEN (the proxy adds it) and TFKUBE_TOKEN (the
+                                user's client token); never in the pod spec itself
+    Service     notebook-<id>   headless, port `http` (8888)
+    StatefulSet notebook-<id>   `jupyter lab` below the proxy's base URL; home on the claim
+                                from its volumeClaimTemplate (kept when the notebook stops)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfkube.api import Resources, TFJob
+from tfkube.kube.names import (
+    LABEL_COMPONENT,
+    LABEL_MANAGED_BY,
+    LABEL_MODEL_SERVER,
+    LABEL_NOTEBOOK,
+    MANAGED_BY,
+    claim_name,
+    model_server_name,
+    notebook_name,
+)
+from tfkube.render._deploy import OPERATOR_IMAGE
+from tfkube.render._render import _resources
+
+Object = dict[str, Any]
+
+TF_SERVING_IMAGE = "tensorflow/serving:2.20.0"
+"""The stock TensorFlow Serving image (its `tensorflow_model_server` is the command)."""
+REST_PORT = 8501
+GRPC_PORT = 8500
+CONFIG_DIR = "/etc/tfkube-serving"
+MODELS_DIR = "/models"
+EXPORT_SUBDIR = "export"
+"""Where a job's exports are inside its output folder (the launcher's TFKUBE_EXPORT_DIR)."""
+DEFAULT_SERVING_RESOURCES = Resources(cpu="1", memory="2Gi")
+
+NOTEBOOK_IMAGE = OPERATOR_IMAGE
+"""tfkube's own image (deploy/Dockerfile): JupyterLab (the `notebook` extra) and the
+tfkube client, so a cell can `tfkube.Client().submit(...)`."""
+NOTEBOOK_PORT = 8888
+NOTEBOOK_HOME = "/home/tfkube"
+NOTEBOOK_USER = 65532
+DEFAULT_NOTEBOOK_RESOURCES = Resources(cpu="1", memory="2Gi")
+
+
+def _labels(component: str, key: str, value: str) -> dict[str, str]:
+    return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: component, key: value}
+
+
+def _meta(name: str, namespace: str, labels: dict[str, str]) -> Object:
+    """Fresh each time: objects never share a mutable part."""
+    return {"name": name, "namespace": namespace, "labels": dict(labels)}
+
+
+def job_export_volume(job: TFJob) -> tuple[str, str]:
+    """(claim, sub-path) of a job's export folder: the job's output volume as its pods
+    mount it (a shared claim holds each job in a folder of its own name)."""
+    logs = job.spec.storage.logs
+    if logs.claim_name:
+        return logs.claim_name, f"{job.name}/{EXPORT_SUBDIR}"
+    return claim_name(job.name, "logs"), EXPORT_SUBDIR
+
+
+def model_config(name: str, version: int | None) -> str:
+    """TensorFlow Serving's model config (text protobuf): one model, its version policy."""
+    policy = (
+        "latest { num_versions: 1 }" if version is None else f"specific {{ versions: {version} }}"
+    )
+    return (
+        "model_config_list {\n"
+        "  config {\n"
+        f'    name: "{name}"\n'
+        f'    base_path: "{MODELS_DIR}/{name}"\n'
+        '    model_platform: "tensorflow"\n'
+        f"    model_version_policy {{ {policy} }}\n"
+        "  }\n"
+        "}\n"
+    )
+
+
+@dataclass(frozen=True)
+class ModelServerSpec:
+    name: str
+    """The model's name (`/v1/models/<name>`); names the objects `<name>-serving`."""
+    namespace: str
+    job: TFJob
+    """The job whose exports are served, as it runs (its storage says where they are)."""
+    version: int | None = None
+    """None: the latest export, and newer ones as they appear; else that version only."""
+    resources: Resources = field(default_factory=lambda: DEFAULT_SERVING_RESOURCES)
+    image: str = TF_SERVING_IMAGE
+    poll_seconds: int = 5
+    """How often TensorFlow Serving looks for a newer export."""
+
+
+def render_model_server(spec: ModelServerSpec) -> list[Object]:
+    name = model_server_name(spec.name)
+    labels = _labels("model-server", LABEL_MODEL_SERVER, spec.name)
+    selector = {LABEL_COMPONENT: "model-server", LABEL_MODEL_SERVER: spec.name}
+    claim, sub_path = job_export_volume(spec.job)
+    container: Object = {
+        "name": "serving",
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["tensorflow_model_server"],
+        "args": [
+            f"--port={GRPC_PORT}",
+            f"--rest_api_port={REST_PORT}",
+            f"--model_config_file={CONFIG_DIR}/models.config",
+            f"--file_system_poll_wait_seconds={spec.poll_seconds}",
+        ],
+        "ports": [
+            {"name": "http", "containerPort": REST_PORT, "protocol": "TCP"},
+            {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
+        ],
+        "readinessProbe": {
+            "httpGet": {"path": f"/v1/models/{spec.name}", "port": "http"},
+            "periodSeconds": 5,
+        },
+        "resources": _resources(spec.resources),
+        "volumeMounts": [
+            {
+                "name": "model",
+                "mountPath": f"{MODELS_DIR}/{spec.name}",
+                "subPath": sub_path,
+                "readOnly": True,
+            },
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+        ],
+    }
+    config_map: Object = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(name, spec.namespace, labels),
+        "data": {"models.config": model_config(spec.name, spec.version)},
+    }
+    deployment: Object = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(name, spec.namespace, labels),
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {
+                    "enableServiceLinks": False,
+                    "automountServiceAccountToken": False,
+                    "containers": [container],
+                    "volumes": [
+                        {
+                            "name": "model",
+                            "persistentVolumeClaim": {"claimName": claim, "readOnly": True},
+                        },
+                        {"name": "config", "configMap": {"name": name}},
+                    ],
+                },
+            },
+        },
+    }
+    service: Object = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(name, spec.namespace, labels),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [
+                {"name": "http", "port": REST_PORT, "targetPort": "http", "protocol": "TCP"},
+                {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "protocol": "TCP"},
+            ],
+        },
+    }
+    return [config_map, deployment, service]
+
+
+@dataclass(frozen=True)
+class NotebookSpec:
+    notebook_id: str
+    namespace: str
+    user: str
+    team: str
+    base_url: str
+    """The proxy's path for it (`/proxy/notebook/<id>/`): JupyterLab serves below it."""
+    server_url: str
+    """How the notebook's client reaches the tfkube server from inside the cluster."""
+    jupyter_token: str
+    """Jupyter's own token (kept on): the proxy sends it, so the Service alone grants
+    nothing."""
+    client_token: str
+    """The user's API token for `tfkube.Client()` (TFKUBE_TOKEN)."""
+    image: str = NOTEBOOK_IMAGE
+    resources: Resources = field(default_factory=lambda: DEFAULT_NOTEBOOK_RESOURCES)
+    storage: str = "10Gi"
+    """Size of the home claim."""
+    storage_class: str | None = None
+
+
+def render_notebook(spec: NotebookSpec) -> list[Object]:
+    name = notebook_name(spec.notebook_id)
+    labels = _labels("notebook", LABEL_NOTEBOOK, spec.notebook_id)
+    selector = {LABEL_COMPONENT: "notebook", LABEL_NOTEBOOK: spec.notebook_id}
+    base = "/" + spec.base_url.strip("/") + "/"
+    secret: Object = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(name, spec.namespace, labels),
+        "type": "Opaque",
+        "stringData": {"JUPYTER_TOKEN": spec.jupyter_token, "TFKUBE_TOKEN": spec.client_token},
+    }
+
+    def from_secret(key: str) -> Object:
+        return {"name": key, "valueFrom": {"secretKeyRef": {"name": name, "key": key}}}
+
+    container: Object = {
+        "name": "notebook",
+        "image": spec.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--ServerApp.ip=0.0.0.0",
+            f"--ServerApp.port={NOTEBOOK_PORT}",
+            f"--ServerApp.base_url={base}",
+            f"--ServerApp.root_dir={NOTEBOOK_HOME}",
+        ],
+        "env": [
+            {"name": "HOME", "value": NOTEBOOK_HOME},
+            {"name": "TFKUBE_URL", "value": spec.server_url},
+            {"name": "TFKUBE_TEAM", "value": spec.team},
+            from_secret("JUPYTER_TOKEN"),
+            from_secret("TFKUBE_TOKEN"),
+        ],
+        "ports": [{"name": "http", "containerPort": NOTEBOOK_PORT, "protocol": "TCP"}],
+        # `<base>api` answers without a token: ready means Jupyter serves.
+        "readinessProbe": {"httpGet": {"path": f"{base}api", "port": "http"}, "periodSeconds": 5},
+        "resources": _resources(spec.resources),
+        "securityContext": {"allowPrivilegeEscalation": False},
+        "volumeMounts": [{"name": "home", "mountPath": NOTEBOOK_HOME}],
+    }
+    claim: Object = {
+        "metadata": {"name": "home", "labels": dict(labels)},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": spec.storage}},
+        },
+    }
+    if spec.storage_class:
+        claim["spec"]["storageClassName"] = spec.storage_class
+    service: Object = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(name, spec.namespace, labels),
+        "spec": {
+            "clusterIP": "None",
+            "selector": selector,
+            "ports": [{"name": "http", "port": NOTEBOOK_PORT, "targetPort": "http"}],
+        },
+    }
+    stateful_set: Object = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _meta(name, spec.namespace, labels),
+        "spec": {
+            "serviceName": name,
+            "replicas": 1,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {
+                    "enableServiceLinks": False,
+                    "automountServiceAccountToken": False,
+                    "securityContext": {
+                        "runAsUser": NOTEBOOK_USER,
+                        "runAsGroup": NOTEBOOK_USER,
+                        "fsGroup": NOTEBOOK_USER,
+                        "runAsNonRoot": True,
+                    },
+                    "containers": [container],
+                },
+            },
+            "volumeClaimTemplates": [claim],
+            "persistentVolumeClaimRetentionPolicy": {
+                "whenDeleted": "Retain",
+                "whenScaled": "Retain",
+            },
+        },
+    }
+    return [secret, service, stateful_set]
