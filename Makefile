@@ -11,7 +11,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[tf,kubernetes,server,dev]'
+	$(BIN)/python -m pip install -q -e '.[tf,kubernetes,server,serving,notebook,dev]'
 	touch $@
 
 ## web: the dashboard's front-end libraries from the npm registry (tools/web/build.sh).

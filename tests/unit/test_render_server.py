@@ -148,6 +148,15 @@ NEEDED = [
     ("", "nodes", "get"),
     ("", "services/proxy", "get"),
     ("", "services/proxy", "create"),
+    ("", "services/proxy", "update"),  # a notebook saves with PUT
+    ("apps", "deployments", "create"),  # model servers
+    ("apps", "deployments", "patch"),
+    ("apps", "deployments", "get"),
+    ("apps", "deployments", "delete"),
+    ("apps", "statefulsets", "patch"),  # notebooks
+    ("apps", "statefulsets", "delete"),
+    ("", "services", "patch"),
+    ("", "configmaps", "patch"),
 ]
 
 
@@ -175,7 +184,7 @@ def test_rbac_grants_what_the_server_does(need):
         ("", "pods/exec", "create"),
         ("", "namespaces", "delete"),
         ("rbac.authorization.k8s.io", "rolebindings", "create"),
-        ("", "services", "create"),
+        ("", "persistentvolumeclaims", "delete"),  # a notebook's home outlives it
     ],
     ids="/".join,
 )
@@ -224,8 +233,9 @@ def test_cli_server_options_need_server():
 
 
 def test_the_image_has_what_the_server_and_the_operator_import():
-    """deploy/Dockerfile builds the one image both Deployments run (no Docker here to
-    build it): it must install the extras `tfkube server` and `tfkube operator` need."""
+    """deploy/Dockerfile builds the one image both Deployments (and a notebook's pod) run
+    (no Docker here to build it): it must install the extras `tfkube server`, `tfkube
+    operator` and `jupyter lab` need."""
     import re
     from pathlib import Path
 
@@ -235,4 +245,4 @@ def test_the_image_has_what_the_server_and_the_operator_import():
     assert installed
     assert built
     for extras in (installed[0], built[0]):
-        assert {"kubernetes", "server"} <= set(extras.split(","))
+        assert {"kubernetes", "server", "notebook"} <= set(extras.split(","))

@@ -9,8 +9,9 @@
 The server runs jobs as TFJobs in one namespace per team (`tfkube-<team>`), which it makes
 when the team is made; so its RBAC is cluster-wide (a namespace it creates later cannot
 be named in a RoleBinding now), but narrow in verbs: it never reads Secrets (it writes one
-code-token Secret per job), never touches pods beyond reading them and their logs, and
-reaches a job's TensorBoard only through the API server's service proxy.
+code-token Secret per job and one per notebook), never touches pods beyond reading them
+and their logs, and reaches a job's TensorBoard, a model server or a notebook only
+through the API server's service proxy.
 
 Kept logs: with `outputs_claim`, every team namespace holds a ReadWriteMany claim of that
 name (jobs write their logs and summaries to `<claim>/<job>`), and the server mounts the
@@ -60,8 +61,26 @@ SERVER_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
     # Whether a node can serve logs (a KWOK fake node cannot); cluster status.
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
-    # A job's TensorBoard, behind the server's login (TensorBoard reads with GET and POST).
-    {"apiGroups": [""], "resources": ["services/proxy"], "verbs": ["get", "create"]},
+    # Model servers (ConfigMap, Deployment, Service) and notebooks (Secret, StatefulSet,
+    # Service): applied server-side, read for their status, deleted when stopped. A
+    # notebook's home claim (its StatefulSet's) is never deleted by the server.
+    {
+        "apiGroups": ["apps"],
+        "resources": ["deployments", "statefulsets"],
+        "verbs": ["get", "create", "patch", "delete"],
+    },
+    {
+        "apiGroups": [""],
+        "resources": ["services", "configmaps"],
+        "verbs": ["create", "patch", "delete"],
+    },
+    # A job's TensorBoard, a model server, a notebook, behind the server's login (Jupyter
+    # also saves with PUT and PATCH and deletes files).
+    {
+        "apiGroups": [""],
+        "resources": ["services/proxy"],
+        "verbs": ["get", "create", "update", "patch", "delete"],
+    },
 )
 
 
