@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from tfkube.backends import JobNotFound
 from tfkube.cli._app import EXIT_INTERRUPTED, EngineOpt, NamespaceOpt, _backend, _fail, app, out
@@ -145,22 +144,28 @@ def _serve_here(job: str, name: str | None, version: int | None, port: int) -> N
     raise typer.Exit(code)
 
 
-def _servers_table(servers: list[Any]) -> Table:
-    table = Table(box=None, pad_edge=False)
-    for column in ("NAME", "JOB", "STATUS", "VERSION", "REQUESTS", "ERRORS", "URL"):
-        table.add_column(column)
+def servers_lines(servers: list[Any]) -> list[str]:
+    """One line per model server, its REST URL under it (never cut to the terminal's
+    width: the URL is what people copy)."""
+    rows = [("NAME", "JOB", "STATUS", "VERSION", "REQUESTS", "ERRORS")]
     for s in servers:
-        table.add_row(
-            s.name,
-            s.job,
-            s.status,
-            str(s.serving_version if s.serving_version is not None else "-")
-            + ("" if s.version is None else " (pinned)"),
-            str(s.requests),
-            str(s.errors),
-            s.url,
+        version = str(s.serving_version if s.serving_version is not None else "-")
+        rows.append(
+            (
+                s.name,
+                s.job,
+                s.status,
+                version + ("" if s.version is None else " (pinned)"),
+                str(s.requests),
+                str(s.errors),
+            )
         )
-    return table
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(rows[0], widths, strict=True)).rstrip()]
+    for row, s in zip(rows[1:], servers, strict=True):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        lines.append(f"  {s.url}" + (f"  ({s.message})" if s.message else ""))
+    return lines
 
 
 @serving_app.command("list")
@@ -172,7 +177,8 @@ def list_servers(
     client, team = _client(namespace)
     with client:
         servers = client.model_servers(team=team, stopped=stopped)
-    out.print(_servers_table(servers), soft_wrap=True)
+    for line in servers_lines(servers):
+        out.print(line, highlight=False, soft_wrap=True)
 
 
 @serving_app.command("stop")

@@ -1,0 +1,157 @@
+"""Notebooks through a real server: a user's JupyterLab starts behind the proxy, its kernel
+(reached over a WebSocket through the proxy) runs a cell that submits the between-graph
+example with `tfkube.Client()` (no arguments: signed in from its environment) and follows
+it to Succeeded; the team's code is unpacked read-only in the notebook's folder; another
+user gets 404; the port alone opens nothing; stop ends the process and revokes the token.
+The browser drives the same from the dashboard in tests/web."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from websockets.sync.client import connect
+
+import tfkube
+from conftest import tagged_processes  # tests/conftest.py
+
+from ._server import Api, ServerProc, api_for
+from .conftest import start_server, stop_server
+
+pytestmark = pytest.mark.tf
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist-between-graph"
+
+CELL = """
+import tfkube
+c = tfkube.Client()
+job = c.submit(name="from-a-notebook", workers=2, ps=1, code="mnist", args=["--train_steps=100"])
+print("submitted", job.name, flush=True)
+print("phase", c.wait(job.id, timeout=600).phase, flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def nb_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProc, Api, str]]:
+    server, admin, tag = start_server(tmp_path_factory.mktemp("notebooks"), "sqlite", None)
+    try:
+        yield server, admin, tag
+    finally:
+        stop_server(server, admin, tag)
+
+
+def _message(session: str, code: str) -> dict[str, Any]:
+    return {
+        "header": {
+            "msg_id": uuid.uuid4().hex,
+            "username": "test",
+            "session": session,
+            "msg_type": "execute_request",
+            "version": "5.3",
+            "date": "",
+        },
+        "parent_header": {},
+        "metadata": {},
+        "content": {
+            "code": code,
+            "silent": False,
+            "store_history": False,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": True,
+        },
+        "channel": "shell",
+        "buffers": [],
+    }
+
+
+def run_cell(ws_url: str, token: str, code: str, timeout: float) -> str:
+    """Execute `code` in the kernel over its WebSocket; -> everything it printed."""
+    session = uuid.uuid4().hex
+    printed: list[str] = []
+    with connect(
+        ws_url + f"?session_id={session}",
+        additional_headers={"Authorization": f"Bearer {token}"},
+        open_timeout=60,
+        max_size=None,
+    ) as ws:
+        request = _message(session, code)
+        ws.send(json.dumps(request))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            reply = json.loads(ws.recv(timeout=deadline - time.monotonic()))
+            if reply.get("parent_header", {}).get("msg_id") != request["header"]["msg_id"]:
+                continue
+            kind = reply["header"]["msg_type"]
+            if kind == "stream":
+                printed.append(reply["content"]["text"])
+            elif kind == "error":
+                printed.append("\n".join(reply["content"]["traceback"]))
+            elif kind == "execute_reply":
+                return "".join(printed)
+    raise AssertionError(f"the cell did not finish in {timeout:.0f} s; it printed {printed}")
+
+
+def test_a_notebook_submits_and_follows_a_job(nb_platform: tuple[ServerProc, Api, str]) -> None:
+    server, admin, tag = nb_platform
+    owner, teammate = admin.new_user(), admin.new_user()
+    admin.add_member("default", owner, "member")
+    admin.add_member("default", teammate, "member")
+    api, other = api_for(server.url, owner), api_for(server.url, teammate)
+    try:
+        with tfkube.Client(server.url, api.token, team="default") as c:
+            c.upload(EXAMPLE, "mnist")
+            notebook = c.notebook()
+            assert notebook.state == "running"
+            assert notebook.url == f"{server.url}/proxy/notebook/{notebook.id}/lab"
+            base = notebook.url.removesuffix("/lab")
+            assert c.notebook().id == notebook.id  # one per user and team
+
+            page = api.get(notebook.url, timeout=120)
+            assert page.status_code == 200
+            assert "JupyterLab" in page.text
+            listing = api.get(f"{base}/api/contents/team-artifacts/code/mnist").json()
+            assert "run.sh" in {f["name"] for f in listing["content"]}
+            home = server.data_dir / "teams" / "default" / "notebooks" / owner
+            copy = home / "team-artifacts" / "code" / "mnist" / "run.sh"
+            assert copy.stat().st_mode & 0o222 == 0  # a read-only copy (root may write anyway)
+
+            # Only its owner: a teammate, no credentials, the loopback port alone.
+            assert other.get(notebook.url).status_code == 404
+            assert other.get(f"{base}/api/status").status_code == 404
+            assert httpx.get(notebook.url).status_code == 401
+            rows = [p for p in tagged_processes(tag) if "jupyterlab" in " ".join(p.cmdline())]
+            assert len(rows) == 1
+            port = next(
+                a.split("=")[1] for a in rows[0].cmdline() if a.startswith("--ServerApp.port=")
+            )
+            direct = httpx.get(f"http://127.0.0.1:{port}/proxy/notebook/{notebook.id}/api/contents")
+            assert direct.status_code == 403
+
+            kernel = api.post(f"{base}/api/kernels", json={"name": "python3"})
+            assert kernel.status_code == 201, kernel.text
+            ws = base.replace("http", "ws", 1) + f"/api/kernels/{kernel.json()['id']}/channels"
+            printed = run_cell(ws, api.token, CELL, timeout=900)
+            assert "submitted from-a-notebook" in printed, printed
+            assert "phase Succeeded" in printed, printed
+            job = c.find("from-a-notebook")
+            assert job is not None
+            assert job.owner == owner  # submitted as the notebook's user
+
+            tokens = api.get("/api/v1/tokens").json()
+            mine = [t for t in tokens if t["name"] == f"notebook {notebook.id}"]
+            assert len(mine) == 1
+            assert mine[0]["revoked_at"] is None
+            stopped = c.stop_notebook(notebook.id)
+            assert stopped.state == "stopped"
+            assert not [p for p in tagged_processes(tag) if "jupyterlab" in " ".join(p.cmdline())]
+            tokens = api.get("/api/v1/tokens").json()
+            assert next(t for t in tokens if t["id"] == mine[0]["id"])["revoked_at"] is not None
+    finally:
+        api.close()
+        other.close()

@@ -1,0 +1,226 @@
+"""From a trained job to a served model, with real TensorFlow, through a real server:
+both examples are trained (local engine), export a SavedModel, are served, and answer the
+held-out digits through TensorFlow Serving's REST API (behind the server's proxy) with
+the accuracy the job reported. Bad requests get TensorFlow Serving's error shape and
+status and the model server keeps serving; a newer export is picked up without a
+restart; the model servers come back after a restart of `tfkube server`; stop ends the
+process. On SQLite only: training is slow on two cores."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import yaml
+
+import tfkube
+from conftest import tagged_processes  # tests/conftest.py
+
+from ._server import Api, ServerProc, api_for
+from .conftest import start_server, stop_server
+
+pytestmark = pytest.mark.tf
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def held_out_digits() -> tuple[np.ndarray, np.ndarray]:
+    """The examples' test split (their documented seed): 64 pixels in [0, 1], labels."""
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    order = np.random.default_rng(0).permutation(len(x))
+    x, y = (x[order] / 16.0).astype(np.float32), y[order]
+    n_test = len(x) // 5
+    return x[:n_test], y[:n_test]
+
+
+@pytest.fixture(scope="module")
+def served_platform(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[ServerProc, Api, str]]:
+    server, admin, tag = start_server(tmp_path_factory.mktemp("serving"), "sqlite", None)
+    try:
+        yield server, admin, tag
+    finally:
+        stop_server(server, admin, tag)
+
+
+def _model_servers(tag: str) -> list[int]:
+    return [p.pid for p in tagged_processes(tag) if "tfkube.serving" in " ".join(p.cmdline())]
+
+
+def _reported_accuracy(c: tfkube.Client, job_id: str, tmp: Path) -> float:
+    result = json.loads(c.download(job_id, "result.json", tmp / f"{job_id}.json").read_text())
+    return float(result["test_accuracy"])
+
+
+def _accuracy(http: httpx.Client, url: str, x: np.ndarray, y: np.ndarray) -> float:
+    """Half the digits as rows (`instances`), half as columns (`inputs`)."""
+    half = len(x) // 2
+    rows = http.post(f"{url}:predict", json={"instances": x[:half].tolist()})
+    assert rows.status_code == 200, rows.text
+    predictions = rows.json()["predictions"]
+    assert set(predictions[0]) == {"classes", "probabilities"}
+    assert len(predictions[0]["probabilities"]) == 10
+    columns = http.post(f"{url}:predict", json={"inputs": {"x": x[half:].tolist()}})
+    assert columns.status_code == 200, columns.text
+    classes = [p["classes"] for p in predictions] + columns.json()["outputs"]["classes"]
+    return float(np.mean(np.array(classes) == y))
+
+
+def _wrong_requests_answer_like_tensorflow_serving(http: httpx.Client, url: str) -> None:
+    cases: list[tuple[str, dict[str, Any], int, str]] = [
+        (f"{url}:predict", {"json": {"instances": [[1.0, 2.0, 3.0]]}}, 400, "shape"),
+        (
+            f"{url}:predict",
+            {"json": {"instances": [[0.5] * 64], "inputs": [[0.5] * 64]}},
+            400,
+            "only one",
+        ),
+        (f"{url}:predict", {"content": b"{not json"}, 400, "JSON"),
+        (f"{url}:predict", {"json": {"instances": [["a"] * 64]}}, 400, "DT_FLOAT"),
+        (f"{url}/versions/999999:predict", {"json": {"instances": [[0.5] * 64]}}, 404, "Servable"),
+        (
+            url.rsplit("/", 1)[0] + "/nope:predict",
+            {"json": {"instances": [[0.5] * 64]}},
+            404,
+            "Servable",
+        ),
+    ]
+    for target, body, status, words in cases:
+        answer = http.post(target, **body)
+        assert answer.status_code == status, (target, answer.text)
+        assert set(answer.json()) == {"error"}
+        assert words in answer.json()["error"]
+
+
+def test_train_serve_predict_both_examples(
+    served_platform: tuple[ServerProc, Api, str], tmp_path: Path
+) -> None:
+    server, admin, tag = served_platform
+    member, viewer, outsider = admin.new_user(), admin.new_user(), admin.new_user()
+    admin.add_member("default", member, "member")
+    admin.add_member("default", viewer, "viewer")
+    apis = [api_for(server.url, u) for u in (member, viewer, outsider)]
+    api, viewer_api, outsider_api = apis
+    x, y = held_out_digits()
+    try:
+        c = tfkube.Client(server.url, api.token, team="default")
+        c.upload(EXAMPLES / "mnist-between-graph", "mnist")
+        c.upload(EXAMPLES / "ps-strategy", "ps")
+        between = c.submit(name="mnist", workers=2, ps=1, code="mnist", args=["--train_steps=300"])
+        manifest = yaml.safe_load((EXAMPLES / "ps-strategy" / "job.yaml").read_text())
+        manifest["spec"]["code"]["source"] = "artifact:ps"
+        manifest["spec"]["replicas"]["chief"]["args"] = ["--train_steps=300"]
+        strategy = c.submit(manifest)
+
+        servers = {}
+        for job in (between, strategy):
+            done = c.wait(job.id, timeout=900, poll=1.0)
+            assert done.phase == "Succeeded", (done.name, done.reason, done.message)
+            exports = c.exports(job.id)
+            assert exports == [300] if job is strategy else exports == [301]
+            servers[job.name] = c.serve(job.id, name=f"{job.name}-digits")
+        with httpx.Client(headers={"Authorization": f"Bearer {api.token}"}, timeout=60) as http:
+            for job in (between, strategy):
+                ready = c.wait_ready(servers[job.name].id, timeout=240)
+                assert ready.serving_version == c.exports(job.id)[-1]
+                reported = _reported_accuracy(c, job.id, tmp_path)
+                served = _accuracy(http, ready.url, x, y)
+                assert abs(served - reported) <= 0.005, (job.name, served, reported)
+            url = servers["mnist"].url
+            status = http.get(url).json()
+            assert status["model_version_status"][0] == {
+                "version": "301",
+                "state": "AVAILABLE",
+                "status": {"error_code": "OK", "error_message": ""},
+            }
+            metadata = http.get(f"{url}/metadata").json()
+            signature = metadata["metadata"]["signature_def"]["signature_def"]["serving_default"]
+            assert signature["inputs"]["x"]["tensor_shape"]["dim"][1]["size"] == "64"
+
+            pids = _model_servers(tag)
+            _wrong_requests_answer_like_tensorflow_serving(http, url)
+            assert http.get(url).status_code == 200  # still serving: nothing crashed
+            assert _model_servers(tag) == pids
+
+            # Team isolation: no credentials, another team, a viewer.
+            assert httpx.get(url).json() == {"error": "sign in first"}
+            stranger = outsider_api.post(f"{url}:predict", json={"instances": [[0.5] * 64]})
+            assert stranger.status_code == 404
+            assert "error" in stranger.json()
+            assert (
+                viewer_api.post(f"{url}:predict", json={"instances": [[0.5] * 64]}).status_code
+                == 200
+            )
+            refused = viewer_api.post(f"/api/v1/jobs/{between.id}/model-servers", json={})
+            assert refused.status_code == 403
+
+            # A newer export is served without a restart.
+            export = Path(server.data_dir) / "teams" / "default" / "outputs" / between.id / "export"
+            shutil.copytree(export / "301", export / ".partial-302")
+            (export / ".partial-302").rename(export / "302")
+
+            def serving(version: int) -> bool:
+                return c.model_server(servers["mnist"].id).serving_version == version
+
+            _wait("version 302 to be served", lambda: serving(302), 60)
+            assert _model_servers(tag) == pids
+            assert http.get(url).json()["model_version_status"][0]["version"] == "302"
+
+        listed = {s.name: s for s in c.model_servers()}
+        assert listed["mnist-digits"].requests >= 10
+        assert listed["mnist-digits"].errors >= 6
+        assert listed["mnist-digits"].status == "Ready"
+        shown = subprocess.run(
+            [sys.executable, "-m", "tfkube", "serving", "list"],
+            env={**os.environ, "TFKUBE_URL": server.url, "TFKUBE_TOKEN": api.token},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert "mnist-digits" in shown.stdout
+        assert "ps-strategy-digits" in shown.stdout
+
+        # The model servers survive a restart of the server: the same URL answers again.
+        server.stop()
+        _wait("the model servers to stop with the server", lambda: not _model_servers(tag), 30)
+        server.start()
+        c.close()
+        c = tfkube.Client(server.url, api.token, team="default")
+        for name, first in servers.items():
+            again = c.wait_ready(first.id, timeout=240)
+            assert again.url == first.url
+            answer = c.predict(first.id, x[:5].tolist())
+            assert len(answer["predictions"]) == 5, name
+        assert c.model_server(servers["mnist"].id).serving_version == 302
+
+        stopped = c.stop_model_server(servers["mnist"].id)
+        assert stopped.status == "Stopped"
+        gone = api.post(f"{servers['mnist'].url}:predict", json={"instances": [[0.5] * 64]})
+        assert gone.status_code == 404
+        assert len(_model_servers(tag)) == 1
+        c.close()
+    finally:
+        for a in apis:
+            a.close()
+
+
+def _wait(what: str, check: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
