@@ -59,9 +59,9 @@ def _model_servers(tag: str) -> list[int]:
     return [p.pid for p in tagged_processes(tag) if "tfkube.serving" in " ".join(p.cmdline())]
 
 
-def _reported_accuracy(c: tfkube.Client, job_id: str, tmp: Path) -> float:
-    result = json.loads(c.download(job_id, "result.json", tmp / f"{job_id}.json").read_text())
-    return float(result["test_accuracy"])
+def _result(c: tfkube.Client, job_id: str, tmp: Path) -> dict[str, Any]:
+    """What the job reported (`result.json`): its accuracy and final global step."""
+    return dict(json.loads(c.download(job_id, "result.json", tmp / f"{job_id}.json").read_text()))
 
 
 def _accuracy(http: httpx.Client, url: str, x: np.ndarray, y: np.ndarray) -> float:
@@ -128,20 +128,21 @@ def test_train_serve_predict_both_examples(
         for job in (between, strategy):
             done = c.wait(job.id, timeout=900, poll=1.0)
             assert done.phase == "Succeeded", (done.name, done.reason, done.message)
-            exports = c.exports(job.id)
-            assert exports == [300] if job is strategy else exports == [301]
+            # One export, named by the global step (async workers may pass the last step).
+            assert c.exports(job.id) == [_result(c, job.id, tmp_path)["global_step"]]
             servers[job.name] = c.serve(job.id, name=f"{job.name}-digits")
         with httpx.Client(headers={"Authorization": f"Bearer {api.token}"}, timeout=60) as http:
             for job in (between, strategy):
                 ready = c.wait_ready(servers[job.name].id, timeout=240)
                 assert ready.serving_version == c.exports(job.id)[-1]
-                reported = _reported_accuracy(c, job.id, tmp_path)
+                reported = float(_result(c, job.id, tmp_path)["test_accuracy"])
                 served = _accuracy(http, ready.url, x, y)
                 assert abs(served - reported) <= 0.005, (job.name, served, reported)
             url = servers["mnist"].url
+            first = c.exports(between.id)[0]
             status = http.get(url).json()
             assert status["model_version_status"][0] == {
-                "version": "301",
+                "version": str(first),
                 "state": "AVAILABLE",
                 "status": {"error_code": "OK", "error_message": ""},
             }
@@ -168,15 +169,16 @@ def test_train_serve_predict_both_examples(
 
             # A newer export is served without a restart.
             export = Path(server.data_dir) / "teams" / "default" / "outputs" / between.id / "export"
-            shutil.copytree(export / "301", export / ".partial-302")
-            (export / ".partial-302").rename(export / "302")
+            newer = first + 1
+            shutil.copytree(export / str(first), export / f".partial-{newer}")
+            (export / f".partial-{newer}").rename(export / str(newer))
 
             def serving(version: int) -> bool:
                 return c.model_server(servers["mnist"].id).serving_version == version
 
-            _wait("version 302 to be served", lambda: serving(302), 60)
+            _wait(f"version {newer} to be served", lambda: serving(newer), 60)
             assert _model_servers(tag) == pids
-            assert http.get(url).json()["model_version_status"][0]["version"] == "302"
+            assert http.get(url).json()["model_version_status"][0]["version"] == str(newer)
 
         listed = {s.name: s for s in c.model_servers()}
         assert listed["mnist-digits"].requests >= 10
@@ -204,7 +206,7 @@ def test_train_serve_predict_both_examples(
             assert again.url == first.url
             answer = c.predict(first.id, x[:5].tolist())
             assert len(answer["predictions"]) == 5, name
-        assert c.model_server(servers["mnist"].id).serving_version == 302
+        assert c.model_server(servers["mnist"].id).serving_version == newer
 
         stopped = c.stop_model_server(servers["mnist"].id)
         assert stopped.status == "Stopped"
