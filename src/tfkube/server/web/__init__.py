@@ -1,6 +1,7 @@
 """The web dashboard: server-rendered pages over the REST API.
 
-    browser ── GET /jobs, /jobs/{id}, /code, /team, /admin, /login, /setup
+    browser ── GET /jobs, /jobs/{id}, /code, /team, /admin, /login, /setup, /models,
+       │         /notebooks (serving_pages.py)
        │         pages.py: read through the API's own route functions and domain modules
        │         -> _present (pure: wording, filters, paging) -> Jinja templates (autoescape)
        ├─ htmx: GET the same pages' fragments (the job list, a job's summary, replicas,
@@ -31,6 +32,7 @@ from tfkube.server.web._render import (
     vendor_missing,
 )
 from tfkube.server.web.pages import router
+from tfkube.server.web.serving_pages import router as serving_router
 
 
 class _Static(StaticFiles):
@@ -45,6 +47,7 @@ class _Static(StaticFiles):
 
 def install(app: FastAPI) -> None:
     app.include_router(router)
+    app.include_router(serving_router)
     app.mount("/static", _Static(directory=STATIC), name="static")
     app.add_exception_handler(PageError, page_error)  # type: ignore[arg-type]
     app.add_exception_handler(SignInFirst, sign_in_first)  # type: ignore[arg-type]

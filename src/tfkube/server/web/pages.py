@@ -290,10 +290,13 @@ def has_tensorboard(engine: str, row: Job) -> bool:
 
 
 def _summary_data(
-    principal: Principal, platform: PlatformDep, row: Job, job: JobOut
+    principal: Principal, platform: PlatformDep, row: Job, job: JobOut, db: SessionDep
 ) -> dict[str, Any]:
+    from tfkube.server.web.serving_pages import job_serving
+
     active = present.is_active(job.phase, job.queued)
     return {
+        **job_serving(principal, db, platform, row),
         "job": job,
         "active": active,
         "progress": job_progress(platform, row),
@@ -379,7 +382,7 @@ def job_page(
         "job.html",
         {
             **ctx,
-            **_summary_data(principal, platform, row, job),
+            **_summary_data(principal, platform, row, job, db),
             **_replica_data(job, "", "", "", "", 1),
             **_events_data(db, job),
             **_outputs_data(principal, row, job, ""),
@@ -397,7 +400,7 @@ def job_summary_part(
 ) -> Response:
     row = _job_row(job_id, principal, db)
     job = _job_view(db, row)
-    return render(request, "_job_summary.html", _summary_data(principal, platform, row, job))
+    return render(request, "_job_summary.html", _summary_data(principal, platform, row, job, db))
 
 
 @router.get("/jobs/{job_id}/part/replicas")

@@ -1,0 +1,96 @@
+"""The dashboard's Models and Notebooks pages, and what a job's page shows of its exports
+and model servers. Thin: they read through the serving and notebook API's own functions
+(`routes/serving.py`, `routes/notebooks.py`); every change (Serve, Stop, New notebook) is
+a button that calls the REST API from the browser."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from sqlalchemy import select
+
+from tfkube.client.wire import ModelServerOut
+from tfkube.server._scopes import Scope, allowed
+from tfkube.server._serving import job_exports
+from tfkube.server._tables import Job, ModelServer, Team
+from tfkube.server.deps import PlatformDep, Principal, SessionDep
+from tfkube.server.routes import notebooks as notebooks_api
+from tfkube.server.routes import serving as serving_api
+from tfkube.server.web._render import render
+from tfkube.server.web.pages import PageUser, _ctx, _is_fragment
+
+router = APIRouter(include_in_schema=False)
+
+
+def job_serving(
+    principal: Principal, db: SessionDep, platform: PlatformDep, row: Job
+) -> dict[str, Any]:
+    """A job page's part: its exported versions, whether the caller may serve them, and
+    the running model servers of its exports."""
+    servers: list[ModelServerOut] = []
+    if allowed(principal.actor, Scope.SERVING_READ, row.team_id):
+        rows = db.scalars(
+            select(ModelServer).where(ModelServer.job_id == row.id, ModelServer.state == "running")
+        ).all()
+        base = platform.settings.base_url
+        servers = [serving_api.server_out(db, r, base, platform) for r in rows]
+    return {
+        "exports": job_exports(row),
+        "can_serve": allowed(principal.actor, Scope.SERVING_WRITE, row.team_id),
+        "model_servers": servers,
+    }
+
+
+@router.get("/models")
+def models_page(
+    request: Request,
+    principal: PageUser,
+    db: SessionDep,
+    platform: PlatformDep,
+    stopped: str = "",
+) -> Response:
+    servers = serving_api.list_servers(principal, db, platform, stopped=stopped == "1")
+    writable = {
+        t.name
+        for t in db.scalars(select(Team)).all()
+        if allowed(principal.actor, Scope.SERVING_WRITE, t.id)
+    }
+    data = {
+        "servers": servers,
+        "writable": writable,
+        "stopped": stopped == "1",
+        "starting": any(s.status == "Starting" for s in servers),
+        "now": time.time(),
+    }
+    if _is_fragment(request):
+        return render(request, "_models.html", data)
+    return render(
+        request, "models.html", {**_ctx(principal, db, platform), **data, "active": "models"}
+    )
+
+
+@router.get("/notebooks")
+def notebooks_page(
+    request: Request, principal: PageUser, db: SessionDep, platform: PlatformDep
+) -> Response:
+    mine = {n.team: n for n in notebooks_api.list_notebooks(principal, db, platform)}
+    teams = [
+        t.name
+        for t in db.scalars(select(Team).order_by(Team.name)).all()
+        if t.id in principal.actor.roles and allowed(principal.actor, Scope.NOTEBOOKS, t.id)
+    ]
+    return render(
+        request,
+        "notebooks.html",
+        {
+            **_ctx(principal, db, platform),
+            "teams": teams,
+            "mine": mine,
+            "idle_minutes": round(platform.settings.notebook_idle_seconds / 60),
+            "active": "notebooks",
+            "now": time.time(),
+        },
+    )
