@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from server._server import PASSWORD
@@ -28,6 +29,12 @@ from .conftest import Site
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist-between-graph"
 JOB_URL = re.compile(r".*/jobs/[0-9a-f]{16}$")
+PREDICT = """async ([url, rows]) => {
+    const body = JSON.stringify({instances: rows});
+    const r = await fetch(url + ":predict", {method: "POST", body: body});
+    return [r.status, await r.json()];
+}"""
+"""A TensorFlow Serving client in the page: POST <url>:predict with the session's cookie."""
 MARKUP = '<script>window.__tfkubeXss = 1</script><img src=x onerror="window.__tfkubeXss = 2">'
 
 
@@ -245,6 +252,59 @@ def test_final_checkpoint_downloads(trained: tuple[Any, Any, str], tmp_path: Pat
     assert f"{latest.group(1)}.index" in names
     step = int(latest.group(1).rsplit("-", 1)[1])
     assert step >= 1000  # trained to the end (asynchronous workers may add a step or two)
+
+
+@pytest.mark.tf
+def test_serve_from_the_job_page_and_predict(
+    trained: tuple[Any, Any, str], people: People, browser: Any, site: Site
+) -> None:
+    """The trained job's exported model: Serve on its page -> Models shows it Ready with
+    its URL -> this browser's session asks it for the held-out digits (TensorFlow
+    Serving's REST API through the proxy) and gets the job's accuracy; another team's user
+    gets 404; the request count shows."""
+    from sklearn.datasets import load_digits
+
+    _context, page, job_id = trained
+    page.goto(f"/jobs/{job_id}")
+    assert "Exported model: version" in page.locator("[data-exports]").inner_text()
+    page.get_by_role("button", name="Serve").click()
+    page.wait_for_url(re.compile(r".*/models#ms-[0-9a-f]{16}$"))
+    row = page.locator("table.models tbody tr[data-model='mnist']")
+    poll(
+        "the model server to be Ready",
+        lambda: row.locator("[data-status]").inner_text() == "Ready",
+        240,
+    )
+    url = row.locator("[data-url]").inner_text()
+    shot(page, "16-models")
+
+    x, y = load_digits(return_X_y=True)
+    order = np.random.default_rng(0).permutation(len(x))
+    x, y = (x[order] / 16.0)[: len(x) // 5], y[order][: len(x) // 5]
+    status, answer = page.evaluate(PREDICT, [url, x.tolist()])
+    assert status == 200, answer
+    served = float(np.mean(np.array([p["classes"] for p in answer["predictions"]]) == y))
+    reported = page.request.get(f"/api/v1/jobs/{job_id}/outputs/result.json").json()
+    assert abs(served - reported["test_accuracy"]) <= 0.005
+    status, answer = page.evaluate(PREDICT, [url, [[1, 2, 3]]])
+    assert status == 400
+    assert "shape" in answer["error"]
+
+    page.goto(f"/jobs/{job_id}")
+    assert "Served as mnist (Ready" in page.locator("[data-served]").inner_text()
+    page.goto("/models")
+    poll("the request count", lambda: row.locator("[data-requests]").inner_text() == "2", 30, 1)
+
+    other = _open(browser, site, people.carol)
+    try:
+        stranger = other.new_page()
+        answer = stranger.request.get(url)
+        assert answer.status == 404
+        assert "error" in answer.json()
+        stranger.goto("/models")
+        assert "No model servers" in stranger.inner_text("main")
+    finally:
+        other.close()
 
 
 @pytest.mark.tf
