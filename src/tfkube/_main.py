@@ -55,6 +55,14 @@ def server_command(
     cpus: Annotated[
         float | None, typer.Option("--cpus", help="Local engine: CPUs jobs may use together.")
     ] = None,
+    notebook_idle_minutes: Annotated[
+        float,
+        typer.Option(
+            "--notebook-idle-minutes",
+            min=0.05,
+            help="Stop a notebook after this long without activity (opening it starts it again).",
+        ),
+    ] = 60.0,
 ) -> None:
     """Run the platform server: REST API, accounts and teams, artifacts, kept logs."""
     try:
@@ -76,6 +84,7 @@ def server_command(
             kubeconfig=kubeconfig,
             outputs_claim=outputs_claim,
             cpus=cpus,
+            notebook_idle_seconds=notebook_idle_minutes * 60,
         )
     )
 

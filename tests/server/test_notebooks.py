@@ -2,8 +2,9 @@
 (reached over a WebSocket through the proxy) runs a cell that submits the between-graph
 example with `tfkube.Client()` (no arguments: signed in from its environment) and follows
 it to Succeeded; the team's code is unpacked read-only in the notebook's folder; another
-user gets 404; the port alone opens nothing; stop ends the process and revokes the token.
-The browser drives the same from the dashboard in tests/web."""
+user gets 404; the port alone opens nothing; stop ends the process and revokes the token;
+an idle notebook is stopped by the server and opening it starts it again. The browser
+drives the same from the dashboard in tests/web."""
 
 from __future__ import annotations
 
@@ -155,3 +156,47 @@ def test_a_notebook_submits_and_follows_a_job(nb_platform: tuple[ServerProc, Api
     finally:
         api.close()
         other.close()
+
+
+def _jupyters(tag: str) -> list[Any]:
+    return [p for p in tagged_processes(tag) if "jupyterlab" in " ".join(p.cmdline())]
+
+
+def _poll(what: str, check: Any, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.5)
+    return value
+
+
+def test_an_idle_notebook_is_stopped_and_opening_it_starts_it_again(
+    tmp_path: Path,
+) -> None:
+    """`--notebook-idle-minutes 0.2`: 12 s without a proxied request or kernel activity."""
+    server, admin, tag = start_server(tmp_path, "sqlite", None, ["--notebook-idle-minutes", "0.2"])
+    try:
+        with tfkube.Client(server.url, admin.token, team="default") as c:
+            notebook = c.notebook()
+            assert notebook.state == "running"
+            assert len(_jupyters(tag)) == 1
+
+            def stopped() -> Any:
+                found = next(n for n in c.notebooks() if n.id == notebook.id)
+                return found if found.state == "stopped" else None
+
+            idle = _poll("the idle notebook to be stopped", stopped, 120)
+            assert "idle" in (idle.message or ""), idle
+            assert not _jupyters(tag)
+            tokens = admin.get("/api/v1/tokens").json()
+            mine = [t for t in tokens if t["name"] == f"notebook {notebook.id}"]
+            assert mine
+            assert all(t["revoked_at"] is not None for t in mine)
+
+            page = admin.get(notebook.url, timeout=180)  # opening it starts it again
+            assert page.status_code == 200, page.text[:300]
+            assert "JupyterLab" in page.text
+            assert next(n for n in c.notebooks() if n.id == notebook.id).state == "running"
+    finally:
+        stop_server(server, admin, tag)
