@@ -1,7 +1,8 @@
 # Real Kubernetes control plane for tests (issue 3) and its real node (issue 10); included by
 # the top-level Makefile.
 #   make kube-bins   build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl
-#                    and kwok from Go modules into ~/.cache/tfkube/kube-<version>/bin (reused)
+#                    and kwok from Go modules into ~/.cache/tfkube/kube-<version>/bin (reused);
+#                    and the gang scheduler (scheduler-plugins, tools/gang/build.sh)
 #   make kube-node   what the real node needs (root): Debian's containerd, runc, CNI plugins and
 #                    mmdebstrap when missing; kubelet, CoreDNS and pause built like the rest; the
 #                    pause and TensorFlow images built into ~/.cache/tfkube/images (reused)
@@ -19,6 +20,7 @@ REAL_NODE ?=
 
 kube-bins:
 	@bash $(KUBE_DIR)/build.sh
+	@bash tools/gang/build.sh
 
 kube-node:
 	@if [ "$$(id -u)" -ne 0 ]; then \
