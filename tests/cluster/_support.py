@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NoReturn, TypeVar
 
+import pytest
 import yaml
 from kubernetes import client
 
@@ -21,6 +22,15 @@ REPO = Path(__file__).resolve().parents[2]
 KUBE_TOOLS = REPO / "tools" / "kube"
 
 T = TypeVar("T")
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def unavailable(part: str, reason: str, hint: str) -> NoReturn:
+    """A real part the tests need is missing: under CI=true a test failure, else a skip
+    saying how to enable it (never a silent skip in CI)."""
+    if IN_CI:
+        pytest.fail(f"CI=true and {part} is unavailable: {reason}", pytrace=False)
+    pytest.skip(f"{reason}; {hint}")
 
 
 @dataclass

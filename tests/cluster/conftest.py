@@ -51,6 +51,7 @@ from ._support import (
     delete_volumes,
     load_cluster_module,
     service_account_kubeconfig,
+    unavailable,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -70,9 +71,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def _unavailable(reason: str) -> None:
-    if IN_CI:
-        pytest.fail(f"CI=true and the test control plane is unavailable: {reason}", pytrace=False)
-    pytest.skip(f"{reason}; {ENABLE_HINT}")
+    unavailable("the test control plane", reason, ENABLE_HINT)
 
 
 def _ensure_binaries() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tfkube.api import parse_job
 from tfkube.backends.kubernetes import job_view
 from tfkube.contract import EX_DATAERR, launcher_failure, launcher_message
 from tfkube.kube.names import owner_reference, replica_selector
@@ -18,6 +19,7 @@ from tfkube.kube.observe import (
     exit_code,
     failure_message,
     format_time,
+    gang_message,
     last_progress,
     observe,
     parse_indexes,
@@ -25,6 +27,7 @@ from tfkube.kube.observe import (
     pending_message,
     read_replica,
     role_indexes,
+    scheduling_failures,
     slim_pod,
     termination_message,
     waiting_message,
@@ -644,6 +647,131 @@ def test_a_scheduler_that_gives_no_verdict_is_named():
     assert pending_message(slim_pod(waiting_pod)) == pending_message(waiting_pod)
     default = {"spec": {"schedulerName": "default-scheduler"}, "status": {"phase": "Pending"}}
     assert pending_message(default) == "waiting to be scheduled"
+
+
+# -- a gang: every unplaced replica says why the gang as a whole waits -------------------------
+
+NO_FIT = (
+    "unschedulable: 0/7 nodes are available: 2 Insufficient cpu, 5 node(s) didn't match "
+    "Pod's node affinity/selector."
+)
+PREEMPTION = (  # what follows the per-node reasons in the scheduler's own message
+    " no new claims to deallocate, preemption: 0/7 nodes are available: 2 No preemption "
+    "victims found for incoming pod, 5 Preemption is not helpful for scheduling."
+)
+REJECTED = "unschedulable: 0/1 nodes are available: 1 optimistic rejection in PostFilter."
+SELECTOR = "unschedulable: 0/7 nodes are available: 7 node(s) didn't match Pod's node affinity."
+SIBLINGS = (
+    "unschedulable: pre-filter pod j-ps-0-x cannot find enough sibling pods, current pods "
+    "number: 1, minMember of group: 3"
+)
+NO_VERDICT = "waiting for the scheduler scheduler-plugins-scheduler to place it (no verdict yet)"
+GANG = "the gang (PodGroup j, minMember 3)"
+
+
+def gang_job(gang: str | None, min_available: int | None = None) -> Any:
+    data = job_model().model_dump(by_alias=True, exclude_none=True, mode="json")
+    if gang:
+        data["spec"]["scheduling"] = {"gang": gang}
+        if min_available:
+            data["spec"]["scheduling"]["minAvailable"] = min_available
+    return parse_job(data)
+
+
+@pytest.mark.parametrize(
+    ("gang", "messages", "expected"),
+    [
+        pytest.param(
+            "SchedulerPlugins",
+            [REJECTED, NO_FIT + PREEMPTION, NO_VERDICT],
+            f"{GANG} cannot be placed all together, so none of it starts: {NO_FIT[15:]}",
+            id="the-capacity-verdict-for-all",
+        ),
+        pytest.param(
+            "SchedulerPlugins",
+            [REJECTED, SELECTOR],
+            f"{GANG} cannot be placed all together, so none of it starts: {SELECTOR[15:]}",
+            id="else-a-per-node-verdict",
+        ),
+        pytest.param(
+            "Volcano",
+            [NO_VERDICT, REJECTED],
+            f"{GANG} cannot be placed all together, so none of it starts: {REJECTED[15:]}",
+            id="else-any-verdict",
+        ),
+        pytest.param(
+            "SchedulerPlugins",
+            [SIBLINGS, NO_VERDICT],
+            f"{GANG} is waiting for all its pods to be created: {SIBLINGS[15:]}",
+            id="pods-not-all-created",
+        ),
+        pytest.param("SchedulerPlugins", [NO_VERDICT], None, id="no-verdict-yet"),
+        pytest.param(None, [NO_FIT], None, id="no-gang"),
+        pytest.param("Kueue", [NO_FIT], None, id="kueue-admits-not-places"),
+    ],
+)
+def test_gang_message(gang: str | None, messages: list[str], expected: str | None):
+    job = gang_job(gang) if gang != "Kueue" else job_model()
+    assert gang_message(job, messages) == expected
+
+
+def test_gang_message_names_min_available():
+    said = gang_message(gang_job("SchedulerPlugins", min_available=2), [NO_FIT])
+    assert said is not None
+    assert said.startswith("the gang (PodGroup j, minMember 2) cannot be placed"), said
+
+
+def test_observe_gives_every_unplaced_replica_of_a_gang_the_gangs_verdict():
+    unplaced = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    jobs = [role_job("ps"), role_job("worker")]
+    pods = [
+        pod("ps", 0, "Pending", conditions=[{**unplaced, "message": REJECTED[15:]}]),
+        pod("worker", 0, "Pending", conditions=[{**unplaced, "message": NO_FIT[15:]}]),
+        pod("worker", 1, "Pending"),  # waiting at Permit: no verdict of its own
+    ]
+    obs = observe(gang_job("SchedulerPlugins"), Prior(), jobs, pods, NOW)
+    messages = {k: r.message for k, r in obs.replicas.items()}
+    expected = f"{GANG} cannot be placed all together, so none of it starts: {NO_FIT[15:]}"
+    assert messages == {"ps-0": expected, "worker-0": expected, "worker-1": expected}
+    alone = observe(job_model(), Prior(), jobs, pods, NOW)
+    assert alone.replicas["worker-0"].message == NO_FIT
+
+
+def scheduled_event(pod_name: str, message: str, at: float) -> dict[str, Any]:
+    return {
+        "involvedObject": {"kind": "Pod", "name": pod_name},
+        "reason": "FailedScheduling",
+        "message": message,
+        "lastTimestamp": format_time(at),
+    }
+
+
+def test_scheduling_failures_are_the_pods_verdicts_newest_first():
+    found = scheduling_failures(
+        [
+            scheduled_event("p1", "old", T0),
+            scheduled_event("p2", "newer", T0 + 5),
+            scheduled_event("other", "not ours", T0 + 9),
+            event("j-worker", QUOTA, T0 + 9),
+        ],
+        ["p1", "p2"],
+    )
+    assert found == ["unschedulable: newer", "unschedulable: old"]
+
+
+def test_a_gangs_capacity_verdict_comes_from_the_events_when_no_pod_holds_it():
+    """The gang's pods take turns at failing: their last verdicts may all be rejections."""
+    unplaced = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    jobs = [role_job("ps"), role_job("worker")]
+    pods = [
+        pod("ps", 0, "Pending", name="ps0", conditions=[{**unplaced, "message": REJECTED[15:]}]),
+        pod("worker", 0, "Pending", name="w0"),
+        pod("worker", 1, "Pending", name="w1"),
+    ]
+    events = [scheduled_event("w1", NO_FIT[15:] + PREEMPTION, T0)]
+    obs = observe(gang_job("SchedulerPlugins"), Prior(), jobs, pods, NOW, events)
+    expected = f"{GANG} cannot be placed all together, so none of it starts: {NO_FIT[15:]}"
+    assert {r.message for r in obs.replicas.values()} == {expected}
 
 
 QUOTA = (

@@ -962,3 +962,12 @@ class TFJob(_Model):
     def replica_keys(self) -> list[tuple[Role, int]]:
         """Every replica as (role, index), in start order."""
         return [(role, i) for role in Role for i in range(self.spec.replicas.count(role))]
+
+    def gang_size(self) -> int:
+        """How many pods a gang scheduler must place together (its PodGroup's minMember):
+        `minAvailable`, else every chief, PS and worker (the evaluator is not part of the
+        TF cluster)."""
+        scheduling = self.spec.scheduling
+        if scheduling is not None and scheduling.min_available:
+            return scheduling.min_available
+        return sum(self.spec.replicas.count(r) for r in (Role.CHIEF, Role.PS, Role.WORKER))

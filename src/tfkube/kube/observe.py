@@ -42,7 +42,8 @@ the current Job by its UID, so a stale Job's pods never count. For each replica 
   `status.stalledReplicas` (events mark only changes).
 - message: why, in one line, from the pod (`pending_message`, `failure_message`: the
   scheduler's verdict, an unbound claim, an image pull error, a waiting container's reason,
-  a scheduler that gives no verdict, the exit code and termination message); without a
+  a scheduler that gives no verdict, the exit code and termination message; for every
+  unplaced replica of a gang, the gang's verdict: `gang_message`); without a
   pod, from the role's Job (`waiting_message`: suspended for Kueue, or its pods refused at
   creation by a quota, per the Job controller's FailedCreate Event) or from where the
   whole-job restart stands.
@@ -59,7 +60,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
-from tfkube.api import Role, TFJob, parse_job
+from tfkube.api import GangScheduler, Role, TFJob, parse_job
 from tfkube.kube.names import (
     GENERATION_ANNOTATION,
     INDEX_KEY,
@@ -77,6 +78,8 @@ IMAGE_PULL_REASONS = frozenset(
 """A waiting container's reasons that mean its image cannot be had (kubelet's words)."""
 DEFAULT_SCHEDULER = "default-scheduler"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+GANG_SCHEDULERS = frozenset({GangScheduler.SCHEDULER_PLUGINS, GangScheduler.VOLCANO})
+"""Gangs whose pods a gang scheduler places all together or none (`gang_message`)."""
 MESSAGE_CHARS = 300
 """A replica's message is one line for a table: longer API messages are cut."""
 
@@ -254,6 +257,47 @@ def pending_message(pod: Obj) -> str:
     return "waiting to be scheduled"
 
 
+def is_placed(pod: Obj) -> bool:
+    """Whether the scheduler has bound the pod to a node."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "True" for c in conditions)
+
+
+def gang_message(job: TFJob, messages: Iterable[str]) -> str | None:
+    """One line for every unplaced replica of a gang, from their pods' messages (`messages`,
+    `pending_message`'s), or None (no gang, or no verdict yet). A gang scheduler places all
+    of a PodGroup's pods or none: each pod's own verdict is only part of the story (the
+    pod that does not fit says why, e.g. "Insufficient cpu"; its siblings, which would fit,
+    say they were rejected with it or nothing at all), so every replica shows the verdict
+    that names the capacity, with the gang's name and size."""
+    scheduling = job.spec.scheduling
+    if scheduling is None or scheduling.gang not in GANG_SCHEDULERS:
+        return None
+    verdicts = [
+        t.removeprefix("unschedulable: ") for t in messages if t.startswith("unschedulable")
+    ]
+    if not verdicts:
+        return None
+    detail = min(verdicts, key=_verdict_rank)
+    gang = f"the gang (PodGroup {job.name}, minMember {job.gang_size()})"
+    if "enough sibling pods" in detail:  # Coscheduling, before all its pods exist
+        return _with(f"{gang} is waiting for all its pods to be created", detail)
+    if "nodes are available:" in detail:  # the per-node reasons, not the preemption tail
+        detail = detail.split(". ", 1)[0].rstrip(".") + "."
+    return _with(f"{gang} cannot be placed all together, so none of it starts", detail)
+
+
+def _verdict_rank(verdict: str) -> int:
+    """Which pod's verdict says best why a gang waits: one that names a resource the nodes
+    lack ("2 Insufficient cpu"), then any other per-node reason, then the siblings' (which
+    only say they were rejected along with it)."""
+    if "Insufficient" in verdict:
+        return 0
+    if "nodes are available" in verdict and "rejecti" not in verdict:
+        return 1
+    return 2
+
+
 def last_progress(pod: Obj, stall_seconds: int | None, now: float) -> float | None:
     """When a running replica's pod last showed progress (see the module docstring); None
     without stall detection (then it never stalls)."""
@@ -358,16 +402,36 @@ def creation_failures(events: Iterable[Obj]) -> dict[str, str]:
         involved = event.get("involvedObject") or {}
         if event.get("reason") != "FailedCreate" or involved.get("kind") != "Job":
             continue
-        when = (
-            parse_time(event.get("lastTimestamp"))
-            or parse_time(event.get("eventTime"))
-            or parse_time((event.get("metadata") or {}).get("creationTimestamp"))
-            or 0.0
-        )
+        when = _event_time(event)
         name = str(involved.get("name"))
         if name not in newest or when >= newest[name][0]:
             newest[name] = (when, str(event.get("message") or ""))
     return {name: _with("cannot create its pod", text) for name, (_, text) in newest.items()}
+
+
+def scheduling_failures(events: Iterable[Obj], pods: Iterable[str]) -> list[str]:
+    """The scheduler's verdicts on `pods` (names) from their `FailedScheduling` Events,
+    newest first, each as `pending_message` says one ("unschedulable: ..."). A pod's
+    condition holds only its last verdict; the Events keep the earlier ones, such as the
+    one naming what a gang's pods lack (`gang_message`)."""
+    names = set(pods)
+    found: list[tuple[float, str]] = []
+    for event in events:
+        involved = event.get("involvedObject") or {}
+        if event.get("reason") != "FailedScheduling" or involved.get("kind") != "Pod":
+            continue
+        if involved.get("name") in names:
+            found.append((_event_time(event), _with("unschedulable", event.get("message"))))
+    return [text for _, text in sorted(found, key=lambda f: f[0], reverse=True)]
+
+
+def _event_time(event: Obj) -> float:
+    return (
+        parse_time(event.get("lastTimestamp"))
+        or parse_time(event.get("eventTime"))
+        or parse_time((event.get("metadata") or {}).get("creationTimestamp"))
+        or 0.0
+    )
 
 
 def waiting_message(role_job: Obj, failures: Mapping[str, str]) -> str | None:
@@ -623,7 +687,9 @@ def observe(
 ) -> Observation:
     """Build the planner's `JobStatus` (and what the operator needs to act) from the
     job's Kubernetes Jobs and pods; `events` (the namespace's `FailedCreate` Events of
-    Jobs) only add words to the messages of replicas without a pod."""
+    Jobs, and `FailedScheduling` Events of pods for a gang) only add words to the messages
+    of replicas without a pod, or of a gang's unplaced replicas."""
+    events = list(events)
     failures = creation_failures(events)
     found = _role_jobs(job.name, jobs, prior)
     role_jobs = {r: j for r, (where, j) in found.items() if where is RoleJob.CURRENT}
@@ -642,6 +708,7 @@ def observe(
     indexes = {r: role_indexes(j) for r, j in role_jobs.items()}  # once per role, not replica
     waits = {r: waiting_message(j, failures) for r, j in role_jobs.items()}
     gave_up: set[str] = set()
+    unplaced: set[str] = set()  # pending replicas whose pod is not on a node yet
     replicas: dict[str, ReplicaObservation] = {}
     live_pods: dict[str, list[str]] = {}
     counts: dict[str, RoleCounts] = {}
@@ -665,6 +732,10 @@ def observe(
             stall_seconds=job.spec.run_policy.stall_seconds,
         )
         replicas[key] = seen
+        if seen.status.state is ReplicaState.PENDING and any(
+            _name(p) == seen.pod and not is_placed(p) for p in mine
+        ):
+            unplaced.add(key)
         newest_live = seen.pod is not None and seen.status.state.live
         if seen.pod is not None and any(
             _name(p) == seen.pod and pod_phase(p) in ("Pending", "Running") for p in mine
@@ -677,6 +748,15 @@ def observe(
             failed=before.failed + sum(pod_phase(p) == "Failed" and not is_dying(p) for p in mine),
         )
 
+    unplaced_pods = [replicas[key].pod or "" for key in sorted(unplaced)]
+    gang = gang_message(
+        job,
+        [replicas[key].message for key in sorted(unplaced)]
+        + scheduling_failures(events, unplaced_pods),
+    )
+    if gang is not None:
+        for key in unplaced:
+            replicas[key] = replace(replicas[key], message=gang)
     statuses = tuple(r.status for r in replicas.values())
     status = JobStatus(
         phase=prior.phase,

@@ -509,18 +509,13 @@ def _headless_service(ctx: _Context) -> Object:
     }
 
 
-def _gang_members(job: TFJob) -> int:
-    """Replicas that must start together: the evaluator is not part of the TF cluster."""
-    return sum(job.spec.replicas.count(r) for r in (Role.CHIEF, Role.PS, Role.WORKER))
-
-
 def _pod_group(ctx: _Context) -> list[Object]:
     scheduling = ctx.job.spec.scheduling
     if scheduling is None or scheduling.gang not in DEFAULT_SCHEDULERS:
         return []
     name = ctx.job.name
     meta = _meta(name, ctx.ns, {**job_labels(name), LABEL_COMPONENT: "gang"}, ctx.user_labels)
-    spec: Object = {"minMember": scheduling.min_available or _gang_members(ctx.job)}
+    spec: Object = {"minMember": ctx.job.gang_size()}
     if scheduling.gang is GangScheduler.VOLCANO:
         if scheduling.queue:
             spec["queue"] = scheduling.queue

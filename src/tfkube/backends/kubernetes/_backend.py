@@ -31,6 +31,7 @@ from tfkube.kube.names import (
     replica_selector,
 )
 from tfkube.kube.observe import (
+    GANG_SCHEDULERS,
     Prior,
     observe,
     parse_time,
@@ -174,11 +175,23 @@ class KubernetesBackend:
     def _creation_failures(self) -> builtins.list[dict[str, Any]]:
         """The namespace's Events of Jobs that could not create a pod (quota, ...): the
         only trace of a replica whose pod was refused. Not allowed to read Events: none."""
+        return self._events("involvedObject.kind=Job,reason=FailedCreate")
+
+    def _gang_events(self, tfjob: Mapping[str, Any]) -> builtins.list[dict[str, Any]]:
+        """For a gang's job, the namespace's `FailedScheduling` Events of pods: a gang
+        scheduler's pods take turns at being the one that does not fit, and only the
+        Events keep the verdict that names what is lacking (`observe.gang_message`)."""
+        scheduling = (tfjob.get("spec") or {}).get("scheduling") or {}
+        if scheduling.get("gang") not in GANG_SCHEDULERS:
+            return []
+        return self._events("involvedObject.kind=Pod,reason=FailedScheduling")
+
+    def _events(self, field_selector: str) -> builtins.list[dict[str, Any]]:
         try:
             data = self.kube.request(
                 "GET",
                 collection("v1", "Event", self.namespace),
-                query={"fieldSelector": "involvedObject.kind=Job,reason=FailedCreate"},
+                query={"fieldSelector": field_selector},
             )
         except ApiError as exc:
             if exc.status == 403:
@@ -269,7 +282,8 @@ class KubernetesBackend:
         selector = replica_selector(name)
         jobs = self._list("batch/v1", "Job", selector)
         pods = self._pods(selector)
-        return self._view(tfjob, jobs, pods, self._creation_failures())
+        events = self._creation_failures() + self._gang_events(tfjob)
+        return self._view(tfjob, jobs, pods, events)
 
     def _pods(self, selector: str) -> builtins.list[dict[str, Any]]:
         return self._list("v1", "Pod", selector)
