@@ -13,7 +13,7 @@ HELLO = {
     'echo done > "$TFKUBE_LOG_DIR/out-$TFKUBE_ROLE-$TFKUBE_INDEX.txt"\n'
     # worker-0's success ends the job (and stops worker-1): it waits for worker-1's output.
     'if [ "$TFKUBE_INDEX" = 0 ] && [ "${TFKUBE_NUM_WORKERS:-1}" -gt 1 ]; then\n'
-    '  for _ in $(seq 1200); do\n'
+    "  for _ in $(seq 1200); do\n"
     '    [ -e "$TFKUBE_LOG_DIR/out-worker-1.txt" ] && break; sleep 0.1\n'
     "  done\n"
     "fi\n",
