@@ -254,3 +254,114 @@ def test_a_node_lost_mid_job_and_the_job_recovers(
         f"{recovered:.1f}s later (90 s fake workers; the pod GC waits 40-60 s for a lost "
         f"node's pods); whole-job restarts {status['restarts']}"
     )
+
+
+LOST_SECONDS = 5
+"""The test's runPolicy.nodeLostSeconds: short, to keep the test short (the default is 30)."""
+
+
+def _node_ready(kube: KubeCluster, name: str) -> str:
+    """The node's Ready condition's status: True, False or Unknown (its kubelet is silent)."""
+    node = kube.core.read_node(name)
+    return next((c.status for c in node.status.conditions or [] if c.type == "Ready"), "Unknown")
+
+
+def test_a_node_gone_silent_mid_job_and_the_job_recovers(
+    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+) -> None:
+    """A node stops answering (its kubelet dead, the Node left in place, as when a machine
+    loses power): the node lifecycle controller marks it NotReady and taints it; the pod
+    there is evicted after runPolicy.nodeLostSeconds (5 s here; default 30 s, not
+    Kubernetes' 300 s), stays Terminating (no kubelet ends it), the operator marks it
+    Failed, the Job makes it again on another node, and the job succeeds."""
+    kube, ns = operator.kube, kube_namespace
+    harness = kube.harness
+    assert harness is not None, "the control plane is not this session's own"
+    name, selector = "silent", "tfkube.io/job-name=silent"
+    data = job_dict(name, runPolicy={"nodeLostSeconds": LOST_SECONDS})
+    # The PS apart (a CPU node), the workers on the GPU nodes: worker-0's node is silenced
+    # and its replacement has one to go to. KWOK stops acting on a silent node's pods, except
+    # what it had already queued: the fake run's end. So the run outlasts the way to the
+    # replacement (NotReady after the controller's 50 s grace, then the toleration, the
+    # pod's grace, the operator's 10 s) and the first pod is gone before that end fires.
+    data["spec"]["replicas"]["ps"]["nodeSelector"] = {"kubernetes.io/hostname": kube.cpu_nodes[0]}
+    data["spec"]["replicas"]["worker"]["nodeSelector"] = {"tfkube.io/gpu": "true"}
+    data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "100s"}
+    backend = submit(kube, ns, volumes, code, data)
+    index = "batch.kubernetes.io/job-completion-index"
+
+    def workers_0() -> list[Any]:
+        return [
+            p
+            for p in pods(kube, ns, f"{selector},tfkube.io/replica-type=worker")
+            if p.metadata.labels.get(index) == "0"
+        ]
+
+    def running() -> list[Any]:
+        """worker-0's pods that run and are not being deleted."""
+        return [
+            p
+            for p in workers_0()
+            if p.status.phase == "Running" and p.metadata.deletion_timestamp is None
+        ]
+
+    first = wait_for("worker-0 running", lambda: running()[:1], 90)[0]
+    node = str(first.spec.node_name)
+    lost = time.monotonic()
+    most_running = 1
+    harness.silence_node(node)
+    try:
+
+        def until(what: str, check: Any, timeout: float) -> float:
+            nonlocal most_running
+
+            def probe() -> Any:
+                nonlocal most_running
+                most_running = max(most_running, len(running()))
+                return check()
+
+            wait_for(what, probe, timeout, 0.5)
+            return time.monotonic() - lost
+
+        not_ready = until("the node NotReady", lambda: _node_ready(kube, node) != "True", 150)
+        reasons: set[str] = set()
+
+        def first_evicted() -> bool:
+            old = [p for p in workers_0() if p.metadata.uid == first.metadata.uid]
+            for p in old:
+                reasons.update(
+                    str(c.reason) for c in p.status.conditions or [] if c.type == "DisruptionTarget"
+                )
+            return not old or any(p.metadata.deletion_timestamp for p in old)
+
+        evicted = until("worker-0 evicted", first_evicted, 120)
+        again = until(
+            "worker-0 again elsewhere",
+            lambda: any(p.metadata.uid != first.metadata.uid for p in running()),
+            90,
+        )
+        until("success", lambda: phase_is(kube, ns, name, "Succeeded", "Failed"), 180)
+        succeeded = time.monotonic() - lost
+        status = phase_is(kube, ns, name, "Succeeded", "Failed")
+    finally:
+        harness.silence_node(node, silent=False)
+        wait_for("the node back", harness._nodes_ready, 120, 0.5)
+    assert status is not None
+    assert status["phase"] == "Succeeded", (status, backend.get(name))
+    assert status["restarts"] == 0  # a node's loss is not the training's failure
+    replacement = next(p for p in workers_0() if p.metadata.uid != first.metadata.uid)
+    assert replacement.spec.node_name != node
+    assert most_running == 1  # never two worker-0s running at once
+    assert reasons == {"DeletionByTaintManager"}, reasons  # evicted for the node's loss
+    assert not any(
+        p.metadata.uid == first.metadata.uid and p.status.phase == "Succeeded" for p in workers_0()
+    )  # the recovery, not the first run's end, made the job succeed
+    jobs = kube.batch.list_namespaced_job(ns, label_selector=selector).items
+    assert sorted(j.metadata.name for j in jobs) == [f"{name}-ps", f"{name}-worker"]
+    print(
+        f"\n[fault] node {node} silent (NotReady, not deleted) with worker-0 running: "
+        f"NotReady after {not_ready:.1f}s, worker-0 evicted after {evicted:.1f}s, running "
+        f"again elsewhere after {again:.1f}s, Succeeded after {succeeded:.1f}s "
+        f"(nodeLostSeconds {LOST_SECONDS}, 100 s fake workers); whole-job restarts "
+        f"{status['restarts']}"
+    )

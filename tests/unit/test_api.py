@@ -101,6 +101,7 @@ def test_minimal_job_dump_fills_every_default():
                 "port": 2222,
                 "suspend": False,
                 "stallAction": "Report",
+                "nodeLostSeconds": 30,
             },
             "image": DEFAULT_IMAGE,
         },

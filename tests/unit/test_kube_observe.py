@@ -13,6 +13,7 @@ from tfkube.backends.kubernetes import job_view
 from tfkube.contract import EX_DATAERR, launcher_failure, launcher_message
 from tfkube.kube.names import owner_reference, replica_selector
 from tfkube.kube.observe import (
+    STRANDED_AFTER_SECONDS,
     Prior,
     RoleJob,
     creation_failures,
@@ -20,6 +21,7 @@ from tfkube.kube.observe import (
     failure_message,
     format_time,
     gang_message,
+    is_stranded,
     last_progress,
     observe,
     parse_indexes,
@@ -563,6 +565,42 @@ def test_slim_pods_keep_what_the_messages_read():
     assert [c["type"] for c in slim["status"]["conditions"]] == ["PodScheduled"]
     failed = pod("worker", 0, "Failed", **terminated(137, "OOMKilled", "killed"))
     assert failure_message(slim_pod(failed)) == "exit code 137 (OOMKilled): killed"
+
+
+def evicted(
+    phase: str = "Running",
+    reason: str = "DeletionByTaintManager",
+    deadline: float | None = NOW - STRANDED_AFTER_SECONDS,
+) -> dict[str, Any]:
+    """worker-0's pod, deleted with `deadline` as its deletionTimestamp, `reason` its
+    DisruptionTarget condition's."""
+    body = pod("worker", 0, phase)
+    if deadline is not None:
+        body["metadata"]["deletionTimestamp"] = format_time(deadline)
+    if reason:
+        body["status"]["conditions"] = [
+            {"type": "Ready", "status": "False"},
+            {"type": "DisruptionTarget", "status": "True", "reason": reason},
+        ]
+    return body
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        pytest.param(evicted(), True, id="node-lost-past-grace"),
+        pytest.param(evicted(deadline=NOW - 1), False, id="its-kubelet-may-still-end-it"),
+        pytest.param(evicted(deadline=None), False, id="not-deleted"),
+        pytest.param(evicted(reason="PreemptionByScheduler"), False, id="preempted"),
+        pytest.param(evicted(reason=""), False, id="deleted-by-someone"),
+        pytest.param(evicted("Failed"), False, id="already-failed"),
+        pytest.param(evicted("Succeeded"), False, id="succeeded"),
+    ],
+)
+def test_is_stranded(body: dict[str, Any], expected: bool):
+    """A pod evicted for its node's loss that no kubelet ended past its grace."""
+    assert is_stranded(body, NOW) is expected
+    assert is_stranded(slim_pod(body), NOW) is expected  # what the operator keeps
 
 
 # -- the Kubernetes backend's view: what the operator sees ----------------------------------

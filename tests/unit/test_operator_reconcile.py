@@ -11,7 +11,15 @@ import pytest
 from tfkube.kube.names import GENERATION_ANNOTATION, STOP_ANNOTATION
 from tfkube.kube.observe import Prior, format_time, observe
 from tfkube.operator import reconcile
-from tfkube.operator._ops import Create, DeletePod, DeleteRoleJob, DeleteTFJob, Event, SuspendJob
+from tfkube.operator._ops import (
+    Create,
+    DeletePod,
+    DeleteRoleJob,
+    DeleteTFJob,
+    Event,
+    FailPod,
+    SuspendJob,
+)
 from tfkube.operator._reconcile import (
     Acted,
     WholeJobRestart,
@@ -23,6 +31,7 @@ from tfkube.operator._reconcile import (
     invalid_spec_plan,
     owned,
     record,
+    release_stranded,
     requeue_after,
     whole_job_restart,
 )
@@ -725,3 +734,19 @@ def test_a_stalled_ps_restarts_the_whole_job_as_a_failed_one():
     assert plan.status["restartGenerations"] == {"ps": 1, "worker": 1}
     assert (plan.status["restarts"], plan.status["restartsBefore"]) == (1, 1)
     assert not ops_of(plan, DeletePod)  # the generation's Jobs are replaced instead
+
+
+def test_pods_stranded_on_a_lost_node_are_failed():
+    """An evicted pod whose node is gone is marked Failed (then its Job replaces it);
+    one its kubelet may still end, or deleted for another reason, is left alone."""
+    stranded = pod("worker", 0)
+    stranded["metadata"]["deletionTimestamp"] = format_time(NOW - 30)
+    stranded["status"]["conditions"] = [
+        {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}
+    ]
+    fresh = pod("worker", 1)
+    fresh["metadata"]["deletionTimestamp"] = format_time(NOW)
+    fresh["status"]["conditions"] = stranded["status"]["conditions"]
+    assert release_stranded([stranded, fresh, pod("ps", 0)], NOW) == [
+        FailPod(stranded["metadata"]["name"])
+    ]

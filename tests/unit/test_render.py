@@ -373,9 +373,84 @@ def test_node_selector_and_tolerations_per_role():
     assert worker["tolerations"] == [
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
         {"key": "dedicated", "operator": "Equal", "value": "ml"},
+        *NODE_LOST_30,
     ]
     assert "nodeSelector" not in pod(objects, "ps")
-    assert "tolerations" not in pod(objects, "ps")
+    assert pod(objects, "ps")["tolerations"] == NODE_LOST_30
+
+
+def _lost(key: str, seconds: int) -> dict[str, Any]:
+    return {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
+
+
+NOT_READY, UNREACHABLE = "node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"
+NODE_LOST_30 = [_lost(NOT_READY, 30), _lost(UNREACHABLE, 30)]
+
+
+@pytest.mark.parametrize(
+    ("run_policy", "own", "expected"),
+    [
+        pytest.param({}, [], NODE_LOST_30, id="default-30s"),
+        pytest.param(
+            {"nodeLostSeconds": 5}, [], [_lost(NOT_READY, 5), _lost(UNREACHABLE, 5)], id="5s"
+        ),
+        pytest.param(
+            {"nodeLostSeconds": 0}, [], [_lost(NOT_READY, 0), _lost(UNREACHABLE, 0)], id="at-once"
+        ),
+        pytest.param(
+            {},
+            [
+                {
+                    "key": UNREACHABLE,
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 600,
+                }
+            ],
+            [_lost(UNREACHABLE, 600), _lost(NOT_READY, 30)],
+            id="theirs-win-for-their-key",
+        ),
+        pytest.param(
+            {},
+            [{"key": NOT_READY, "operator": "Exists"}],
+            [{"key": NOT_READY, "operator": "Exists"}, _lost(UNREACHABLE, 30)],
+            id="theirs-any-effect-forever",
+        ),
+        pytest.param(
+            {},
+            [{"key": NOT_READY, "operator": "Exists", "effect": "NoSchedule"}],
+            [
+                {"key": NOT_READY, "operator": "Exists", "effect": "NoSchedule"},
+                *NODE_LOST_30,
+            ],
+            id="theirs-other-effect-does-not-count",
+        ),
+        pytest.param(
+            {}, [{"operator": "Exists"}], [{"operator": "Exists"}], id="theirs-tolerate-everything"
+        ),
+    ],
+)
+def test_node_lost_tolerations(run_policy, own, expected):
+    """A replica on a node that stopped answering is evicted after runPolicy.nodeLostSeconds
+    (not Kubernetes' 300 s); a replica's own toleration of the same taint wins."""
+    spec: dict[str, Any] = {"replicas": 1}
+    if own:
+        spec["tolerations"] = own
+    objects = render(job_of(runPolicy=run_policy, replicas__worker=spec))
+    assert pod(objects, "worker")["tolerations"] == expected
+    tensorboard = render(job_of(runPolicy=run_policy, tensorboard={}))
+    # TensorBoard's Deployment replaces its pod at once anyway: Kubernetes' default stays.
+    assert (
+        "tolerations"
+        not in one(tensorboard, "Deployment", "mnist-tensorboard")["spec"]["template"]["spec"]
+    )
+
+
+@pytest.mark.parametrize("seconds", [-1, 3601, "soon"])
+def test_node_lost_seconds_errors_name_the_field(seconds):
+    with pytest.raises(SpecError) as info:
+        job_of(runPolicy={"nodeLostSeconds": seconds})
+    assert info.value.errors[0].field == "spec.runPolicy.nodeLostSeconds"
 
 
 @pytest.mark.parametrize(

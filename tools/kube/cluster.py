@@ -15,7 +15,8 @@ until they are Ready and records every PID in a state file. `down` signals exact
 
 `--real-node` adds one real kubelet node (containerd, runc, CNI bridge, CoreDNS; needs root)
 beside the fake ones: see realnode.py. KWOK manages only the nodes annotated
-`kwok.x-k8s.io/node=fake`, so it never adopts the real one.
+`kwok.x-k8s.io/node=fake`, so it never adopts the real one, and not those labelled
+`tfkube.io/silent` (`Cluster.silence_node`: a fake node whose kubelet died).
 
 The pytest fixture in tests/cluster/conftest.py imports this file and uses `Cluster` directly.
 All traffic stays on 127.0.0.0/8: every component listens on 127.0.0.1 and the fake nodes get
@@ -80,6 +81,10 @@ def _sibling(name: str) -> ModuleType:
 
 def default_state_file() -> Path:
     return cache_root() / "kube-up" / "state.json"
+
+
+SILENT_LABEL = "tfkube.io/silent"
+"""A fake node labelled so is not KWOK's (see `Cluster.silence_node`)."""
 
 
 class ClusterError(RuntimeError):
@@ -460,6 +465,20 @@ class Cluster:
         )
         return time.monotonic() - killed
 
+    def silence_node(self, name: str, silent: bool = True) -> None:
+        """Make a fake node's kubelet die (`silent`) or come back: labelled SILENT_LABEL, the
+        node leaves KWOK's label selector, so KWOK stops renewing its Lease, refreshing its
+        conditions and acting on its pods, as a machine that lost power; the node lifecycle
+        controller then marks it NotReady and taints it, as it would a real one. Unlabelled,
+        KWOK adopts it again (node-initialize makes it Ready)."""
+        label = {SILENT_LABEL: "true" if silent else None}
+        self.api(
+            "PATCH",
+            f"/api/v1/nodes/{name}",
+            {"metadata": {"labels": label}},
+            "application/merge-patch+json",
+        )
+
     def stop_real_node(self) -> list[str]:
         """Stop the real node, if one was started, and remove all it made (API still up)."""
         if self.state is None or self.state.real_node is None:
@@ -611,6 +630,8 @@ class Cluster:
             f"--kubeconfig={st.kubeconfig}",
             # Only the fake nodes (annotated so): a real kubelet's node must never be adopted.
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            # ... and not the ones a test made silent (`silence_node`): a dead kubelet.
+            f"--manage-nodes-with-label-selector=!{SILENT_LABEL}",
             "--node-ip=127.0.0.1",
             f"--cidr={POD_CIDR}",
             f"--server-address=127.0.0.1:{kwok_port}",

@@ -718,6 +718,13 @@ class RunPolicy(_Model):
     launcher's heartbeat and a readiness probe observe it (docs/kubernetes.md)."""
     stall_action: StallAction = StallAction.REPORT
     """Report (the default), Restart (counts against backoffLimit) or Fail."""
+    node_lost_seconds: Annotated[int, Field(ge=0, le=3600)] = 30
+    """Cluster: how long a replica's pod stays bound to a node that stopped answering
+    (taints `node.kubernetes.io/not-ready` / `unreachable`, NoExecute) before it is evicted
+    and its Job makes it again elsewhere. Kubernetes' default is 300 s, during which the
+    whole job waits on the dead machine; a replica's own toleration of either taint wins.
+    Too short and a node's brief hiccup restarts its replicas (they resume from the last
+    checkpoint)."""
 
 
 class PullPolicy(StrEnum):

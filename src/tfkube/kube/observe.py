@@ -151,6 +151,31 @@ def is_dying(obj: Obj) -> bool:
     return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
 
+STRANDED_AFTER_SECONDS = 10.0
+"""Past a deleted pod's deadline (its `deletionTimestamp`: the deletion time plus its grace),
+a live kubelet has ended it: one still there this long after has no kubelet."""
+NODE_LOSS_EVICTION = "DeletionByTaintManager"
+"""The DisruptionTarget reason of a pod evicted because its node is NotReady/unreachable."""
+
+
+def is_stranded(pod: Obj, now: float) -> bool:
+    """Evicted for its node's loss (runPolicy.nodeLostSeconds after the node-lost taint) and
+    still not ended STRANDED_AFTER_SECONDS past its grace: its kubelet is gone and would
+    leave it Terminating until the machine returns. Its Job, which replaces only failed
+    pods (it has a podFailurePolicy), would wait as long: the operator marks it Failed, as
+    Kubernetes' pod GC does for a deleted node's pods, and the Job makes it again."""
+    deadline = parse_time((pod.get("metadata") or {}).get("deletionTimestamp"))
+    if deadline is None or pod_phase(pod) in ("Succeeded", "Failed"):
+        return False
+    evicted = any(
+        c.get("type") == "DisruptionTarget"
+        and c.get("status") == "True"
+        and c.get("reason") == NODE_LOSS_EVICTION
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+    return evicted and now >= deadline + STRANDED_AFTER_SECONDS
+
+
 def pod_phase(pod: Obj) -> str:
     return str((pod.get("status") or {}).get("phase") or "Pending")
 
@@ -360,7 +385,7 @@ def slim_pod(pod: Obj) -> dict[str, Any]:
         "conditions": [
             {k: c.get(k) for k in ("type", "status", "reason", "message", "lastTransitionTime")}
             for c in status.get("conditions") or []
-            if c.get("type") in ("PodScheduled", "Ready")
+            if c.get("type") in ("PodScheduled", "Ready", "DisruptionTarget")
         ],
         "containerStatuses": [
             {

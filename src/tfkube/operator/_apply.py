@@ -20,6 +20,7 @@ from tfkube.operator._ops import (
     DeleteRoleJob,
     DeleteTFJob,
     Event,
+    FailPod,
     Op,
     SuspendJob,
 )
@@ -48,6 +49,10 @@ def apply(kube: Kube, op: Op, tfjob: Mapping[str, Any], component: str = COMPONE
         path = object_path("v1", "Pod", ns, op.name)
         body = {"gracePeriodSeconds": op.grace_seconds}
         kube.request("DELETE", path, body=body, allow=(404,))
+    elif isinstance(op, FailPod):
+        path = object_path("v1", "Pod", ns, op.name)
+        kube.merge_patch(f"{path}/status", {"status": {"phase": "Failed"}}, allow=(404, 422))
+        kube.request("DELETE", path, body={"gracePeriodSeconds": 0}, allow=(404,))
     elif isinstance(op, DeleteObject):
         path = object_path(op.api_version, op.kind, ns, op.name)
         kube.request("DELETE", path, body=BACKGROUND, allow=(404,))

@@ -34,6 +34,14 @@ class DeletePod:
 
 
 @dataclass(frozen=True)
+class FailPod:
+    """Mark a pod Failed (its status) and remove it at once: a pod whose node is lost
+    (`tfkube.kube.observe.is_stranded`), as Kubernetes' pod GC does for a deleted node's."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class DeleteObject:
     api_version: str
     kind: str
@@ -53,4 +61,4 @@ class Event:
     message: str
 
 
-Op = Create | SuspendJob | DeleteRoleJob | DeletePod | DeleteObject | DeleteTFJob | Event
+Op = Create | SuspendJob | DeleteRoleJob | DeletePod | FailPod | DeleteObject | DeleteTFJob | Event

@@ -53,7 +53,7 @@ from tfkube.kube.names import (
     role_job_name,
     tensorboard_name,
 )
-from tfkube.kube.observe import Obj, Observation, Prior, format_time, observe
+from tfkube.kube.observe import Obj, Observation, Prior, format_time, is_stranded, observe
 from tfkube.operator._ops import (
     Create,
     DeleteObject,
@@ -61,6 +61,7 @@ from tfkube.operator._ops import (
     DeleteRoleJob,
     DeleteTFJob,
     Event,
+    FailPod,
     Op,
     SuspendJob,
 )
@@ -198,7 +199,8 @@ def reconcile(
 
     observe   what the API objects say (`tfkube.kube.observe`)
     ensure    create what is missing: everything once, a lost role Job, a new
-              generation's Jobs once due; delete stale generations' Jobs
+              generation's Jobs once due; delete stale generations' Jobs; fail the
+              pods stranded on a lost node (`release_stranded`)
     suspend   a suspended job stops here; a resumed one starts its clock again
     decide    the planner, overruled where Kubernetes gave up or a stop was asked
     act       the decision as operations: events, restarts, stops, clean-up, TTL
@@ -214,6 +216,7 @@ def reconcile(
     first = prior.started_at is None and not prior.phase.terminal
 
     ops = ensure(job, prior, obs, objects, first, now)
+    ops += release_stranded(pods, now)
     if first:
         status["startTime"] = format_time(now)
     if not prior.phase.terminal and policy.suspend:
@@ -270,6 +273,12 @@ def ensure(
         for role in sorted(obs.stale_jobs)
     ]
     return ops
+
+
+def release_stranded(pods: Iterable[Obj], now: float) -> list[Op]:
+    """Pods evicted from a lost node that no kubelet will end (`is_stranded`): marked Failed
+    so that their Jobs replace them (a disruption: not counted against backoffLimit)."""
+    return [FailPod(p["metadata"]["name"]) for p in pods if is_stranded(p, now)]
 
 
 def _is_suspended(status: Obj) -> bool:

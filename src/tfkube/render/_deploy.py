@@ -66,6 +66,8 @@ OPERATOR_RULES: tuple[dict[str, Any], ...] = (
         "resources": ["pods"],
         "verbs": ["get", "list", "watch", "delete", "deletecollection"],
     },
+    # A pod stranded on a lost node is marked Failed (tfkube.kube.observe.is_stranded).
+    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
     {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     # kopf discovers resources and namespaces while it runs.

@@ -55,8 +55,11 @@ from tfkube.api import (
     RestartPolicy,
     Role,
     SpecError,
+    TaintEffect,
     TensorBoardSpec,
     TFJob,
+    Toleration,
+    TolerationOperator,
     VolumeSpec,
     replica_environment,
 )
@@ -709,8 +712,38 @@ def _placement(spec: ReplicaSpec | TensorBoardSpec | None) -> Object:
     return out
 
 
+NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+"""The taints the node lifecycle controller puts (NoExecute) on a node that stopped
+answering; a pod tolerating them for N seconds is evicted N seconds after."""
+
+
+def _tolerates(toleration: Toleration, key: str) -> bool:
+    """Whether a user's toleration already decides what a NoExecute taint `key` does."""
+    if toleration.effect not in (None, TaintEffect.NO_EXECUTE):
+        return False
+    if toleration.key is None:
+        return toleration.operator is TolerationOperator.EXISTS
+    return toleration.key == key
+
+
+def node_lost_tolerations(job: TFJob, spec: ReplicaSpec | None) -> list[Object]:
+    """runPolicy.nodeLostSeconds as tolerations of the node-lost taints, except for a key
+    the replica's own tolerations already cover: theirs win. Without them Kubernetes adds
+    300 s ones, and the whole job waits five minutes on a dead machine."""
+    own = spec.tolerations if spec is not None and spec.tolerations else []
+    seconds = job.spec.run_policy.node_lost_seconds
+    return [
+        {"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": seconds}
+        for key in NODE_LOST_TAINTS
+        if not any(_tolerates(t, key) for t in own)
+    ]
+
+
 def _pod_scheduling(ctx: _Context, spec: ReplicaSpec | None) -> Object:
     out: Object = _placement(spec)
+    lost = node_lost_tolerations(ctx.job, spec)
+    if lost:
+        out["tolerations"] = [*out.get("tolerations", []), *lost]
     if ctx.scheduler_name:
         out["schedulerName"] = ctx.scheduler_name
     scheduling = ctx.job.spec.scheduling
