@@ -8,6 +8,9 @@
 - A fake node lost mid-job (its Node object deleted, as a cloud does with a dead machine):
   the pod garbage collector fails its pods (DisruptionTarget), they are made again on
   other nodes, and the job succeeds. The node is registered again afterwards.
+- A fake node gone silent mid-job (its kubelet dead, the Node left in place: NotReady): its
+  pod is evicted after runPolicy.nodeLostSeconds, the operator fails it (no kubelet will),
+  the Job makes it again elsewhere, and the job succeeds (`Cluster.silence_node`).
 - A crash-looping job: every worker exits 1 at once, for ever. The job fails once the
   retry budget is spent and at most `backoffLimit + replicas` dead pods are left (the seed
   platform's node ended with 10,000+).

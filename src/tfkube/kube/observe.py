@@ -24,7 +24,8 @@ the current Job by its UID, so a stale Job's pods never count. For each replica 
   user): it says nothing about the replica's own health and is ignored, except that a
   replica with only such pods is "being restarted" (BACKOFF) or, once the job ended,
   STOPPED — unless Kubernetes failed the role's Job meanwhile (a deleted PS pod fails the
-  managed PS Job at once, then disappears): then the replica is FAILED.
+  managed PS Job at once, then disappears): then the replica is FAILED. A pod evicted from
+  a lost node that no kubelet ends is failed by the operator (`is_stranded`).
 - Succeeded: any pod of the index succeeded, or the Job lists the index as completed.
 - FAILED: the newest pod failed on its own and tfkube has not yet acted on that failure
   (its name is not in `status.handledFailures`); once acted on it reads as BACKOFF until
