@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import urllib3
+
 from tfkube.kube.names import CLUSTER_SCOPED, GROUP, PLURAL, VERSION
 
 
@@ -42,6 +44,17 @@ class ApiError(Exception):
         self.message = status_message(body) or reason or f"HTTP {status}"
         """The API server's message, else the reason phrase."""
         super().__init__(f"{self.message} (HTTP {status})")
+
+
+class ApiUnreachable(ApiError):
+    """The API server did not answer at all (connection refused or reset, timed out): e.g.
+    while it restarts. A state of the cluster like any other refusal, hence an `ApiError`
+    (status 0), so that callers retry it the same way."""
+
+    def __init__(self, detail: object) -> None:
+        super().__init__(0, "unreachable", "")
+        self.message = f"the API server did not answer ({type(detail).__name__})"
+        self.args = (self.message,)
 
 
 def status_message(body: str) -> str:
@@ -164,7 +177,8 @@ class Kube:
     ) -> Any:
         """Send one request; return the decoded JSON (the bytes with `raw`; None when the
         answer is empty or its status is one of `allow`, e.g. 404 on a delete, 409 on a
-        create that may be repeated). Any other non-2xx answer raises `ApiError`."""
+        create that may be repeated). Any other non-2xx answer raises `ApiError`; no answer
+        at all, `ApiUnreachable`."""
         method, url, headers, payload, _ = self.api.param_serialize(
             method,
             path,
@@ -173,7 +187,10 @@ class Kube:
             body=body,
             auth_settings=["BearerToken"],
         )
-        response = self.api.call_api(method, url, headers, payload, _request_timeout=timeout)
+        try:
+            response = self.api.call_api(method, url, headers, payload, _request_timeout=timeout)
+        except urllib3.exceptions.HTTPError as exc:  # the kubernetes client's transport
+            raise ApiUnreachable(exc) from exc
         data = response.read()
         if not 200 <= response.status <= 299:
             if response.status in allow:
