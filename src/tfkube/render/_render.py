@@ -18,7 +18,9 @@ Who retries what (see docs/kubernetes.md):
   role) and `podFailurePolicy` encodes runPolicy.restartPolicy: Never fails the Job on any
   non-zero exit, ExitCode on 1-127 except the launcher's retryable 75, OnFailure never;
   a disruption (preemption, eviction, node drain) is ignored, i.e. retried uncounted. So
-  a crash-looping role leaves at most backoffLimit+1 dead pods, operator or not.
+  a crash-looping role leaves at most backoffLimit+1 dead pods, operator or not. A node
+  that stops answering evicts its replicas after runPolicy.nodeLostSeconds
+  (`node_lost_tolerations`), not Kubernetes' 300 s.
 - The operator (`managed=True`) decides what concerns the job as a whole with the shared
   planner: success policy, ending PS/TensorBoard, restarts counted over all roles, the
   job-wide deadline and TTL. A PS failure must restart the whole job (workers resume from
