@@ -888,7 +888,13 @@ def _tensorboard(ctx: _Context) -> list[Object]:
                         "protocol": "TCP",
                     }
                 ],
-                "readinessProbe": {"httpGet": {"path": "/", "port": TENSORBOARD_PORT_NAME}},
+                # TensorBoard answers slowly while it loads event files beside busy
+                # training: Kubernetes' 1 s probe timeout kept it out of its Service.
+                "readinessProbe": {
+                    "httpGet": {"path": "/", "port": TENSORBOARD_PORT_NAME},
+                    "periodSeconds": 5,
+                    "timeoutSeconds": 10,
+                },
                 "resources": _resources(tb.resources),
                 "volumeMounts": [mount],
             }
