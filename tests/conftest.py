@@ -4,6 +4,7 @@ jobs started is still running when the test ends."""
 from __future__ import annotations
 
 import os
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -57,6 +58,17 @@ def tfkube_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
         except psutil.Error:
             continue
     assert not described, f"processes left behind: {described}"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Ctrl-C means what it means at a terminal. A suite started in the background by a
+    shell without job control (`make test &`, `nohup`, some CI runners) inherits SIGINT
+    ignored, and so would every process the tests start: `tfkube run` would then rightly
+    ignore the tests' Ctrl-C (and `os.kill(self, SIGINT)` would raise nothing), failing the
+    interrupt tests for a reason no user at a terminal has. Python's own handler again; the
+    processes the tests start get the default disposition."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
