@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tfkube.backends.kubernetes import KubernetesBackend
@@ -61,7 +62,9 @@ def _binary() -> Path:
 
 
 def _run(*argv: str) -> str:
-    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip()
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    assert proc.returncode == 0, f"{' '.join(argv)} exited {proc.returncode}: {proc.stderr}"
+    return proc.stdout.strip()
 
 
 def _install_crd(kube: KubeCluster) -> None:
@@ -69,8 +72,16 @@ def _install_crd(kube: KubeCluster) -> None:
     crd = _run("bash", str(GANG_TOOLS / "build.sh"), "--print-crd")
     kubectl = (str(kube.kubectl), f"--kubeconfig={kube.kubeconfig}")
     _run(*kubectl, "apply", "--server-side", "--force-conflicts", "-f", crd)
-    established = ("--for=condition=Established", "crd/podgroups.scheduling.x-k8s.io")
-    _run(*kubectl, "wait", "--timeout=60s", *established)
+    extensions = client.ApiextensionsV1Api(kube.api_client)
+
+    def established() -> bool:
+        found = extensions.read_custom_resource_definition("podgroups.scheduling.x-k8s.io")
+        conditions = found.status.conditions or []
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+    # Polled through the API with a generous deadline: `kubectl wait --timeout=60s` exited 1
+    # once in CI, right after the 1,000-replica test, and its stderr was not kept.
+    wait_for("the PodGroup CRD to be established", established, 180)
 
 
 def _healthy(port: int) -> bool:
