@@ -131,7 +131,29 @@ def test_job_page_with_a_thousand_replicas(big_job: tuple[ServerProc, str]) -> N
         )
         assert words(rows.first).startswith("worker-40")
 
-        page.get_by_label("Find a replica").fill("worker-987")
+        # A refresh on its way when the user starts typing lands during the search's
+        # 300 ms debounce (held here, then answered at once): what they typed stays and
+        # the search still runs.
+        held: list[tuple[Any, Any]] = []
+
+        def hold_one_refresh(route: Any) -> None:
+            if held or "worker-987" in route.request.url:
+                route.continue_()
+            else:
+                held.append((route, route.fetch()))
+
+        def refresh_held() -> bool:
+            page.wait_for_timeout(250)  # Playwright runs route handlers while it waits
+            return bool(held)
+
+        page.route("**/part/replicas*", hold_one_refresh)
+        poll("a refresh of the replica table", refresh_held, 30)
+        search = page.get_by_label("Find a replica")
+        search.fill("worker-987")
+        route, response = held[0]
+        route.fulfill(response=response)
         poll("the search", lambda: rows.count() == 1, 30)
         assert "worker-987" in words(rows.first)
+        assert search.input_value() == "worker-987"
+        page.unroute("**/part/replicas*")
         context.close()

@@ -440,6 +440,17 @@
     }
   }, 1000);
 
+  // A refresh already on its way when someone starts typing or selecting inside the fragment
+  // is dropped when it lands: swapping it in would replace the search box under their
+  // fingers, losing what they typed and the search it was about to send. The next tick
+  // brings the fragment a few seconds later.
+  document.addEventListener("htmx:beforeSwap", (event) => {
+    const cause = event.detail.requestConfig?.triggeringEvent?.type;
+    if ((cause === "tick" || cause === "refresh") && busy(event.detail.target)) {
+      event.detail.shouldSwap = false;
+    }
+  });
+
   let refreshTimer = null;
   function refreshLive(now = false) {
     // Coalesce bursts of changes (a 1,000-replica job changes often) into one refresh a second.
