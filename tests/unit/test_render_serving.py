@@ -223,21 +223,9 @@ def test_serving_placement(roles: dict[str, Any], expected: dict[str, Any]) -> N
 
 
 def _images_script() -> Any:
-    import importlib.util
-    import sys
-    from pathlib import Path
+    from cluster._support import load_cluster_module  # tests/cluster (stdlib tools loader)
 
-    name = "tfkube_test_images"
-    if name in sys.modules:
-        return sys.modules[name]
-    path = Path(__file__).resolve().parents[2] / "tools" / "kube" / "images.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    return load_cluster_module()._sibling("images")
 
 
 def test_the_image_built_here_is_the_one_the_renderer_and_dockerfile_name() -> None:
