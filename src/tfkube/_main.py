@@ -52,6 +52,14 @@ def server_command(
             help="Kubernetes engine: the RWX claim (in every team namespace) jobs write to.",
         ),
     ] = None,
+    serving_runtime: Annotated[
+        str,
+        typer.Option(
+            "--serving-runtime",
+            help="Kubernetes engine: the model server a request names none of: "
+            "tensorflow-serving (the stock image) or tfkube (tfkube's, in tfkube's image).",
+        ),
+    ] = "tensorflow-serving",
     cpus: Annotated[
         float | None, typer.Option("--cpus", help="Local engine: CPUs jobs may use together.")
     ] = None,
@@ -70,8 +78,14 @@ def server_command(
         from tfkube.server._settings import default_data_dir
     except ImportError as exc:
         raise _fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
+    from tfkube.render import ServingRuntime, parse_runtime
+
     if engine not in {"local", "kubernetes"}:
         raise _fail(f"unknown engine {engine!r}; choose local or kubernetes")
+    try:
+        runtime = parse_runtime(serving_runtime, ServingRuntime.TENSORFLOW_SERVING)
+    except ValueError as exc:
+        raise _fail(f"--serving-runtime: {exc}") from None
     serve(
         ServerSettings(
             data_dir=(data_dir or default_data_dir()).resolve(),
@@ -83,6 +97,7 @@ def server_command(
             code_url=code_url,
             kubeconfig=kubeconfig,
             outputs_claim=outputs_claim,
+            serving_runtime=runtime,
             cpus=cpus,
             notebook_idle_seconds=notebook_idle_minutes * 60,
         )

@@ -170,6 +170,22 @@ class Operator:
         return [line for line in self.log.read_text().splitlines() if "Traceback" in line]
 
 
+def create_shared_claim(kube: KubeCluster, namespace: str, name: str) -> None:
+    """A ReadWriteMany claim with no storage class (it binds to a PV made for it: no
+    provisioner here), as an administrator makes a team's outputs claim."""
+    kube.core.create_namespaced_persistent_volume_claim(
+        namespace,
+        client.V1PersistentVolumeClaim(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1PersistentVolumeClaimSpec(
+                access_modes=["ReadWriteMany"],
+                storage_class_name="",
+                resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
+            ),
+        ),
+    )
+
+
 def service_account_kubeconfig(kube: KubeCluster, account: str, namespace: str, dest: Path) -> Path:
     """The admin kubeconfig with a token of a ServiceAccount instead: a process run with it
     has exactly the RBAC `tfkube install` grants that account, not an administrator's."""

@@ -41,7 +41,13 @@ from tfkube.render import (
 )
 from tfkube.render._server import SERVER_DATA_CLAIM, server_url
 
-from ._support import KubeCluster, Operator, service_account_kubeconfig, wait_for
+from ._support import (
+    KubeCluster,
+    Operator,
+    create_shared_claim,
+    service_account_kubeconfig,
+    wait_for,
+)
 from .test_operator import tfjob
 
 OUTPUTS = "team-outputs"
@@ -202,17 +208,7 @@ class Team:
         self.member = api_for(platform.server.url, user)
         kube = platform.kube
         bind_volume(kube, self.namespace, OUTPUTS)
-        kube.core.create_namespaced_persistent_volume_claim(
-            self.namespace,
-            client.V1PersistentVolumeClaim(
-                metadata=client.V1ObjectMeta(name=OUTPUTS),
-                spec=client.V1PersistentVolumeClaimSpec(
-                    access_modes=["ReadWriteMany"],
-                    storage_class_name="",
-                    resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
-                ),
-            ),
-        )
+        create_shared_claim(kube, self.namespace, OUTPUTS)
         self.operator: Operator | None = None
 
     def start_operator(self, kubeconfig: Path) -> None:

@@ -22,6 +22,7 @@ from tfkube.kube.rest import Kube
 from tfkube.render import (
     ModelServerSpec,
     NotebookSpec,
+    ServingRuntime,
     dump_yaml,
     render_model_server,
     render_notebook,
@@ -71,10 +72,20 @@ def _strict_dry_run(dynamic: DynamicClient, objects: list[dict[str, Any]], names
 
 
 @pytest.mark.parametrize(
-    ("shared_claim", "version"), [(False, None), (True, 1001)], ids=["own-claim", "pinned"]
+    ("shared_claim", "version", "runtime"),
+    [
+        (False, None, ServingRuntime.TENSORFLOW_SERVING),
+        (True, 1001, ServingRuntime.TENSORFLOW_SERVING),
+        (True, 1001, ServingRuntime.TFKUBE),
+    ],
+    ids=["own-claim", "pinned", "tfkube-runtime"],
 )
 def test_model_server_objects_pass_dry_run(
-    kube_cluster: KubeCluster, kube_namespace: str, shared_claim: bool, version: int | None
+    kube_cluster: KubeCluster,
+    kube_namespace: str,
+    shared_claim: bool,
+    version: int | None,
+    runtime: ServingRuntime,
 ) -> None:
     spec = ModelServerSpec(
         "digits",
@@ -82,6 +93,7 @@ def test_model_server_objects_pass_dry_run(
         _job(shared_claim),
         version=version,
         resources=Resources(cpu="500m", memory="1Gi"),
+        runtime=runtime,
     )
     _strict_dry_run(
         DynamicClient(kube_cluster.api_client), render_model_server(spec), kube_namespace

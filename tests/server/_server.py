@@ -169,6 +169,18 @@ def api_for(url: str, name: str) -> Api:
     return Api(url, token_for(url, name), name)
 
 
+def first_admin(server: ServerProc, name: str = "admin") -> Api:
+    """Set up a fresh server with its one-time token (as the first person does) and sign
+    in as that administrator."""
+    assert server.setup_token, "the server printed no set-up link"
+    r = httpx.post(
+        f"{server.url}/api/v1/setup",
+        json={"token": server.setup_token, "name": name, "password": PASSWORD},
+    )
+    assert r.status_code == 201, r.text
+    return api_for(server.url, name)
+
+
 def env_with(tag_name: str, tag: str, home: Path) -> dict[str, str]:
     env = dict(os.environ)
     env[tag_name] = tag

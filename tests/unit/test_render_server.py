@@ -235,7 +235,7 @@ def test_cli_server_options_need_server():
 def test_the_image_has_what_the_server_and_the_operator_import():
     """deploy/Dockerfile builds the one image both Deployments (and a notebook's pod) run
     (no Docker here to build it): it must install the extras `tfkube server`, `tfkube
-    operator` and `jupyter lab` need."""
+    operator`, `jupyter lab` and `python -m tfkube.serving` need."""
     import re
     from pathlib import Path
 
@@ -245,4 +245,4 @@ def test_the_image_has_what_the_server_and_the_operator_import():
     assert installed
     assert built
     for extras in (installed[0], built[0]):
-        assert {"kubernetes", "server", "notebook"} <= set(extras.split(","))
+        assert {"kubernetes", "server", "notebook", "serving"} <= set(extras.split(","))

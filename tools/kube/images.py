@@ -16,11 +16,22 @@ folder as a tar to `ctr images import -` (cluster.py does it when the real node 
   `pip install -r images/tensorflow-requirements.txt` inside it (tensorflow-cpu, TensorBoard,
   scikit-learn, numpy: what the launcher, the examples and TensorBoard need). `__pycache__`
   is kept so TensorFlow imports fast; pip's downloads are cached in `~/.cache/tfkube/pip`.
+- `ghcr.io/tfkube/operator:<version>` — tfkube's own image, under the name the renderer
+  gives it (`tfkube.render.OPERATOR_IMAGE`), so model servers with the `tfkube` runtime (and
+  notebooks) run unchanged. Three layers: the TensorFlow image's layer (the same blob,
+  hard-linked: no second copy), then tfkube's dependencies (`pip install` of what
+  pyproject.toml lists for the `serving`, `server`, `kubernetes` and `notebook` extras, run in
+  the TensorFlow image through an overlay mount, so the layer holds only what pip added;
+  cached under `images/layers/` by the hash of those requirements), then tfkube itself (a
+  `pip install --no-deps` of this checkout; keyed by the hash of its source, so a source
+  change rebuilds in seconds). Non-root (65532) like deploy/Dockerfile, which builds the
+  same thing for a registry.
 - `localhost/tfkube/pause:1` — the pod sandbox image: one static program (tools/kube/pause,
   built by `build.sh --with-node`), since registry.k8s.io/pause cannot be pulled here.
 
 Each image is rebuilt only when its recipe changes: the folder name carries the SHA-256 of
-the recipe (the constants below, the requirements file, the pause binary). A build runs in a
+the recipe (the constants below, the requirements file, the pause binary; for tfkube's
+image the TensorFlow image's recipe, the extras' requirements and the source). A build runs in a
 temporary folder under the cache and is renamed into place at the end, one at a time (flock).
 To push the TensorFlow image to a real registry, see docs/testing.md ("Images").
 """
@@ -33,7 +44,9 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -44,6 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
 REQUIREMENTS = HERE / "images" / "tensorflow-requirements.txt"
 FORMAT = 1
 """Bump when the packing below changes in a way that must rebuild every image."""
@@ -61,6 +75,23 @@ TENSORFLOW = {
     "cmd": ["/bin/bash"],
 }
 """The TensorFlow image's recipe (with the requirements file): what its hash covers."""
+TFKUBE_EXTRAS = ("serving", "server", "kubernetes", "notebook")
+"""What tfkube's image installs (deploy/Dockerfile's list): the model server (`serving`),
+`tfkube server`, `tfkube operator` and notebooks."""
+TFKUBE = {
+    "env": {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "LANG": "C.UTF-8",
+        "PYTHONUNBUFFERED": "1",
+        "HOME": "/tmp",
+    },
+    "user": "65532:65532",
+    "cmd": ["tfkube", "operator"],
+}
+"""tfkube's image config, as deploy/Dockerfile sets it: non-root, HOME in the writable /tmp
+(pods run it with a read-only root filesystem)."""
+SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"
+"""Where pip installs as root in Debian 12's Python (the TensorFlow image's)."""
 OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -106,6 +137,72 @@ def tensorflow_image(root: Path | None = None) -> Image:
     return Image("tensorflow", TENSORFLOW_NAME, digest, (root or cache_root()) / "images")
 
 
+def tfkube_version(repo: Path = REPO) -> str:
+    text = (repo / "src" / "tfkube" / "__init__.py").read_text()
+    found = re.search(r'^__version__ = "([^"]+)"', text, re.MULTILINE)
+    if found is None:
+        raise ImageError("src/tfkube/__init__.py has no __version__")
+    return found.group(1)
+
+
+def tfkube_name(repo: Path = REPO) -> str:
+    """`tfkube.render.OPERATOR_IMAGE` (this script cannot import tfkube: stdlib only)."""
+    return f"ghcr.io/tfkube/operator:{tfkube_version(repo)}"
+
+
+def tfkube_requirements(repo: Path = REPO) -> list[str]:
+    """tfkube's own dependencies and those of TFKUBE_EXTRAS, from pyproject.toml."""
+    import tomllib
+
+    project = tomllib.loads((repo / "pyproject.toml").read_text())["project"]
+    wanted = list(project["dependencies"])
+    for extra in TFKUBE_EXTRAS:
+        wanted += project["optional-dependencies"][extra]
+    return sorted(set(wanted))
+
+
+def _source_files(repo: Path) -> list[Path]:
+    """What a wheel of the checkout is built from (no caches, no build leftovers)."""
+    files = [repo / "pyproject.toml", repo / "README.md"]
+    for path in sorted((repo / "src").rglob("*")):
+        parts = path.relative_to(repo).parts
+        if path.is_file() and not any(p == "__pycache__" or p.endswith(".egg-info") for p in parts):
+            files.append(path)
+    return files
+
+
+def source_digest(repo: Path = REPO) -> str:
+    sha = hashlib.sha256()
+    for path in _source_files(repo):
+        sha.update(str(path.relative_to(repo)).encode() + b"\0")
+        sha.update(hashlib.sha256(path.read_bytes()).digest())
+    return sha.hexdigest()
+
+
+def deps_key(tensorflow: Image, repo: Path = REPO) -> str:
+    """The dependency layer's key: the image below it and the requirements it installs."""
+    recipe = json.dumps(
+        {"format": FORMAT, "below": tensorflow.recipe_hash, "requires": tfkube_requirements(repo)},
+        sort_keys=True,
+    )
+    return hashlib.sha256(recipe.encode()).hexdigest()
+
+
+def tfkube_image(tensorflow: Image, repo: Path = REPO) -> Image:
+    recipe = json.dumps(
+        {
+            "format": FORMAT,
+            "name": tfkube_name(repo),
+            "deps": deps_key(tensorflow, repo),
+            "source": source_digest(repo),
+            **TFKUBE,
+        },
+        sort_keys=True,
+    )
+    digest = hashlib.sha256(recipe.encode()).hexdigest()
+    return Image("tfkube", tfkube_name(repo), digest, tensorflow.root)
+
+
 def pause_image(pause_binary: Path, root: Path | None = None) -> Image:
     if not pause_binary.is_file():
         raise ImageError(f"{pause_binary} is missing: run `tools/kube/build.sh --with-node`")
@@ -133,30 +230,54 @@ def _file_digest(path: Path) -> str:
     return sha.hexdigest()
 
 
-def write_layout(layout: Path, layer_tar: Path, name: str, config: dict[str, object]) -> str:
-    """An OCI image layout with one uncompressed layer (moved in from `layer_tar`).
+@dataclass(frozen=True)
+class Layer:
+    """An uncompressed layer tar and its digest (None: computed when it is written)."""
+
+    tar: Path
+    digest: str | None = None
+
+
+def _link(source: Path, target: Path) -> None:
+    """A hard link (the same blob on disk, whatever image it belongs to), else a copy."""
+    if target.exists():
+        return
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def write_layout(layout: Path, layers: list[Layer], name: str, config: dict[str, object]) -> str:
+    """An OCI image layout of uncompressed layers, each hard-linked in from its tar.
 
     Uncompressed because it is only ever imported on this machine (gzip would cost minutes
     of CPU for a 3 GB layer); a registry push may compress it (see docs/testing.md).
     Returns the manifest digest."""
-    layer_digest = _file_digest(layer_tar)
-    blob = layout / "blobs" / "sha256" / layer_digest
-    blob.parent.mkdir(parents=True, exist_ok=True)
-    size = layer_tar.stat().st_size
-    layer_tar.replace(blob)
+    descriptors = []
+    for layer in layers:
+        digest = layer.digest or _file_digest(layer.tar)
+        blob = layout / "blobs" / "sha256" / digest
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        _link(layer.tar, blob)
+        size = blob.stat().st_size
+        descriptors.append({"mediaType": OCI_LAYER, "digest": f"sha256:{digest}", "size": size})
     image_config = {
         "architecture": "amd64",
         "os": "linux",
         "config": config,
-        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{layer_digest}"]},
-        "history": [{"created_by": "tools/kube/images.py", "created": "1970-01-01T00:00:00Z"}],
+        "rootfs": {"type": "layers", "diff_ids": [d["digest"] for d in descriptors]},
+        "history": [
+            {"created_by": "tools/kube/images.py", "created": "1970-01-01T00:00:00Z"}
+            for _ in descriptors
+        ],
     }
     config_desc = _blob(layout, json.dumps(image_config, sort_keys=True).encode(), OCI_CONFIG)
     manifest = {
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
         "config": config_desc,
-        "layers": [{"mediaType": OCI_LAYER, "digest": f"sha256:{layer_digest}", "size": size}],
+        "layers": descriptors,
     }
     manifest_desc = _blob(layout, json.dumps(manifest, sort_keys=True).encode(), OCI_MANIFEST)
     tag = name.rsplit(":", 1)[1]
@@ -171,6 +292,19 @@ def write_layout(layout: Path, layer_tar: Path, name: str, config: dict[str, obj
     return str(manifest_desc["digest"])
 
 
+def layers_of(image: Image) -> list[Layer]:
+    """A built image's layers, from its manifest (blob paths and digests)."""
+    index = json.loads((image.layout / "index.json").read_text())
+    manifest_digest = index["manifests"][0]["digest"].split(":", 1)[1]
+    blobs = image.layout / "blobs" / "sha256"
+    manifest = json.loads((blobs / manifest_digest).read_text())
+    out = []
+    for desc in manifest["layers"]:
+        digest = desc["digest"].split(":", 1)[1]
+        out.append(Layer(blobs / digest, digest))
+    return out
+
+
 # --------------------------------------------------------------------------- builds
 
 
@@ -182,9 +316,11 @@ def _locked(root: Path) -> Iterator[None]:
         yield
 
 
-def _finish(image: Image, tmp: Path, layer: Path, config: dict[str, object], t0: float) -> None:
+def _finish(
+    image: Image, tmp: Path, layers: list[Layer], config: dict[str, object], t0: float
+) -> None:
     layout = tmp / "layout"
-    digest = write_layout(layout, layer, image.name, config)
+    digest = write_layout(layout, layers, image.name, config)
     size = sum(p.stat().st_size for p in layout.rglob("*") if p.is_file())
     meta = {
         "name": image.name,
@@ -219,7 +355,7 @@ def build_pause(image: Image, pause_binary: Path) -> None:
                 info.mtime = 0
                 with pause_binary.open("rb") as f:
                     tar.addfile(info, f)
-            _finish(image, tmp, layer, {"Entrypoint": ["/pause"]}, t0)
+            _finish(image, tmp, [Layer(layer)], {"Entrypoint": ["/pause"]}, t0)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -257,6 +393,31 @@ def _host_ca_bundle() -> Path | None:
     return default if default.is_file() else None
 
 
+def _chroot_for_pip(rootfs: Path, mounts: list[Path]) -> dict[str, str]:
+    """Make `rootfs` ready for `chroot rootfs python3 -m pip install ...`: /proc, /dev,
+    pip's cache (bind mounts, appended to `mounts`), DNS and the CA bundle for the download,
+    all in `rootfs/tfkube-build` or undone by the caller. Returns pip's environment."""
+    build_dir = rootfs / "tfkube-build"
+    pip_cache = cache_root() / "pip"
+    pip_cache.mkdir(parents=True, exist_ok=True)
+    (build_dir / "pip-cache").mkdir(parents=True)
+    env = _pip_env()
+    ca = _host_ca_bundle()
+    if ca is not None:
+        shutil.copy(ca, build_dir / "ca.crt")
+        env["PIP_CERT"] = "/tfkube-build/ca.crt"
+    shutil.copy("/etc/resolv.conf", rootfs / "etc" / "resolv.conf")
+    for source, target in (
+        ("/proc", rootfs / "proc"),
+        ("/dev", rootfs / "dev"),
+        (str(pip_cache), build_dir / "pip-cache"),
+    ):
+        target.mkdir(parents=True, exist_ok=True)
+        _run(["mount", "--rbind" if source == "/dev" else "--bind", source, str(target)])
+        mounts.append(target)
+    return env
+
+
 def build_tensorflow(image: Image) -> None:
     with _locked(image.root):
         if image.present():
@@ -285,24 +446,8 @@ def build_tensorflow(image: Image) -> None:
                 ]
             )
             build_dir = rootfs / "tfkube-build"
-            pip_cache = cache_root() / "pip"
-            pip_cache.mkdir(parents=True, exist_ok=True)
-            (build_dir / "pip-cache").mkdir(parents=True)
+            env = _chroot_for_pip(rootfs, mounts)
             shutil.copy(REQUIREMENTS, build_dir / "requirements.txt")
-            env = _pip_env()
-            ca = _host_ca_bundle()
-            if ca is not None:
-                shutil.copy(ca, build_dir / "ca.crt")
-                env["PIP_CERT"] = "/tfkube-build/ca.crt"
-            shutil.copy("/etc/resolv.conf", rootfs / "etc" / "resolv.conf")
-            for source, target in (
-                ("/proc", rootfs / "proc"),
-                ("/dev", rootfs / "dev"),
-                (str(pip_cache), build_dir / "pip-cache"),
-            ):
-                target.mkdir(parents=True, exist_ok=True)
-                _run(["mount", "--rbind" if source == "/dev" else "--bind", source, str(target)])
-                mounts.append(target)
             _run(
                 [
                     "chroot",
@@ -347,10 +492,160 @@ def build_tensorflow(image: Image) -> None:
                 "Cmd": TENSORFLOW["cmd"],
                 "WorkingDir": "/",
             }
-            _finish(image, tmp, layer, config, t0)
+            _finish(image, tmp, [Layer(layer)], config, t0)
         finally:
             _unmount_all(mounts)
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _overlay_whiteouts(upper: Path) -> None:
+    """overlayfs marks a deleted file with a 0/0 character device and a replaced folder with
+    the xattr trusted.overlay.opaque; an OCI layer says the same with `.wh.<name>` and
+    `.wh..wh..opq` files (OCI image spec, "Whiteouts")."""
+    for dirpath, dirnames, filenames in os.walk(upper):
+        folder = Path(dirpath)
+        for name in filenames:
+            path = folder / name
+            info = path.lstat()
+            if stat.S_ISCHR(info.st_mode) and info.st_rdev == 0:
+                path.unlink()
+                (folder / f".wh.{name}").touch()
+        for name in dirnames:
+            try:
+                opaque = os.getxattr(folder / name, "trusted.overlay.opaque", follow_symlinks=False)
+            except OSError:
+                continue
+            if opaque == b"y":
+                (folder / name / ".wh..wh..opq").touch()
+
+
+def _empty(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def deps_layer(tensorflow: Image, repo: Path = REPO) -> Layer:
+    """tfkube's dependencies as one layer over the TensorFlow image, built once per
+    `deps_key` (under `images/layers/`): the TensorFlow layer unpacked as the lower folder of
+    an overlay mount, `pip install` of the requirements chrooted into it (what the image
+    already has, TensorFlow included, is kept), and the overlay's upper folder is the
+    layer. The caller holds the images lock."""
+    key = deps_key(tensorflow, repo)
+    folder = tensorflow.root / "layers"
+    tar = folder / f"tfkube-deps-{key[:16]}.tar"
+    digest_file = folder / f"tfkube-deps-{key[:16]}.sha256"
+    if tar.is_file() and digest_file.is_file():
+        return Layer(tar, digest_file.read_text().strip())
+    if os.geteuid() != 0:
+        raise ImageError("building tfkube's dependency layer needs root (overlay mount, chroot)")
+    requirements = tfkube_requirements(repo)
+    t0 = time.monotonic()
+    _log(f"tfkube's dependencies: building a layer of {len(requirements)} requirements")
+    tmp = Path(tempfile.mkdtemp(prefix=".build-tfkube-deps-", dir=tensorflow.root))
+    lower, upper, work, merged = (tmp / n for n in ("lower", "upper", "work", "merged"))
+    mounts: list[Path] = []
+    try:
+        for made in (lower, upper, work, merged):
+            made.mkdir()
+        for layer in layers_of(tensorflow):
+            _run(["tar", "--numeric-owner", "-C", str(lower), "-xf", str(layer.tar)])
+        options = f"lowerdir={lower},upperdir={upper},workdir={work}"
+        _run(["mount", "-t", "overlay", "overlay", "-o", options, str(merged)])
+        mounts.append(merged)
+        env = _chroot_for_pip(merged, mounts)
+        _run(
+            ["chroot", str(merged), "python3", "-m", "pip", "install", "--quiet", *requirements],
+            env=env,
+        )
+        _unmount_all(mounts)  # the bind mounts, then the overlay
+        for junk in ("tfkube-build", "etc/resolv.conf", "root/.cache"):
+            _empty(upper / junk)
+        if (upper / "tmp").is_dir():
+            for child in (upper / "tmp").iterdir():
+                _empty(child)
+        _overlay_whiteouts(upper)
+        built = tmp / "deps.tar"
+        _run(["tar", "--numeric-owner", "--sort=name", "-C", str(upper), "-cf", str(built), "."])
+        digest = _file_digest(built)
+        folder.mkdir(parents=True, exist_ok=True)
+        for old in folder.glob("tfkube-deps-*"):  # an older key's (images link theirs)
+            old.unlink()
+        built.replace(tar)
+        digest_file.write_text(digest + "\n")
+        mib = tar.stat().st_size / 2**20
+        _log(f"tfkube's dependencies: layer built in {time.monotonic() - t0:.1f}s ({mib:.0f} MiB)")
+        return Layer(tar, digest)
+    finally:
+        _unmount_all(mounts)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def source_layer(tmp: Path, repo: Path = REPO) -> Layer:
+    """tfkube itself as a layer: `pip install --no-deps --target` of a copy of the checkout
+    (this interpreter's pip builds the wheel) into Debian's dist-packages, its `tfkube`
+    command in /usr/local/bin for the image's python3. Seconds: no chroot, no TensorFlow."""
+    src = tmp / "src"
+    for path in _source_files(repo):
+        target = src / path.relative_to(repo)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+    root = tmp / "layer-root"
+    site = root / SITE_PACKAGES
+    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_ROOT_USER_ACTION": "ignore"}
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps"]
+    _run([*pip, "--no-warn-script-location", "--target", str(site), str(src)], env=env)
+    scripts = root / "usr" / "local" / "bin"
+    scripts.mkdir(parents=True)
+    for script in sorted((site / "bin").iterdir()):
+        lines = script.read_text().splitlines(keepends=True)
+        if lines and lines[0].startswith("#!"):  # pip wrote this interpreter's path
+            lines[0] = "#!/usr/bin/python3\n"
+        (scripts / script.name).write_text("".join(lines))
+        (scripts / script.name).chmod(0o755)
+    shutil.rmtree(site / "bin")
+    tar = tmp / "tfkube.tar"
+    _run(
+        ["tar", "--numeric-owner", "--owner=0", "--group=0", "--sort=name",
+         "-C", str(root), "-cf", str(tar), "."]
+    )  # fmt: skip
+    return Layer(tar)
+
+
+def build_tfkube(image: Image, tensorflow: Image) -> None:
+    """tfkube's image: the TensorFlow image's layer, the dependency layer, tfkube's own."""
+    with _locked(image.root):
+        if image.present():
+            return
+        if not tensorflow.present():
+            raise ImageError(
+                f"{tensorflow.name} is not built: run `python3 {HERE}/images.py build`"
+            )
+        t0 = time.monotonic()
+        deps = deps_layer(tensorflow)
+        _log(f"{image.name}: building tfkube's own layer")
+        tmp = Path(tempfile.mkdtemp(prefix=".build-tfkube-", dir=image.root))
+        try:
+            own = source_layer(tmp)
+            config = {
+                "Env": [f"{k}={v}" for k, v in TFKUBE["env"].items()],  # type: ignore[attr-defined]
+                "User": TFKUBE["user"],
+                "Cmd": TFKUBE["cmd"],
+                "WorkingDir": "/",
+            }
+            _finish(image, tmp, [*layers_of(tensorflow), deps, own], config, t0)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def deps_cached(tensorflow: Image, repo: Path = REPO) -> bool:
+    """Whether tfkube's image can be built in seconds (its dependency layer is there)."""
+    key = deps_key(tensorflow, repo)[:16]
+    folder = tensorflow.root / "layers"
+    return (folder / f"tfkube-deps-{key}.tar").is_file() and (
+        folder / f"tfkube-deps-{key}.sha256"
+    ).is_file()
 
 
 def _unmount_all(mounts: list[Path]) -> None:
@@ -362,34 +657,58 @@ def _unmount_all(mounts: list[Path]) -> None:
 # --------------------------------------------------------------------------- import
 
 
-def import_image(ctr: list[str], image: Image, timeout: float = 900.0) -> None:
-    """Stream the OCI layout as a tar (GNU tar, no archive on disk) into `ctr images import -`."""
-    if not image.present():
-        raise ImageError(f"{image.name} is not built: run `python3 tools/kube/images.py build`")
-    with subprocess.Popen(
-        ["tar", "-C", str(image.layout), "--exclude=./image.json", "-cf", "-", "."],
-        stdout=subprocess.PIPE,
-    ) as tar:
-        proc = subprocess.run(
-            [*ctr, "images", "import", "-"],
-            stdin=tar.stdout,
-            capture_output=True,
-            timeout=timeout,
-            check=False,
-        )
-        assert tar.stdout is not None
-        tar.stdout.close()
-        tar_code = tar.wait(timeout)
+def import_images(ctr: list[str], found: list[Image], timeout: float = 900.0) -> None:
+    """Stream the OCI layouts as one tar (GNU tar, no archive on disk) into `ctr images
+    import -`: one index naming every image, each blob once (tfkube's image shares the
+    TensorFlow image's layer, so importing both costs little more than TensorFlow alone)."""
+    for image in found:
+        if not image.present():
+            raise ImageError(f"{image.name} is not built: run `python3 tools/kube/images.py build`")
+    manifests: list[object] = []
+    members: list[str] = []
+    seen: set[str] = set()
+    for image in found:
+        manifests += json.loads((image.layout / "index.json").read_text())["manifests"]
+        blobs = [
+            f"blobs/sha256/{b.name}"
+            for b in sorted((image.layout / "blobs" / "sha256").iterdir())
+            if b.name not in seen
+        ]
+        seen.update(b.rsplit("/", 1)[1] for b in blobs)
+        if blobs:
+            members += ["-C", str(image.layout), *blobs]
+    with tempfile.TemporaryDirectory(prefix="tfkube-import-") as tmp:
+        index = {"schemaVersion": 2, "manifests": manifests}
+        (Path(tmp) / "index.json").write_text(json.dumps(index, indent=2) + "\n")
+        (Path(tmp) / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}\n')
+        argv = ["tar", "--hard-dereference", "-cf", "-", "-C", tmp, "oci-layout", "index.json"]
+        with subprocess.Popen([*argv, *members], stdout=subprocess.PIPE) as tar:
+            proc = subprocess.run(
+                [*ctr, "images", "import", "-"],
+                stdin=tar.stdout,
+                capture_output=True,
+                timeout=timeout,
+                check=False,
+            )
+            assert tar.stdout is not None
+            tar.stdout.close()
+            tar_code = tar.wait(timeout)
     if proc.returncode != 0 or tar_code != 0:
         out = (proc.stdout + proc.stderr).decode(errors="replace")
-        raise ImageError(f"importing {image.name} failed ({proc.returncode}): {out[-2000:]}")
+        names = ", ".join(i.name for i in found)
+        raise ImageError(f"importing {names} failed ({proc.returncode}): {out[-2000:]}")
+
+
+def import_image(ctr: list[str], image: Image, timeout: float = 900.0) -> None:
+    import_images(ctr, [image], timeout)
 
 
 # --------------------------------------------------------------------------- CLI
 
 
 def images(bin_dir: Path) -> list[Image]:
-    return [pause_image(bin_dir / "tfkube-pause"), tensorflow_image()]
+    tensorflow = tensorflow_image()
+    return [pause_image(bin_dir / "tfkube-pause"), tensorflow, tfkube_image(tensorflow)]
 
 
 def default_bin_dir() -> Path:
@@ -403,12 +722,14 @@ def default_bin_dir() -> Path:
 
 
 def build_all(bin_dir: Path) -> list[Image]:
-    pause, tf = images(bin_dir)
+    pause, tf, own = images(bin_dir)
     if not pause.present():
         build_pause(pause, bin_dir / "tfkube-pause")
     if not tf.present():
         build_tensorflow(tf)
-    return [pause, tf]
+    if not own.present():
+        build_tfkube(own, tf)
+    return [pause, tf, own]
 
 
 def main(argv: list[str] | None = None) -> int:

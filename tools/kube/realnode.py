@@ -8,7 +8,8 @@ What it runs, all as root, every file under `<cluster workdir>/real-node/`:
     bridge tfkube<N> 198.19.N.1/24   node IP, kubelet address, CNI bridge, DNS address
     containerd (Debian's 1.6, CRI v1) own config, root, state and socket; runc; CNI bridge
       + host-local (Debian's containernetworking-plugins); images imported from the cache
-      (tools/kube/images.py): the pause image and tensorflow/tensorflow:2.21.0
+      (tools/kube/images.py): the pause image, tensorflow/tensorflow:2.21.0 and tfkube's own
+      (ghcr.io/tfkube/operator:<version>; rebuilt first when only tfkube's source changed)
     CoreDNS (built from its Go module) on 198.19.N.1:53, zone cluster.local (kubernetes plugin)
     kubelet v1.34.4 (built from its Go module), node `tfkube-real-<N>`, cgroup root /tfkube-<N>
 
@@ -104,7 +105,11 @@ def missing_parts(bin_dir: Path) -> list[str]:
     if not out:  # the images need the pause binary: only look once the rest is there
         images = _sibling("images")
         try:
-            for image in images.images(bin_dir):
+            pause, tensorflow, own = images.images(bin_dir)
+            for image in (pause, tensorflow, own):
+                # tfkube's own layer is built at start (seconds) when its dependencies are
+                if image is own and tensorflow.present() and images.deps_cached(tensorflow):
+                    continue
                 if not image.present():
                     out.append(f"image {image.name} (run python3 tools/kube/images.py build)")
         except images.ImageError as exc:
@@ -338,7 +343,9 @@ class RealNode:
         _run(["ip", "link", "set", st.bridge, "up"])
         _make_cgroups(st.cgroup)
         images = _sibling("images")
-        pause, tensorflow = images.images(bin_dir)
+        pause, tensorflow, own = images.images(bin_dir)
+        if not own.present():  # tfkube's source changed: its own layer, in seconds
+            self._timed("build tfkube image", lambda: images.build_tfkube(own, tensorflow))
 
         # containerd
         cd = workdir / "containerd"
@@ -364,9 +371,13 @@ class RealNode:
         corefile.write_text(corefile_text(st, kube_state.kubeconfig))
         coredns = self._spawn("coredns", [str(bin_dir / "coredns"), "-conf", str(corefile)])
 
-        # images: the pause image first (every sandbox needs it), then TensorFlow
+        # images: the pause image first (every sandbox needs it), then TensorFlow and
+        # tfkube's in one stream (they share the TensorFlow layer: it is sent once)
         self._timed("import pause image", lambda: images.import_image(ctr, pause))
-        self._timed("import tensorflow image", lambda: images.import_image(ctr, tensorflow))
+        self._timed(
+            "import tensorflow and tfkube images",
+            lambda: images.import_images(ctr, [tensorflow, own]),
+        )
         self.cluster._wait(
             "CoreDNS ready",
             lambda: _http_ok(f"http://{st.node_ip}:{READY_PORT}/ready"),

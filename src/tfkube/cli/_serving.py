@@ -32,6 +32,14 @@ VersionOpt = Annotated[
     int | None,
     typer.Option("--version", help="An exported version (default: the latest, and newer ones)."),
 ]
+RuntimeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--runtime",
+        help="Kubernetes: tensorflow-serving (the stock image) or tfkube (tfkube's model "
+        "server in tfkube's image); default: the server's --serving-runtime.",
+    ),
+]
 
 
 def _client(team: str | None) -> tuple[Client, str]:
@@ -67,6 +75,7 @@ def serve(
     version: VersionOpt = None,
     cpu: Annotated[str | None, typer.Option("--cpu", help="Kubernetes: its CPU.")] = None,
     memory: Annotated[str | None, typer.Option("--memory", help="Kubernetes: its memory.")] = None,
+    runtime: RuntimeOpt = None,
     wait: Annotated[bool, typer.Option(help="Wait until it answers.")] = True,
     port: Annotated[int, typer.Option("--port", help="Local engine: the REST port.")] = 8501,
     engine: EngineOpt = "local",
@@ -74,12 +83,24 @@ def serve(
 ) -> None:
     """Serve a job's exported model with TensorFlow Serving's REST API and print its URL.
 
-    --engine server: a model server of the team (a process, or a Deployment of
-    tensorflow/serving on Kubernetes) behind the server's login; it survives restarts.
-    --engine local: a model server here, in the foreground, until Ctrl-C."""
+    --engine server: a model server of the team (a process, or on Kubernetes a Deployment
+    of tensorflow/serving or, with --runtime tfkube, of tfkube's own model server) behind
+    the server's login; it survives restarts.
+    --engine local: tfkube's model server here, in the foreground, until Ctrl-C."""
+    from tfkube.render import ServingRuntime, parse_runtime
+
+    try:
+        parse_runtime(runtime, ServingRuntime.TFKUBE)
+    except ValueError as exc:
+        raise _fail(f"--runtime: {exc}") from None
     if engine == "local":
         if namespace is not None:
             raise _fail("--namespace is for --engine server")
+        if runtime not in (None, ServingRuntime.TFKUBE.value):
+            raise _fail(
+                "--runtime: --engine local runs tfkube's model server only; leave --runtime "
+                "out, or use --engine server with a tfkube server on Kubernetes"
+            )
         _serve_here(job, name, version, port)
         return
     if engine != "server":
@@ -92,7 +113,9 @@ def serve(
         if found is None:
             raise _fail(f"team {team} has no job named {job!r}", 1)
         try:
-            server = client.serve(found.id, name=name, version=version, cpu=cpu, memory=memory)
+            server = client.serve(
+                found.id, name=name, version=version, cpu=cpu, memory=memory, runtime=runtime
+            )
         except SpecError as exc:
             problems = "; ".join(f"{e.field}: {e.message}" for e in exc.errors)
             raise _fail(f"cannot serve {job}: {problems}") from None

@@ -299,15 +299,15 @@ class Client:
         version: int | None = None,
         cpu: str | None = None,
         memory: str | None = None,
+        runtime: str | None = None,
     ) -> ModelServerOut:
         """A model server for the job's latest export (or `version`): TensorFlow Serving's
-        REST API at the answer's `url`. Raises SpecError (nothing exported, no such
-        version, a bad name) or ServerError (409: the name is taken)."""
-        body = {
-            k: v
-            for k, v in (("name", name), ("version", version), ("cpu", cpu), ("memory", memory))
-            if v is not None
-        }
+        REST API at the answer's `url`; on Kubernetes `runtime` picks the stock
+        `tensorflow-serving` or `tfkube`'s model server (default: the server's). Raises
+        SpecError (nothing exported, no such version, a bad name or runtime) or ServerError
+        (409: the name is taken)."""
+        asked = (("name", name), ("version", version), ("cpu", cpu), ("memory", memory))
+        body = {k: v for k, v in (*asked, ("runtime", runtime)) if v is not None}
         try:
             data = self._json("POST", f"/api/v1/jobs/{job_id}/model-servers", json=body)
         except ServerError as exc:

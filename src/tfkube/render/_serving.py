@@ -1,14 +1,20 @@
 """Model servers and notebooks in a cluster, as plain objects (pure).
 
-A model server is the stock `tensorflow/serving` image reading the job's exported
-SavedModels from the job's own output volume (read-only), so what the job wrote is what
-is served, with no copy:
+A model server reads the job's exported SavedModels from the job's own output volume
+(read-only), so what the job wrote is what is served, with no copy. Its runtime
+(`ServingRuntime`) is the stock `tensorflow/serving` image (the default) or tfkube's own
+model server (`python3 -m tfkube.serving`) in tfkube's image; both answer TensorFlow
+Serving's REST API on the same port, so clients and the proxy do not care which:
 
-    ConfigMap  <name>-serving   models.config: the model's name, base path, version policy
-    Deployment <name>-serving   tensorflow_model_server, REST on :8501 (gRPC :8500);
-                                ready when GET /v1/models/<name> answers
+    ConfigMap  <name>-serving   tensorflow-serving only: models.config (the model's name,
+                                base path, version policy)
+    Deployment <name>-serving   tensorflow_model_server, REST on :8501 (gRPC :8500), or
+                                tfkube's, REST on :8501 (non-root, read-only root);
+                                ready when GET /v1/models/<name> answers; placed like the
+                                job's exporting replica (`serving_placement`)
     Service    <name>-serving   ClusterIP, port `http` (the tfkube server proxies to it
-                                through the API server's service proxy)
+                                through the API server's service proxy), `grpc` too for
+                                tensorflow-serving
 
 A notebook is a JupyterLab server per user, its home on a claim of its own:
 
@@ -22,9 +28,10 @@ A notebook is a JupyterLab server per user, its home on a claim of its own:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
-from tfkube.api import Resources, TFJob
+from tfkube.api import Resources, Role, TFJob
 from tfkube.kube.names import (
     LABEL_COMPONENT,
     LABEL_MANAGED_BY,
@@ -36,7 +43,7 @@ from tfkube.kube.names import (
     notebook_name,
 )
 from tfkube.render._deploy import OPERATOR_IMAGE
-from tfkube.render._render import _resources
+from tfkube.render._render import _placement, _resources
 
 Object = dict[str, Any]
 
@@ -49,6 +56,34 @@ MODELS_DIR = "/models"
 EXPORT_SUBDIR = "export"
 """Where a job's exports are inside its output folder (the launcher's TFKUBE_EXPORT_DIR)."""
 DEFAULT_SERVING_RESOURCES = Resources(cpu="1", memory="2Gi")
+TFKUBE_SERVING_IMAGE = OPERATOR_IMAGE
+"""tfkube's own image (deploy/Dockerfile, and tools/kube/images.py on the test cluster's
+real node): TensorFlow, the `serving` extra and tfkube."""
+TFKUBE_SERVING_USER = 65532
+"""The image's non-root user (deploy/Dockerfile's USER)."""
+
+
+class ServingRuntime(StrEnum):
+    """Which model server a model server's pod runs. Both speak TensorFlow Serving's REST
+    API on port 8501 and read the same volume, so a client cannot tell them apart."""
+
+    TENSORFLOW_SERVING = "tensorflow-serving"
+    """The stock `tensorflow/serving` image (`tensorflow_model_server`; also gRPC on 8500)."""
+    TFKUBE = "tfkube"
+    """tfkube's model server (`python3 -m tfkube.serving`) in tfkube's image: the one the
+    local engine runs, so what was tested here is what runs in the cluster."""
+
+
+def parse_runtime(value: str | None, default: ServingRuntime) -> ServingRuntime:
+    """A runtime by its name (None: `default`); ValueError names the choices."""
+    if value is None or value == "":
+        return default
+    try:
+        return ServingRuntime(value)
+    except ValueError:
+        choices = " or ".join(r.value for r in ServingRuntime)
+        raise ValueError(f"{value!r} is not a model server runtime; choose {choices}") from None
+
 
 NOTEBOOK_IMAGE = OPERATOR_IMAGE
 """tfkube's own image (deploy/Dockerfile): JupyterLab (the `notebook` extra) and the
@@ -104,9 +139,74 @@ class ModelServerSpec:
     version: int | None = None
     """None: the latest export, and newer ones as they appear; else that version only."""
     resources: Resources = field(default_factory=lambda: DEFAULT_SERVING_RESOURCES)
-    image: str = TF_SERVING_IMAGE
+    runtime: ServingRuntime = ServingRuntime.TENSORFLOW_SERVING
+    """Which model server runs (the stock TensorFlow Serving, or tfkube's)."""
+    image: str | None = None
+    """None: the runtime's image (`TF_SERVING_IMAGE`, or tfkube's `TFKUBE_SERVING_IMAGE`)."""
     poll_seconds: int = 5
-    """How often TensorFlow Serving looks for a newer export."""
+    """How often the model server looks for a newer export."""
+
+
+def serving_placement(job: TFJob) -> Object:
+    """nodeSelector and tolerations of the job's exporting replica (the chief, else the
+    workers): the model server mounts the job's output volume, so it belongs where the job's
+    own pods may run (a node-local or zonal volume, a tainted pool the team owns)."""
+    replicas = job.spec.replicas
+    return _placement(replicas.get(Role.CHIEF) or replicas.get(Role.WORKER))
+
+
+def _serving_container(spec: ModelServerSpec, sub_path: str) -> Object:
+    """The model server's container: the runtime's command, the same port, probe, volume."""
+    model_dir = f"{MODELS_DIR}/{spec.name}"
+    mounts: list[Object] = [
+        {"name": "model", "mountPath": model_dir, "subPath": sub_path, "readOnly": True}
+    ]
+    ports: list[Object] = [{"name": "http", "containerPort": REST_PORT, "protocol": "TCP"}]
+    container: Object = {"name": "serving", "imagePullPolicy": "IfNotPresent"}
+    if spec.runtime is ServingRuntime.TENSORFLOW_SERVING:
+        container["image"] = spec.image or TF_SERVING_IMAGE
+        container["command"] = ["tensorflow_model_server"]
+        container["args"] = [
+            f"--port={GRPC_PORT}",
+            f"--rest_api_port={REST_PORT}",
+            f"--model_config_file={CONFIG_DIR}/models.config",
+            f"--file_system_poll_wait_seconds={spec.poll_seconds}",
+        ]
+        ports.append({"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"})
+        mounts.append({"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
+    else:
+        container["image"] = spec.image or TFKUBE_SERVING_IMAGE
+        container["command"] = ["python3", "-m", "tfkube.serving"]
+        container["args"] = [
+            "--rest_api_host=0.0.0.0",
+            f"--rest_api_port={REST_PORT}",
+            f"--model_name={spec.name}",
+            f"--model_base_path={model_dir}",
+            f"--file_system_poll_wait_seconds={spec.poll_seconds}",
+        ]
+        if spec.version is not None:
+            container["args"].append(f"--model_version={spec.version}")
+        # Non-root with a read-only root: only /tmp (HOME in the image) is writable.
+        container["securityContext"] = {
+            "runAsNonRoot": True,
+            "runAsUser": TFKUBE_SERVING_USER,
+            "runAsGroup": TFKUBE_SERVING_USER,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        }
+        mounts.append({"name": "tmp", "mountPath": "/tmp"})
+    container["ports"] = ports
+    # 10 s, not Kubernetes' 1 s: a model server busy predicting on a loaded node answers
+    # late, and a missed probe takes it out of its Service.
+    container["readinessProbe"] = {
+        "httpGet": {"path": f"/v1/models/{spec.name}", "port": "http"},
+        "periodSeconds": 5,
+        "timeoutSeconds": 10,
+    }
+    container["resources"] = _resources(spec.resources)
+    container["volumeMounts"] = mounts
+    return container
 
 
 def render_model_server(spec: ModelServerSpec) -> list[Object]:
@@ -114,42 +214,13 @@ def render_model_server(spec: ModelServerSpec) -> list[Object]:
     labels = _labels("model-server", LABEL_MODEL_SERVER, spec.name)
     selector = {LABEL_COMPONENT: "model-server", LABEL_MODEL_SERVER: spec.name}
     claim, sub_path = job_export_volume(spec.job)
-    container: Object = {
-        "name": "serving",
-        "image": spec.image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["tensorflow_model_server"],
-        "args": [
-            f"--port={GRPC_PORT}",
-            f"--rest_api_port={REST_PORT}",
-            f"--model_config_file={CONFIG_DIR}/models.config",
-            f"--file_system_poll_wait_seconds={spec.poll_seconds}",
-        ],
-        "ports": [
-            {"name": "http", "containerPort": REST_PORT, "protocol": "TCP"},
-            {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
-        ],
-        "readinessProbe": {
-            "httpGet": {"path": f"/v1/models/{spec.name}", "port": "http"},
-            "periodSeconds": 5,
-        },
-        "resources": _resources(spec.resources),
-        "volumeMounts": [
-            {
-                "name": "model",
-                "mountPath": f"{MODELS_DIR}/{spec.name}",
-                "subPath": sub_path,
-                "readOnly": True,
-            },
-            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-        ],
-    }
-    config_map: Object = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": _meta(name, spec.namespace, labels),
-        "data": {"models.config": model_config(spec.name, spec.version)},
-    }
+    stock = spec.runtime is ServingRuntime.TENSORFLOW_SERVING
+    volumes: list[Object] = [
+        {"name": "model", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}},
+        {"name": "config", "configMap": {"name": name}}
+        if stock
+        else {"name": "tmp", "emptyDir": {}},
+    ]
     deployment: Object = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -162,30 +233,31 @@ def render_model_server(spec: ModelServerSpec) -> list[Object]:
                 "spec": {
                     "enableServiceLinks": False,
                     "automountServiceAccountToken": False,
-                    "containers": [container],
-                    "volumes": [
-                        {
-                            "name": "model",
-                            "persistentVolumeClaim": {"claimName": claim, "readOnly": True},
-                        },
-                        {"name": "config", "configMap": {"name": name}},
-                    ],
+                    "containers": [_serving_container(spec, sub_path)],
+                    "volumes": volumes,
+                    **serving_placement(spec.job),
                 },
             },
         },
     }
+    ports: list[Object] = [
+        {"name": "http", "port": REST_PORT, "targetPort": "http", "protocol": "TCP"}
+    ]
+    if stock:
+        ports.append({"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "protocol": "TCP"})
     service: Object = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _meta(name, spec.namespace, labels),
-        "spec": {
-            "type": "ClusterIP",
-            "selector": selector,
-            "ports": [
-                {"name": "http", "port": REST_PORT, "targetPort": "http", "protocol": "TCP"},
-                {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "protocol": "TCP"},
-            ],
-        },
+        "spec": {"type": "ClusterIP", "selector": selector, "ports": ports},
+    }
+    if not stock:
+        return [deployment, service]
+    config_map: Object = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(name, spec.namespace, labels),
+        "data": {"models.config": model_config(spec.name, spec.version)},
     }
     return [config_map, deployment, service]
 

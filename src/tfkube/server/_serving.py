@@ -5,7 +5,8 @@ watch, count, stop; survive a restart of the server.
         choose_version(exports of <job output>/export) -> a row (state running) ->
           local:      `python -m tfkube.serving` on a free loopback port, with a secret
                       only the proxy sends (so the port alone answers nothing)
-          kubernetes: render_model_server -> server-side apply in the team's namespace
+          kubernetes: render_model_server (the runtime asked for, else the server's
+                      --serving-runtime) -> server-side apply in the team's namespace
     /proxy/model/<id>/v1/models/<name>...  -> the process (or the Service), counted here
     watch loop (a thread, every 2 s): local processes probed (`GET /v1/models/<name>`),
         a dead one restarted (at most every RESTART_SECONDS); Deployments read; request
@@ -15,7 +16,8 @@ watch, count, stop; survive a restart of the server.
     shut-down: every local model server stopped by PID; the rows stay `running`, so the
         next start brings them back
 
-Decisions (`observe_local`, `observe_deployment`, `name_problem`) are pure functions.
+Decisions (`observe_local`, `observe_deployment`, `name_problem`, `runtime_for`) are pure
+functions.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from tfkube.api import FieldError, Resources, SpecError, load_job_text
+from tfkube.render import ServingRuntime, parse_runtime
 from tfkube.server._engines import Engines
 from tfkube.server._loopback import alive, free_port, spawn, stop
 from tfkube.server._settings import ServerSettings
@@ -72,6 +75,21 @@ def name_problem(name: str) -> str | None:
             "with a letter"
         )
     return None
+
+
+def runtime_for(engine: str, asked: str | None, default: ServingRuntime) -> ServingRuntime:
+    """A new model server's runtime (pure): in a cluster the one asked for, else the
+    server's default; on the local engine always tfkube's own model server (a process
+    here: the stock TensorFlow Serving has no local form). ValueError says why not."""
+    if engine == "local":
+        runtime = parse_runtime(asked, ServingRuntime.TFKUBE)
+        if runtime is not ServingRuntime.TFKUBE:
+            raise ValueError(
+                f"the local engine runs tfkube's model server only; leave the runtime out "
+                f"or choose {ServingRuntime.TFKUBE.value}"
+            )
+        return runtime
+    return parse_runtime(asked, default)
 
 
 def base_env(extra: Mapping[str, str]) -> dict[str, str]:
@@ -174,13 +192,18 @@ class ModelServers:
         name: str | None,
         version: int | None,
         resources: Resources,
+        runtime: str | None = None,
     ) -> ModelServer:
-        """A model server for the job's latest export (or `version`). Raises SpecError
-        (per field) or ServerConflict."""
+        """A model server for the job's latest export (or `version`), run by `runtime`
+        (None: the server's default). Raises SpecError (per field) or ServerConflict."""
         name = name or job.name
         problem = name_problem(name)
         if problem:
             raise SpecError([FieldError("name", problem)], "model server")
+        try:
+            chosen = runtime_for(self.engines.kind, runtime, self.settings.serving_runtime)
+        except ValueError as exc:
+            raise SpecError([FieldError("runtime", str(exc))], "model server") from None
         clash = db.scalars(
             select(ModelServer).where(
                 ModelServer.team_id == team.id,
@@ -221,7 +244,7 @@ class ModelServers:
         db.add(row)
         db.commit()
         try:
-            self._start(row, team, job)
+            self._start(row, team, job, chosen)
         except Exception as exc:
             log.exception("starting model server %s failed", row.id)
             row.state, row.stopped_at = STOPPED, time.time()
@@ -232,7 +255,9 @@ class ModelServers:
         db.commit()
         return row
 
-    def _start(self, row: ModelServer, team: Team, job: Job | None) -> None:
+    def _start(
+        self, row: ModelServer, team: Team, job: Job | None, runtime: ServingRuntime
+    ) -> None:
         if self.local:
             self._start_local(row)
             return
@@ -247,6 +272,7 @@ class ModelServers:
             job=load_job_text(job.spec, f"job {job.name!r}"),
             version=row.version,
             resources=Resources.model_validate(row.resources or {"cpu": "1", "memory": "2Gi"}),
+            runtime=runtime,
         )
         apply_objects(self.engines.api_client(), render_model_server(spec))
 
@@ -298,6 +324,7 @@ class ModelServers:
         spec = ModelServerSpec(
             row.name, team.namespace, load_job_text(job.spec, f"job {job.name!r}")
         )
+        # By name: the stock runtime's objects are a superset of tfkube's (gone is fine).
         delete_objects(self.engines.api_client(), render_model_server(spec))
 
     def stop_for_job(self, db: Session, job: Job) -> None:

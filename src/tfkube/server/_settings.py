@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tfkube.render import ServingRuntime
+
 DEFAULT_PORT = 8470
 
 
@@ -37,6 +39,9 @@ class ServerSettings:
     """Kubernetes engine: a ReadWriteMany claim name, present in every team namespace and
     mounted by the server at `<data-dir>/teams/<team>/outputs`, where jobs write their
     logs and summaries (see docs/kubernetes.md). None: logs come from the pod log API."""
+    serving_runtime: ServingRuntime = ServingRuntime.TENSORFLOW_SERVING
+    """Kubernetes engine: the model server a request that names none gets (the stock
+    TensorFlow Serving image, or tfkube's). The local engine always runs tfkube's."""
     cpus: float | None = None
     """Local engine: CPUs jobs may request together (default: this machine's)."""
     memory: int | None = None

@@ -29,6 +29,10 @@ class ServeIn(BaseModel):
     """Kubernetes engine: the model server's CPU (default 1)."""
     memory: str | None = None
     """Kubernetes engine: its memory (default 2Gi)."""
+    runtime: str | None = None
+    """Kubernetes engine: `tensorflow-serving` (the stock image) or `tfkube` (tfkube's model
+    server in tfkube's image); default: the server's `--serving-runtime`. The local engine
+    runs tfkube's model server only."""
 
 
 def server_out(
@@ -98,6 +102,7 @@ def serve(
             name=body.name,
             version=body.version,
             resources=resources,
+            runtime=body.runtime,
         )
     except SpecError as exc:
         raise FieldHTTPError([(e.field, e.message) for e in exc.errors], str(exc)) from None

@@ -1,0 +1,322 @@
+"""A trained model served by tfkube's model server in a real pod, the way a team does it.
+
+The platform as a platform team runs it (test_server_kubernetes.py's set-up): `tfkube
+install --server`'s RBAC, `tfkube server --engine kubernetes` as a process here with the
+`tfkube-server` ServiceAccount's token, and `tfkube operator` for the team's namespace with
+the operator's. Here the server listens on the real node's bridge address (198.19.N.1, a
+network the harness made), so replicas on the node fetch their code from it. The team's
+outputs claim is a hostPath volume on the real node, and the server sees the same folder
+at `<data-dir>/teams/<team>/outputs` (what an administrator's mount of the claim gives).
+
+Then, as a user: upload the between-graph example, submit it placed on the real node (its
+label and taint, no CPU requests: 2 cores), it trains in real pods and exports a
+SavedModel; `tfkube serve --engine server --runtime tfkube` starts tfkube's model server
+in tfkube's image (built here by tools/kube/images.py, imported by the node) as a
+Deployment placed like the job's replicas; held-out digits are POSTed to `:predict`
+through the API server's service proxy and through the tfkube server's proxy, and the
+answers are TensorFlow Serving's; `tfkube serving stop` removes its objects.
+
+The stock `tensorflow/serving` image cannot be pulled or built here: that runtime is only
+checked by server-side dry run (test_serving_dry_run.py).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from server._server import Api, ServerProc, api_for, first_admin, free_port
+from tfkube.backends.kubernetes import install
+from tfkube.kube.rest import ApiError, Kube
+from tfkube.render import OPERATOR_IMAGE, OPERATOR_NAMESPACE, SERVER_NAME, ServerInstall
+from tfkube.render._server import SERVER_DATA_CLAIM
+
+from ._support import (
+    REPO,
+    KubeCluster,
+    Operator,
+    RealNode,
+    create_shared_claim,
+    service_account_kubeconfig,
+    wait_for,
+)
+
+OUTPUTS = "team-outputs"
+JOB = "digits"
+JOB_TIMEOUT = 420.0
+EXAMPLE = REPO / "examples" / "mnist-between-graph"
+
+
+@dataclass
+class NodeServer(ServerProc):
+    """`tfkube server` listening on the real node's bridge address instead of loopback."""
+
+    host: str = "127.0.0.1"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+@dataclass
+class Team:
+    name: str
+    namespace: str
+    member: Api
+    server: NodeServer
+    kube: KubeCluster
+    node: RealNode
+    env: dict[str, str]
+    """A user's environment for the CLI: the server's URL, the member's token, the team."""
+
+
+def _targz(folder: Path) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for path in sorted(folder.iterdir()):
+            if path.is_file():
+                tar.add(path, arcname=path.name)
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def team(
+    kube_cluster: KubeCluster,
+    real_node: RealNode,
+    operator_kubeconfig: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Team]:
+    kube = kube_cluster
+    install(kube.api_client, server=ServerInstall(outputs_claim=OUTPUTS))
+    # The server runs here, not in its Deployment (whose pod would be a KWOK fake).
+    client.AppsV1Api(kube.api_client).delete_namespaced_deployment(SERVER_NAME, OPERATOR_NAMESPACE)
+    kube.core.delete_namespaced_persistent_volume_claim(SERVER_DATA_CLAIM, OPERATOR_NAMESPACE)
+    tmp = tmp_path_factory.mktemp("node-serving")
+    kubeconfig = service_account_kubeconfig(
+        kube, SERVER_NAME, OPERATOR_NAMESPACE, tmp / "server.kubeconfig"
+    )
+    port = free_port()
+    code_url = f"http://{real_node.node_ip}:{port}"
+    server = NodeServer(
+        tmp / "data",
+        port,
+        None,
+        {**os.environ, "TFKUBE_HOME": str(tmp / "home")},
+        extra=["--host", real_node.node_ip, "--engine", "kubernetes", "--kubeconfig",
+               str(kubeconfig), "--outputs-claim", OUTPUTS, "--code-url", code_url],
+        host=real_node.node_ip,
+    )  # fmt: skip
+    server.start()
+    name = f"t{uuid.uuid4().hex[:8]}"
+    namespace = f"tfkube-{name}"
+    operator: Operator | None = None
+    admin: Api | None = None
+    member: Api | None = None
+    try:
+        admin = first_admin(server)
+        admin.new_team(name, {})  # no quota: the pods ask no CPU (2 cores)
+        user = admin.new_user()
+        admin.add_member(name, user, "member")
+        member = api_for(server.url, user)
+        # The team's outputs claim, bound to a folder on the real node, which the server
+        # sees at <data-dir>/teams/<team>/outputs (an administrator's mount of the claim).
+        real_node.bind(namespace, [OUTPUTS, f"{JOB}-data"])
+        create_shared_claim(kube, namespace, OUTPUTS)
+        shared = real_node.volume(namespace, OUTPUTS)
+        shared.mkdir(parents=True, exist_ok=True)
+        seen_by_server = tmp / "data" / "teams" / name / "outputs"
+        seen_by_server.parent.mkdir(parents=True, exist_ok=True)
+        if seen_by_server.is_dir():  # made empty by the server: the mount goes over it
+            seen_by_server.rmdir()
+        seen_by_server.symlink_to(shared, target_is_directory=True)
+        operator = Operator(kube, namespace, tmp / "operator.log", operator_kubeconfig)
+        operator.start()
+        member.ok(
+            member.post(
+                f"/api/v1/teams/{name}/artifacts",
+                params={"name": "mnist", "filename": "code.tar.gz"},
+                content=_targz(EXAMPLE),
+                headers={"Content-Type": "application/octet-stream"},
+            ),
+            201,
+        )
+        env = {**os.environ, "TFKUBE_URL": server.url, "TFKUBE_TOKEN": member.token,
+               "TFKUBE_TEAM": name, "TFKUBE_HOME": str(tmp / "home")}  # fmt: skip
+        yield Team(name, namespace, member, server, kube, real_node, env)
+    finally:
+        try:
+            if admin is not None:  # the server deletes each job's TFJob and outputs
+                jobs = admin.get("/api/v1/jobs", params={"limit": 500}).json()["items"]
+                for job in jobs:
+                    admin.delete(f"/api/v1/jobs/{job['id']}")
+        finally:
+            for api in (member, admin):
+                if api is not None:
+                    api.close()
+            server.stop()
+            if operator is not None:
+                operator.kill()
+            delete_namespace(kube, namespace)
+        errors = [
+            line
+            for line in server.log.read_text().splitlines()
+            if "Traceback" in line or "ERROR" in line
+        ]
+        assert not errors, server.log.read_text()[-6000:]
+        if operator is not None:
+            assert not operator.errors(), operator.log.read_text()[-5000:]
+
+
+def delete_namespace(kube: KubeCluster, namespace: str) -> None:
+    try:
+        kube.core.delete_namespace(namespace, propagation_policy="Background")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def held_out_digits(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The examples' test split (their documented seed): 64 pixels in [0, 1], labels."""
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    order = np.random.default_rng(0).permutation(len(x))
+    x, y = (x[order] / 16.0).astype(np.float32), y[order]
+    return x[:n], y[:n]
+
+
+def tfkube_cli(team: Team, *args: str, timeout: float = 300) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfkube", *args],
+        capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO, env=team.env,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"tfkube {' '.join(args)}: {proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def job_manifest(node: RealNode) -> str:
+    raw = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
+    raw["metadata"]["name"] = JOB
+    spec = raw["spec"]
+    spec["code"]["source"] = "artifact:mnist"
+    for role in spec["replicas"].values():
+        role["nodeSelector"] = dict(node.SELECTOR)
+        role["tolerations"] = list(node.TOLERATIONS)
+        role.get("resources", {}).pop("cpu", None)
+    spec["replicas"]["worker"]["args"] = ["--train_steps=300"]  # a model to serve, quickly
+    return str(yaml.safe_dump(raw))
+
+
+def assert_tf_serving_predictions(answer: Any, n: int) -> list[int]:
+    """TensorFlow Serving's row format for the examples' signature; returns the classes."""
+    assert isinstance(answer, dict), answer
+    assert set(answer) == {"predictions"}, answer
+    predictions = answer["predictions"]
+    assert len(predictions) == n
+    classes = []
+    for row in predictions:
+        assert set(row) == {"classes", "probabilities"}, row
+        probabilities = np.array(row["probabilities"], dtype=np.float64)
+        assert probabilities.shape == (10,)
+        assert ((probabilities >= 0) & (probabilities <= 1)).all(), row
+        assert abs(probabilities.sum() - 1.0) < 1e-3, row
+        assert row["classes"] == int(probabilities.argmax()), row
+        classes.append(int(row["classes"]))
+    return classes
+
+
+def model_server_objects(kube: KubeCluster, ns: str) -> list[str]:
+    k = Kube(kube.api_client)
+    found = []
+    for api_version, kind in (("apps/v1", "Deployment"), ("v1", "Service"), ("v1", "ConfigMap")):
+        if k.get(api_version, kind, ns, f"{JOB}-serving") is not None:
+            found.append(kind)
+    pods = kube.core.list_namespaced_pod(ns, label_selector="tfkube.io/component=model-server")
+    return found + [f"Pod {p.metadata.name}" for p in pods.items]
+
+
+def test_tfkube_model_server_answers_in_a_real_pod(team: Team) -> None:
+    kube, ns, node = team.kube, team.namespace, team.node
+    t0 = time.monotonic()
+    job = team.member.ok(
+        team.member.post(f"/api/v1/teams/{team.name}/jobs", json={"manifest": job_manifest(node)}),
+        201,
+    )
+
+    def finished() -> dict[str, Any] | None:
+        seen = team.member.ok(team.member.get(f"/api/v1/jobs/{job['id']}"))
+        return seen if seen["phase"] in ("Succeeded", "Failed") else None
+
+    final = wait_for(f"job {JOB} to finish", finished, JOB_TIMEOUT, 1.0)
+    assert final["phase"] == "Succeeded", final
+    exported = sorted((node.volume(ns, OUTPUTS) / JOB / "export").iterdir())
+    assert exported, "the chief exported a SavedModel"
+    trained = time.monotonic() - t0
+
+    out = tfkube_cli(team, "serve", JOB, "--engine", "server", "--runtime", "tfkube")
+    assert f"model server {JOB}: Ready" in out, out
+    served = time.monotonic() - t0 - trained
+
+    # tfkube's model server, in tfkube's image, non-root, on the real node
+    (pod,) = kube.core.list_namespaced_pod(
+        ns, label_selector="tfkube.io/component=model-server"
+    ).items
+    assert pod.spec.node_name == node.name
+    (container,) = pod.spec.containers
+    assert container.image == OPERATOR_IMAGE
+    assert container.command == ["python3", "-m", "tfkube.serving"]
+    assert container.security_context.read_only_root_filesystem is True
+    assert pod.status.container_statuses[0].ready
+
+    x, y = held_out_digits(32)
+    body = {"instances": x.tolist()}
+    # Through the API server's service proxy (nothing dials a pod IP from the host).
+    proxy = f"/api/v1/namespaces/{ns}/services/{JOB}-serving:http/proxy/v1/models/{JOB}"
+    k = Kube(kube.api_client)
+    status = k.request("GET", proxy)
+    (version,) = status["model_version_status"]
+    assert version["state"] == "AVAILABLE", status
+    assert int(version["version"]) == int(exported[-1].name)
+    classes = assert_tf_serving_predictions(k.request("POST", f"{proxy}:predict", body=body), 32)
+    # Through the tfkube server's proxy, as a client of the team (its token).
+    (listed,) = [s for s in team.member.ok(team.member.get("/api/v1/model-servers"))
+                 if s["name"] == JOB]  # fmt: skip
+    assert listed["status"] == "Ready", listed
+    answer = team.member.http.post(f"{listed['url']}:predict", json=body)
+    assert answer.status_code == 200, answer.text
+    assert assert_tf_serving_predictions(answer.json(), 32) == classes
+    wrong = team.member.http.post(f"{listed['url']}:predict", json={"instances": [[1.0, 2.0]]})
+    assert wrong.status_code == 400, wrong.text
+    assert set(wrong.json()) == {"error"}
+    accuracy = float(np.mean(np.array(classes) == y))
+    print(f"\nreal node: {JOB} trained and exported {trained:.0f}s after submit; tfkube's "
+          f"model server Ready {served:.0f}s after `tfkube serve`; accuracy on 32 held-out "
+          f"digits after 300 steps: {accuracy:.2f}")  # fmt: skip
+
+    tfkube_cli(team, "serving", "stop", JOB)
+    try:
+        wait_for("the model server's objects and pod gone",
+                 lambda: not model_server_objects(kube, ns), 120, 1.0)  # fmt: skip
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {model_server_objects(kube, ns)}") from None
+    try:
+        k.request("GET", proxy, timeout=10)
+    except ApiError:
+        pass
+    else:
+        pytest.fail("the stopped model server still answers")

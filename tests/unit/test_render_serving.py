@@ -1,0 +1,277 @@
+"""A model server's runtime and placement in a cluster (pure): the stock TensorFlow Serving
+image or tfkube's own model server, the same port, probe and volume either way, placed like
+the job's exporting replica; which runtime a request gets on each engine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from tfkube.api import Resources, load_job_text
+from tfkube.render import (
+    OPERATOR_IMAGE,
+    TF_SERVING_IMAGE,
+    TFKUBE_SERVING_IMAGE,
+    ModelServerSpec,
+    ServingRuntime,
+    parse_runtime,
+    render_model_server,
+)
+from tfkube.render._serving import serving_placement
+from tfkube.server._serving import runtime_for
+
+SELECTOR = {"tfkube.io/real-node": "true"}
+TOLERATION = {"key": "tfkube.io/real-node", "operator": "Equal", "value": "true",
+              "effect": "NoSchedule"}  # fmt: skip
+
+
+def _job(roles: dict[str, Any] | None = None, storage: dict[str, Any] | None = None) -> Any:
+    raw: dict[str, Any] = {
+        "apiVersion": "tfkube.io/v1alpha1",
+        "kind": "TFJob",
+        "metadata": {"name": "mnist"},
+        "spec": {
+            "replicas": roles or {"worker": {"replicas": 2}, "ps": {"replicas": 1}},
+            "code": {"source": "https://example.invalid/code.tar.gz"},
+        },
+    }
+    if storage:
+        raw["spec"]["storage"] = storage
+    return load_job_text(yaml.safe_dump(raw), "job")
+
+
+def _objects(runtime: ServingRuntime, **kw: Any) -> dict[str, dict[str, Any]]:
+    spec = ModelServerSpec("digits", "team-a", kw.pop("job", None) or _job(), runtime=runtime, **kw)
+    return {o["kind"]: o for o in render_model_server(spec)}
+
+
+def _container(objects: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    (container,) = objects["Deployment"]["spec"]["template"]["spec"]["containers"]
+    return dict(container)
+
+
+# -- choosing a runtime -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "default", "expected"),
+    [
+        (None, ServingRuntime.TENSORFLOW_SERVING, ServingRuntime.TENSORFLOW_SERVING),
+        ("", ServingRuntime.TFKUBE, ServingRuntime.TFKUBE),
+        ("tfkube", ServingRuntime.TENSORFLOW_SERVING, ServingRuntime.TFKUBE),
+        ("tensorflow-serving", ServingRuntime.TFKUBE, ServingRuntime.TENSORFLOW_SERVING),
+    ],
+)
+def test_parse_runtime(
+    value: str | None, default: ServingRuntime, expected: ServingRuntime
+) -> None:
+    assert parse_runtime(value, default) is expected
+
+
+@pytest.mark.parametrize("value", ["tensorflow_serving", "TFKUBE", "triton"])
+def test_a_bad_runtime_names_the_choices(value: str) -> None:
+    with pytest.raises(ValueError, match="choose tensorflow-serving or tfkube") as exc:
+        parse_runtime(value, ServingRuntime.TENSORFLOW_SERVING)
+    assert repr(value) in str(exc.value)
+
+
+STOCK, OURS = ServingRuntime.TENSORFLOW_SERVING, ServingRuntime.TFKUBE
+
+
+@pytest.mark.parametrize(
+    ("engine", "asked", "default", "expected"),
+    [
+        ("kubernetes", None, STOCK, STOCK),
+        ("kubernetes", None, OURS, OURS),
+        ("kubernetes", "tfkube", STOCK, OURS),
+        ("kubernetes", "tensorflow-serving", OURS, STOCK),
+        ("local", None, STOCK, OURS),  # the server's default is for clusters
+        ("local", "tfkube", STOCK, OURS),
+        ("local", "tensorflow-serving", STOCK, "runs tfkube's model server only"),
+        ("local", "triton", STOCK, "not a model server runtime"),
+        ("kubernetes", "triton", STOCK, "not a model server runtime"),
+    ],
+)
+def test_runtime_for(
+    engine: str, asked: str | None, default: ServingRuntime, expected: ServingRuntime | str
+) -> None:
+    if isinstance(expected, ServingRuntime):
+        assert runtime_for(engine, asked, default) is expected
+    else:
+        with pytest.raises(ValueError, match=expected):
+            runtime_for(engine, asked, default)
+
+
+# -- the objects --------------------------------------------------------------------------------
+
+
+def test_tfkubes_image_is_the_operator_image() -> None:
+    assert TFKUBE_SERVING_IMAGE == OPERATOR_IMAGE
+
+
+def test_stock_runtime_keeps_its_objects() -> None:
+    objects = _objects(STOCK, version=301)
+    assert list(objects) == ["ConfigMap", "Deployment", "Service"]
+    container = _container(objects)
+    assert container["image"] == TF_SERVING_IMAGE
+    assert container["command"] == ["tensorflow_model_server"]
+    assert "securityContext" not in container
+    ports = {p["name"] for p in objects["Service"]["spec"]["ports"]}
+    assert ports == {"http", "grpc"}
+
+
+@pytest.mark.parametrize(("version", "pinned"), [(None, []), (301, ["--model_version=301"])])
+def test_tfkube_runtime_objects(version: int | None, pinned: list[str]) -> None:
+    objects = _objects(
+        OURS,
+        version=version,
+        job=_job(storage={"logs": {"claimName": "outputs"}}),
+        resources=Resources(cpu="500m", memory="1Gi"),
+    )
+    assert list(objects) == ["Deployment", "Service"], "no models.config: flags say it all"
+    container = _container(objects)
+    assert container["image"] == OPERATOR_IMAGE
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    assert container["command"] == ["python3", "-m", "tfkube.serving"]
+    assert container["args"] == [
+        "--rest_api_host=0.0.0.0",
+        "--rest_api_port=8501",
+        "--model_name=digits",
+        "--model_base_path=/models/digits",
+        "--file_system_poll_wait_seconds=5",
+        *pinned,
+    ]
+    assert container["ports"] == [{"name": "http", "containerPort": 8501, "protocol": "TCP"}]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/v1/models/digits", "port": "http"}
+    security = container["securityContext"]
+    assert security["runAsNonRoot"] is True
+    assert security["runAsUser"] != 0
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["model"] == {
+        "name": "model",
+        "mountPath": "/models/digits",
+        "subPath": "mnist/export",
+        "readOnly": True,
+    }
+    assert mounts["tmp"]["mountPath"] == "/tmp"
+    pod = objects["Deployment"]["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["model"]["persistentVolumeClaim"] == {"claimName": "outputs", "readOnly": True}
+    assert volumes["tmp"] == {"name": "tmp", "emptyDir": {}}
+    service = objects["Service"]["spec"]
+    assert service["ports"] == [{"name": "http", "port": 8501, "targetPort": "http",
+                                 "protocol": "TCP"}]  # fmt: skip
+    assert (
+        service["selector"].items()
+        <= objects["Deployment"]["spec"]["template"]["metadata"]["labels"].items()
+    )
+
+
+@pytest.mark.parametrize("runtime", list(ServingRuntime))
+def test_same_probe_port_and_volume_for_both(runtime: ServingRuntime) -> None:
+    container = _container(_objects(runtime))
+    stock = _container(_objects(STOCK))
+    assert container["readinessProbe"] == stock["readinessProbe"]
+    assert container["readinessProbe"]["timeoutSeconds"] >= 10
+    assert container["ports"][0] == stock["ports"][0]
+    model = next(m for m in container["volumeMounts"] if m["name"] == "model")
+    assert model == next(m for m in stock["volumeMounts"] if m["name"] == "model")
+
+
+def test_an_image_given_wins() -> None:
+    assert _container(_objects(OURS, image="registry.example/tfkube:1"))["image"] == (
+        "registry.example/tfkube:1"
+    )
+
+
+# -- placement --------------------------------------------------------------------------------
+
+
+PLACED = {"nodeSelector": SELECTOR, "tolerations": [TOLERATION]}
+
+
+@pytest.mark.parametrize(
+    ("roles", "expected"),
+    [
+        ({"worker": {"replicas": 2}}, {}),
+        ({"worker": {"replicas": 2, **PLACED}, "ps": {"replicas": 1}}, PLACED),
+        # the chief exports when there is one: its placement, not the workers'
+        (
+            {
+                "chief": {"replicas": 1, **PLACED},
+                "worker": {"replicas": 1, "nodeSelector": {"pool": "gpu"}},
+            },
+            PLACED,
+        ),
+        ({"chief": {"replicas": 1}, "worker": {"replicas": 1, **PLACED}}, {}),
+        ({"worker": {"replicas": 1, "nodeSelector": SELECTOR}}, {"nodeSelector": SELECTOR}),
+    ],
+)
+def test_serving_placement(roles: dict[str, Any], expected: dict[str, Any]) -> None:
+    job = _job(roles)
+    assert serving_placement(job) == expected
+    for runtime in ServingRuntime:
+        pod = _objects(runtime, job=job)["Deployment"]["spec"]["template"]["spec"]
+        assert {k: pod[k] for k in ("nodeSelector", "tolerations") if k in pod} == expected
+
+
+# -- the image built here is the one the renderer names -----------------------------------------
+
+
+def _images_script() -> Any:
+    from cluster._support import load_cluster_module  # tests/cluster (stdlib tools loader)
+
+    return load_cluster_module()._sibling("images")
+
+
+def test_the_image_built_here_is_the_one_the_renderer_and_dockerfile_name() -> None:
+    """tools/kube/images.py builds tfkube's image for the real node (no Docker): under the
+    name rendered manifests use, with deploy/Dockerfile's extras."""
+    import re
+    from pathlib import Path
+
+    images = _images_script()
+    assert images.tfkube_name() == OPERATOR_IMAGE
+    dockerfile = (Path(__file__).resolve().parents[2] / "deploy" / "Dockerfile").read_text()
+    (installed,) = re.findall(r'"tfkube\[([a-z,]+)\]"', dockerfile)
+    assert set(images.TFKUBE_EXTRAS) == set(installed.split(","))
+    wanted = images.tfkube_requirements()
+    assert any(r.startswith("uvicorn") for r in wanted)
+    assert any(r.startswith("tensorflow-cpu") for r in wanted)
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["serve", "mnist", "--runtime", "triton"], "--runtime: 'triton' is not a model server"),
+        (
+            ["serve", "mnist", "--engine", "local", "--runtime", "tensorflow-serving"],
+            "--runtime: --engine local runs tfkube's model server only",
+        ),
+        (["server", "--serving-runtime", "tf-serving"], "--serving-runtime: 'tf-serving' is not"),
+    ],
+)
+def test_cli_refuses_a_bad_runtime_before_doing_anything(
+    argv: list[str], words: str, tmp_path: Any
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TFKUBE_HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfkube", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    said = " ".join(proc.stderr.split())  # rich wraps long lines
+    assert proc.returncode == 2, proc.stderr
+    assert words in said, proc.stderr
+    assert "choose tensorflow-serving or tfkube" in said or "local" in words
