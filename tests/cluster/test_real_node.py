@@ -297,13 +297,22 @@ def test_a_deleted_ps_pod_restarts_the_job_from_the_checkpoint(
     chief resumes from the last checkpoint on the shared logs volume, not from step 0. The
     job's TensorBoard serves the scalars meanwhile (through the API server's proxy)."""
     kube, ns, name = operator.kube, kube_namespace, "mnist-between-graph"
-    path, _ = real_node_job(real_node, tmp_path, name, SLOW, tensorboard=True, backoffLimit=6)
+    # The PS is deleted as soon as a checkpoint exists, so the job is surely still training:
+    # step_sleep is a floor, the 1,700 steps left take >= 50 s on any machine (with
+    # TensorBoard checked first, a quiet machine once finished the job before the PS went).
+    worker_args = ["--train_steps=2000", "--step_sleep=0.03", "--checkpoint_steps=100"]
+    path, _ = real_node_job(
+        real_node, tmp_path, name, worker_args, tensorboard=True, backoffLimit=6
+    )
     submit(real_node, kube, ns, path, name)
     log_dir = real_node.volume(ns, f"{name}-logs")
     wait_for("a checkpoint at step >= 300", lambda: latest_checkpoint_step(log_dir) >= 300,
              JOB_TIMEOUT, 0.5)  # fmt: skip
     checkpointed = latest_checkpoint_step(log_dir)
+    ps = replica_pods(kube, ns, name, "ps", 0)[-1]
+    kube.core.delete_namespaced_pod(ps.metadata.name, ns)
 
+    # Meanwhile (the restarted job trains >= 50 s more), TensorBoard serves the scalars.
     tags = wait_for(
         "TensorBoard serving the job's scalars",
         lambda: tensorboard_scalar_tags(kube, ns, name),
@@ -311,9 +320,6 @@ def test_a_deleted_ps_pod_restarts_the_job_from_the_checkpoint(
         2.0,
     )
     assert {"loss", "accuracy"} <= tags, tags
-
-    ps = replica_pods(kube, ns, name, "ps", 0)[-1]
-    kube.core.delete_namespaced_pod(ps.metadata.name, ns)
     wait_done(kube, ns, name)
 
     chief = replica_pods(kube, ns, name, "worker", 0)[-1]
