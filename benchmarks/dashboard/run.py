@@ -143,7 +143,7 @@ def jobs_pages(browser: Any, tmp: Path, runs: int) -> list[tuple[str, dict[str, 
 def job_pages(browser: Any, tmp: Path, runs: int) -> list[tuple[str, dict[str, float]]]:
     from kubernetes import client, config
 
-    from tfkube.backends.kubernetes import install
+    from tfkube.engines.kubernetes import install
 
     kube = load_cluster_module()
     cluster = kube.Cluster(die_with_parent=True)

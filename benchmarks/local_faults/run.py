@@ -30,9 +30,9 @@ from typing import Any
 import psutil
 import yaml
 
-from tfkube.api import parse_job
-from tfkube.backends.local import LocalBackend
-from tfkube.backends.local._store import JobDir
+from tfkube.engines.local import LocalBackend
+from tfkube.engines.local._store import JobDir
+from tfkube.spec import parse_job
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "mnist-between-graph"

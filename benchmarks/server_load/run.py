@@ -86,9 +86,9 @@ def seed(database_url: str, count: int, team: str, owner: str, artifact_id: int)
     """`count` finished jobs written as the sync loop leaves them; -> their ids."""
     from sqlalchemy import select
 
-    from tfkube.api import dump_job, parse_job
-    from tfkube.server._db import make_engine, session_factory
-    from tfkube.server._tables import Job, JobEvent, Team, User
+    from tfkube.server.core.db import make_engine, session_factory
+    from tfkube.server.core.tables import Job, JobEvent, Team, User
+    from tfkube.spec import dump_job, parse_job
 
     engine = make_engine(database_url)
     spec = dump_job(

@@ -62,11 +62,11 @@ from _api import Api, ApiError, Identity
 from _audit import AuditLog, Requests, apiserver_args
 from kubernetes import config
 
-from tfkube.api import DEFAULT_IMAGE, parse_job
-from tfkube.backends._artifact import prepare_artifact
-from tfkube.backends.kubernetes import KubernetesBackend
+from tfkube.engines._artifact import prepare_artifact
+from tfkube.engines.kubernetes import KubernetesBackend
 from tfkube.kube.names import INDEX_KEY
 from tfkube.render import RenderOptions, crd, render_job
+from tfkube.spec import DEFAULT_IMAGE, parse_job
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent

@@ -75,7 +75,7 @@ def server_command(
     """Run the platform server: REST API, accounts and teams, artifacts, kept logs."""
     try:
         from tfkube.server import ServerSettings, serve
-        from tfkube.server._settings import default_data_dir
+        from tfkube.server.core.config import default_data_dir
     except ImportError as exc:
         raise _fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
     from tfkube.render import ServingRuntime, parse_runtime

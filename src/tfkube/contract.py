@@ -1,8 +1,8 @@
 """The runtime contract between an engine and the launcher, in one place: the `TFKUBE_*`
 variables, the launcher's exit codes and its termination message.
 
-    writers: tfkube.api.replica_environment (both engines), tfkube.render (pod specs),
-             the local supervisor (tfkube.backends.local)
+    writers: tfkube.spec.replica_environment (both engines), tfkube.render (pod specs),
+             the local supervisor (tfkube.engines.local)
     reader:  tfkube.launcher, inside every replica
     judges:  tfkube.planner (which exits are retried), tfkube.render (podFailurePolicy)
 

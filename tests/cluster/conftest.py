@@ -39,7 +39,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from tfkube.backends.kubernetes import install
+from tfkube.engines.kubernetes import install
 from tfkube.render import OPERATOR_NAME, OPERATOR_NAMESPACE
 
 from ._support import (

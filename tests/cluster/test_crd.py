@@ -17,7 +17,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tfkube.backends.kubernetes import install
+from tfkube.engines.kubernetes import install
 from tfkube.kube.names import CRD_NAME, GROUP, PLURAL, VERSION
 from tfkube.render import OPERATOR_NAME, OPERATOR_NAMESPACE
 

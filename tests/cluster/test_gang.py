@@ -29,7 +29,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tfkube.backends.kubernetes import KubernetesBackend
+from tfkube.engines.kubernetes import KubernetesBackend
 
 from ._support import (
     IN_CI,

@@ -25,8 +25,8 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tfkube.api import SpecError, parse_job
-from tfkube.backends.kubernetes import KubernetesBackend
+from tfkube.engines.kubernetes import KubernetesBackend
+from tfkube.spec import SpecError, parse_job
 
 from ._support import POD_GROUP_CRDS, KubeCluster, Operator, bind_claim, delete_volumes, wait_for
 

@@ -23,10 +23,10 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tfkube.api import parse_job
-from tfkube.backends.kubernetes import KubernetesBackend, LogsUnavailable
+from tfkube.engines.kubernetes import KubernetesBackend, LogsUnavailable
 from tfkube.kube.names import GROUP, PLURAL, VERSION
 from tfkube.planner import JobPhase
+from tfkube.spec import parse_job
 
 from ._support import KubeCluster, Operator, wait_for
 

@@ -27,11 +27,11 @@ from typing import Any
 import yaml
 from kubernetes import client
 
-from tfkube.api import DEFAULT_IMAGE
-from tfkube.backends.kubernetes import KubernetesBackend
+from tfkube.engines.kubernetes import KubernetesBackend
 from tfkube.kube.observe import parse_time
 from tfkube.kube.rest import ApiError, Kube
 from tfkube.launcher._tee import replica_log_dir
+from tfkube.spec import DEFAULT_IMAGE
 
 from ._support import REPO, KubeCluster, Operator, RealNode, load_cluster_module, wait_for
 

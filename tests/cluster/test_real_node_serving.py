@@ -41,7 +41,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from server._server import Api, ServerProc, api_for, first_admin, free_port
-from tfkube.backends.kubernetes import install
+from tfkube.engines.kubernetes import install
 from tfkube.kube.rest import ApiError, Kube
 from tfkube.render import OPERATOR_IMAGE, OPERATOR_NAMESPACE, SERVER_NAME, ServerInstall
 from tfkube.render._server import SERVER_DATA_CLAIM

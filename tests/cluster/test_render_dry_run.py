@@ -23,10 +23,10 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-from tfkube.api import TFJob, load_job_text, parse_job
-from tfkube.backends._artifact import prepare_artifact
+from tfkube.engines._artifact import prepare_artifact
 from tfkube.kube.names import CRD_NAME, GROUP, PLURAL, VERSION
 from tfkube.render import RenderOptions, ServerInstall, crd, dump_yaml, render_job, server_manifests
+from tfkube.spec import TFJob, load_job_text, parse_job
 
 from ._support import POD_GROUP_CRDS, REPO, KubeCluster, wait_for
 

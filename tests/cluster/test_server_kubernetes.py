@@ -32,7 +32,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from server._server import PASSWORD, Api, ServerProc, api_for, free_port
-from tfkube.backends.kubernetes import install
+from tfkube.engines.kubernetes import install
 from tfkube.kube.names import GROUP, PLURAL
 from tfkube.render import (
     OPERATOR_NAMESPACE,

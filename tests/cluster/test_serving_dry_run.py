@@ -16,8 +16,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from tfkube.api import Resources, load_job_text
-from tfkube.backends.kubernetes import apply_objects, delete_objects
+from tfkube.engines.kubernetes import apply_objects, delete_objects
 from tfkube.kube.rest import Kube
 from tfkube.render import (
     ModelServerSpec,
@@ -27,7 +26,8 @@ from tfkube.render import (
     render_model_server,
     render_notebook,
 )
-from tfkube.server._serving import observe_deployment
+from tfkube.server.workloads.model_servers import observe_deployment
+from tfkube.spec import Resources, load_job_text
 
 from ._support import REPO, KubeCluster, wait_for
 

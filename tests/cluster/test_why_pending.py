@@ -20,8 +20,8 @@ from typing import Any
 
 from kubernetes import client
 
-from tfkube.api import parse_job
-from tfkube.backends.kubernetes import KubernetesBackend
+from tfkube.engines.kubernetes import KubernetesBackend
+from tfkube.spec import parse_job
 
 from ._support import Operator, wait_for
 from .test_operator import cli, job_dict, submit

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tfkube.api import TFJob, parse_job
-from tfkube.backends.local import LocalBackend
+from tfkube.engines.local import LocalBackend
+from tfkube.spec import TFJob, parse_job
 
 MakeJob = Callable[..., tuple[TFJob, Path]]
 

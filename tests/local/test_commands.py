@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tfkube.api import SpecError, load_job_text, parse_job
-from tfkube.backends.local import LocalBackend
+from tfkube.engines.local import LocalBackend
 from tfkube.planner import JobPhase
+from tfkube.spec import SpecError, load_job_text, parse_job
 
 from .test_cli import tfkube
 

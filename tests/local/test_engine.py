@@ -14,10 +14,10 @@ from typing import Any
 import psutil
 import pytest
 
-from tfkube.api import SpecError, parse_job
-from tfkube.backends import JobExists, JobNotFound
-from tfkube.backends.local import LocalBackend
+from tfkube.engines import JobExists, JobNotFound
+from tfkube.engines.local import LocalBackend
 from tfkube.planner import JobPhase, ReplicaState
+from tfkube.spec import SpecError, parse_job
 
 from .conftest import MakeJob
 
@@ -309,7 +309,7 @@ def test_env_from_command_and_args(
         "PLAIN": "x",
     }
     raw["spec"]["replicas"]["worker"]["args"] = ["--extra=1"]
-    from tfkube.api import parse_job
+    from tfkube.spec import parse_job
 
     backend.submit(parse_job(raw), base)
     final = backend.wait(job.name, timeout=WAIT)
@@ -325,7 +325,7 @@ def test_missing_entrypoint_and_folders_fail_before_anything_starts(
     job, base = make_job("noentry", "exit 0\n")
     raw = job.model_dump(by_alias=True)
     raw["spec"]["code"]["entrypoint"] = "train.sh"
-    from tfkube.api import parse_job
+    from tfkube.spec import parse_job
 
     with pytest.raises(SpecError) as err:
         backend.submit(parse_job(raw), base)
@@ -370,7 +370,7 @@ def test_gpus_are_pinned_per_replica_and_never_oversubscribed(
     )
     raw = job.model_dump(by_alias=True)
     raw["spec"]["replicas"]["worker"]["resources"]["gpu"] = 1
-    from tfkube.api import parse_job
+    from tfkube.spec import parse_job
 
     backend.submit(parse_job(raw), base)
     backend.wait(job.name, timeout=WAIT)

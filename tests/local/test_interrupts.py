@@ -22,9 +22,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tfkube.backends.local import LocalBackend
-from tfkube.backends.local._store import JobDir
-from tfkube.backends.local._supervisor import spawn
+from tfkube.engines.local import LocalBackend
+from tfkube.engines.local._store import JobDir
+from tfkube.engines.local._supervisor import spawn
 from tfkube.planner import JobPhase, ReplicaState
 
 from .conftest import MakeJob

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from tfkube.api import parse_job
-from tfkube.backends.local import LocalBackend
 from tfkube.contract import EX_CONFIG, EX_NOTFOUND
+from tfkube.engines.local import LocalBackend
 from tfkube.launcher._fetch import MAX_UNPACKED_BYTES
 from tfkube.planner import JobPhase, ReplicaState
+from tfkube.spec import parse_job
 
 from .conftest import MakeJob
 from .test_cli import tfkube, write_job

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tfkube.api import SpecError
-from tfkube.backends.local import LocalBackend
+from tfkube.engines.local import LocalBackend
 from tfkube.launcher import ensure_venv
 from tfkube.planner import JobPhase
+from tfkube.spec import SpecError
 
 from .conftest import MakeJob
 from .test_cli import tfkube, write_job

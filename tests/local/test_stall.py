@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tfkube.backends.local import LocalBackend
-from tfkube.backends.local._store import JobDir
+from tfkube.engines.local import LocalBackend
+from tfkube.engines.local._store import JobDir
 from tfkube.planner import JobPhase, ReplicaState
 
 from .conftest import MakeJob

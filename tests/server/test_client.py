@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import tfkube
-from tfkube.api import SpecError
+from tfkube.spec import SpecError
 
 from ._server import ServerProc
 from .conftest import TeamCtx

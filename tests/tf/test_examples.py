@@ -15,10 +15,10 @@ import psutil
 import pytest
 import yaml
 
-from tfkube.api import TFJob, parse_job
-from tfkube.backends import JobView
-from tfkube.backends.local import LocalBackend
+from tfkube.engines import JobView
+from tfkube.engines.local import LocalBackend
 from tfkube.planner import JobPhase, ReplicaState
+from tfkube.spec import TFJob, parse_job
 
 pytestmark = pytest.mark.tf
 

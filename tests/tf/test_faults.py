@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tfkube.backends.local import LocalBackend
+from tfkube.engines.local import LocalBackend
 from tfkube.planner import JobPhase
 
 from .test_examples import EXAMPLES, SLOW, example, training_process, wait_for_log

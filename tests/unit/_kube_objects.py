@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfkube.api import TFJob, parse_job
 from tfkube.kube.names import GENERATION_ANNOTATION, INDEX_KEY, LABEL_JOB, LABEL_ROLE
 from tfkube.kube.observe import format_time
+from tfkube.spec import TFJob, parse_job
 
 NOW = 1_800_000_000.0
 T0 = NOW - 100

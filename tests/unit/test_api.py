@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tfkube.api import (
+from tfkube.spec import (
     API_VERSION,
     DEFAULT_IMAGE,
     KIND,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tfkube.cluster import (
+from tfkube.tfcluster import (
     CLUSTER_ROLES,
     ROLES,
     classic_flags,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from tfkube.backends import JobView, ReplicaView
 from tfkube.cli._display import job_panel
+from tfkube.engines import JobView, ReplicaView
 from tfkube.planner import JobPhase, ReplicaState
 
 UNBOUND = (

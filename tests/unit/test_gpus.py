@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tfkube.backends.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
+from tfkube.engines.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
 
 
 @pytest.mark.parametrize(

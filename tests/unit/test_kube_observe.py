@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from tfkube.api import parse_job
-from tfkube.backends.kubernetes import job_view
 from tfkube.contract import EX_DATAERR, launcher_failure, launcher_message
+from tfkube.engines.kubernetes import job_view
 from tfkube.kube.names import owner_reference, replica_selector
 from tfkube.kube.observe import (
     STRANDED_AFTER_SECONDS,
@@ -35,6 +34,7 @@ from tfkube.kube.observe import (
     waiting_message,
 )
 from tfkube.planner import JobPhase, ReplicaState, plan
+from tfkube.spec import parse_job
 
 from ._kube_objects import (
     NOW,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tfkube.api import (
+from tfkube.spec import (
     CleanPodPolicy,
     RestartPolicy,
     Role,

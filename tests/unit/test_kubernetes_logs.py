@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tfkube.backends.kubernetes._backend import not_started
+from tfkube.engines.kubernetes._backend import not_started
 
 
 def pod(phase: str | None, state: dict[str, Any] | None = None, **status: Any) -> dict:

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from tfkube.cluster import classic_flags, tf_config
 from tfkube.launcher import (
     ContractError,
     FetchError,
@@ -31,6 +30,7 @@ from tfkube.launcher import (
     sha256_file,
 )
 from tfkube.launcher._fetch import download, unpack
+from tfkube.tfcluster import classic_flags, tf_config
 
 CLUSTER = {"ps": ["h:1"], "worker": ["h:2", "h:3"]}
 CHIEF_CLUSTER = {"chief": ["h:0"], **CLUSTER}

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from tfkube.api import parse_job
-from tfkube.backends.local._commands import command_problems, script_of
+from tfkube.engines.local._commands import command_problems, script_of
+from tfkube.spec import parse_job
 
 ON_PATH = {"sh": "/bin/sh", "bash": "/bin/bash", "hadoop": "/opt/hadoop/bin/hadoop"}
 FILES = {"/opt/tools/run", "/data/app/train.py", "/data/app", "/bin/bash"}

@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from tfkube.api import RestartPolicy, parse_job
 from tfkube.contract import (
     EX_CONFIG,
     EX_DATAERR,
@@ -31,6 +30,7 @@ from tfkube.planner import (
     should_retry,
     success_reached,
 )
+from tfkube.spec import RestartPolicy, parse_job
 
 P = ReplicaState.PENDING
 RUN = ReplicaState.RUNNING

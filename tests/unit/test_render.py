@@ -23,10 +23,8 @@ import pytest
 import yaml
 
 from tfkube import contract
-from tfkube.api import SpecError, TFJob, parse_job
-from tfkube.cluster import cluster_spec, service_address
 from tfkube.kube.names import job_labels
-from tfkube.launcher._contract import contract_from_env
+from tfkube.launcher._settings import contract_from_env
 from tfkube.planner import JobPhase, should_retry
 from tfkube.render import (
     CONTAINER,
@@ -43,6 +41,8 @@ from tfkube.render import (
 )
 from tfkube.render._crd import PHASES
 from tfkube.render._render import HEARTBEAT_PATH, stall_probe
+from tfkube.spec import SpecError, TFJob, parse_job
+from tfkube.tfcluster import cluster_spec, service_address
 
 REPO = Path(__file__).resolve().parents[2]
 URL = "https://code.example/job.tar.gz"
@@ -279,7 +279,7 @@ def test_launcher_zipapp_is_deterministic_and_stdlib_only():
     assert names[0] == "__main__.py"
     assert "tfkube/__init__.py" in names
     assert "tfkube/launcher/_run.py" in names
-    assert "tfkube/cluster/_wiring.py" in names
+    assert "tfkube/tfcluster/_wiring.py" in names
     assert not [n for n in names if n.startswith(("tfkube/api", "tfkube/render", "tfkube/cli"))]
     assert all(
         i.date_time == (1980, 1, 1, 0, 0, 0) for i in zipfile.ZipFile(BytesIO(first)).infolist()
@@ -630,7 +630,7 @@ def test_pod_failure_policy_and_backoff_limit(policy, managed, role, backoff, ru
 
 def test_exit_code_rule_agrees_with_the_planner():
     """The codes Kubernetes fails at once are exactly those the planner never retries."""
-    from tfkube.api import RestartPolicy
+    from tfkube.spec import RestartPolicy
 
     for code in range(1, 256):
         fails_at_once = code in USER_ERROR_EXIT_CODES

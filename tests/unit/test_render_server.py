@@ -112,7 +112,7 @@ def test_outputs_claim_is_mounted_where_the_server_reads_team_outputs():
 
 def test_outputs_mount_matches_the_servers_layout(tmp_path):
     from tfkube.server._engines import Engines
-    from tfkube.server._settings import ServerSettings
+    from tfkube.server.core.config import ServerSettings
 
     engines = Engines(ServerSettings(data_dir=tmp_path / "data", engine="kubernetes"))
     objects = server_manifests("ops", "img", ServerInstall(outputs_claim="shared"))

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 import yaml
 
-from tfkube.api import Resources, load_job_text
 from tfkube.render import (
     OPERATOR_IMAGE,
     TF_SERVING_IMAGE,
@@ -20,7 +19,8 @@ from tfkube.render import (
     render_model_server,
 )
 from tfkube.render._serving import serving_placement
-from tfkube.server._serving import runtime_for
+from tfkube.server.workloads.model_servers import runtime_for
+from tfkube.spec import Resources, load_job_text
 
 SELECTOR = {"tfkube.io/real-node": "true"}
 TOLERATION = {"key": "tfkube.io/real-node", "operator": "Equal", "value": "true",

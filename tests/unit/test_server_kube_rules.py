@@ -7,7 +7,7 @@ import pytest
 
 from tfkube.kube.rest import ApiError, service_proxy_path
 from tfkube.server._engines import DEFAULT_REQUEST, quota_hard, tenant_objects
-from tfkube.server._jobs import passing_refusal
+from tfkube.server.jobs.service import passing_refusal
 
 
 @pytest.mark.parametrize(
@@ -97,7 +97,7 @@ def test_service_proxy_path():
 
 def test_job_view_names_the_node_of_each_replicas_pod():
     """The server's replica detail shows where a replica runs: the current pod's node."""
-    from tfkube.backends.kubernetes import job_view
+    from tfkube.engines.kubernetes import job_view
 
     from ._kube_objects import NOW, T0, pod, role_job
     from .test_kube_observe import tfjob

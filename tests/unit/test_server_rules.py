@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from tfkube.api import SpecError
-from tfkube.server._admission import Amount, Quota, Running, Waiting, admit, bytes_of, cpu_of
-from tfkube.server._forms import ArtifactRef, JobForm, form_job, parse_ref, server_problems
-from tfkube.server._paths import UnsafePath, safe_parts
-from tfkube.server._ratelimit import LoginLimiter
-from tfkube.server._scopes import Actor, Role, Scope, allowed, visible
-from tfkube.server._security import (
+from tfkube.server.core.paths import UnsafePath, safe_parts
+from tfkube.server.core.ratelimit import LoginLimiter
+from tfkube.server.core.scopes import Actor, Role, Scope, allowed, visible
+from tfkube.server.core.security import (
     ClaimError,
     CodeClaim,
     check_csrf,
@@ -20,6 +17,9 @@ from tfkube.server._security import (
     sign_claim,
     verify_claim,
 )
+from tfkube.server.jobs.admission import Amount, Quota, Running, Waiting, admit, bytes_of, cpu_of
+from tfkube.server.jobs.forms import ArtifactRef, JobForm, form_job, parse_ref, server_problems
+from tfkube.spec import SpecError
 
 TEAM, OTHER = 1, 2
 
@@ -257,7 +257,7 @@ def test_form_errors_name_the_form_field(form: JobForm, field: str) -> None:
 
 
 def test_server_jobs_may_not_name_server_folders() -> None:
-    from tfkube.api import parse_job
+    from tfkube.spec import parse_job
 
     job = parse_job(
         {

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session
 
-from tfkube.server._db import make_engine, migrate, session_factory
-from tfkube.server._jobs import QUEUED, START_LEASE_SECONDS, STARTING, JobService
-from tfkube.server._tables import Job, Team
+from tfkube.server.core.db import make_engine, migrate, session_factory
+from tfkube.server.core.tables import Job, Team
+from tfkube.server.jobs.service import QUEUED, START_LEASE_SECONDS, STARTING, JobService
 
 Sessions = Callable[[], AbstractContextManager[Session]]
 

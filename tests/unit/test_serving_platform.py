@@ -9,18 +9,18 @@ from typing import Any
 import pytest
 import yaml
 
-from tfkube.api import Resources, load_job_text
 from tfkube.render import ModelServerSpec, NotebookSpec, render_model_server, render_notebook
 from tfkube.render._serving import job_export_volume, model_config
-from tfkube.server._notebooks import idle_for
-from tfkube.server._scopes import Actor, Role, Scope, allowed
-from tfkube.server._serving import (
+from tfkube.server.core.scopes import Actor, Role, Scope, allowed
+from tfkube.server.workloads.model_servers import (
     Observed,
     base_env,
     name_problem,
     observe_deployment,
     observe_local,
 )
+from tfkube.server.workloads.notebooks import idle_for
+from tfkube.spec import Resources, load_job_text
 
 JOB = """
 apiVersion: tfkube.io/v1alpha1

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tfkube.client.wire import ReplicaOut
-from tfkube.server._checkpoints import final_checkpoint, latest_prefix
+from tfkube.server.outputs.checkpoints import final_checkpoint, latest_prefix
 from tfkube.server.web import _present as p
+from tfkube.wire import ReplicaOut
 
 
 @pytest.mark.parametrize(

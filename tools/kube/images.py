@@ -10,7 +10,7 @@ Two images, each an OCI image layout (oci-layout, index.json, blobs/) in
 folder as a tar to `ctr images import -` (cluster.py does it when the real node starts):
 
 - `docker.io/tensorflow/tensorflow:2.21.0` — the name the rendered manifests use for stock
-  images (`tfkube.api.DEFAULT_IMAGE`), so they run unchanged with `imagePullPolicy:
+  images (`tfkube.spec.DEFAULT_IMAGE`), so they run unchanged with `imagePullPolicy:
   IfNotPresent`. Recipe (`TENSORFLOW`): Debian bookworm from the Debian mirror (mmdebstrap,
   variant `essential` plus `python3`, `python3-pip`, `ca-certificates`), then
   `pip install -r images/tensorflow-requirements.txt` inside it (tensorflow-cpu, TensorBoard,

@@ -14,10 +14,10 @@ import typer
 from rich.console import Console
 from rich.live import Live
 
-from tfkube.api import SpecError, TFJob, dump_job, load_job_text, quick_job
-from tfkube.backends import Backend, JobExists, JobNotFound, JobView
-from tfkube.backends.local import LocalBackend
 from tfkube.cli._display import job_panel, jobs_table, summary
+from tfkube.engines import Backend, JobExists, JobNotFound, JobView
+from tfkube.engines.local import LocalBackend
+from tfkube.spec import SpecError, TFJob, dump_job, load_job_text, quick_job
 
 app = typer.Typer(
     help="Distributed TensorFlow training as one command.",
@@ -70,7 +70,7 @@ def _engine(engine: str, namespace: str | None, kubeconfig: Path | None) -> Back
             raise _fail("--namespace and --kubeconfig are for --engine kubernetes")
         return _backend()
     if engine == "kubernetes":
-        from tfkube.backends.kubernetes import KubernetesBackend
+        from tfkube.engines.kubernetes import KubernetesBackend
 
         try:
             return KubernetesBackend(namespace=namespace, kubeconfig=kubeconfig)
@@ -408,7 +408,7 @@ def _read_secret(path: Path) -> dict[str, object]:
 def _pack_code(job: TFJob, base: Path) -> bytes:
     import tempfile
 
-    from tfkube.backends._artifact import prepare_artifact
+    from tfkube.engines._artifact import prepare_artifact
 
     with tempfile.TemporaryDirectory(prefix="tfkube-render-") as tmp:
         artifact = prepare_artifact(job, base, Path(tmp))
@@ -572,8 +572,8 @@ def install(
         print(dump_yaml(objects), end="")
         return
     try:
-        from tfkube.backends.kubernetes import InstallError, api_client_from
-        from tfkube.backends.kubernetes import install as install_all
+        from tfkube.engines.kubernetes import InstallError, api_client_from
+        from tfkube.engines.kubernetes import install as install_all
     except ImportError as exc:
         raise _fail(f"{exc}; install the extra: pip install 'tfkube[kubernetes]'") from None
     try:

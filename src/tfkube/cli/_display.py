@@ -10,7 +10,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from tfkube.backends import JobView
+from tfkube.engines import JobView
 from tfkube.planner import JobPhase, ReplicaState
 from tfkube.serving import exported_versions
 

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tfkube.backends import JobNotFound
 from tfkube.cli._app import EXIT_INTERRUPTED, EngineOpt, NamespaceOpt, _backend, _fail, app, out
+from tfkube.engines import JobNotFound
 
 if TYPE_CHECKING:
     from tfkube.client import Client
-    from tfkube.client.wire import ModelServerOut
+    from tfkube.wire import ModelServerOut
 
 serving_app = typer.Typer(
     help="The team's model servers (on a tfkube server).", no_args_is_help=True
@@ -105,7 +105,7 @@ def serve(
         return
     if engine != "server":
         raise _fail("serve needs --engine server (a tfkube server, on either engine) or local")
-    from tfkube.api import SpecError
+    from tfkube.spec import SpecError
 
     client, team = _client(namespace)
     with client:

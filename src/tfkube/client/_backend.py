@@ -12,11 +12,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tfkube.api import FieldError, SpecError, TFJob, parse_job
-from tfkube.backends import JobEvent, JobExists, JobNotFound, JobView, ReplicaView
 from tfkube.client._client import Client, ServerError
-from tfkube.client.wire import JobOut
+from tfkube.engines import JobEvent, JobExists, JobNotFound, JobView, ReplicaView
 from tfkube.planner import JobPhase, ReplicaState
+from tfkube.spec import FieldError, SpecError, TFJob, parse_job
+from tfkube.wire import JobOut
 
 
 def _state(text: str) -> ReplicaState:

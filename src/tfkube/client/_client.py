@@ -24,9 +24,9 @@ from typing import Any
 
 import httpx
 
-from tfkube.api import FieldError, SpecError, TFJob, dump_job
 from tfkube.client._config import load_login
-from tfkube.client.wire import (
+from tfkube.spec import FieldError, SpecError, TFJob, dump_job
+from tfkube.wire import (
     ArtifactOut,
     EventOut,
     JobList,

@@ -19,7 +19,7 @@ users all rely on. Pure constants and string functions (no planner, no client), 
 
 from __future__ import annotations
 
-from tfkube.api import API_VERSION
+from tfkube.spec import API_VERSION
 
 GROUP, VERSION = API_VERSION.split("/")
 """The TFJob resource's API group and version (`tfkube.io/v1alpha1`)."""

@@ -61,7 +61,6 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
-from tfkube.api import GangScheduler, Role, TFJob, parse_job
 from tfkube.kube.names import (
     GENERATION_ANNOTATION,
     INDEX_KEY,
@@ -70,6 +69,7 @@ from tfkube.kube.names import (
     role_job_name,
 )
 from tfkube.planner import JobPhase, JobStatus, ReplicaState, ReplicaStatus, stalled_replicas
+from tfkube.spec import GangScheduler, Role, TFJob, parse_job
 
 Obj = Mapping[str, Any]
 

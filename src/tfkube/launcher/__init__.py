@@ -2,11 +2,10 @@
 environment (TF_CONFIG, classic flags, TFKUBE_*), install the code's requirements, run the
 entrypoint, forward signals, and make sure nothing it started outlives it.
 
-Standard library only (plus `tfkube.cluster` and `tfkube.contract`, which are too), so
+Standard library only (plus `tfkube.tfcluster` and `tfkube.contract`, which are too), so
 that it can run inside a stock TensorFlow image where tfkube is not installed.
 """
 
-from tfkube.launcher._contract import ContractError, ReplicaContract, contract_from_env
 from tfkube.launcher._deps import DepsError, ensure_venv, file_lock, requirements_key
 from tfkube.launcher._fetch import (
     ArchiveInfo,
@@ -15,6 +14,7 @@ from tfkube.launcher._fetch import (
     fetch_code,
     sha256_file,
 )
+from tfkube.launcher._settings import ContractError, ReplicaContract, contract_from_env
 
 __all__ = [
     "ArchiveInfo",

@@ -14,6 +14,7 @@ is stallSeconds old.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
@@ -67,7 +68,7 @@ class Heartbeat:
         """Set once the program runs: from then on only progress beats."""
         self.done = threading.Event()
         self.lock = threading.Lock()
-        self.touched = 0.0
+        self.touched = -math.inf  # the first beat always touches (monotonic time may be small)
         self.seen_write = 0.0
 
     def beat(self, force: bool = False) -> None:

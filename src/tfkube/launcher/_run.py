@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 
 from tfkube import contract as c
-from tfkube.launcher._contract import ContractError, ReplicaContract, contract_from_env
 from tfkube.launcher._deps import DepsError, activate, ensure_venv
 from tfkube.launcher._fetch import FetchError, fetch_code
 from tfkube.launcher._progress import start_heartbeat
+from tfkube.launcher._settings import ContractError, ReplicaContract, contract_from_env
 from tfkube.launcher._tee import open_attempt, start_tee
 
 ENV_COMMAND_TIMEOUT = 60.0

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tfkube.api import SpecError, TFJob
 from tfkube.kube.names import (
     CODE_TOKEN_ANNOTATION,
     GROUP,
@@ -53,6 +52,7 @@ from tfkube.operator._apply import apply, write_status
 from tfkube.operator._ops import DeleteTFJob
 from tfkube.operator._reconcile import invalid_spec_plan, reconcile
 from tfkube.render import OPERATOR_NAMESPACE, REGISTRY_SECRET, RenderOptions, render_job
+from tfkube.spec import SpecError, TFJob
 
 log = logging.getLogger("tfkube.operator")
 Key = tuple[str, str]

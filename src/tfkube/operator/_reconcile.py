@@ -41,7 +41,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfkube.api import CleanPodPolicy, GangScheduler, Role, TFJob
 from tfkube.kube.names import (
     CLUSTER_SCOPED,
     GENERATION_ANNOTATION,
@@ -74,6 +73,7 @@ from tfkube.planner import (
     Stop,
     plan,
 )
+from tfkube.spec import CleanPodPolicy, GangScheduler, Role, TFJob
 
 LIVE_REQUEUE_SECONDS = 2.0
 """A live job is looked at again at least this often (deadlines, Kubernetes' backoff);

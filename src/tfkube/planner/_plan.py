@@ -25,15 +25,6 @@ Order of decisions, each tick:
 from __future__ import annotations
 
 from tfkube import contract
-from tfkube.api import (
-    CleanPodPolicy,
-    RestartPolicy,
-    Role,
-    RunPolicy,
-    StallAction,
-    SuccessPolicy,
-    TFJob,
-)
 from tfkube.planner._types import (
     Action,
     Decision,
@@ -45,6 +36,15 @@ from tfkube.planner._types import (
     Restart,
     Start,
     Stop,
+)
+from tfkube.spec import (
+    CleanPodPolicy,
+    RestartPolicy,
+    Role,
+    RunPolicy,
+    StallAction,
+    SuccessPolicy,
+    TFJob,
 )
 
 

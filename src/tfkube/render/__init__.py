@@ -10,7 +10,7 @@ everything are the contract in
 `tfkube.kube.names` (shared with the operator and the Kubernetes backend); who retries
 what is in `tfkube.render._render` and docs/kubernetes.md.
 
-Imports `tfkube.api`, `tfkube.cluster` and `tfkube.kube.names` only: never the planner,
+Imports `tfkube.spec`, `tfkube.tfcluster` and `tfkube.kube.names` only: never the planner,
 the REST client or `kubernetes` (import-linter contracts in pyproject.toml).
 """
 

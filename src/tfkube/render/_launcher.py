@@ -22,7 +22,7 @@ from pathlib import Path
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 """The installed `tfkube` package folder."""
 
-LAUNCHER_PARTS: tuple[str, ...] = ("__init__.py", "contract.py", "launcher", "cluster")
+LAUNCHER_PARTS: tuple[str, ...] = ("__init__.py", "contract.py", "launcher", "tfcluster")
 """What the zipapp holds, relative to the package: exactly the stdlib-only code the
 launcher needs (`tfkube/__init__.py` has no imports)."""
 

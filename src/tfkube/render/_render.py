@@ -43,7 +43,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfkube import contract
-from tfkube.api import (
+from tfkube.kube.names import (
+    LABEL_COMPONENT,
+    LABEL_JOB,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    REPLICA_CONTAINER,
+    TENANT_OBJECTS,
+    TENSORBOARD_PORT_NAME,
+    claim_name,
+    code_configmap_name,
+    job_labels,
+    launcher_configmap_name,
+    registry_secret_name,
+    role_job_name,
+    tensorboard_name,
+)
+from tfkube.render._launcher import launcher_zipapp
+from tfkube.spec import (
     CLUSTER_ONLY_ENV,
     EnvFromConfigMap,
     EnvFromField,
@@ -65,24 +82,7 @@ from tfkube.api import (
     VolumeSpec,
     replica_environment,
 )
-from tfkube.cluster import service_address_rule
-from tfkube.kube.names import (
-    LABEL_COMPONENT,
-    LABEL_JOB,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
-    REPLICA_CONTAINER,
-    TENANT_OBJECTS,
-    TENSORBOARD_PORT_NAME,
-    claim_name,
-    code_configmap_name,
-    job_labels,
-    launcher_configmap_name,
-    registry_secret_name,
-    role_job_name,
-    tensorboard_name,
-)
-from tfkube.render._launcher import launcher_zipapp
+from tfkube.tfcluster import service_address_rule
 
 LAUNCHER_DIR = "/opt/tfkube"
 LAUNCHER_FILE = "launcher.pyz"

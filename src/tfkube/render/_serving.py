@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from tfkube.api import Resources, Role, TFJob
 from tfkube.kube.names import (
     LABEL_COMPONENT,
     LABEL_MANAGED_BY,
@@ -44,6 +43,7 @@ from tfkube.kube.names import (
 )
 from tfkube.render._deploy import OPERATOR_IMAGE
 from tfkube.render._render import _placement, _resources
+from tfkube.spec import Resources, Role, TFJob
 
 Object = dict[str, Any]
 

@@ -11,12 +11,12 @@
       _engines               one Backend per team (LocalBackend / KubernetesBackend)
       _tables, _db, migrations/   SQLAlchemy tables, engine, Alembic migrations
 
-The server reaches jobs only through `tfkube.backends.Backend`; it may use
-`tfkube.client.wire` (the JSON shapes it shares with the client) and anything below the
+The server reaches jobs only through `tfkube.engines.Backend`; it may use
+`tfkube.wire` (the JSON shapes it shares with the client) and anything below the
 backends, never `tfkube.cli`.
 """
 
-from tfkube.server._app import build_platform, create_app, serve
-from tfkube.server._settings import DEFAULT_PORT, ServerSettings
+from tfkube.server.app import build_platform, create_app, serve
+from tfkube.server.core.config import DEFAULT_PORT, ServerSettings
 
 __all__ = ["DEFAULT_PORT", "ServerSettings", "build_platform", "create_app", "serve"]

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tfkube.backends import Backend
+from tfkube.engines import Backend
 from tfkube.kube.names import (
     GROUP,
     LABEL_COMPONENT,
@@ -24,8 +24,8 @@ from tfkube.kube.names import (
     TENANT_OBJECTS,
 )
 from tfkube.kube.rest import Endpoint
-from tfkube.server._settings import ServerSettings
-from tfkube.server._tables import Team
+from tfkube.server.core.config import ServerSettings
+from tfkube.server.core.tables import Team
 
 DEFAULT_REQUEST = {"cpu": "500m", "memory": "512Mi"}
 """What a container that asks for nothing is counted as in a team namespace with a quota
@@ -101,7 +101,7 @@ class Engines:
 
     def api_client(self) -> Any:
         if self._api is None:
-            from tfkube.backends.kubernetes import api_client_from
+            from tfkube.engines.kubernetes import api_client_from
 
             self._api = api_client_from(self.settings.kubeconfig)
         return self._api
@@ -119,11 +119,11 @@ class Engines:
                 return found
             backend: Backend
             if self.kind == "local":
-                from tfkube.backends.local import LocalBackend
+                from tfkube.engines.local import LocalBackend
 
                 backend = LocalBackend(home=self.team_root(team) / "engine")
             else:
-                from tfkube.backends.kubernetes import KubernetesBackend
+                from tfkube.engines.kubernetes import KubernetesBackend
 
                 backend = KubernetesBackend(api_client=self.api_client(), namespace=namespace)
             self._cache[team] = backend
@@ -135,7 +135,7 @@ class Engines:
         if self.kind == "local":
             self.outputs(team.name).mkdir(parents=True, exist_ok=True)
             return
-        from tfkube.backends.kubernetes import apply_objects
+        from tfkube.engines.kubernetes import apply_objects
 
         apply_objects(self.api_client(), tenant_objects(team.namespace, team.quota or {}))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from tfkube.server._tables import Base
+from tfkube.server.core.tables import Base
 
 connection = context.config.attributes["connection"]
 context.configure(

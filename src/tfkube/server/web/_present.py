@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
-from tfkube.client.wire import ReplicaOut
+from tfkube.wire import ReplicaOut
 
 PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed")
 """In the order a job goes through them (the order of the filter chips)."""

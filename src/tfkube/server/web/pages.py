@@ -16,26 +16,26 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import select
 
-from tfkube.api import SpecError, load_job_text
-from tfkube.client.wire import ArtifactOut, JobOut, OutputFile, Progress, ReplicaOut
-from tfkube.server._accounts import actor_of, needs_setup, session_user
-from tfkube.server._logs import log_files
-from tfkube.server._scalars import progress_hint, progress_of, total_steps
-from tfkube.server._scopes import Scope, allowed, visible
-from tfkube.server._security import SESSION_COOKIE, csrf_token
-from tfkube.server._tables import Job, Membership, Team, User
-from tfkube.server._usage import team_usage
-from tfkube.server.deps import PlatformDep, Principal, SessionDep
-from tfkube.server.routes import artifacts as artifacts_api
-from tfkube.server.routes import jobs as jobs_api
-from tfkube.server.routes import logs as logs_api
-from tfkube.server.routes import teams as teams_api
-from tfkube.server.routes import tokens as tokens_api
-from tfkube.server.routes import users as users_api
-from tfkube.server.routes._util import teams_of
-from tfkube.server.routes.checkpoints import find_checkpoint
+from tfkube.server.accounts import actor_of, needs_setup, session_user
+from tfkube.server.api.deps import PlatformDep, Principal, SessionDep
+from tfkube.server.api.routes import artifacts as artifacts_api
+from tfkube.server.api.routes import jobs as jobs_api
+from tfkube.server.api.routes import logs as logs_api
+from tfkube.server.api.routes import teams as teams_api
+from tfkube.server.api.routes import tokens as tokens_api
+from tfkube.server.api.routes import users as users_api
+from tfkube.server.api.routes._util import teams_of
+from tfkube.server.api.routes.checkpoints import find_checkpoint
+from tfkube.server.core.scopes import Scope, allowed, visible
+from tfkube.server.core.security import SESSION_COOKIE, csrf_token
+from tfkube.server.core.tables import Job, Membership, Team, User
+from tfkube.server.outputs.logs import log_files
+from tfkube.server.outputs.scalars import progress_hint, progress_of, total_steps
+from tfkube.server.usage import team_usage
 from tfkube.server.web import _present as present
 from tfkube.server.web._render import PageError, SignInFirst, render
+from tfkube.spec import SpecError, load_job_text
+from tfkube.wire import ArtifactOut, JobOut, OutputFile, Progress, ReplicaOut
 
 router = APIRouter(include_in_schema=False)
 JOBS_PER_PAGE = 50

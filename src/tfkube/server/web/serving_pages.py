@@ -12,15 +12,15 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from sqlalchemy import select
 
-from tfkube.client.wire import ModelServerOut
-from tfkube.server._scopes import Scope, allowed
-from tfkube.server._serving import job_exports
-from tfkube.server._tables import Job, ModelServer, Team
-from tfkube.server.deps import PlatformDep, Principal, SessionDep
-from tfkube.server.routes import notebooks as notebooks_api
-from tfkube.server.routes import serving as serving_api
+from tfkube.server.api.deps import PlatformDep, Principal, SessionDep
+from tfkube.server.api.routes import notebooks as notebooks_api
+from tfkube.server.api.routes import serving as serving_api
+from tfkube.server.core.scopes import Scope, allowed
+from tfkube.server.core.tables import Job, ModelServer, Team
 from tfkube.server.web._render import render
 from tfkube.server.web.pages import PageUser, _ctx, _is_fragment
+from tfkube.server.workloads.model_servers import job_exports
+from tfkube.wire import ModelServerOut
 
 router = APIRouter(include_in_schema=False)
 

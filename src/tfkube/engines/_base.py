@@ -1,0 +1,115 @@
+"""The one interface every engine implements, and the views it returns.
+
+The CLI, the server and tests talk to a `Backend`; whether replicas are processes on this
+machine or pods in a cluster is the backend's business.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from tfkube.planner import JobPhase, ReplicaState
+from tfkube.spec import TFJob
+
+
+class JobNotFound(LookupError):
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no job named {name!r}; `tfkube list` shows the jobs there are")
+        self.name = name
+
+
+class JobExists(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class ReplicaView:
+    key: str
+    role: str
+    index: int
+    state: ReplicaState
+    restarts: int = 0
+    exit_code: int | None = None
+    pid: int | None = None
+    address: str | None = None
+    last_line: str = ""
+    message: str = ""
+    """Why the replica is in its state, for a person: why it is pending or waiting (the
+    scheduler's words, GPUs in use), why it failed (its launcher's own reason), what made
+    it stall. Empty when its state says it all."""
+    stalled: bool = False
+    """Running, but no progress for runPolicy.stallSeconds (shown as `Stalled`)."""
+    node: str | None = None
+    """Where it runs: a node's name in a cluster; None locally."""
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """Something that happened to a job, in order: created, started, a replica's exit, a
+    restart and why, PS ended, the final phase."""
+
+    time: float
+    message: str
+    replica: str | None = None
+
+
+@dataclass(frozen=True)
+class JobView:
+    name: str
+    phase: JobPhase
+    restarts: int
+    created_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    reason: str | None = None
+    message: str | None = None
+    replicas: tuple[ReplicaView, ...] = ()
+    log_dir: str | None = None
+    data_dir: str | None = None
+    job_dir: str | None = None
+    supervisor_alive: bool = True
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.phase.terminal and not any(r.state.live for r in self.replicas)
+
+    @property
+    def exit_code(self) -> int:
+        """The CLI's exit code for this job: 0 when it succeeded."""
+        return 0 if self.phase is JobPhase.SUCCEEDED else 1
+
+
+class Backend(Protocol):
+    """An engine that runs TFJobs."""
+
+    def submit(self, job: TFJob, base_dir: Path, *, code_token: str | None = None) -> JobView:
+        """Check the job fully, then start it. `base_dir` resolves relative paths.
+
+        `code_token`: a bearer token every replica sends when it fetches an http(s)
+        `spec.code.source` (the server's job-scoped claim). The engine hands it to the
+        replicas as TFKUBE_CODE_TOKEN, never in the spec, a URL or a log.
+
+        Raises `SpecError` (nothing was created) or `JobExists`."""
+
+    def get(self, name: str) -> JobView: ...
+
+    def list(self) -> list[JobView]: ...
+
+    def logs(self, name: str, replica: str | None, follow: bool) -> Iterator[str]: ...
+
+    def events(self, name: str) -> builtins.list[JobEvent]:
+        """What happened to the job so far, oldest first."""
+
+    def delete(self, name: str) -> JobView:
+        """Stop every replica of the job and remove it."""
+
+    def stop(self, name: str) -> JobView:
+        """Stop every replica; the job ends Failed (Stopped) and stays listed."""
+
+    def wait(self, name: str, timeout: float | None = None) -> JobView:
+        """Block until the job is finished and nothing of it runs."""

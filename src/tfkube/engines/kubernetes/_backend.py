@@ -1,0 +1,443 @@
+"""The Kubernetes engine's `Backend`: TFJob custom resources in one namespace of a cluster.
+
+submit: check the job fully on this machine (spec, code, rendering), ship a local code
+folder as the ConfigMap `<job>-code`, create the TFJob, then make the ConfigMap owned by
+it. Everything after that is the operator's (`tfkube operator`): this backend only reads
+the TFJob's status and its pods, and deletes the TFJob (the garbage collector deletes what
+it owns). Logs come from the pod log API, which the node's kubelet serves.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from tfkube.engines._artifact import prepare_artifact
+from tfkube.engines._base import JobEvent, JobExists, JobNotFound, JobView, ReplicaView
+from tfkube.kube.names import (
+    CODE_TOKEN_ANNOTATION,
+    LABEL_JOB,
+    STOP_ANNOTATION,
+    code_configmap_name,
+    code_token_secret_name,
+    owner_reference,
+    replica_selector,
+)
+from tfkube.kube.observe import (
+    GANG_SCHEDULERS,
+    Prior,
+    observe,
+    parse_time,
+    pod_index,
+    pod_role,
+    tfjob_model,
+)
+from tfkube.kube.rest import (
+    ApiError,
+    Kube,
+    api_client_from,
+    collection,
+    context_namespace,
+    object_path,
+    tfjob_path,
+)
+from tfkube.render import CONTAINER, RenderOptions, render_job
+from tfkube.spec import FieldError, SpecError, TFJob, dump_job
+from tfkube.tfcluster import service_address
+
+LOG_TIMEOUT_SECONDS = 15.0
+
+
+class LogsUnavailable(ValueError):
+    """The cluster could not serve a pod's log (e.g. no kubelet behind a fake node)."""
+
+
+def not_started(pod: Mapping[str, Any]) -> str | None:
+    """Why a pod has no log yet (e.g. `ContainerCreating`, `Unschedulable`), or None once its
+    container has started: a kubelet serves the log of a started container only."""
+    status = pod.get("status") or {}
+    if status.get("phase") not in (None, "Pending"):
+        return None
+    for cs in status.get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        if "running" in state or "terminated" in state:
+            return None
+        if "waiting" in state:
+            return str((state["waiting"] or {}).get("reason") or "Waiting")
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return str(cond.get("reason") or "Unschedulable")
+    return "Pending"
+
+
+def job_view(
+    tfjob: Mapping[str, Any],
+    jobs: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    now: float,
+    events: Iterable[Mapping[str, Any]] = (),
+) -> JobView:
+    """A TFJob resource, its role Jobs and its pods -> the engine-neutral view (pure).
+
+    The replicas are read by `tfkube.kube.observe`, the operator's own interpreter, from
+    the same objects and the TFJob's status, so `tfkube status` says what the operator
+    sees. A TFJob whose spec does not validate (the operator failed it: InvalidSpec) has
+    no replicas."""
+    meta = tfjob.get("metadata") or {}
+    status = tfjob.get("status") or {}
+    name = str(meta.get("name"))
+    prior = Prior.from_status(status)
+    replicas: tuple[ReplicaView, ...] = ()
+    try:
+        job = tfjob_model(tfjob)
+    except SpecError:
+        pass
+    else:
+        address = service_address(name, job.spec.run_policy.port)
+        pods = list(pods)
+        nodes = {
+            (p.get("metadata") or {}).get("name"): (p.get("spec") or {}).get("nodeName")
+            for p in pods
+        }
+        observation = observe(job, prior, jobs, pods, now, events)
+        seen = observation.replicas
+        replicas = tuple(
+            ReplicaView(
+                key=key,
+                role=r.status.role,
+                index=r.status.index,
+                state=r.status.state,
+                restarts=r.status.restarts,
+                exit_code=r.status.exit_code,
+                address=address(r.status.role, r.status.index),
+                node=nodes.get(r.pod) if r.pod else None,
+                message=r.message,
+                stalled=key in observation.stalled,
+            )
+            for key, r in seen.items()
+        )
+    return JobView(
+        name=name,
+        phase=prior.phase,
+        restarts=int(status.get("restarts") or 0),
+        created_at=parse_time(meta.get("creationTimestamp")) or now,
+        started_at=prior.started_at,
+        finished_at=prior.finished_at,
+        reason=prior.reason,
+        message=prior.message,
+        replicas=replicas,
+        extra={"namespace": str(meta.get("namespace") or ""), "engine": "kubernetes"},
+    )
+
+
+def _by_job(objects: Iterable[dict[str, Any]]) -> dict[str, builtins.list[dict[str, Any]]]:
+    out: dict[str, builtins.list[dict[str, Any]]] = {}
+    for obj in objects:
+        out.setdefault(
+            str(((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB)), []
+        ).append(obj)
+    return out
+
+
+class KubernetesBackend:
+    """Runs TFJobs through the TFJob resource; needs `tfkube operator` in the cluster."""
+
+    def __init__(
+        self,
+        api_client: Any = None,
+        namespace: str | None = None,
+        kubeconfig: Path | None = None,
+    ) -> None:
+        self.kube = Kube(api_client if api_client is not None else api_client_from(kubeconfig))
+        self.namespace = namespace or context_namespace(kubeconfig) or "default"
+
+    # -- reads ------------------------------------------------------------------------
+
+    def _read(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] | None = self.kube.request(
+            "GET", tfjob_path(self.namespace, name), allow=(404,)
+        )
+        if result is None:
+            raise JobNotFound(name)
+        return result
+
+    def _list(self, api_version: str, kind: str, selector: str) -> builtins.list[dict[str, Any]]:
+        return self.kube.list(api_version, kind, self.namespace, selector)
+
+    def _view(self, tfjob: dict[str, Any], jobs: Any, pods: Any, events: Any = ()) -> JobView:
+        return job_view(tfjob, jobs, pods, time.time(), events)
+
+    def _creation_failures(self) -> builtins.list[dict[str, Any]]:
+        """The namespace's Events of Jobs that could not create a pod (quota, ...): the
+        only trace of a replica whose pod was refused. Not allowed to read Events: none."""
+        return self._events("involvedObject.kind=Job,reason=FailedCreate")
+
+    def _gang_events(self, tfjob: Mapping[str, Any]) -> builtins.list[dict[str, Any]]:
+        """For a gang's job, the namespace's `FailedScheduling` Events of pods: a gang
+        scheduler's pods take turns at being the one that does not fit, and only the
+        Events keep the verdict that names what is lacking (`observe.gang_message`)."""
+        scheduling = (tfjob.get("spec") or {}).get("scheduling") or {}
+        if scheduling.get("gang") not in GANG_SCHEDULERS:
+            return []
+        return self._events("involvedObject.kind=Pod,reason=FailedScheduling")
+
+    def _events(self, field_selector: str) -> builtins.list[dict[str, Any]]:
+        try:
+            data = self.kube.request(
+                "GET",
+                collection("v1", "Event", self.namespace),
+                query={"fieldSelector": field_selector},
+            )
+        except ApiError as exc:
+            if exc.status == 403:
+                return []
+            raise
+        return list(data.get("items") or [])
+
+    # -- the Backend protocol ---------------------------------------------------------
+
+    def submit(self, job: TFJob, base_dir: Path, *, code_token: str | None = None) -> JobView:
+        code_archive = None
+        if job.spec.code is not None and not job.spec.code.is_url:
+            with tempfile.TemporaryDirectory(prefix="tfkube-submit-") as tmp:
+                code_archive = prepare_artifact(job, base_dir, Path(tmp)).path.read_bytes()
+        # The fetch token reaches the pods from a Secret, never through the pod spec.
+        token_secret = code_token_secret_name(job.name) if code_token else None
+        # Render here too: a job the operator could not render fails now, not later.
+        objects = render_job(
+            job,
+            RenderOptions(
+                namespace=self.namespace,
+                managed=True,
+                code_archive=code_archive,
+                code_token_secret=token_secret,
+            ),
+        )
+        try:
+            current = self._read(job.name)
+        except JobNotFound:
+            current = None
+        if current is not None:
+            phase = (current.get("status") or {}).get("phase") or "Pending"
+            raise JobExists(
+                f"a job named {job.name!r} already exists in namespace {self.namespace} "
+                f"({phase}); `tfkube delete {job.name} --engine kubernetes` or choose "
+                "another name"
+            )
+        cm_name = code_configmap_name(job.name)
+        code_cm = next((o for o in objects if o["metadata"]["name"] == cm_name), None)
+        cm_path = collection("v1", "ConfigMap", self.namespace)
+        secret_path = collection("v1", "Secret", self.namespace)
+        owned = []  # created before the TFJob, owned by it once it exists
+        if token_secret is not None:
+            secret = {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {
+                    "name": token_secret,
+                    "namespace": self.namespace,
+                    "labels": {LABEL_JOB: job.name},
+                },
+                "type": "Opaque",
+                "stringData": {"token": code_token},
+            }
+            if not self.kube.request("POST", secret_path, body=secret, allow=(409,)):
+                self.kube.request("PUT", f"{secret_path}/{token_secret}", body=secret)
+            owned.append(f"{secret_path}/{token_secret}")
+        if code_cm is not None and not self.kube.request(
+            "POST", cm_path, body=code_cm, allow=(409,)
+        ):  # left over from an earlier attempt: replace it
+            self.kube.request("PUT", f"{cm_path}/{cm_name}", body=code_cm)
+        if code_cm is not None:
+            owned.append(f"{cm_path}/{cm_name}")
+        body = _resource(job, self.namespace)
+        if token_secret is not None:  # the operator renders the replicas' env from it
+            body["metadata"]["annotations"] = {CODE_TOKEN_ANNOTATION: token_secret}
+        try:
+            created = self.kube.request("POST", tfjob_path(self.namespace), body=body)
+        except ApiError as exc:
+            for path in owned:  # not owned by anything yet: do not leave them behind
+                with contextlib.suppress(ApiError):
+                    self.kube.request("DELETE", path)
+            if exc.status == 409:
+                raise JobExists(f"a job named {job.name!r} already exists") from None
+            if exc.status == 422:
+                raise SpecError(
+                    [FieldError("(api server)", exc.message)],
+                    f"job {job.name!r} (refused by the API server)",
+                ) from None
+            raise
+        owner = owner_reference(job.name, created["metadata"]["uid"])
+        for path in owned:
+            self.kube.merge_patch(path, {"metadata": {"ownerReferences": [owner]}})
+        return self._view(created, [], [])
+
+    def get(self, name: str) -> JobView:
+        tfjob = self._read(name)
+        selector = replica_selector(name)
+        jobs = self._list("batch/v1", "Job", selector)
+        pods = self._pods(selector)
+        events = self._creation_failures() + self._gang_events(tfjob)
+        return self._view(tfjob, jobs, pods, events)
+
+    def _pods(self, selector: str) -> builtins.list[dict[str, Any]]:
+        return self._list("v1", "Pod", selector)
+
+    def list(self) -> builtins.list[JobView]:
+        items = self.kube.request("GET", tfjob_path(self.namespace)).get("items") or []
+        jobs = _by_job(self._list("batch/v1", "Job", replica_selector()))
+        pods = _by_job(self._pods(replica_selector()))
+        failures = self._creation_failures() if items else []
+        return [
+            self._view(
+                t,
+                jobs.get(t["metadata"]["name"], []),
+                pods.get(t["metadata"]["name"], []),
+                failures,
+            )
+            for t in items
+        ]
+
+    def logs(self, name: str, replica: str | None = None, follow: bool = False) -> Iterator[str]:
+        view = self.get(name)
+        keys = [r.key for r in view.replicas]
+        if replica is not None and replica not in keys:
+            raise ValueError(
+                f"job {name!r} has no replica {replica!r}; its replicas are {', '.join(keys)}"
+            )
+        chosen = [replica] if replica else keys
+        pods = self._pods(replica_selector(name))
+        newest: dict[str, dict[str, Any]] = {}
+        for pod in sorted(pods, key=lambda p: str(p["metadata"].get("creationTimestamp"))):
+            newest[f"{pod_role(pod)}-{pod_index(pod)}"] = pod
+        for key in chosen:
+            found = newest.get(key)
+            if found is None:
+                gone = (
+                    (
+                        f"{key} has no pod now (a job's PS and still-running workers are "
+                        "removed when it ends); the launcher keeps every start's log on the "
+                        f"job's logs volume under .tfkube/logs/{key}/, which a tfkube server "
+                        "serves"
+                    )
+                    if view.phase.terminal
+                    else f"{key} has no pod yet"
+                )
+                if replica is not None:
+                    raise LogsUnavailable(gone)
+                yield f"[{key}] ({gone})"
+                continue
+            pod_name = found["metadata"]["name"]
+            waiting = not_started(found)
+            if waiting is not None:  # not an error while the job starts: say so, go on
+                if replica is not None:
+                    raise LogsUnavailable(f"{key} has not started yet ({waiting}); no log yet")
+                yield f"[{key}] (no log yet: {waiting})"
+                continue
+            node = (found.get("spec") or {}).get("nodeName")
+            if node and self._fake_node(node):
+                raise LogsUnavailable(
+                    f"cannot read the log of {key}: its pod {pod_name} runs on {node}, a KWOK "
+                    "fake node, where no kubelet serves logs (nothing really runs there)"
+                )
+            query: dict[str, Any] = {"container": CONTAINER}
+            if follow and replica is not None:
+                query["follow"] = "true"
+            try:
+                data = self.kube.request(
+                    "GET",
+                    object_path("v1", "Pod", self.namespace, pod_name) + "/log",
+                    query=query,
+                    timeout=LOG_TIMEOUT_SECONDS if not follow else 3600.0,
+                    raw=True,
+                )
+            except ApiError as exc:
+                raise LogsUnavailable(
+                    f"cannot read the log of {key} (pod {pod_name}): {exc.message}; "
+                    "the node's kubelet serves pod logs, so a node without one (such as a "
+                    "KWOK fake node) has none"
+                ) from None
+            except Exception as exc:  # urllib3 timeouts and connection errors
+                raise LogsUnavailable(
+                    f"cannot read the log of {key} (pod {pod_name}): {exc}"
+                ) from None
+            for line in data.decode("utf-8", errors="replace").splitlines():
+                yield line if replica else f"[{key}] {line}"
+
+    def events(self, name: str) -> builtins.list[JobEvent]:
+        """The Kubernetes Events of the TFJob (the operator posts them), oldest first."""
+        self._read(name)
+        data = self.kube.request(
+            "GET",
+            collection("v1", "Event", self.namespace),
+            query={"fieldSelector": f"involvedObject.kind=TFJob,involvedObject.name={name}"},
+        )
+        out = []
+        for e in data.get("items") or []:
+            when = (
+                parse_time(e.get("lastTimestamp"))
+                or parse_time(e.get("eventTime"))
+                or parse_time((e.get("metadata") or {}).get("creationTimestamp"))
+                or 0.0
+            )
+            reason, message = e.get("reason") or "", e.get("message") or ""
+            out.append(JobEvent(time=when, message=f"{reason}: {message}" if reason else message))
+        return sorted(out, key=lambda ev: ev.time)
+
+    def _fake_node(self, node: str) -> bool:
+        """A KWOK node has no kubelet: asking the API server for a log would make it dial
+        (and resolve) a name nothing answers to. Unknown (e.g. not allowed to read nodes)
+        counts as real."""
+        try:
+            data = self.kube.get("v1", "Node", None, node)
+        except ApiError:
+            return False
+        if data is None:
+            return False
+        annotations = (data.get("metadata") or {}).get("annotations") or {}
+        return annotations.get("kwok.x-k8s.io/node") == "fake"
+
+    def delete(self, name: str) -> JobView:
+        view = self.get(name)
+        gone = self.kube.request(
+            "DELETE",
+            tfjob_path(self.namespace, name),
+            body={"propagationPolicy": "Background"},
+            allow=(404,),
+        )
+        if gone is None:
+            raise JobNotFound(name)
+        return view
+
+    def stop(self, name: str) -> JobView:
+        """Ask the operator to end the job (Failed, reason Stopped); it stays listed."""
+        self._read(name)
+        patch = {"metadata": {"annotations": {STOP_ANNOTATION: "true"}}}
+        self.kube.merge_patch(tfjob_path(self.namespace, name), patch)
+        return self.get(name)
+
+    def wait(self, name: str, timeout: float | None = None) -> JobView:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            view = self.get(name)
+            if view.done:
+                return view
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {name!r} is still {view.phase.value}")
+            time.sleep(0.5)
+
+
+def _resource(job: TFJob, namespace: str) -> dict[str, Any]:
+    import yaml
+
+    data: dict[str, Any] = yaml.safe_load(dump_job(job))
+    meta: dict[str, Any] = {"name": job.name, "namespace": namespace}
+    if job.metadata.labels:
+        meta["labels"] = dict(job.metadata.labels)
+    data["metadata"] = meta
+    return data

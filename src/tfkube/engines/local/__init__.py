@@ -1,0 +1,6 @@
+"""The local engine: replicas as processes on this machine (the embedded default)."""
+
+from tfkube.engines.local._engine import LocalBackend
+from tfkube.engines.local._store import tfkube_home
+
+__all__ = ["LocalBackend", "tfkube_home"]

@@ -1,0 +1,509 @@
+"""The local engine: every replica a process on this machine, supervised per job.
+
+submit: check everything (spec, code, folders) and install the code's requirements.txt
+(a cached virtual environment) while staging in a hidden folder, then move it into
+place and start the job's supervisor (`python -m tfkube.engines.local`) in its own
+session. Every other call reads the job's folder; delete/stop signal the supervisor, and
+stop the replicas' trees themselves should the supervisor be gone.
+
+Ctrl-C: staging may be interrupted at any point (its folder is removed, nothing ran).
+From the move into place until the supervisor is registered, and while stopping, SIGINT
+is held (`_interrupts.py`), so an interrupted submit stops the job it started and an
+interrupted stop still finishes.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import shutil
+import signal
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+from tfkube.contract import REQUIREMENTS_FILE
+from tfkube.engines._artifact import Artifact, prepare_artifact
+from tfkube.engines._base import JobEvent, JobExists, JobNotFound, JobView, ReplicaView
+from tfkube.engines.local._commands import command_problems
+from tfkube.engines.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
+from tfkube.engines.local._interrupts import interrupts_held
+from tfkube.engines.local._procs import alive, stop_trees, wait_gone
+from tfkube.engines.local._store import (
+    JobDir,
+    JobRecord,
+    ReplicaRecord,
+    last_line,
+    tfkube_cache,
+    tfkube_home,
+)
+from tfkube.engines.local._supervisor import spawn
+from tfkube.launcher import DepsError, ensure_venv
+from tfkube.planner import JobPhase, ReplicaState
+from tfkube.spec import FieldError, SpecError, TFJob, dump_job, load_job_text
+from tfkube.tfcluster import CLUSTER_ROLES
+
+SUPERVISOR_START_TIMEOUT = 20.0
+STOP_GRACE_MARGIN = 15.0
+"""How long beyond the job's termination grace a supervisor may take to stop."""
+
+
+def _uv() -> str | None:
+    """The uv binary of the `uv` package (a dependency of tfkube), or None: then pip."""
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return None
+
+
+def _replica_which(program: str) -> str | None:
+    """A program as a replica's launcher finds it: on PATH after tfkube's interpreter's
+    folder (the supervisor puts it first)."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    return shutil.which(program, path=path)
+
+
+def _free_ports(count: int) -> list[int]:
+    """`count` distinct free TCP ports on 127.0.0.1 (held open together while chosen)."""
+    with ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            s = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+        return ports
+
+
+def _folder(job: TFJob, base_dir: Path, value: str | None, field: str) -> Path | None:
+    """A user-given shared folder, created if need be; None when the default is used."""
+    if not value:
+        return None
+    path = (base_dir / value).resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SpecError(
+            [FieldError(field, f"cannot create {path}: {exc.strerror}; choose a writable folder")],
+            f"job {job.name!r}",
+        ) from None
+    return path
+
+
+def _replica_message(
+    r: ReplicaRecord, record: JobRecord, state: ReplicaState, now: float
+) -> str | None:
+    """Why a replica is where it is, for `status` (None when its state says it all)."""
+    if state is ReplicaState.PENDING:
+        if record.phase.terminal:
+            return None
+        if record.supervisor is None:
+            return "waiting for the job's supervisor to start"
+        return r.held or r.message or "starting"
+    if state is ReplicaState.BACKOFF and r.next_start_at is not None:
+        why = f" after exit code {r.exit_code}" if r.exit_code is not None else ""
+        return f"restarting in {max(0.0, r.next_start_at - now):.0f}s{why}" + (
+            f": {r.message}" if r.message else ""
+        )
+    return r.message
+
+
+class LocalBackend:
+    """Runs TFJobs as processes on this machine. State lives under `home/jobs/`."""
+
+    def __init__(
+        self,
+        home: Path | None = None,
+        fork_supervisor: bool = False,
+        cache: Path | None = None,
+        spawner: Callable[[JobDir, bool], None] = spawn,
+    ) -> None:
+        """`fork_supervisor`: start supervisors by forking this process (see `spawn`);
+        only for single-threaded callers such as the CLI. `cache`: where the jobs'
+        Python environments are kept (default `tfkube_cache()`). `spawner`: what starts
+        a supervisor (a seam for tests that interrupt the start)."""
+        self.home = home or tfkube_home()
+        self.fork_supervisor = fork_supervisor
+        self.cache = cache or tfkube_cache()
+        self.spawner = spawner
+        self.submitted: builtins.list[str] = []
+        """Names of the jobs this object started, in order (for a caller that must stop
+        them on Ctrl-C: the name alone could be another job's after a replace)."""
+
+    def _dir(self, name: str) -> JobDir:
+        return JobDir(self.home / "jobs" / name)
+
+    # -- submit ---------------------------------------------------------------------
+
+    def submit(
+        self,
+        job: TFJob,
+        base_dir: Path,
+        replace: bool = False,
+        *,
+        code_token: str | None = None,
+    ) -> JobView:
+        target = self._dir(job.name)
+        if target.root.exists():
+            if target.exists() and replace:
+                current = self.get(job.name)
+                if not current.done:
+                    raise JobExists(
+                        f"job {job.name!r} is still {current.phase.value}; "
+                        f"`tfkube delete {job.name}` first or choose another name"
+                    )
+                self.delete(job.name)
+            elif target.exists():
+                current = self.get(job.name)
+                raise JobExists(
+                    f"a job named {job.name!r} already exists ({current.phase.value}); "
+                    f"`tfkube delete {job.name}`, pass --replace, or choose another name"
+                )
+            else:
+                shutil.rmtree(target.root)  # debris of an interrupted submit
+        staging = JobDir(self.home / "jobs" / f".staging-{job.name}-{uuid.uuid4().hex[:8]}")
+        staging.root.mkdir(parents=True)
+        try:
+            self._stage(job, base_dir, staging, target, code_token)
+            with interrupts_held():
+                try:
+                    staging.root.rename(target.root)
+                except OSError:  # another submit of the same name got there first
+                    raise JobExists(f"a job named {job.name!r} was just submitted") from None
+                self.submitted.append(job.name)
+        except BaseException:
+            shutil.rmtree(staging.root, ignore_errors=True)
+            raise
+        try:
+            with interrupts_held():
+                self._start_supervisor(target)
+        except KeyboardInterrupt:
+            self.stop(job.name)  # the supervisor is registered: stop what it started
+            raise
+        return self.get(job.name)
+
+    def _stage(
+        self,
+        job: TFJob,
+        base_dir: Path,
+        staging: JobDir,
+        target: JobDir,
+        code_token: str | None = None,
+    ) -> JobRecord:
+        storage = job.spec.storage
+        data = _folder(job, base_dir, storage.data.path, "spec.storage.data.path")
+        logs = _folder(job, base_dir, storage.logs.path, "spec.storage.logs.path")
+        # Default folders live in the job's own folder (moved into place with it).
+        for default in ("data", "output"):
+            (staging.root / default).mkdir()
+        gpus = self._check_gpus(job)
+        venv = None
+        code = job.spec.code
+        code_url, code_sha = "", ""
+        names: frozenset[str] | None = None
+        if code is None:
+            pass  # every role runs its own command, checked below
+        elif code_token is not None and code.is_url and code.sha256:
+            # Fetched by every replica itself, with the token (the server's job-scoped
+            # claim), and verified against the pinned sha256: nothing to download here;
+            # a requirements.txt is then installed by the first replica's launcher.
+            code_url, code_sha = code.source, code.sha256
+            staging.write_code_token(code_token)
+        else:
+            artifact = prepare_artifact(job, base_dir, staging.artifacts)
+            code_url = str(target.artifacts / artifact.path.name)
+            code_sha = artifact.sha256
+            names = artifact.names
+        problems = command_problems(
+            job,
+            names,
+            which=_replica_which,
+            exists=lambda p: Path(p).exists(),
+            is_dir=lambda p: Path(p).is_dir(),
+            fetched=code is not None and names is None,
+        )
+        if problems:
+            raise SpecError(problems, f"job {job.name!r} (for this machine)")
+        if names is not None:
+            venv = self._python_env(job, artifact, staging)
+        keys = job.replica_keys()
+        ports = _free_ports(len(keys))
+        record = JobRecord(
+            name=job.name,
+            uid=uuid.uuid4().hex,
+            created_at=time.time(),
+            replicas=[
+                ReplicaRecord(
+                    role=role.value,
+                    index=i,
+                    port=port if role.value in CLUSTER_ROLES else 0,
+                    gpu_request=gpus[f"{role.value}-{i}"],
+                )
+                for (role, i), port in zip(keys, ports, strict=True)
+            ],
+            data_dir=str(data or target.root / "data"),
+            log_dir=str(logs or target.root / "output"),
+            artifact=code_url,
+            artifact_sha256=code_sha,
+            venv=venv,
+        )
+        # The spec as it runs: absolute paths, every default filled in.
+        staging.spec.write_text(dump_job(job))
+        staging.logs.mkdir()
+        staging.write(record)
+        staging.event(f"job submitted with {len(keys)} replicas")
+        return record
+
+    def _python_env(self, job: TFJob, artifact: Artifact, staging: JobDir) -> str | None:
+        """Install the code's requirements.txt (or reuse the cached environment) before
+        any replica starts: a failure is the job's set-up failing, reported once."""
+        if artifact.requirements is None:
+            return None
+        requirements = staging.root / REQUIREMENTS_FILE
+        requirements.write_bytes(artifact.requirements)
+        try:
+            venv = ensure_venv(requirements, self.cache / "venvs", uv=_uv())
+        except DepsError as exc:
+            raise SpecError(
+                [
+                    FieldError(
+                        "spec.code.source",
+                        f"its {REQUIREMENTS_FILE} does not install: {exc}; fix the "
+                        "requirements (or remove the file) and submit again",
+                    )
+                ],
+                f"job {job.name!r}",
+            ) from None
+        finally:
+            requirements.unlink(missing_ok=True)
+        return str(venv)
+
+    def _check_gpus(self, job: TFJob) -> dict[str, int]:
+        """GPUs each replica needs. More than this machine has is an error now; more than
+        are free now only means waiting: the supervisor claims them when they are."""
+        requests = {}
+        for role, i in job.replica_keys():
+            spec = job.spec.replicas.get(role)
+            requests[f"{role.value}-{i}"] = spec.resources.gpu if spec else 0
+        try:
+            assign_gpus(list(requests.items()), available_gpus())
+        except NotEnoughGpus as exc:
+            role = next(role for role, i in job.replica_keys() if requests[f"{role.value}-{i}"])
+            raise SpecError(
+                [FieldError(f"spec.replicas.{role.value}.resources.gpu", str(exc))],
+                f"job {job.name!r}",
+            ) from None
+        return requests
+
+    def _start_supervisor(self, target: JobDir) -> None:
+        self.spawner(target, self.fork_supervisor)
+        deadline = time.monotonic() + SUPERVISOR_START_TIMEOUT
+        while time.monotonic() < deadline:
+            record = target.read()
+            if record.supervisor is not None:
+                return
+            if "Traceback" in target.supervisor_log.read_text():
+                break
+            time.sleep(0.05)
+        tail = target.supervisor_log.read_text()[-2000:]
+        self.stop(target.root.name)
+        shutil.rmtree(target.root, ignore_errors=True)
+        raise RuntimeError(f"the job's supervisor did not start:\n{tail}")
+
+    # -- reading ----------------------------------------------------------------------
+
+    def get(self, name: str) -> JobView:
+        d = self._dir(name)
+        if not d.exists():
+            raise JobNotFound(name)
+        return self._view(d, d.read())
+
+    def _view(self, d: JobDir, record: JobRecord) -> JobView:
+        supervisor_alive = alive(record.supervisor) is not None
+        phase, reason, message = record.phase, record.reason, record.message
+        lost = record.supervisor is not None and not supervisor_alive and not phase.terminal
+        if lost:
+            # Its launchers end their replicas when it dies; say what happened.
+            phase, reason = JobPhase.FAILED, "SupervisorLost"
+            message = f"the job's supervisor died unexpectedly; see {d.supervisor_log}"
+
+        def state(r: ReplicaRecord) -> ReplicaState:
+            if lost and r.state.live and alive(r.process) is None:
+                return ReplicaState.STOPPED
+            return r.state
+
+        now = time.time()
+        replicas = tuple(
+            ReplicaView(
+                key=r.key,
+                role=r.role,
+                index=r.index,
+                state=state(r),
+                restarts=r.restarts,
+                exit_code=r.exit_code,
+                pid=r.process.pid if r.process else None,
+                address=f"127.0.0.1:{r.port}" if r.port else None,
+                last_line=last_line(d.log(r.key)),
+                message=_replica_message(r, record, state(r), now) or "",
+                stalled=r.stalled and state(r) is ReplicaState.RUNNING,
+            )
+            for r in record.replicas
+        )
+        return JobView(
+            name=record.name,
+            phase=phase,
+            restarts=record.restarts,
+            created_at=record.created_at,
+            started_at=record.started_at,
+            finished_at=record.finished_at,
+            reason=reason,
+            message=message,
+            replicas=replicas,
+            log_dir=record.log_dir,
+            data_dir=record.data_dir,
+            job_dir=str(d.root),
+            supervisor_alive=supervisor_alive or record.supervisor is None,
+        )
+
+    def list(self) -> builtins.list[JobView]:
+        jobs_dir = self.home / "jobs"
+        if not jobs_dir.is_dir():
+            return []
+        views = []
+        for child in sorted(jobs_dir.iterdir()):
+            d = JobDir(child)
+            if child.name.startswith(".") or not d.exists():
+                continue
+            try:
+                views.append(self._view(d, d.read()))
+            except (OSError, ValueError):
+                continue  # removed or being written while we looked
+        return views
+
+    def events(self, name: str) -> builtins.list[JobEvent]:
+        d = self._dir(name)
+        if not d.exists():
+            raise JobNotFound(name)
+        out = []
+        for e in d.read_events():
+            replica = e.get("replica")
+            out.append(
+                JobEvent(
+                    time=float(e.get("time") or 0.0),  # type: ignore[arg-type]
+                    message=str(e.get("message", "")),
+                    replica=str(replica) if replica else None,
+                )
+            )
+        return out
+
+    def replica_keys(self, name: str) -> builtins.list[str]:
+        return [r.key for r in self.get(name).replicas]
+
+    def logs(self, name: str, replica: str | None = None, follow: bool = False) -> Iterator[str]:
+        """Lines of one replica's log, or of all (prefixed with the replica), optionally
+        following them until the job is done."""
+        d = self._dir(name)
+        keys = self.replica_keys(name)
+        if replica is not None and replica not in keys:
+            raise ValueError(
+                f"job {name!r} has no replica {replica!r}; its replicas are {', '.join(keys)}"
+            )
+        chosen = [replica] if replica else keys
+        prefix = replica is None
+        files = {k: d.log(k) for k in chosen}
+        offsets = dict.fromkeys(chosen, 0)
+        partial = dict.fromkeys(chosen, "")
+        while True:
+            for key, path in files.items():
+                try:
+                    with path.open("rb") as f:
+                        f.seek(offsets[key])
+                        chunk = f.read()
+                except FileNotFoundError:
+                    continue
+                offsets[key] += len(chunk)
+                text = partial[key] + chunk.decode("utf-8", errors="replace")
+                lines = text.split("\n")
+                partial[key] = lines.pop()
+                for line in lines:
+                    yield f"[{key}] {line}" if prefix else line
+            if not follow or not d.exists() or self._view(d, d.read()).done:
+                for key, rest in partial.items():
+                    if rest:
+                        yield f"[{key}] {rest}" if prefix else rest
+                return
+            time.sleep(0.2)
+
+    # -- ending -----------------------------------------------------------------------
+
+    def stop(self, name: str) -> JobView:
+        """Stop every replica; the job ends Failed (Stopped). Ctrl-C while this runs is
+        held until it is done (see `_interrupts.py`)."""
+        d = self._dir(name)
+        if not d.exists():
+            raise JobNotFound(name)
+        with interrupts_held():
+            self._stop(d)
+        return self.get(name)
+
+    def _stop(self, d: JobDir) -> None:
+        # First the file, then the look at the supervisor: one that registers after our
+        # look reads the file after registering, and stops by itself.
+        d.stop_requested.touch()
+        record = d.read()
+        grace = self._grace(d)
+        if record.supervisor is None and not record.phase.terminal:
+            record = self._await_supervisor(d, record)
+        if (sup := alive(record.supervisor)) is not None:
+            sup.send_signal(signal.SIGTERM)
+            if not wait_gone(record.supervisor, grace + STOP_GRACE_MARGIN):  # type: ignore[arg-type]
+                sup.kill()
+        # Whatever the supervisor left (or if it was gone): stop the trees ourselves.
+        record = d.read()
+        stop_trees([r.process for r in record.replicas if r.process is not None], grace)
+
+    def _await_supervisor(self, d: JobDir, record: JobRecord) -> JobRecord:
+        """A job just submitted may have a supervisor that has not registered yet: wait
+        for it (it will read the stop file) rather than leave it to start replicas."""
+        deadline = record.created_at + SUPERVISOR_START_TIMEOUT
+        while record.supervisor is None and time.time() < deadline:
+            time.sleep(0.05)
+            record = d.read()
+        return record
+
+    def _grace(self, d: JobDir) -> float:
+        try:
+            job = load_job_text(d.spec.read_text(), str(d.spec))
+        except (OSError, SpecError):
+            return 5.0
+        return job.spec.run_policy.termination_grace_seconds
+
+    def delete(self, name: str) -> JobView:
+        view = self.stop(name)
+        shutil.rmtree(self._dir(name).root, ignore_errors=True)
+        return view
+
+    def wait(self, name: str, timeout: float | None = None) -> JobView:
+        """Block until the job has ended and none of its replicas runs."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            view = self.get(name)
+            if view.done:
+                # The supervisor exits right after, unless it waits out a TTL.
+                record = self._dir(name).read()
+                if record.supervisor is not None and not self._has_ttl(name):
+                    wait_gone(record.supervisor, 10)
+                return view
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"job {name!r} is still {view.phase.value}")
+            time.sleep(0.1)
+
+    def _has_ttl(self, name: str) -> bool:
+        spec = self._dir(name).spec
+        job = load_job_text(spec.read_text(), str(spec))
+        return job.spec.run_policy.ttl_seconds_after_finished is not None

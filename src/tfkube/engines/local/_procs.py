@@ -1,0 +1,113 @@
+"""Process trees: start-time-checked references, and stopping a whole tree for sure."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+
+import psutil
+
+from tfkube.engines.local._store import ProcessRef
+
+
+def ref_of(pid: int) -> ProcessRef:
+    return ProcessRef(pid=pid, create_time=psutil.Process(pid).create_time())
+
+
+def alive(ref: ProcessRef | None) -> psutil.Process | None:
+    """The process if it still runs and is the one we started (not a recycled PID)."""
+    if ref is None:
+        return None
+    try:
+        proc = psutil.Process(ref.pid)
+        if abs(proc.create_time() - ref.create_time) > 0.01:
+            return None
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return proc
+    except psutil.Error:
+        return None
+
+
+def _tree(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return [proc]
+
+
+def _group(pgid: int) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                found.append(proc)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return found
+
+
+def stop_trees(refs: list[ProcessRef], grace: float) -> None:
+    """Stop each process, its descendants and its process group: SIGTERM, then SIGKILL
+    whatever is left after `grace` seconds. Returns when all of them are gone."""
+    procs: dict[int, psutil.Process] = {}
+    groups: set[int] = set()
+    for ref in refs:
+        proc = alive(ref)
+        if proc is None:
+            continue
+        for p in _tree(proc):
+            procs[p.pid] = p
+        with contextlib.suppress(ProcessLookupError):
+            groups.add(os.getpgid(proc.pid))
+    for pgid in groups:
+        for p in _group(pgid):
+            procs.setdefault(p.pid, p)
+    if not procs:
+        return
+    for p in procs.values():
+        with contextlib.suppress(psutil.Error):
+            p.send_signal(signal.SIGTERM)
+    remaining = _wait_dead(list(procs.values()), grace)
+    # A launcher stopped while it was still starting its entrypoint may have started it
+    # after the first look: look at the groups again, so SIGKILL reaches it too.
+    known = {p.pid for p in remaining}
+    for pgid in groups:
+        remaining += [p for p in _group(pgid) if p.pid not in known and not _dead(p)]
+    for p in remaining:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    _wait_dead(remaining, 5)
+
+
+def _dead(proc: psutil.Process) -> bool:
+    """Gone, or a zombie: it runs no more, whoever reaps it (init may take its time)."""
+    try:
+        if proc.status() != psutil.STATUS_ZOMBIE:
+            return False
+    except psutil.Error:
+        return True
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(proc.pid, os.WNOHANG)  # ours (a launcher): collect it now
+    return True
+
+
+def _wait_dead(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait up to `timeout` for every process to die; return those still running."""
+    deadline = time.monotonic() + timeout
+    remaining = [p for p in procs if not _dead(p)]
+    while remaining and time.monotonic() < deadline:
+        time.sleep(0.02)
+        remaining = [p for p in remaining if not _dead(p)]
+    return remaining
+
+
+def wait_gone(ref: ProcessRef, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while alive(ref) is not None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

@@ -1,0 +1,463 @@
+"""One supervisor process per local job: the thin shell around the planner.
+
+Each tick (0.1 s) it reaps replicas that exited (reading their launcher's termination
+message), observes progress when stall detection is on, asks `tfkube.planner.plan` what
+to do, does it (start, restart after backoff, stop whole process trees), and writes the
+job's state for other shells to read. SIGTERM/SIGINT, or the job folder's `stop` file,
+stop the job (phase Failed, reason Stopped). It exits when the job has ended and nothing
+of it runs; with a TTL it waits for the TTL and then removes the job's folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+from tfkube import contract
+from tfkube.engines.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
+from tfkube.engines.local._procs import alive, ref_of, stop_trees
+from tfkube.engines.local._store import JobDir, JobRecord, ReplicaRecord, tfkube_cache
+from tfkube.launcher import file_lock
+from tfkube.launcher._progress import latest_write
+from tfkube.planner import (
+    Decision,
+    DeleteJob,
+    JobPhase,
+    JobStatus,
+    ReplicaState,
+    ReplicaStatus,
+    Restart,
+    Start,
+    Stop,
+    plan,
+)
+from tfkube.spec import Role, TFJob, load_job_text, replica_environment
+from tfkube.tfcluster import cluster_spec, local_address
+
+TICK_SECONDS = 0.1
+PROGRESS_EVERY = 1.0
+"""How often progress is observed (log files and the log folder's mtimes)."""
+_INHERITED_DROP = (contract.RESERVED_PREFIX, contract.TF_CONFIG, "VIRTUAL_ENV")
+
+
+def _status_of(record: JobRecord, now: float) -> JobStatus:
+    return JobStatus(
+        phase=record.phase,
+        started_at=record.started_at or now,
+        finished_at=record.finished_at,
+        restarts=record.restarts,
+        reason=record.reason,
+        message=record.message,
+        replicas=tuple(
+            ReplicaStatus(
+                role=r.role,
+                index=r.index,
+                state=r.state,
+                exit_code=r.exit_code,
+                restarts=r.restarts,
+                next_start_at=r.next_start_at,
+                message=r.message,
+                progress_at=r.progress_at,
+                stalled=r.stalled,
+                held=r.held,
+            )
+            for r in record.replicas
+        ),
+    )
+
+
+class Supervisor:
+    def __init__(self, job_dir: JobDir, clock: Callable[[], float] = time.time) -> None:
+        self.dir = job_dir
+        self.clock = clock
+        self.job: TFJob = load_job_text(job_dir.spec.read_text(), str(job_dir.spec))
+        self.record = job_dir.read()
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.stop_reason: str | None = None
+        self.observed_at = 0.0
+        self.claimed_at = 0.0
+        ports = {
+            role.value: [r.port for r in self.record.replicas if r.role == role.value]
+            for role in Role
+        }
+        self.cluster = cluster_spec(self.job.spec.replicas.counts(), local_address(ports))
+        self.base_env = {k: v for k, v in os.environ.items() if not k.startswith(_INHERITED_DROP)}
+        artifact = self.record.artifact
+        self.code_url: str | None = None  # no code: every role runs its own command
+        if artifact:
+            self.code_url = artifact if "://" in artifact else Path(artifact).as_uri()
+        token = job_dir.read_code_token()
+        if token is not None:
+            self.base_env[contract.CODE_TOKEN] = token
+        # Replicas run with the Python tfkube runs with: `python3` in run.sh finds it first.
+        python_bin = str(Path(sys.executable).parent)
+        self.base_env["PATH"] = python_bin + os.pathsep + self.base_env.get("PATH", "")
+
+    # -- the loop -------------------------------------------------------------------
+
+    def run(self) -> int:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, self._on_signal)
+        # Any signal (a replica exiting: SIGCHLD) wakes the loop at once instead of at the
+        # next tick, so a finished chief ends the PS within milliseconds.
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda _signum, _frame: None)
+        now = self.clock()
+        self.record.supervisor = ref_of(os.getpid())
+        self.record.started_at = self.record.started_at or now
+        self.dir.write(self.record)
+        self.dir.event(f"supervisor {os.getpid()} started the job")
+        while True:
+            changed = self._reap()
+            if self.dir.stop_requested.exists() and not self.stop_reason:
+                # Checked only after registering above: a stop that found no supervisor
+                # yet wrote this file first, so it cannot be missed.
+                self.stop_reason = "stopped on request (tfkube stop/delete, or Ctrl-C)"
+            changed |= self._observe_progress()
+            changed |= self._claim_gpus()
+            if self.stop_reason and not self.record.phase.terminal:
+                self._finish(JobPhase.FAILED, "Stopped", self.stop_reason)
+                changed = True
+            decision = plan(self.job, _status_of(self.record, self.clock()), self.clock())
+            changed |= self._apply(decision)
+            if changed:
+                self.dir.write(self.record)
+            if any(isinstance(a, DeleteJob) for a in decision.actions):
+                self._delete()
+                return 0
+            if self.record.phase.terminal and not self.procs and not self._ttl_pending():
+                self.dir.event("supervisor exits: nothing of the job runs")
+                return 0 if self.record.phase is JobPhase.SUCCEEDED else 1
+            if select.select([wake_r], [], [], TICK_SECONDS)[0]:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 512)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self.stop_reason = f"stopped by signal {signal.Signals(signum).name}"
+
+    def _ttl_pending(self) -> bool:
+        return self.job.spec.run_policy.ttl_seconds_after_finished is not None
+
+    # -- observing ------------------------------------------------------------------
+
+    def _reap(self) -> bool:
+        changed = False
+        for key, proc in list(self.procs.items()):
+            code = proc.poll()
+            if code is None:
+                continue
+            del self.procs[key]
+            replica = self.record.replica(key)
+            replica.ended_at = self.clock()
+            replica.process = None
+            replica.stalled = False
+            if replica.state is not ReplicaState.RUNNING:
+                continue  # we stopped it: its exit is no news
+            code = code if code >= 0 else 128 - code
+            replica.exit_code = code
+            replica.state = ReplicaState.SUCCEEDED if code == 0 else ReplicaState.FAILED
+            replica.message = self._termination_message(key)
+            self.dir.event(
+                f"{key} exited with code {code}"
+                + (f": {replica.message}" if replica.message else ""),
+                replica=key,
+                exit_code=code,
+            )
+            changed = True
+        return changed
+
+    def _claim_gpus(self) -> bool:
+        """Give the replicas still without their GPUs devices no other running job holds,
+        all at once (half a job holding GPUs while it waits for the rest could deadlock
+        two jobs). Under a machine-wide lock, with this job's claim written before it is
+        released, so two supervisors never hand out one device twice."""
+        waiting = [r for r in self.record.replicas if r.gpu_request and len(r.gpus) < r.gpu_request]
+        now = self.clock()
+        if not waiting or self.record.phase.terminal or now - self.claimed_at < 1.0:
+            return False
+        self.claimed_at = now
+        home = self.dir.root.parent.parent
+        with file_lock(home / "gpus.lock"):
+            holders: dict[str, list[str]] = {}
+            for other in sorted((home / "jobs").iterdir()):
+                if other == self.dir.root or other.name.startswith("."):
+                    continue
+                try:
+                    record = JobDir(other).read()
+                except (OSError, ValueError):
+                    continue
+                if record.phase.terminal or alive(record.supervisor) is None:
+                    continue
+                for r in record.replicas:
+                    for gpu in r.gpus:
+                        holders.setdefault(gpu, []).append(record.name)
+            try:
+                given = assign_gpus(
+                    [(r.key, r.gpu_request) for r in waiting], available_gpus(), holders
+                )
+            except NotEnoughGpus as exc:
+                users = sorted({name for names in holders.values() for name in names})
+                held = f"waiting for GPUs: {exc} (in use by {', '.join(users)})"
+                # The whole job waits: a PS started alone would only hold its port.
+                unstarted = [r for r in self.record.replicas if r.state is ReplicaState.PENDING]
+                if any(r.held != held for r in unstarted):
+                    for r in unstarted:
+                        r.held = held
+                    self.dir.event(held)
+                    return True
+                return False
+            for r in waiting:
+                r.gpus = given[r.key]
+            for r in self.record.replicas:
+                r.held = None
+            self.dir.write(self.record)
+        self.dir.event("GPUs assigned: " + ", ".join(f"{r.key} {r.gpus}" for r in waiting))
+        return True
+
+    def _termination_message(self, key: str) -> str | None:
+        try:
+            text = self.dir.termination_log(key).read_text(errors="replace").strip()
+        except OSError:
+            return None
+        return text or None
+
+    def _observe_progress(self) -> bool:
+        """With stall detection on: when each running replica last made progress (its
+        log grew, or anything in the shared log/checkpoint folder was written)."""
+        if self.job.spec.run_policy.stall_seconds is None:
+            return False
+        now = self.clock()
+        if now - self.observed_at < PROGRESS_EVERY:
+            return False
+        self.observed_at = now
+        shared = latest_write(Path(self.record.log_dir))
+        changed = False
+        for r in self.record.replicas:
+            if r.state is not ReplicaState.RUNNING:
+                continue
+            try:
+                own = self.dir.log(r.key).stat().st_mtime
+            except OSError:
+                own = 0.0
+            latest = max(r.started_at or 0.0, own, shared)
+            if r.progress_at is None or latest > r.progress_at:
+                r.progress_at = latest
+                changed = True
+        return changed
+
+    # -- acting ---------------------------------------------------------------------
+
+    def _apply(self, decision: Decision) -> bool:
+        changed = False
+        record = self.record
+        if decision.finished:
+            # `_finish` records the end with its reason; the planner's own line for it
+            # would say the same thing twice in the job's events.
+            self._finish(decision.phase, decision.reason or "", decision.message or "")
+            changed = True
+        else:
+            for line in decision.events:
+                self.dir.event(line)
+            if decision.phase is not record.phase:
+                self.dir.event(f"job is {decision.phase.value}")
+                record.phase = decision.phase
+                changed = True
+        if decision.restarts != record.restarts:
+            record.restarts = decision.restarts
+            changed = True
+        for r in record.replicas:
+            stalled = r.key in decision.stalled
+            if stalled != r.stalled:
+                r.stalled = stalled
+                quiet = self.clock() - (r.progress_at or self.clock())
+                r.message = f"no progress for {quiet:.0f}s" if stalled else None
+                changed = True
+
+        # Stop first, all trees at once: a PS must be gone in a second, not in turn.
+        to_stop: list[Stop | Restart] = [
+            a for a in decision.actions if isinstance(a, Stop | Restart)
+        ]
+        refs = []
+        for action in to_stop:
+            replica = record.replica(action.key)
+            if isinstance(action, Restart):
+                if replica.state is ReplicaState.RUNNING and action.key in self.procs:
+                    self.dir.event(f"stopping {action.key}: {action.reason}", replica=action.key)
+                replica.state = ReplicaState.BACKOFF
+                replica.next_start_at = action.at
+                replica.restarts += 1
+            elif replica.state is not ReplicaState.STOPPED:
+                if replica.state is ReplicaState.RUNNING:
+                    self.dir.event(f"stopping {action.key}: {action.reason}", replica=action.key)
+                if replica.state.live or replica.state is ReplicaState.BACKOFF:
+                    replica.state = ReplicaState.STOPPED
+            if replica.process is not None:
+                refs.append(replica.process)
+            changed = True
+        if refs:
+            stop_trees(refs, self.job.spec.run_policy.termination_grace_seconds)
+            self._reap()
+
+        for start in decision.actions:
+            if isinstance(start, Start):
+                self._start(record.replica(start.key))
+                changed = True
+        return changed
+
+    def _finish(self, phase: JobPhase, reason: str, message: str) -> None:
+        self.record.phase = phase
+        self.record.reason = reason
+        self.record.message = message
+        self.record.finished_at = self.clock()
+        self.dir.event(f"job {phase.value} ({reason}): {message}")
+
+    def _start(self, replica: ReplicaRecord) -> None:
+        key = replica.key
+        work = self.dir.work / key
+        env = {
+            **self.base_env,
+            **replica_environment(
+                self.job,
+                Role(replica.role),
+                self.cluster,
+                code_url=self.code_url,
+                code_sha256=self.record.artifact_sha256 or None,
+                data_dir=self.record.data_dir,
+                log_dir=self.record.log_dir,
+                work_dir=str(work),
+                termination_log=str(self.dir.termination_log(key)),
+                index=replica.index,
+                venv=self.record.venv,
+                # Made at submit when the code was staged here; else (code fetched by
+                # each replica with a token) the first launcher installs it, shared.
+                venv_cache=None if self.record.venv else str(tfkube_cache() / "venvs"),
+            ),
+            contract.JOB_UID: self.record.uid,
+            "CUDA_VISIBLE_DEVICES": ",".join(replica.gpus),
+            contract.PARENT_PID: str(os.getpid()),
+        }
+        self.dir.logs.mkdir(exist_ok=True)
+        self.dir.termination_log(key).unlink(missing_ok=True)
+        # Without code a command runs where its launcher starts: workingDir (checked at
+        # submit), else the replica's own work folder.
+        spec = self.job.spec.replicas.get(Role(replica.role))
+        cwd = self.dir.root
+        if self.code_url is None:
+            cwd = Path(spec.working_dir) if spec and spec.working_dir else work
+            cwd.mkdir(parents=True, exist_ok=True)
+        attempt = replica.restarts
+        with self.dir.log(key).open("ab") as log:
+            log.write(f"==== tfkube: {key} start (restart {attempt}) ====\n".encode())
+            log.flush()
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "tfkube.launcher"],
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                # Its own process group (to signal the replica as a whole), but not its
+                # own session: Linux's autogroup scheduler shares CPU between sessions, so
+                # one session per replica would hand a mostly idle PS as much CPU as a
+                # busy worker. All replicas of a job share the supervisor's session.
+                process_group=0,
+            )
+        self.procs[key] = proc
+        replica.process = ref_of(proc.pid)
+        replica.state = ReplicaState.RUNNING
+        replica.started_at = self.clock()
+        replica.next_start_at = None
+        replica.exit_code = None
+        replica.message = None
+        replica.progress_at = replica.started_at
+        self.dir.event(
+            f"started {key} (pid {proc.pid}, restart {attempt})", replica=key, pid=proc.pid
+        )
+
+    def _delete(self) -> None:
+        stop_trees([r.process for r in self.record.replicas if r.process is not None], 2.0)
+        self.dir.event("TTL passed: deleting the job")
+        shutil.rmtree(self.dir.root, ignore_errors=True)
+
+
+def live_processes(record: JobRecord) -> list[int]:
+    """PIDs of the job's replicas that still run (start-time checked)."""
+    return [p.pid for r in record.replicas if (p := alive(r.process)) is not None]
+
+
+def spawn(job_dir: JobDir, fork: bool = False) -> None:
+    """Start the job's supervisor as a daemon (its own session, re-parented to init, so
+    that whoever started it never has to reap it) and return once it is detached.
+
+    `fork=True` forks this very process instead of starting a new interpreter: the CLI,
+    single-threaded and with tfkube already imported, saves ~0.3 s per job that way.
+    Library callers (which may have threads) use the default, a fresh interpreter."""
+    with job_dir.supervisor_log.open("ab") as log:
+        if not fork:
+            # A failure shows in the log, which the caller reads while it waits.
+            subprocess.run(
+                [sys.executable, "-m", "tfkube.engines.local", "--daemonize", str(job_dir.root)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                check=False,
+                # Out of the caller's session from the start: a Ctrl-C in the caller's
+                # terminal must never reach the supervisor (the caller decides to stop).
+                start_new_session=True,
+            )
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        child = os.fork()
+        if child != 0:
+            os.waitpid(child, 0)
+            return
+        _daemonize_and_run(job_dir, log.fileno())
+
+
+def _daemonize_and_run(job_dir: JobDir, log_fd: int) -> NoReturn:
+    """In a child: new session, fork again, point stdio at the log, supervise, exit."""
+    code = 1
+    try:
+        os.setsid()
+        if os.fork() != 0:
+            os._exit(0)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        code = Supervisor(job_dir).run()
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def main(argv: list[str]) -> int:
+    """`JOB_DIR` runs the supervisor in this process; `--daemonize JOB_DIR` as a daemon."""
+    daemonize = argv[:1] == ["--daemonize"]
+    args = argv[1:] if daemonize else argv
+    if len(args) != 1:
+        print("usage: python -m tfkube.engines.local [--daemonize] JOB_DIR", file=sys.stderr)
+        return 2
+    job_dir = JobDir(Path(args[0]))
+    if daemonize:
+        if os.fork() == 0:
+            _daemonize_and_run(job_dir, sys.stdout.fileno())
+        return 0
+    return Supervisor(job_dir).run()

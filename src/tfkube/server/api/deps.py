@@ -1,0 +1,145 @@
+"""Typed dependencies: each route declares what it needs (`SessionDep`, `CurrentUser`,
+`TeamDep`, `JobDep`, ...) and reads as its own business alone.
+
+Authentication, in order: `Authorization: Bearer <personal API token>`, else the session
+cookie. A cookie-authenticated request that changes state must pass the CSRF check
+(`_security.check_csrf`: the X-CSRF-Token header and the Origin). Something of a team
+the user is not in answers 404, exactly as if it did not exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from tfkube.server.accounts import actor_of, session_user, token_user
+from tfkube.server.core.scopes import Actor, Scope, allowed, visible
+from tfkube.server.core.security import CSRF_HEADER, SESSION_COOKIE, check_csrf, csrf_token
+from tfkube.server.core.tables import Artifact, Job, Team, User
+from tfkube.server.platform import Platform
+
+
+def get_platform(request: Request) -> Platform:
+    platform: Platform = request.app.state.platform
+    return platform
+
+
+PlatformDep = Annotated[Platform, Depends(get_platform)]
+
+
+async def get_db(platform: PlatformDep) -> AsyncIterator[Session]:
+    """The request's session. Async so that closing it (handing the connection back)
+    never waits for a worker thread; and every dependency below ends its reads with a
+    commit, which hands the connection back too (objects stay loaded: expire_on_commit is
+    off). So a request holds a connection only while its code runs on a thread, never
+    while it waits for one: under a burst, more requests wait than the pool has
+    connections (benchmarks/server_load)."""
+    session = platform.sessions()
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+SessionDep = Annotated[Session, Depends(get_db)]
+
+
+@dataclass(frozen=True)
+class Principal:
+    user: User
+    actor: Actor
+    session_id: str | None = None
+    """The session cookie's value when signed in by cookie (None with a token)."""
+
+    def require(self, scope: Scope, team_id: int | None = None) -> None:
+        if not allowed(self.actor, scope, team_id):
+            raise HTTPException(403, f"your role does not allow this ({scope.value})")
+
+
+def not_found(what: str) -> HTTPException:
+    return HTTPException(404, f"{what} not found")
+
+
+def current_principal(request: Request, db: SessionDep, platform: PlatformDep) -> Principal:
+    header = request.headers.get("authorization", "")
+    if header:
+        scheme, _, value = header.partition(" ")
+        user = token_user(db, value.strip()) if scheme.lower() == "bearer" and value else None
+        if user is None:
+            raise HTTPException(
+                401,
+                "the API token is not valid (expired or revoked?)",
+                {"WWW-Authenticate": "Bearer"},
+            )
+        principal = Principal(user, actor_of(db, user))
+        db.commit()
+        return principal
+    cookie = request.cookies.get(SESSION_COOKIE)
+    user = session_user(db, cookie) if cookie else None
+    if user is None or cookie is None:
+        raise HTTPException(401, "sign in first (or send an API token as Authorization: Bearer)")
+    verdict = check_csrf(
+        method=request.method,
+        cookie_auth=True,
+        sent_token=request.headers.get(CSRF_HEADER),
+        expected_token=csrf_token(platform.key, cookie),
+        origin=request.headers.get("origin"),
+        referer=request.headers.get("referer"),
+        host=request.headers.get("host"),
+    )
+    if not verdict.ok:
+        raise HTTPException(403, f"refused: {verdict.reason} (CSRF protection)")
+    principal = Principal(user, actor_of(db, user), session_id=cookie)
+    db.commit()
+    return principal
+
+
+CurrentUser = Annotated[Principal, Depends(current_principal)]
+
+
+def site_admin(principal: CurrentUser) -> Principal:
+    principal.require(Scope.SITE_ADMIN)
+    return principal
+
+
+SiteAdmin = Annotated[Principal, Depends(site_admin)]
+
+
+def get_team(team: str, principal: CurrentUser, db: SessionDep) -> Team:
+    found = db.scalars(select(Team).where(Team.name == team)).first()
+    if found is None or not visible(principal.actor, found.id):
+        raise not_found(f"team {team!r}")
+    db.commit()
+    return found
+
+
+TeamDep = Annotated[Team, Depends(get_team)]
+
+
+def get_job(job_id: str, principal: CurrentUser, db: SessionDep) -> Job:
+    found = db.get(Job, job_id)
+    if found is None or not visible(principal.actor, found.team_id):
+        raise not_found(f"job {job_id!r}")
+    principal.require(Scope.JOBS_READ, found.team_id)
+    db.commit()
+    return found
+
+
+JobDep = Annotated[Job, Depends(get_job)]
+
+
+def get_artifact(artifact_id: int, principal: CurrentUser, db: SessionDep) -> Artifact:
+    found = db.get(Artifact, artifact_id)
+    if found is None or not visible(principal.actor, found.team_id):
+        raise not_found(f"artifact {artifact_id}")
+    principal.require(Scope.ARTIFACTS_READ, found.team_id)
+    db.commit()
+    return found
+
+
+ArtifactDep = Annotated[Artifact, Depends(get_artifact)]

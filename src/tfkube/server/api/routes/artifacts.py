@@ -1,0 +1,274 @@
+"""Code and data artifacts of a team: upload (streamed, checked, stored once per sha256),
+list, download, delete (refused while a job that is not finished uses it)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import FileResponse
+from sqlalchemy import func, or_, select
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+
+from tfkube.server.api.deps import (
+    ArtifactDep,
+    CurrentUser,
+    PlatformDep,
+    SessionDep,
+    TeamDep,
+    not_found,
+)
+from tfkube.server.api.routes._util import field_error
+from tfkube.server.artifacts import (
+    MAX_DATA_UPLOAD_BYTES,
+    MAX_UPLOAD_BYTES,
+    BadArchive,
+    archive_kind,
+    check_tar,
+    files_to_targz,
+    receive,
+    zip_to_targz,
+)
+from tfkube.server.core.scopes import Scope, visible
+from tfkube.server.core.tables import Artifact, Blob, Job, Team, User
+from tfkube.server.views import artifact_out
+from tfkube.wire import ArtifactOut
+
+router = APIRouter(prefix="/api/v1", tags=["artifacts"])
+NAME = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,62}[a-z0-9])?$")
+KINDS = ("code", "data")
+
+
+def _in_use(db: SessionDep, artifact_id: int) -> bool:
+    return (
+        db.scalars(
+            select(Job.id)
+            .where(
+                or_(Job.artifact_id == artifact_id, Job.data_artifact_id == artifact_id),
+                Job.state != "ended",
+            )
+            .limit(1)
+        ).first()
+        is not None
+    )
+
+
+@router.get("/artifacts")
+def list_artifacts(
+    principal: CurrentUser,
+    db: SessionDep,
+    team: str | None = None,
+    name: str | None = None,
+    kind: str | None = None,
+) -> list[ArtifactOut]:
+    """Artifacts of the caller's teams (or one team), newest version first."""
+    query = select(Artifact, Team.name, User.name).join(Team, Team.id == Artifact.team_id)
+    query = query.outerjoin(User, User.id == Artifact.created_by)
+    if team is not None:
+        query = query.where(Team.name == team)
+    if name is not None:
+        query = query.where(Artifact.name == name)
+    if kind is not None:
+        query = query.where(Artifact.kind == kind)
+    rows = db.execute(query.order_by(Team.name, Artifact.name, Artifact.version.desc())).all()
+    unfinished = db.execute(
+        select(Job.artifact_id, Job.data_artifact_id).where(Job.state != "ended")
+    ).all()
+    busy = {i for pair in unfinished for i in pair if i is not None}
+    return [
+        artifact_out(a, team_name, creator, a.id in busy)
+        for a, team_name, creator in rows
+        if visible(principal.actor, a.team_id)
+    ]
+
+
+@router.get("/artifacts/{artifact_id}")
+def get_artifact(artifact: ArtifactDep, db: SessionDep) -> ArtifactOut:
+    team = db.get(Team, artifact.team_id)
+    creator = db.get(User, artifact.created_by) if artifact.created_by else None
+    return artifact_out(
+        artifact,
+        team.name if team else "",
+        creator.name if creator else None,
+        _in_use(db, artifact.id),
+    )
+
+
+@router.get("/artifacts/{artifact_id}/download")
+def download(artifact: ArtifactDep, platform: PlatformDep) -> FileResponse:
+    return FileResponse(
+        platform.blobs.path(artifact.sha256),
+        media_type="application/gzip",
+        filename=f"{artifact.name}-{artifact.version}.tar.gz",
+    )
+
+
+@router.delete("/artifacts/{artifact_id}", status_code=204)
+def delete_artifact(
+    artifact: ArtifactDep, principal: CurrentUser, db: SessionDep, platform: PlatformDep
+) -> None:
+    principal.require(Scope.ARTIFACTS_WRITE, artifact.team_id)
+    if _in_use(db, artifact.id):
+        raise HTTPException(
+            409,
+            f"{artifact.name}:{artifact.version} is used by a job that is not finished; "
+            "stop or delete that job first",
+        )
+    sha = artifact.sha256
+    db.delete(artifact)
+    db.flush()
+    if db.scalars(select(Artifact.id).where(Artifact.sha256 == sha).limit(1)).first() is None:
+        used_by_jobs = db.scalars(
+            select(Job.id).where(or_(Job.code_sha256 == sha, Job.data_sha256 == sha)).limit(1)
+        ).first()
+        if used_by_jobs is None:
+            blob = db.get(Blob, sha)
+            if blob is not None:
+                db.delete(blob)
+            platform.blobs.remove(sha)
+    db.commit()
+
+
+async def _stream(request: Request) -> AsyncIterator[bytes]:
+    async for chunk in request.stream():
+        if chunk:
+            yield chunk
+
+
+async def _file_chunks(upload: UploadFile) -> AsyncIterator[bytes]:
+    while chunk := await upload.read(1 << 20):
+        yield chunk
+
+
+@router.post("/teams/{team}/artifacts", status_code=201)
+async def upload(
+    request: Request,
+    team: TeamDep,
+    principal: CurrentUser,
+    db: SessionDep,
+    platform: PlatformDep,
+    name: Annotated[str | None, Query(description="The artifact's name.")] = None,
+    kind: Annotated[str, Query(description="code or data.")] = "code",
+    entrypoint: Annotated[
+        str, Query(description="Code: the script that must be in it.")
+    ] = "run.sh",
+    filename: Annotated[str, Query(description="Raw body: its file name.")] = "upload.tar.gz",
+) -> ArtifactOut:
+    """Upload a `.tar.gz`/`.zip` as the raw body (streamed: memory stays bounded however
+    large), or as multipart/form-data: `file` (one archive) or several `files` whose names
+    are paths relative to the folder. A new version when the bytes differ from the latest."""
+    principal.require(Scope.ARTIFACTS_WRITE, team.id)
+    staged: list[Path] = []
+    try:
+        content_type = request.headers.get("content-type", "")
+        if content_type.startswith("multipart/form-data"):
+            form = await request.form(max_files=10_000, max_fields=100)
+            name = name or str(form.get("name") or "") or None
+            kind = str(form.get("kind") or kind)
+            entrypoint = str(form.get("entrypoint") or entrypoint)
+        else:
+            form = None
+        if not name or not NAME.fullmatch(name):
+            raise field_error(
+                "name", "give the artifact a name: lower-case letters, digits, '-', '_', '.'"
+            )
+        if kind not in KINDS:
+            raise field_error("kind", "must be code or data")
+        limit = MAX_UPLOAD_BYTES if kind == "code" else MAX_DATA_UPLOAD_BYTES
+        needed = entrypoint if kind == "code" else None
+        blobs = platform.blobs
+        if form is None:
+            raw = blobs.temp()
+            staged.append(raw)
+            await receive(_stream(request), raw, limit)
+            final, files = await run_in_threadpool(
+                _check, raw, filename, needed, blobs.temp, staged
+            )
+        else:
+            uploads = [
+                v for v in form.getlist("file") + form.getlist("files") if isinstance(v, UploadFile)
+            ]
+            if not uploads:
+                raise field_error(
+                    "file", "attach an archive as `file` or the folder's files as `files`"
+                )
+            parts = []
+            for upload_file in uploads:
+                part = blobs.temp()
+                staged.append(part)
+                await receive(_file_chunks(upload_file), part, limit)
+                parts.append((upload_file.filename or "upload", part))
+            if len(parts) == 1 and archive_kind(parts[0][0]) != "file":
+                final, files = await run_in_threadpool(
+                    _check, parts[0][1], parts[0][0], needed, blobs.temp, staged
+                )
+            else:
+                out = blobs.temp()
+                staged.append(out)
+                files = await run_in_threadpool(files_to_targz, parts, out, needed)
+                final = out
+        sha, size = await run_in_threadpool(blobs.keep, final)
+    except BadArchive as exc:
+        raise HTTPException(400, f"upload refused: {exc}; nothing was kept") from None
+    finally:
+        for path in staged:
+            path.unlink(missing_ok=True)
+    return _record(db, team, principal.user, name, kind, sha, size, files)
+
+
+def _check(
+    raw: Path, filename: str, entrypoint: str | None, temp: object, staged: list[Path]
+) -> tuple[Path, int]:
+    """Check an uploaded archive; a .zip is re-packed as .tar.gz. -> (file to keep, files)."""
+    if archive_kind(filename) == "zip":
+        out = temp()  # type: ignore[operator]
+        staged.append(out)
+        return out, zip_to_targz(raw, out, entrypoint)
+    if archive_kind(filename) == "tar":
+        return raw, check_tar(raw, entrypoint)
+    raise BadArchive(f"{filename!r} is not a .tar.gz, .tgz, .tar or .zip archive")
+
+
+def _record(
+    db: SessionDep, team: Team, user: User, name: str, kind: str, sha: str, size: int, files: int
+) -> ArtifactOut:
+    latest = db.scalars(
+        select(Artifact)
+        .where(Artifact.team_id == team.id, Artifact.name == name)
+        .order_by(Artifact.version.desc())
+        .limit(1)
+    ).first()
+    if latest is not None and latest.sha256 == sha and latest.kind == kind:
+        return artifact_out(latest, team.name, user.name, _in_use(db, latest.id))
+    if db.get(Blob, sha) is None:
+        db.add(Blob(sha256=sha, size=size, created_at=time.time()))
+    version = (
+        db.scalar(
+            select(func.max(Artifact.version)).where(
+                Artifact.team_id == team.id, Artifact.name == name
+            )
+        )
+        or 0
+    ) + 1
+    artifact = Artifact(
+        team_id=team.id,
+        name=name,
+        version=version,
+        kind=kind,
+        sha256=sha,
+        size=size,
+        files=files,
+        created_by=user.id,
+        created_at=time.time(),
+    )
+    db.add(artifact)
+    db.commit()
+    return artifact_out(artifact, team.name, user.name, False)
+
+
+__all__ = ["not_found", "router"]

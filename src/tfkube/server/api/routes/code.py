@@ -1,0 +1,37 @@
+"""What replicas fetch: their job's code, by sha256, with the job-scoped claim the engine
+handed them (TFKUBE_CODE_TOKEN, sent as `Authorization: Bearer`). Not a user endpoint:
+no session or API token opens it, and the claim opens one blob for one unfinished job."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import FileResponse
+
+from tfkube.server.api.deps import PlatformDep, SessionDep
+from tfkube.server.core.security import ClaimError, verify_claim
+from tfkube.server.core.tables import Job
+
+router = APIRouter(prefix="/api/v1", tags=["code"])
+
+
+@router.get("/code/{sha256}")
+def fetch_code(
+    sha256: str, request: Request, db: SessionDep, platform: PlatformDep
+) -> FileResponse:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    denied = HTTPException(404, "no such code (or the claim does not open it)")
+    if scheme.lower() != "bearer" or not token:
+        raise denied
+    try:
+        claim = verify_claim(platform.key, token.strip(), sha256, time.time())
+    except ClaimError:
+        raise denied from None
+    job = db.get(Job, claim.job)
+    if job is None or job.state == "ended" or job.code_sha256 != sha256:
+        raise denied
+    path = platform.blobs.path(sha256)
+    if not path.is_file():
+        raise denied
+    return FileResponse(path, media_type="application/gzip")

@@ -1,0 +1,245 @@
+"""A job's replica logs (each start separately) and its outputs (checkpoints, summaries,
+exported models): listed, read, followed live (chunked text or SSE), downloaded."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import tarfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
+from sqlalchemy import select
+
+from tfkube.engines import JobNotFound
+from tfkube.server.api.deps import CurrentUser, JobDep, PlatformDep, SessionDep
+from tfkube.server.api.routes.jobs import sse
+from tfkube.server.core.paths import UnsafePath, resolve_under
+from tfkube.server.core.scopes import Scope
+from tfkube.server.core.tables import Job, Team
+from tfkube.server.outputs.logs import REPLICA, NoSuchLog, log_files, log_path, read_chunk
+from tfkube.server.outputs.logs import follow as follow_file
+from tfkube.server.outputs.scalars import progress_hint, progress_of, total_steps
+from tfkube.spec import load_job_text
+from tfkube.wire import LogFile, OutputFile, Progress, ScalarsOut
+
+router = APIRouter(prefix="/api/v1/jobs/{job_id}", tags=["logs and outputs"])
+
+
+@router.get("/logs")
+def list_logs(job: JobDep, principal: CurrentUser) -> list[LogFile]:
+    """Every replica's log files, one per start (attempt 0, 1, ...)."""
+    principal.require(Scope.LOGS_READ, job.team_id)
+    return log_files(job.output_dir)
+
+
+def _pod_log(platform: PlatformDep, db: SessionDep, job: Job, replica: str, why: str) -> str:
+    """No kept log file (Kubernetes without an outputs claim, or a replica that never
+    wrote one): the pod log API while the job's pods exist. Raises a 404 saying both why
+    there is no kept log and why the pod has none."""
+    hint = ""
+    if platform.settings.outputs_claim is None:
+        hint = " (logs outlive pods when the server runs with --outputs-claim)"
+    if platform.engines.kind != "kubernetes" or not REPLICA.fullmatch(replica):
+        raise HTTPException(404, why)
+    newer = db.scalars(
+        select(Job.id).where(
+            Job.team_id == job.team_id, Job.name == job.name, Job.created_at > job.created_at
+        )
+    ).first()
+    if newer is not None:  # the cluster's job of this name is another one now
+        raise HTTPException(404, f"{why}; its pods are gone{hint}")
+    team = db.get(Team, job.team_id)
+    assert team is not None
+    backend = platform.engines.backend(team.name, team.namespace)
+    try:
+        return "\n".join(backend.logs(job.name, replica, False)) + "\n"
+    except JobNotFound:
+        raise HTTPException(
+            404, f"{why}; the cluster no longer has the job, so its pods are gone{hint}"
+        ) from None
+    except ValueError as exc:  # LogsUnavailable (no kubelet), or no such replica
+        raise HTTPException(404, f"{why}; {exc}") from None
+
+
+@router.get("/logs/{replica}", response_model=None)
+async def read_log(
+    job: JobDep,
+    replica: str,
+    request: Request,
+    principal: CurrentUser,
+    db: SessionDep,
+    platform: PlatformDep,
+    attempt: int | None = None,
+    offset: int = 0,
+    follow: bool = False,
+) -> StreamingResponse | PlainTextResponse:
+    """One replica's log (the latest start, or `attempt`), from `offset` bytes. With
+    `follow=true` the answer streams (chunked) until the job finished; with
+    `Accept: text/event-stream` it is SSE (`line` events, then `end`)."""
+    principal.require(Scope.LOGS_READ, job.team_id)
+    try:
+        path = log_path(job.output_dir, replica, attempt)
+    except NoSuchLog as exc:
+        text = await asyncio.to_thread(_pod_log, platform, db, job, replica, str(exc))
+        return PlainTextResponse(text)
+    job_id = job.id
+
+    async def running() -> bool:
+        def check() -> bool:
+            with platform.sessions() as s:
+                row = s.get(Job, job_id)
+                return row is not None and row.state != "ended"
+
+        return await asyncio.to_thread(check)
+
+    offset = max(offset, 0)
+    wants_sse = "text/event-stream" in request.headers.get("accept", "")
+    if not (follow or wants_sse):
+        data = await asyncio.to_thread(_read_all, path, offset)
+        return PlainTextResponse(data.decode("utf-8", errors="replace"))
+
+    async def chunks() -> AsyncIterator[bytes]:
+        async for chunk in _follow(path, offset, running, request):
+            yield chunk
+
+    if not wants_sse:
+        return StreamingResponse(chunks(), media_type="text/plain; charset=utf-8")
+
+    async def events() -> AsyncIterator[str]:
+        partial = ""
+        async for chunk in chunks():
+            text = partial + chunk.decode("utf-8", errors="replace")
+            *lines, partial = text.split("\n")
+            for line in lines:
+                yield sse("line", line)
+        if partial:
+            yield sse("line", partial)
+        yield sse("end", "{}")
+
+    return StreamingResponse(
+        events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+    )
+
+
+async def _follow(
+    path: Path, offset: int, running: Callable[[], Awaitable[bool]], request: Request
+) -> AsyncIterator[bytes]:
+    async for chunk in follow_file(path, offset, running):
+        yield chunk
+        if await request.is_disconnected():
+            return
+
+
+def _read_all(path: Path, offset: int) -> bytes:
+    out = io.BytesIO()
+    while chunk := read_chunk(path, offset + out.tell()):
+        out.write(chunk)
+    return out.getvalue()
+
+
+def _outputs_root(job: Job) -> str:
+    if not job.output_dir:
+        raise HTTPException(404, "this job keeps no outputs on the server")
+    return job.output_dir
+
+
+@router.get("/outputs")
+def list_outputs(job: JobDep, principal: CurrentUser, path: str = "") -> list[OutputFile]:
+    """The files in a folder of the job's outputs (`path` relative to it)."""
+    principal.require(Scope.OUTPUTS_READ, job.team_id)
+    root = Path(_outputs_root(job))
+    try:
+        folder = resolve_under(root, path)
+    except UnsafePath as exc:
+        raise HTTPException(400, f"path refused: {exc}") from None
+    if not folder.is_dir():
+        raise HTTPException(404, f"no folder {path!r} in the outputs")
+    base = root.resolve()
+    out = []
+    for child in sorted(folder.iterdir()):
+        if child.is_symlink():
+            continue  # never listed nor followed: it could lead anywhere
+        st = child.stat()
+        out.append(
+            OutputFile(
+                path=child.relative_to(base).as_posix(),
+                size=st.st_size if child.is_file() else 0,
+                modified=st.st_mtime,
+                is_dir=child.is_dir(),
+            )
+        )
+    return out
+
+
+@router.get("/outputs/{path:path}", response_model=None)
+def download_output(
+    job: JobDep, path: str, principal: CurrentUser
+) -> FileResponse | StreamingResponse:
+    """One file of the outputs, or a folder as a .tar.gz (streamed)."""
+    principal.require(Scope.OUTPUTS_READ, job.team_id)
+    root = Path(_outputs_root(job))
+    try:
+        target = resolve_under(root, path)
+    except UnsafePath as exc:
+        raise HTTPException(400, f"path refused: {exc}") from None
+    if target.is_file():
+        return FileResponse(target, filename=target.name)
+    if target.is_dir():
+        name = (target.name if target != root.resolve() else job.name) + ".tar.gz"
+        return StreamingResponse(
+            _tar_stream(target),
+            media_type="application/gzip",
+            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        )
+    raise HTTPException(404, f"no file {path!r} in the outputs")
+
+
+class _Pipe(io.RawIOBase):
+    """A write-only sink whose contents are taken out in pieces."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        self.buffer += data
+        return len(data)
+
+    def take(self) -> bytes:
+        data = bytes(self.buffer)
+        self.buffer.clear()
+        return data
+
+
+def _tar_stream(folder: Path) -> Iterator[bytes]:
+    """A folder as .tar.gz, produced piece by piece (memory stays bounded). Links are not
+    followed out of the folder: only regular files and folders are added."""
+    pipe = _Pipe()
+    base = folder.resolve()
+    with tarfile.open(fileobj=pipe, mode="w|gz") as tar:
+        for item in sorted(base.rglob("*")):
+            if item.is_symlink() or not (item.is_file() or item.is_dir()):
+                continue
+            tar.add(item, arcname=item.relative_to(base).as_posix(), recursive=False)
+            if len(pipe.buffer) > 1 << 20:
+                yield pipe.take()
+    yield pipe.take()
+
+
+@router.get("/scalars")
+async def scalars(job: JobDep, principal: CurrentUser, platform: PlatformDep) -> ScalarsOut:
+    """Every scalar of the job's TensorBoard event files as series (step, value,
+    wall_time), and progress/ETA where the number of steps is known."""
+    principal.require(Scope.METRICS_READ, job.team_id)
+    if not job.output_dir:
+        return ScalarsOut(series=[], progress=Progress())
+    output_dir = job.output_dir
+    series = await asyncio.to_thread(platform.scalars.read, output_dir)
+    spec = load_job_text(job.spec, "job")
+    hint = await asyncio.to_thread(progress_hint, output_dir)
+    return ScalarsOut(series=series, progress=progress_of(series, total_steps(spec), hint))

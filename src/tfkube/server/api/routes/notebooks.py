@@ -1,0 +1,68 @@
+"""Notebooks: the caller's JupyterLab server in a team (one per user and team), started
+on request or when its URL is opened, stopped when idle or on request. Only its owner
+can open it (anyone else gets 404, as for something that does not exist)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from tfkube.server.api.deps import CurrentUser, PlatformDep, SessionDep, TeamDep, not_found
+from tfkube.server.core.scopes import Scope
+from tfkube.server.core.tables import Notebook, Team, User
+from tfkube.server.workloads.notebooks import base_url
+from tfkube.wire import NotebookOut
+
+router = APIRouter(prefix="/api/v1", tags=["notebooks"])
+
+
+def notebook_out(db: Session, row: Notebook, base: str) -> NotebookOut:
+    team, user = db.get(Team, row.team_id), db.get(User, row.user_id)
+    return NotebookOut(
+        id=row.id,
+        team=team.name if team else "",
+        user=user.name if user else "",
+        state=row.state,
+        url=f"{base}{base_url(row.id)}lab",
+        started_at=row.started_at,
+        stopped_at=row.stopped_at,
+        message=row.message,
+    )
+
+
+@router.post("/teams/{team}/notebook")
+def open_notebook(
+    team: TeamDep, principal: CurrentUser, db: SessionDep, platform: PlatformDep
+) -> NotebookOut:
+    """Start (or find) the caller's notebook in the team; its `url` opens JupyterLab.
+    Its `tfkube.Client()` is signed in as the caller; the team's code and data artifacts
+    are in `team-artifacts/` (read-only) on this machine."""
+    principal.require(Scope.NOTEBOOKS, team.id)
+    try:
+        row = platform.notebooks.ensure(db, principal.user, team)
+    except RuntimeError as exc:
+        raise HTTPException(503, str(exc)) from None
+    return notebook_out(db, row, platform.settings.base_url)
+
+
+@router.get("/notebooks")
+def list_notebooks(
+    principal: CurrentUser, db: SessionDep, platform: PlatformDep
+) -> list[NotebookOut]:
+    """The caller's own notebooks (each team's)."""
+    rows = db.scalars(select(Notebook).where(Notebook.user_id == principal.user.id)).all()
+    return [notebook_out(db, r, platform.settings.base_url) for r in rows]
+
+
+@router.post("/notebooks/{notebook_id}/stop")
+def stop_notebook(
+    notebook_id: str, principal: CurrentUser, db: SessionDep, platform: PlatformDep
+) -> NotebookOut:
+    """Stop it now (its home folder stays; opening it again starts it)."""
+    row = db.get(Notebook, notebook_id)
+    if row is None or row.user_id != principal.user.id:
+        raise not_found(f"notebook {notebook_id!r}")
+    if row.state == "running":
+        platform.notebooks.stop(db, row, "stopped by its owner")
+    return notebook_out(db, row, platform.settings.base_url)

@@ -1,0 +1,346 @@
+"""The authenticating reverse proxy: `/proxy/<kind>/<id>/...` -> a process only the server
+can reach: a job's TensorBoard, a team's model server, a user's notebook (HTTP and
+WebSocket). The caller must be signed in and hold the kind's scope in the target's team
+(404 otherwise, as everywhere; a notebook answers its owner only); the session cookie and
+any Authorization header are never passed upstream, and the resolver adds the target's
+own credential (a model server's secret, Jupyter's token), so a loopback port alone
+grants nothing. State-changing requests and WebSockets with the cookie must come from
+this origin.
+
+Targets are a registry: kind -> resolver(db, id, principal, platform) -> the `Upstream`:
+on the local engine a loopback process; on Kubernetes the API server's service proxy to
+the target's Service, reached with the server's credentials (a notebook's Jupyter token
+then goes as the `token` query parameter: the API server keeps the Authorization header).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import httpx
+from fastapi import APIRouter, HTTPException, Request, WebSocket
+from fastapi.responses import JSONResponse, StreamingResponse
+from sqlalchemy.orm import Session
+from starlette.requests import HTTPConnection
+
+from tfkube.kube.names import (
+    TENSORBOARD_PORT_NAME,
+    model_server_name,
+    notebook_name,
+    tensorboard_name,
+)
+from tfkube.kube.rest import service_proxy_path
+from tfkube.server.api.deps import PlatformDep, Principal, SessionDep
+from tfkube.server.core.scopes import Scope, visible
+from tfkube.server.core.tables import Job, ModelServer, Notebook, Team, User
+from tfkube.server.platform import Platform
+from tfkube.spec import load_job_text
+
+router = APIRouter(tags=["proxy"])
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+    "content-encoding",
+}
+NOT_FORWARDED = {"host", "cookie", "authorization", "x-csrf-token", "origin"}
+"""The caller's credentials stay here; the origin was checked here (a notebook's Jupyter
+would otherwise judge our origin as foreign)."""
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """Where a proxied request goes: `prefix` + the rest of the caller's path."""
+
+    prefix: str
+    """The upstream URL the caller's path below `/proxy/<kind>/<id>/` is appended to."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Sent upstream besides the caller's own (the target's credential; the caller's
+    credentials never are)."""
+    verify: ssl.SSLContext | bool = True
+    """TLS verification for an https upstream (the API server's CA)."""
+    params: dict[str, str] = field(default_factory=dict)
+    """Query parameters added to the caller's."""
+    on_response: Callable[[int], None] | None = None
+    """Told each answer's status (a model server's request counts)."""
+
+
+Resolver = Callable[[Session, str, Principal, Platform], Upstream]
+
+
+def _service(
+    platform: Platform, db: Session, team_id: int, service: str, port: str, path: str = ""
+) -> Upstream:
+    """A Service of a team's namespace through the API server's service proxy."""
+    team = db.get(Team, team_id)
+    assert team is not None
+    endpoint = platform.engines.endpoint()
+    at = service_proxy_path(team.namespace, service, port)
+    return Upstream(f"{endpoint.host}{at}{path}", endpoint.headers(), endpoint.ssl_context)
+
+
+def _tensorboard(db: Session, job_id: str, principal: Principal, platform: Platform) -> Upstream:
+    job = db.get(Job, job_id)
+    if job is None or not visible(principal.actor, job.team_id) or not job.output_dir:
+        raise HTTPException(404, f"job {job_id!r} not found")
+    principal.require(Scope.METRICS_READ, job.team_id)
+    prefix = f"/proxy/tensorboard/{job.id}"
+    if platform.engines.kind == "local":
+        base = platform.tensorboards.ensure(job.id, job.output_dir, prefix)
+        return Upstream(f"{base}{prefix}")
+    # Kubernetes: the job's TensorBoard Service through the API server's service proxy,
+    # with the server's own credentials (RBAC: services/proxy). TensorBoard's pages use
+    # relative links, so it serves below any prefix without --path_prefix.
+    spec = load_job_text(job.spec, f"job {job.name!r}").spec.tensorboard
+    if spec is None or not spec.enabled:
+        raise HTTPException(
+            404, f"job {job.name!r} runs no TensorBoard; submit it with tensorboard: true"
+        )
+    return _service(platform, db, job.team_id, tensorboard_name(job.name), TENSORBOARD_PORT_NAME)
+
+
+def _model(db: Session, server_id: str, principal: Principal, platform: Platform) -> Upstream:
+    row = db.get(ModelServer, server_id)
+    if row is None or not visible(principal.actor, row.team_id) or row.state != "running":
+        raise HTTPException(404, f"model server {server_id!r} not found")
+    principal.require(Scope.SERVING_READ, row.team_id)
+    servers = platform.model_servers
+
+    def counted(status: int) -> None:
+        servers.count(row.id, status)
+
+    if platform.engines.kind != "local":
+        found = _service(platform, db, row.team_id, model_server_name(row.name), "http")
+        return Upstream(found.prefix, found.headers, found.verify, on_response=counted)
+    try:
+        base, headers = servers.upstream(row)
+    except LookupError as exc:
+        raise HTTPException(503, str(exc)) from None
+    return Upstream(base, headers, on_response=counted)
+
+
+def _notebook(db: Session, notebook_id: str, principal: Principal, platform: Platform) -> Upstream:
+    row = db.get(Notebook, notebook_id)
+    if row is None or row.user_id != principal.user.id:
+        raise HTTPException(404, f"notebook {notebook_id!r} not found")
+    if not visible(principal.actor, row.team_id):
+        raise HTTPException(404, f"notebook {notebook_id!r} not found")
+    principal.require(Scope.NOTEBOOKS, row.team_id)
+    notebooks = platform.notebooks
+    team, user = db.get(Team, row.team_id), db.get(User, row.user_id)
+    assert team is not None
+    assert user is not None
+    try:
+        row = notebooks.ensure(db, user, team)  # opening a stopped notebook starts it
+    except RuntimeError as exc:
+        raise HTTPException(503, str(exc)) from None
+    notebook_id = row.id
+
+    def touched(_status: int) -> None:
+        notebooks.touch(notebook_id)
+
+    if platform.engines.kind != "local":
+        # Jupyter serves below the same base URL in its pod as here.
+        base = f"/proxy/notebook/{notebook_id}"
+        found = _service(platform, db, row.team_id, notebook_name(notebook_id), "http", base)
+        token = {"token": notebooks.jupyter_token(row)}
+        return Upstream(found.prefix, found.headers, found.verify, token, touched)
+    base, headers = notebooks.upstream(row)
+    return Upstream(base, headers, on_response=touched)
+
+
+TARGETS: dict[str, Resolver] = {
+    "tensorboard": _tensorboard,
+    "model": _model,
+    "notebook": _notebook,
+}
+"""kind -> resolver."""
+
+ERROR_SHAPES: dict[str, Callable[[str], dict[str, Any]]] = {
+    "model": lambda detail: {"error": detail},
+}
+"""How a kind's clients expect the proxy's own errors: a TensorFlow Serving client reads
+`{"error": ...}`."""
+
+
+def _principal(conn: HTTPConnection, db: Session, method: str) -> Principal:
+    from tfkube.server.accounts import actor_of, session_user, token_user
+    from tfkube.server.core.security import SAFE_METHODS, SESSION_COOKIE
+
+    header = conn.headers.get("authorization", "")
+    if header.lower().startswith("bearer "):
+        user = token_user(db, header[7:].strip())
+        if user is None:
+            raise HTTPException(401, "the API token is not valid")
+        return Principal(user, actor_of(db, user))
+    cookie = conn.cookies.get(SESSION_COOKIE)
+    user = session_user(db, cookie) if cookie else None
+    if user is None:
+        raise HTTPException(401, "sign in first")
+    if method not in SAFE_METHODS:
+        origin = conn.headers.get("origin") or conn.headers.get("referer")
+        if not origin or urlsplit(origin).netloc != conn.headers.get("host"):
+            raise HTTPException(403, "refused: the request comes from another origin")
+    return Principal(user, actor_of(db, user), session_id=cookie)
+
+
+def _resolve(
+    conn: HTTPConnection, db: Session, platform: Platform, kind: str, target_id: str, method: str
+) -> Upstream:
+    resolver = TARGETS.get(kind)
+    if resolver is None:
+        raise HTTPException(404, f"nothing to proxy of kind {kind!r}")
+    principal = _principal(conn, db, method)
+    upstream = resolver(db, target_id, principal, platform)
+    db.commit()  # no database connection held while it streams
+    return upstream
+
+
+def _client(request: Request, verify: ssl.SSLContext | bool) -> tuple[httpx.AsyncClient, bool]:
+    """The app's shared client (kept-alive connections to loopback targets), or a new one
+    for a target with its own TLS settings (-> (client, close it after))."""
+    shared: httpx.AsyncClient | None = getattr(request.app.state, "proxy_client", None)
+    if verify is True and shared is not None:
+        return shared, False
+    return httpx.AsyncClient(timeout=httpx.Timeout(60.0, read=None), verify=verify), True
+
+
+@router.api_route(
+    "/proxy/{kind}/{target_id}/{path:path}",
+    methods=["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"],
+    response_model=None,
+)
+async def proxy(
+    kind: str, target_id: str, path: str, request: Request, db: SessionDep, platform: PlatformDep
+) -> StreamingResponse | JSONResponse:
+    try:
+        upstream_at = await asyncio.to_thread(
+            _resolve, request, db, platform, kind, target_id, request.method
+        )
+    except HTTPException as exc:
+        shape = ERROR_SHAPES.get(kind)
+        if shape is None:
+            raise
+        return JSONResponse(shape(str(exc.detail)), status_code=exc.status_code)
+    url = f"{upstream_at.prefix}/{path}"
+    headers = {
+        k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP | NOT_FORWARDED
+    }
+    headers.update(upstream_at.headers)
+    client, own = _client(request, upstream_at.verify)
+    try:
+        upstream = await client.send(
+            client.build_request(
+                request.method,
+                url,
+                params=[*request.query_params.multi_items(), *upstream_at.params.items()],
+                headers=headers,
+                content=await request.body(),
+            ),
+            stream=True,
+        )
+    except httpx.HTTPError as exc:
+        if own:
+            await client.aclose()
+        detail = f"cannot reach the {kind} of {target_id}: {exc}"
+        shape = ERROR_SHAPES.get(kind)
+        if shape is not None:
+            return JSONResponse(shape(detail), status_code=502)
+        raise HTTPException(502, detail) from None
+    if upstream_at.on_response is not None:
+        upstream_at.on_response(upstream.status_code)
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in upstream.aiter_raw():
+                yield chunk
+        finally:
+            await upstream.aclose()
+            if own:
+                await client.aclose()
+
+    kept = {
+        k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP | {"set-cookie"}
+    }
+    if "content-encoding" in upstream.headers:
+        kept["content-encoding"] = upstream.headers["content-encoding"]
+    return StreamingResponse(body(), status_code=upstream.status_code, headers=kept)
+
+
+@router.websocket("/proxy/{kind}/{target_id}/{path:path}")
+async def proxy_websocket(websocket: WebSocket, kind: str, target_id: str, path: str) -> None:
+    """A WebSocket through the same checks (a notebook's kernels talk over these); a
+    cookie-authenticated one must come from this origin (no cross-site hijacking)."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed, InvalidHandshake
+
+    platform: Platform = websocket.app.state.platform
+    try:
+        with platform.sessions() as db:
+            upstream_at = await asyncio.to_thread(
+                _resolve, websocket, db, platform, kind, target_id, "WEBSOCKET"
+            )
+    except HTTPException as exc:
+        await websocket.close(code=4000 + exc.status_code, reason=str(exc.detail)[:120])
+        return
+    url = f"{upstream_at.prefix}/{path}".replace("http", "ws", 1)
+    query = [*websocket.query_params.multi_items(), *upstream_at.params.items()]
+    if query:
+        url += "?" + urlencode(query)
+    wanted = list(websocket.scope.get("subprotocols") or [])
+    tls = upstream_at.verify if isinstance(upstream_at.verify, ssl.SSLContext) else None
+    try:
+        upstream = await connect(
+            url,
+            additional_headers=upstream_at.headers,
+            subprotocols=wanted or None,
+            ssl=tls,
+            max_size=None,
+            open_timeout=30,
+        )
+    except (OSError, InvalidHandshake, TimeoutError) as exc:
+        await websocket.close(code=1011, reason=f"upstream: {exc}"[:120])
+        return
+    await websocket.accept(subprotocol=upstream.subprotocol)
+
+    async def to_upstream() -> None:
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            data = message.get("bytes")
+            await upstream.send(data if data is not None else message.get("text") or "")
+
+    async def to_caller() -> None:
+        async for data in upstream:
+            if isinstance(data, bytes):
+                await websocket.send_bytes(data)
+            else:
+                await websocket.send_text(data)
+
+    tasks = [asyncio.create_task(to_upstream()), asyncio.create_task(to_caller())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    except ConnectionClosed:
+        pass
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await upstream.close()
+        with contextlib.suppress(RuntimeError):
+            await websocket.close()

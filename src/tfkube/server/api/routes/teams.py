@@ -1,0 +1,124 @@
+"""Teams (the tenant), their members and roles, and their quota."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+
+from tfkube.server.accounts import create_team, set_member, team_name_problem
+from tfkube.server.api.deps import (
+    CurrentUser,
+    PlatformDep,
+    SessionDep,
+    SiteAdmin,
+    TeamDep,
+    not_found,
+)
+from tfkube.server.api.routes._util import field_error, prepare_team
+from tfkube.server.core.scopes import Role, Scope, visible
+from tfkube.server.core.tables import Membership, Team, User
+from tfkube.server.views import team_out
+from tfkube.wire import MemberOut, TeamOut
+
+router = APIRouter(prefix="/api/v1/teams", tags=["teams"])
+
+
+class QuotaIn(BaseModel):
+    """A team's limits; absent means no limit. On Kubernetes they become the namespace's
+    ResourceQuota; locally the queue enforces them."""
+
+    cpu: float | None = Field(None, gt=0)
+    memory: int | None = Field(None, gt=0)
+    """Bytes."""
+    gpu: int | None = Field(None, ge=0)
+    jobs: int | None = Field(None, gt=0)
+    """Jobs running at once."""
+
+
+class TeamIn(BaseModel):
+    name: str
+    quota: QuotaIn = QuotaIn()
+
+
+class TeamPatch(BaseModel):
+    quota: QuotaIn
+
+
+class MemberIn(BaseModel):
+    role: Role
+
+
+@router.get("")
+def list_teams(principal: CurrentUser, db: SessionDep) -> list[TeamOut]:
+    teams = db.scalars(select(Team).order_by(Team.name)).all()
+    roles = principal.actor.roles
+    return [
+        team_out(t, roles[t.id].value if t.id in roles else None)
+        for t in teams
+        if visible(principal.actor, t.id)
+    ]
+
+
+@router.post("", status_code=201)
+def add_team(body: TeamIn, _: SiteAdmin, db: SessionDep, platform: PlatformDep) -> TeamOut:
+    if problem := team_name_problem(body.name):
+        raise field_error("name", problem)
+    if db.scalars(select(Team).where(Team.name == body.name)).first() is not None:
+        raise HTTPException(409, f"a team named {body.name!r} exists already")
+    team = create_team(db, body.name)
+    team.quota = body.quota.model_dump(exclude_none=True)
+    prepare_team(platform, db, team)
+    return team_out(team, None)
+
+
+@router.get("/{team}")
+def get_team(team: TeamDep, principal: CurrentUser) -> TeamOut:
+    role = principal.actor.roles.get(team.id)
+    return team_out(team, role.value if role else None)
+
+
+@router.patch("/{team}")
+def change_team(
+    team: TeamDep, body: TeamPatch, _: SiteAdmin, db: SessionDep, platform: PlatformDep
+) -> TeamOut:
+    team.quota = body.quota.model_dump(exclude_none=True)
+    prepare_team(platform, db, team)
+    platform.jobs.poke.set()
+    return team_out(team, None)
+
+
+@router.get("/{team}/members")
+def members(team: TeamDep, principal: CurrentUser, db: SessionDep) -> list[MemberOut]:
+    principal.require(Scope.TEAM_READ, team.id)
+    rows = db.execute(
+        select(User.name, Membership.role)
+        .join(Membership, Membership.user_id == User.id)
+        .where(Membership.team_id == team.id)
+        .order_by(User.name)
+    ).all()
+    return [MemberOut(user=name, role=role) for name, role in rows]
+
+
+@router.put("/{team}/members/{user}")
+def put_member(
+    team: TeamDep, user: str, body: MemberIn, principal: CurrentUser, db: SessionDep
+) -> MemberOut:
+    principal.require(Scope.TEAM_ADMIN, team.id)
+    found = db.scalars(select(User).where(User.name == user)).first()
+    if found is None:
+        raise not_found(f"user {user!r}")
+    set_member(db, team, found, body.role)
+    db.commit()
+    return MemberOut(user=found.name, role=body.role.value)
+
+
+@router.delete("/{team}/members/{user}", status_code=204)
+def remove_member(team: TeamDep, user: str, principal: CurrentUser, db: SessionDep) -> None:
+    principal.require(Scope.TEAM_ADMIN, team.id)
+    found = db.scalars(select(User).where(User.name == user)).first()
+    membership = db.get(Membership, (found.id, team.id)) if found else None
+    if membership is None:
+        raise not_found(f"member {user!r}")
+    db.delete(membership)
+    db.commit()

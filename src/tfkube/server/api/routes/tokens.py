@@ -1,0 +1,48 @@
+"""Personal API tokens: created (shown once), listed, revoked."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+
+from tfkube.server.accounts import create_token
+from tfkube.server.api.deps import CurrentUser, SessionDep, not_found
+from tfkube.server.core.tables import ApiToken
+from tfkube.server.views import token_out
+from tfkube.wire import NewToken, TokenOut
+
+router = APIRouter(prefix="/api/v1/tokens", tags=["tokens"])
+
+
+class TokenIn(BaseModel):
+    name: str = Field(min_length=1, max_length=100)
+    """What it is for, e.g. 'laptop CLI'."""
+    expires_in_days: float | None = Field(90, gt=0, le=3650)
+    """None: never expires."""
+
+
+@router.get("")
+def list_tokens(principal: CurrentUser, db: SessionDep) -> list[TokenOut]:
+    rows = db.scalars(
+        select(ApiToken).where(ApiToken.user_id == principal.user.id).order_by(ApiToken.id)
+    ).all()
+    return [token_out(t) for t in rows]
+
+
+@router.post("", status_code=201)
+def new_token(body: TokenIn, principal: CurrentUser, db: SessionDep) -> NewToken:
+    expires = time.time() + body.expires_in_days * 86400 if body.expires_in_days else None
+    token, value = create_token(db, principal.user, body.name, expires)
+    return NewToken(**token_out(token).model_dump(), token=value)
+
+
+@router.delete("/{token_id}", status_code=204)
+def revoke(token_id: int, principal: CurrentUser, db: SessionDep) -> None:
+    token = db.get(ApiToken, token_id)
+    if token is None or token.user_id != principal.user.id:
+        raise not_found(f"token {token_id}")
+    token.revoked_at = token.revoked_at or time.time()
+    db.commit()

@@ -1,0 +1,235 @@
+"""The FastAPI application and `serve`: start-up (migrate, keys, set-up link, the job
+sync loop), the routers, error shapes, shut-down (every process it started, by PID)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.datastructures import MutableHeaders
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tfkube.server import web
+from tfkube.server._engines import Engines
+from tfkube.server.accounts import needs_setup, new_setup_token, secret_key
+from tfkube.server.api.routes import (
+    artifacts,
+    auth,
+    checkpoints,
+    code,
+    health,
+    jobs,
+    logs,
+    notebooks,
+    proxy,
+    serving,
+    teams,
+    tokens,
+    users,
+)
+from tfkube.server.api.routes import (
+    metrics as metrics_route,
+)
+from tfkube.server.api.routes._util import FieldHTTPError
+from tfkube.server.artifacts import BlobStore
+from tfkube.server.core.config import ServerSettings
+from tfkube.server.core.db import database_url, make_engine, migrate, session_factory
+from tfkube.server.jobs.service import JobService
+from tfkube.server.metrics import Metrics
+from tfkube.server.platform import Platform
+from tfkube.server.workloads.model_servers import ModelServers
+from tfkube.server.workloads.notebooks import Notebooks
+from tfkube.spec import FieldError
+
+log = logging.getLogger("tfkube.server")
+
+
+def build_platform(settings: ServerSettings) -> Platform:
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    # Not ours to change when it is a volume's root (in a pod: root's, our group's).
+    with contextlib.suppress(PermissionError):
+        settings.data_dir.chmod(0o700)
+    engine = make_engine(database_url(settings.database_url, settings.data_dir))
+    migrate(engine)
+    sessions = session_factory(engine)
+    with sessions() as db:
+        key = secret_key(db)
+    engines = Engines(settings)
+    blobs = BlobStore(settings.data_dir / "blobs")
+    blobs.clear_incoming()
+    jobs_service = JobService(settings, engines, sessions, blobs, key)
+    model_servers = ModelServers(settings, engines, sessions, key)
+    notebooks = Notebooks(settings, engines, sessions, blobs, key)
+    return Platform(
+        settings, engine, sessions, key, engines, jobs_service, blobs, model_servers, notebooks
+    )
+
+
+def announce_setup(platform: Platform) -> str | None:
+    """When nobody can sign in yet: a fresh one-time set-up link, printed (not logged)."""
+    with platform.sessions() as db:
+        if not needs_setup(db):
+            return None
+        token = new_setup_token(db)
+    link = f"{platform.settings.base_url}/setup?token={token}"
+    print(
+        f"tfkube server: no users yet. Open this one-time link to create the first admin:\n"
+        f"  {link}\n"
+        f"(or: tfkube login {platform.settings.base_url} --setup-token {token})",
+        file=sys.stderr,
+        flush=True,
+    )
+    return link
+
+
+class _Measure:
+    """Every answer: its latency by route template (Prometheus), and `no-store` and
+    `nosniff` headers. Plain ASGI, observed when the answer starts (a stream's life is not
+    its latency): Starlette's BaseHTTPMiddleware costs a task and a body copy per request,
+    which showed in the server_load benchmark."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                headers.setdefault("Cache-Control", "no-store")
+                headers.setdefault("X-Content-Type-Options", "nosniff")
+                elapsed = time.perf_counter() - started
+                template = getattr(scope.get("route"), "path", "(unmatched)")
+                method = scope["method"]
+                self.metrics.request_seconds.labels(
+                    method, template, str(message["status"])
+                ).observe(elapsed)
+                if template == "/api/v1/teams/{team}/jobs" and method == "POST":
+                    self.metrics.submit_seconds.observe(elapsed)
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+def _errors(errors: list[FieldError]) -> list[dict[str, str]]:
+    return [{"field": e.field, "message": e.message} for e in errors]
+
+
+def create_app(settings: ServerSettings, platform: Platform | None = None) -> FastAPI:
+    built = platform or build_platform(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        announce_setup(built)
+        built.jobs.start_loop()
+        built.model_servers.start_loop()
+        built.notebooks.start_loop()
+        app.state.proxy_client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, read=None))
+        try:
+            yield
+        finally:
+            await app.state.proxy_client.aclose()
+            built.jobs.stop_loop()
+            built.notebooks.close()
+            built.model_servers.close()
+            built.tensorboards.close()
+            built.engines.close()
+            built.engine.dispose()
+
+    app = FastAPI(
+        title="tfkube",
+        summary="Distributed TensorFlow training for teams: upload code, submit, follow.",
+        version=__import__("tfkube").__version__,
+        lifespan=lifespan,
+        docs_url="/docs",
+        openapi_url="/openapi.json",
+    )
+    app.state.platform = built
+
+    @app.exception_handler(FieldHTTPError)
+    async def _field_errors(_request: Request, exc: FieldHTTPError) -> JSONResponse:
+        return JSONResponse(
+            {"detail": exc.detail, "errors": [{"field": f, "message": m} for f, m in exc.errors]},
+            status_code=422,
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = []
+        for e in exc.errors():
+            loc = [str(p) for p in e.get("loc", ()) if p not in {"body", "query", "path"}]
+            errors.append({"field": ".".join(loc) or "(request)", "message": str(e.get("msg"))})
+        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+        return JSONResponse({"detail": detail, "errors": errors}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(
+            {"detail": exc.detail, "errors": []},
+            status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
+        )
+
+    metrics = built.metrics
+    assert metrics is not None
+
+    app.add_middleware(_Measure, metrics=metrics)
+
+    for module in (
+        health,
+        auth,
+        users,
+        teams,
+        tokens,
+        artifacts,
+        jobs,
+        logs,
+        code,
+        metrics_route,
+        serving,
+        notebooks,
+        proxy,
+    ):
+        app.include_router(module.router)
+    app.include_router(checkpoints.router)
+    web.install(app)
+    return app
+
+
+def serve(settings: ServerSettings) -> None:
+    """Run the server in this process until SIGINT/SIGTERM (uvicorn)."""
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # httpx logs every proxied request's URL (TensorBoard's queries) at INFO: not for us.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    app = create_app(settings)
+    print(
+        f"tfkube server: {settings.engine} engine, data in {settings.data_dir}, "
+        f"listening on {settings.base_url}\n  dashboard: {settings.base_url}/  "
+        f"API docs: {settings.base_url}/docs",
+        file=sys.stderr,
+        flush=True,
+    )
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )

@@ -1,0 +1,234 @@
+"""The local engine's queue: which waiting jobs may start now. Pure.
+
+A shared server must not overload its machine, so on the local engine a job starts only
+when the CPUs, memory and GPUs its replicas request are free; until then it waits (phase
+Pending, reason Queued) with its place in the queue in the message.
+
+Order: fair between teams, first come first served inside a team. At each step the team
+that uses the least of the machine (its dominant share: the largest fraction of CPU,
+memory or GPUs its running jobs hold) offers its oldest waiting job; when that job does
+not fit, nothing jumps past it (small jobs overtaking forever would starve big ones).
+A team's quota caps what its own jobs may hold together; a job held back by its quota
+does not block other teams. A job larger than the whole machine starts when nothing else
+runs (alone), rather than waiting forever.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from tfkube.spec import TFJob
+
+DEFAULT_REPLICA_CPU = 0.5
+"""What a replica without a CPU request counts as: most of the time a PS idles and a
+worker computes, so half a core each is a fair guess."""
+
+_UNITS = {
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
+
+
+def cpu_of(quantity: str | None) -> float:
+    """A Kubernetes CPU quantity ("2", "500m") in cores."""
+    if not quantity:
+        return DEFAULT_REPLICA_CPU
+    if quantity.endswith("m"):
+        return float(quantity[:-1]) / 1000
+    return float(quantity)
+
+
+def bytes_of(quantity: str | None) -> int:
+    """A Kubernetes memory quantity ("4Gi", "512M") in bytes; 0 when absent."""
+    if not quantity:
+        return 0
+    m = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", quantity)
+    if m is None or m.group(2) not in _UNITS:
+        raise ValueError(f"{quantity!r} is not a memory quantity")
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+@dataclass(frozen=True)
+class Amount:
+    """Resources: requested by a job, held by a team, or free on the machine."""
+
+    cpu: float = 0.0
+    memory: int = 0
+    """Bytes."""
+    gpu: int = 0
+
+    def __add__(self, other: Amount) -> Amount:
+        return Amount(self.cpu + other.cpu, self.memory + other.memory, self.gpu + other.gpu)
+
+    def __sub__(self, other: Amount) -> Amount:
+        return Amount(self.cpu - other.cpu, self.memory - other.memory, self.gpu - other.gpu)
+
+    def fits(self, room: Amount) -> bool:
+        return self.cpu <= room.cpu + 1e-9 and self.memory <= room.memory and self.gpu <= room.gpu
+
+    def describe(self) -> str:
+        parts = [f"{self.cpu:g} CPU"]
+        if self.memory:
+            parts.append(f"{self.memory / 2**30:.1f} GiB")
+        if self.gpu:
+            parts.append(f"{self.gpu} GPU")
+        return ", ".join(parts)
+
+
+def job_request(job: TFJob) -> Amount:
+    """What all of a job's replicas request together."""
+    total = Amount()
+    for role, _ in job.replica_keys():
+        spec = job.spec.replicas.get(role)
+        assert spec is not None
+        r = spec.resources
+        total = total + Amount(cpu_of(r.cpu), bytes_of(r.memory), r.gpu)
+    return total
+
+
+@dataclass(frozen=True)
+class Quota:
+    """A team's limits on the local engine; None means no limit."""
+
+    cpu: float | None = None
+    memory: int | None = None
+    gpu: int | None = None
+    jobs: int | None = None
+    """Jobs running at once."""
+
+    def allows(self, held: Amount, running: int, extra: Amount) -> bool:
+        total = held + extra
+        return (
+            (self.cpu is None or total.cpu <= self.cpu + 1e-9)
+            and (self.memory is None or total.memory <= self.memory)
+            and (self.gpu is None or total.gpu <= self.gpu)
+            and (self.jobs is None or running + 1 <= self.jobs)
+        )
+
+
+@dataclass(frozen=True)
+class Waiting:
+    job: str
+    """The job's id."""
+    team: int
+    need: Amount
+
+
+@dataclass(frozen=True)
+class Running:
+    team: int
+    holds: Amount
+
+
+@dataclass(frozen=True)
+class Admission:
+    start: tuple[str, ...]
+    """Jobs to start now, in order."""
+    messages: Mapping[str, str] = field(default_factory=dict)
+    """Why each job that keeps waiting waits (its place in the queue included)."""
+
+
+def _share(held: Amount, capacity: Amount) -> float:
+    fractions = [held.cpu / capacity.cpu if capacity.cpu else 0.0]
+    if capacity.memory:
+        fractions.append(held.memory / capacity.memory)
+    if capacity.gpu:
+        fractions.append(held.gpu / capacity.gpu)
+    return max(fractions)
+
+
+def admit(
+    capacity: Amount,
+    running: Sequence[Running],
+    waiting: Sequence[Waiting],
+    quotas: Mapping[int, Quota],
+) -> Admission:
+    """Decide which of `waiting` (oldest first) start now; see the module docstring."""
+    held: dict[int, Amount] = {}
+    count: dict[int, int] = {}
+    for r in running:
+        held[r.team] = held.get(r.team, Amount()) + r.holds
+        count[r.team] = count.get(r.team, 0) + 1
+    free = capacity
+    for amount in held.values():
+        free = free - amount
+    queues: dict[int, list[Waiting]] = {}
+    for w in waiting:
+        queues.setdefault(w.team, []).append(w)
+    order = {w.job: i for i, w in enumerate(waiting)}
+    start: list[str] = []
+    messages: dict[str, str] = {}
+    blocked = False  # the fair head did not fit: nothing else starts this round
+    ranked: list[Waiting] = []
+    while any(queues.values()):
+        candidates = []
+        for team, queue in queues.items():
+            if not queue:
+                continue
+            head = queue[0]
+            quota = quotas.get(team, Quota())
+            if not quota.allows(held.get(team, Amount()), count.get(team, 0), head.need):
+                for w in queue:
+                    messages[w.job] = (
+                        "queued: the team's quota is in use by its running jobs "
+                        f"(this job needs {w.need.describe()})"
+                    )
+                queue.clear()
+                continue
+            candidates.append((_share(held.get(team, Amount()), capacity), order[head.job], team))
+        if not candidates:
+            break
+        _, _, team = min(candidates)
+        head = queues[team].pop(0)
+        nothing_runs = not held and not start
+        if not blocked and (
+            head.need.fits(free) or (nothing_runs and not head.need.fits(capacity))
+        ):
+            start.append(head.job)
+            free = free - head.need
+        else:
+            blocked = True
+            ranked.append(head)
+        # Count it as held either way: the simulated order is the queue order.
+        held[team] = held.get(team, Amount()) + head.need
+        count[team] = count.get(team, 0) + 1
+    total = len(ranked)
+    for place, w in enumerate(ranked, start=1):
+        short = "" if w.need.fits(capacity) else " (more than this machine has: it runs alone)"
+        messages[w.job] = (
+            f"queued: position {place} of {total}; needs {w.need.describe()}{short}, "
+            f"free now {_clip(free).describe()}"
+        )
+    return Admission(tuple(start), messages)
+
+
+def _clip(a: Amount) -> Amount:
+    return Amount(max(a.cpu, 0.0), max(a.memory, 0), max(a.gpu, 0))
+
+
+def machine_capacity(cpus: float, memory: int, gpus: int) -> Amount:
+    return Amount(float(cpus), int(memory), int(gpus))
+
+
+__all__ = [
+    "DEFAULT_REPLICA_CPU",
+    "Admission",
+    "Amount",
+    "Quota",
+    "Running",
+    "Waiting",
+    "admit",
+    "bytes_of",
+    "cpu_of",
+    "job_request",
+    "machine_capacity",
+]
