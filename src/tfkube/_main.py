@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from tfkube.cli import app
-from tfkube.cli._app import _fail
+from tfkube.cli import fail as _fail
 
 
 @app.command("server")
@@ -63,6 +63,15 @@ def server_command(
     cpus: Annotated[
         float | None, typer.Option("--cpus", help="Local engine: CPUs jobs may use together.")
     ] = None,
+    workload_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--workload-env",
+            help="A variable of the server's environment that every workload (job replica, "
+            "notebook, model server, TensorBoard) gets too (repeatable; default: none beyond "
+            "PATH, LANG, LC_*, TZ and TLS settings).",
+        ),
+    ] = None,
     notebook_idle_minutes: Annotated[
         float,
         typer.Option(
@@ -97,8 +106,9 @@ def server_command(
             code_url=code_url,
             kubeconfig=kubeconfig,
             outputs_claim=outputs_claim,
-            serving_runtime=runtime,
+            serving_runtime=runtime.value,
             cpus=cpus,
+            workload_env=tuple(workload_env or ()),
             notebook_idle_seconds=notebook_idle_minutes * 60,
         )
     )

@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from tfkube.engines.kubernetes import apply_objects, delete_objects
+from tfkube.engines.kubernetes._services import observe_deployment
 from tfkube.kube.rest import Kube
 from tfkube.render import (
     ModelServerSpec,
@@ -26,7 +27,6 @@ from tfkube.render import (
     render_model_server,
     render_notebook,
 )
-from tfkube.server.workloads.model_servers import observe_deployment
 from tfkube.spec import Resources, load_job_text
 
 from ._support import REPO, KubeCluster, wait_for
@@ -117,7 +117,7 @@ def test_the_servers_apply_status_and_delete(
     apply_objects(api, served)
     deployment = kube.get("apps/v1", "Deployment", kube_namespace, "digits-serving")
     assert deployment is not None
-    assert observe_deployment(deployment).status in {"Starting", "Ready"}
+    assert observe_deployment(deployment).health.value in {"Starting", "Ready"}
     notebook = render_notebook(_notebook(kube_namespace))
     apply_objects(api, notebook)
     sts = kube.get("apps/v1", "StatefulSet", kube_namespace, "notebook-0123456789abcdef")

@@ -4,11 +4,14 @@ the job's exporting replica; which runtime a request gets on each engine."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tfkube.engines.kubernetes import KubernetesEngine
+from tfkube.engines.local import LocalEngine
 from tfkube.render import (
     OPERATOR_IMAGE,
     TF_SERVING_IMAGE,
@@ -19,7 +22,6 @@ from tfkube.render import (
     render_model_server,
 )
 from tfkube.render._serving import serving_placement
-from tfkube.server.workloads.model_servers import runtime_for
 from tfkube.spec import Resources, load_job_text
 
 SELECTOR = {"tfkube.io/real-node": "true"}
@@ -94,14 +96,23 @@ STOCK, OURS = ServingRuntime.TENSORFLOW_SERVING, ServingRuntime.TFKUBE
         ("kubernetes", "triton", STOCK, "not a model server runtime"),
     ],
 )
-def test_runtime_for(
-    engine: str, asked: str | None, default: ServingRuntime, expected: ServingRuntime | str
+def test_model_server_runtime(
+    engine: str,
+    asked: str | None,
+    default: ServingRuntime,
+    expected: ServingRuntime | str,
+    tmp_path: Path,
 ) -> None:
+    chosen = (
+        LocalEngine(tmp_path)
+        if engine == "local"
+        else KubernetesEngine(tmp_path, serving_runtime=default.value, api_client=object())
+    )
     if isinstance(expected, ServingRuntime):
-        assert runtime_for(engine, asked, default) is expected
+        assert chosen.model_server_runtime(asked) == expected.value
     else:
         with pytest.raises(ValueError, match=expected):
-            runtime_for(engine, asked, default)
+            chosen.model_server_runtime(asked)
 
 
 # -- the objects --------------------------------------------------------------------------------

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from tfkube.engines.kubernetes._backend import passing_refusal
 from tfkube.kube.rest import ApiError, service_proxy_path
-from tfkube.server._engines import DEFAULT_REQUEST, quota_hard, tenant_objects
-from tfkube.server.jobs.service import passing_refusal
+from tfkube.render import DEFAULT_REQUEST, quota_hard, tenant_objects
 
 
 @pytest.mark.parametrize(

@@ -9,16 +9,13 @@ from typing import Any
 import pytest
 import yaml
 
+from tfkube.engines import Health, WorkloadStatus
+from tfkube.engines.kubernetes._services import observe_deployment
+from tfkube.engines.local._services import observe_model_server, service_env
 from tfkube.render import ModelServerSpec, NotebookSpec, render_model_server, render_notebook
 from tfkube.render._serving import job_export_volume, model_config
 from tfkube.server.core.scopes import Actor, Role, Scope, allowed
-from tfkube.server.workloads.model_servers import (
-    Observed,
-    base_env,
-    name_problem,
-    observe_deployment,
-    observe_local,
-)
+from tfkube.server.workloads.model_servers import name_problem
 from tfkube.server.workloads.notebooks import idle_for
 from tfkube.spec import Resources, load_job_text
 
@@ -72,22 +69,38 @@ def _status(*versions: tuple[str, str, str]) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("is_alive", "answer", "observed"),
     [
-        (False, None, Observed("Failed", None, "the model server process exited; restarting it")),
-        (True, None, Observed("Starting", None, "loading TensorFlow")),
-        (True, {"model_version_status": []}, Observed("Starting", None, "loading the model")),
-        (True, _status(("5", "LOADING", "OK")), Observed("Starting", None, "loading the model")),
-        (True, _status(("5", "AVAILABLE", "OK")), Observed("Ready", 5)),
-        (True, _status(("5", "END", "OK"), ("7", "AVAILABLE", "OK")), Observed("Ready", 7)),
-        (True, _status(("7", "END", "UNKNOWN")), Observed("Failed", None, "version 7: bad")),
+        (
+            False,
+            None,
+            WorkloadStatus(
+                Health.FAILED, "the model server process exited; restarting it", exited=True
+            ),
+        ),
+        (True, None, WorkloadStatus(Health.STARTING, "loading TensorFlow")),
+        (True, {"model_version_status": []}, WorkloadStatus(Health.STARTING, "loading the model")),
+        (
+            True,
+            _status(("5", "LOADING", "OK")),
+            WorkloadStatus(Health.STARTING, "loading the model"),
+        ),
+        (True, _status(("5", "AVAILABLE", "OK")), WorkloadStatus(Health.READY, version=5)),
+        (
+            True,
+            _status(("5", "END", "OK"), ("7", "AVAILABLE", "OK")),
+            WorkloadStatus(Health.READY, version=7),
+        ),
+        (True, _status(("7", "END", "UNKNOWN")), WorkloadStatus(Health.FAILED, "version 7: bad")),
         (
             True,
             _status(("7", "END", "UNKNOWN"), ("8", "LOADING", "OK")),
-            Observed("Starting", None, "loading the model"),
+            WorkloadStatus(Health.STARTING, "loading the model"),
         ),
     ],
 )
-def test_observe_local(is_alive: bool, answer: dict[str, Any] | None, observed: Observed) -> None:
-    assert observe_local(is_alive, answer) == observed
+def test_observe_model_server(
+    is_alive: bool, answer: dict[str, Any] | None, observed: WorkloadStatus
+) -> None:
+    assert observe_model_server(is_alive, answer) == observed
 
 
 @pytest.mark.parametrize(
@@ -107,7 +120,7 @@ def test_observe_local(is_alive: bool, answer: dict[str, Any] | None, observed: 
     ],
 )
 def test_observe_deployment(deployment: dict[str, Any] | None, status: str) -> None:
-    assert observe_deployment(deployment).status == status
+    assert observe_deployment(deployment).health.value == status
 
 
 def test_idle_for() -> None:
@@ -116,11 +129,20 @@ def test_idle_for() -> None:
     assert idle_for(100.0, 95.0, 90.0) == 5.0
 
 
-def test_processes_get_no_server_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TFKUBE_DATABASE_URL", "postgresql://u:secret@h/db")
-    env = base_env({"TFKUBE_TOKEN": "t"})
-    assert "TFKUBE_DATABASE_URL" not in env
+def test_workloads_get_an_allow_list_of_the_servers_environment() -> None:
+    server = {
+        "TFKUBE_DATABASE_URL": "postgresql://u:secret@h/db",
+        "PGPASSWORD": "secret",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+        "PATH": "/usr/bin",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+    }
+    env = service_env(server, {"TFKUBE_TOKEN": "t"})
+    assert not {"TFKUBE_DATABASE_URL", "PGPASSWORD", "AWS_SECRET_ACCESS_KEY"} & set(env)
     assert env["TFKUBE_TOKEN"] == "t"
+    assert env["LANG"] == env["LC_ALL"] == "C.UTF-8"
+    assert env["PATH"].endswith(":/usr/bin")  # tfkube's own Python first
 
 
 @pytest.mark.parametrize(

@@ -408,7 +408,7 @@ def _read_secret(path: Path) -> dict[str, object]:
 def _pack_code(job: TFJob, base: Path) -> bytes:
     import tempfile
 
-    from tfkube.engines._artifact import prepare_artifact
+    from tfkube.engines import prepare_artifact
 
     with tempfile.TemporaryDirectory(prefix="tfkube-render-") as tmp:
         artifact = prepare_artifact(job, base, Path(tmp))

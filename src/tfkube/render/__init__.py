@@ -54,9 +54,11 @@ from tfkube.render._serving import (
     render_model_server,
     render_notebook,
 )
+from tfkube.render._tenant import DEFAULT_REQUEST, quota_hard, tenant_objects
 
 __all__ = [
     "CONTAINER",
+    "DEFAULT_REQUEST",
     "LAUNCHER_COMMAND",
     "MAX_CODE_CONFIGMAP_BYTES",
     "OPERATOR_IMAGE",
@@ -86,8 +88,10 @@ __all__ = [
     "job_export_volume",
     "launcher_zipapp",
     "parse_runtime",
+    "quota_hard",
     "render_job",
     "render_model_server",
     "render_notebook",
     "server_manifests",
+    "tenant_objects",
 ]

@@ -199,3 +199,14 @@ def actor_of(db: Session, user: User) -> Actor:
         for m in db.scalars(select(Membership).where(Membership.user_id == user.id)).all()
     }
     return Actor(user_id=user.id, site_admin=user.site_admin, roles=roles)
+
+
+def teams_of(db: Session, user: User) -> dict[str, str]:
+    """The user's teams and their role in each, by team name."""
+    rows = db.execute(
+        select(Team.name, Membership.role)
+        .join(Membership, Membership.team_id == Team.id)
+        .where(Membership.user_id == user.id)
+        .order_by(Team.name)
+    ).all()
+    return dict(rows)

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from tfkube.launcher._fetch import MAX_DOWNLOAD_BYTES, MAX_MEMBERS, MAX_UNPACKED_BYTES
+from tfkube.launcher import MAX_DOWNLOAD_BYTES, MAX_MEMBERS, MAX_UNPACKED_BYTES
 
 CHUNK = 1 << 20
 MAX_UPLOAD_BYTES = MAX_DOWNLOAD_BYTES

@@ -1,21 +1,15 @@
 """The job format: typed models, defaults, validation, parsing. No I/O."""
 
 from tfkube.spec._environment import replica_environment
+from tfkube.spec._errors import FieldError, SpecError, errors_from
 from tfkube.spec._kubeflow import KUBEFLOW_API_VERSION, from_kubeflow
-from tfkube.spec._load import (
-    FieldError,
-    SpecError,
-    dump_job,
-    errors_from,
-    load_job_text,
-    parse_job,
-    quick_job,
-)
+from tfkube.spec._load import dump_job, load_job_text, parse_job, quick_job
 from tfkube.spec._models import (
     API_VERSION,
     CLUSTER_ONLY_ENV,
     DEFAULT_IMAGE,
     KIND,
+    MAX_NAME_LENGTH,
     RESERVED_VOLUMES,
     BackoffSpec,
     CleanPodPolicy,
@@ -62,6 +56,7 @@ __all__ = [
     "DEFAULT_IMAGE",
     "KIND",
     "KUBEFLOW_API_VERSION",
+    "MAX_NAME_LENGTH",
     "RESERVED_VOLUMES",
     "BackoffSpec",
     "CleanPodPolicy",

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from tfkube.engines._artifact import prepare_artifact
-from tfkube.engines._base import JobEvent, JobExists, JobNotFound, JobView, ReplicaView
+from tfkube.engines._base import (
+    JobEvent,
+    JobExists,
+    JobNotFound,
+    JobView,
+    ReplicaView,
+    SubmitDeferred,
+)
 from tfkube.kube.names import (
     CODE_TOKEN_ANNOTATION,
     LABEL_JOB,
@@ -144,6 +151,22 @@ def _by_job(objects: Iterable[dict[str, Any]]) -> dict[str, builtins.list[dict[s
     return out
 
 
+def passing_refusal(exc: Exception) -> str | None:
+    """Why a submit failed for a while only (the job waits and is tried again), or None
+    when the failure is final. Pure: the quota admission's "exceeded quota" and "status
+    unknown for quota" (a new or changed quota not computed yet), an API server that is
+    busy or unreachable."""
+    if isinstance(exc, ApiError):
+        if exc.status == 403 and "quota" in exc.message:
+            return f"waiting for the team's quota in the cluster: {exc.message}"
+        if exc.status in {429, 500, 502, 503, 504}:
+            return f"waiting for the cluster: {exc.message}"
+        return None
+    if isinstance(exc, OSError) or type(exc).__module__.startswith("urllib3"):
+        return f"waiting for the cluster: cannot reach it ({type(exc).__name__}: {exc})"
+    return None
+
+
 class KubernetesBackend:
     """Runs TFJobs through the TFJob resource; needs `tfkube operator` in the cluster."""
 
@@ -202,6 +225,18 @@ class KubernetesBackend:
     # -- the Backend protocol ---------------------------------------------------------
 
     def submit(self, job: TFJob, base_dir: Path, *, code_token: str | None = None) -> JobView:
+        """Raises SubmitDeferred when the cluster turned the job away for a while only."""
+        try:
+            return self._submit(job, base_dir, code_token)
+        except (SpecError, JobExists):
+            raise
+        except Exception as exc:  # the API server's refusals, urllib3's connection errors
+            wait = passing_refusal(exc)
+            if wait is None:
+                raise
+            raise SubmitDeferred(wait) from exc
+
+    def _submit(self, job: TFJob, base_dir: Path, code_token: str | None) -> JobView:
         code_archive = None
         if job.spec.code is not None and not job.spec.code.is_url:
             with tempfile.TemporaryDirectory(prefix="tfkube-submit-") as tmp:

@@ -199,13 +199,12 @@ class ModelServer(Base):
     """The version asked for; None: the latest, and newer exports as they appear."""
     resources: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     """cpu, memory (Kubernetes quantities): the Deployment's requests and limits."""
+    runtime: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    """Which model server runs (tensorflow-serving | tfkube), as its engine chose."""
     state: Mapped[str] = mapped_column(String(16))
     """running (wanted up: restarted after a crash or a server restart) | stopped."""
-    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    """Local engine: the model server process (with its start time, so a reused PID is
-    never taken for it)."""
-    pid_started: Mapped[float | None] = mapped_column(Float, nullable=True)
-    port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=dict)
+    """What its engine needs to find it again (`tfkube.engines.Handle`); opaque here."""
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     requests: Mapped[int] = mapped_column(Integer, default=0)
     """Requests answered through the proxy (all statuses)."""
@@ -230,9 +229,8 @@ class Notebook(Base):
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"))
     state: Mapped[str] = mapped_column(String(16))
     """running | stopped (stopped when idle; opening it starts it again)."""
-    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    pid_started: Mapped[float | None] = mapped_column(Float, nullable=True)
-    port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=dict)
+    """What its engine needs to find it again (`tfkube.engines.Handle`); opaque here."""
     token_id: Mapped[int | None] = mapped_column(
         ForeignKey("api_tokens.id", ondelete="SET NULL"), nullable=True
     )

@@ -10,7 +10,7 @@ import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-from tfkube.launcher._tee import LOGS_SUBDIR
+from tfkube import contract
 from tfkube.wire import LogFile
 
 REPLICA = re.compile(r"^(chief|ps|worker|evaluator)-(0|[1-9][0-9]{0,5})$")
@@ -22,7 +22,7 @@ class NoSuchLog(LookupError):
 
 
 def logs_root(output_dir: str) -> Path:
-    return Path(output_dir, *LOGS_SUBDIR)
+    return Path(output_dir, *contract.KEPT_LOGS_SUBDIR)
 
 
 def log_files(output_dir: str | None) -> list[LogFile]:

@@ -23,7 +23,7 @@ from tfkube.server.api.deps import (
     TeamDep,
     not_found,
 )
-from tfkube.server.api.routes._util import field_error
+from tfkube.server.api.errors import field_error
 from tfkube.server.artifacts import (
     MAX_DATA_UPLOAD_BYTES,
     MAX_UPLOAD_BYTES,

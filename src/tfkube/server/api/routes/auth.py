@@ -14,13 +14,15 @@ from tfkube.server.accounts import (
     open_session,
     set_member,
     team_name_problem,
+    teams_of,
     use_setup_token,
     user_name_problem,
 )
 from tfkube.server.api.deps import CurrentUser, PlatformDep, SessionDep
-from tfkube.server.api.routes._util import field_error, prepare_team, teams_of
+from tfkube.server.api.errors import field_error
 from tfkube.server.core.scopes import Role
 from tfkube.server.core.security import SESSION_COOKIE, csrf_token, password_problem
+from tfkube.server.tenants import prepare_team
 from tfkube.server.views import user_out
 from tfkube.wire import SessionOut, UserOut
 
@@ -75,7 +77,7 @@ def setup(body: SetupIn, response: Response, db: SessionDep, platform: PlatformD
     user = create_user(db, body.name, body.password, site_admin=True)
     team = create_team(db, body.team)
     set_member(db, team, user, Role.ADMIN)
-    prepare_team(platform, db, team)
+    prepare_team(platform.engine, db, team)
     value = open_session(db, user, platform.settings.session_hours)
     _set_cookie(response, value, platform)
     return SessionOut(

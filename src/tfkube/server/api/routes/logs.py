@@ -22,6 +22,7 @@ from tfkube.server.core.tables import Job, Team
 from tfkube.server.outputs.logs import REPLICA, NoSuchLog, log_files, log_path, read_chunk
 from tfkube.server.outputs.logs import follow as follow_file
 from tfkube.server.outputs.scalars import progress_hint, progress_of, total_steps
+from tfkube.server.tenants import tenant_of
 from tfkube.spec import load_job_text
 from tfkube.wire import LogFile, OutputFile, Progress, ScalarsOut
 
@@ -36,32 +37,35 @@ def list_logs(job: JobDep, principal: CurrentUser) -> list[LogFile]:
 
 
 def _pod_log(platform: PlatformDep, db: SessionDep, job: Job, replica: str, why: str) -> str:
-    """No kept log file (Kubernetes without an outputs claim, or a replica that never
-    wrote one): the pod log API while the job's pods exist. Raises a 404 saying both why
-    there is no kept log and why the pod has none."""
+    """No kept log file (a cluster without an outputs claim, or a replica that never
+    wrote one): what the engine still has (a cluster's pod log API while the job's pods
+    exist). Raises a 404 saying both why there is no kept log and why the engine has none."""
+    team = db.get(Team, job.team_id)
+    assert team is not None
     hint = ""
-    if platform.settings.outputs_claim is None:
+    if not platform.jobs.storage(team, job.id, job.name).kept:
         hint = " (logs outlive pods when the server runs with --outputs-claim)"
-    if platform.engines.kind != "kubernetes" or not REPLICA.fullmatch(replica):
+    if not REPLICA.fullmatch(replica):
         raise HTTPException(404, why)
     newer = db.scalars(
         select(Job.id).where(
             Job.team_id == job.team_id, Job.name == job.name, Job.created_at > job.created_at
         )
     ).first()
-    if newer is not None:  # the cluster's job of this name is another one now
-        raise HTTPException(404, f"{why}; its pods are gone{hint}")
-    team = db.get(Team, job.team_id)
-    assert team is not None
-    backend = platform.engines.backend(team.name, team.namespace)
+    if newer is not None:  # the engine's job of this name is another one now
+        raise HTTPException(404, f"{why}; its replicas are gone{hint}")
+    backend = platform.engine.jobs(tenant_of(team))
     try:
-        return "\n".join(backend.logs(job.name, replica, False)) + "\n"
+        lines = list(backend.logs(job.name, replica, False))
     except JobNotFound:
         raise HTTPException(
-            404, f"{why}; the cluster no longer has the job, so its pods are gone{hint}"
+            404, f"{why}; the engine no longer has the job, so its replicas are gone{hint}"
         ) from None
-    except ValueError as exc:  # LogsUnavailable (no kubelet), or no such replica
+    except (ValueError, OSError) as exc:  # no kubelet, no such replica, no log
         raise HTTPException(404, f"{why}; {exc}") from None
+    if not lines:
+        raise HTTPException(404, why)
+    return "\n".join(lines) + "\n"
 
 
 @router.get("/logs/{replica}", response_model=None)

@@ -6,9 +6,9 @@ from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel
 from sqlalchemy import select
 
-from tfkube.server.accounts import create_user, user_name_problem
+from tfkube.server.accounts import create_user, teams_of, user_name_problem
 from tfkube.server.api.deps import CurrentUser, SessionDep, SiteAdmin, not_found
-from tfkube.server.api.routes._util import field_error, teams_of
+from tfkube.server.api.errors import field_error
 from tfkube.server.core.security import hash_password, password_problem, verify_password
 from tfkube.server.core.tables import User
 from tfkube.server.views import user_out
