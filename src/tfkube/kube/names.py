@@ -50,19 +50,6 @@ tfkube server's job-scoped claim); the operator renders TFKUBE_CODE_TOKEN from i
 TENANT_OBJECTS = "tfkube-tenant"
 """The namespace's ResourceQuota and LimitRange: shared by its jobs, owned by none."""
 
-CLUSTER_SCOPED = frozenset(
-    {
-        "Namespace",
-        "Node",
-        "PriorityClass",
-        "CustomResourceDefinition",
-        "ClusterRole",
-        "ClusterRoleBinding",
-    }
-)
-"""Kinds tfkube touches whose objects live outside namespaces (no namespace in their path,
-never owned by a namespaced TFJob)."""
-
 
 def job_labels(job_name: str, role: str | None = None) -> dict[str, str]:
     """The labels every object of a job carries; with `role`, a replica's labels too.

@@ -35,19 +35,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tfkube.kube.errors import ApiError, Forbidden, NotFound
 from tfkube.kube.names import (
     CODE_TOKEN_ANNOTATION,
-    GROUP,
     LABEL_JOB,
     LABEL_MANAGED_BY,
     LABEL_ROLE,
     MANAGED_BY,
-    PLURAL,
-    VERSION,
     code_configmap_name,
 )
 from tfkube.kube.observe import slim_pod, tfjob_model
-from tfkube.kube.rest import ApiError, Kube, api_client_from, tfjob_path
+from tfkube.kube.resources import CONFIG_MAP, JOB, POD, SECRET, TFJOB
+from tfkube.kube.rest import Kube, api_client_from
 from tfkube.operator._apply import apply, write_status
 from tfkube.operator._ops import DeleteTFJob
 from tfkube.operator._reconcile import invalid_spec_plan, reconcile
@@ -84,28 +83,24 @@ class Reconciler:
         self.clock = clock
 
     def _registry_secret(self) -> dict[str, Any] | None:
+        """The platform's image-pull Secret, if there is one (and the operator may read it)."""
         if self.options.registry_secret is None:
             return None
-        ns, name = self.options.registry_secret
-        try:
-            secret: dict[str, Any] | None = self.kube.get("v1", "Secret", ns, name)
-        except ApiError as exc:
-            if exc.status == 403:  # not allowed to read it: no platform secret
-                return None
-            raise
+        path = SECRET.url(*self.options.registry_secret)
+        secret: dict[str, Any] | None = self.kube.request("GET", path, allow=(NotFound, Forbidden))
         return secret
 
     def _code_archive(self, job: TFJob, namespace: str) -> bytes | None:
         if job.spec.code is None or job.spec.code.is_url:
             return None
-        cm = self.kube.get("v1", "ConfigMap", namespace, code_configmap_name(job.name))
+        cm = self.kube.get(CONFIG_MAP, namespace, code_configmap_name(job.name))
         data = ((cm or {}).get("binaryData") or {}).get(CODE_FILE)
         return base64.b64decode(data) if data else None
 
     def reconcile_once(self, namespace: str, name: str, pods: Iterable[Any]) -> float | None:
         """One reconcile of one TFJob; `pods` are its replica pods as the watch last saw
         them (slimmed)."""
-        tfjob = self.kube.request("GET", tfjob_path(namespace, name), allow=(404,))
+        tfjob = self.kube.get(TFJOB, namespace, name)
         if tfjob is None or tfjob["metadata"].get("deletionTimestamp"):
             return None
         now = self.clock()
@@ -125,7 +120,7 @@ class Reconciler:
         except SpecError as exc:
             plan = invalid_spec_plan(tfjob, str(exc), now)
         else:
-            jobs = self.kube.list("batch/v1", "Job", namespace, f"{LABEL_JOB}={name}")
+            jobs = self.kube.list(JOB, namespace, f"{LABEL_JOB}={name}")
             plan = reconcile(tfjob, job, jobs, pods, rendered, now)
         for op in plan.ops:
             log.info("%s/%s: %s", namespace, name, _describe(op))
@@ -258,7 +253,7 @@ def build_registry(queue_of: Callable[[Any], WorkQueue], verbose: bool) -> Any:
     def login(**kwargs: Any) -> Any:
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
-    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)  # type: ignore[arg-type]
+    @kopf.on.event(TFJOB.group, TFJOB.version, TFJOB.plural, registry=registry)  # type: ignore[arg-type]
     async def on_tfjob(name: str, namespace: str, replica_pods: Any, **_: Any) -> None:
         queue_of(replica_pods).poke((namespace, name))
 
@@ -267,13 +262,15 @@ def build_registry(queue_of: Callable[[Any], WorkQueue], verbose: bool) -> Any:
         LABEL_JOB: kopf.PRESENT,
     }
 
-    @kopf.on.event("batch", "v1", "jobs", labels=managed, registry=registry)  # type: ignore[arg-type]
+    @kopf.on.event(JOB.group, JOB.version, JOB.plural, labels=managed, registry=registry)  # type: ignore[arg-type]
     async def on_job(labels: dict[str, str], namespace: str, replica_pods: Any, **_: Any) -> None:
         queue_of(replica_pods).poke((namespace, labels[LABEL_JOB]))
 
     pods: dict[str, Any] = {**managed, LABEL_ROLE: kopf.PRESENT}
 
-    @kopf.index("", "v1", "pods", id="replica_pods", labels=pods, registry=registry)  # type: ignore[arg-type]
+    @kopf.index(  # type: ignore[arg-type]
+        POD.group, POD.version, POD.plural, id="replica_pods", labels=pods, registry=registry
+    )
     async def replica_pods(
         labels: dict[str, str], namespace: str, body: Any, **_: Any
     ) -> dict[Key, Any]:
@@ -281,7 +278,7 @@ def build_registry(queue_of: Callable[[Any], WorkQueue], verbose: bool) -> Any:
         this before any handler of the same event, and drops the pod when it is deleted."""
         return {(namespace, labels[LABEL_JOB]): slim_pod(body)}
 
-    @kopf.on.event("", "v1", "pods", labels=pods, registry=registry)  # type: ignore[arg-type]
+    @kopf.on.event(POD.group, POD.version, POD.plural, labels=pods, registry=registry)  # type: ignore[arg-type]
     async def on_pod(labels: dict[str, str], namespace: str, replica_pods: Any, **_: Any) -> None:
         queue_of(replica_pods).poke((namespace, labels[LABEL_JOB]))
 

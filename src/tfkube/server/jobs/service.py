@@ -64,13 +64,19 @@ def passing_refusal(exc: Exception) -> str | None:
     when the failure is final. Pure: the quota admission's "exceeded quota" and "status
     unknown for quota" (a new or changed quota not computed yet), an API server that is
     busy or unreachable."""
-    from tfkube.kube.rest import ApiError
+    from tfkube.kube.errors import (
+        ApiError,
+        QuotaRefused,
+        ServerError,
+        TooManyRequests,
+        Unreachable,
+    )
 
+    if isinstance(exc, QuotaRefused):
+        return f"waiting for the team's quota in the cluster: {exc.message}"
+    if isinstance(exc, (TooManyRequests, ServerError, Unreachable)):
+        return f"waiting for the cluster: {exc.message}"
     if isinstance(exc, ApiError):
-        if exc.status == 403 and "quota" in exc.message:
-            return f"waiting for the team's quota in the cluster: {exc.message}"
-        if exc.status in {429, 500, 502, 503, 504}:
-            return f"waiting for the cluster: {exc.message}"
         return None
     if isinstance(exc, OSError) or type(exc).__module__.startswith("urllib3"):
         return f"waiting for the cluster: cannot reach it ({type(exc).__name__}: {exc})"

@@ -395,13 +395,14 @@ class ModelServers:
     def _observe(self, db: Session, row: ModelServer) -> Observed:
         if not self.local:
             from tfkube.kube.names import model_server_name
+            from tfkube.kube.resources import DEPLOYMENT
             from tfkube.kube.rest import Kube
 
             team = db.get(Team, row.team_id)
             if team is None:
                 return Observed("Failed", None, "its team is gone")
             deployment = Kube(self.engines.api_client()).get(
-                "apps/v1", "Deployment", team.namespace, model_server_name(row.name)
+                DEPLOYMENT, team.namespace, model_server_name(row.name)
             )
             return observe_deployment(deployment)
         is_alive = alive(row.pid, row.pid_started)

@@ -35,7 +35,7 @@ from tfkube.kube.names import (
     notebook_name,
     tensorboard_name,
 )
-from tfkube.kube.rest import service_proxy_path
+from tfkube.kube.resources import SERVICE
 from tfkube.server.api.deps import PlatformDep, Principal, SessionDep
 from tfkube.server.core.scopes import Scope, visible
 from tfkube.server.core.tables import Job, ModelServer, Notebook, Team, User
@@ -87,7 +87,7 @@ def _service(
     team = db.get(Team, team_id)
     assert team is not None
     endpoint = platform.engines.endpoint()
-    at = service_proxy_path(team.namespace, service, port)
+    at = SERVICE.url(team.namespace, f"{service}:{port}", "proxy")
     return Upstream(f"{endpoint.host}{at}{path}", endpoint.headers(), endpoint.ssl_context)
 
 
