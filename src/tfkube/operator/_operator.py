@@ -31,8 +31,6 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from tfkube.kube.errors import ApiError, Forbidden, NotFound
@@ -50,7 +48,8 @@ from tfkube.kube.rest import Kube, api_client_from
 from tfkube.operator._apply import apply, write_status
 from tfkube.operator._ops import DeleteTFJob
 from tfkube.operator._reconcile import invalid_spec_plan, reconcile
-from tfkube.render import OPERATOR_NAMESPACE, REGISTRY_SECRET, RenderOptions, render_job
+from tfkube.operator._settings import OperatorSettings
+from tfkube.render import RenderOptions, render_job
 from tfkube.spec import SpecError, TFJob
 
 log = logging.getLogger("tfkube.operator")
@@ -60,33 +59,21 @@ ERROR_REQUEUE_SECONDS = 5.0
 CODE_FILE = "code.tar.gz"
 
 
-@dataclass(frozen=True)
-class OperatorOptions:
-    namespaces: tuple[str, ...] = ()
-    """Watch only these namespaces; empty means every namespace (cluster-wide)."""
-    kubeconfig: Path | None = None
-    """A kubeconfig file; default $KUBECONFIG, ~/.kube/config, or the service account."""
-    registry_secret: tuple[str, str] | None = (OPERATOR_NAMESPACE, REGISTRY_SECRET)
-    """The platform's image-pull Secret (namespace, name) copied into every job's namespace,
-    if it exists."""
-    verbose: bool = False
-
-
 class Reconciler:
     """Everything one reconcile needs; `reconcile_once` runs in a worker thread."""
 
     def __init__(
-        self, kube: Kube, options: OperatorOptions, clock: Callable[[], float] = time.time
+        self, kube: Kube, settings: OperatorSettings, clock: Callable[[], float] = time.time
     ) -> None:
         self.kube = kube
-        self.options = options
+        self.settings = settings
         self.clock = clock
 
     def _registry_secret(self) -> dict[str, Any] | None:
         """The platform's image-pull Secret, if there is one (and the operator may read it)."""
-        if self.options.registry_secret is None:
+        if self.settings.registry_secret is None:
             return None
-        path = SECRET.url(*self.options.registry_secret)
+        path = SECRET.url(self.settings.operator_namespace, self.settings.registry_secret)
         secret: dict[str, Any] | None = self.kube.request("GET", path, allow=(NotFound, Forbidden))
         return secret
 
@@ -285,20 +272,20 @@ def build_registry(queue_of: Callable[[Any], WorkQueue], verbose: bool) -> Any:
     return registry
 
 
-def run_operator(options: OperatorOptions) -> None:
+def run_operator(settings: OperatorSettings) -> None:
     """Run until SIGTERM/SIGINT."""
     import kopf
 
     logging.basicConfig(
-        level=logging.DEBUG if options.verbose else logging.INFO,
+        level=logging.DEBUG if settings.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     for noisy in ("kopf", "aiohttp", "urllib3", "kubernetes"):
-        logging.getLogger(noisy).setLevel(logging.INFO if options.verbose else logging.WARNING)
-    if options.kubeconfig is not None:
-        os.environ["KUBECONFIG"] = str(options.kubeconfig)  # what kopf's login reads
-    kube = Kube(api_client_from(options.kubeconfig))
-    reconciler = Reconciler(kube, options)
+        logging.getLogger(noisy).setLevel(logging.INFO if settings.verbose else logging.WARNING)
+    if settings.kubeconfig is not None:
+        os.environ["KUBECONFIG"] = str(settings.kubeconfig)  # what kopf's login reads
+    kube = Kube(api_client_from(settings.kubeconfig))
+    reconciler = Reconciler(kube, settings)
     queues: list[WorkQueue] = []
 
     def queue_of(replica_pods: Any) -> WorkQueue:
@@ -306,14 +293,20 @@ def run_operator(options: OperatorOptions) -> None:
             queues.append(WorkQueue(reconciler.reconcile_once, index_reader(replica_pods)))
         return queues[0]
 
-    registry = build_registry(queue_of, options.verbose)
+    registry = build_registry(queue_of, settings.verbose)
     log.info(
         "tfkube operator watching %s",
-        ", ".join(options.namespaces) if options.namespaces else "all namespaces",
+        ", ".join(settings.namespaces) if settings.namespaces else "all namespaces",
     )
+    if settings.registry_secret is not None:
+        log.info(
+            "jobs get a copy of the image-pull Secret %s/%s when it exists",
+            settings.operator_namespace,
+            settings.registry_secret,
+        )
     kopf.run(
         registry=registry,
         standalone=True,
-        clusterwide=not options.namespaces,
-        namespaces=list(options.namespaces),
+        clusterwide=not settings.namespaces,
+        namespaces=list(settings.namespaces),
     )
