@@ -12,12 +12,12 @@ import yaml
 
 from tfkube.render import (
     OPERATOR_IMAGE,
-    SERVER_RULES,
     ServerInstall,
     dump_yaml,
     install_manifests,
     server_manifests,
 )
+from tfkube.render._server import SERVER_RULES  # render's own unit test: its RBAC rules
 
 
 def _one(objects: list[dict], kind: str) -> dict:

@@ -620,12 +620,14 @@ def operator_command(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Run the TFJob operator: reconcile TFJobs in the cluster until stopped."""
-    from tfkube.operator import OperatorOptions, run_operator
+    from tfkube.operator import OperatorSettings, run_operator
 
     if namespace and all_namespaces:
         raise _fail("give --namespace or --all-namespaces, not both")
     run_operator(
-        OperatorOptions(namespaces=tuple(namespace or ()), kubeconfig=kubeconfig, verbose=verbose)
+        OperatorSettings.read(
+            namespaces=tuple(namespace or ()), kubeconfig=kubeconfig, verbose=verbose
+        )
     )
 
 

@@ -32,7 +32,8 @@ from tfkube.kube.names import (
     notebook_name,
     tensorboard_name,
 )
-from tfkube.kube.rest import Endpoint, Kube, service_proxy_path
+from tfkube.kube.resources import DEPLOYMENT, SERVICE, STATEFUL_SET
+from tfkube.kube.rest import Endpoint, Kube
 from tfkube.render import (
     ModelServerSpec,
     NotebookSpec,
@@ -93,7 +94,7 @@ class ServiceProxy:
         if self._endpoint is None:
             self._endpoint = Endpoint.of(self.api_client)
         endpoint = self._endpoint
-        at = service_proxy_path(tenant.namespace, service, port)
+        at = SERVICE.url(tenant.namespace, f"{service}:{port}", "proxy")
         return Upstream(f"{endpoint.host}{at}{path}", endpoint.headers(), endpoint.ssl_context)
 
 
@@ -113,7 +114,7 @@ class KubeModelServers:
         self, tenant: Tenant, workload: ModelServerWorkload, handle: Handle
     ) -> WorkloadStatus:
         deployment = Kube(self.api_client).get(
-            "apps/v1", "Deployment", tenant.namespace, model_server_name(workload.name)
+            DEPLOYMENT, tenant.namespace, model_server_name(workload.name)
         )
         return observe_deployment(deployment)
 
@@ -140,7 +141,7 @@ class KubeNotebooks:
 
     def status(self, tenant: Tenant, workload: NotebookWorkload, handle: Handle) -> WorkloadStatus:
         found = Kube(self.api_client).get(
-            "apps/v1", "StatefulSet", tenant.namespace, notebook_name(workload.id)
+            STATEFUL_SET, tenant.namespace, notebook_name(workload.id)
         )
         if found is None:
             return WorkloadStatus(Health.FAILED, "its StatefulSet is gone")
