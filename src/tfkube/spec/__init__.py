@@ -3,11 +3,13 @@
 from tfkube.spec._environment import replica_environment
 from tfkube.spec._kubeflow import KUBEFLOW_API_VERSION, from_kubeflow
 from tfkube.spec._load import (
+    MAX_DOCUMENT_BYTES,
     FieldError,
     SpecError,
     dump_job,
     errors_from,
     load_job_text,
+    load_yaml,
     parse_job,
     quick_job,
 )
@@ -62,6 +64,7 @@ __all__ = [
     "DEFAULT_IMAGE",
     "KIND",
     "KUBEFLOW_API_VERSION",
+    "MAX_DOCUMENT_BYTES",
     "RESERVED_VOLUMES",
     "BackoffSpec",
     "CleanPodPolicy",
@@ -106,6 +109,7 @@ __all__ = [
     "errors_from",
     "from_kubeflow",
     "load_job_text",
+    "load_yaml",
     "parse_job",
     "quick_job",
     "replica_environment",
