@@ -48,16 +48,15 @@ def declared_too_large(content_length: str | None, limit: int) -> bool:
     return not text.isdigit() or int(text) > limit
 
 
-def control_problem(value: str) -> str | None:
-    """Why a name or path is refused (a control character: NUL, newline, ESC, ...), or
-    None."""
-    found = _CONTROL.search(value)
+def control_problem(value: str, allowed: str = "") -> str | None:
+    """Why a name, path or text is refused (a control character: NUL, newline, ESC, ...;
+    but those in `allowed`), or None."""
+    found = next((c for c in _CONTROL.findall(value) if c not in allowed), None)
     if found is None:
         return None
-    char = found.group()
     named = {"\x00": "a NUL", "\n": "a newline", "\r": "a carriage return", "\t": "a tab"}
-    what = named.get(char, f"the control character U+{ord(char):04X}")
-    return f"holds {what}; names may not hold control characters"
+    what = named.get(found, f"the control character U+{ord(found):04X}")
+    return f"holds {what}; control characters are not allowed here"
 
 
 def _ascii_fallback(filename: str) -> str:
