@@ -88,7 +88,9 @@ class LoginSession(Base):
 class ApiToken(Base):
     __tablename__ = "api_tokens"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    public_id: Mapped[str] = mapped_column(String(32), unique=True, default=new_public_id)
+    public_id: Mapped[str] = mapped_column(
+        String(32), unique=True, index=True, default=new_public_id
+    )
     """What URLs and answers call it (random: ids cannot be enumerated)."""
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(String(100))
@@ -116,7 +118,9 @@ class Artifact(Base):
     __tablename__ = "artifacts"
     __table_args__ = (UniqueConstraint("team_id", "name", "version"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    public_id: Mapped[str] = mapped_column(String(32), unique=True, default=new_public_id)
+    public_id: Mapped[str] = mapped_column(
+        String(32), unique=True, index=True, default=new_public_id
+    )
     """What URLs and answers call it (random: ids cannot be enumerated)."""
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(String(64))
