@@ -108,6 +108,10 @@ def test_an_alias_bomb_manifest_is_refused_before_it_is_built(
         started = time.monotonic()
         r = api.post(f"/api/v1/teams/{team}/jobs", json={"manifest": bomb}, timeout=120)
         took = time.monotonic() - started
+    print(
+        f"alias bomb ({len(bomb)} bytes): {r.status_code} in {took:.2f} s, answer "
+        f"{len(r.content):,} bytes, server RSS peak +{rss.grew_mib:.0f} MiB"
+    )
     assert r.status_code == 422, r.text[:300]
     assert len(r.content) < 10_000, "the refusal does not echo the expanded document"
     assert "20,000 values" in r.text, r.text[:300]
