@@ -147,9 +147,18 @@ def test_the_cli_refuses_an_alias_bomb_job_file(tmp_path: Path) -> None:
 # -- bodies --------------------------------------------------------------------------------
 
 
-def _raw_request(server: ServerProc, head: str) -> socket.socket:
+def _post(
+    server: ServerProc, api: Api, path: str, content_type: str, length: int | None
+) -> socket.socket:
+    """A POST whose head is sent (with `Content-Length: length`, or chunked when None)
+    and whose body is left to the caller."""
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
-    sock.sendall(head.encode())
+    size = f"Content-Length: {length}" if length is not None else "Transfer-Encoding: chunked"
+    sock.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+        f"Authorization: Bearer {api.token}\r\nContent-Type: {content_type}\r\n"
+        f"{size}\r\n\r\n".encode()
+    )
     return sock
 
 
@@ -171,35 +180,22 @@ def _answer(sock: socket.socket, timeout: float) -> bytes:
     return data
 
 
-def test_a_declared_oversized_upload_is_refused_before_its_body(
-    site: tuple[ServerProc, Api, Api, str],
+@pytest.mark.parametrize(
+    ("path", "content_type", "length"),
+    [
+        ("artifacts?name=big&filename=big.tar.gz", "application/octet-stream", 700 * MiB),
+        ("jobs", "application/json", 100 * MiB),
+    ],
+    ids=["upload", "json"],
+)
+def test_a_declared_oversized_body_is_refused_before_it_is_read(
+    site: tuple[ServerProc, Api, Api, str], path: str, content_type: str, length: int
 ) -> None:
     server, _, api, team = site
-    sock = _raw_request(
-        server,
-        f"POST /api/v1/teams/{team}/artifacts?name=big&filename=big.tar.gz HTTP/1.1\r\n"
-        f"Host: 127.0.0.1:{server.port}\r\nAuthorization: Bearer {api.token}\r\n"
-        f"Content-Type: application/octet-stream\r\nContent-Length: {700 * MiB}\r\n\r\n",
-    )
-    with sock:
+    with _post(server, api, f"/api/v1/teams/{team}/{path}", content_type, length) as sock:
         answer = _answer(sock, 10)  # not a byte of the body sent
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
     assert b"connection: close" in answer.lower()
-
-
-def test_a_declared_oversized_json_body_is_refused_before_its_body(
-    site: tuple[ServerProc, Api, Api, str],
-) -> None:
-    server, _, api, team = site
-    sock = _raw_request(
-        server,
-        f"POST /api/v1/teams/{team}/jobs HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
-        f"Authorization: Bearer {api.token}\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {100 * MiB}\r\n\r\n",
-    )
-    with sock:
-        answer = _answer(sock, 10)
-    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
 
 
 def _stream_until_answered(
@@ -229,12 +225,7 @@ def test_a_streamed_json_body_is_cut_off_at_its_bound(
     site: tuple[ServerProc, Api, Api, str],
 ) -> None:
     server, _, api, team = site
-    sock = _raw_request(
-        server,
-        f"POST /api/v1/teams/{team}/jobs HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
-        f"Authorization: Bearer {api.token}\r\nContent-Type: application/json\r\n"
-        "Transfer-Encoding: chunked\r\n\r\n",
-    )
+    sock = _post(server, api, f"/api/v1/teams/{team}/jobs", "application/json", None)
     with sock:
         sent, answer = _stream_until_answered(sock, _chunked(b" " * MiB, 64), 64 * MiB)
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
@@ -255,12 +246,12 @@ def test_a_multipart_upload_over_the_limit_is_cut_off_while_it_streams(
         f'--{boundary}\r\nContent-Disposition: form-data; name="file"; '
         'filename="big.tar.gz"\r\nContent-Type: application/gzip\r\n\r\n'
     ).encode()
-    sock = _raw_request(
+    sock = _post(
         server,
-        f"POST /api/v1/teams/{team}/artifacts HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
-        f"Authorization: Bearer {api.token}\r\n"
-        f"Content-Type: multipart/form-data; boundary={boundary}\r\n"
-        "Transfer-Encoding: chunked\r\n\r\n",
+        api,
+        f"/api/v1/teams/{team}/artifacts",
+        f"multipart/form-data; boundary={boundary}",
+        None,
     )
 
     def body() -> Iterator[bytes]:
