@@ -80,6 +80,14 @@ def server_command(
             help="Stop a notebook after this long without activity (opening it starts it again).",
         ),
     ] = 60.0,
+    trusted_proxy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trusted-proxy",
+            help="A proxy in front of the server (address or CIDR; repeat for several): "
+            "only its X-Forwarded-For/-Proto are read. Default: none (the peer is the client).",
+        ),
+    ] = None,
 ) -> None:
     """Run the platform server: REST API, accounts and teams, artifacts, kept logs."""
     try:
@@ -95,6 +103,12 @@ def server_command(
         runtime = parse_runtime(serving_runtime, ServingRuntime.TENSORFLOW_SERVING)
     except ValueError as exc:
         raise _fail(f"--serving-runtime: {exc}") from None
+    from tfkube.server.core.forwarded import parse_networks
+
+    try:
+        parse_networks(trusted_proxy or [])
+    except ValueError as exc:
+        raise _fail(f"--trusted-proxy: {exc}") from None
     serve(
         ServerSettings(
             data_dir=(data_dir or default_data_dir()).resolve(),
@@ -110,6 +124,7 @@ def server_command(
             cpus=cpus,
             workload_env=tuple(workload_env or ()),
             notebook_idle_seconds=notebook_idle_minutes * 60,
+            trusted_proxies=tuple(trusted_proxy or ()),
         )
     )
 

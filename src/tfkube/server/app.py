@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tfkube.engines import open_engine
 from tfkube.server import web
 from tfkube.server.accounts import needs_setup, new_setup_token, secret_key
+from tfkube.server.api import middleware as guards
 from tfkube.server.api.errors import FieldHTTPError
 from tfkube.server.api.routes import (
     artifacts,
@@ -197,6 +198,7 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
     metrics = built.metrics
     assert metrics is not None
 
+    guards.install(app, built.settings.trusted_proxies)
     app.add_middleware(_Measure, metrics=metrics)
 
     for module in (
@@ -241,5 +243,6 @@ def serve(settings: ServerSettings) -> None:
         port=settings.port,
         log_level="warning",
         access_log=False,
+        proxy_headers=False,  # forwarding headers: only from --trusted-proxy (api/middleware)
         timeout_graceful_shutdown=5,
     )

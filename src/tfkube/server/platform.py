@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from tfkube.engines import Engine
 from tfkube.server.artifacts import BlobStore
 from tfkube.server.core.config import ServerSettings
-from tfkube.server.core.ratelimit import LoginLimiter
+from tfkube.server.core.ratelimit import LoginGuard
 from tfkube.server.jobs.service import JobService
 from tfkube.server.metrics import Metrics
 from tfkube.server.outputs.scalars import ScalarReader
@@ -41,10 +41,8 @@ class Platform:
     """The users' notebooks (routes/notebooks.py, the proxy's `notebook` kind)."""
     tensorboards: TensorBoards
     """The jobs' TensorBoards behind the proxy, on demand (routes/proxy.py)."""
-    limiter: LoginLimiter = field(default_factory=LoginLimiter)
-    """Failed sign-ins per user name (5 a minute)."""
-    address_limiter: LoginLimiter = field(default_factory=lambda: LoginLimiter(max_failures=30))
-    """Failed sign-ins per client address (30 a minute: several people may share one)."""
+    logins: LoginGuard = field(default_factory=LoginGuard)
+    """Failed sign-ins per name and address (core/ratelimit.py)."""
     scalars: ScalarReader = field(default_factory=ScalarReader)
     metrics: Metrics | None = None
 

@@ -3,7 +3,14 @@
 from tfkube.spec._environment import replica_environment
 from tfkube.spec._errors import FieldError, SpecError, errors_from
 from tfkube.spec._kubeflow import KUBEFLOW_API_VERSION, from_kubeflow
-from tfkube.spec._load import dump_job, load_job_text, parse_job, quick_job
+from tfkube.spec._load import (
+    MAX_DOCUMENT_BYTES,
+    dump_job,
+    load_job_text,
+    load_yaml,
+    parse_job,
+    quick_job,
+)
 from tfkube.spec._models import (
     API_VERSION,
     CLUSTER_ONLY_ENV,
@@ -56,6 +63,7 @@ __all__ = [
     "DEFAULT_IMAGE",
     "KIND",
     "KUBEFLOW_API_VERSION",
+    "MAX_DOCUMENT_BYTES",
     "MAX_NAME_LENGTH",
     "RESERVED_VOLUMES",
     "BackoffSpec",
@@ -101,6 +109,7 @@ __all__ = [
     "errors_from",
     "from_kubeflow",
     "load_job_text",
+    "load_yaml",
     "parse_job",
     "quick_job",
     "replica_environment",

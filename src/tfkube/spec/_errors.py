@@ -38,7 +38,7 @@ _UNION_BRANCHES = {
 """Union branch names pydantic adds to an error's path (environment values)."""
 
 
-def _field_path(loc: tuple[int | str, ...]) -> str:
+def field_path(loc: tuple[int | str, ...]) -> str:
     parts: list[str] = []
     for item in loc:
         if isinstance(item, int):
@@ -76,7 +76,7 @@ def errors_from(exc: ValidationError) -> list[FieldError]:
     seen: set[tuple[str, str]] = set()
     out: list[FieldError] = []
     for error in exc.errors():
-        item = (_field_path(tuple(error["loc"])), _message(error))
+        item = (field_path(tuple(error["loc"])), _message(error))
         if item not in seen:  # unions report one error per branch; keep it once
             seen.add(item)
             out.append(FieldError(*item))

@@ -59,6 +59,10 @@ class ServerSettings:
     proxy, no busy kernel, no open connection); opening it again starts it."""
     secure_cookies: bool = False
     """Mark cookies Secure (set when served over https)."""
+    trusted_proxies: tuple[str, ...] = ()
+    """Addresses or CIDRs of the proxies in front (`--trusted-proxy`): only a request from
+    one of them has its `X-Forwarded-For`/`-Proto` read; none by default (the peer is
+    the client)."""
 
     @property
     def engine_settings(self) -> EngineSettings:

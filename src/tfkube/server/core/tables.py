@@ -8,6 +8,7 @@ the rest of tfkube uses.
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from sqlalchemy import (
@@ -26,6 +27,12 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 class Base(DeclarativeBase):
     pass
+
+
+def new_public_id() -> str:
+    """A random public id (64 bits, hex): what URLs name a row by, where the integer key
+    would tell how many rows there are and let anyone walk them."""
+    return secrets.token_hex(8)
 
 
 class SiteState(Base):
@@ -81,6 +88,10 @@ class LoginSession(Base):
 class ApiToken(Base):
     __tablename__ = "api_tokens"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    public_id: Mapped[str] = mapped_column(
+        String(32), unique=True, index=True, default=new_public_id
+    )
+    """What URLs and answers call it (random: ids cannot be enumerated)."""
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(String(100))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
@@ -107,6 +118,10 @@ class Artifact(Base):
     __tablename__ = "artifacts"
     __table_args__ = (UniqueConstraint("team_id", "name", "version"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    public_id: Mapped[str] = mapped_column(
+        String(32), unique=True, index=True, default=new_public_id
+    )
+    """What URLs and answers call it (random: ids cannot be enumerated)."""
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(String(64))
     version: Mapped[int] = mapped_column(Integer)

@@ -13,7 +13,9 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import StreamingResponse
 
 from tfkube.server.api.deps import CurrentUser, JobDep
+from tfkube.server.api.errors import field_error
 from tfkube.server.api.routes.logs import _Pipe
+from tfkube.server.core.inputs import content_disposition, control_problem
 from tfkube.server.core.scopes import Scope
 from tfkube.server.core.tables import Job
 from tfkube.server.outputs.checkpoints import INDEX, FinalCheckpoint, final_checkpoint
@@ -66,12 +68,20 @@ def download_checkpoint(job: JobDep, principal: CurrentUser) -> StreamingRespons
     """The newest checkpoint as `<job>-<checkpoint>.tar.gz`: its files and a `checkpoint`
     index naming it (relatively), streamed."""
     found = _checkpoint_of(job, principal)
+    if (problem := control_problem(found.prefix)) or '"' in found.prefix:
+        # Its index names it in quotes, one line: such a name cannot be written there.
+        raise field_error(
+            "checkpoint",
+            f"the job named its checkpoint {found.prefix!r}, which "
+            + (problem or "holds a quote")
+            + "; download its files from the outputs instead",
+        )
     root = Path(job.output_dir or "").resolve()
     name = f"{job.name}-{found.prefix}.tar.gz"
     return StreamingResponse(
         _stream(root, found),
         media_type="application/gzip",
-        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        headers={"Content-Disposition": content_disposition(name)},
     )
 
 

@@ -78,6 +78,7 @@ def _description(value: object) -> str:
     """A job's optional description (either way of submitting): text, at most 2,000
     characters. Kept and shown as it is (escaped), never interpreted."""
     from tfkube.server.api.errors import field_error
+    from tfkube.server.core.inputs import control_problem
 
     if value is None:
         return ""
@@ -85,6 +86,8 @@ def _description(value: object) -> str:
         raise field_error("description", "give the description as text")
     if len(value) > MAX_DESCRIPTION:
         raise field_error("description", f"at most {MAX_DESCRIPTION:,} characters, please")
+    if problem := control_problem(value, allowed="\n\r\t"):
+        raise field_error("description", problem)
     return value.strip()
 
 

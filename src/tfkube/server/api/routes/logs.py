@@ -15,7 +15,9 @@ from sqlalchemy import select
 
 from tfkube.engines import JobNotFound
 from tfkube.server.api.deps import CurrentUser, JobDep, PlatformDep, SessionDep
+from tfkube.server.api.errors import field_error
 from tfkube.server.api.routes.jobs import sse
+from tfkube.server.core.inputs import content_disposition, control_problem
 from tfkube.server.core.paths import UnsafePath, resolve_under
 from tfkube.server.core.scopes import Scope
 from tfkube.server.core.tables import Job, Team
@@ -155,6 +157,8 @@ def list_outputs(job: JobDep, principal: CurrentUser, path: str = "") -> list[Ou
     """The files in a folder of the job's outputs (`path` relative to it)."""
     principal.require(Scope.OUTPUTS_READ, job.team_id)
     root = Path(_outputs_root(job))
+    if problem := control_problem(path):
+        raise field_error("path", problem)
     try:
         folder = resolve_under(root, path)
     except UnsafePath as exc:
@@ -185,18 +189,22 @@ def download_output(
     """One file of the outputs, or a folder as a .tar.gz (streamed)."""
     principal.require(Scope.OUTPUTS_READ, job.team_id)
     root = Path(_outputs_root(job))
+    if problem := control_problem(path):
+        raise field_error("path", problem)
     try:
         target = resolve_under(root, path)
     except UnsafePath as exc:
         raise HTTPException(400, f"path refused: {exc}") from None
     if target.is_file():
-        return FileResponse(target, filename=target.name)
+        return FileResponse(
+            target, headers={"Content-Disposition": content_disposition(target.name)}
+        )
     if target.is_dir():
         name = (target.name if target != root.resolve() else job.name) + ".tar.gz"
         return StreamingResponse(
             _tar_stream(target),
             media_type="application/gzip",
-            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+            headers={"Content-Disposition": content_disposition(name)},
         )
     raise HTTPException(404, f"no file {path!r} in the outputs")
 
