@@ -1,7 +1,42 @@
-"""The local engine: replicas as processes on this machine (the embedded default)."""
+"""The local engine: replicas as processes on this machine (the embedded default).
 
+With a `TenantIsolation` (a tfkube server's team, on a machine where
+`isolation_support()` says so) every replica runs confined, as the team's own OS user
+(`ensure_tenant`); `confinement_for`, `launch` and `release` confine other workloads the
+same way (see `_sandbox.py`)."""
+
+from tfkube.engines.local._cgroups import Limits
 from tfkube.engines.local._engine import LocalBackend
 from tfkube.engines.local._host import LocalEngine
+from tfkube.engines.local._sandbox import (
+    Confinement,
+    Launch,
+    SandboxError,
+    Support,
+    TenantIsolation,
+    confinement_for,
+    isolation_support,
+    launch,
+    release,
+)
 from tfkube.engines.local._store import tfkube_home
+from tfkube.engines.local._tenants import Tenant, TenantError, ensure_tenant
 
-__all__ = ["LocalBackend", "LocalEngine", "tfkube_home"]
+__all__ = [
+    "Confinement",
+    "Launch",
+    "Limits",
+    "LocalBackend",
+    "LocalEngine",
+    "SandboxError",
+    "Support",
+    "Tenant",
+    "TenantError",
+    "TenantIsolation",
+    "confinement_for",
+    "ensure_tenant",
+    "isolation_support",
+    "launch",
+    "release",
+    "tfkube_home",
+]
