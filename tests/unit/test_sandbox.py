@@ -431,6 +431,7 @@ def test_a_quantity_that_is_none() -> None:
 def test_limits_and_oom_message_from_resources() -> None:
     assert limits_of(Resources(cpu="500m", memory="1Gi")) == Limits(cpu=0.5, memory=2**30)
     assert limits_of(Resources()) == Limits()
+    assert limits_of(Resources(cpu="0", memory="0")) == Limits()
     assert oom_message(Resources(memory="64Mi")).startswith("OOMKilled: ")
 
 

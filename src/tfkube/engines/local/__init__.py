@@ -2,8 +2,8 @@
 
 With a `TenantIsolation` (a tfkube server's team, on a machine where
 `isolation_support()` says so) every replica runs confined, as the team's own OS user
-(`ensure_tenant`); `confinement_for`, `launch` and `release` confine other workloads the
-same way (see `_sandbox.py`)."""
+(`ensure_tenant`); `confinement_for`, `launch` and `release` (with `hand_over` for the
+folders it writes) confine other workloads the same way (see `_sandbox.py`)."""
 
 from tfkube.engines.local._cgroups import Limits
 from tfkube.engines.local._engine import LocalBackend
@@ -20,7 +20,7 @@ from tfkube.engines.local._sandbox import (
     release,
 )
 from tfkube.engines.local._store import tfkube_home
-from tfkube.engines.local._tenants import Tenant, TenantError, ensure_tenant
+from tfkube.engines.local._tenants import Tenant, TenantError, ensure_tenant, hand_over
 
 __all__ = [
     "Confinement",
@@ -35,6 +35,7 @@ __all__ = [
     "TenantIsolation",
     "confinement_for",
     "ensure_tenant",
+    "hand_over",
     "isolation_support",
     "launch",
     "release",

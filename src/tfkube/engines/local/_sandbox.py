@@ -23,20 +23,30 @@ what the caller computed (TFKUBE_LOG_DIR...) means the same inside.
 
 Stopping: bwrap ignores SIGTERM (its death would SIGKILL the sandbox at once), the
 workload gets it, so `stop_trees`' SIGTERM to the whole tree stops it gracefully and its
-final SIGKILL ends bwrap and with it everything inside. With `die_with_parent`, the
-sandbox is SIGKILLed when the process that started it dies (the Linux parent-death signal
-follows the starting *thread*: a caller that starts workloads from a thread pool passes
-False and watches them itself).
+final SIGKILL ends bwrap and with it everything inside (`--die-with-parent` below). A
+SIGTERM to the started process alone (`proc.terminate()`) does nothing: stop the tree.
 
-Using it for a workload other than a job replica (a notebook, a model server):
+`die_with_parent` (default): the sandbox is SIGKILLed when bwrap or the thread that
+started it ends. Linux's parent-death signal follows the starting *thread*, so start
+confined processes from a thread that lives as long as they should (the main thread, the
+event loop's, a dedicated one), never from a pool whose idle threads exit. Without it
+(False) a SIGKILL of bwrap leaves the sandbox running: only `stop_trees` ends it.
 
-    conf = confinement_for(tenant, cgroup="notebook-<id>", cwd=folder,
-                           read_write=[folder], read_only=[...], env={...},
+Using it for a workload other than a job replica (a notebook, a model server), as root:
+
+    tenant = ensure_tenant(team_folder, team)          # the team's uid/gid, once
+    conf = confinement_for(tenant, cgroup=f"{tenant.name}.notebook-{id}", cwd=folder,
+                           read_write=[folder], read_only=[outputs], env={...},
                            limits=Limits(cpu=1, memory=2 * 2**30), hidden=[data_dir])
-    with launch(["python", "-m", "..."], conf) as start:
+    with launch(["python", "-m", "..."], conf) as start:   # makes its cgroups
         proc = subprocess.Popen(start.argv, pass_fds=start.pass_fds, stdout=..., ...)
-    ...  # after it exited (or failed to start):
+    ...  # stop: stop_trees([ref_of(proc.pid)], grace); after it exited (or failed to
+    #      start):
     oom_killed = release(conf) > 0     # reads the OOM kills, removes its cgroups
+
+`read_write` folders must already be the tenant's (`hand_over`); `cgroup` must be unique
+among the processes running at once; `env` is all it gets (PATH, HOME, LANG, USER and
+LOGNAME are added); `hidden` is the server's data dir.
 
 `isolation_support()` says whether this machine can do all of it, and if not, why.
 Deciding is pure (`bwrap_options`, `sandbox_command`, `covering`); the rest acts.
@@ -401,7 +411,9 @@ def launch(argv: Sequence[str], c: Confinement) -> Iterator[Launch]:
         release_cgroup(layout, c.cgroup, wait=0)
         raise SandboxError(f"cannot make the cgroup {c.cgroup}: {exc}") from None
     options = bwrap_options(c, _host_kind, os.readlink)
-    fd = os.memfd_create("tfkube-sandbox", 0)
+    # Close-on-exec: only the child given it in `pass_fds` gets it (another thread's
+    # child never does: the options hold this workload's environment).
+    fd = os.memfd_create("tfkube-sandbox", os.MFD_CLOEXEC)
     try:
         os.write(fd, b"".join(o.encode() + b"\0" for o in options))
         os.lseek(fd, 0, os.SEEK_SET)

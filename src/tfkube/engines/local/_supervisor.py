@@ -85,10 +85,9 @@ def cgroup_prefix(record: JobRecord) -> str:
 def limits_of(resources: Resources) -> Limits:
     """A role's `resources` as a confined replica's cgroup limits (requests equal limits,
     as tfkube renders them for Kubernetes). Pure."""
-    return Limits(
-        cpu=cpu_cores(resources.cpu) if resources.cpu else None,
-        memory=memory_bytes(resources.memory) if resources.memory else None,
-    )
+    cpu = cpu_cores(resources.cpu) if resources.cpu else 0.0
+    memory = memory_bytes(resources.memory) if resources.memory else 0
+    return Limits(cpu=cpu or None, memory=memory or None)  # "0": no limit, not none at all
 
 
 def oom_message(resources: Resources) -> str:
@@ -550,6 +549,9 @@ class Supervisor:
 
     def _delete(self) -> None:
         stop_trees([r.process for r in self.record.replicas if r.process is not None], 2.0)
+        self._reap()  # releases the confined replicas' cgroups
+        if self.record.tenant is not None:
+            sweep(self._cgroup_prefix())
         self.dir.event("TTL passed: deleting the job")
         shutil.rmtree(self.dir.root, ignore_errors=True)
 
