@@ -265,6 +265,31 @@ def test_a_job_over_its_memory_limit_is_oom_killed(tenancy: Tenancy, tmp_path: P
     assert "OOMKilled" in (worker.message or ""), worker
 
 
+def test_a_jobs_requirements_install_into_the_teams_own_cache(
+    tenancy: Tenancy, tmp_path: Path
+) -> None:
+    """Fetched code's requirements.txt (here `humanize`, from PyPI) is installed by the
+    first launcher, confined, into the team's own cache: never the machine-wide one that
+    every team's jobs would read."""
+    t = tenancy
+    name = f"deps-{uuid.uuid4().hex[:6]}"
+    folder = _code(
+        tmp_path / name,
+        "python3 -c 'import humanize, sys; print(\"IMPORTED\", sys.prefix)'\n",
+        {"requirements.txt": "humanize\n"},
+    )
+    with tfkube.Client(t.server.url, t.member.token, team=t.attacker) as c:
+        c.upload(folder, name)
+        job = c.submit(_manifest(name))
+        done = c.wait(job.id, timeout=300, poll=0.5)
+        assert done.phase == "Succeeded", (done.message, done.replicas)
+        log = "\n".join(c.logs(job.id, "worker-0"))
+    cache = t.data / "teams" / t.attacker / "engine" / "venvs"
+    assert f"IMPORTED {cache}/" in log
+    assert cache.stat().st_uid != 0
+    assert cache.stat().st_mode & 0o077 == 0
+
+
 @pytest.mark.tf
 def test_training_works_confined(tenancy: Tenancy) -> None:
     """The between-graph example (1 PS + 2 workers) trains to the end as the team's user."""
@@ -301,11 +326,11 @@ def test_without_isolation_the_server_keeps_one_team(tmp_path: Path) -> None:
     server.start()
     admin = first_admin(server)
     try:
-        assert "teams cannot be isolated from each other" in server.log.read_text()
         refused = admin.post("/api/v1/teams", json={"name": "second", "quota": {}})
         assert refused.status_code == 409, refused.text
         assert "tenancy needs isolation on this machine" in refused.json()["detail"]
         assert "bwrap" in refused.json()["detail"]
+        assert "teams cannot be isolated from each other" in server.log.read_text()
         assert [t["name"] for t in admin.ok(admin.get("/api/v1/teams"))] == ["default"]
     finally:
         stop_server(server, admin, tag)

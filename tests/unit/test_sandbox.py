@@ -24,6 +24,7 @@ from tfkube.engines.local._sandbox import (
     covering,
     sandbox_command,
     sees,
+    site_settings,
 )
 from tfkube.engines.local._supervisor import limits_of, oom_message, read_bounded
 from tfkube.engines.local._tenants import (
@@ -214,6 +215,25 @@ def test_sees() -> None:
     assert sees("/srv/venv/bin/x", ["/srv/venv"])
     assert not sees("/srv/venvx/bin/x", ["/srv/venv"])
     assert not sees("/root/train.py", ["/root/.pyenv"])
+
+
+def test_site_settings_pass_and_nothing_else() -> None:
+    environ = {
+        "HTTPS_PROXY": "http://proxy:3128",
+        "no_proxy": "localhost",
+        "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt",
+        "UV_INDEX_URL": "https://pypi.internal/simple",
+        "TFKUBE_DATABASE_URL": "postgresql://tfkube:secret@db/tfkube",
+        "AWS_SECRET_ACCESS_KEY": "x",
+        "HOME": "/root",
+        "PATH": "/root/bin:/usr/bin",
+    }
+    assert sorted(site_settings(environ)) == [
+        "HTTPS_PROXY",
+        "SSL_CERT_FILE",
+        "UV_INDEX_URL",
+        "no_proxy",
+    ]
 
 
 # -- cgroups --------------------------------------------------------------------------------

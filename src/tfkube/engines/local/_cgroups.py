@@ -182,16 +182,13 @@ def this_machine() -> CgroupLayout | None:
 
 def _enable_v2_controllers(folder: Path) -> None:
     """Let `folder`'s children have the memory, cpu and pids controllers (v2)."""
-    wanted = [c for c in V2_CONTROLLERS if f"+{c}" not in _subtree(folder)]
+    try:
+        enabled = set((folder / "cgroup.subtree_control").read_text().split())
+    except OSError:
+        enabled = set()
+    wanted = [c for c in V2_CONTROLLERS if c not in enabled]
     if wanted:
         (folder / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted))
-
-
-def _subtree(folder: Path) -> str:
-    try:
-        return " ".join(f"+{c}" for c in (folder / "cgroup.subtree_control").read_text().split())
-    except OSError:
-        return ""
 
 
 def _make_parent(layout: CgroupLayout, parent: Path) -> None:

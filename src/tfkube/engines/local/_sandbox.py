@@ -45,8 +45,8 @@ Using it for a workload other than a job replica (a notebook, a model server), a
     oom_killed = release(conf) > 0     # reads the OOM kills, removes its cgroups
 
 `read_write` folders must already be the tenant's (`hand_over`); `cgroup` must be unique
-among the processes running at once; `env` is all it gets (PATH, HOME, LANG, USER and
-LOGNAME are added); `hidden` is the server's data dir.
+among the processes running at once; `env` is all it gets (PATH, HOME, LANG, USER,
+LOGNAME and the machine's network settings are added); `hidden` is the server's data dir.
 
 `isolation_support()` says whether this machine can do all of it, and if not, why.
 Deciding is pure (`bwrap_options`, `sandbox_command`, `covering`); the rest acts.
@@ -107,6 +107,33 @@ SYS_DIRS = ("/sys/devices/system/cpu", "/sys/devices/system/node")
 TensorFlow); the rest names the host's devices and every cgroup, other teams' too."""
 GPU_CONTROL = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
+SITE_SETTINGS = frozenset(
+    {
+        *(f"{scheme}_proxy" for scheme in ("http", "https", "all", "no")),
+        *(f"{scheme.upper()}_PROXY" for scheme in ("http", "https", "all", "no")),
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH",
+        "PIP_INDEX_URL",
+        "PIP_EXTRA_INDEX_URL",
+        "PIP_TRUSTED_HOST",
+        "PIP_CERT",
+        "PIP_DEFAULT_TIMEOUT",
+        "UV_INDEX_URL",
+        "UV_EXTRA_INDEX_URL",
+        "UV_DEFAULT_INDEX",
+        "UV_INDEX",
+        "UV_NATIVE_TLS",
+        "UV_HTTP_TIMEOUT",
+        "TZ",
+    }
+)
+"""The only variables of the server's environment a workload gets: how this machine
+reaches the network (proxies, CA bundles, package indexes) and its time zone. Site
+settings every job needs to install its requirements as the server would; an
+administrator must not put secrets in them (docs/security.md)."""
 OWN_MOUNTS = ("/proc", "/dev", "/dev/shm", "/tmp")
 """What the sandbox mounts anew (the private /tmp and /dev/shm are 1777)."""
 
@@ -167,6 +194,11 @@ class TenantIsolation:
 
 def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def site_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of `environ` a workload may see (`SITE_SETTINGS`)."""
+    return {k: v for k, v in environ.items() if k in SITE_SETTINGS}
 
 
 def sees(path: str, shown: Iterable[str]) -> bool:
@@ -336,9 +368,9 @@ def python_installation() -> tuple[str, ...]:
     for s in sites:
         paths += _pth_folders(s)
     paths.append(str(Path(tfkube.__file__).resolve().parents[1]))
-    paths.append(str(Path(sys.executable).resolve().parent.parent))
     paths += [os.path.realpath(p) for p in paths]
-    return covering((p for p in paths if os.path.isdir(p)), SYSTEM_DIRS)
+    # Never the whole file system (a .pth naming "/" would), nor anything not a folder.
+    return covering((p for p in paths if os.path.isdir(p) and p != "/"), SYSTEM_DIRS)
 
 
 def confinement_for(
@@ -357,8 +389,10 @@ def confinement_for(
 ) -> Confinement:
     """A confinement for a Python workload of `tenant`: tfkube's Python installation is
     added to what it reads; PATH (that Python first), HOME (`home`, default `cwd`), LANG,
-    USER and LOGNAME to its environment, under the caller's `env`."""
+    USER, LOGNAME and this machine's network settings (`SITE_SETTINGS`) to its
+    environment, under the caller's `env`."""
     base = {
+        **site_settings(os.environ),
         "PATH": f"{Path(sys.executable).parent}:{SYSTEM_PATH}",
         "HOME": home or cwd,
         "LANG": "C.UTF-8",
@@ -516,5 +550,6 @@ __all__ = [
     "release",
     "sandbox_command",
     "sees",
+    "site_settings",
     "sweep",
 ]
