@@ -158,6 +158,11 @@ def plan(limits: Limits, version: int, swap_accounting: bool = False) -> list[tu
     return out
 
 
+OPTIONAL_FILES = frozenset({"memory.swap.max", "memory.oom.group", "cpu.shares", "cpu.weight"})
+"""Written where the kernel has them (no swap accounting: no memory.swap.max, and no
+swap to limit); every other file of the plan must exist, or no limit would hold."""
+
+
 def oom_kills(text: str) -> int:
     """The `oom_kill` count of a v1 memory.oom_control or a v2 memory.events. Pure."""
     for line in text.splitlines():
@@ -215,7 +220,10 @@ def create(layout: CgroupLayout, name: str, limits: Limits) -> list[Path]:
                     raise
     swap = (layout.folder("memory", name) / "memory.memsw.limit_in_bytes").exists()
     for controller, file, value in plan(limits, layout.version, swap_accounting=swap):
-        (layout.folder(controller, name) / file).write_text(value)
+        target = layout.folder(controller, name) / file
+        if file in OPTIONAL_FILES and not target.exists():
+            continue
+        target.write_text(value)
     return [folder / "cgroup.procs" for folder in folders]
 
 

@@ -484,7 +484,9 @@ class Support:
 def _probe() -> str | None:
     """Run `true` confined as nobody: None when it worked, else what went wrong."""
     nobody = Tenant("nobody", 65534, 65534)
-    c = confinement_for(nobody, cgroup=f".probe-{os.getpid()}", cwd="/", env={})
+    # With every kind of limit: a controller missing shows here, not at a job's start.
+    limits = Limits(cpu=1.0, memory=256 * 2**20)
+    c = confinement_for(nobody, cgroup=f".probe-{os.getpid()}", cwd="/", env={}, limits=limits)
     try:
         with launch(["/bin/true"], c) as start:
             result = subprocess.run(
