@@ -22,15 +22,15 @@ from tfkube.engines.local._sandbox import (
     Confinement,
     bwrap_options,
     covering,
+    passed_environment,
     sandbox_command,
     sees,
-    site_settings,
 )
 from tfkube.engines.local._supervisor import limits_of, oom_message, read_bounded
 from tfkube.engines.local._tenants import (
     TenantError,
     choose_id,
-    ensure_tenant,
+    ensure_identity,
     subid_ranges,
     user_name,
 )
@@ -217,23 +217,23 @@ def test_sees() -> None:
     assert not sees("/root/train.py", ["/root/.pyenv"])
 
 
-def test_site_settings_pass_and_nothing_else() -> None:
+def test_passed_environment_is_what_the_allow_list_names() -> None:
     environ = {
-        "HTTPS_PROXY": "http://proxy:3128",
-        "no_proxy": "localhost",
         "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt",
-        "UV_INDEX_URL": "https://pypi.internal/simple",
+        "LC_ALL": "C.UTF-8",
+        "HTTPS_PROXY": "http://proxy:3128",
         "TFKUBE_DATABASE_URL": "postgresql://tfkube:secret@db/tfkube",
         "AWS_SECRET_ACCESS_KEY": "x",
         "HOME": "/root",
         "PATH": "/root/bin:/usr/bin",
     }
-    assert sorted(site_settings(environ)) == [
-        "HTTPS_PROXY",
-        "SSL_CERT_FILE",
-        "UV_INDEX_URL",
-        "no_proxy",
-    ]
+    names = ("PATH", "SSL_CERT_FILE", "HTTPS_PROXY", "HOME", "TFKUBE_DATABASE_URL")
+    assert passed_environment(environ, names) == {
+        "SSL_CERT_FILE": "/etc/ssl/certs/ca-certificates.crt",
+        "LC_ALL": "C.UTF-8",
+        "HTTPS_PROXY": "http://proxy:3128",
+    }
+    assert passed_environment(environ, ()) == {"LC_ALL": "C.UTF-8"}
 
 
 # -- cgroups --------------------------------------------------------------------------------
@@ -411,15 +411,15 @@ def test_user_name() -> None:
 def test_ensure_tenant_is_stable_and_releases_removed_folders(tmp_path: Path) -> None:
     registry = tmp_path / "state" / "tenants.json"
     a, b = tmp_path / "teams" / "a", tmp_path / "teams" / "b"
-    first = ensure_tenant(a, "a", registry)
-    assert ensure_tenant(a, "a", registry) == first  # a restart finds it again
-    second = ensure_tenant(b, "b", registry)
+    first = ensure_identity(a, "a", registry)
+    assert ensure_identity(a, "a", registry) == first  # a restart finds it again
+    second = ensure_identity(b, "b", registry)
     assert second.uid != first.uid
     assert second.uid == second.gid
     assert first.uid >= 1_900_000_000
     assert first.name == "tfkube-a"
     a.rmdir()
-    third = ensure_tenant(tmp_path / "teams" / "c", "c", registry)
+    third = ensure_identity(tmp_path / "teams" / "c", "c", registry)
     assert third.uid == first.uid  # a's folder is gone: its id is free again
     saved = json.loads(registry.read_text())["tenants"]
     assert sorted(saved) == sorted(str(p.resolve()) for p in (b, tmp_path / "teams" / "c"))

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tfkube.engines.local import LocalBackend, TenantIsolation, ensure_tenant, isolation_support
+from tfkube.engines.local import LocalBackend, TenantIsolation, ensure_identity, isolation_support
 from tfkube.engines.local._store import JobDir
 from tfkube.spec import load_job_text
 
@@ -62,7 +62,7 @@ def main() -> int:
         code.mkdir(parents=True)
         (code / "run.sh").write_text("#!/bin/sh\ndate +%s.%N\n")
         (code / "run.sh").chmod(0o755)
-        tenant = TenantIsolation(ensure_tenant(team, "overhead"), hidden=(tmp,))
+        tenant = TenantIsolation(ensure_identity(team, "overhead"), str(team), hidden=(tmp,))
         plain = LocalBackend(home=Path(tmp) / "plain")
         confined = LocalBackend(home=team / "engine", tenant=tenant)
         times: dict[str, list[float]] = {"plain": [], "confined": []}

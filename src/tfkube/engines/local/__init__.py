@@ -2,7 +2,7 @@
 
 With a `TenantIsolation` (a tfkube server's team, on a machine where
 `isolation_support()` says so) every replica runs confined, as the team's own OS user
-(`ensure_tenant`); `confinement_for`, `launch` and `release` (with `hand_over` for the
+(`ensure_identity`); `confinement_for`, `launch` and `release` (with `hand_over` for the
 folders it writes) confine other workloads the same way (see `_sandbox.py`)."""
 
 from tfkube.engines.local._cgroups import Limits
@@ -20,7 +20,7 @@ from tfkube.engines.local._sandbox import (
     release,
 )
 from tfkube.engines.local._store import tfkube_home
-from tfkube.engines.local._tenants import Tenant, TenantError, ensure_tenant, hand_over
+from tfkube.engines.local._tenants import TenantError, TenantIdentity, ensure_identity, hand_over
 
 __all__ = [
     "Confinement",
@@ -30,11 +30,11 @@ __all__ = [
     "LocalEngine",
     "SandboxError",
     "Support",
-    "Tenant",
     "TenantError",
+    "TenantIdentity",
     "TenantIsolation",
     "confinement_for",
-    "ensure_tenant",
+    "ensure_identity",
     "hand_over",
     "isolation_support",
     "launch",

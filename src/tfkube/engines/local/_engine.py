@@ -96,13 +96,13 @@ def _folder(job: TFJob, base_dir: Path, value: str | None, field: str) -> Path |
     return path
 
 
-def _inside_tenant(job: TFJob, base_dir: Path) -> None:
-    """A confined job's own folders must lie in its tenant's folder (`base_dir`): they
-    become the team's."""
-    root = base_dir.resolve()
+def _inside_tenant(job: TFJob, base_dir: Path, folder: Path) -> None:
+    """A confined job's own folders must lie in its tenant's `folder`: they become the
+    team's."""
+    root = folder.resolve()
     for which in ("data", "logs"):
         value = getattr(job.spec.storage, which).path
-        if value and not (root / value).resolve().is_relative_to(root):
+        if value and not (base_dir / value).resolve().is_relative_to(root):
             raise SpecError(
                 [
                     FieldError(
@@ -220,7 +220,7 @@ class LocalBackend:
     ) -> JobRecord:
         storage = job.spec.storage
         if self.tenant is not None:
-            _inside_tenant(job, base_dir)
+            _inside_tenant(job, base_dir, Path(self.tenant.folder))
         data = _folder(job, base_dir, storage.data.path, "spec.storage.data.path")
         logs = _folder(job, base_dir, storage.logs.path, "spec.storage.logs.path")
         # Default folders live in the job's own folder (moved into place with it).
@@ -299,7 +299,7 @@ class LocalBackend:
         (the data read-only in the sandbox when it came with files), the job's own folder
         root's alone."""
         assert self.tenant is not None
-        tenant = self.tenant.tenant
+        tenant = self.tenant.identity
         staging.root.chmod(0o700)
         hand_over(logs, tenant)
         data_read_only = data.is_dir() and any(data.iterdir())
@@ -315,6 +315,7 @@ class LocalBackend:
             uid=tenant.uid,
             gid=tenant.gid,
             hidden=list(self.tenant.hidden),
+            passed_env=list(self.tenant.passed_env),
             data_read_only=data_read_only,
             venv_cache=str(venvs) if venvs else None,
         )

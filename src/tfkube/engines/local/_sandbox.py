@@ -34,7 +34,7 @@ event loop's, a dedicated one), never from a pool whose idle threads exit. Witho
 
 Using it for a workload other than a job replica (a notebook, a model server), as root:
 
-    tenant = ensure_tenant(team_folder, team)          # the team's uid/gid, once
+    tenant = ensure_identity(team_folder, team)          # the team's uid/gid, once
     conf = confinement_for(tenant, cgroup=f"{tenant.name}.notebook-{id}", cwd=folder,
                            read_write=[folder], read_only=[outputs], env={...},
                            limits=Limits(cpu=1, memory=2 * 2**30), hidden=[data_dir])
@@ -45,8 +45,9 @@ Using it for a workload other than a job replica (a notebook, a model server), a
     oom_killed = release(conf) > 0     # reads the OOM kills, removes its cgroups
 
 `read_write` folders must already be the tenant's (`hand_over`); `cgroup` must be unique
-among the processes running at once; `env` is all it gets (PATH, HOME, LANG, USER,
-LOGNAME and the machine's network settings are added); `hidden` is the server's data dir.
+among the processes running at once; `env` is all it gets (PATH, HOME, LANG, USER and
+LOGNAME are added; `passed_environment` picks what it may keep of the server's);
+`hidden` is the server's data dir.
 
 `isolation_support()` says whether this machine can do all of it, and if not, why.
 Deciding is pure (`bwrap_options`, `sandbox_command`, `covering`); the rest acts.
@@ -68,7 +69,7 @@ from pathlib import Path
 from tfkube.engines.local._cgroups import CgroupLayout, Limits, create, this_machine
 from tfkube.engines.local._cgroups import release as release_cgroup
 from tfkube.engines.local._cgroups import sweep as sweep_cgroups
-from tfkube.engines.local._tenants import Tenant
+from tfkube.engines.local._tenants import TenantIdentity
 
 BWRAP = "/usr/bin/bwrap"
 SETPRIV = "/usr/bin/setpriv"
@@ -107,33 +108,8 @@ SYS_DIRS = ("/sys/devices/system/cpu", "/sys/devices/system/node")
 TensorFlow); the rest names the host's devices and every cgroup, other teams' too."""
 GPU_CONTROL = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset")
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
-SITE_SETTINGS = frozenset(
-    {
-        *(f"{scheme}_proxy" for scheme in ("http", "https", "all", "no")),
-        *(f"{scheme.upper()}_PROXY" for scheme in ("http", "https", "all", "no")),
-        "SSL_CERT_FILE",
-        "SSL_CERT_DIR",
-        "REQUESTS_CA_BUNDLE",
-        "CURL_CA_BUNDLE",
-        "GRPC_DEFAULT_SSL_ROOTS_FILE_PATH",
-        "PIP_INDEX_URL",
-        "PIP_EXTRA_INDEX_URL",
-        "PIP_TRUSTED_HOST",
-        "PIP_CERT",
-        "PIP_DEFAULT_TIMEOUT",
-        "UV_INDEX_URL",
-        "UV_EXTRA_INDEX_URL",
-        "UV_DEFAULT_INDEX",
-        "UV_INDEX",
-        "UV_NATIVE_TLS",
-        "UV_HTTP_TIMEOUT",
-        "TZ",
-    }
-)
-"""The only variables of the server's environment a workload gets: how this machine
-reaches the network (proxies, CA bundles, package indexes) and its time zone. Site
-settings every job needs to install its requirements as the server would; an
-administrator must not put secrets in them (docs/security.md)."""
+OWN_VARIABLES = frozenset({"PATH", "HOME", "USER", "LOGNAME"})
+"""Set by the confinement itself, never taken from the caller's environment."""
 OWN_MOUNTS = ("/proc", "/dev", "/dev/shm", "/tmp")
 """What the sandbox mounts anew (the private /tmp and /dev/shm are 1777)."""
 
@@ -185,8 +161,13 @@ class TenantIsolation:
     """What a `LocalBackend` needs to confine its jobs: whose identity they run as, and
     what must stay out of sight (the server's own data dir)."""
 
-    tenant: Tenant
+    identity: TenantIdentity
+    folder: str
+    """The tenant's folder: a confined job's data and log folders must lie in it (they
+    are handed to the tenant)."""
     hidden: tuple[str, ...] = ()
+    passed_env: tuple[str, ...] = ()
+    """Variables of the server's environment its jobs keep (`passed_environment`)."""
 
 
 # -- deciding (pure) ----------------------------------------------------------------------
@@ -196,9 +177,16 @@ def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def site_settings(environ: Mapping[str, str]) -> dict[str, str]:
-    """The part of `environ` a workload may see (`SITE_SETTINGS`)."""
-    return {k: v for k, v in environ.items() if k in SITE_SETTINGS}
+def passed_environment(environ: Mapping[str, str], names: Iterable[str]) -> dict[str, str]:
+    """What a workload keeps of the server's environment: the variables `names` allows
+    (the engine's allow-list and the administrator's additions) and the locale's LC_*;
+    never PATH, HOME, USER, LOGNAME (the sandbox's own) nor tfkube's TFKUBE_*. Pure."""
+    allowed = set(names) - OWN_VARIABLES
+    return {
+        k: v
+        for k, v in environ.items()
+        if (k in allowed or k.startswith("LC_")) and not k.startswith("TFKUBE_")
+    }
 
 
 def sees(path: str, shown: Iterable[str]) -> bool:
@@ -374,7 +362,7 @@ def python_installation() -> tuple[str, ...]:
 
 
 def confinement_for(
-    tenant: Tenant,
+    tenant: TenantIdentity,
     *,
     cgroup: str,
     cwd: str,
@@ -389,10 +377,9 @@ def confinement_for(
 ) -> Confinement:
     """A confinement for a Python workload of `tenant`: tfkube's Python installation is
     added to what it reads; PATH (that Python first), HOME (`home`, default `cwd`), LANG,
-    USER, LOGNAME and this machine's network settings (`SITE_SETTINGS`) to its
-    environment, under the caller's `env`."""
+    USER and LOGNAME to its environment, under the caller's `env` (which holds whatever
+    else it gets: see `passed_environment`)."""
     base = {
-        **site_settings(os.environ),
         "PATH": f"{Path(sys.executable).parent}:{SYSTEM_PATH}",
         "HOME": home or cwd,
         "LANG": "C.UTF-8",
@@ -483,7 +470,7 @@ class Support:
 
 def _probe() -> str | None:
     """Run `true` confined as nobody: None when it worked, else what went wrong."""
-    nobody = Tenant("nobody", 65534, 65534)
+    nobody = TenantIdentity("nobody", 65534, 65534)
     # With every kind of limit: a controller missing shows here, not at a job's start.
     limits = Limits(cpu=1.0, memory=256 * 2**20)
     c = confinement_for(nobody, cgroup=f".probe-{os.getpid()}", cwd="/", env={}, limits=limits)
@@ -548,10 +535,10 @@ __all__ = [
     "covering",
     "isolation_support",
     "launch",
+    "passed_environment",
     "python_installation",
     "release",
     "sandbox_command",
     "sees",
-    "site_settings",
     "sweep",
 ]

@@ -94,6 +94,8 @@ class TenantRecord(BaseModel):
     """The data folder held files at submit (a data set the server unpacked): it stays
     as it came, read-only; an empty one is the job's to fill (its replicas stage data
     there, as on a Kubernetes claim)."""
+    passed_env: list[str] = []
+    """Variables of the supervisor's (the server's) environment the replicas keep."""
     venv_cache: str | None = None
     """The team's own folder where launchers install a fetched code's requirements.txt
     (never the machine-wide cache, which other teams' jobs read)."""

@@ -39,11 +39,12 @@ from tfkube.engines.local._sandbox import (
     SandboxError,
     confinement_for,
     launch,
+    passed_environment,
     release,
     sweep,
 )
 from tfkube.engines.local._store import JobDir, JobRecord, ReplicaRecord, tfkube_cache
-from tfkube.engines.local._tenants import Tenant, hand_over
+from tfkube.engines.local._tenants import TenantIdentity, hand_over
 from tfkube.launcher import file_lock, latest_write
 from tfkube.planner import (
     Decision,
@@ -495,12 +496,13 @@ class Supervisor:
         files). Raises SandboxError."""
         t = self.record.tenant
         assert t is not None
-        tenant = Tenant(t.user, t.uid, t.gid)
+        tenant = TenantIdentity(t.user, t.uid, t.gid)
         try:
             hand_over(work, tenant)
             hand_over(Path(self.record.log_dir), tenant)
         except OSError as exc:
             raise SandboxError(f"cannot hand its folders to team user {t.user}: {exc}") from None
+        env = {**passed_environment(os.environ, t.passed_env), **env}
         if self.code_token is not None:
             env[contract.CODE_TOKEN] = self.code_token
         env.pop(contract.VENV_CACHE, None)  # the machine-wide cache: other teams read it

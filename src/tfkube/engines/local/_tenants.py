@@ -18,7 +18,7 @@ keyed by the team folder's real path, so two servers on one machine (two data di
 never share an id, and a server that restarts finds its teams' ids again. An entry whose
 folder no longer exists is released at the next allocation: its files went with it.
 
-`choose_id` decides (pure); `ensure_tenant` reads and writes the registry (root only).
+`choose_id` decides (pure); `ensure_identity` reads and writes the registry (root only).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class TenantError(Exception):
 
 
 @dataclass(frozen=True)
-class Tenant:
+class TenantIdentity:
     """A team's OS identity: what its workloads run as."""
 
     name: str
@@ -135,7 +135,7 @@ def _write(registry: Path, tenants: Mapping[str, tuple[int, str]]) -> None:
     tmp.replace(registry)
 
 
-def ensure_tenant(folder: Path, team: str, registry: Path = REGISTRY) -> Tenant:
+def ensure_identity(folder: Path, team: str, registry: Path = REGISTRY) -> TenantIdentity:
     """The identity of the tenant whose files live in `folder` (created when it has none
     yet). Root only. Raises TenantError."""
     if os.geteuid() != 0:
@@ -147,19 +147,19 @@ def ensure_tenant(folder: Path, team: str, registry: Path = REGISTRY) -> Tenant:
             tenants = _read(registry)
             if key in tenants:
                 uid = tenants[key][0]
-                return Tenant(user_name(team), uid, uid)
+                return TenantIdentity(user_name(team), uid, uid)
             # Release the ids of tenants whose folders are gone (servers removed, tests).
             tenants = {k: v for k, v in tenants.items() if Path(k).is_dir()}
             held = {k: uid for k, (uid, _) in tenants.items()}
             uid = choose_id(held, _system_taken(), TENANT_IDS)
             tenants[key] = (uid, team)
             _write(registry, tenants)
-            return Tenant(user_name(team), uid, uid)
+            return TenantIdentity(user_name(team), uid, uid)
     except OSError as exc:
         raise TenantError(f"cannot record team {team}'s identity in {registry}: {exc}") from None
 
 
-def hand_over(folder: Path, tenant: Tenant, *, recursive: bool = False) -> None:
+def hand_over(folder: Path, tenant: TenantIdentity, *, recursive: bool = False) -> None:
     """Make `folder` (made if need be) the tenant's own, 0700: its workloads write there,
     other teams cannot even list it, root still reads it. `recursive`: what is inside
     too (owners only; modes are kept). A link is never followed: `folder` must be a real
