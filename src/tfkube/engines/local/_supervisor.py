@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import BinaryIO, NoReturn
 
 from tfkube import contract
-from tfkube.engines.local._cgroups import Limits
+from tfkube.engines.local._cgroups import limits_of
 from tfkube.engines.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
 from tfkube.engines.local._procs import alive, ref_of, stop_trees
 from tfkube.engines.local._sandbox import (
@@ -62,9 +62,7 @@ from tfkube.spec import (
     Resources,
     Role,
     TFJob,
-    cpu_cores,
     load_job_text,
-    memory_bytes,
     replica_environment,
 )
 from tfkube.tfcluster import cluster_spec, local_address
@@ -81,14 +79,6 @@ def cgroup_prefix(record: JobRecord) -> str:
     """What the names of a confined job's cgroups start with: `<user>.<job uid>.`."""
     assert record.tenant is not None
     return f"{record.tenant.user}.{record.uid[:12]}."
-
-
-def limits_of(resources: Resources) -> Limits:
-    """A role's `resources` as a confined replica's cgroup limits (requests equal limits,
-    as tfkube renders them for Kubernetes). Pure."""
-    cpu = cpu_cores(resources.cpu) if resources.cpu else 0.0
-    memory = memory_bytes(resources.memory) if resources.memory else 0
-    return Limits(cpu=cpu or None, memory=memory or None)  # "0": no limit, not none at all
 
 
 def oom_message(resources: Resources) -> str:
