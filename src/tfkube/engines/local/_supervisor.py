@@ -558,11 +558,6 @@ class Supervisor:
         shutil.rmtree(self.dir.root, ignore_errors=True)
 
 
-def live_processes(record: JobRecord) -> list[int]:
-    """PIDs of the job's replicas that still run (start-time checked)."""
-    return [p.pid for r in record.replicas if (p := alive(r.process)) is not None]
-
-
 def spawn(job_dir: JobDir, fork: bool = False) -> None:
     """Start the job's supervisor as a daemon (its own session, re-parented to init, so
     that whoever started it never has to reap it) and return once it is detached.
