@@ -73,7 +73,7 @@ TICK_SECONDS = 0.1
 PROGRESS_EVERY = 1.0
 """How often progress is observed (log files and the log folder's mtimes)."""
 _INHERITED_DROP = (contract.RESERVED_PREFIX, contract.TF_CONFIG, "VIRTUAL_ENV")
-OOM_EXIT_CODE = 128 + signal.SIGKILL
+OOM_EXIT_CODE = contract.signal_exit_code(signal.SIGKILL)
 MAX_MESSAGE_READ = contract.MAX_MESSAGE_BYTES
 
 
@@ -243,7 +243,7 @@ class Supervisor:
             oom_killed = confinement is not None and release(confinement) > 0
             if replica.state is not ReplicaState.RUNNING:
                 continue  # we stopped it: its exit is no news
-            code = code if code >= 0 else 128 - code
+            code = contract.exit_status(code)
             if oom_killed and code != 0:
                 code = OOM_EXIT_CODE  # whichever of its processes the kernel chose
             replica.exit_code = code
