@@ -12,8 +12,7 @@ from typing import Annotated
 
 import typer
 
-from tfkube.cli import app
-from tfkube.cli import fail as _fail
+from tfkube.cli import app, fail
 
 
 @app.command("server")
@@ -94,21 +93,21 @@ def server_command(
         from tfkube.server import ServerSettings, serve
         from tfkube.server.core.config import default_data_dir
     except ImportError as exc:
-        raise _fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
+        raise fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
     from tfkube.render import ServingRuntime, parse_runtime
 
     if engine not in {"local", "kubernetes"}:
-        raise _fail(f"unknown engine {engine!r}; choose local or kubernetes")
+        raise fail(f"unknown engine {engine!r}; choose local or kubernetes")
     try:
         runtime = parse_runtime(serving_runtime, ServingRuntime.TENSORFLOW_SERVING)
     except ValueError as exc:
-        raise _fail(f"--serving-runtime: {exc}") from None
+        raise fail(f"--serving-runtime: {exc}") from None
     from tfkube.server.core.forwarded import parse_networks
 
     try:
         parse_networks(trusted_proxy or [])
     except ValueError as exc:
-        raise _fail(f"--trusted-proxy: {exc}") from None
+        raise fail(f"--trusted-proxy: {exc}") from None
     serve(
         ServerSettings(
             data_dir=(data_dir or default_data_dir()).resolve(),

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tfkube.cli._app import EXIT_INTERRUPTED, EngineOpt, NamespaceOpt, _backend, _fail, app, out
+from tfkube.cli._app import EXIT_INTERRUPTED
+from tfkube.cli._common import EngineOpt, NamespaceOpt, app, fail, local_backend, out
 from tfkube.engines import JobNotFound
 
 if TYPE_CHECKING:
@@ -46,14 +47,14 @@ def _client(team: str | None) -> tuple[Client, str]:
     try:
         from tfkube.client import Client
     except ImportError as exc:
-        raise _fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
+        raise fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
     try:
         client = Client(team=team)
         return client, client._team(team)
     except ValueError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     except Exception as exc:  # connection refused, bad token
-        raise _fail(f"cannot reach the tfkube server: {exc}") from None
+        raise fail(f"cannot reach the tfkube server: {exc}") from None
 
 
 def _how_to_call(server: ModelServerOut) -> list[str]:
@@ -92,40 +93,40 @@ def serve(
     try:
         parse_runtime(runtime, ServingRuntime.TFKUBE)
     except ValueError as exc:
-        raise _fail(f"--runtime: {exc}") from None
+        raise fail(f"--runtime: {exc}") from None
     if engine == "local":
         if namespace is not None:
-            raise _fail("--namespace is for --engine server")
+            raise fail("--namespace is for --engine server")
         if runtime not in (None, ServingRuntime.TFKUBE.value):
-            raise _fail(
+            raise fail(
                 "--runtime: --engine local runs tfkube's model server only; leave --runtime "
                 "out, or use --engine server with a tfkube server on Kubernetes"
             )
         _serve_here(job, name, version, port)
         return
     if engine != "server":
-        raise _fail("serve needs --engine server (a tfkube server, on either engine) or local")
+        raise fail("serve needs --engine server (a tfkube server, on either engine) or local")
     from tfkube.spec import SpecError
 
     client, team = _client(namespace)
     with client:
         found = client.find(job, team=team)
         if found is None:
-            raise _fail(f"team {team} has no job named {job!r}", 1)
+            raise fail(f"team {team} has no job named {job!r}", 1)
         try:
             server = client.serve(
                 found.id, name=name, version=version, cpu=cpu, memory=memory, runtime=runtime
             )
         except SpecError as exc:
             problems = "; ".join(f"{e.field}: {e.message}" for e in exc.errors)
-            raise _fail(f"cannot serve {job}: {problems}") from None
+            raise fail(f"cannot serve {job}: {problems}") from None
         except Exception as exc:
-            raise _fail(str(exc), 1) from None
+            raise fail(str(exc), 1) from None
         if wait:
             try:
                 server = client.wait_ready(server.id)
             except TimeoutError as exc:
-                raise _fail(str(exc), 1) from None
+                raise fail(str(exc), 1) from None
     for line in _how_to_call(server):
         out.print(line, highlight=False, soft_wrap=True)
 
@@ -134,15 +135,15 @@ def _serve_here(job: str, name: str | None, version: int | None, port: int) -> N
     from tfkube.serving import choose_version, exported_versions
 
     try:
-        view = _backend().get(job)
+        view = local_backend().get(job)
     except JobNotFound as exc:
-        raise _fail(str(exc), 1) from None
+        raise fail(str(exc), 1) from None
     if not view.log_dir:
-        raise _fail(f"job {job!r} has no output folder", 1)
+        raise fail(f"job {job!r} has no output folder", 1)
     base = Path(view.log_dir) / "export"
     _, why = choose_version(exported_versions(base), version)
     if why is not None:
-        raise _fail(f"job {job!r}: {why}", 1)
+        raise fail(f"job {job!r}: {why}", 1)
     model = name or job
     argv = [
         sys.executable,
@@ -214,7 +215,7 @@ def stop_server(
     with client:
         found = [s for s in client.model_servers(team=team) if s.name == name]
         if not found:
-            raise _fail(f"team {team} has no running model server named {name!r}", 1)
+            raise fail(f"team {team} has no running model server named {name!r}", 1)
         stopped = client.stop_model_server(found[0].id)
     out.print(f"model server {stopped.name}: {stopped.status}", highlight=False)
 
@@ -237,6 +238,6 @@ def notebook(
         try:
             opened = client.notebook(team=team)
         except Exception as exc:
-            raise _fail(str(exc), 1) from None
+            raise fail(str(exc), 1) from None
     out.print(f"notebook in team {team}: {opened.url}", highlight=False, soft_wrap=True)
     out.print("(open it in a browser signed in to the server)", highlight=False)
