@@ -1,11 +1,12 @@
 """Commands. Each one parses its input into a TFJob or a name, calls the backend, prints.
 
-Exit codes: `_common.py`.
+Exit codes: `_common.py`; what a signal does to what a command started: `_lifetime.py`.
 """
 
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -23,6 +24,7 @@ from tfkube.cli._common import (
     out,
 )
 from tfkube.cli._display import job_panel, jobs_table, summary
+from tfkube.cli._lifetime import describe, exit_code, foreground, run_service, stop_then_exit
 from tfkube.engines import Backend, JobExists, JobNotFound, JobView
 from tfkube.engines.local import LocalBackend
 from tfkube.spec import (
@@ -33,9 +35,6 @@ from tfkube.spec import (
     load_job_text,
     quick_job,
 )
-
-EXIT_INTERRUPTED = 130
-"""Also in `tfkube._entry`, for a Ctrl-C while the program is being imported."""
 
 # -- engines ------------------------------------------------------------------------------
 
@@ -194,27 +193,29 @@ def run(
         bool, typer.Option("--summary", help="Print what the job achieved when it ends.")
     ] = False,
 ) -> None:
-    """Run a job on this machine, showing its replicas live; Ctrl-C stops all of them."""
+    """Run a job on this machine, showing its replicas live. Ctrl-C (or SIGTERM, or a
+    closed terminal: SIGHUP) stops every replica; --detach leaves the job running."""
     backend = local_backend()
-    # Ctrl-C may come at any moment: while staging (nothing runs yet), while the job
+    # A signal may come at any moment: while staging (nothing runs yet), while the job
     # starts (submit stops what it started), while it runs, or twice. Each way every
-    # replica is stopped and the exit code is 130.
-    try:
+    # replica is stopped and the exit code is 128+N (`_lifetime.py`).
+    with foreground():
         try:
-            job, base = _job_from_args(job_file, name, workers, ps, code, entrypoint)
-            view = backend.submit(job, base, replace=replace)
-        except (SpecError, JobExists) as exc:
-            raise fail(str(exc)) from None
-        if detach:
-            out.print(
-                f"job {view.name} started ({len(view.replicas)} replicas); "
-                f"follow it with `tfkube status {view.name}` or `tfkube logs {view.name} -f`"
-            )
-            return
-        final = _watch(backend, view.name)
-    except KeyboardInterrupt:
-        _interrupted(backend)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+            try:
+                job, base = _job_from_args(job_file, name, workers, ps, code, entrypoint)
+                view = backend.submit(job, base, replace=replace)
+            except (SpecError, JobExists) as exc:
+                raise fail(str(exc)) from None
+            if detach:
+                out.print(
+                    f"job {view.name} started ({len(view.replicas)} replicas); follow it with "
+                    f"`tfkube status {view.name}` or `tfkube logs {view.name} -f`, stop it "
+                    f"with `tfkube stop {view.name}`"
+                )
+                return
+            final = _watch(backend, view.name)
+        except KeyboardInterrupt as interrupt:
+            raise stop_then_exit(interrupt, partial(_stop_started, backend)) from None
     if show_summary or final.phase.terminal:
         for line in summary(final):
             out.print(line, highlight=False)
@@ -222,7 +223,8 @@ def run(
 
 
 def _watch(backend: LocalBackend, name: str) -> JobView:
-    """Show the job live until it is done (Ctrl-C: KeyboardInterrupt, for the caller)."""
+    """Show the job live until it is done (a stop signal: KeyboardInterrupt, for the
+    caller)."""
     with Live(console=out, refresh_per_second=4, transient=False, auto_refresh=False) as live:
         view = backend.get(name)
         shown = 0.0
@@ -240,17 +242,15 @@ def _watch(backend: LocalBackend, name: str) -> JobView:
     return view
 
 
-def _interrupted(backend: LocalBackend) -> None:
-    """Stop the jobs this command started (none if Ctrl-C came while staging)."""
+def _stop_started(backend: LocalBackend, interrupt: KeyboardInterrupt) -> None:
+    """Stop the jobs this command started (none if the signal came while staging)."""
     if not backend.submitted:
-        err.print("interrupted: the job had not started; nothing runs")
+        err.print(f"{describe(interrupt)}: the job had not started; nothing runs")
         return
     for name in backend.submitted:
-        err.print(f"interrupted: stopping every replica of {name}")
+        err.print(f"{describe(interrupt)}: stopping every replica of {name}")
         try:
             view = backend.stop(name)
-        except KeyboardInterrupt:  # Ctrl-C again: stop() held it until it had finished
-            view = backend.get(name)
         except JobNotFound:
             continue
         out.print(job_panel(view, width=out.width))
@@ -339,8 +339,32 @@ def logs(
             print(line, flush=True)
     except (JobNotFound, ValueError) as exc:
         raise fail(str(exc), 1) from None
-    except KeyboardInterrupt:
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except KeyboardInterrupt as interrupt:  # it started nothing: nothing to stop
+        raise typer.Exit(exit_code(interrupt)) from None
+
+
+@app.command()
+def stop(
+    name: Annotated[str, typer.Argument(help="The job's name.")],
+    engine: EngineOpt = "local",
+    namespace: NamespaceOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Stop every replica of a job and keep it (its logs, state and outputs) until
+    `tfkube delete`."""
+    try:
+        view = _engine(engine, namespace, kubeconfig).stop(name)
+    except JobNotFound as exc:
+        raise fail(str(exc), 1) from None
+    if view.done:
+        reason = f", {view.reason}" if view.reason else ""
+        out.print(f"job {name} stopped ({view.phase.value}{reason})", highlight=False)
+    else:  # Kubernetes: the operator stops it
+        out.print(
+            f"job {name}: stop requested (still {view.phase.value}); follow it with "
+            f"`tfkube status {name}`",
+            highlight=False,
+        )
 
 
 @app.command()
@@ -591,13 +615,15 @@ def operator_command(
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
-    """Run the TFJob operator: reconcile TFJobs in the cluster until stopped."""
+    """Run the TFJob operator: reconcile TFJobs in the cluster until Ctrl-C, SIGTERM or
+    SIGHUP (the jobs carry on: they are the cluster's)."""
     from tfkube.operator import OperatorSettings, run_operator
 
     if namespace and all_namespaces:
         raise fail("give --namespace or --all-namespaces, not both")
-    run_operator(
-        OperatorSettings.read(
-            namespaces=tuple(namespace or ()), kubeconfig=kubeconfig, verbose=verbose
-        )
+    settings = OperatorSettings.read(
+        namespaces=tuple(namespace or ()), kubeconfig=kubeconfig, verbose=verbose
     )
+    # Until SIGINT, SIGTERM or SIGHUP: the jobs it reconciles are the cluster's and carry
+    # on; the next operator takes them over.
+    run_service(lambda: run_operator(settings))

@@ -3,7 +3,7 @@ local engine as the CLI runs it, and the engine options.
 
 Exit codes of every command: 0 it did what it said (`run`: the job succeeded), 1 it
 could not (`run`: the job failed; a job not found), 2 bad input (nothing was started),
-130 interrupted by Ctrl-C (`run`: every replica was stopped).
+128+N stopped by signal N (`_lifetime.py`: 130 Ctrl-C, 143 SIGTERM, 129 SIGHUP).
 """
 
 from __future__ import annotations

@@ -7,14 +7,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tfkube.cli._app import EXIT_INTERRUPTED
-from tfkube.cli._common import EngineOpt, NamespaceOpt, app, fail, local_backend, out
+from tfkube.cli._common import EngineOpt, NamespaceOpt, app, err, fail, local_backend, out
+from tfkube.cli._lifetime import describe, foreground, stop_then_exit
+from tfkube.contract import exit_status
 from tfkube.engines import JobNotFound
+from tfkube.engines.local import interrupts_held
 
 if TYPE_CHECKING:
     from tfkube.client import Client
@@ -87,7 +90,8 @@ def serve(
     --engine server: a model server of the team (a process, or on Kubernetes a Deployment
     of tensorflow/serving or, with --runtime tfkube, of tfkube's own model server) behind
     the server's login; it survives restarts.
-    --engine local: tfkube's model server here, in the foreground, until Ctrl-C."""
+    --engine local: tfkube's model server here, in the foreground, until Ctrl-C, SIGTERM
+    or SIGHUP (a closed terminal), which stop it."""
     from tfkube.render import ServingRuntime, parse_runtime
 
     try:
@@ -158,14 +162,33 @@ def _serve_here(job: str, name: str | None, version: int | None, port: int) -> N
     url = f"http://127.0.0.1:{port}/v1/models/{model}"
     out.print(f"REST URL: {url}  (predict: POST {url}:predict; Ctrl-C stops it)", highlight=False)
     env = {k: v for k, v in os.environ.items() if k != "TFKUBE_SERVING_TOKEN"}
-    proc = subprocess.Popen(argv, env=env)
+    server: subprocess.Popen[bytes] | None = None
+    with foreground():
+        try:
+            with interrupts_held():  # a signal now waits until the process is known
+                server = subprocess.Popen(argv, env=env)
+            code = server.wait()
+        except KeyboardInterrupt as interrupt:
+            raise stop_then_exit(interrupt, partial(_stop_here, server)) from None
+    raise typer.Exit(exit_status(code))
+
+
+MODEL_SERVER_GRACE = 15.0
+"""How long the model server gets after SIGTERM (uvicorn's graceful shutdown takes at most
+5 s) before SIGKILL."""
+
+
+def _stop_here(server: subprocess.Popen[bytes] | None, interrupt: KeyboardInterrupt) -> None:
+    """Stop the foreground model server (by its PID: it is our child)."""
+    if server is None or server.poll() is not None:
+        return
+    err.print(f"{describe(interrupt)}: stopping the model server (pid {server.pid})")
+    server.terminate()
     try:
-        code = proc.wait()
-    except KeyboardInterrupt:
-        proc.terminate()
-        proc.wait(30)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    raise typer.Exit(code)
+        server.wait(MODEL_SERVER_GRACE)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
 
 
 def servers_lines(servers: list[Any]) -> list[str]:
