@@ -96,8 +96,9 @@ def test_a_stop_signal_shuts_the_server_down_cleanly(
         training = _with_descendants(
             [p for p in tagged_processes(tag) if "tfkube.engines.local" in p.cmdline()[:3]]
         )
-        # The job's supervisor, its launcher and the entrypoint (sleep: run.sh execs it).
-        assert len(training) == 3, [p.cmdline() for p in training]
+        # The job's supervisor, its launcher and the entrypoint (sleep: run.sh execs it);
+        # on a machine that confines teams, the sandbox's processes too.
+        assert len(training) >= 3, [p.cmdline() for p in training]
 
         server.proc.send_signal(signum)
         assert server.proc.wait(SHUTDOWN) == 0, server.log.read_text()[-3000:]
