@@ -8,6 +8,7 @@ folders it writes) confine other workloads the same way (see `_sandbox.py`)."""
 from tfkube.engines.local._cgroups import Limits
 from tfkube.engines.local._engine import LocalBackend
 from tfkube.engines.local._host import LocalEngine
+from tfkube.engines.local._interrupts import interrupts_held
 from tfkube.engines.local._sandbox import (
     Confinement,
     Launch,
@@ -36,6 +37,7 @@ __all__ = [
     "confinement_for",
     "ensure_identity",
     "hand_over",
+    "interrupts_held",
     "isolation_support",
     "launch",
     "release",

@@ -71,7 +71,7 @@ TICK_SECONDS = 0.1
 PROGRESS_EVERY = 1.0
 """How often progress is observed (log files and the log folder's mtimes)."""
 _INHERITED_DROP = (contract.RESERVED_PREFIX, contract.TF_CONFIG, "VIRTUAL_ENV")
-OOM_EXIT_CODE = 128 + signal.SIGKILL
+OOM_EXIT_CODE = contract.signal_exit_code(signal.SIGKILL)
 MAX_MESSAGE_READ = contract.MAX_MESSAGE_BYTES
 
 
@@ -233,7 +233,7 @@ class Supervisor:
             oom_killed = confinement is not None and release(confinement) > 0
             if replica.state is not ReplicaState.RUNNING:
                 continue  # we stopped it: its exit is no news
-            code = code if code >= 0 else 128 - code
+            code = contract.exit_status(code)
             if oom_killed and code != 0:
                 code = OOM_EXIT_CODE  # whichever of its processes the kernel chose
             replica.exit_code = code
@@ -546,11 +546,6 @@ class Supervisor:
             sweep(self._cgroup_prefix())
         self.dir.event("TTL passed: deleting the job")
         shutil.rmtree(self.dir.root, ignore_errors=True)
-
-
-def live_processes(record: JobRecord) -> list[int]:
-    """PIDs of the job's replicas that still run (start-time checked)."""
-    return [p.pid for r in record.replicas if (p := alive(r.process)) is not None]
 
 
 def spawn(job_dir: JobDir, fork: bool = False) -> None:
