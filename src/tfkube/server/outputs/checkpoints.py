@@ -1,4 +1,5 @@
-"""A job's final checkpoint: which files make it up (pure).
+"""A job's final checkpoint: which files make it up (pure), and where it is in a job's
+outputs (`find_checkpoint`, which reads the folder).
 
 TensorFlow keeps a text index named `checkpoint` beside the checkpoints
 (`model_checkpoint_path: ".../model.ckpt-1001"`); the newest checkpoint is the files whose
@@ -13,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 INDEX = "checkpoint"
 _LATEST = re.compile(r'^model_checkpoint_path:\s*"(?P<path>(?:[^"\\]|\\.)*)"\s*$', re.MULTILINE)
@@ -55,3 +56,27 @@ def final_checkpoint(folder: str, index_text: str, files: Iterable[str]) -> Fina
     base = PurePosixPath(folder) if folder else None
     paths = tuple(str(base / f) if base else f for f in found)
     return FinalCheckpoint(prefix=prefix, folder=folder, files=paths)
+
+
+def find_checkpoint(output_dir: str | None) -> FinalCheckpoint | None:
+    """The newest checkpoint under a job's outputs: of every `checkpoint` index there (the
+    job's log folder excluded), the most recently written one decides."""
+    if not output_dir or not Path(output_dir).is_dir():
+        return None
+    root = Path(output_dir).resolve()
+    indexes = [
+        p
+        for p in root.rglob(INDEX)
+        if p.is_file() and not p.is_symlink() and ".tfkube" not in p.relative_to(root).parts
+    ]
+    for index in sorted(indexes, key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            text = index.read_text(errors="replace")[:65536]
+        except OSError:
+            continue
+        folder = index.parent.relative_to(root).as_posix()
+        names = [c.name for c in index.parent.iterdir() if c.is_file() and not c.is_symlink()]
+        found = final_checkpoint("" if folder == "." else folder, text, names)
+        if found is not None:
+            return found
+    return None

@@ -18,34 +18,10 @@ from tfkube.server.api.routes.logs import _Pipe
 from tfkube.server.core.inputs import content_disposition, control_problem
 from tfkube.server.core.scopes import Scope
 from tfkube.server.core.tables import Job
-from tfkube.server.outputs.checkpoints import INDEX, FinalCheckpoint, final_checkpoint
+from tfkube.server.outputs.checkpoints import INDEX, FinalCheckpoint, find_checkpoint
 from tfkube.wire import CheckpointOut
 
 router = APIRouter(prefix="/api/v1/jobs/{job_id}", tags=["logs and outputs"])
-
-
-def find_checkpoint(output_dir: str | None) -> FinalCheckpoint | None:
-    """The newest checkpoint under a job's outputs: of every `checkpoint` index there (the
-    job's log folder excluded), the most recently written one decides."""
-    if not output_dir or not Path(output_dir).is_dir():
-        return None
-    root = Path(output_dir).resolve()
-    indexes = [
-        p
-        for p in root.rglob(INDEX)
-        if p.is_file() and not p.is_symlink() and ".tfkube" not in p.relative_to(root).parts
-    ]
-    for index in sorted(indexes, key=lambda p: p.stat().st_mtime, reverse=True):
-        try:
-            text = index.read_text(errors="replace")[:65536]
-        except OSError:
-            continue
-        folder = index.parent.relative_to(root).as_posix()
-        names = [c.name for c in index.parent.iterdir() if c.is_file() and not c.is_symlink()]
-        found = final_checkpoint("" if folder == "." else folder, text, names)
-        if found is not None:
-            return found
-    return None
 
 
 def _checkpoint_of(job: Job, principal: CurrentUser) -> FinalCheckpoint:
