@@ -134,8 +134,9 @@ def put_allowances(
     """Replace the team's allowances (team admins). A name or a prefix (`datasets-*`) per
     entry; platform credentials and notebook homes are refused (422 naming the entry).
     `pod_security` (`restricted` or `baseline`) is a site admin's: it decides what runs
-    on the nodes every team shares; changing it relabels the namespace (502 when the
-    cluster refuses, and nothing changes)."""
+    on the nodes every team shares. The namespace is labelled again with its level (also
+    what brings a team made before the labels up to date); 502 when the cluster refuses,
+    and nothing changes."""
     principal.require(Scope.TEAM_ADMIN, team.id)
     try:
         wanted = Allowances.model_validate(body)
@@ -146,8 +147,5 @@ def put_allowances(
     if wanted.pod_security != before.pod_security:
         principal.require(Scope.SITE_ADMIN)
     team.allowances = wanted.model_dump(mode="json")
-    if wanted.pod_security != before.pod_security:
-        prepare_team(platform.engine, db, team)  # the namespace's Pod Security labels
-    else:
-        db.commit()
+    prepare_team(platform.engine, db, team)  # the namespace's Pod Security labels, then commit
     return wanted
