@@ -394,6 +394,8 @@ def test_every_rendered_workload_is_admitted_under_restricted(
     spec["spec"]["code"] = {"source": "https://x.example/c.tar.gz"}
     parsed = parse_job(spec, "test")
     ns = tenant.namespace
+    labels = kube_platform.kube.core.read_namespace(ns).metadata.labels or {}
+    assert labels.get("pod-security.kubernetes.io/enforce") == "restricted"
     objects = render_job(parsed, RenderOptions(namespace=ns, managed=True))
     objects += render_model_server(ModelServerSpec("m", ns, parsed))
     objects += render_model_server(ModelServerSpec("n", ns, parsed, runtime=ServingRuntime.TFKUBE))
