@@ -88,7 +88,7 @@ def test_viewer_reads_but_cannot_submit(team: TeamCtx) -> None:
 def test_team_allowances_who_reads_and_who_changes(
     admin: Api, server: ServerProc, team: TeamCtx
 ) -> None:
-    """What members' jobs may use in the team's namespace (tfkube.kube.admission): every
+    """What members' jobs may use in the team's namespace (tfkube.engines.admission_refusals): every
     member reads it, team admins change the names, a site admin the Pod Security level;
     entries are checked (a platform credential never), and a member's job naming a Secret
     nobody allowed is a 422 naming the field, on the local engine too."""

@@ -1,6 +1,6 @@
-"""The admission policy of a team's job (`tfkube.kube.admission`), pure and table-driven:
-every branch a row, tfkube TFJobs and Kubeflow manifests alike (after parsing), and the
-team's allowances as the API validates them."""
+"""The admission policy of a team's job (`tfkube.engines.admission_refusals`), pure and
+table-driven: every branch a row, tfkube TFJobs and Kubeflow manifests alike (after
+parsing), and the team's allowances as the API validates them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from tfkube.kube.admission import Allowances, Submitter, matches, refusals
+from tfkube.engines import Allowances, Submitter
+from tfkube.engines import admission_refusals as refusals
+from tfkube.engines._admission import matches
 from tfkube.kube.names import CREDENTIAL_PATTERNS, platform_credential, private_claim
 from tfkube.spec import DEFAULT_IMAGE, FieldError, errors_from, parse_job
 

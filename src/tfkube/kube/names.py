@@ -19,7 +19,7 @@ users all rely on. Pure constants and string functions (no planner, no client), 
 Platform credentials: the Secrets tfkube makes for its own tokens (`<job>-code-token`,
 `notebook-<id>`, `<job>-registry`, and `<name>-serving` for a model server's) carry the
 label `tfkube.io/credential` and are recognised by name (`platform_credential`), so the
-admission policy (`tfkube.kube.admission`) never lets a job name one; notebook homes
+admission policy (`tfkube.engines.admission_refusals`) never lets a job name one; notebook homes
 (`home-notebook-*` claims) are a user's own the same way (`private_claim`).
 """
 

@@ -13,7 +13,7 @@ notebooks) meets the `restricted` level unless its job asks for `baseline`
 
 No pod gets host namespaces, host ports, hostPath volumes or privileged containers, and
 no service account token unless a role names its service account (an allowed one:
-`tfkube.kube.admission`). A team namespace enforces the level too
+`tfkube.engines.admission_refusals`). A team namespace enforces the level too
 (`pod-security.kubernetes.io/enforce`), so what a controller or person creates there
 beside tfkube is held to it; `tfkube.kube.pod_security` checks rendered pods the same way
 (tests/unit/test_pod_security.py).

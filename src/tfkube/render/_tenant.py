@@ -43,7 +43,7 @@ def tenant_objects(
 ) -> list[dict[str, Any]]:
     """A team's namespace and its quota, with default requests where the quota counts
     CPU or memory. The namespace enforces the team's Pod Security level (`restricted`
-    unless a site admin allowed `baseline`: `tfkube.kube.admission`)."""
+    unless a site admin allowed `baseline`: `tfkube.engines.admission_refusals`)."""
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: "tenant"}
     ns_labels = {**labels, **pod_security_labels(pod_security)}
     objects: list[dict[str, Any]] = [

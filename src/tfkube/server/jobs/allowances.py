@@ -2,7 +2,7 @@
 
 `refusals` is the one call in the submit path (`JobService.submit`): it reads the
 submitter's role and the team's allowances and asks the pure policy
-(`tfkube.kube.admission.refusals`) before anything is recorded or created, so a refused
+(`tfkube.engines.admission_refusals`) before anything is recorded or created, so a refused
 job is a 422 naming every field, and nothing exists of it anywhere. The policy holds on
 both engines (the local engine refuses cluster-only fields anyway, with its own words).
 """
@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from tfkube.kube.admission import Allowances, Submitter
-from tfkube.kube.admission import refusals as policy_refusals
+from tfkube.engines import Allowances, Submitter, admission_refusals
 from tfkube.server.core.scopes import Role
 from tfkube.server.core.tables import Membership, Team, User
 from tfkube.spec import FieldError, TFJob
@@ -37,4 +36,4 @@ def submitter_of(db: Session, team: Team, user_id: int) -> Submitter:
 
 def refusals(db: Session, team: Team, user_id: int, job: TFJob) -> list[FieldError]:
     """Why the job may not run for this user in this team ([] when it may)."""
-    return policy_refusals(job, submitter_of(db, team, user_id), allowances_of(team))
+    return admission_refusals(job, submitter_of(db, team, user_id), allowances_of(team))

@@ -1,5 +1,5 @@
 """Teams (the tenant), their members and roles, their quota, and their allowances (what
-members' jobs may use in the team's Kubernetes namespace: `tfkube.kube.admission`)."""
+members' jobs may use in the team's Kubernetes namespace: `tfkube.engines.admission_refusals`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, Field, ValidationError
 
-from tfkube.kube.admission import Allowances
+from tfkube.engines import Allowances
 from tfkube.server import queries
 from tfkube.server.accounts import create_team, remove_from_team, set_member, team_name_problem
 from tfkube.server.api.deps import (

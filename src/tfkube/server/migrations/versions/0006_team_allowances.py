@@ -1,6 +1,6 @@
 """A team's allowances: what its members' jobs may use in its Kubernetes namespace beyond
 their own (Secrets, ConfigMaps, claims, service accounts, TensorBoard images) and the Pod
-Security level the namespace enforces (`tfkube.kube.admission.Allowances`).
+Security level the namespace enforces (`tfkube.engines.Allowances`).
 
 Revision ID: team_allowances
 Revises: 0005

@@ -1,12 +1,14 @@
 """What a job submitted for a team may make the cluster do: the admission policy. Pure.
 
-    refusals(job, submitter, allowances) -> [FieldError]   (empty: admitted)
+    admission_refusals(job, submitter, allowances) -> [FieldError]   (empty: admitted)
 
 A job names objects of its namespace that Kubernetes hands to its pods without asking who
 wrote the job (the operator creates the pods): Secrets (env `secretKeyRef`, secret
 volumes, helper containers' env, image-pull secrets), ConfigMaps, claims and service
 accounts; it may also ask for the namespace's quota objects (`spec.tenant`), a TensorBoard
-image whose pages the team's viewers open, and a Pod Security level. So a tfkube server
+image whose pages the team's viewers open, and a Pod Security level. Engine-neutral and
+pure, beside the engines' protocol because it is a tenant's boundary (the server may not
+import `tfkube.kube`; the local engine refuses cluster-only fields on its own). So a tfkube server
 decides here, before anything is created (`tfkube.server.jobs.allowances`), with:
 
     what the job names                               member        team admin  site admin
@@ -294,7 +296,9 @@ def _tensorboard(check: _Check, job: TFJob) -> None:
     )
 
 
-def refusals(job: TFJob, submitter: Submitter, allowances: Allowances) -> list[FieldError]:
+def admission_refusals(
+    job: TFJob, submitter: Submitter, allowances: Allowances
+) -> list[FieldError]:
     """Why `job` may not run as `submitter` submitted it, given the team's `allowances`
     (the table in the module docstring); [] when it may."""
     check = _Check(submitter, allowances)
