@@ -12,8 +12,9 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from tfkube.engines import Allowances, Submitter, admission_refusals
+from tfkube.server.accounts import actor_of
 from tfkube.server.core.scopes import Role
-from tfkube.server.core.tables import Membership, Team, User
+from tfkube.server.core.tables import Team, User
 from tfkube.spec import FieldError, TFJob
 
 
@@ -26,10 +27,10 @@ def submitter_of(db: Session, team: Team, user_id: int) -> Submitter:
     """A site admin, the team's admin, or a member (anyone else cannot submit: the route
     already answered 403 or 404)."""
     user = db.get(User, user_id)
-    if user is not None and user.site_admin:
+    actor = actor_of(db, user) if user is not None else None
+    if actor is not None and actor.site_admin:
         return Submitter.SITE_ADMIN
-    membership = db.get(Membership, (user_id, team.id))
-    if membership is not None and membership.role == Role.ADMIN.value:
+    if actor is not None and actor.roles.get(team.id) is Role.ADMIN:
         return Submitter.TEAM_ADMIN
     return Submitter.MEMBER
 
