@@ -2,7 +2,7 @@
 their own (Secrets, ConfigMaps, claims, service accounts, TensorBoard images) and the Pod
 Security level the namespace enforces (`tfkube.engines.Allowances`).
 
-Revision ID: team_allowances
+Revision ID: 0006
 Revises: 0005
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "team_allowances"
+revision = "0006"
 down_revision = "0005"
 branch_labels = None
 depends_on = None
