@@ -41,6 +41,7 @@ from tfkube.planner import (
     Stop,
     plan,
 )
+from tfkube.safefs import read_file
 from tfkube.spec import Role, TFJob, load_job_text, replica_environment
 from tfkube.tfcluster import cluster_spec, local_address
 
@@ -229,7 +230,9 @@ class Supervisor:
 
     def _termination_message(self, key: str) -> str | None:
         try:
-            text = self.dir.termination_log(key).read_text(errors="replace").strip()
+            text = (
+                read_file(self.dir.termination_log(key), 1 << 16).decode(errors="replace").strip()
+            )
         except OSError:
             return None
         return text or None

@@ -1,22 +1,18 @@
 """A job's final checkpoint: what it is, and the files that make it up as one .tar.gz
-(the trained model, ready for `tf.train.latest_checkpoint` wherever it is unpacked)."""
+(the trained model, ready for `tf.train.latest_checkpoint` wherever it is unpacked).
+Found and packed without following anything the job linked (`outputs/files.py`)."""
 
 from __future__ import annotations
-
-import io
-import tarfile
-import time
-from collections.abc import Iterator
-from pathlib import Path
 
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import StreamingResponse
 
 from tfkube.server.api.deps import CurrentUser, JobDep
-from tfkube.server.api.routes.logs import _Pipe
+from tfkube.server.api.routes.logs import WORKLOAD_BYTES
 from tfkube.server.core.scopes import Scope
 from tfkube.server.core.tables import Job
 from tfkube.server.outputs.checkpoints import INDEX, FinalCheckpoint, final_checkpoint
+from tfkube.server.outputs.files import attachment, file_names, find_files, read_text, tar_files
 from tfkube.wire import CheckpointOut
 
 router = APIRouter(prefix="/api/v1/jobs/{job_id}", tags=["logs and outputs"])
@@ -25,22 +21,15 @@ router = APIRouter(prefix="/api/v1/jobs/{job_id}", tags=["logs and outputs"])
 def find_checkpoint(output_dir: str | None) -> FinalCheckpoint | None:
     """The newest checkpoint under a job's outputs: of every `checkpoint` index there (the
     job's log folder excluded), the most recently written one decides."""
-    if not output_dir or not Path(output_dir).is_dir():
+    if not output_dir:
         return None
-    root = Path(output_dir).resolve()
-    indexes = [
-        p
-        for p in root.rglob(INDEX)
-        if p.is_file() and not p.is_symlink() and ".tfkube" not in p.relative_to(root).parts
-    ]
-    for index in sorted(indexes, key=lambda p: p.stat().st_mtime, reverse=True):
-        try:
-            text = index.read_text(errors="replace")[:65536]
-        except OSError:
+    indexes = find_files(output_dir, INDEX)
+    for rel, _mtime in sorted(indexes, key=lambda found: found[1], reverse=True):
+        text = read_text(output_dir, rel, 65536)
+        if text is None:
             continue
-        folder = index.parent.relative_to(root).as_posix()
-        names = [c.name for c in index.parent.iterdir() if c.is_file() and not c.is_symlink()]
-        found = final_checkpoint("" if folder == "." else folder, text, names)
+        folder = rel[:-1]
+        found = final_checkpoint("/".join(folder), text, file_names(output_dir, folder))
         if found is not None:
             return found
     return None
@@ -66,24 +55,12 @@ def download_checkpoint(job: JobDep, principal: CurrentUser) -> StreamingRespons
     """The newest checkpoint as `<job>-<checkpoint>.tar.gz`: its files and a `checkpoint`
     index naming it (relatively), streamed."""
     found = _checkpoint_of(job, principal)
-    root = Path(job.output_dir or "").resolve()
-    name = f"{job.name}-{found.prefix}.tar.gz"
+    files = [(path.split("/"), path.rsplit("/", 1)[-1]) for path in found.files]
     return StreamingResponse(
-        _stream(root, found),
+        tar_files(job.output_dir or "", files, {INDEX: found.index_text().encode()}),
         media_type="application/gzip",
-        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        headers={
+            "Content-Disposition": attachment(f"{job.name}-{found.prefix}.tar.gz"),
+            **WORKLOAD_BYTES,
+        },
     )
-
-
-def _stream(root: Path, found: FinalCheckpoint) -> Iterator[bytes]:
-    pipe = _Pipe()
-    with tarfile.open(fileobj=pipe, mode="w|gz") as tar:
-        index = found.index_text().encode()
-        info = tarfile.TarInfo(INDEX)
-        info.size, info.mtime, info.mode = len(index), int(time.time()), 0o644
-        tar.addfile(info, io.BytesIO(index))
-        for path in found.files:
-            tar.add(root / path, arcname=Path(path).name, recursive=False)
-            if len(pipe.buffer) > 1 << 20:
-                yield pipe.take()
-    yield pipe.take()
