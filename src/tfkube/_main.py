@@ -71,6 +71,14 @@ def server_command(
             help="Stop a notebook after this long without activity (opening it starts it again).",
         ),
     ] = 60.0,
+    allow_fetch_from: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-fetch-from",
+            help="An address range (CIDR) the server may fetch members' code URLs from "
+            "although it is loopback, link-local or private (repeatable).",
+        ),
+    ] = None,
 ) -> None:
     """Run the platform server: REST API, accounts and teams, artifacts, kept logs."""
     try:
@@ -86,6 +94,12 @@ def server_command(
         runtime = parse_runtime(serving_runtime, ServingRuntime.TENSORFLOW_SERVING)
     except ValueError as exc:
         raise _fail(f"--serving-runtime: {exc}") from None
+    from tfkube.server.core.fetch import parse_ranges
+
+    try:
+        parse_ranges(allow_fetch_from or [])
+    except ValueError as exc:
+        raise _fail(f"--allow-fetch-from: {exc}") from None
     serve(
         ServerSettings(
             data_dir=(data_dir or default_data_dir()).resolve(),
@@ -100,6 +114,7 @@ def server_command(
             serving_runtime=runtime,
             cpus=cpus,
             notebook_idle_seconds=notebook_idle_minutes * 60,
+            allow_fetch_from=tuple(allow_fetch_from or ()),
         )
     )
 

@@ -56,6 +56,9 @@ class ServerSettings:
     proxy, no busy kernel, no open connection); opening it again starts it."""
     secure_cookies: bool = False
     """Mark cookies Secure (set when served over https)."""
+    allow_fetch_from: tuple[str, ...] = ()
+    """Address ranges (CIDR) the server may fetch members' code URLs from although they
+    are loopback, link-local or private (`core/fetch.py` refuses those otherwise)."""
 
     @property
     def base_url(self) -> str:

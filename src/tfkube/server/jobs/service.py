@@ -37,9 +37,11 @@ from tfkube.planner import JobPhase
 from tfkube.server._engines import Engines
 from tfkube.server.artifacts import BlobStore
 from tfkube.server.core.config import ServerSettings
+from tfkube.server.core.fetch import FetchPolicy, parse_ranges
 from tfkube.server.core.security import CodeClaim, sign_claim
 from tfkube.server.core.tables import Artifact, Job, JobEvent, Team
 from tfkube.server.jobs import admission
+from tfkube.server.jobs.fetched import fetch_code, release_fetched
 from tfkube.server.jobs.forms import ArtifactRef, parse_ref, place_job, server_problems
 from tfkube.spec import FieldError, SpecError, TFJob, dump_job, load_job_text
 
@@ -146,6 +148,7 @@ class JobService:
         """Kubernetes: job id -> when to submit again a job the cluster turned away."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.fetch_policy = FetchPolicy(allowed=parse_ranges(settings.allow_fetch_from))
 
     # -- submit -------------------------------------------------------------------------
 
@@ -279,19 +282,26 @@ class JobService:
         artifact, _ = self.resolve_code(db, team, job, code_field)
         data_set = self.resolve_data(db, team, data) if data else None
         job_id = new_job_id()
-        if artifact is not None:
-            code_url = f"{self.settings.replica_url}/api/v1/code/{artifact.sha256}"
-            sha = artifact.sha256
+        local = self.engines.kind == "local"
+        fetched = None
+        if artifact is None and local and job.spec.code is not None and job.spec.code.is_url:
+            # Here, in the member's own request, never in the sync loop that starts every
+            # team's jobs; then the job runs the fetched blob as it would an upload.
+            db.commit()  # no transaction held while the URL answers
+            fetched = fetch_code(job, code_field, self.blobs, self.fetch_policy)
+        if artifact is not None or fetched is not None:
+            sha = artifact.sha256 if artifact is not None else str(fetched)
+            code_url = f"{self.settings.replica_url}/api/v1/code/{sha}"
         elif job.spec.code is not None:
             code_url, sha = job.spec.code.source, job.spec.code.sha256 or ""
         else:
             code_url, sha = "", ""
         out = self.output_dir(team, job_id, job.name)
-        local = self.engines.kind == "local"
+        served = artifact is not None or fetched is not None
         placed = place_job(
             job,
-            code_url=code_url if artifact is not None else None,
-            code_sha256=sha if artifact is not None else None,
+            code_url=code_url if served else None,
+            code_sha256=sha if served else None,
             data_dir=str(self.data_dir(team, job_id)) if local else None,
             log_dir=str(out) if local else None,
             logs_claim=self.settings.outputs_claim if not local else None,
@@ -339,7 +349,13 @@ class JobService:
             return
         job = load_job_text(row.spec, f"job {row.name!r}")
         backend = self.engines.backend(team.name, team.namespace)
-        token = self.claim(row, row.code_sha256) if row.artifact_id and row.code_sha256 else None
+        # An uploaded artifact, or code this server fetched at submit (local engine; never a
+        # URL a member wrote): its replicas fetch it from here with a job-scoped claim.
+        here, code = f"{self.settings.replica_url}/api/v1/code/{row.code_sha256}", job.spec.code
+        served = row.artifact_id is not None or (
+            self.engines.kind == "local" and code is not None and code.source == here
+        )
+        token = self.claim(row, row.code_sha256) if row.code_sha256 and served else None
         now = time.time()
         try:
             if row.output_dir and self.engines.kind == "local":
@@ -492,6 +508,8 @@ class JobService:
         for folder in (row.output_dir, str(self.data_dir(team, row.id))):
             if folder and kept_here:  # in a cluster: the outputs claim the server mounts
                 shutil.rmtree(folder, ignore_errors=True)
+        if self.engines.kind == "local":
+            release_fetched(db, self.blobs, row)
         db.execute(delete(JobEvent).where(JobEvent.job_id == row.id))
         db.delete(row)
         db.commit()
