@@ -122,3 +122,19 @@ def test_verdict(now: float, body_started: float | None, received: int, expected
     else:
         assert why is not None
         assert expected in why
+
+
+def test_fetch_slots_per_team_and_in_all() -> None:
+    from contextlib import ExitStack
+
+    from tfkube.server.jobs.fetched import Slots
+
+    slots = Slots(per_team=2, total=3)
+    with ExitStack() as held:
+        assert held.enter_context(slots.taken("a"))
+        assert held.enter_context(slots.taken("a"))
+        assert not held.enter_context(slots.taken("a"))  # the team's two are busy
+        assert held.enter_context(slots.taken("b"))
+        assert not held.enter_context(slots.taken("c"))  # three in all
+    with slots.taken("a") as free:  # all given back, refused ones included
+        assert free

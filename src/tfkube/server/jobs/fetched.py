@@ -16,6 +16,10 @@ Errors are the job's (`SpecError` on the code field), so the member sees them at
 from __future__ import annotations
 
 import tarfile
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
@@ -24,10 +28,43 @@ from tfkube.launcher import FetchError, check_archive
 from tfkube.server.artifacts import BlobStore
 from tfkube.server.core.fetch import FetchFailed, FetchPolicy, FetchRefused, fetch
 from tfkube.server.core.tables import Artifact, Job
-from tfkube.spec import FieldError, SpecError, TFJob
+from tfkube.spec import CodeSpec, FieldError, SpecError, TFJob
+
+PER_TEAM = 2
+"""Fetches one team may have under way at once (each holds a request thread)."""
+TOTAL = 8
+"""Fetches under way at once for all teams: the request threads stay free for the rest."""
 
 
-def fetch_code(job: TFJob, field: str, blobs: BlobStore, policy: FetchPolicy) -> str:
+class Slots:
+    """How many fetches each team has under way (a submit over a limit is refused at
+    once: it would otherwise hold one of the server's request threads)."""
+
+    def __init__(self, per_team: int = PER_TEAM, total: int = TOTAL) -> None:
+        self.per_team, self.total = per_team, total
+        self._lock = threading.Lock()
+        self._busy: Counter[str] = Counter()
+
+    @contextmanager
+    def taken(self, team: str) -> Iterator[bool]:
+        with self._lock:
+            free = self._busy[team] < self.per_team and self._busy.total() < self.total
+            if free:
+                self._busy[team] += 1
+        try:
+            yield free
+        finally:
+            if free:
+                with self._lock:
+                    self._busy[team] -= 1
+
+
+SLOTS = Slots()
+
+
+def fetch_code(
+    job: TFJob, field: str, blobs: BlobStore, policy: FetchPolicy, team: str, slots: Slots = SLOTS
+) -> str:
     """Fetch the job's code URL into the blob store; -> its sha256. Raises SpecError."""
     code = job.spec.code
     assert code is not None
@@ -36,6 +73,22 @@ def fetch_code(job: TFJob, field: str, blobs: BlobStore, policy: FetchPolicy) ->
     def refuse(message: str, at: str = field) -> SpecError:
         return SpecError([FieldError(at, message)], f"job {job.name!r}")
 
+    with slots.taken(team) as free:
+        if not free:
+            raise refuse(
+                "the server is fetching other code URLs of your team (or too many) right now; "
+                "submit again in a minute, or upload the code"
+            )
+        return _fetch(job, code, refuse, blobs, policy)
+
+
+def _fetch(
+    job: TFJob,
+    code: CodeSpec,
+    refuse: Callable[..., SpecError],
+    blobs: BlobStore,
+    policy: FetchPolicy,
+) -> str:
     staged = blobs.temp()
     try:
         try:
@@ -47,7 +100,7 @@ def fetch_code(job: TFJob, field: str, blobs: BlobStore, policy: FetchPolicy) ->
         if code.sha256 is not None and sha != code.sha256:
             raise refuse(
                 f"the file at {code.source} has SHA-256 {sha}; update sha256 or the file",
-                "spec.code.sha256" if field != "code" else field,
+                "spec.code.sha256",
             )
         try:
             names = {n.removeprefix("./") for n in check_archive(staged).names}
@@ -57,7 +110,7 @@ def fetch_code(job: TFJob, field: str, blobs: BlobStore, policy: FetchPolicy) ->
             raise refuse(
                 f"{code.entrypoint!r} is not in the archive at {code.source}; add it or name "
                 "the script to run",
-                "entrypoint" if field == "code" else "spec.code.entrypoint",
+                "spec.code.entrypoint",
             )
         kept, _ = blobs.keep(staged)
         return kept

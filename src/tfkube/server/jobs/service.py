@@ -288,7 +288,7 @@ class JobService:
             # Here, in the member's own request, never in the sync loop that starts every
             # team's jobs; then the job runs the fetched blob as it would an upload.
             db.commit()  # no transaction held while the URL answers
-            fetched = fetch_code(job, code_field, self.blobs, self.fetch_policy)
+            fetched = fetch_code(job, code_field, self.blobs, self.fetch_policy, team.name)
         if artifact is not None or fetched is not None:
             sha = artifact.sha256 if artifact is not None else str(fetched)
             code_url = f"{self.settings.replica_url}/api/v1/code/{sha}"
