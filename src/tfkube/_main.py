@@ -71,6 +71,15 @@ def server_command(
             help="Stop a notebook after this long without activity (opening it starts it again).",
         ),
     ] = 60.0,
+    workload_url: Annotated[
+        str | None,
+        typer.Option(
+            "--workload-url",
+            help="Where browsers get TensorBoards and notebooks, each on its own name: a "
+            "wildcard URL such as https://*.wl.example.com (default: *.localhost on this "
+            "port, for a dashboard opened on loopback).",
+        ),
+    ] = None,
     allow_fetch_from: Annotated[
         list[str] | None,
         typer.Option(
@@ -95,6 +104,13 @@ def server_command(
     except ValueError as exc:
         raise _fail(f"--serving-runtime: {exc}") from None
     from tfkube.server.core.fetch import parse_ranges
+    from tfkube.server.core.origins import parse_workload_url
+
+    if workload_url is not None:
+        try:
+            parse_workload_url(workload_url)
+        except ValueError as exc:
+            raise _fail(f"--workload-url: {exc}") from None
 
     try:
         parse_ranges(allow_fetch_from or [])
@@ -114,6 +130,7 @@ def server_command(
             serving_runtime=runtime,
             cpus=cpus,
             notebook_idle_seconds=notebook_idle_minutes * 60,
+            workload_url=workload_url,
             allow_fetch_from=tuple(allow_fetch_from or ()),
         )
     )

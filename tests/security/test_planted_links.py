@@ -130,8 +130,9 @@ class World:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     server, admin, tag = start_server(tmp_path_factory.mktemp("links"), "sqlite", None)
-    w = World(server, admin)
+    w = None
     try:
+        w = World(server, admin)
         victim = w.run(
             w.b, w.team_b, "victim", {"run.sh": VICTIM, "events.bin": _event_file(B_TAG)}
         )
@@ -144,8 +145,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         assert w.outputs(w.team_a, moved).is_symlink()
         yield {"w": w, "planted": planted, "moved": moved, "named": named, "victim": victim}
     finally:
-        w.a.close()
-        w.b.close()
+        if w is not None:
+            w.a.close()
+            w.b.close()
         stop_server(server, admin, tag)
 
 

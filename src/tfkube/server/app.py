@@ -35,11 +35,13 @@ from tfkube.server.api.routes import (
     teams,
     tokens,
     users,
+    workload_origin,
 )
 from tfkube.server.api.routes import (
     metrics as metrics_route,
 )
 from tfkube.server.api.routes._util import FieldHTTPError
+from tfkube.server.api.routes.workload_origin import WorkloadHosts
 from tfkube.server.artifacts import BlobStore
 from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.db import database_url, make_engine, migrate, session_factory
@@ -188,6 +190,7 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
     assert metrics is not None
 
     app.add_middleware(_Measure, metrics=metrics)
+    app.add_middleware(WorkloadHosts, settings=built.settings)  # workloads' own origins
 
     for module in (
         health,
@@ -203,6 +206,7 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
         serving,
         notebooks,
         proxy,
+        workload_origin,
     ):
         app.include_router(module.router)
     app.include_router(checkpoints.router)

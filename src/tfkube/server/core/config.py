@@ -56,6 +56,10 @@ class ServerSettings:
     proxy, no busy kernel, no open connection); opening it again starts it."""
     secure_cookies: bool = False
     """Mark cookies Secure (set when served over https)."""
+    workload_url: str | None = None
+    """Where TensorBoards and notebooks are served to browsers, each on its own name below
+    a wildcard (`https://*.wl.example.com`, see `core/origins.py`). None: `*.localhost` on
+    the server's port, for a dashboard reached on loopback."""
     allow_fetch_from: tuple[str, ...] = ()
     """Address ranges (CIDR) the server may fetch members' code URLs from although they
     are loopback, link-local or private (`core/fetch.py` refuses those otherwise)."""
