@@ -82,12 +82,12 @@ def code_archive() -> bytes:
     return buffer.getvalue()
 
 
-def seed(database_url: str, count: int, team: str, owner: str, artifact_id: int) -> list[str]:
+def seed(database_url: str, count: int, team: str, owner: str, artifact: str) -> list[str]:
     """`count` finished jobs written as the sync loop leaves them; -> their ids."""
     from sqlalchemy import select
 
     from tfkube.server.core.db import make_engine, session_factory
-    from tfkube.server.core.tables import Job, JobEvent, Team, User
+    from tfkube.server.core.tables import Artifact, Job, JobEvent, Team, User
     from tfkube.spec import dump_job, parse_job
 
     engine = make_engine(database_url)
@@ -109,6 +109,9 @@ def seed(database_url: str, count: int, team: str, owner: str, artifact_id: int)
         with session_factory(engine)() as db:
             team_id = db.scalars(select(Team.id).where(Team.name == team)).one()
             user_id = db.scalars(select(User.id).where(User.name == owner)).one()
+            artifact_id = db.scalars(
+                select(Artifact.id).where(Artifact.public_id == artifact)
+            ).one()
             now = time.time() - count * 60
             for i in range(count):
                 job_id = uuid.uuid4().hex[:16]
@@ -266,7 +269,7 @@ def run_one(database: str, args: argparse.Namespace, pg: Any) -> dict[str, Any]:
         db_url = url or f"sqlite:///{tmp / 'data' / 'tfkube.db'}"
         if db_url.startswith("postgresql://"):
             db_url = "postgresql+psycopg://" + db_url.split("://", 1)[1]
-        ids = seed(db_url, args.jobs, "default", member, int(uploaded["id"]))
+        ids = seed(db_url, args.jobs, "default", member, uploaded["id"])
         steady, during, rate, burst_ids = asyncio.run(
             load_phase(server.url, token, ids, "default", args.clients, args.seconds, args.burst)
         )

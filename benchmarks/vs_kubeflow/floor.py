@@ -22,6 +22,8 @@ from typing import Any
 
 from _api import Api, Identity
 
+from tfkube.kube.resources import POD, resource_for
+
 ROLE_LABEL = "tfkube.io/replica-type"
 
 
@@ -45,19 +47,16 @@ async def run(
 
     async with Api(identity, connections=parallel) as api:
         for obj in shared:  # PVCs, ConfigMaps, the Service: a handful
-            await api.request("POST", collection(obj, namespace), body=obj, allow=(409,))
+            path = resource_for(obj["apiVersion"], obj["kind"]).url(namespace)
+            await api.request("POST", path, body=obj, allow=(409,))
         gate = asyncio.Semaphore(parallel)
 
         async def create(pod: dict[str, Any]) -> None:
             async with gate:
-                await api.request(
-                    "POST", f"/api/v1/namespaces/{namespace}/pods", body=pod, allow=(409,)
-                )
+                await api.request("POST", POD.url(namespace), body=pod, allow=(409,))
 
         stop = asyncio.Event()
-        watch = asyncio.create_task(
-            api.follow(f"/api/v1/namespaces/{namespace}/pods", on_pod, stop)
-        )
+        watch = asyncio.create_task(api.follow(POD.url(namespace), on_pod, stop))
         await asyncio.gather(*(create(p) for p in pods))
         await done.wait()
         # One DELETE per PS pod, all at once: a deletecollection is served one pod at a time.
@@ -67,18 +66,11 @@ async def run(
 
         async def delete(name: str) -> None:
             async with gate:
-                path = f"/api/v1/namespaces/{namespace}/pods/{name}"
-                await api.request("DELETE", path, allow=(404,))
+                await api.request("DELETE", POD.url(namespace, name), allow=(404,))
 
         await asyncio.gather(*(delete(n) for n in ps))
         stop.set()
         await watch
-
-
-def collection(obj: dict[str, Any], namespace: str) -> str:
-    version, plural = obj["apiVersion"], obj["kind"].lower() + "s"
-    base = "/api/v1" if version == "v1" else f"/apis/{version}"
-    return f"{base}/namespaces/{namespace}/{plural}"
 
 
 def main() -> int:

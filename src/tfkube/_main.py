@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from tfkube.cli import app
-from tfkube.cli._app import _fail
+from tfkube.cli import fail as _fail
 
 
 @app.command("server")
@@ -63,6 +63,15 @@ def server_command(
     cpus: Annotated[
         float | None, typer.Option("--cpus", help="Local engine: CPUs jobs may use together.")
     ] = None,
+    workload_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--workload-env",
+            help="A variable of the server's environment that every workload (job replica, "
+            "notebook, model server, TensorBoard) gets too (repeatable; default: none beyond "
+            "PATH, LANG, LC_*, TZ and TLS settings).",
+        ),
+    ] = None,
     notebook_idle_minutes: Annotated[
         float,
         typer.Option(
@@ -71,6 +80,14 @@ def server_command(
             help="Stop a notebook after this long without activity (opening it starts it again).",
         ),
     ] = 60.0,
+    trusted_proxy: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--trusted-proxy",
+            help="A proxy in front of the server (address or CIDR; repeat for several): "
+            "only its X-Forwarded-For/-Proto are read. Default: none (the peer is the client).",
+        ),
+    ] = None,
     workload_url: Annotated[
         str | None,
         typer.Option(
@@ -103,7 +120,13 @@ def server_command(
         runtime = parse_runtime(serving_runtime, ServingRuntime.TENSORFLOW_SERVING)
     except ValueError as exc:
         raise _fail(f"--serving-runtime: {exc}") from None
-    from tfkube.server.core.fetch import parse_ranges
+    from tfkube.server.core.forwarded import parse_networks
+
+    try:
+        parse_networks(trusted_proxy or [])
+    except ValueError as exc:
+        raise _fail(f"--trusted-proxy: {exc}") from None
+
     from tfkube.server.core.origins import parse_workload_url
 
     if workload_url is not None:
@@ -113,7 +136,7 @@ def server_command(
             raise _fail(f"--workload-url: {exc}") from None
 
     try:
-        parse_ranges(allow_fetch_from or [])
+        parse_networks(allow_fetch_from or [])
     except ValueError as exc:
         raise _fail(f"--allow-fetch-from: {exc}") from None
     serve(
@@ -127,9 +150,11 @@ def server_command(
             code_url=code_url,
             kubeconfig=kubeconfig,
             outputs_claim=outputs_claim,
-            serving_runtime=runtime,
+            serving_runtime=runtime.value,
             cpus=cpus,
+            workload_env=tuple(workload_env or ()),
             notebook_idle_seconds=notebook_idle_minutes * 60,
+            trusted_proxies=tuple(trusted_proxy or ()),
             workload_url=workload_url,
             allow_fetch_from=tuple(allow_fetch_from or ()),
         )

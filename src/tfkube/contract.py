@@ -82,6 +82,10 @@ shows progress (a chunk of output, a newer write in TFKUBE_LOG_DIR; always while
 up). The pod's readiness probe fails once it is stallSeconds old, and the operator reads
 that not-ready as a stall (`tfkube.kube.observe`): the launcher has no API access."""
 
+KEPT_LOGS_SUBDIR: Final = (".tfkube", "logs")
+"""Where the launcher keeps each replica's output inside TFKUBE_LOG_DIR:
+`<log dir>/.tfkube/logs/<role>-<index>/<attempt>.log`, one file per start. The platform
+server reads them there after the replicas are gone."""
 LOG_MAX_BYTES: Final = "TFKUBE_LOG_MAX_BYTES"
 """Optional: the size at which the launcher's copy of a replica's output in the shared
 log folder stops growing (default 64 MiB)."""
@@ -105,6 +109,18 @@ RESERVED_PREFIX: Final = "TFKUBE_"
 
 REQUIREMENTS_FILE: Final = "requirements.txt"
 """A code folder holding this file gets its packages installed before any replica runs."""
+
+# -- What the platform gives its other workloads (notebooks, model servers) -------------
+
+CLIENT_URL: Final = "TFKUBE_URL"
+"""The tfkube server's URL for `tfkube.Client()` (in a notebook, or set by a user)."""
+CLIENT_TOKEN: Final = "TFKUBE_TOKEN"
+"""The API token `tfkube.Client()` signs in with."""
+CLIENT_TEAM: Final = "TFKUBE_TEAM"
+"""The team `tfkube.Client()` works in by default."""
+SERVING_TOKEN: Final = "TFKUBE_SERVING_TOKEN"
+"""A model server's secret: it answers only requests that carry it (the server's proxy
+does); the model server removes it from its environment at start."""
 
 # -- The launcher's exit codes (sysexits.h where one fits, the shell's 126/127) ----------
 

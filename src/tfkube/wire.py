@@ -51,7 +51,8 @@ class MemberOut(_Wire):
 
 
 class TokenOut(_Wire):
-    id: int
+    id: str
+    """Random: ids cannot be enumerated."""
     name: str
     prefix: str
     created_at: float
@@ -66,7 +67,8 @@ class NewToken(TokenOut):
 
 
 class ArtifactOut(_Wire):
-    id: int
+    id: str
+    """Random: ids cannot be enumerated (`GET /api/v1/artifacts/{id}`)."""
     team: str
     name: str
     version: int

@@ -131,9 +131,18 @@ def delete_volumes(kube: KubeCluster, names: list[str]) -> None:
 class Operator:
     """`tfkube operator` as a subprocess watching one namespace."""
 
-    def __init__(self, kube: KubeCluster, namespace: str, log: Path, kubeconfig: Path) -> None:
+    def __init__(
+        self,
+        kube: KubeCluster,
+        namespace: str,
+        log: Path,
+        kubeconfig: Path,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.kube, self.namespace, self.log = kube, namespace, log
         self.kubeconfig = kubeconfig
+        self.env = env
+        """Added to the operator's environment (what its Deployment would set)."""
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -153,6 +162,7 @@ class Operator:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=REPO,
+                env={**os.environ, **(self.env or {})},
             )
         wait_for("the operator to start", lambda: "watching" in self.log.read_text(), 30)
 

@@ -9,11 +9,14 @@ pre-bound to PersistentVolumes (`claimRef`) before it is submitted.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,12 +26,13 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tfkube.engines.kubernetes import KubernetesBackend, LogsUnavailable
+from tfkube.engines.kubernetes import KubernetesBackend, LogsUnavailable, install
 from tfkube.kube.names import GROUP, PLURAL, VERSION
 from tfkube.planner import JobPhase
+from tfkube.render import OPERATOR_NAME, REGISTRY_SECRET
 from tfkube.spec import parse_job
 
-from ._support import KubeCluster, Operator, wait_for
+from ._support import KubeCluster, Operator, service_account_kubeconfig, wait_for
 
 PS_CLEANUP_LIMIT_SECONDS = 10.0
 
@@ -553,3 +557,90 @@ def test_cli_parity_with_tfkube_engine(
     assert missing.returncode == 1
     assert "no job named 'cli'" in missing.stderr
     wait_for("everything gone", lambda: nothing_left(kube, ns, "cli"), 60)
+
+
+def _operator_environment(kube: KubeCluster, namespace: str) -> dict[str, str]:
+    """The environment the installed operator Deployment in `namespace` gives its pod (the
+    kubelet resolves `fieldRef: metadata.namespace` to the pod's namespace)."""
+    deployment = client.AppsV1Api(kube.api_client).read_namespaced_deployment(
+        OPERATOR_NAME, namespace
+    )
+    env = {}
+    for var in deployment.spec.template.spec.containers[0].env:
+        if var.value is not None:
+            env[var.name] = var.value
+        else:
+            assert var.value_from.field_ref.field_path == "metadata.namespace", var
+            env[var.name] = namespace
+    return env
+
+
+def test_installed_in_another_namespace_jobs_get_that_namespaces_registry_secret(
+    crd: KubeCluster, volumes: Any, code: Path, kube_namespace: str, tmp_path: Path
+) -> None:
+    """`tfkube install -n <other>`: the operator runs in <other> and copies the platform's
+    image-pull Secret from there (not from tfkube-system) into each job's namespace."""
+    kube, ns = crd, kube_namespace
+    other = f"tfkube-other-{uuid.uuid4().hex[:6]}"
+    installed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tfkube",
+            "install",
+            "-n",
+            other,
+            "--kubeconfig",
+            str(kube.kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    op: Operator | None = None
+    try:
+        assert installed.returncode == 0, installed.stderr + installed.stdout
+        pull = {"auths": {"registry.example": {"auth": base64.b64encode(b"u:p").decode()}}}
+        kube.core.create_namespaced_secret(
+            other,
+            client.V1Secret(
+                metadata=client.V1ObjectMeta(name=REGISTRY_SECRET),
+                type="kubernetes.io/dockerconfigjson",
+                string_data={".dockerconfigjson": json.dumps(pull)},
+            ),
+        )
+        env = _operator_environment(kube, other)
+        assert env == {
+            "TFKUBE_OPERATOR_NAMESPACE": other,
+            "TFKUBE_REGISTRY_SECRET": REGISTRY_SECRET,
+        }
+        token = service_account_kubeconfig(kube, OPERATOR_NAME, other, tmp_path / "kubeconfig")
+        op = Operator(kube, ns, tmp_path / "operator.log", token, env=env)
+        op.start()
+        submit(kube, ns, volumes, code, job_dict("pulls"))
+
+        def copied() -> client.V1Secret | None:
+            try:
+                secret: client.V1Secret = kube.core.read_namespaced_secret("pulls-registry", ns)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+            return secret
+
+        secret = wait_for("the registry secret's copy in the job's namespace", copied, 60)
+        assert secret.type == "kubernetes.io/dockerconfigjson"
+        assert json.loads(base64.b64decode(secret.data[".dockerconfigjson"])) == pull
+        worker = kube.batch.read_namespaced_job("pulls-worker", ns)
+        pulls = [s.name for s in worker.spec.template.spec.image_pull_secrets or []]
+        assert "pulls-registry" in pulls
+        assert wait_for("success", lambda: phase_is(kube, ns, "pulls", "Succeeded"), 60)
+    finally:
+        if op is not None:
+            op.kill()
+        # The ClusterRoleBinding is cluster-wide: give it back to tfkube-system's operator.
+        install(kube.api_client)
+        kube.core.delete_namespace(other, propagation_policy="Background")
+    assert not op.errors(), op.log.read_text()[-5000:]
+    assert "Forbidden" not in op.log.read_text(), op.log.read_text()[-5000:]

@@ -28,8 +28,10 @@ import yaml
 from kubernetes import client
 
 from tfkube.engines.kubernetes import KubernetesBackend
+from tfkube.kube.errors import ApiError
 from tfkube.kube.observe import parse_time
-from tfkube.kube.rest import ApiError, Kube
+from tfkube.kube.resources import SERVICE
+from tfkube.kube.rest import Kube
 from tfkube.launcher._tee import replica_log_dir
 from tfkube.spec import DEFAULT_IMAGE
 
@@ -359,8 +361,8 @@ def test_the_jobs_tensorboard_serves_its_scalars_while_it_trains(
 
 def tensorboard_scalar_tags(kube: KubeCluster, ns: str, name: str) -> set[str] | None:
     """The scalar tags TensorBoard lists, read through the API server's service proxy."""
-    service = f"/api/v1/namespaces/{ns}/services/{name}-tensorboard:http"
-    path = f"{service}/proxy/data/plugin/scalars/tags"
+    proxy = SERVICE.url(ns, f"{name}-tensorboard:http", "proxy")
+    path = f"{proxy}/data/plugin/scalars/tags"
     try:  # tfkube's own REST helper: it reads every answer whole (no connection is left open)
         tags = Kube(kube.api_client).request("GET", path, timeout=10)
     except (ApiError, ValueError):  # 503 until TensorBoard is ready

@@ -42,7 +42,9 @@ from kubernetes.client.exceptions import ApiException
 
 from server._server import Api, ServerProc, api_for, first_admin, free_port
 from tfkube.engines.kubernetes import install
-from tfkube.kube.rest import ApiError, Kube
+from tfkube.kube.errors import ApiError
+from tfkube.kube.resources import CONFIG_MAP, DEPLOYMENT, SERVICE
+from tfkube.kube.rest import Kube
 from tfkube.render import OPERATOR_IMAGE, OPERATOR_NAMESPACE, SERVER_NAME, ServerInstall
 from tfkube.render._server import SERVER_DATA_CLAIM
 
@@ -243,9 +245,9 @@ def assert_tf_serving_predictions(answer: Any, n: int) -> list[int]:
 def model_server_objects(kube: KubeCluster, ns: str) -> list[str]:
     k = Kube(kube.api_client)
     found = []
-    for api_version, kind in (("apps/v1", "Deployment"), ("v1", "Service"), ("v1", "ConfigMap")):
-        if k.get(api_version, kind, ns, f"{JOB}-serving") is not None:
-            found.append(kind)
+    for resource in (DEPLOYMENT, SERVICE, CONFIG_MAP):
+        if k.get(resource, ns, f"{JOB}-serving") is not None:
+            found.append(resource.kind)
     pods = kube.core.list_namespaced_pod(ns, label_selector="tfkube.io/component=model-server")
     return found + [f"Pod {p.metadata.name}" for p in pods.items]
 
@@ -286,7 +288,7 @@ def test_tfkube_model_server_answers_in_a_real_pod(team: Team) -> None:
     x, y = held_out_digits(32)
     body = {"instances": x.tolist()}
     # Through the API server's service proxy (nothing dials a pod IP from the host).
-    proxy = f"/api/v1/namespaces/{ns}/services/{JOB}-serving:http/proxy/v1/models/{JOB}"
+    proxy = SERVICE.url(ns, f"{JOB}-serving:http", "proxy") + f"/v1/models/{JOB}"
     k = Kube(kube.api_client)
     status = k.request("GET", proxy)
     (version,) = status["model_version_status"]

@@ -89,7 +89,7 @@ def wait_for_tfjob_quota(kube: KubeCluster) -> None:
     made before that stays "status unknown" (refusing TFJobs) until its 5-minute resync.
     A cluster whose CRD is older than half a minute never sees this; the CRD was just
     installed here, so wait until a probe quota counts TFJobs. (The server meanwhile keeps
-    such a job queued with the API server's reason: `_jobs.passing_refusal`.)"""
+    such a job queued with the API server's reason: `passing_refusal` in the engine.)"""
     probe = "tfkube-test-probe"
     key = f"count/{PLURAL}.{GROUP}"
 

@@ -17,6 +17,8 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
 from tfkube.engines.kubernetes import apply_objects, delete_objects
+from tfkube.engines.kubernetes._services import observe_deployment
+from tfkube.kube.resources import CONFIG_MAP, DEPLOYMENT, SECRET, SERVICE, STATEFUL_SET
 from tfkube.kube.rest import Kube
 from tfkube.render import (
     ModelServerSpec,
@@ -26,7 +28,6 @@ from tfkube.render import (
     render_model_server,
     render_notebook,
 )
-from tfkube.server.workloads.model_servers import observe_deployment
 from tfkube.spec import Resources, load_job_text
 
 from ._support import REPO, KubeCluster, wait_for
@@ -115,29 +116,29 @@ def test_the_servers_apply_status_and_delete(
     served = render_model_server(ModelServerSpec("digits", kube_namespace, _job(True)))
     apply_objects(api, served)
     apply_objects(api, served)
-    deployment = kube.get("apps/v1", "Deployment", kube_namespace, "digits-serving")
+    deployment = kube.get(DEPLOYMENT, kube_namespace, "digits-serving")
     assert deployment is not None
-    assert observe_deployment(deployment).status in {"Starting", "Ready"}
+    assert observe_deployment(deployment).health.value in {"Starting", "Ready"}
     notebook = render_notebook(_notebook(kube_namespace))
     apply_objects(api, notebook)
-    sts = kube.get("apps/v1", "StatefulSet", kube_namespace, "notebook-0123456789abcdef")
+    sts = kube.get(STATEFUL_SET, kube_namespace, "notebook-0123456789abcdef")
     assert sts["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "home"
 
     delete_objects(api, served)
     delete_objects(api, notebook)
     delete_objects(api, notebook)  # gone already is fine
-    for kind, name in (
-        ("Deployment", "digits-serving"),
-        ("StatefulSet", "notebook-0123456789abcdef"),
+    for resource, name in (
+        (DEPLOYMENT, "digits-serving"),
+        (STATEFUL_SET, "notebook-0123456789abcdef"),
     ):
         wait_for(
-            f"{kind} {name} to be deleted",
-            lambda kind=kind, name=name: kube.get("apps/v1", kind, kube_namespace, name) is None,
+            f"{resource.kind} {name} to be deleted",
+            lambda r=resource, name=name: kube.get(r, kube_namespace, name) is None,
             timeout=60,
         )
-    for kind, name in (
-        ("Service", "digits-serving"),
-        ("ConfigMap", "digits-serving"),
-        ("Secret", "notebook-0123456789abcdef"),
+    for resource, name in (
+        (SERVICE, "digits-serving"),
+        (CONFIG_MAP, "digits-serving"),
+        (SECRET, "notebook-0123456789abcdef"),
     ):
-        assert kube.get("v1", kind, kube_namespace, name) is None
+        assert kube.get(resource, kube_namespace, name) is None

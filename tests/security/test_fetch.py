@@ -236,7 +236,8 @@ def test_a_name_is_resolved_once_and_its_address_is_dialled(
 ) -> None:
     """DNS rebinding: the name answers an allowed address first and a refused one after;
     the fetch connects to the address it judged and never asks again."""
-    from tfkube.server.core.fetch import FetchPolicy, fetch, parse_ranges
+    from tfkube.server.core.fetch import FetchPolicy, fetch
+    from tfkube.server.core.forwarded import parse_networks
 
     here, allowed = origins
     answers = iter([["127.0.0.2"], ["127.0.0.1"], ["127.0.0.1"]])
@@ -246,7 +247,7 @@ def test_a_name_is_resolved_once_and_its_address_is_dialled(
         asked.append(host)
         return next(answers)
 
-    policy = FetchPolicy(allowed=parse_ranges(["127.0.0.2/32"]), resolver=rebinding)
+    policy = FetchPolicy(allowed=parse_networks(["127.0.0.2/32"]), resolver=rebinding)
     port = allowed.url.rsplit(":", 1)[1]
     before = allowed.hits["/code.tar.gz"]
     fetch(f"http://rebind.test:{port}/code.tar.gz", tmp_path / "code", policy)

@@ -24,6 +24,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+TEST_TAG = "TFK_TEST_TAG"
+"""tests/conftest.py's TAG (a server passes it on to its workloads when told to)."""
+
+
 @dataclass
 class ServerProc:
     data_dir: Path
@@ -52,6 +56,8 @@ class ServerProc:
             str(self.data_dir),
             "--port",
             str(self.port),
+            # The suite finds every process a server started by a tag in its environment.
+            *(["--workload-env", TEST_TAG] if TEST_TAG in self.env else []),
             *self.extra,
         ]
         if self.database_url:

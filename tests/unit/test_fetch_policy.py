@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tfkube.server.core.fetch import FetchPolicy, parse_ranges, refused, verdict
+from tfkube.server.core.fetch import FetchPolicy, refused, verdict
+from tfkube.server.core.forwarded import parse_networks
 
 REFUSED = [
     # IPv4
@@ -87,15 +88,7 @@ def test_public_addresses_are_fetched(address: str, why: str) -> None:
     ],
 )
 def test_an_admin_allows_ranges(address: str, ranges: list[str], expected: bool) -> None:
-    assert refused(address, parse_ranges(ranges)) is expected
-
-
-def test_parse_ranges() -> None:
-    assert [str(n) for n in parse_ranges(["10.1.2.3/16", " ::1 "])] == ["10.1.0.0/16", "::1/128"]
-    with pytest.raises(ValueError, match="not an address range"):
-        parse_ranges(["10.0.0.0/33"])
-    with pytest.raises(ValueError, match=r"'example\.com'"):
-        parse_ranges(["example.com"])
+    assert refused(address, parse_networks(ranges)) is expected
 
 
 POLICY = FetchPolicy(deadline=120, head_seconds=20, min_rate=1000, grace=5)

@@ -1,6 +1,6 @@
-"""`tfkube.kube`: the names contract, the one pod interpreter (`read_replica`, its
-messages, `observe` over a whole job) and the Kubernetes backend's view built on it, which
-must say what the operator sees."""
+"""`tfkube.kube`: the names contract, the one pod interpreter (the unit tests of its rules in
+`tfkube.kube._observe`: `read_replica`, its messages, `observe` over a whole job) and the
+Kubernetes backend's view built on it, which must say what the operator sees."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import pytest
 
 from tfkube.contract import EX_DATAERR, launcher_failure, launcher_message
 from tfkube.engines.kubernetes import job_view
-from tfkube.kube.names import owner_reference, replica_selector
-from tfkube.kube.observe import (
+from tfkube.kube._observe import (
     STRANDED_AFTER_SECONDS,
     Prior,
     RoleJob,
@@ -33,6 +32,7 @@ from tfkube.kube.observe import (
     termination_message,
     waiting_message,
 )
+from tfkube.kube.names import owner_reference, replica_selector
 from tfkube.planner import JobPhase, ReplicaState, plan
 from tfkube.spec import parse_job
 

@@ -23,24 +23,30 @@ import pytest
 import yaml
 
 from tfkube import contract
-from tfkube.kube.names import job_labels
+from tfkube.kube.names import REPLICA_CONTAINER, job_labels
+from tfkube.kube.resources import resource_for
 from tfkube.launcher._settings import contract_from_env
 from tfkube.planner import JobPhase, should_retry
 from tfkube.render import (
-    CONTAINER,
-    LAUNCHER_COMMAND,
     MAX_CODE_CONFIGMAP_BYTES,
-    USER_ERROR_EXIT_CODES,
     RenderOptions,
-    build_launcher_zipapp,
     crd,
     deploy_file_texts,
     dump_yaml,
-    image_registry,
     render_job,
 )
+
+# render's own unit tests: its private modules' rules too.
 from tfkube.render._crd import PHASES
-from tfkube.render._render import HEARTBEAT_PATH, stall_probe
+from tfkube.render._deploy import OPERATOR_RULES
+from tfkube.render._launcher import build_launcher_zipapp
+from tfkube.render._render import (
+    HEARTBEAT_PATH,
+    LAUNCHER_COMMAND,
+    USER_ERROR_EXIT_CODES,
+    image_registry,
+    stall_probe,
+)
 from tfkube.spec import SpecError, TFJob, parse_job
 from tfkube.tfcluster import cluster_spec, service_address
 
@@ -231,7 +237,7 @@ def test_same_launcher_command_and_contract_as_locally():
     objects = render()
     env = env_of(objects, "worker")
     container = pod(objects, "worker")["containers"][0]
-    assert container["name"] == CONTAINER
+    assert container["name"] == REPLICA_CONTAINER
     assert container["command"] == list(LAUNCHER_COMMAND) == ["python3", "/opt/tfkube/launcher.pyz"]
     assert "TFKUBE_INDEX" not in env  # pods read JOB_COMPLETION_INDEX
     assert env["TFKUBE_ROLE"] == "worker"
@@ -1032,8 +1038,6 @@ def test_deploy_files_are_generated(name):
 
 
 def test_operator_rbac_covers_every_rendered_kind():
-    from tfkube.render import OPERATOR_RULES
-
     granted = {
         (group, resource)
         for rule in OPERATOR_RULES
@@ -1048,20 +1052,9 @@ def test_operator_rbac_covers_every_rendered_kind():
     )
     objects = render(job, registry_secret=_dockerconfig("r.example"))
     objects += render(job_of(scheduling={"gang": "SchedulerPlugins"}))
-    plural = {
-        "ConfigMap": "configmaps",
-        "PersistentVolumeClaim": "persistentvolumeclaims",
-        "Service": "services",
-        "Job": "jobs",
-        "Deployment": "deployments",
-        "Secret": "secrets",
-        "ResourceQuota": "resourcequotas",
-        "LimitRange": "limitranges",
-        "PodGroup": "podgroups",
-    }
     for obj in objects:
-        group = obj["apiVersion"].rpartition("/")[0]
-        assert (group, plural[obj["kind"]]) in granted, obj["kind"]
+        resource = resource_for(obj["apiVersion"], obj["kind"])
+        assert (resource.group, resource.plural) in granted, obj["kind"]
 
 
 def test_the_zipapp_runs_a_rendered_replica(tmp_path):

@@ -12,12 +12,12 @@ import yaml
 
 from tfkube.render import (
     OPERATOR_IMAGE,
-    SERVER_RULES,
     ServerInstall,
     dump_yaml,
     install_manifests,
     server_manifests,
 )
+from tfkube.render._server import SERVER_RULES  # render's own unit test: its RBAC rules
 
 
 def _one(objects: list[dict], kind: str) -> dict:
@@ -104,21 +104,23 @@ def test_outputs_claim_is_mounted_where_the_server_reads_team_outputs():
     command = container["command"]
     assert command[command.index("--outputs-claim") + 1] == "shared"
     assert command[command.index("--public-url") + 1] == "https://tf.example"
-    # The server reads team T's outputs at <data-dir>/teams/T/outputs (server/_engines.py).
+    # The server reads team T's outputs at <data-dir>/teams/T/outputs (the Kubernetes
+    # engine's job_storage).
     assert {"name": "outputs", "mountPath": "/var/lib/tfkube/teams"} in container["volumeMounts"]
     pod = _one(objects, "Deployment")["spec"]["template"]["spec"]
     assert {"name": "outputs", "persistentVolumeClaim": {"claimName": "shared"}} in pod["volumes"]
 
 
 def test_outputs_mount_matches_the_servers_layout(tmp_path):
-    from tfkube.server._engines import Engines
-    from tfkube.server.core.config import ServerSettings
+    from tfkube.engines import Tenant
+    from tfkube.engines.kubernetes import KubernetesEngine
 
-    engines = Engines(ServerSettings(data_dir=tmp_path / "data", engine="kubernetes"))
+    engine = KubernetesEngine(tmp_path / "data", outputs_claim="shared", api_client=object())
+    outputs = engine.job_storage(Tenant("vision", "tfkube-vision"), "1", "mnist").output_dir
     objects = server_manifests("ops", "img", ServerInstall(outputs_claim="shared"))
     mount = next(m for m in _container(objects)["volumeMounts"] if m["name"] == "outputs")
     data = next(m for m in _container(objects)["volumeMounts"] if m["name"] == "data")
-    relative = engines.outputs("vision").relative_to(tmp_path / "data")
+    relative = outputs.parent.relative_to(tmp_path / "data")
     assert mount["mountPath"] == f"{data['mountPath']}/{relative.parts[0]}"
 
 

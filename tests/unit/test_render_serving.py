@@ -1,25 +1,36 @@
-"""A model server's runtime and placement in a cluster (pure): the stock TensorFlow Serving
-image or tfkube's own model server, the same port, probe and volume either way, placed like
-the job's exporting replica; which runtime a request gets on each engine."""
+"""A model server's and a notebook's Kubernetes objects (pure; tests/cluster/
+test_serving_dry_run.py has the API server check them): the stock TensorFlow Serving image
+or tfkube's own model server, the same port, probe and volume either way, placed like the
+job's exporting replica; which runtime a request gets on each engine."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from tfkube.engines.kubernetes import KubernetesEngine
+from tfkube.engines.local import LocalEngine
 from tfkube.render import (
     OPERATOR_IMAGE,
-    TF_SERVING_IMAGE,
-    TFKUBE_SERVING_IMAGE,
     ModelServerSpec,
+    NotebookSpec,
     ServingRuntime,
     parse_runtime,
     render_model_server,
+    render_notebook,
 )
-from tfkube.render._serving import serving_placement
-from tfkube.server.workloads.model_servers import runtime_for
+
+# render's own unit tests: its private module's rules too.
+from tfkube.render._serving import (
+    TF_SERVING_IMAGE,
+    TFKUBE_SERVING_IMAGE,
+    job_export_volume,
+    model_config,
+    serving_placement,
+)
 from tfkube.spec import Resources, load_job_text
 
 SELECTOR = {"tfkube.io/real-node": "true"}
@@ -94,14 +105,23 @@ STOCK, OURS = ServingRuntime.TENSORFLOW_SERVING, ServingRuntime.TFKUBE
         ("kubernetes", "triton", STOCK, "not a model server runtime"),
     ],
 )
-def test_runtime_for(
-    engine: str, asked: str | None, default: ServingRuntime, expected: ServingRuntime | str
+def test_model_server_runtime(
+    engine: str,
+    asked: str | None,
+    default: ServingRuntime,
+    expected: ServingRuntime | str,
+    tmp_path: Path,
 ) -> None:
+    chosen = (
+        LocalEngine(tmp_path)
+        if engine == "local"
+        else KubernetesEngine(tmp_path, serving_runtime=default.value, api_client=object())
+    )
     if isinstance(expected, ServingRuntime):
-        assert runtime_for(engine, asked, default) is expected
+        assert chosen.model_server_runtime(asked) == expected.value
     else:
         with pytest.raises(ValueError, match=expected):
-            runtime_for(engine, asked, default)
+            chosen.model_server_runtime(asked)
 
 
 # -- the objects --------------------------------------------------------------------------------
@@ -275,3 +295,110 @@ def test_cli_refuses_a_bad_runtime_before_doing_anything(
     assert proc.returncode == 2, proc.stderr
     assert words in said, proc.stderr
     assert "choose tensorflow-serving or tfkube" in said or "local" in words
+
+
+# -- Kubernetes objects ------------------------------------------------------------------
+
+
+def _by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {o["kind"]: o for o in objects}
+
+
+@pytest.mark.parametrize(
+    ("storage", "claim", "sub_path"),
+    [
+        (None, "mnist-logs", "export"),
+        ({"logs": {"claimName": "outputs"}}, "outputs", "mnist/export"),
+    ],
+)
+def test_export_volume(storage: dict[str, Any] | None, claim: str, sub_path: str) -> None:
+    assert job_export_volume(_job(storage=storage)) == (claim, sub_path)
+
+
+def test_model_config_policies() -> None:
+    assert "latest { num_versions: 1 }" in model_config("digits", None)
+    assert "specific { versions: 301 }" in model_config("digits", 301)
+    assert 'base_path: "/models/digits"' in model_config("digits", None)
+
+
+def test_model_server_objects() -> None:
+    spec = ModelServerSpec(
+        "digits",
+        "team-a",
+        _job(storage={"logs": {"claimName": "outputs"}}),
+        version=301,
+        resources=Resources(cpu="2", memory="1Gi"),
+    )
+    objects = render_model_server(spec)
+    assert [o["kind"] for o in objects] == ["ConfigMap", "Deployment", "Service"]
+    assert {o["metadata"]["name"] for o in objects} == {"digits-serving"}
+    assert {o["metadata"]["namespace"] for o in objects} == {"team-a"}
+    kinds = _by_kind(objects)
+    assert "specific { versions: 301 }" in kinds["ConfigMap"]["data"]["models.config"]
+    pod = kinds["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"].startswith("tensorflow/serving:")
+    assert container["command"] == ["tensorflow_model_server"]
+    assert "--rest_api_port=8501" in container["args"]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/v1/models/digits", "port": "http"}
+    assert container["resources"] == {
+        "requests": {"cpu": "2", "memory": "1Gi"},
+        "limits": {"cpu": "2", "memory": "1Gi"},
+    }
+    model = next(m for m in container["volumeMounts"] if m["name"] == "model")
+    assert model == {
+        "name": "model",
+        "mountPath": "/models/digits",
+        "subPath": "mnist/export",
+        "readOnly": True,
+    }
+    volume = next(v for v in pod["volumes"] if v["name"] == "model")
+    assert volume["persistentVolumeClaim"] == {"claimName": "outputs", "readOnly": True}
+    selector = kinds["Deployment"]["spec"]["selector"]["matchLabels"]
+    labels = kinds["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= labels.items()
+    assert kinds["Service"]["spec"]["selector"] == selector
+    assert "tfkube.io/job-name" not in labels  # the operator watches pods with that label
+    assert {p["name"] for p in kinds["Service"]["spec"]["ports"]} == {"http", "grpc"}
+    assert "&id" not in yaml.safe_dump_all(objects)  # nothing shared between objects
+
+
+def test_notebook_objects() -> None:
+    spec = NotebookSpec(
+        notebook_id="abc123",
+        namespace="team-a",
+        user="ann",
+        team="team-a",
+        base_url="/proxy/notebook/abc123/",
+        server_url="http://tfkube-server.tfkube.svc:8470",
+        jupyter_token="jupyter-secret-value",
+        client_token="client-secret-value",
+        storage_class="fast",
+    )
+    objects = render_notebook(spec)
+    assert [o["kind"] for o in objects] == ["Secret", "Service", "StatefulSet"]
+    assert {o["metadata"]["name"] for o in objects} == {"notebook-abc123"}
+    kinds = _by_kind(objects)
+    assert kinds["Secret"]["stringData"] == {
+        "JUPYTER_TOKEN": "jupyter-secret-value",
+        "TFKUBE_TOKEN": "client-secret-value",
+    }
+    assert kinds["Service"]["spec"]["clusterIP"] == "None"
+    sts = kinds["StatefulSet"]["spec"]
+    assert sts["serviceName"] == "notebook-abc123"
+    (container,) = sts["template"]["spec"]["containers"]
+    assert "--ServerApp.base_url=/proxy/notebook/abc123/" in container["command"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["TFKUBE_URL"]["value"] == "http://tfkube-server.tfkube.svc:8470"
+    assert env["TFKUBE_TEAM"]["value"] == "team-a"
+    # The tokens come from the Secret: never in the pod spec itself.
+    assert env["TFKUBE_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": "notebook-abc123",
+        "key": "TFKUBE_TOKEN",
+    }
+    assert "secret-value" not in yaml.safe_dump([kinds["StatefulSet"], kinds["Service"]])
+    assert container["readinessProbe"]["httpGet"]["path"] == "/proxy/notebook/abc123/api"
+    (claim,) = sts["volumeClaimTemplates"]
+    assert claim["spec"]["storageClassName"] == "fast"
+    assert sts["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Retain"
+    assert sts["template"]["spec"]["securityContext"]["runAsNonRoot"] is True

@@ -1,13 +1,13 @@
 """The server's pure rules for a cluster: a team's namespace, quota and default requests;
-which submit refusals only make a job wait; where the proxy sends a request."""
+which submit refusals only make a job wait."""
 
 from __future__ import annotations
 
 import pytest
 
-from tfkube.kube.rest import ApiError, service_proxy_path
-from tfkube.server._engines import DEFAULT_REQUEST, quota_hard, tenant_objects
-from tfkube.server.jobs.service import passing_refusal
+from tfkube.engines.kubernetes._backend import passing_refusal
+from tfkube.kube.errors import ApiError, Unreachable, error_from
+from tfkube.render._tenant import DEFAULT_REQUEST, quota_hard, tenant_objects
 
 
 @pytest.mark.parametrize(
@@ -63,7 +63,7 @@ def test_tenant_objects(quota, kinds):
 
 
 def _api(status: int, message: str) -> ApiError:
-    return ApiError(status, "", f'{{"kind": "Status", "message": "{message}"}}')
+    return error_from(status, "", f'{{"kind": "Status", "message": "{message}"}}')
 
 
 @pytest.mark.parametrize(
@@ -77,6 +77,7 @@ def _api(status: int, message: str) -> ApiError:
         (_api(403, 'tfjobs.tfkube.io is forbidden: User "x" cannot create resource'), False),
         (_api(422, "spec.replicas: Invalid value"), False),
         (_api(404, "namespaces not found"), False),
+        (Unreachable("MaxRetryError"), True),  # the API server restarting: Kube's own words
         (ConnectionRefusedError(111, "Connection refused"), True),
         (ValueError("bad"), False),
     ],
@@ -86,13 +87,6 @@ def test_which_refusals_only_make_a_job_wait(error, waits):
     assert (reason is not None) is waits
     if reason is not None:
         assert reason.startswith("waiting for ")
-
-
-def test_service_proxy_path():
-    assert (
-        service_proxy_path("tfkube-vision", "mnist-tensorboard", "http")
-        == "/api/v1/namespaces/tfkube-vision/services/mnist-tensorboard:http/proxy"
-    )
 
 
 def test_job_view_names_the_node_of_each_replicas_pod():

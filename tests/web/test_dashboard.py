@@ -77,7 +77,7 @@ def people(browser: Any, site: Site) -> People:
     page.get_by_label("Your user name").fill(site.admin)
     page.get_by_label("Password").fill("short")
     page.get_by_role("button", name="Create and sign in").click()
-    page.locator('[data-error-for="password"]').filter(has_text="10").wait_for()
+    page.locator('[data-error-for="password"]').filter(has_text="12").wait_for()
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Create and sign in").click()
     page.wait_for_url("**/jobs?welcome=1")

@@ -17,7 +17,14 @@ from rich.live import Live
 from tfkube.cli._display import job_panel, jobs_table, summary
 from tfkube.engines import Backend, JobExists, JobNotFound, JobView
 from tfkube.engines.local import LocalBackend
-from tfkube.spec import SpecError, TFJob, dump_job, load_job_text, quick_job
+from tfkube.spec import (
+    MAX_DOCUMENT_BYTES,
+    SpecError,
+    TFJob,
+    dump_job,
+    load_job_text,
+    quick_job,
+)
 
 app = typer.Typer(
     help="Distributed TensorFlow training as one command.",
@@ -162,10 +169,21 @@ def _fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _read_document(path: Path) -> str:
+    """A YAML file's text, read no further than the job format's size bound (a larger
+    file is then refused by `load_yaml`, naming the bound)."""
+    with path.open("rb") as f:
+        raw = f.read(MAX_DOCUMENT_BYTES + 1)
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as exc:
+        raise _fail(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
 def _load(path: Path) -> TFJob:
     if not path.is_file():
         raise _fail(f"{path}: no such job file")
-    return load_job_text(path.read_text(), str(path))
+    return load_job_text(_read_document(path), str(path))
 
 
 def _job_from_args(
@@ -393,13 +411,16 @@ def delete(
 
 
 def _read_secret(path: Path) -> dict[str, object]:
-    import yaml
+    from tfkube.spec import load_yaml
 
     if not path.is_file():
         raise _fail(
             f"{path}: no such file (give a Secret manifest, e.g. from `kubectl get secret -o yaml`)"
         )
-    data = yaml.safe_load(path.read_text())
+    try:
+        data = load_yaml(_read_document(path), str(path))
+    except SpecError as exc:
+        raise _fail(f"{path}: " + "; ".join(e.message for e in exc.errors)) from None
     if not isinstance(data, dict) or data.get("kind") != "Secret":
         raise _fail(f"{path}: not a Secret manifest")
     return data
@@ -408,7 +429,7 @@ def _read_secret(path: Path) -> dict[str, object]:
 def _pack_code(job: TFJob, base: Path) -> bytes:
     import tempfile
 
-    from tfkube.engines._artifact import prepare_artifact
+    from tfkube.engines import prepare_artifact
 
     with tempfile.TemporaryDirectory(prefix="tfkube-render-") as tmp:
         artifact = prepare_artifact(job, base, Path(tmp))
@@ -620,12 +641,14 @@ def operator_command(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Run the TFJob operator: reconcile TFJobs in the cluster until stopped."""
-    from tfkube.operator import OperatorOptions, run_operator
+    from tfkube.operator import OperatorSettings, run_operator
 
     if namespace and all_namespaces:
         raise _fail("give --namespace or --all-namespaces, not both")
     run_operator(
-        OperatorOptions(namespaces=tuple(namespace or ()), kubeconfig=kubeconfig, verbose=verbose)
+        OperatorSettings.read(
+            namespaces=tuple(namespace or ()), kubeconfig=kubeconfig, verbose=verbose
+        )
     )
 
 

@@ -386,7 +386,7 @@ class Client:
         data = self._json("POST", f"/api/v1/notebooks/{notebook_id}/stop")
         return NotebookOut.model_validate(data)
 
-    def download_artifact(self, artifact_id: int, dest: str | Path) -> Path:
+    def download_artifact(self, artifact_id: str, dest: str | Path) -> Path:
         """An uploaded artifact's archive (.tar.gz) to `dest`."""
         target = Path(dest)
         with self.http.stream(

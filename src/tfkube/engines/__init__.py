@@ -1,5 +1,13 @@
-"""Engines: the only places with side effects. One `Backend` interface, two engines."""
+"""Engines: what runs tfkube's workloads and isolates them.
 
+`Backend` is one tenant's training jobs (what the CLI speaks to); `Engine` is the whole
+engine as the platform server sees it: tenants, jobs, model servers, notebooks and
+TensorBoards behind one protocol (`_workloads`). `local/` runs processes on this machine,
+`kubernetes/` objects in a cluster; neither imports the other, and `open_engine` picks one
+lazily.
+"""
+
+from tfkube.engines._artifact import Artifact, prepare_artifact
 from tfkube.engines._base import (
     Backend,
     JobEvent,
@@ -7,6 +15,53 @@ from tfkube.engines._base import (
     JobNotFound,
     JobView,
     ReplicaView,
+    SubmitDeferred,
+)
+from tfkube.engines._open import KINDS, EngineSettings, open_engine
+from tfkube.engines._workloads import (
+    ArtifactCopy,
+    Capacity,
+    Engine,
+    Features,
+    Handle,
+    Health,
+    JobStorage,
+    ModelServerWorkload,
+    NotAvailable,
+    NotebookWorkload,
+    Tenant,
+    TensorBoardWorkload,
+    Upstream,
+    Workload,
+    WorkloadStatus,
 )
 
-__all__ = ["Backend", "JobEvent", "JobExists", "JobNotFound", "JobView", "ReplicaView"]
+__all__ = [
+    "KINDS",
+    "Artifact",
+    "ArtifactCopy",
+    "Backend",
+    "Capacity",
+    "Engine",
+    "EngineSettings",
+    "Features",
+    "Handle",
+    "Health",
+    "JobEvent",
+    "JobExists",
+    "JobNotFound",
+    "JobStorage",
+    "JobView",
+    "ModelServerWorkload",
+    "NotAvailable",
+    "NotebookWorkload",
+    "ReplicaView",
+    "SubmitDeferred",
+    "Tenant",
+    "TensorBoardWorkload",
+    "Upstream",
+    "Workload",
+    "WorkloadStatus",
+    "open_engine",
+    "prepare_artifact",
+]

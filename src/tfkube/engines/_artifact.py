@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tfkube.contract import REQUIREMENTS_FILE
-from tfkube.launcher import FetchError, check_archive, sha256_file
-from tfkube.launcher._fetch import MAX_DOWNLOAD_BYTES, download
+from tfkube.launcher import MAX_DOWNLOAD_BYTES, FetchError, check_archive, download, sha256_file
 from tfkube.spec import FieldError, SpecError, TFJob
 
 _SKIP = {"__pycache__", ".git", ".venv", ".mypy_cache", ".pytest_cache"}

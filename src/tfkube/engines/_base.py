@@ -26,6 +26,12 @@ class JobExists(RuntimeError):
     pass
 
 
+class SubmitDeferred(RuntimeError):
+    """The engine cannot take the job now but will later (a cluster's quota full or not yet
+    computed, its API server busy or unreachable): the caller keeps it queued and tries
+    again. The message says what it waits for."""
+
+
 @dataclass(frozen=True)
 class ReplicaView:
     key: str

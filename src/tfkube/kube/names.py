@@ -50,18 +50,11 @@ tfkube server's job-scoped claim); the operator renders TFKUBE_CODE_TOKEN from i
 TENANT_OBJECTS = "tfkube-tenant"
 """The namespace's ResourceQuota and LimitRange: shared by its jobs, owned by none."""
 
-CLUSTER_SCOPED = frozenset(
-    {
-        "Namespace",
-        "Node",
-        "PriorityClass",
-        "CustomResourceDefinition",
-        "ClusterRole",
-        "ClusterRoleBinding",
-    }
-)
-"""Kinds tfkube touches whose objects live outside namespaces (no namespace in their path,
-never owned by a namespaced TFJob)."""
+OPERATOR_NAMESPACE_ENV = "TFKUBE_OPERATOR_NAMESPACE"
+"""The operator's own namespace, where the platform's image-pull Secret is: its Deployment
+sets it from the pod's namespace, so `tfkube install -n <ns>` needs nothing more."""
+REGISTRY_SECRET_ENV = "TFKUBE_REGISTRY_SECRET"
+"""The name of the platform's image-pull Secret in the operator's namespace (empty: none)."""
 
 
 def job_labels(job_name: str, role: str | None = None) -> dict[str, str]:

@@ -1,17 +1,20 @@
-"""REST access to a cluster, as plain paths and JSON, with one error type.
+"""REST access to a cluster, as plain JSON over declared resources, with typed errors.
 
 Both the Kubernetes backend and the operator speak to the API server through `Kube`: the
 typed client has no methods for our custom resource and its subresources, and its model
 classes cost more than the API call for a 1,000-pod list. The official `kubernetes`
 package is used for what it does well (kubeconfig and service-account login, TLS, the
-connection pool) and nothing else; a non-2xx answer is always an `ApiError`, never the
-client's own exception, so callers handle one type.
+connection pool) and nothing else. Paths come from `tfkube.kube.resources` (`Resource.url`);
+a non-2xx answer, or none at all, is always one of `tfkube.kube.errors` (mapped there, once),
+never the client's own exception.
 
-    Kube(api_client).request(method, path, body, query)  -> decoded JSON | None | bytes
-                    .get / .list (paged, slimmed)         -> reads; 404 on get is None
-                    .collection(apiVersion, kind, ns)     -> the path of a kind (pure)
-    Endpoint.of(api_client)                               -> URL, TLS and credentials, for
-                                                             another HTTP client (a proxy)
+    Kube(api_client).request(method, path, body, query, allow=(NotFound,))
+                                       -> decoded JSON | bytes | None (empty, or allowed)
+                    .get(POD, ns, name) -> the object, or None
+                    .list(JOB, ns, selector, slim)  -> every match, paged
+                    .merge_patch(path, patch)
+    Endpoint.of(api_client)            -> URL, TLS and credentials, for another HTTP
+                                          client (a proxy)
 """
 
 from __future__ import annotations
@@ -25,73 +28,20 @@ from typing import Any
 
 import urllib3
 
-from tfkube.kube.names import CLUSTER_SCOPED, GROUP, PLURAL, VERSION
+from tfkube.kube.errors import (
+    ApiError,
+    Gone,
+    NotFound,
+    Unreachable,
+    error_from,
+    from_client_exception,
+)
+from tfkube.kube.resources import Resource
 
+__all__ = ["Endpoint", "Kube", "api_client_from", "context_namespace"]
 
-class ApiError(Exception):
-    """The API server answered with a non-2xx status.
-
-    `message` is the API server's own explanation (its `Status.message`), which names the
-    field or object at fault; `str(error)` is that message with the status code."""
-
-    def __init__(self, status: int, reason: str, body: str) -> None:
-        self.status = status
-        """The HTTP status: 404 not found, 409 already exists, 422 invalid, 403 forbidden."""
-        self.reason = reason
-        """The HTTP reason phrase."""
-        self.body = body
-        """The answer as text (a `Status` object as JSON, usually)."""
-        self.message = status_message(body) or reason or f"HTTP {status}"
-        """The API server's message, else the reason phrase."""
-        super().__init__(f"{self.message} (HTTP {status})")
-
-
-class ApiUnreachable(ApiError):
-    """The API server did not answer at all (connection refused or reset, timed out): e.g.
-    while it restarts. A state of the cluster like any other refusal, hence an `ApiError`
-    (status 0), so that callers retry it the same way."""
-
-    def __init__(self, detail: object) -> None:
-        super().__init__(0, "unreachable", "")
-        self.message = f"the API server did not answer ({type(detail).__name__})"
-        self.args = (self.message,)
-
-
-def status_message(body: str) -> str:
-    """The `message` of a `Status` answer; the body itself when it is not one."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return body.strip()
-    if isinstance(data, dict) and data.get("message"):
-        return str(data["message"])
-    return body.strip()
-
-
-def collection(api_version: str, kind: str, namespace: str | None = None) -> str:
-    """The path of a kind's objects: `/api/v1/namespaces/ns/pods`, `/apis/batch/v1/jobs`.
-    Plurals are the lower-case kind plus `s`, true of every kind tfkube touches."""
-    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-    plural = kind.lower() + "s"
-    if kind in CLUSTER_SCOPED or namespace is None:
-        return f"{base}/{plural}"
-    return f"{base}/namespaces/{namespace}/{plural}"
-
-
-def object_path(api_version: str, kind: str, namespace: str | None, name: str) -> str:
-    return f"{collection(api_version, kind, namespace)}/{name}"
-
-
-def tfjob_path(namespace: str, name: str = "") -> str:
-    """A namespace's TFJobs, or one of them."""
-    path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
-    return f"{path}/{name}" if name else path
-
-
-def service_proxy_path(namespace: str, service: str, port: str) -> str:
-    """The API server's proxy to a Service's port: what follows it is the path the
-    Service's pods are asked for (the API server checks `services/proxy` RBAC)."""
-    return f"{object_path('v1', 'Service', namespace, f'{service}:{port}')}/proxy"
+LIST_RESTARTS = 3
+"""How often a paged list starts again when its snapshot expires (410 Gone) meanwhile."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +108,15 @@ def context_namespace(kubeconfig: Path | None) -> str | None:
     return str(ns) if ns else None
 
 
+def _official_client_error() -> type[Exception]:
+    """The official client's own exception class. Imported when an exception is being
+    matched (the client is loaded by then: it made the request), not with this module:
+    `kubernetes` takes a second to import and the server imports this module without it."""
+    from kubernetes.client.exceptions import ApiException
+
+    return ApiException
+
+
 class Kube:
     """Raw REST over a `kubernetes.client.ApiClient`. Stateless beyond the connection."""
 
@@ -173,12 +132,12 @@ class Kube:
         content_type: str = "application/json",
         timeout: float = 60.0,
         raw: bool = False,
-        allow: tuple[int, ...] = (),
+        allow: tuple[type[ApiError], ...] = (),
     ) -> Any:
-        """Send one request; return the decoded JSON (the bytes with `raw`; None when the
-        answer is empty or its status is one of `allow`, e.g. 404 on a delete, 409 on a
-        create that may be repeated). Any other non-2xx answer raises `ApiError`; no answer
-        at all, `ApiUnreachable`."""
+        """Send one request to `path` (a `Resource.url`); return the decoded JSON (the
+        bytes with `raw`; None when the answer is empty or is an error of a class in
+        `allow`, e.g. `NotFound` on a delete, `AlreadyExists` on a create that may be
+        repeated). Any other refusal raises its `ApiError`; no answer, `Unreachable`."""
         method, url, headers, payload, _ = self.api.param_serialize(
             method,
             path,
@@ -190,46 +149,70 @@ class Kube:
         try:
             response = self.api.call_api(method, url, headers, payload, _request_timeout=timeout)
         except urllib3.exceptions.HTTPError as exc:  # the kubernetes client's transport
-            raise ApiUnreachable(exc) from exc
+            why = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) else exc
+            raise Unreachable(type(why or exc).__name__) from exc
+        except _official_client_error() as exc:  # its own refusal (a TLS failure: status 0)
+            error = from_client_exception(exc)
+            if isinstance(error, allow):
+                return None
+            raise error from exc
         data = response.read()
         if not 200 <= response.status <= 299:
-            if response.status in allow:
+            error = error_from(response.status, response.reason or "", data)
+            if isinstance(error, allow):
                 return None
-            raise ApiError(response.status, response.reason, data.decode(errors="replace"))
+            raise error
         if raw:
             return data
         return json.loads(data) if data else None
 
-    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> Any:
+    def get(self, resource: Resource, namespace: str | None, name: str) -> Any:
         """One object, or None when it does not exist."""
-        return self.request("GET", object_path(api_version, kind, namespace, name), allow=(404,))
+        return self.request("GET", resource.url(namespace, name), allow=(NotFound,))
 
     def list(
         self,
-        api_version: str,
-        kind: str,
-        namespace: str,
-        selector: str,
+        resource: Resource,
+        namespace: str | None,
+        selector: str = "",
         slim: Callable[[Any], Any] | None = None,
         page: int = 200,
+        fields: str = "",
     ) -> list[Any]:
-        """Every object matching `selector`, read `page` at a time (one consistent
-        snapshot); `slim` keeps only what the caller needs of each, so a 1,000-pod job is
-        never held in full (managed fields and pod specs are most of a pod)."""
+        """Every object matching the label `selector` (and field selector `fields`), read
+        `page` at a time (one consistent snapshot: when it expires before the last page,
+        410 Gone, the listing starts again); `slim` keeps only what the caller needs of
+        each, so a 1,000-pod job is never held in full (managed fields and pod specs are
+        most of a pod). `namespace` None: every namespace."""
+        path = resource.url(namespace)
         items: list[Any] = []
         token = ""
+        restarts = 0
         while True:
-            query: dict[str, Any] = {"labelSelector": selector, "limit": page}
+            query: dict[str, Any] = {"limit": page}
+            if selector:
+                query["labelSelector"] = selector
+            if fields:
+                query["fieldSelector"] = fields
             if token:
                 query["continue"] = token
-            data = self.request("GET", collection(api_version, kind, namespace), query=query)
+            try:
+                data = self.request("GET", path, query=query)
+            except Gone:
+                if not token or restarts == LIST_RESTARTS:
+                    raise
+                restarts += 1
+                items, token = [], ""
+                continue
             batch = data.get("items") or []
             items += [slim(i) for i in batch] if slim is not None else batch
             token = (data.get("metadata") or {}).get("continue") or ""
             if not token:
                 return items
 
-    def merge_patch(self, path: str, patch: Mapping[str, Any], allow: tuple[int, ...] = ()) -> Any:
+    def merge_patch(
+        self, path: str, patch: Mapping[str, Any], allow: tuple[type[ApiError], ...] = ()
+    ) -> Any:
         return self.request(
             "PATCH", path, body=patch, content_type="application/merge-patch+json", allow=allow
         )

@@ -8,15 +8,24 @@ that it can run inside a stock TensorFlow image where tfkube is not installed.
 
 from tfkube.launcher._deps import DepsError, ensure_venv, file_lock, requirements_key
 from tfkube.launcher._fetch import (
+    MAX_DOWNLOAD_BYTES,
+    MAX_MEMBERS,
+    MAX_UNPACKED_BYTES,
     ArchiveInfo,
     FetchError,
     check_archive,
+    download,
     fetch_code,
     sha256_file,
+    unpack,
 )
+from tfkube.launcher._progress import latest_write
 from tfkube.launcher._settings import ContractError, ReplicaContract, contract_from_env
 
 __all__ = [
+    "MAX_DOWNLOAD_BYTES",
+    "MAX_MEMBERS",
+    "MAX_UNPACKED_BYTES",
     "ArchiveInfo",
     "ContractError",
     "DepsError",
@@ -24,9 +33,12 @@ __all__ = [
     "ReplicaContract",
     "check_archive",
     "contract_from_env",
+    "download",
     "ensure_venv",
     "fetch_code",
     "file_lock",
+    "latest_write",
     "requirements_key",
     "sha256_file",
+    "unpack",
 ]

@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from tfkube.launcher._tee import LOGS_SUBDIR
+from tfkube import contract
 
 MAX_SCAN = 5000
 """Entries of the log folder looked at per scan: a folder of millions of files must not
@@ -41,7 +41,7 @@ def latest_write(folder: Path, limit: int = MAX_SCAN) -> float:
         try:
             with os.scandir(stack.pop()) as entries:
                 for entry in entries:
-                    if entry.name == LOGS_SUBDIR[0]:
+                    if entry.name == contract.KEPT_LOGS_SUBDIR[0]:
                         continue
                     seen += 1
                     with contextlib.suppress(OSError):

@@ -22,16 +22,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from tfkube import contract
 from tfkube.contract import LOG_MAX_BYTES
 
-LOGS_SUBDIR = (".tfkube", "logs")
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 _CHUNK = 65536
 MAX_ATTEMPTS = 100_000
 
 
 def replica_log_dir(log_dir: str, replica: str) -> Path:
-    return Path(log_dir, *LOGS_SUBDIR, replica)
+    return Path(log_dir, *contract.KEPT_LOGS_SUBDIR, replica)
 
 
 def open_attempt(log_dir: str, replica: str) -> tuple[int, IO[bytes]] | None:

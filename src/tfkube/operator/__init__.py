@@ -10,13 +10,15 @@ client backends (an import-linter contract).
 
 `_operator` wires kopf and a per-TFJob work queue; all state lives in the API server (the
 TFJob's status, object annotations), so the operator can be killed at any time.
+`_settings` is what it is told: flags and its environment, read in one place.
 """
 
-from tfkube.operator._operator import OperatorOptions, run_operator
+from tfkube.operator._operator import run_operator
 from tfkube.operator._reconcile import Plan, reconcile
+from tfkube.operator._settings import OperatorSettings
 
 __all__ = [
-    "OperatorOptions",
+    "OperatorSettings",
     "Plan",
     "reconcile",
     "run_operator",

@@ -1,8 +1,9 @@
 """The operator's side effects: each planned operation as one or two REST calls.
 
 "Already exists" on create and "not found" on delete are successes: every operation may
-be repeated after a crash. The REST access itself is `tfkube.kube.rest.Kube`, shared
-with the Kubernetes backend.
+be repeated after a crash (`allow=` names the errors that are). The REST access itself is
+`tfkube.kube.rest.Kube`, shared with the Kubernetes backend; every path comes from a
+declared resource.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from tfkube.kube.names import GROUP, VERSION
-from tfkube.kube.rest import Kube, collection, object_path, tfjob_path
+from tfkube.kube.errors import AlreadyExists, Forbidden, Invalid, NotFound
+from tfkube.kube.resources import EVENT, JOB, POD, TFJOB, resource_for
+from tfkube.kube.rest import Kube
 from tfkube.operator._ops import (
     Create,
     DeleteObject,
@@ -35,30 +37,29 @@ def apply(kube: Kube, op: Op, tfjob: Mapping[str, Any], component: str = COMPONE
     ns = tfjob["metadata"]["namespace"]
     if isinstance(op, Create):
         meta = op.obj.get("metadata") or {}
-        path = collection(op.obj["apiVersion"], op.obj["kind"], meta.get("namespace"))
-        kube.request("POST", path, body=op.obj, allow=(409,))
+        path = resource_for(op.obj["apiVersion"], op.obj["kind"]).url(meta.get("namespace"))
+        kube.request("POST", path, body=op.obj, allow=(AlreadyExists,))
     elif isinstance(op, SuspendJob):
-        path = object_path("batch/v1", "Job", ns, op.name)
-        kube.merge_patch(path, {"spec": {"suspend": op.suspend}}, allow=(404,))
+        patch = {"spec": {"suspend": op.suspend}}
+        kube.merge_patch(JOB.url(ns, op.name), patch, allow=(NotFound,))
     elif isinstance(op, DeleteRoleJob):
-        path = object_path("batch/v1", "Job", ns, op.name)
-        kube.request("DELETE", path, body=BACKGROUND, allow=(404,))
-        pods = collection("v1", "Pod", ns)
-        kube.request("DELETE", pods, query={"labelSelector": op.selector}, allow=(404,))
+        kube.request("DELETE", JOB.url(ns, op.name), body=BACKGROUND, allow=(NotFound,))
+        query = {"labelSelector": op.selector}
+        kube.request("DELETE", POD.url(ns), query=query, allow=(NotFound,))
     elif isinstance(op, DeletePod):
-        path = object_path("v1", "Pod", ns, op.name)
         body = {"gracePeriodSeconds": op.grace_seconds}
-        kube.request("DELETE", path, body=body, allow=(404,))
+        kube.request("DELETE", POD.url(ns, op.name), body=body, allow=(NotFound,))
     elif isinstance(op, FailPod):
-        path = object_path("v1", "Pod", ns, op.name)
-        kube.merge_patch(f"{path}/status", {"status": {"phase": "Failed"}}, allow=(404, 422))
-        kube.request("DELETE", path, body={"gracePeriodSeconds": 0}, allow=(404,))
+        failed = {"status": {"phase": "Failed"}}
+        kube.merge_patch(POD.url(ns, op.name, "status"), failed, allow=(NotFound, Invalid))
+        now = {"gracePeriodSeconds": 0}
+        kube.request("DELETE", POD.url(ns, op.name), body=now, allow=(NotFound,))
     elif isinstance(op, DeleteObject):
-        path = object_path(op.api_version, op.kind, ns, op.name)
-        kube.request("DELETE", path, body=BACKGROUND, allow=(404,))
+        path = op.resource.url(ns, op.name)
+        kube.request("DELETE", path, body=BACKGROUND, allow=(NotFound,))
     elif isinstance(op, DeleteTFJob):
-        path = tfjob_path(ns, tfjob["metadata"]["name"])
-        kube.request("DELETE", path, body=BACKGROUND, allow=(404,))
+        path = TFJOB.url(ns, tfjob["metadata"]["name"])
+        kube.request("DELETE", path, body=BACKGROUND, allow=(NotFound,))
     elif isinstance(op, Event):
         post_event(kube, tfjob, op, component)
 
@@ -69,12 +70,12 @@ def post_event(kube: Kube, tfjob: Mapping[str, Any], op: Event, component: str) 
     meta = tfjob["metadata"]
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     body = {
-        "apiVersion": "v1",
-        "kind": "Event",
+        "apiVersion": EVENT.api_version,
+        "kind": EVENT.kind,
         "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
         "involvedObject": {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "TFJob",
+            "apiVersion": TFJOB.api_version,
+            "kind": TFJOB.kind,
             "name": meta["name"],
             "namespace": meta["namespace"],
             "uid": meta.get("uid"),
@@ -88,8 +89,7 @@ def post_event(kube: Kube, tfjob: Mapping[str, Any], op: Event, component: str) 
         "lastTimestamp": now,
         "count": 1,
     }
-    path = collection("v1", "Event", meta["namespace"])
-    kube.request("POST", path, body=body, allow=(404, 403))
+    kube.request("POST", EVENT.url(meta["namespace"]), body=body, allow=(NotFound, Forbidden))
 
 
 def write_status(kube: Kube, tfjob: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
@@ -101,5 +101,5 @@ def write_status(kube: Kube, tfjob: Mapping[str, Any], status: Mapping[str, Any]
     patch = {k: None for k in old if k not in status}
     patch.update(status)
     meta = tfjob["metadata"]
-    path = tfjob_path(meta["namespace"], meta["name"]) + "/status"
-    return kube.merge_patch(path, {"status": patch}, allow=(404,)) is not None
+    path = TFJOB.url(meta["namespace"], meta["name"], "status")
+    return kube.merge_patch(path, {"status": patch}, allow=(NotFound,)) is not None

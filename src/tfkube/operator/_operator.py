@@ -31,27 +31,25 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from tfkube.kube.errors import ApiError, Forbidden, NotFound
 from tfkube.kube.names import (
     CODE_TOKEN_ANNOTATION,
-    GROUP,
     LABEL_JOB,
     LABEL_MANAGED_BY,
     LABEL_ROLE,
     MANAGED_BY,
-    PLURAL,
-    VERSION,
     code_configmap_name,
 )
 from tfkube.kube.observe import slim_pod, tfjob_model
-from tfkube.kube.rest import ApiError, Kube, api_client_from, tfjob_path
+from tfkube.kube.resources import CONFIG_MAP, JOB, POD, SECRET, TFJOB
+from tfkube.kube.rest import Kube, api_client_from
 from tfkube.operator._apply import apply, write_status
 from tfkube.operator._ops import DeleteTFJob
 from tfkube.operator._reconcile import invalid_spec_plan, reconcile
-from tfkube.render import OPERATOR_NAMESPACE, REGISTRY_SECRET, RenderOptions, render_job
+from tfkube.operator._settings import OperatorSettings
+from tfkube.render import RenderOptions, render_job
 from tfkube.spec import SpecError, TFJob
 
 log = logging.getLogger("tfkube.operator")
@@ -61,51 +59,35 @@ ERROR_REQUEUE_SECONDS = 5.0
 CODE_FILE = "code.tar.gz"
 
 
-@dataclass(frozen=True)
-class OperatorOptions:
-    namespaces: tuple[str, ...] = ()
-    """Watch only these namespaces; empty means every namespace (cluster-wide)."""
-    kubeconfig: Path | None = None
-    """A kubeconfig file; default $KUBECONFIG, ~/.kube/config, or the service account."""
-    registry_secret: tuple[str, str] | None = (OPERATOR_NAMESPACE, REGISTRY_SECRET)
-    """The platform's image-pull Secret (namespace, name) copied into every job's namespace,
-    if it exists."""
-    verbose: bool = False
-
-
 class Reconciler:
     """Everything one reconcile needs; `reconcile_once` runs in a worker thread."""
 
     def __init__(
-        self, kube: Kube, options: OperatorOptions, clock: Callable[[], float] = time.time
+        self, kube: Kube, settings: OperatorSettings, clock: Callable[[], float] = time.time
     ) -> None:
         self.kube = kube
-        self.options = options
+        self.settings = settings
         self.clock = clock
 
     def _registry_secret(self) -> dict[str, Any] | None:
-        if self.options.registry_secret is None:
+        """The platform's image-pull Secret, if there is one (and the operator may read it)."""
+        if self.settings.registry_secret is None:
             return None
-        ns, name = self.options.registry_secret
-        try:
-            secret: dict[str, Any] | None = self.kube.get("v1", "Secret", ns, name)
-        except ApiError as exc:
-            if exc.status == 403:  # not allowed to read it: no platform secret
-                return None
-            raise
+        path = SECRET.url(self.settings.operator_namespace, self.settings.registry_secret)
+        secret: dict[str, Any] | None = self.kube.request("GET", path, allow=(NotFound, Forbidden))
         return secret
 
     def _code_archive(self, job: TFJob, namespace: str) -> bytes | None:
         if job.spec.code is None or job.spec.code.is_url:
             return None
-        cm = self.kube.get("v1", "ConfigMap", namespace, code_configmap_name(job.name))
+        cm = self.kube.get(CONFIG_MAP, namespace, code_configmap_name(job.name))
         data = ((cm or {}).get("binaryData") or {}).get(CODE_FILE)
         return base64.b64decode(data) if data else None
 
     def reconcile_once(self, namespace: str, name: str, pods: Iterable[Any]) -> float | None:
         """One reconcile of one TFJob; `pods` are its replica pods as the watch last saw
         them (slimmed)."""
-        tfjob = self.kube.request("GET", tfjob_path(namespace, name), allow=(404,))
+        tfjob = self.kube.get(TFJOB, namespace, name)
         if tfjob is None or tfjob["metadata"].get("deletionTimestamp"):
             return None
         now = self.clock()
@@ -125,7 +107,7 @@ class Reconciler:
         except SpecError as exc:
             plan = invalid_spec_plan(tfjob, str(exc), now)
         else:
-            jobs = self.kube.list("batch/v1", "Job", namespace, f"{LABEL_JOB}={name}")
+            jobs = self.kube.list(JOB, namespace, f"{LABEL_JOB}={name}")
             plan = reconcile(tfjob, job, jobs, pods, rendered, now)
         for op in plan.ops:
             log.info("%s/%s: %s", namespace, name, _describe(op))
@@ -258,7 +240,7 @@ def build_registry(queue_of: Callable[[Any], WorkQueue], verbose: bool) -> Any:
     def login(**kwargs: Any) -> Any:
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
-    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)  # type: ignore[arg-type]
+    @kopf.on.event(TFJOB.group, TFJOB.version, TFJOB.plural, registry=registry)  # type: ignore[arg-type]
     async def on_tfjob(name: str, namespace: str, replica_pods: Any, **_: Any) -> None:
         queue_of(replica_pods).poke((namespace, name))
 
@@ -267,13 +249,15 @@ def build_registry(queue_of: Callable[[Any], WorkQueue], verbose: bool) -> Any:
         LABEL_JOB: kopf.PRESENT,
     }
 
-    @kopf.on.event("batch", "v1", "jobs", labels=managed, registry=registry)  # type: ignore[arg-type]
+    @kopf.on.event(JOB.group, JOB.version, JOB.plural, labels=managed, registry=registry)  # type: ignore[arg-type]
     async def on_job(labels: dict[str, str], namespace: str, replica_pods: Any, **_: Any) -> None:
         queue_of(replica_pods).poke((namespace, labels[LABEL_JOB]))
 
     pods: dict[str, Any] = {**managed, LABEL_ROLE: kopf.PRESENT}
 
-    @kopf.index("", "v1", "pods", id="replica_pods", labels=pods, registry=registry)  # type: ignore[arg-type]
+    @kopf.index(  # type: ignore[arg-type]
+        POD.group, POD.version, POD.plural, id="replica_pods", labels=pods, registry=registry
+    )
     async def replica_pods(
         labels: dict[str, str], namespace: str, body: Any, **_: Any
     ) -> dict[Key, Any]:
@@ -281,27 +265,27 @@ def build_registry(queue_of: Callable[[Any], WorkQueue], verbose: bool) -> Any:
         this before any handler of the same event, and drops the pod when it is deleted."""
         return {(namespace, labels[LABEL_JOB]): slim_pod(body)}
 
-    @kopf.on.event("", "v1", "pods", labels=pods, registry=registry)  # type: ignore[arg-type]
+    @kopf.on.event(POD.group, POD.version, POD.plural, labels=pods, registry=registry)  # type: ignore[arg-type]
     async def on_pod(labels: dict[str, str], namespace: str, replica_pods: Any, **_: Any) -> None:
         queue_of(replica_pods).poke((namespace, labels[LABEL_JOB]))
 
     return registry
 
 
-def run_operator(options: OperatorOptions) -> None:
+def run_operator(settings: OperatorSettings) -> None:
     """Run until SIGTERM/SIGINT."""
     import kopf
 
     logging.basicConfig(
-        level=logging.DEBUG if options.verbose else logging.INFO,
+        level=logging.DEBUG if settings.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     for noisy in ("kopf", "aiohttp", "urllib3", "kubernetes"):
-        logging.getLogger(noisy).setLevel(logging.INFO if options.verbose else logging.WARNING)
-    if options.kubeconfig is not None:
-        os.environ["KUBECONFIG"] = str(options.kubeconfig)  # what kopf's login reads
-    kube = Kube(api_client_from(options.kubeconfig))
-    reconciler = Reconciler(kube, options)
+        logging.getLogger(noisy).setLevel(logging.INFO if settings.verbose else logging.WARNING)
+    if settings.kubeconfig is not None:
+        os.environ["KUBECONFIG"] = str(settings.kubeconfig)  # what kopf's login reads
+    kube = Kube(api_client_from(settings.kubeconfig))
+    reconciler = Reconciler(kube, settings)
     queues: list[WorkQueue] = []
 
     def queue_of(replica_pods: Any) -> WorkQueue:
@@ -309,14 +293,20 @@ def run_operator(options: OperatorOptions) -> None:
             queues.append(WorkQueue(reconciler.reconcile_once, index_reader(replica_pods)))
         return queues[0]
 
-    registry = build_registry(queue_of, options.verbose)
+    registry = build_registry(queue_of, settings.verbose)
     log.info(
         "tfkube operator watching %s",
-        ", ".join(options.namespaces) if options.namespaces else "all namespaces",
+        ", ".join(settings.namespaces) if settings.namespaces else "all namespaces",
     )
+    if settings.registry_secret is not None:
+        log.info(
+            "jobs get a copy of the image-pull Secret %s/%s when it exists",
+            settings.operator_namespace,
+            settings.registry_secret,
+        )
     kopf.run(
         registry=registry,
         standalone=True,
-        clusterwide=not options.namespaces,
-        namespaces=list(options.namespaces),
+        clusterwide=not settings.namespaces,
+        namespaces=list(settings.namespaces),
     )

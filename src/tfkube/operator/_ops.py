@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tfkube.kube.resources import Resource
+
 
 @dataclass(frozen=True)
 class Create:
@@ -43,8 +45,7 @@ class FailPod:
 
 @dataclass(frozen=True)
 class DeleteObject:
-    api_version: str
-    kind: str
+    resource: Resource
     name: str
 
 

@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfkube.kube.names import (
-    CLUSTER_SCOPED,
     GENERATION_ANNOTATION,
     LABEL_ROLE,
     STOP_ANNOTATION,
@@ -53,6 +52,7 @@ from tfkube.kube.names import (
     tensorboard_name,
 )
 from tfkube.kube.observe import Obj, Observation, Prior, format_time, is_stranded, observe
+from tfkube.kube.resources import DEPLOYMENT, JOB, SERVICE, resource_for
 from tfkube.operator._ops import (
     Create,
     DeleteObject,
@@ -108,14 +108,13 @@ def owned(
     for obj in objects:
         item = copy.deepcopy(dict(obj))
         meta = item.setdefault("metadata", {})
-        kind = item.get("kind", "")
-        if kind in CLUSTER_SCOPED:
+        if not resource_for(item["apiVersion"], item["kind"]).namespaced:
             out.append(item)
             continue
         meta.setdefault("namespace", namespace)
         if meta["namespace"] == namespace and meta.get("name") != TENANT_OBJECTS:
             meta["ownerReferences"] = [dict(owner)]
-        if kind == "Job" and item.get("apiVersion") == "batch/v1":
+        if JOB.describes(item):
             spec = item.setdefault("spec", {})
             spec["suspend"] = suspend or bool(spec.get("suspend"))  # Kueue's stay suspended
             annotations = meta.setdefault("annotations", {})
@@ -613,6 +612,6 @@ def _cleanup(job: TFJob, obs: Observation, stop_roles: frozenset[str], finishing
             ops.append(DeleteRoleJob(name, replica_selector(job.name, role)))
     if finishing and policy is not CleanPodPolicy.NONE:
         tb = tensorboard_name(job.name)
-        ops.append(DeleteObject("apps/v1", "Deployment", tb))
-        ops.append(DeleteObject("v1", "Service", tb))
+        ops.append(DeleteObject(DEPLOYMENT, tb))
+        ops.append(DeleteObject(SERVICE, tb))
     return ops

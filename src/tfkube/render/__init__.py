@@ -10,84 +10,56 @@ everything are the contract in
 `tfkube.kube.names` (shared with the operator and the Kubernetes backend); who retries
 what is in `tfkube.render._render` and docs/kubernetes.md.
 
+This face is what the operator, the Kubernetes engine, the server and the CLI use; the
+rest (RBAC rules, probes, images, the launcher zipapp) stays in the private modules, where
+render's own unit tests reach it.
+
 Imports `tfkube.spec`, `tfkube.tfcluster` and `tfkube.kube.names` only: never the planner,
 the REST client or `kubernetes` (import-linter contracts in pyproject.toml).
 """
 
-from tfkube.render._crd import SHORT_NAMES, crd
+from tfkube.render._crd import crd
 from tfkube.render._deploy import (
     OPERATOR_IMAGE,
     OPERATOR_NAME,
     OPERATOR_NAMESPACE,
-    OPERATOR_RULES,
     REGISTRY_SECRET,
     deploy_file_texts,
     dump_yaml,
     install_manifests,
 )
-from tfkube.render._launcher import build_launcher_zipapp, launcher_zipapp
-from tfkube.render._render import (
-    CONTAINER,
-    LAUNCHER_COMMAND,
-    MAX_CODE_CONFIGMAP_BYTES,
-    USER_ERROR_EXIT_CODES,
-    RenderOptions,
-    backoff_limit,
-    image_registry,
-    render_job,
-)
-from tfkube.render._server import (
-    SERVER_NAME,
-    SERVER_PORT,
-    SERVER_RULES,
-    ServerInstall,
-    server_manifests,
-)
+from tfkube.render._render import MAX_CODE_CONFIGMAP_BYTES, RenderOptions, render_job
+from tfkube.render._server import SERVER_NAME, ServerInstall, server_manifests
 from tfkube.render._serving import (
-    TF_SERVING_IMAGE,
-    TFKUBE_SERVING_IMAGE,
     ModelServerSpec,
     NotebookSpec,
     ServingRuntime,
-    job_export_volume,
     parse_runtime,
     render_model_server,
     render_notebook,
 )
+from tfkube.render._tenant import tenant_objects
 
 __all__ = [
-    "CONTAINER",
-    "LAUNCHER_COMMAND",
     "MAX_CODE_CONFIGMAP_BYTES",
     "OPERATOR_IMAGE",
     "OPERATOR_NAME",
     "OPERATOR_NAMESPACE",
-    "OPERATOR_RULES",
     "REGISTRY_SECRET",
     "SERVER_NAME",
-    "SERVER_PORT",
-    "SERVER_RULES",
-    "SHORT_NAMES",
-    "TFKUBE_SERVING_IMAGE",
-    "TF_SERVING_IMAGE",
-    "USER_ERROR_EXIT_CODES",
     "ModelServerSpec",
     "NotebookSpec",
     "RenderOptions",
     "ServerInstall",
     "ServingRuntime",
-    "backoff_limit",
-    "build_launcher_zipapp",
     "crd",
     "deploy_file_texts",
     "dump_yaml",
-    "image_registry",
     "install_manifests",
-    "job_export_volume",
-    "launcher_zipapp",
     "parse_runtime",
     "render_job",
     "render_model_server",
     "render_notebook",
     "server_manifests",
+    "tenant_objects",
 ]

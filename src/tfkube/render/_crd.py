@@ -24,8 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from tfkube.kube.names import CRD_NAME, GROUP, LABEL_MANAGED_BY, MANAGED_BY, PLURAL, VERSION
-from tfkube.spec import KIND, TFJob
-from tfkube.spec._models import MAX_NAME_LENGTH
+from tfkube.spec import KIND, MAX_NAME_LENGTH, TFJob
 
 SINGULAR = "tfjob"
 SHORT_NAMES = ("tfj",)

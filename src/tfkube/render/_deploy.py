@@ -16,7 +16,14 @@ from typing import Any
 import yaml
 
 from tfkube import __version__
-from tfkube.kube.names import GROUP, LABEL_MANAGED_BY, MANAGED_BY, PLURAL
+from tfkube.kube.names import (
+    GROUP,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    OPERATOR_NAMESPACE_ENV,
+    PLURAL,
+    REGISTRY_SECRET_ENV,
+)
 from tfkube.render._crd import crd
 
 OPERATOR_NAMESPACE = "tfkube-system"
@@ -183,12 +190,12 @@ def operator_manifests(
                                 "command": ["tfkube", "operator"],
                                 "env": [
                                     {
-                                        "name": "TFKUBE_OPERATOR_NAMESPACE",
+                                        "name": OPERATOR_NAMESPACE_ENV,
                                         "valueFrom": {
                                             "fieldRef": {"fieldPath": "metadata.namespace"}
                                         },
                                     },
-                                    {"name": "TFKUBE_REGISTRY_SECRET", "value": REGISTRY_SECRET},
+                                    {"name": REGISTRY_SECRET_ENV, "value": REGISTRY_SECRET},
                                 ],
                                 "resources": {
                                     "requests": {"cpu": "100m", "memory": "256Mi"},

@@ -132,6 +132,24 @@ def authenticate(db: Session, name: str, password: str) -> User | None:
     return user
 
 
+def set_password(db: Session, user: User, password: str, keep_session: str | None) -> None:
+    """A new password, and every way in that the old one opened closed: the user's
+    sessions (but `keep_session`, the cookie value of the session that changed it, if
+    any) end, and their API tokens are revoked (a token made by someone who knew the old
+    password must not outlive it; programs sign in again). Commits."""
+    user.password_hash = hash_password(password)
+    kept = digest(keep_session) if keep_session else None
+    for found in db.scalars(select(LoginSession).where(LoginSession.user_id == user.id)).all():
+        if found.id_hash != kept:
+            db.delete(found)
+    now = time.time()
+    for token in db.scalars(
+        select(ApiToken).where(ApiToken.user_id == user.id, ApiToken.revoked_at.is_(None))
+    ).all():
+        token.revoked_at = now
+    db.commit()
+
+
 def open_session(db: Session, user: User, hours: float) -> str:
     """A new session; returns the cookie value (stored only as its digest)."""
     value = new_secret()
@@ -199,3 +217,14 @@ def actor_of(db: Session, user: User) -> Actor:
         for m in db.scalars(select(Membership).where(Membership.user_id == user.id)).all()
     }
     return Actor(user_id=user.id, site_admin=user.site_admin, roles=roles)
+
+
+def teams_of(db: Session, user: User) -> dict[str, str]:
+    """The user's teams and their role in each, by team name."""
+    rows = db.execute(
+        select(Team.name, Membership.role)
+        .join(Membership, Membership.team_id == Team.id)
+        .where(Membership.user_id == user.id)
+        .order_by(Team.name)
+    ).all()
+    return dict(rows)

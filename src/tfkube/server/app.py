@@ -18,9 +18,11 @@ from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tfkube.engines import open_engine
 from tfkube.server import web
-from tfkube.server._engines import Engines
 from tfkube.server.accounts import needs_setup, new_setup_token, secret_key
+from tfkube.server.api import middleware as guards
+from tfkube.server.api.errors import FieldHTTPError
 from tfkube.server.api.routes import (
     artifacts,
     auth,
@@ -40,7 +42,6 @@ from tfkube.server.api.routes import (
 from tfkube.server.api.routes import (
     metrics as metrics_route,
 )
-from tfkube.server.api.routes._util import FieldHTTPError
 from tfkube.server.api.routes.workload_origin import WorkloadHosts
 from tfkube.server.artifacts import BlobStore
 from tfkube.server.core.config import ServerSettings
@@ -50,6 +51,7 @@ from tfkube.server.metrics import Metrics
 from tfkube.server.platform import Platform
 from tfkube.server.workloads.model_servers import ModelServers
 from tfkube.server.workloads.notebooks import Notebooks
+from tfkube.server.workloads.tensorboards import TensorBoards
 from tfkube.spec import FieldError
 
 log = logging.getLogger("tfkube.server")
@@ -60,19 +62,28 @@ def build_platform(settings: ServerSettings) -> Platform:
     # Not ours to change when it is a volume's root (in a pod: root's, our group's).
     with contextlib.suppress(PermissionError):
         settings.data_dir.chmod(0o700)
-    engine = make_engine(database_url(settings.database_url, settings.data_dir))
-    migrate(engine)
-    sessions = session_factory(engine)
+    database = make_engine(database_url(settings.database_url, settings.data_dir))
+    migrate(database)
+    sessions = session_factory(database)
     with sessions() as db:
         key = secret_key(db)
-    engines = Engines(settings)
+    runs_on = open_engine(settings.engine_settings)
     blobs = BlobStore(settings.data_dir / "blobs")
     blobs.clear_incoming()
-    jobs_service = JobService(settings, engines, sessions, blobs, key)
-    model_servers = ModelServers(settings, engines, sessions, key)
-    notebooks = Notebooks(settings, engines, sessions, blobs, key)
+    jobs_service = JobService(settings, runs_on, sessions, blobs, key)
+    model_servers = ModelServers(settings, runs_on, sessions, key)
+    notebooks = Notebooks(settings, runs_on, sessions, blobs, key)
     return Platform(
-        settings, engine, sessions, key, engines, jobs_service, blobs, model_servers, notebooks
+        settings,
+        database,
+        sessions,
+        key,
+        runs_on,
+        jobs_service,
+        blobs,
+        model_servers,
+        notebooks,
+        TensorBoards(runs_on, settings.tensorboard_idle_seconds),
     )
 
 
@@ -149,8 +160,8 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
             built.notebooks.close()
             built.model_servers.close()
             built.tensorboards.close()
-            built.engines.close()
-            built.engine.dispose()
+            built.engine.close()
+            built.database.dispose()
 
     app = FastAPI(
         title="tfkube",
@@ -189,6 +200,7 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
     metrics = built.metrics
     assert metrics is not None
 
+    guards.install(app, built.settings.trusted_proxies)
     app.add_middleware(_Measure, metrics=metrics)
     app.add_middleware(WorkloadHosts, settings=built.settings)  # workloads' own origins
 
@@ -235,5 +247,6 @@ def serve(settings: ServerSettings) -> None:
         port=settings.port,
         log_level="warning",
         access_log=False,
+        proxy_headers=False,  # forwarding headers: only from --trusted-proxy (api/middleware)
         timeout_graceful_shutdown=5,
     )

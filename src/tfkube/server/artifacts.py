@@ -11,6 +11,12 @@
          are kept once)
 A refused upload leaves nothing behind. Uploaded bytes are only ever read as archives:
 never imported, unpickled or executed by the server.
+
+A multipart upload (the dashboard's) is parsed as it streams (`receive_form`): each file
+goes straight to its own staged file, and the bytes are counted against the limit of the
+artifact's kind as they arrive, so a body over the limit is cut off there, never read
+whole first. The kind is the one in force when the first file begins (the query's, or a
+`kind` field sent before the files, as the dashboard does).
 """
 
 from __future__ import annotations
@@ -24,11 +30,15 @@ import stat
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import IO
 
-from tfkube.launcher._fetch import MAX_DOWNLOAD_BYTES, MAX_MEMBERS, MAX_UNPACKED_BYTES
+from python_multipart.exceptions import MultipartParseError
+from python_multipart.multipart import MultipartParser, parse_options_header
+
+from tfkube.launcher import MAX_DOWNLOAD_BYTES, MAX_MEMBERS, MAX_UNPACKED_BYTES
 
 CHUNK = 1 << 20
 MAX_UPLOAD_BYTES = MAX_DOWNLOAD_BYTES
@@ -38,8 +48,29 @@ MAX_DATA_UPLOAD_BYTES = 16 * 2**30
 """Data sets may be larger than code."""
 
 
+MAX_FORM_FIELDS = 100
+MAX_FORM_FILES = 10_000
+MAX_FIELD_BYTES = 4096
+"""A form field's value (name, kind, entrypoint: short words)."""
+MAX_FORM_OVERHEAD = 4 * 2**20
+"""Bytes of a multipart body besides its files' contents: part headers, fields."""
+_CONTROL = frozenset(chr(c) for c in [*range(0x20), 0x7F])
+
+
 class BadArchive(ValueError):
     """An upload refused; the message says why and what to do."""
+
+
+class TooLarge(BadArchive):
+    """An upload over its limit, refused while it streams (413)."""
+
+
+class BadForm(BadArchive):
+    """A multipart form refused; `field` names the form field at fault (422)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -62,7 +93,7 @@ async def receive(chunks: AsyncIterator[bytes], dest: Path, limit: int) -> tuple
         async for chunk in chunks:
             size += len(chunk)
             if size > limit:
-                raise BadArchive(f"the upload is larger than the {limit} byte limit")
+                raise TooLarge(f"the upload is larger than the {limit:,} byte limit")
             digest.update(chunk)
             out.write(chunk)
     return size, digest.hexdigest()
@@ -70,6 +101,8 @@ async def receive(chunks: AsyncIterator[bytes], dest: Path, limit: int) -> tuple
 
 def _check_name(name: str) -> str:
     """A member name as a safe relative path, or BadArchive."""
+    if any(c in _CONTROL for c in name):
+        raise BadArchive(f"{name!r} holds a control character (NUL, newline, ...); rename it")
     clean = name.removeprefix("./")
     path = PurePosixPath(clean)
     if (
@@ -110,6 +143,162 @@ def check_tar(archive: Path, entrypoint: str | None) -> int:
         raise BadArchive(f"not a readable .tar.gz archive: {exc}") from None
     _check_entrypoint(names, entrypoint)
     return sum(1 for _ in names)
+
+
+@dataclass
+class ReceivedForm:
+    """A multipart upload as it was received: its fields, and its files staged on disk."""
+
+    fields: dict[str, str] = field(default_factory=dict)
+    files: list[tuple[str, str, Path]] = field(default_factory=list)
+    """(form field, file name as sent, staged file)."""
+    limit: int | None = None
+    """The limit the files were held to (decided when the first file began)."""
+
+
+class _FormReader:
+    """python-multipart's callbacks: fields kept (bounded), files written as they come."""
+
+    def __init__(
+        self,
+        temp: Callable[[], Path],
+        staged: list[Path],
+        file_limit: Callable[[dict[str, str]], int],
+    ) -> None:
+        self.temp = temp
+        self.staged = staged
+        self.file_limit = file_limit
+        self.form = ReceivedForm()
+        self.file_bytes = 0
+        self._header_name = bytearray()
+        self._header_value = bytearray()
+        self._disposition = b""
+        self._field: str | None = None
+        self._value = bytearray()
+        self._out: IO[bytes] | None = None
+
+    def on_part_begin(self) -> None:
+        self._disposition = b""
+        self._field = None
+        self._value.clear()
+        self._out = None
+
+    def on_header_field(self, data: bytes, start: int, end: int) -> None:
+        self._header_name += data[start:end]
+
+    def on_header_value(self, data: bytes, start: int, end: int) -> None:
+        self._header_value += data[start:end]
+
+    def on_header_end(self) -> None:
+        if bytes(self._header_name).lower() == b"content-disposition":
+            self._disposition = bytes(self._header_value)
+        self._header_name.clear()
+        self._header_value.clear()
+
+    def on_headers_finished(self) -> None:
+        _, options = parse_options_header(self._disposition)
+        name = _decode(options.get(b"name"), "(part)", "the part has no name")
+        if b"filename" not in options:
+            if len(self.form.fields) >= MAX_FORM_FIELDS:
+                raise BadForm(name, f"more than {MAX_FORM_FIELDS} form fields")
+            if name == "kind" and self.form.files:
+                raise BadForm(
+                    "kind", "send the kind before the files (or as ?kind=), as it sets the limit"
+                )
+            self._field = name
+            return
+        filename = _decode(options[b"filename"], name, "the file has no name")
+        if any(c in _CONTROL for c in filename):
+            raise BadForm(name, f"the file name {filename!r} holds a control character")
+        if len(self.form.files) >= MAX_FORM_FILES:
+            raise BadForm(name, f"more than {MAX_FORM_FILES} files")
+        if self.form.limit is None:
+            self.form.limit = self.file_limit(self.form.fields)
+        path = self.temp()
+        self.staged.append(path)
+        self.form.files.append((name, filename, path))
+        self._out = path.open("wb")
+
+    def on_part_data(self, data: bytes, start: int, end: int) -> None:
+        piece = data[start:end]
+        if self._out is not None:
+            self.file_bytes += len(piece)
+            if self.form.limit is not None and self.file_bytes > self.form.limit:
+                raise TooLarge(f"the upload is larger than the {self.form.limit:,} byte limit")
+            self._out.write(piece)
+        else:
+            self._value += piece
+            if len(self._value) > MAX_FIELD_BYTES:
+                raise BadForm(self._field or "(part)", f"longer than {MAX_FIELD_BYTES} bytes")
+
+    def on_part_end(self) -> None:
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+        elif self._field is not None:
+            value = _decode(bytes(self._value), self._field, "not UTF-8 text")
+            if any(c in _CONTROL for c in value):
+                raise BadForm(self._field, "holds a control character (NUL, newline, ...)")
+            self.form.fields[self._field] = value
+
+    def close(self) -> None:
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+
+
+def _decode(raw: bytes | None, field: str, missing: str) -> str:
+    if raw is None:
+        raise BadForm(field, missing)
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise BadForm(field, "not UTF-8 text") from None
+
+
+async def receive_form(
+    content_type: str,
+    chunks: AsyncIterator[bytes],
+    temp: Callable[[], Path],
+    staged: list[Path],
+    file_limit: Callable[[dict[str, str]], int],
+) -> ReceivedForm:
+    """Parse a multipart/form-data body as it streams: fields into memory (bounded),
+    each file into a fresh `temp()` file (added to `staged`, for the caller to remove).
+    The files together may hold `file_limit(fields so far)` bytes, the rest of the body
+    `MAX_FORM_OVERHEAD`; past either, TooLarge at once (the rest is never read)."""
+    _, params = parse_options_header(content_type)
+    boundary = params.get(b"boundary")
+    if not boundary:
+        raise BadForm("(request)", "a multipart body needs a boundary")
+    reader = _FormReader(temp, staged, file_limit)
+    parser = MultipartParser(
+        boundary,
+        {
+            "on_part_begin": reader.on_part_begin,
+            "on_part_data": reader.on_part_data,
+            "on_part_end": reader.on_part_end,
+            "on_header_field": reader.on_header_field,
+            "on_header_value": reader.on_header_value,
+            "on_header_end": reader.on_header_end,
+            "on_headers_finished": reader.on_headers_finished,
+        },
+    )
+    total = 0
+    try:
+        async for chunk in chunks:
+            total += len(chunk)
+            parser.write(chunk)
+            if total - reader.file_bytes > MAX_FORM_OVERHEAD:
+                raise TooLarge(
+                    f"the form besides its files is larger than {MAX_FORM_OVERHEAD:,} bytes"
+                )
+        parser.finalize()
+    except MultipartParseError as exc:
+        raise BadForm("(request)", f"not a readable multipart body: {exc}") from None
+    finally:
+        reader.close()
+    return reader.form
 
 
 def _check_entrypoint(names: set[str], entrypoint: str | None) -> None:

@@ -1,19 +1,19 @@
 """Everything a request handler may need, made once at start-up: settings, the database,
-the engines, the job service, the blob store, the login limiter, the processes behind the
-proxy (TensorBoards, model servers, notebooks)."""
+the engine every workload runs on, the job service, the blob store, the login limiter,
+the workloads behind the proxy (TensorBoards, model servers, notebooks)."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine as Database
 from sqlalchemy.orm import Session, sessionmaker
 
-from tfkube.server._engines import Engines
+from tfkube.engines import Engine
 from tfkube.server.artifacts import BlobStore
 from tfkube.server.core.config import ServerSettings
-from tfkube.server.core.ratelimit import LoginLimiter
+from tfkube.server.core.ratelimit import LoginGuard
 from tfkube.server.jobs.service import JobService
 from tfkube.server.metrics import Metrics
 from tfkube.server.outputs.scalars import ScalarReader
@@ -27,26 +27,25 @@ log = logging.getLogger("tfkube.server")
 @dataclass
 class Platform:
     settings: ServerSettings
-    engine: Engine
+    database: Database
     sessions: sessionmaker[Session]
     key: bytes
-    engines: Engines
+    engine: Engine
+    """Where every team's workloads run (`tfkube.engines`): the server asks it, never
+    which kind it is."""
     jobs: JobService
     blobs: BlobStore
     model_servers: ModelServers
     """The teams' model servers (routes/serving.py, the proxy's `model` kind)."""
     notebooks: Notebooks
     """The users' notebooks (routes/notebooks.py, the proxy's `notebook` kind)."""
-    limiter: LoginLimiter = field(default_factory=LoginLimiter)
-    """Failed sign-ins per user name (5 a minute)."""
-    address_limiter: LoginLimiter = field(default_factory=lambda: LoginLimiter(max_failures=30))
-    """Failed sign-ins per client address (30 a minute: several people may share one)."""
+    tensorboards: TensorBoards
+    """The jobs' TensorBoards behind the proxy, on demand (routes/proxy.py)."""
+    logins: LoginGuard = field(default_factory=LoginGuard)
+    """Failed sign-ins per name and address (core/ratelimit.py)."""
     scalars: ScalarReader = field(default_factory=ScalarReader)
     metrics: Metrics | None = None
-    tensorboards: TensorBoards = field(default_factory=lambda: TensorBoards(600.0))
-    """Local engine: one TensorBoard process per job, on demand (routes/proxy.py)."""
 
     def __post_init__(self) -> None:
         if self.metrics is None:
             self.metrics = Metrics(self.sessions)
-        self.tensorboards.idle_seconds = self.settings.tensorboard_idle_seconds

@@ -67,7 +67,7 @@ def team_out(team: Team, role: str | None) -> TeamOut:
 
 def token_out(token: ApiToken) -> TokenOut:
     return TokenOut(
-        id=token.id,
+        id=token.public_id,
         name=token.name,
         prefix=token.prefix,
         created_at=token.created_at,
@@ -79,7 +79,7 @@ def token_out(token: ApiToken) -> TokenOut:
 
 def artifact_out(a: Artifact, team: str, creator: str | None, in_use: bool) -> ArtifactOut:
     return ArtifactOut(
-        id=a.id,
+        id=a.public_id,
         team=team,
         name=a.name,
         version=a.version,

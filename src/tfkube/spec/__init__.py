@@ -1,13 +1,13 @@
 """The job format: typed models, defaults, validation, parsing. No I/O."""
 
 from tfkube.spec._environment import replica_environment
+from tfkube.spec._errors import FieldError, SpecError, errors_from
 from tfkube.spec._kubeflow import KUBEFLOW_API_VERSION, from_kubeflow
 from tfkube.spec._load import (
-    FieldError,
-    SpecError,
+    MAX_DOCUMENT_BYTES,
     dump_job,
-    errors_from,
     load_job_text,
+    load_yaml,
     parse_job,
     quick_job,
 )
@@ -16,6 +16,7 @@ from tfkube.spec._models import (
     CLUSTER_ONLY_ENV,
     DEFAULT_IMAGE,
     KIND,
+    MAX_NAME_LENGTH,
     RESERVED_VOLUMES,
     BackoffSpec,
     CleanPodPolicy,
@@ -62,6 +63,8 @@ __all__ = [
     "DEFAULT_IMAGE",
     "KIND",
     "KUBEFLOW_API_VERSION",
+    "MAX_DOCUMENT_BYTES",
+    "MAX_NAME_LENGTH",
     "RESERVED_VOLUMES",
     "BackoffSpec",
     "CleanPodPolicy",
@@ -106,6 +109,7 @@ __all__ = [
     "errors_from",
     "from_kubeflow",
     "load_job_text",
+    "load_yaml",
     "parse_job",
     "quick_job",
     "replica_environment",

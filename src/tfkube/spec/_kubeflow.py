@@ -47,7 +47,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tfkube.spec._load import FieldError, SpecError, errors_from
+from tfkube.spec._errors import FieldError, SpecError, errors_from
 from tfkube.spec._models import API_VERSION, KIND, RESERVED_VOLUMES, TFJob
 
 KUBEFLOW_API_VERSION = "kubeflow.org/v1"

@@ -4,6 +4,7 @@ extra). `KubernetesBackend` submits and reads TFJob resources (the operator runs
 `tfkube.kube` (names, the pod interpreter, REST), as the operator does."""
 
 from tfkube.engines.kubernetes._backend import KubernetesBackend, LogsUnavailable, job_view
+from tfkube.engines.kubernetes._cluster import KubernetesEngine
 from tfkube.engines.kubernetes._install import (
     Applied,
     InstallError,
@@ -17,6 +18,7 @@ __all__ = [
     "Applied",
     "InstallError",
     "KubernetesBackend",
+    "KubernetesEngine",
     "LogsUnavailable",
     "api_client_from",
     "apply_objects",

@@ -18,10 +18,29 @@ from pathlib import Path
 from typing import Any
 
 from tfkube.engines._artifact import prepare_artifact
-from tfkube.engines._base import JobEvent, JobExists, JobNotFound, JobView, ReplicaView
+from tfkube.engines._base import (
+    JobEvent,
+    JobExists,
+    JobNotFound,
+    JobView,
+    ReplicaView,
+    SubmitDeferred,
+)
+from tfkube.kube.errors import (
+    AlreadyExists,
+    ApiError,
+    Forbidden,
+    Invalid,
+    NotFound,
+    QuotaRefused,
+    ServerError,
+    TooManyRequests,
+    Unreachable,
+)
 from tfkube.kube.names import (
     CODE_TOKEN_ANNOTATION,
     LABEL_JOB,
+    REPLICA_CONTAINER,
     STOP_ANNOTATION,
     code_configmap_name,
     code_token_secret_name,
@@ -37,16 +56,9 @@ from tfkube.kube.observe import (
     pod_role,
     tfjob_model,
 )
-from tfkube.kube.rest import (
-    ApiError,
-    Kube,
-    api_client_from,
-    collection,
-    context_namespace,
-    object_path,
-    tfjob_path,
-)
-from tfkube.render import CONTAINER, RenderOptions, render_job
+from tfkube.kube.resources import CONFIG_MAP, EVENT, JOB, NODE, POD, SECRET, TFJOB, Resource
+from tfkube.kube.rest import Kube, api_client_from, context_namespace
+from tfkube.render import RenderOptions, render_job
 from tfkube.spec import FieldError, SpecError, TFJob, dump_job
 from tfkube.tfcluster import service_address
 
@@ -144,6 +156,22 @@ def _by_job(objects: Iterable[dict[str, Any]]) -> dict[str, builtins.list[dict[s
     return out
 
 
+def passing_refusal(exc: Exception) -> str | None:
+    """Why a submit failed for a while only (the job waits and is tried again), or None
+    when the failure is final. Pure: the quota admission's "exceeded quota" and "status
+    unknown for quota" (a new or changed quota not computed yet), an API server that is
+    busy or unreachable."""
+    if isinstance(exc, QuotaRefused):
+        return f"waiting for the team's quota in the cluster: {exc.message}"
+    if isinstance(exc, (TooManyRequests, ServerError, Unreachable)):
+        return f"waiting for the cluster: {exc.message}"
+    if isinstance(exc, ApiError):
+        return None
+    if isinstance(exc, OSError) or type(exc).__module__.startswith("urllib3"):
+        return f"waiting for the cluster: cannot reach it ({type(exc).__name__}: {exc})"
+    return None
+
+
 class KubernetesBackend:
     """Runs TFJobs through the TFJob resource; needs `tfkube operator` in the cluster."""
 
@@ -159,15 +187,13 @@ class KubernetesBackend:
     # -- reads ------------------------------------------------------------------------
 
     def _read(self, name: str) -> dict[str, Any]:
-        result: dict[str, Any] | None = self.kube.request(
-            "GET", tfjob_path(self.namespace, name), allow=(404,)
-        )
+        result: dict[str, Any] | None = self.kube.get(TFJOB, self.namespace, name)
         if result is None:
             raise JobNotFound(name)
         return result
 
-    def _list(self, api_version: str, kind: str, selector: str) -> builtins.list[dict[str, Any]]:
-        return self.kube.list(api_version, kind, self.namespace, selector)
+    def _list(self, resource: Resource, selector: str) -> builtins.list[dict[str, Any]]:
+        return self.kube.list(resource, self.namespace, selector)
 
     def _view(self, tfjob: dict[str, Any], jobs: Any, pods: Any, events: Any = ()) -> JobView:
         return job_view(tfjob, jobs, pods, time.time(), events)
@@ -187,21 +213,25 @@ class KubernetesBackend:
         return self._events("involvedObject.kind=Pod,reason=FailedScheduling")
 
     def _events(self, field_selector: str) -> builtins.list[dict[str, Any]]:
-        try:
-            data = self.kube.request(
-                "GET",
-                collection("v1", "Event", self.namespace),
-                query={"fieldSelector": field_selector},
-            )
-        except ApiError as exc:
-            if exc.status == 403:
-                return []
-            raise
-        return list(data.get("items") or [])
+        query = {"fieldSelector": field_selector}
+        data = self.kube.request("GET", EVENT.url(self.namespace), query=query, allow=(Forbidden,))
+        return list((data or {}).get("items") or [])
 
     # -- the Backend protocol ---------------------------------------------------------
 
     def submit(self, job: TFJob, base_dir: Path, *, code_token: str | None = None) -> JobView:
+        """Raises SubmitDeferred when the cluster turned the job away for a while only."""
+        try:
+            return self._submit(job, base_dir, code_token)
+        except (SpecError, JobExists):
+            raise
+        except Exception as exc:  # the API server's refusals, urllib3's connection errors
+            wait = passing_refusal(exc)
+            if wait is None:
+                raise
+            raise SubmitDeferred(wait) from exc
+
+    def _submit(self, job: TFJob, base_dir: Path, code_token: str | None) -> JobView:
         code_archive = None
         if job.spec.code is not None and not job.spec.code.is_url:
             with tempfile.TemporaryDirectory(prefix="tfkube-submit-") as tmp:
@@ -231,13 +261,11 @@ class KubernetesBackend:
             )
         cm_name = code_configmap_name(job.name)
         code_cm = next((o for o in objects if o["metadata"]["name"] == cm_name), None)
-        cm_path = collection("v1", "ConfigMap", self.namespace)
-        secret_path = collection("v1", "Secret", self.namespace)
         owned = []  # created before the TFJob, owned by it once it exists
         if token_secret is not None:
             secret = {
-                "apiVersion": "v1",
-                "kind": "Secret",
+                "apiVersion": SECRET.api_version,
+                "kind": SECRET.kind,
                 "metadata": {
                     "name": token_secret,
                     "namespace": self.namespace,
@@ -246,27 +274,23 @@ class KubernetesBackend:
                 "type": "Opaque",
                 "stringData": {"token": code_token},
             }
-            if not self.kube.request("POST", secret_path, body=secret, allow=(409,)):
-                self.kube.request("PUT", f"{secret_path}/{token_secret}", body=secret)
-            owned.append(f"{secret_path}/{token_secret}")
-        if code_cm is not None and not self.kube.request(
-            "POST", cm_path, body=code_cm, allow=(409,)
-        ):  # left over from an earlier attempt: replace it
-            self.kube.request("PUT", f"{cm_path}/{cm_name}", body=code_cm)
+            self._create_or_replace(SECRET, token_secret, secret)
+            owned.append(SECRET.url(self.namespace, token_secret))
         if code_cm is not None:
-            owned.append(f"{cm_path}/{cm_name}")
+            self._create_or_replace(CONFIG_MAP, cm_name, code_cm)
+            owned.append(CONFIG_MAP.url(self.namespace, cm_name))
         body = _resource(job, self.namespace)
         if token_secret is not None:  # the operator renders the replicas' env from it
             body["metadata"]["annotations"] = {CODE_TOKEN_ANNOTATION: token_secret}
         try:
-            created = self.kube.request("POST", tfjob_path(self.namespace), body=body)
+            created = self.kube.request("POST", TFJOB.url(self.namespace), body=body)
         except ApiError as exc:
             for path in owned:  # not owned by anything yet: do not leave them behind
                 with contextlib.suppress(ApiError):
                     self.kube.request("DELETE", path)
-            if exc.status == 409:
+            if isinstance(exc, AlreadyExists):
                 raise JobExists(f"a job named {job.name!r} already exists") from None
-            if exc.status == 422:
+            if isinstance(exc, Invalid):
                 raise SpecError(
                     [FieldError("(api server)", exc.message)],
                     f"job {job.name!r} (refused by the API server)",
@@ -277,20 +301,27 @@ class KubernetesBackend:
             self.kube.merge_patch(path, {"metadata": {"ownerReferences": [owner]}})
         return self._view(created, [], [])
 
+    def _create_or_replace(self, resource: Resource, name: str, obj: dict[str, Any]) -> None:
+        """Create the object; one left over from an earlier attempt is replaced."""
+        if not self.kube.request(
+            "POST", resource.url(self.namespace), body=obj, allow=(AlreadyExists,)
+        ):
+            self.kube.request("PUT", resource.url(self.namespace, name), body=obj)
+
     def get(self, name: str) -> JobView:
         tfjob = self._read(name)
         selector = replica_selector(name)
-        jobs = self._list("batch/v1", "Job", selector)
+        jobs = self._list(JOB, selector)
         pods = self._pods(selector)
         events = self._creation_failures() + self._gang_events(tfjob)
         return self._view(tfjob, jobs, pods, events)
 
     def _pods(self, selector: str) -> builtins.list[dict[str, Any]]:
-        return self._list("v1", "Pod", selector)
+        return self._list(POD, selector)
 
     def list(self) -> builtins.list[JobView]:
-        items = self.kube.request("GET", tfjob_path(self.namespace)).get("items") or []
-        jobs = _by_job(self._list("batch/v1", "Job", replica_selector()))
+        items = self.kube.list(TFJOB, self.namespace)
+        jobs = _by_job(self._list(JOB, replica_selector()))
         pods = _by_job(self._pods(replica_selector()))
         failures = self._creation_failures() if items else []
         return [
@@ -345,13 +376,13 @@ class KubernetesBackend:
                     f"cannot read the log of {key}: its pod {pod_name} runs on {node}, a KWOK "
                     "fake node, where no kubelet serves logs (nothing really runs there)"
                 )
-            query: dict[str, Any] = {"container": CONTAINER}
+            query: dict[str, Any] = {"container": REPLICA_CONTAINER}
             if follow and replica is not None:
                 query["follow"] = "true"
             try:
                 data = self.kube.request(
                     "GET",
-                    object_path("v1", "Pod", self.namespace, pod_name) + "/log",
+                    POD.url(self.namespace, pod_name, "log"),
                     query=query,
                     timeout=LOG_TIMEOUT_SECONDS if not follow else 3600.0,
                     raw=True,
@@ -372,13 +403,9 @@ class KubernetesBackend:
     def events(self, name: str) -> builtins.list[JobEvent]:
         """The Kubernetes Events of the TFJob (the operator posts them), oldest first."""
         self._read(name)
-        data = self.kube.request(
-            "GET",
-            collection("v1", "Event", self.namespace),
-            query={"fieldSelector": f"involvedObject.kind=TFJob,involvedObject.name={name}"},
-        )
+        about = f"involvedObject.kind={TFJOB.kind},involvedObject.name={name}"
         out = []
-        for e in data.get("items") or []:
+        for e in self.kube.list(EVENT, self.namespace, fields=about):
             when = (
                 parse_time(e.get("lastTimestamp"))
                 or parse_time(e.get("eventTime"))
@@ -394,7 +421,7 @@ class KubernetesBackend:
         (and resolve) a name nothing answers to. Unknown (e.g. not allowed to read nodes)
         counts as real."""
         try:
-            data = self.kube.get("v1", "Node", None, node)
+            data = self.kube.get(NODE, None, node)
         except ApiError:
             return False
         if data is None:
@@ -406,9 +433,9 @@ class KubernetesBackend:
         view = self.get(name)
         gone = self.kube.request(
             "DELETE",
-            tfjob_path(self.namespace, name),
+            TFJOB.url(self.namespace, name),
             body={"propagationPolicy": "Background"},
-            allow=(404,),
+            allow=(NotFound,),
         )
         if gone is None:
             raise JobNotFound(name)
@@ -418,7 +445,7 @@ class KubernetesBackend:
         """Ask the operator to end the job (Failed, reason Stopped); it stays listed."""
         self._read(name)
         patch = {"metadata": {"annotations": {STOP_ANNOTATION: "true"}}}
-        self.kube.merge_patch(tfjob_path(self.namespace, name), patch)
+        self.kube.merge_patch(TFJOB.url(self.namespace, name), patch)
         return self.get(name)
 
     def wait(self, name: str, timeout: float | None = None) -> JobView:

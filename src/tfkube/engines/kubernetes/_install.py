@@ -17,8 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tfkube.kube.errors import ApiError, NotFound
 from tfkube.kube.names import CRD_NAME
-from tfkube.kube.rest import ApiError, Kube, object_path
+from tfkube.kube.resources import CRD, NAMESPACE, resource_for
+from tfkube.kube.rest import Kube
 from tfkube.render import (
     OPERATOR_IMAGE,
     OPERATOR_NAMESPACE,
@@ -32,6 +34,17 @@ FIELD_MANAGER = "tfkube-install"
 
 class InstallError(RuntimeError):
     """The cluster refused an object, or the CRD never became established."""
+
+    def __init__(self, message: str, cause: ApiError | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
+        """The API server's refusal, typed (`Forbidden`, `Invalid` with its `causes`, ...);
+        None when nothing was refused (the CRD was not established in time)."""
+
+    @property
+    def status(self) -> int | None:
+        """The refusal's HTTP status, if the API server refused something."""
+        return self.cause.status if self.cause is not None else None
 
 
 @dataclass(frozen=True)
@@ -47,22 +60,27 @@ class Applied:
         return f"{self.kind} {where}{self.name}: {self.outcome}"
 
 
-def _apply(kube: Kube, obj: dict[str, Any], dry_run: bool) -> None:
+def _path(obj: dict[str, Any]) -> str:
     meta = obj["metadata"]
-    kind, name = obj["kind"], meta["name"]
+    return resource_for(obj["apiVersion"], obj["kind"]).url(meta.get("namespace"), meta["name"])
+
+
+def _apply(kube: Kube, obj: dict[str, Any], dry_run: bool) -> None:
+    kind, name = obj["kind"], obj["metadata"]["name"]
     query = {"fieldManager": FIELD_MANAGER, "force": "true"}
     if dry_run:
         query["dryRun"] = "All"
     try:
         kube.request(
             "PATCH",
-            object_path(obj["apiVersion"], kind, meta.get("namespace"), name),
+            _path(obj),
             body=obj,
             query=query,
             content_type="application/apply-patch+yaml",  # JSON is YAML
         )
     except ApiError as exc:
-        raise InstallError(f"{kind} {name}: the API server refused it: {exc.message}") from None
+        message = f"{kind} {name}: the API server refused it: {exc.message}"
+        raise InstallError(message, exc) from exc
 
 
 def install(
@@ -95,7 +113,7 @@ def install(
             progress(result)
             continue
         _apply(kube, obj, dry_run)
-        if kind == "Namespace" and dry_run and kube.get("v1", "Namespace", None, name) is None:
+        if NAMESPACE.describes(obj) and dry_run and kube.get(NAMESPACE, None, name) is None:
             namespace_missing = True
         result = Applied(kind, name, ns, "validated" if dry_run else "applied")
         done.append(result)
@@ -108,7 +126,7 @@ def install(
 def _wait_established(kube: Kube, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        crd = kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", None, CRD_NAME)
+        crd = kube.get(CRD, None, CRD_NAME)
         conditions = ((crd or {}).get("status") or {}).get("conditions") or []
         if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
             return
@@ -130,10 +148,6 @@ def delete_objects(api_client: Any, objects: list[dict[str, Any]]) -> None:
     `Foreground` delete leaves (a StatefulSet's claims) stays."""
     kube = Kube(api_client)
     for obj in reversed(objects):
-        meta = obj["metadata"]
         kube.request(
-            "DELETE",
-            object_path(obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"]),
-            body={"propagationPolicy": "Background"},
-            allow=(404,),
+            "DELETE", _path(obj), body={"propagationPolicy": "Background"}, allow=(NotFound,)
         )

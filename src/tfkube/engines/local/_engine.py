@@ -18,12 +18,10 @@ import builtins
 import os
 import shutil
 import signal
-import socket
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 from tfkube.contract import REQUIREMENTS_FILE
@@ -32,7 +30,7 @@ from tfkube.engines._base import JobEvent, JobExists, JobNotFound, JobView, Repl
 from tfkube.engines.local._commands import command_problems
 from tfkube.engines.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
 from tfkube.engines.local._interrupts import interrupts_held
-from tfkube.engines.local._procs import alive, stop_trees, wait_gone
+from tfkube.engines.local._procs import alive, free_ports, stop_trees, wait_gone
 from tfkube.engines.local._store import (
     JobDir,
     JobRecord,
@@ -67,17 +65,6 @@ def _replica_which(program: str) -> str | None:
     folder (the supervisor puts it first)."""
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     return shutil.which(program, path=path)
-
-
-def _free_ports(count: int) -> list[int]:
-    """`count` distinct free TCP ports on 127.0.0.1 (held open together while chosen)."""
-    with ExitStack() as stack:
-        ports = []
-        for _ in range(count):
-            s = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-        return ports
 
 
 def _folder(job: TFJob, base_dir: Path, value: str | None, field: str) -> Path | None:
@@ -232,7 +219,7 @@ class LocalBackend:
         if names is not None:
             venv = self._python_env(job, artifact, staging)
         keys = job.replica_keys()
-        ports = _free_ports(len(keys))
+        ports = free_ports(len(keys))
         record = JobRecord(
             name=job.name,
             uid=uuid.uuid4().hex,

@@ -1,11 +1,21 @@
-"""Process trees: start-time-checked references, and stopping a whole tree for sure."""
+"""Processes of the local engine, in one place: start-time-checked references, free
+loopback ports, starting a service process (its own session, output to a file) and
+waiting for its port, and stopping a whole tree for sure (replicas, model servers,
+notebooks, TensorBoards alike).
+
+Nothing is found by name: a process is the one we started only if its PID still has the
+start time we recorded, so a recycled PID is never signalled."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import socket
+import subprocess
 import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 import psutil
 
@@ -14,6 +24,85 @@ from tfkube.engines.local._store import ProcessRef
 
 def ref_of(pid: int) -> ProcessRef:
     return ProcessRef(pid=pid, create_time=psutil.Process(pid).create_time())
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free TCP ports on 127.0.0.1 (held open together while chosen)."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            s = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            s.bind(("127.0.0.1", 0))
+            ports.append(int(s.getsockname()[1]))
+        return ports
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    log: Path | None = None,
+) -> tuple[subprocess.Popen[bytes], ProcessRef]:
+    """Start a service process in a new session (its own process group, so it is stopped
+    as a whole), its output appended to `log`, with exactly `env` (never ours)."""
+    out: int | object = subprocess.DEVNULL
+    handle = None
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        handle = log.open("ab")
+        out = handle
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,  # type: ignore[arg-type]
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=True,
+        )
+    finally:
+        if handle is not None:
+            handle.close()
+    try:
+        return proc, ref_of(proc.pid)
+    except psutil.Error:  # gone already: a reference that is never alive
+        return proc, ProcessRef(pid=proc.pid, create_time=0.0)
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def wait_port(ref: ProcessRef, port: int, timeout: float) -> bool:
+    """Until the port accepts connections (True), the process ends or time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if alive(ref) is None:
+            _reap(ref.pid)
+            return False
+        if port_open(port):
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _reap(pid: int) -> None:
+    """Collect our child's exit status (a child of another process is not ours)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def stop_tree(ref: ProcessRef | None, grace: float = 10.0) -> None:
+    """Stop one process with its descendants and its group (see `stop_trees`), and
+    collect it if it was our child."""
+    if ref is None:
+        return
+    stop_trees([ref], grace)
+    _reap(ref.pid)
 
 
 def alive(ref: ProcessRef | None) -> psutil.Process | None:

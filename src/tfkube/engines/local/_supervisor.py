@@ -27,8 +27,7 @@ from tfkube import contract
 from tfkube.engines.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
 from tfkube.engines.local._procs import alive, ref_of, stop_trees
 from tfkube.engines.local._store import JobDir, JobRecord, ReplicaRecord, tfkube_cache
-from tfkube.launcher import file_lock
-from tfkube.launcher._progress import latest_write
+from tfkube.launcher import file_lock, latest_write
 from tfkube.planner import (
     Decision,
     DeleteJob,

@@ -133,10 +133,10 @@ def get_job(job_id: str, principal: CurrentUser, db: SessionDep) -> Job:
 JobDep = Annotated[Job, Depends(get_job)]
 
 
-def get_artifact(artifact_id: int, principal: CurrentUser, db: SessionDep) -> Artifact:
-    found = db.get(Artifact, artifact_id)
+def get_artifact(artifact_id: str, principal: CurrentUser, db: SessionDep) -> Artifact:
+    found = db.scalars(select(Artifact).where(Artifact.public_id == artifact_id)).first()
     if found is None or not visible(principal.actor, found.team_id):
-        raise not_found(f"artifact {artifact_id}")
+        raise not_found(f"artifact {artifact_id!r}")
     principal.require(Scope.ARTIFACTS_READ, found.team_id)
     db.commit()
     return found

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tfkube.render import ServingRuntime
+from tfkube.engines import EngineSettings
 
 DEFAULT_PORT = 8470
 
@@ -39,13 +39,16 @@ class ServerSettings:
     """Kubernetes engine: a ReadWriteMany claim name, present in every team namespace and
     mounted by the server at `<data-dir>/teams/<team>/outputs`, where jobs write their
     logs and summaries (see docs/kubernetes.md). None: logs come from the pod log API."""
-    serving_runtime: ServingRuntime = ServingRuntime.TENSORFLOW_SERVING
+    serving_runtime: str = "tensorflow-serving"
     """Kubernetes engine: the model server a request that names none gets (the stock
     TensorFlow Serving image, or tfkube's). The local engine always runs tfkube's."""
     cpus: float | None = None
     """Local engine: CPUs jobs may request together (default: this machine's)."""
     memory: int | None = None
     """Local engine: bytes of memory jobs may request together (default: this machine's)."""
+    workload_env: tuple[str, ...] = ()
+    """Variables of the server's environment every workload gets too (an allow-list on top
+    of PATH, LANG, LC_*, TZ and TLS settings): never the server's whole environment."""
     sync_seconds: float = 1.0
     """How often job status is read from the engine into the database."""
     session_hours: float = 12.0
@@ -56,6 +59,10 @@ class ServerSettings:
     proxy, no busy kernel, no open connection); opening it again starts it."""
     secure_cookies: bool = False
     """Mark cookies Secure (set when served over https)."""
+    trusted_proxies: tuple[str, ...] = ()
+    """Addresses or CIDRs of the proxies in front (`--trusted-proxy`): only a request from
+    one of them has its `X-Forwarded-For`/`-Proto` read; none by default (the peer is
+    the client)."""
     workload_url: str | None = None
     """Where TensorBoards and notebooks are served to browsers, each on its own name below
     a wildcard (`https://*.wl.example.com`, see `core/origins.py`). None: `*.localhost` on
@@ -63,6 +70,19 @@ class ServerSettings:
     allow_fetch_from: tuple[str, ...] = ()
     """Address ranges (CIDR) the server may fetch members' code URLs from although they
     are loopback, link-local or private (`core/fetch.py` refuses those otherwise)."""
+
+    @property
+    def engine_settings(self) -> EngineSettings:
+        return EngineSettings(
+            kind=self.engine,
+            data_dir=self.data_dir,
+            kubeconfig=self.kubeconfig,
+            outputs_claim=self.outputs_claim,
+            serving_runtime=self.serving_runtime,
+            cpus=self.cpus,
+            memory=self.memory,
+            workload_env=self.workload_env,
+        )
 
     @property
     def base_url(self) -> str:

@@ -98,17 +98,6 @@ def refused(address: str | IPAddress, allowed: Sequence[IPNetwork] = ()) -> bool
     return any(_internal(v) and not _within(v, allowed) for v in _views(ip))
 
 
-def parse_ranges(values: Sequence[str]) -> tuple[IPNetwork, ...]:
-    """`--allow-fetch-from` values as networks; ValueError names the bad one."""
-    out = []
-    for value in values:
-        try:
-            out.append(ipaddress.ip_network(value.strip(), strict=False))
-        except ValueError:
-            raise ValueError(f"{value!r} is not an address range (e.g. 10.1.0.0/16)") from None
-    return tuple(out)
-
-
 def resolve(host: str, port: int) -> list[str]:
     """Every address `host` has (getaddrinfo), in the resolver's order."""
     try:
@@ -121,7 +110,8 @@ def resolve(host: str, port: int) -> list[str]:
 @dataclass(frozen=True)
 class FetchPolicy:
     allowed: tuple[IPNetwork, ...] = ()
-    """Ranges an admin allows despite `refused` (`--allow-fetch-from`)."""
+    """Ranges an admin allows despite `refused` (`--allow-fetch-from`, parsed by
+    `core.forwarded.parse_networks`)."""
     deadline: float = 120.0
     """Seconds for the whole fetch, redirects included."""
     head_seconds: float = 20.0

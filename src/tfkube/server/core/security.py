@@ -2,7 +2,8 @@
 replicas present. The decisions here are pure functions over their inputs (the clock
 and the server's secret key are arguments); argon2 does the password hashing.
 
-- Passwords are argon2id hashes (`argon2-cffi`): slow on purpose, salted.
+- Passwords are argon2id hashes (`argon2-cffi`): slow on purpose, salted. A new one
+  must be 12 characters or more and not easy to guess (`password_problem`).
 - Session ids and API tokens are 32 random bytes. They are stored as SHA-256 digests:
   with that much entropy a fast hash is enough (nobody can brute-force 2**256), and a
   database leak reveals no usable credential.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import json
@@ -26,12 +28,20 @@ from urllib.parse import urlsplit
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
+from zxcvbn import zxcvbn
+from zxcvbn.frequency_lists import FREQUENCY_LISTS
 
 TOKEN_PREFIX = "tfk_"
 """API tokens start with this, so a leaked one is recognisable (secret scanners)."""
 SESSION_COOKIE = "tfkube_session"
 CSRF_HEADER = "X-CSRF-Token"
-MIN_PASSWORD_LENGTH = 10
+MIN_PASSWORD_LENGTH = 12
+MAX_PASSWORD_LENGTH = 256
+"""Long passphrases are welcome (NIST: at least 64); past this only the hash costs more."""
+MIN_PASSWORD_GUESSES = 1e8
+"""zxcvbn's score 3: guesses needed by an attacker who knows the common passwords and
+patterns, below which a password is refused."""
+SITE_WORDS = ("tfkube",)
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 _hasher = PasswordHasher()
@@ -53,13 +63,36 @@ DUMMY_HASH = hash_password("not a password of anyone")
 (no user enumeration through timing)."""
 
 
-def password_problem(password: str) -> str | None:
-    """Why a new password is refused, or None."""
+def password_problem(password: str, user_name: str = "") -> str | None:
+    """Why a new password is refused, or None (NIST SP 800-63B §3.1.1.2): at least
+    `MIN_PASSWORD_LENGTH` characters and at most `MAX_PASSWORD_LENGTH`, any characters
+    but control characters and leading or trailing spaces, no composition rules; and
+    not on the blocklist: zxcvbn's estimate, which holds the 30,000 most common passwords
+    of breach corpora, English words, names, keyboard walks, repeats and sequences, plus
+    this site's own words (the user's name, "tfkube"), must put it at
+    `MIN_PASSWORD_GUESSES` guesses or more."""
     if len(password) < MIN_PASSWORD_LENGTH:
-        return f"use at least {MIN_PASSWORD_LENGTH} characters"
-    if password.strip() != password or not password.strip():
+        return f"use at least {MIN_PASSWORD_LENGTH} characters (a few unrelated words will do)"
+    if len(password) > MAX_PASSWORD_LENGTH:
+        return f"use at most {MAX_PASSWORD_LENGTH} characters"
+    if password.strip() != password:
         return "must not start or end with spaces"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in password):
+        return "must not hold control characters (newline, tab, NUL, ...)"
+    if password.lower() in _common_passwords():
+        return "is on the list of the most common passwords; choose another"
+    words = [w for w in (user_name, *SITE_WORDS) if w]
+    estimate = zxcvbn(password, user_inputs=words)
+    if float(estimate["guesses"]) < MIN_PASSWORD_GUESSES:
+        why = str(estimate["feedback"]["warning"] or "").rstrip(".")
+        why = why[:1].lower() + why[1:] if why else "it is made of common words or patterns"
+        return f"is too easy to guess ({why}); choose a longer phrase of unrelated words"
     return None
+
+
+@functools.cache
+def _common_passwords() -> frozenset[str]:
+    return frozenset(FREQUENCY_LISTS["passwords"])
 
 
 def new_secret() -> str:

@@ -8,6 +8,7 @@ the rest of tfkube uses.
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 from sqlalchemy import (
@@ -26,6 +27,12 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 class Base(DeclarativeBase):
     pass
+
+
+def new_public_id() -> str:
+    """A random public id (64 bits, hex): what URLs name a row by, where the integer key
+    would tell how many rows there are and let anyone walk them."""
+    return secrets.token_hex(8)
 
 
 class SiteState(Base):
@@ -81,6 +88,10 @@ class LoginSession(Base):
 class ApiToken(Base):
     __tablename__ = "api_tokens"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    public_id: Mapped[str] = mapped_column(
+        String(32), unique=True, index=True, default=new_public_id
+    )
+    """What URLs and answers call it (random: ids cannot be enumerated)."""
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(String(100))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
@@ -107,6 +118,10 @@ class Artifact(Base):
     __tablename__ = "artifacts"
     __table_args__ = (UniqueConstraint("team_id", "name", "version"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    public_id: Mapped[str] = mapped_column(
+        String(32), unique=True, index=True, default=new_public_id
+    )
+    """What URLs and answers call it (random: ids cannot be enumerated)."""
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(String(64))
     version: Mapped[int] = mapped_column(Integer)
@@ -199,13 +214,12 @@ class ModelServer(Base):
     """The version asked for; None: the latest, and newer exports as they appear."""
     resources: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     """cpu, memory (Kubernetes quantities): the Deployment's requests and limits."""
+    runtime: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    """Which model server runs (tensorflow-serving | tfkube), as its engine chose."""
     state: Mapped[str] = mapped_column(String(16))
     """running (wanted up: restarted after a crash or a server restart) | stopped."""
-    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    """Local engine: the model server process (with its start time, so a reused PID is
-    never taken for it)."""
-    pid_started: Mapped[float | None] = mapped_column(Float, nullable=True)
-    port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=dict)
+    """What its engine needs to find it again (`tfkube.engines.Handle`); opaque here."""
     restarts: Mapped[int] = mapped_column(Integer, default=0)
     requests: Mapped[int] = mapped_column(Integer, default=0)
     """Requests answered through the proxy (all statuses)."""
@@ -230,9 +244,8 @@ class Notebook(Base):
     team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"))
     state: Mapped[str] = mapped_column(String(16))
     """running | stopped (stopped when idle; opening it starts it again)."""
-    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    pid_started: Mapped[float | None] = mapped_column(Float, nullable=True)
-    port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=dict)
+    """What its engine needs to find it again (`tfkube.engines.Handle`); opaque here."""
     token_id: Mapped[int | None] = mapped_column(
         ForeignKey("api_tokens.id", ondelete="SET NULL"), nullable=True
     )

@@ -8,16 +8,17 @@
       1. every `live` job: the team's backend -> phase, replicas, events into the row;
          a finished job becomes `ended` (its final status kept); a job the engine forgot
          (TTL) is `ended` too and stays listed with its logs and outputs
-      2. local engine: `_admission.admit` picks the queued jobs that fit; they start
-         (backend.submit with a job-scoped code token); the others get their place in the
-         queue as their message
+      2. an engine with a capacity (this machine): `admission.admit` picks the queued jobs
+         that fit; they start (backend.submit with a job-scoped code token); the others get
+         their place in the queue as their message. An engine without one (a cluster,
+         which queues and enforces quotas itself) gets every job at once, and again a
+         little later when it deferred one (`SubmitDeferred`: its quota full, busy).
 Handlers read the database only, so a status poll never waits for an engine.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import tarfile
 import threading
@@ -31,18 +32,27 @@ from sqlalchemy import CursorResult, delete, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
-from tfkube.engines import JobExists, JobNotFound, JobView
-from tfkube.launcher._fetch import FetchError, unpack
+from tfkube.engines import (
+    Capacity,
+    Engine,
+    JobExists,
+    JobNotFound,
+    JobStorage,
+    JobView,
+    NotAvailable,
+    SubmitDeferred,
+)
 from tfkube.planner import JobPhase
-from tfkube.server._engines import Engines
 from tfkube.server.artifacts import BlobStore
 from tfkube.server.core.config import ServerSettings
-from tfkube.server.core.fetch import FetchPolicy, parse_ranges
+from tfkube.server.core.fetch import FetchPolicy
+from tfkube.server.core.forwarded import parse_networks
 from tfkube.server.core.security import CodeClaim, sign_claim
 from tfkube.server.core.tables import Artifact, Job, JobEvent, Team
 from tfkube.server.jobs import admission
 from tfkube.server.jobs.fetched import fetch_code, release_fetched
 from tfkube.server.jobs.forms import ArtifactRef, parse_ref, place_job, server_problems
+from tfkube.server.tenants import tenant_of
 from tfkube.spec import FieldError, SpecError, TFJob, dump_job, load_job_text
 
 log = logging.getLogger("tfkube.server")
@@ -59,24 +69,6 @@ so a replica restarted late in a long job can still fetch its code."""
 
 RETRY_SECONDS = 3.0
 """How soon a job the cluster turned away for a while is submitted again."""
-
-
-def passing_refusal(exc: Exception) -> str | None:
-    """Why a submit failed for a while only (the job waits and is tried again), or None
-    when the failure is final. Pure: the quota admission's "exceeded quota" and "status
-    unknown for quota" (a new or changed quota not computed yet), an API server that is
-    busy or unreachable."""
-    from tfkube.kube.rest import ApiError
-
-    if isinstance(exc, ApiError):
-        if exc.status == 403 and "quota" in exc.message:
-            return f"waiting for the team's quota in the cluster: {exc.message}"
-        if exc.status in {429, 500, 502, 503, 504}:
-            return f"waiting for the cluster: {exc.message}"
-        return None
-    if isinstance(exc, OSError) or type(exc).__module__.startswith("urllib3"):
-        return f"waiting for the cluster: cannot reach it ({type(exc).__name__}: {exc})"
-    return None
 
 
 def new_job_id() -> str:
@@ -131,48 +123,35 @@ class JobService:
     def __init__(
         self,
         settings: ServerSettings,
-        engines: Engines,
+        engine: Engine,
         sessions: sessionmaker[Session],
         blobs: BlobStore,
         key: bytes,
         on_change: Callable[[Job], None] = lambda _job: None,
     ) -> None:
         self.settings = settings
-        self.engines = engines
+        self.engine = engine
         self.sessions = sessions
         self.blobs = blobs
         self.key = key
         self.on_change = on_change
         self.poke = threading.Event()
         self._retry_at: dict[str, float] = {}
-        """Kubernetes: job id -> when to submit again a job the cluster turned away."""
+        """Job id -> when to submit again a job the engine deferred."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.fetch_policy = FetchPolicy(allowed=parse_ranges(settings.allow_fetch_from))
+        self.fetch_policy = FetchPolicy(allowed=parse_networks(settings.allow_fetch_from))
 
     # -- submit -------------------------------------------------------------------------
 
-    def output_dir(self, team: Team, job_id: str, name: str) -> Path:
-        if self.engines.kind == "kubernetes":
-            return self.engines.outputs(team.name) / name
-        return self.engines.outputs(team.name) / job_id
-
-    def data_dir(self, team: Team, job_id: str) -> Path:
-        return self.engines.team_root(team.name) / "data" / job_id
+    def storage(self, team: Team, job_id: str, name: str) -> JobStorage:
+        """Where the job keeps its outputs and data: the engine's decision."""
+        return self.engine.job_storage(tenant_of(team), job_id, name)
 
     def resolve_data(self, db: Session, team: Team, reference: str) -> Artifact:
         """The team's data artifact a job names (`data`: NAME, NAME:VERSION, sha256:HEX)."""
-        if self.engines.kind != "local":
-            raise SpecError(
-                [
-                    FieldError(
-                        "data",
-                        "uploaded data sets reach jobs on the local engine only; on Kubernetes "
-                        "give the job a claim holding the data (spec.storage.data.claimName)",
-                    )
-                ],
-                "data",
-            )
+        if not self.engine.features.data_sets:
+            raise SpecError([FieldError("data", self.engine.features.data_sets_hint)], "data")
         ref = parse_ref(reference)
         found = self._artifact(db, team, ref, "data") if ref else None
         if found is None:
@@ -270,10 +249,12 @@ class JobService:
                 f"team {team.name} already has a job named {job.name!r} ({active.phase}); "
                 "stop or delete it, or choose another name"
             )
-        if self.engines.kind == "kubernetes" and self.settings.outputs_claim:
-            # Kept outputs live under the job's name on the team's claim (its subPath): a
-            # second job of that name would resume from the first one's checkpoint.
-            kept = db.scalars(same_name).first()
+        job_id = new_job_id()
+        storage = self.storage(team, job_id, job.name)
+        if storage.kept:
+            # An engine that keeps outputs by the job's name (a cluster's claim): a second
+            # job of that name would resume from the first one's checkpoint.
+            kept = db.scalars(same_name.where(Job.output_dir == str(storage.output_dir))).first()
             if kept is not None:
                 raise JobExists(
                     f"team {team.name} keeps the logs and outputs of an earlier job named "
@@ -281,30 +262,20 @@ class JobService:
                 )
         artifact, _ = self.resolve_code(db, team, job, code_field)
         data_set = self.resolve_data(db, team, data) if data else None
-        job_id = new_job_id()
-        local = self.engines.kind == "local"
         fetched = None
-        if artifact is None and local and job.spec.code is not None and job.spec.code.is_url:
+        if artifact is None and job.spec.code is not None and job.spec.code.is_url:
             # Here, in the member's own request, never in the sync loop that starts every
             # team's jobs; then the job runs the fetched blob as it would an upload.
             db.commit()  # no transaction held while the URL answers
             fetched = fetch_code(job, code_field, self.blobs, self.fetch_policy, team.name)
-        if artifact is not None or fetched is not None:
-            sha = artifact.sha256 if artifact is not None else str(fetched)
-            code_url = f"{self.settings.replica_url}/api/v1/code/{sha}"
-        elif job.spec.code is not None:
-            code_url, sha = job.spec.code.source, job.spec.code.sha256 or ""
-        else:
-            code_url, sha = "", ""
-        out = self.output_dir(team, job_id, job.name)
-        served = artifact is not None or fetched is not None
+        sha = artifact.sha256 if artifact is not None else (fetched or "")
         placed = place_job(
             job,
-            code_url=code_url if served else None,
-            code_sha256=sha if served else None,
-            data_dir=str(self.data_dir(team, job_id)) if local else None,
-            log_dir=str(out) if local else None,
-            logs_claim=self.settings.outputs_claim if not local else None,
+            code_url=f"{self.settings.replica_url}/api/v1/code/{sha}" if sha else None,
+            code_sha256=sha or None,
+            data_dir=storage.data_path,
+            log_dir=storage.log_path,
+            logs_claim=storage.logs_claim,
         )
         need = admission.job_request(placed)
         now = time.time()
@@ -327,13 +298,13 @@ class JobService:
             message="queued: waiting for the scheduler",
             restarts=0,
             replicas=pending_replicas(placed, "queued"),
-            output_dir=str(out),
+            output_dir=str(storage.output_dir),
             updated_at=now,
         )
         db.add(row)
         db.add(JobEvent(job_id=job_id, time=now, message="job submitted to the server"))
         db.commit()
-        if not local:
+        if self.engine.capacity() is None:  # the engine queues: hand it over now
             self.start(db, row, team)
         self.poke.set()
         return row
@@ -343,41 +314,38 @@ class JobService:
 
     def start(self, db: Session, row: Job, team: Team) -> None:
         """Hand a job to its team's engine (the queue admitted it). A refusal that passes
-        (the cluster's quota is full or not computed yet, the API server is busy) leaves
-        the job queued with the reason as its message; the sync loop tries again."""
+        (`SubmitDeferred`: a cluster's quota full or not computed yet, its API server busy)
+        leaves the job queued with the reason as its message; the sync loop tries again."""
         if not self._claim_start(db, row):
             return
         job = load_job_text(row.spec, f"job {row.name!r}")
-        backend = self.engines.backend(team.name, team.namespace)
-        # An uploaded artifact, or code this server fetched at submit (local engine; never a
-        # URL a member wrote): its replicas fetch it from here with a job-scoped claim.
+        backend = self.engine.jobs(tenant_of(team))
+        # An uploaded artifact, or code this server fetched at submit (never a URL a member
+        # wrote): its replicas fetch it from here with a job-scoped claim.
         here, code = f"{self.settings.replica_url}/api/v1/code/{row.code_sha256}", job.spec.code
-        served = row.artifact_id is not None or (
-            self.engines.kind == "local" and code is not None and code.source == here
-        )
+        served = row.artifact_id is not None or (code is not None and code.source == here)
         token = self.claim(row, row.code_sha256) if row.code_sha256 and served else None
         now = time.time()
         try:
-            if row.output_dir and self.engines.kind == "local":
-                Path(row.output_dir).mkdir(parents=True, exist_ok=True)
             if row.data_sha256:
                 self.unpack_data(row, team)
-            view = backend.submit(job, self.engines.team_root(team.name), code_token=token)
+            base = Path(row.output_dir or self.settings.data_dir).parent
+            view = backend.submit(job, base, code_token=token)
         except (SpecError, JobExists) as exc:
             self._end(row, JobPhase.FAILED.value, "SubmitFailed", str(exc), now)
             db.add(JobEvent(job_id=row.id, time=now, message=f"the engine refused it: {exc}"))
+        except SubmitDeferred as deferred:
+            wait = str(deferred)
+            self._retry_at[row.id] = time.monotonic() + RETRY_SECONDS
+            row.reason = "Queued"  # the lease ends: queued again
+            if row.message != wait:
+                log.info("job %s waits: %s", row.id, wait)
+                row.message = wait
+                row.replicas = [{**r, "message": wait} for r in row.replicas]
+                row.updated_at = now
+            db.commit()
+            return
         except Exception as exc:
-            wait = passing_refusal(exc)
-            if wait is not None:
-                self._retry_at[row.id] = time.monotonic() + RETRY_SECONDS
-                row.reason = "Queued"  # the lease ends: queued again
-                if row.message != wait:
-                    log.info("job %s waits: %s", row.id, wait)
-                    row.message = wait
-                    row.replicas = [{**r, "message": wait} for r in row.replicas]
-                    row.updated_at = now
-                db.commit()
-                return
             log.exception("starting job %s failed", row.id)
             self._end(
                 row, JobPhase.FAILED.value, "SubmitFailed", f"{type(exc).__name__}: {exc}", now
@@ -391,22 +359,13 @@ class JobService:
         self.on_change(row)
 
     def unpack_data(self, row: Job, team: Team) -> None:
-        """The job's data set, unpacked (checked as replicas check code) into its data
-        folder before it starts; kept for restarts, removed with the job."""
-        dest = self.data_dir(team, row.id)
-        if dest.is_dir() and any(dest.iterdir()):
-            return
-        staging = dest.with_name(f".{dest.name}.unpacking")
-        shutil.rmtree(staging, ignore_errors=True)
+        """The job's data set, staged by its engine into its data folder before it starts
+        (checked as replicas check code); kept for restarts, removed with the job."""
+        storage = self.storage(team, row.id, row.name)
         try:
-            unpack(self.blobs.path(row.data_sha256 or ""), staging)
-        except FetchError as exc:
-            message = str(exc).replace("the code", "the data set")
-            raise SpecError([FieldError("data", message)]) from None
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if dest.exists():
-            dest.rmdir()
-        staging.rename(dest)
+            self.engine.stage_data(tenant_of(team), storage, self.blobs.path(row.data_sha256 or ""))
+        except NotAvailable as exc:
+            raise SpecError([FieldError("data", str(exc))], "data") from None
 
     @staticmethod
     def _claim_start(db: Session, row: Job) -> bool:
@@ -476,7 +435,7 @@ class JobService:
             self._retry_at.pop(row.id, None)
             self._end(row, JobPhase.FAILED.value, "Stopped", "stopped while queued", now)
         elif row.state == LIVE:
-            backend = self.engines.backend(team.name, team.namespace)
+            backend = self.engine.jobs(tenant_of(team))
             try:
                 self._apply_view(row, backend.stop(row.name))
             except JobNotFound:
@@ -489,7 +448,7 @@ class JobService:
     def delete(self, db: Session, row: Job, team: Team) -> None:
         """Stop the job, remove it from the engine, its outputs, and its record."""
         if row.state != QUEUED:
-            backend = self.engines.backend(team.name, team.namespace)
+            backend = self.engine.jobs(tenant_of(team))
             try:
                 # Only if the engine's job is this one (a later job may reuse the name).
                 other_live = db.scalars(
@@ -504,12 +463,12 @@ class JobService:
                     backend.delete(row.name)
             except JobNotFound:
                 pass
-        kept_here = self.engines.kind == "local" or self.settings.outputs_claim is not None
-        for folder in (row.output_dir, str(self.data_dir(team, row.id))):
-            if folder and kept_here:  # in a cluster: the outputs claim the server mounts
-                shutil.rmtree(folder, ignore_errors=True)
-        if self.engines.kind == "local":
-            release_fetched(db, self.blobs, row)
+        storage = self.storage(team, row.id, row.name)
+        if storage.kept:  # what the server can reach (in a cluster: the claim it mounts)
+            for folder in (row.output_dir, storage.data_path):
+                if folder:
+                    shutil.rmtree(folder, ignore_errors=True)
+        release_fetched(db, self.blobs, row)
         db.execute(delete(JobEvent).where(JobEvent.job_id == row.id))
         db.delete(row)
         db.commit()
@@ -521,8 +480,9 @@ class JobService:
         with self.sessions() as db:
             try:
                 self._sync(db)
-                if self.engines.kind == "local":
-                    self._admit(db)
+                capacity = self.engine.capacity()
+                if capacity is not None:
+                    self._admit(db, capacity)
                 else:
                     self._retry(db)
             except StaleDataError:
@@ -532,7 +492,7 @@ class JobService:
                 log.info("a job was deleted during the sync; syncing again")
 
     def _retry(self, db: Session) -> None:
-        """Kubernetes: submit again the jobs the cluster turned away for a while."""
+        """An engine that queues itself: submit again the jobs it deferred for a while."""
         queued = db.scalars(select(Job).where(Job.state == QUEUED).order_by(Job.created_at)).all()
         now = time.monotonic()
         teams: dict[int, Team | None] = {}
@@ -554,7 +514,7 @@ class JobService:
         now = time.time()
         for team_id, rows in by_team.items():
             team = teams[team_id]
-            backend = self.engines.backend(team.name, team.namespace)
+            backend = self.engine.jobs(tenant_of(team))
             try:
                 views = {v.name: v for v in backend.list()}
             except Exception:
@@ -602,16 +562,7 @@ class JobService:
             if (round(e.time, 3), e.message) not in known:
                 db.add(JobEvent(job_id=row.id, time=e.time, replica=e.replica, message=e.message))
 
-    def capacity(self) -> admission.Amount:
-        import psutil
-
-        from tfkube.engines.local._gpus import available_gpus
-
-        cpus = self.settings.cpus or float(os.cpu_count() or 1)
-        memory = self.settings.memory or psutil.virtual_memory().total
-        return admission.machine_capacity(cpus, memory, len(available_gpus()))
-
-    def _admit(self, db: Session) -> None:
+    def _admit(self, db: Session, capacity: Capacity) -> None:
         queued = db.scalars(select(Job).where(Job.state == QUEUED).order_by(Job.created_at)).all()
         if not queued:
             return
@@ -626,7 +577,7 @@ class JobService:
             )
 
         decision = admission.admit(
-            self.capacity(),
+            admission.machine_capacity(capacity.cpus, capacity.memory, capacity.gpus),
             [admission.Running(r.team_id, amount(r)) for r in live],
             [admission.Waiting(r.id, r.team_id, amount(r)) for r in queued],
             {t.id: admission.Quota(**t.quota) for t in teams.values()},

@@ -4,19 +4,16 @@ folder or a checkpoint packed as .tar.gz (streamed), the exported model versions
 The job wrote every byte and every name here, so everything goes through
 `tfkube.safefs`: found from the output folder's descriptor down, no link followed on the
 way or at the end, links and special files neither listed nor packed nor opened (their
-targets are never looked at), hard-linked files refused. Names the job chose reach an
-HTTP header only through `attachment` (RFC 6266 / 5987).
+targets are never looked at), hard-linked files refused.
 """
 
 from __future__ import annotations
 
 import io
 import os
-import re
 import tarfile
 import time
 from collections.abc import Iterator, Sequence
-from urllib.parse import quote
 
 from tfkube.safefs import (
     Entry,
@@ -29,19 +26,10 @@ from tfkube.safefs import (
     read_bytes,
     walk,
 )
-from tfkube.serving._versions import SAVED_MODEL_FILES, version_of
+from tfkube.serving import SAVED_MODEL_FILES, version_of
 from tfkube.wire import OutputFile
 
 CHUNK = 1 << 20
-_SAFE_ASCII = re.compile(r"[^A-Za-z0-9._+-]")
-
-
-def attachment(name: str) -> str:
-    """A `Content-Disposition` for a download named `name` (pure): a plain ASCII
-    `filename` (anything else, quotes and control characters too, becomes `_`) and the
-    exact name UTF-8 percent-encoded as `filename*` (RFC 6266, RFC 5987)."""
-    plain = _SAFE_ASCII.sub("_", name).strip(".") or "download"
-    return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(name, safe='')}"
 
 
 class NotInOutputs(LookupError):

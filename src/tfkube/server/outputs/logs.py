@@ -10,7 +10,7 @@ import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from tfkube.launcher._tee import LOGS_SUBDIR
+from tfkube import contract
 from tfkube.safefs import Entry, closing, entries, open_dir, open_file, open_root
 from tfkube.wire import LogFile
 
@@ -48,7 +48,10 @@ def log_files(output_dir: str | None) -> list[LogFile]:
         return []
     out: list[LogFile] = []
     try:
-        with closing(open_root(output_dir)) as root, closing(open_dir(root, LOGS_SUBDIR)) as logs:
+        with (
+            closing(open_root(output_dir)) as root,
+            closing(open_dir(root, contract.KEPT_LOGS_SUBDIR)) as logs,
+        ):
             for folder in entries(logs):
                 if folder.kind != "dir" or not REPLICA.fullmatch(folder.name):
                     continue
@@ -74,7 +77,10 @@ def log_path(output_dir: str | None, replica: str, attempt: int | None) -> LogRe
     if not output_dir:
         raise NoSuchLog("this job keeps no logs on the server")
     try:
-        with closing(open_root(output_dir)) as root, closing(open_dir(root, LOGS_SUBDIR)) as logs:
+        with (
+            closing(open_root(output_dir)) as root,
+            closing(open_dir(root, contract.KEPT_LOGS_SUBDIR)) as logs,
+        ):
             attempts = _attempts(logs, replica)
     except OSError:
         attempts = {}
@@ -84,7 +90,7 @@ def log_path(output_dir: str | None, replica: str, attempt: int | None) -> LogRe
         attempt = max(attempts)
     if attempt not in attempts:
         raise NoSuchLog(f"{replica} has no attempt {attempt}")
-    return output_dir, (*LOGS_SUBDIR, replica, f"{attempt}.log")
+    return output_dir, (*contract.KEPT_LOGS_SUBDIR, replica, f"{attempt}.log")
 
 
 def open_log(ref: LogRef) -> int:

@@ -10,13 +10,14 @@ with the session's CSRF token): these handlers only read.
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import select
 
-from tfkube.server.accounts import actor_of, needs_setup, session_user
+from tfkube.engines import Features
+from tfkube.server.accounts import needs_setup, session_user
 from tfkube.server.api.deps import PlatformDep, Principal, SessionDep
 from tfkube.server.api.routes import artifacts as artifacts_api
 from tfkube.server.api.routes import jobs as jobs_api
@@ -24,16 +25,17 @@ from tfkube.server.api.routes import logs as logs_api
 from tfkube.server.api.routes import teams as teams_api
 from tfkube.server.api.routes import tokens as tokens_api
 from tfkube.server.api.routes import users as users_api
-from tfkube.server.api.routes._util import teams_of
 from tfkube.server.api.routes.checkpoints import find_checkpoint
 from tfkube.server.core.scopes import Scope, allowed, visible
-from tfkube.server.core.security import SESSION_COOKIE, csrf_token
+from tfkube.server.core.security import SESSION_COOKIE
 from tfkube.server.core.tables import Job, Membership, Team, User
 from tfkube.server.outputs.logs import log_files
 from tfkube.server.outputs.scalars import progress_hint, progress_of, total_steps
 from tfkube.server.usage import team_usage
 from tfkube.server.web import _present as present
-from tfkube.server.web._render import PageError, SignInFirst, render
+from tfkube.server.web._context import PageUser, is_fragment, page_context
+from tfkube.server.web._render import PageError, render
+from tfkube.server.web.serving_pages import job_serving
 from tfkube.spec import SpecError, load_job_text
 from tfkube.wire import ArtifactOut, JobOut, OutputFile, Progress, ReplicaOut
 
@@ -41,42 +43,6 @@ router = APIRouter(include_in_schema=False)
 JOBS_PER_PAGE = 50
 REPLICAS_PER_PAGE = 50
 EVENTS_SHOWN = 200
-
-
-# -- who is asking ----------------------------------------------------------------------------
-
-
-def page_principal(request: Request, db: SessionDep) -> Principal:
-    """The signed-in user (session cookie); anyone else is sent to the sign-in page."""
-    cookie = request.cookies.get(SESSION_COOKIE)
-    user = session_user(db, cookie) if cookie else None
-    if user is None or cookie is None:
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        raise SignInFirst(target)
-    principal = Principal(user, actor_of(db, user), session_id=cookie)
-    db.commit()  # hand the connection back between reads, as the API's dependencies do
-    return principal
-
-
-PageUser = Annotated[Principal, Depends(page_principal)]
-
-
-def _ctx(principal: Principal, db: SessionDep, platform: PlatformDep) -> dict[str, Any]:
-    """What every signed-in page's layout needs."""
-    assert principal.session_id is not None
-    return {
-        "me": principal.user,
-        "my_teams": teams_of(db, principal.user),
-        "site_admin": principal.actor.site_admin,
-        "csrf": csrf_token(platform.key, principal.session_id),
-    }
-
-
-def _is_fragment(request: Request) -> bool:
-    return (
-        request.headers.get("hx-request") == "true"
-        and request.headers.get("hx-history-restore-request") != "true"
-    )
 
 
 def _not_found(what: str) -> PageError:
@@ -201,9 +167,9 @@ def jobs_page(
         "any_active": any(present.is_active(j.phase, j.queued) for j in listing.items),
         "now": time.time(),
     }
-    if _is_fragment(request):
+    if is_fragment(request):
         return render(request, "_job_list.html", data)
-    ctx = _ctx(principal, db, platform)
+    ctx = page_context(principal, db, platform)
     return render(
         request,
         "jobs.html",
@@ -226,7 +192,7 @@ def new_job_page(
     code: str = "",
 ) -> Response:
     teams = _writable_teams(principal, db, Scope.JOBS_WRITE)
-    ctx = _ctx(principal, db, platform)
+    ctx = page_context(principal, db, platform)
     chosen = team if team in teams else (teams[0] if teams else "")
     artifacts = artifacts_api.list_artifacts(principal, db)
     code_versions = [a for a in artifacts if a.kind == "code" and a.team in teams]
@@ -242,7 +208,7 @@ def new_job_page(
             "data_versions": data_versions,
             "code": code,
             "upload_teams": _writable_teams(principal, db, Scope.ARTIFACTS_WRITE),
-            "engine": platform.engines.kind,
+            "features": platform.engine.features,
             "active": "new",
             "example_yaml": _example_yaml(code_versions, code),
         },
@@ -275,12 +241,12 @@ def _job_view(db: SessionDep, row: Job) -> JobOut:
     return jobs_api.render_job(db, row)
 
 
-def has_tensorboard(engine: str, row: Job) -> bool:
-    """Whether the proxy can open a TensorBoard for the job (the rules of routes/proxy):
-    locally any job with outputs (started on demand); on Kubernetes a job that runs one."""
+def has_tensorboard(features: Features, row: Job) -> bool:
+    """Whether the proxy can open a TensorBoard for the job (the rules of the engines):
+    any job with outputs where TensorBoard opens on demand; else a job that runs one."""
     if not row.output_dir:
         return False
-    if engine == "local":
+    if features.tensorboard_on_demand:
         return True
     try:
         board = load_job_text(row.spec, "job").spec.tensorboard
@@ -292,8 +258,6 @@ def has_tensorboard(engine: str, row: Job) -> bool:
 def _summary_data(
     principal: Principal, platform: PlatformDep, row: Job, job: JobOut, db: SessionDep
 ) -> dict[str, Any]:
-    from tfkube.server.web.serving_pages import job_serving
-
     active = present.is_active(job.phase, job.queued)
     return {
         **job_serving(principal, db, platform, row),
@@ -303,7 +267,7 @@ def _summary_data(
         "checkpoint": find_checkpoint(row.output_dir),
         "waiting": present.common_wait(job.replicas or []) if not job.queued else None,
         "can_write": allowed(principal.actor, Scope.JOBS_WRITE, row.team_id),
-        "tensorboard": has_tensorboard(platform.engines.kind, row),
+        "tensorboard": has_tensorboard(platform.engine.features, row),
         "now": time.time(),
     }
 
@@ -367,7 +331,7 @@ def job_page(
 ) -> Response:
     row = _job_row(job_id, principal, db)
     job = _job_view(db, row)
-    ctx = _ctx(principal, db, platform)
+    ctx = page_context(principal, db, platform)
     logs = (
         log_files(row.output_dir) if allowed(principal.actor, Scope.LOGS_READ, row.team_id) else []
     )
@@ -448,7 +412,7 @@ def code_page(
     for a in artifacts:
         groups.setdefault((a.team, a.name), []).append(a)
     writable = _writable_teams(principal, db, Scope.ARTIFACTS_WRITE)
-    ctx = _ctx(principal, db, platform)
+    ctx = page_context(principal, db, platform)
     return render(
         request,
         "code.html",
@@ -467,7 +431,7 @@ def code_page(
 def team_page(
     request: Request, principal: PageUser, db: SessionDep, platform: PlatformDep, team: str = ""
 ) -> Response:
-    ctx = _ctx(principal, db, platform)
+    ctx = page_context(principal, db, platform)
     mine = teams_api.list_teams(principal, db)
     chosen = next((t for t in mine if t.name == team), mine[0] if mine else None)
     members = teams_api.members(db.get(Team, chosen.id), principal, db) if chosen else []  # type: ignore[arg-type]
@@ -497,7 +461,7 @@ def admin_page(
 ) -> Response:
     if not principal.actor.site_admin:
         raise PageError(403, "Site admins only", "Ask a site admin to add users or teams.")
-    ctx = _ctx(principal, db, platform)
+    ctx = page_context(principal, db, platform)
     users = users_api.list_users(principal, db)
     teams = teams_api.list_teams(principal, db)
     usage = {t.id: team_usage(db, t.id) for t in teams}
@@ -509,7 +473,8 @@ def admin_page(
             "users": users,
             "teams": teams,
             "usage": usage,
-            "engine": platform.engines.kind,
+            "engine": platform.engine.name,
+            "features": platform.engine.features,
             "active": "admin",
             "now": time.time(),
         },

@@ -17,8 +17,8 @@ from tfkube.server.api.routes import notebooks as notebooks_api
 from tfkube.server.api.routes import serving as serving_api
 from tfkube.server.core.scopes import Scope, allowed
 from tfkube.server.core.tables import Job, ModelServer, Team
+from tfkube.server.web._context import PageUser, is_fragment, page_context
 from tfkube.server.web._render import render
-from tfkube.server.web.pages import PageUser, _ctx, _is_fragment
 from tfkube.server.workloads.model_servers import job_exports
 from tfkube.wire import ModelServerOut
 
@@ -65,10 +65,12 @@ def models_page(
         "starting": any(s.status == "Starting" for s in servers),
         "now": time.time(),
     }
-    if _is_fragment(request):
+    if is_fragment(request):
         return render(request, "_models.html", data)
     return render(
-        request, "models.html", {**_ctx(principal, db, platform), **data, "active": "models"}
+        request,
+        "models.html",
+        {**page_context(principal, db, platform), **data, "active": "models"},
     )
 
 
@@ -86,7 +88,7 @@ def notebooks_page(
         request,
         "notebooks.html",
         {
-            **_ctx(principal, db, platform),
+            **page_context(principal, db, platform),
             "teams": teams,
             "mine": mine,
             "idle_minutes": round(platform.settings.notebook_idle_seconds / 60),

@@ -3,53 +3,45 @@ at `/proxy/notebook/<id>/lab`, for its owner only.
 
     POST /api/v1/teams/<team>/notebook, or opening its proxy URL -> ensure:
         a fresh API token for the user (the notebook's `tfkube.Client()` signs in with it:
-        TFKUBE_URL, TFKUBE_TOKEN, TFKUBE_TEAM in its environment); the previous one revoked
-          local:      the team's code and data artifacts (latest version of each) unpacked
-                      read-only into <home>/team-artifacts/<code|data>/<name>; `jupyter lab`
-                      on a free loopback port below the proxy's base URL, with Jupyter's own
-                      token auth on (JUPYTER_TOKEN): the proxy sends it, the port alone
-                      opens nothing
-          kubernetes: render_notebook -> server-side apply (Secret, Service, StatefulSet;
-                      the home claim is kept when the notebook stops)
-    idle loop (every 30 s): a notebook whose Jupyter saw no activity (its own
-        `last_activity`: kernels busy, connections) and no proxied request for
-        `notebook_idle_seconds` is stopped; so is one whose process died
-    stop (idle, asked, server shut-down): by PID (or its objects deleted); token revoked
+        TFKUBE_URL, TFKUBE_TOKEN, TFKUBE_TEAM in its environment); the previous one revoked;
+        Engine.start(team, NotebookWorkload) (the team's latest artifacts offered with it;
+        Jupyter's own token on: the proxy sends it, the notebook's port alone opens nothing)
+    idle loop (every 30 s at most): a notebook whose Jupyter saw no activity (its own
+        `last_activity`, read through the proxy's upstream) and no proxied request for
+        `notebook_idle_seconds` is stopped; so is one whose process ended
+    stop (idle, asked, server shut-down where the engine does not keep it): Engine.stop,
+        token revoked
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import logging
-import os
-import shutil
-import sys
-import tarfile
 import threading
 import time
 import uuid
 from datetime import datetime
-from pathlib import Path
 
 import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from tfkube.server._engines import Engines
-from tfkube.server._loopback import alive, free_port, spawn, stop, wait_port
+from tfkube.engines import ArtifactCopy, Engine, Handle, NotebookWorkload, Upstream
 from tfkube.server.accounts import create_token
 from tfkube.server.artifacts import BlobStore
 from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.tables import ApiToken, Artifact, Notebook, Team, User
-from tfkube.server.workloads.model_servers import base_env
+from tfkube.server.tenants import tenant_of
 
 log = logging.getLogger("tfkube.server")
 
 RUNNING, STOPPED = "running", "stopped"
 KIND = "notebook"
-START_TIMEOUT = 120.0
 TOKEN_DAYS = 7
+VERIFY_SECONDS = 5.0
+"""How long a notebook found running is trusted before opening it asks its engine again."""
 
 
 def base_url(notebook_id: str) -> str:
@@ -62,7 +54,8 @@ def idle_for(now: float, last_proxied: float, jupyter_activity: float | None) ->
     return now - max(last_proxied, jupyter_activity or 0.0)
 
 
-def _iso_seconds(text: str | None) -> float | None:
+def iso_seconds(text: str | None) -> float | None:
+    """An ISO 8601 time (Jupyter's `last_activity`) in seconds since the epoch, or None."""
     if not text:
         return None
     try:
@@ -71,52 +64,26 @@ def _iso_seconds(text: str | None) -> float | None:
         return None
 
 
-def unpack_read_only(archive: Path, dest: Path) -> None:
-    """An artifact's files under `dest`, read-only (tarfile's `data` filter: no links out,
-    no devices, no absolute paths)."""
-    partial = dest.with_name(f".{dest.name}.partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    with tarfile.open(archive, "r:*") as tar:
-        tar.extractall(partial, filter="data")
-    for folder, dirs, files in os.walk(partial):
-        for f in files:
-            Path(folder, f).chmod(0o444)
-        for d in dirs:
-            Path(folder, d).chmod(0o555)
-    if dest.exists():
-        for folder, dirs, _ in os.walk(dest):  # make the old copy removable
-            Path(folder).chmod(0o755)
-            for d in dirs:
-                Path(folder, d).chmod(0o755)
-        shutil.rmtree(dest)
-    partial.rename(dest)
-    dest.chmod(0o555)
-
-
 class Notebooks:
     def __init__(
         self,
         settings: ServerSettings,
-        engines: Engines,
+        engine: Engine,
         sessions: sessionmaker[Session],
         blobs: BlobStore,
         key: bytes,
     ) -> None:
         self.settings = settings
-        self.engines = engines
+        self.engine = engine
         self.sessions = sessions
         self.blobs = blobs
         self.key = key
         self._lock = threading.Lock()
         self._starting: dict[tuple[int, int], threading.Lock] = {}
         self._last_used: dict[str, float] = {}
+        self._verified: dict[str, float] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-
-    @property
-    def local(self) -> bool:
-        return self.engines.kind == "local"
 
     def jupyter_token(self, row: Notebook) -> str:
         """Jupyter's token for this start of the notebook: JupyterLab shows it to its
@@ -124,14 +91,57 @@ class Notebooks:
         message = f"notebook:{row.id}:{row.started_at!r}".encode()
         return hmac.new(self.key, message, hashlib.sha256).hexdigest()
 
-    def home(self, team: Team, user: User) -> Path:
-        return self.engines.team_root(team.name) / "notebooks" / user.name
-
     def touch(self, notebook_id: str) -> None:
         with self._lock:
             self._last_used[notebook_id] = time.time()
 
+    def workload(
+        self, db: Session, row: Notebook, client_token: str = ""
+    ) -> tuple[Team, NotebookWorkload]:
+        team, user = db.get(Team, row.team_id), db.get(User, row.user_id)
+        assert team is not None
+        assert user is not None
+        return team, NotebookWorkload(
+            id=row.id,
+            user=user.name,
+            base_url=base_url(row.id),
+            server_url=self.settings.replica_url,
+            jupyter_token=self.jupyter_token(row),
+            client_token=client_token,
+            artifacts=self._artifacts(db, team) if client_token else (),
+        )
+
+    def _artifacts(self, db: Session, team: Team) -> tuple[ArtifactCopy, ...]:
+        """The latest version of each of the team's artifacts."""
+        rows = db.scalars(
+            select(Artifact)
+            .where(Artifact.team_id == team.id)
+            .order_by(Artifact.name, Artifact.version.desc())
+        ).all()
+        latest: dict[tuple[str, str], Artifact] = {}
+        for a in rows:
+            latest.setdefault((a.kind, a.name), a)
+        return tuple(
+            ArtifactCopy(kind, name, a.sha256, self.blobs.path(a.sha256))
+            for (kind, name), a in latest.items()
+        )
+
     # -- ensure (start), stop ----------------------------------------------------------
+
+    def _running(self, db: Session, row: Notebook) -> bool:
+        """Whether the notebook runs (asked of its engine at most every VERIFY_SECONDS)."""
+        if row.state != RUNNING:
+            return False
+        now = time.monotonic()
+        with self._lock:
+            if now - self._verified.get(row.id, -VERIFY_SECONDS) < VERIFY_SECONDS:
+                return True
+        team, workload = self.workload(db, row)
+        if self.engine.status(tenant_of(team), workload, Handle(row.handle or {})).exited:
+            return False
+        with self._lock:
+            self._verified[row.id] = now
+        return True
 
     def ensure(self, db: Session, user: User, team: Team) -> Notebook:
         """The user's notebook in the team, running (started if need be)."""
@@ -147,14 +157,15 @@ class Notebooks:
                     user_id=user.id,
                     team_id=team.id,
                     state=STOPPED,
+                    handle={},
                     created_at=time.time(),
                 )
                 db.add(row)
                 db.commit()
-            if row.state == RUNNING and (not self.local or alive(row.pid, row.pid_started)):
+            if self._running(db, row):
                 self.touch(row.id)
                 return row
-            self._start(db, row, user, team)
+            self._start(db, row, user)
             self.touch(row.id)
             return row
 
@@ -173,142 +184,72 @@ class Notebooks:
                 token.revoked_at = time.time()
             row.token_id = None
 
-    def _start(self, db: Session, row: Notebook, user: User, team: Team) -> None:
+    def _start(self, db: Session, row: Notebook, user: User) -> None:
+        if row.handle:  # a process that ended by itself: what is left of it goes
+            team, old = self.workload(db, row)
+            with contextlib.suppress(Exception):
+                self.engine.stop(tenant_of(team), old, Handle(row.handle))
         value = self._client_token(db, row, user)
         row.started_at = time.time()
-        if self.local:
-            self._start_local(db, row, user, team, value)
-        else:
-            from tfkube.engines.kubernetes import apply_objects
-            from tfkube.render import NotebookSpec, render_notebook
-
-            spec = NotebookSpec(
-                notebook_id=row.id,
-                namespace=team.namespace,
-                user=user.name,
-                team=team.name,
-                base_url=base_url(row.id),
-                server_url=self.settings.replica_url,
-                jupyter_token=self.jupyter_token(row),
-                client_token=value,
-            )
-            apply_objects(self.engines.api_client(), render_notebook(spec))
+        team, workload = self.workload(db, row, value)
+        handle = self.engine.start(tenant_of(team), workload)
+        row.handle = dict(handle.data)
         row.state, row.stopped_at, row.message = RUNNING, None, None
+        with self._lock:
+            self._verified[row.id] = time.monotonic()
         db.commit()
 
-    def _unpack_artifacts(self, db: Session, team: Team, home: Path) -> None:
-        """The latest version of each of the team's artifacts, read-only in the home."""
-        rows = db.scalars(
-            select(Artifact)
-            .where(Artifact.team_id == team.id)
-            .order_by(Artifact.name, Artifact.version.desc())
-        ).all()
-        latest: dict[tuple[str, str], Artifact] = {}
-        for a in rows:
-            latest.setdefault((a.kind, a.name), a)
-        root = home / "team-artifacts"
-        for (kind, name), artifact in latest.items():
-            dest = root / kind / name
-            stamp = root / kind / f".{name}.sha256"
-            if dest.is_dir() and stamp.is_file() and stamp.read_text() == artifact.sha256:
-                continue
-            try:
-                unpack_read_only(self.blobs.path(artifact.sha256), dest)
-                stamp.write_text(artifact.sha256)
-            except (OSError, tarfile.TarError) as exc:
-                log.warning("unpacking %s %s for a notebook failed: %s", kind, name, exc)
-
-    def _start_local(self, db: Session, row: Notebook, user: User, team: Team, token: str) -> None:
-        home = self.home(team, user)
-        home.mkdir(parents=True, exist_ok=True)
-        self._unpack_artifacts(db, team, home)
-        port = free_port()
-        argv = [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--no-browser",
-            "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.port={port}",
-            "--ServerApp.port_retries=0",
-            f"--ServerApp.base_url={base_url(row.id)}",
-            f"--ServerApp.root_dir={home}",
-            # No calls to the internet from this machine's notebooks.
-            "--LabApp.news_url=None",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-            "--LabApp.extension_manager=readonly",
-        ]
-        if os.geteuid() == 0:  # a server run as root (a container, CI) runs its notebooks so
-            argv.append("--allow-root")
-        env = base_env(
-            {
-                "HOME": str(home),
-                "JUPYTER_TOKEN": self.jupyter_token(row),
-                "TFKUBE_URL": self.settings.base_url,
-                "TFKUBE_TOKEN": token,
-                "TFKUBE_TEAM": team.name,
-            }
-        )
-        log_file = home / ".tfkube-notebook.log"
-        log_file.unlink(missing_ok=True)  # this start's output only
-        proc, started = spawn(argv, port=port, env=env, cwd=home, log=log_file)
-        if not wait_port(proc, started.pid, port, START_TIMEOUT):
-            stop(started.pid, started.started)
-            proc.poll()
-            tail = log_file.read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"JupyterLab did not start: {tail}")
-        row.pid, row.pid_started, row.port = started.pid, started.started, port
-
     def stop(self, db: Session, row: Notebook, message: str = "stopped") -> None:
-        if self.local:
-            stop(row.pid, row.pid_started)
-        elif row.state == RUNNING:
-            from tfkube.engines.kubernetes import delete_objects
-            from tfkube.render import NotebookSpec, render_notebook
+        if row.state == RUNNING or row.handle:
+            team, workload = self.workload(db, row)
+            self.engine.stop(tenant_of(team), workload, Handle(row.handle or {}))
+        self._forget(db, row, message)
 
-            team = db.get(Team, row.team_id)
-            if team is not None:
-                spec = NotebookSpec(row.id, team.namespace, "", team.name, "", "", "", "")
-                delete_objects(self.engines.api_client(), render_notebook(spec))
+    def _forget(self, db: Session, row: Notebook, message: str) -> None:
         self._revoke(db, row)
-        row.pid = row.pid_started = None
+        row.handle = {}
         row.state, row.stopped_at, row.message = STOPPED, time.time(), message
+        with self._lock:
+            self._verified.pop(row.id, None)
         db.commit()
 
     # -- reads --------------------------------------------------------------------------
 
-    def upstream(self, row: Notebook) -> tuple[str, dict[str, str]]:
-        """Where the proxy sends a request (local engine), with Jupyter's token."""
-        if not row.port:
-            raise LookupError("the notebook is not running")
-        return (
-            f"http://127.0.0.1:{row.port}{base_url(row.id).rstrip('/')}",
-            {"Authorization": f"token {self.jupyter_token(row)}"},
-        )
+    def upstream(self, db: Session, row: Notebook) -> Upstream:
+        """Where the proxy sends a request. Raises NotAvailable."""
+        team, workload = self.workload(db, row)
+        return self.engine.upstream(tenant_of(team), workload, Handle(row.handle or {}))
 
-    def _jupyter_activity(self, row: Notebook) -> float | None:
-        base, headers = self.upstream(row)
-        try:
-            r = httpx.get(f"{base}/api/status", headers=headers, timeout=5.0)
-            return _iso_seconds(r.json().get("last_activity")) if r.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
-            return None
+    def _jupyter_activity(self, db: Session, row: Notebook) -> float | None:
+        """Jupyter's own record of when its kernels or terminals were last busy."""
+        with contextlib.suppress(Exception):
+            up = self.upstream(db, row)
+            r = httpx.get(
+                f"{up.prefix}/api/status",
+                headers=up.headers,
+                params=up.params,
+                timeout=5.0,
+                verify=up.verify,
+            )
+            if r.status_code == 200:
+                return iso_seconds(r.json().get("last_activity"))
+        return None
 
-    # -- the idle loop, shut-down --------------------------------------------------------------
+    # -- the idle loop, start-up, shut-down ----------------------------------------------------
 
     def reap_once(self) -> None:
-        if not self.local:
-            return
         now = time.time()
         with self.sessions() as db:
             rows = db.scalars(select(Notebook).where(Notebook.state == RUNNING)).all()
             for row in rows:
-                if not alive(row.pid, row.pid_started):
+                team, workload = self.workload(db, row)
+                handle = Handle(row.handle or {})
+                if self.engine.status(tenant_of(team), workload, handle).exited:
                     self.stop(db, row, "its JupyterLab process exited")
                     continue
                 with self._lock:
                     used = self._last_used.get(row.id, row.started_at or now)
-                idle = idle_for(now, used, self._jupyter_activity(row))
+                idle = idle_for(now, used, self._jupyter_activity(db, row))
                 if idle > self.settings.notebook_idle_seconds:
                     log.info("notebook %s idle for %.0f s: stopping it", row.id, idle)
                     self.stop(db, row, f"stopped after {idle / 60:.0f} idle minutes")
@@ -321,19 +262,27 @@ class Notebooks:
                 log.exception("the notebook idle check failed")
 
     def start_loop(self) -> None:
-        with self.sessions() as db:  # a notebook from before a restart is not ours now
+        with self.sessions() as db:  # one that ended while no server watched is stopped
             for row in db.scalars(select(Notebook).where(Notebook.state == RUNNING)).all():
-                if self.local:
+                team, workload = self.workload(db, row)
+                if self.engine.status(tenant_of(team), workload, Handle(row.handle or {})).exited:
                     self.stop(db, row, "the server restarted")
         self._thread = threading.Thread(target=self._loop, name="tfkube-notebooks", daemon=True)
         self._thread.start()
 
     def close(self) -> None:
+        """Stop the loop; release every notebook: one the engine stops (a process here) is
+        recorded as stopped, one it keeps (a pod) stays running for the next server."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
-        if not self.local:
-            return
         with self.sessions() as db:
             for row in db.scalars(select(Notebook).where(Notebook.state == RUNNING)).all():
-                self.stop(db, row, "the server shut down")
+                team, workload = self.workload(db, row)
+                try:
+                    kept = self.engine.release(tenant_of(team), workload, Handle(row.handle or {}))
+                except Exception:
+                    log.exception("releasing notebook %s failed", row.id)
+                    continue
+                if not kept:
+                    self._forget(db, row, "the server shut down")

@@ -13,7 +13,6 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import FileResponse
 from sqlalchemy import func, or_, select
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import UploadFile
 
 from tfkube.server.api.deps import (
     ArtifactDep,
@@ -23,17 +22,23 @@ from tfkube.server.api.deps import (
     TeamDep,
     not_found,
 )
-from tfkube.server.api.routes._util import field_error
+from tfkube.server.api.errors import field_error
+from tfkube.server.api.middleware import CLOSE, too_large
 from tfkube.server.artifacts import (
     MAX_DATA_UPLOAD_BYTES,
+    MAX_FORM_OVERHEAD,
     MAX_UPLOAD_BYTES,
     BadArchive,
+    BadForm,
+    TooLarge,
     archive_kind,
     check_tar,
     files_to_targz,
     receive,
+    receive_form,
     zip_to_targz,
 )
+from tfkube.server.core.inputs import content_disposition, control_problem, declared_too_large
 from tfkube.server.core.scopes import Scope, visible
 from tfkube.server.core.tables import Artifact, Blob, Job, Team, User
 from tfkube.server.views import artifact_out
@@ -104,7 +109,9 @@ def download(artifact: ArtifactDep, platform: PlatformDep) -> FileResponse:
     return FileResponse(
         platform.blobs.path(artifact.sha256),
         media_type="application/gzip",
-        filename=f"{artifact.name}-{artifact.version}.tar.gz",
+        headers={
+            "Content-Disposition": content_disposition(f"{artifact.name}-{artifact.version}.tar.gz")
+        },
     )
 
 
@@ -140,9 +147,8 @@ async def _stream(request: Request) -> AsyncIterator[bytes]:
             yield chunk
 
 
-async def _file_chunks(upload: UploadFile) -> AsyncIterator[bytes]:
-    while chunk := await upload.read(1 << 20):
-        yield chunk
+def _limit(kind: str | None) -> int:
+    return MAX_DATA_UPLOAD_BYTES if kind == "data" else MAX_UPLOAD_BYTES
 
 
 @router.post("/teams/{team}/artifacts", status_code=201)
@@ -153,66 +159,84 @@ async def upload(
     db: SessionDep,
     platform: PlatformDep,
     name: Annotated[str | None, Query(description="The artifact's name.")] = None,
-    kind: Annotated[str, Query(description="code or data.")] = "code",
+    kind: Annotated[str | None, Query(description="code (the default) or data.")] = None,
     entrypoint: Annotated[
-        str, Query(description="Code: the script that must be in it.")
-    ] = "run.sh",
+        str | None, Query(description="Code: the script that must be in it (run.sh).")
+    ] = None,
     filename: Annotated[str, Query(description="Raw body: its file name.")] = "upload.tar.gz",
 ) -> ArtifactOut:
-    """Upload a `.tar.gz`/`.zip` as the raw body (streamed: memory stays bounded however
-    large), or as multipart/form-data: `file` (one archive) or several `files` whose names
-    are paths relative to the folder. A new version when the bytes differ from the latest."""
+    """Upload a `.tar.gz`/`.zip` as the raw body, or as multipart/form-data: `file` (one
+    archive) or several `files` whose names are paths relative to the folder, with
+    `name`, `kind`, `entrypoint` as fields before the files (or in the query). Streamed
+    either way: memory stays bounded however large, and a body over the kind's limit is
+    refused as it passes it (413; at once when its Content-Length says so). A new version
+    when the bytes differ from the latest."""
     principal.require(Scope.ARTIFACTS_WRITE, team.id)
+    for field, value in (
+        ("name", name),
+        ("kind", kind),
+        ("entrypoint", entrypoint),
+        ("filename", filename),
+    ):
+        if value is not None and (problem := control_problem(value)):
+            raise field_error(field, problem)
+    content_type = request.headers.get("content-type", "")
+    multipart = content_type.startswith("multipart/form-data")
+    if multipart:
+        declared = (_limit(kind) if kind else MAX_DATA_UPLOAD_BYTES) + MAX_FORM_OVERHEAD
+    else:
+        declared = _limit(kind)
+    if declared_too_large(request.headers.get("content-length"), declared):
+        raise too_large(declared, "the upload")
+    blobs = platform.blobs
     staged: list[Path] = []
     try:
-        content_type = request.headers.get("content-type", "")
-        if content_type.startswith("multipart/form-data"):
-            form = await request.form(max_files=10_000, max_fields=100)
-            name = name or str(form.get("name") or "") or None
-            kind = str(form.get("kind") or kind)
-            entrypoint = str(form.get("entrypoint") or entrypoint)
-        else:
-            form = None
+        uploads: list[tuple[str, Path]] = []
+        if multipart:
+            form = await receive_form(
+                content_type,
+                _stream(request),
+                blobs.temp,
+                staged,
+                lambda fields: _limit(kind or fields.get("kind")),
+            )
+            name = name or form.fields.get("name") or None
+            kind = kind or form.fields.get("kind")
+            entrypoint = entrypoint or form.fields.get("entrypoint")
+            uploads = [(n, p) for f, n, p in form.files if f in {"file", "files"}]
+        kind = kind or "code"
         if not name or not NAME.fullmatch(name):
             raise field_error(
                 "name", "give the artifact a name: lower-case letters, digits, '-', '_', '.'"
             )
         if kind not in KINDS:
             raise field_error("kind", "must be code or data")
-        limit = MAX_UPLOAD_BYTES if kind == "code" else MAX_DATA_UPLOAD_BYTES
-        needed = entrypoint if kind == "code" else None
-        blobs = platform.blobs
-        if form is None:
+        needed = (entrypoint or "run.sh") if kind == "code" else None
+        if not multipart:
             raw = blobs.temp()
             staged.append(raw)
-            await receive(_stream(request), raw, limit)
+            await receive(_stream(request), raw, _limit(kind))
             final, files = await run_in_threadpool(
                 _check, raw, filename, needed, blobs.temp, staged
             )
+        elif not uploads:
+            raise field_error(
+                "file", "attach an archive as `file` or the folder's files as `files`"
+            )
+        elif len(uploads) == 1 and archive_kind(uploads[0][0]) != "file":
+            final, files = await run_in_threadpool(
+                _check, uploads[0][1], uploads[0][0], needed, blobs.temp, staged
+            )
         else:
-            uploads = [
-                v for v in form.getlist("file") + form.getlist("files") if isinstance(v, UploadFile)
-            ]
-            if not uploads:
-                raise field_error(
-                    "file", "attach an archive as `file` or the folder's files as `files`"
-                )
-            parts = []
-            for upload_file in uploads:
-                part = blobs.temp()
-                staged.append(part)
-                await receive(_file_chunks(upload_file), part, limit)
-                parts.append((upload_file.filename or "upload", part))
-            if len(parts) == 1 and archive_kind(parts[0][0]) != "file":
-                final, files = await run_in_threadpool(
-                    _check, parts[0][1], parts[0][0], needed, blobs.temp, staged
-                )
-            else:
-                out = blobs.temp()
-                staged.append(out)
-                files = await run_in_threadpool(files_to_targz, parts, out, needed)
-                final = out
+            out = blobs.temp()
+            staged.append(out)
+            files = await run_in_threadpool(files_to_targz, uploads, out, needed)
+            final = out
         sha, size = await run_in_threadpool(blobs.keep, final)
+    except TooLarge as exc:
+        raise HTTPException(413, f"upload refused: {exc}; nothing was kept", CLOSE) from None
+    except BadForm as exc:
+        raise field_error(exc.field, str(exc)) from None
     except BadArchive as exc:
         raise HTTPException(400, f"upload refused: {exc}; nothing was kept") from None
     finally:

@@ -14,13 +14,16 @@ from tfkube.server.accounts import (
     open_session,
     set_member,
     team_name_problem,
+    teams_of,
     use_setup_token,
     user_name_problem,
 )
 from tfkube.server.api.deps import CurrentUser, PlatformDep, SessionDep
-from tfkube.server.api.routes._util import field_error, prepare_team, teams_of
+from tfkube.server.api.errors import field_error
+from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.scopes import Role
 from tfkube.server.core.security import SESSION_COOKIE, csrf_token, password_problem
+from tfkube.server.tenants import prepare_team
 from tfkube.server.views import user_out
 from tfkube.wire import SessionOut, UserOut
 
@@ -41,6 +44,12 @@ class LoginIn(BaseModel):
     password: str
 
 
+def secure_cookies(settings: ServerSettings) -> bool:
+    """Cookies are `Secure` whenever browsers reach the server over https (its public
+    URL says so), so the session never travels in clear text."""
+    return settings.secure_cookies or (settings.public_url or "").lower().startswith("https:")
+
+
 def _set_cookie(response: Response, value: str, platform: PlatformDep) -> None:
     response.set_cookie(
         SESSION_COOKIE,
@@ -48,7 +57,7 @@ def _set_cookie(response: Response, value: str, platform: PlatformDep) -> None:
         max_age=int(platform.settings.session_hours * 3600),
         httponly=True,
         samesite="lax",
-        secure=platform.settings.secure_cookies,
+        secure=secure_cookies(platform.settings),
         path="/",
     )
 
@@ -64,7 +73,7 @@ def setup(body: SetupIn, response: Response, db: SessionDep, platform: PlatformD
     """Create the first admin with the one-time token; signs them in."""
     if problem := user_name_problem(body.name):
         raise field_error("name", problem)
-    if problem := password_problem(body.password):
+    if problem := password_problem(body.password, body.name):
         raise field_error("password", problem)
     if problem := team_name_problem(body.team):
         raise field_error("team", problem)
@@ -75,7 +84,7 @@ def setup(body: SetupIn, response: Response, db: SessionDep, platform: PlatformD
     user = create_user(db, body.name, body.password, site_admin=True)
     team = create_team(db, body.team)
     set_member(db, team, user, Role.ADMIN)
-    prepare_team(platform, db, team)
+    prepare_team(platform.engine, db, team)
     value = open_session(db, user, platform.settings.session_hours)
     _set_cookie(response, value, platform)
     return SessionOut(
@@ -87,25 +96,22 @@ def setup(body: SetupIn, response: Response, db: SessionDep, platform: PlatformD
 def login(
     body: LoginIn, request: Request, response: Response, db: SessionDep, platform: PlatformDep
 ) -> SessionOut:
-    """Sign in; sets the HttpOnly session cookie and returns the CSRF token."""
+    """Sign in; sets the HttpOnly session cookie and returns the CSRF token. Failed
+    sign-ins are throttled per name and address (`core/ratelimit.py`); the address is
+    the peer's, or what a trusted proxy says it is (`core/forwarded.py`)."""
     client = request.client.host if request.client else "unknown"
-    waits = [
-        platform.limiter.retry_after(body.name),
-        platform.address_limiter.retry_after(client),
-    ]
-    wait = max((w for w in waits if w is not None), default=None)
-    if wait is not None:
+    verdict = platform.logins.check(body.name, client)
+    if verdict.wait is not None:
         raise HTTPException(
             429,
-            f"too many failed sign-ins; try again in {wait:.0f} s",
-            {"Retry-After": str(int(wait) + 1)},
+            f"too many failed sign-ins; try again in {verdict.wait:.0f} s",
+            {"Retry-After": str(int(verdict.wait) + 1)},
         )
     user = authenticate(db, body.name, body.password)
     if user is None:
-        platform.limiter.failed(body.name)
-        platform.address_limiter.failed(client)
+        platform.logins.failed(body.name, client)
         raise HTTPException(401, "wrong user name or password")
-    platform.limiter.succeeded(body.name)
+    platform.logins.succeeded(body.name, client)
     value = open_session(db, user, platform.settings.session_hours)
     _set_cookie(response, value, platform)
     return SessionOut(
@@ -114,10 +120,18 @@ def login(
 
 
 @router.post("/auth/logout", status_code=204)
-def logout(principal: CurrentUser, response: Response, db: SessionDep) -> None:
+def logout(
+    principal: CurrentUser, response: Response, db: SessionDep, platform: PlatformDep
+) -> None:
     if principal.session_id is not None:
         close_session(db, principal.session_id)
-    response.delete_cookie(SESSION_COOKIE, path="/")
+    response.delete_cookie(
+        SESSION_COOKIE,
+        path="/",
+        secure=secure_cookies(platform.settings),
+        httponly=True,
+        samesite="lax",
+    )
 
 
 @router.get("/auth/session")

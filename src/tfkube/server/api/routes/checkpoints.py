@@ -8,11 +8,13 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import StreamingResponse
 
 from tfkube.server.api.deps import CurrentUser, JobDep
+from tfkube.server.api.errors import field_error
 from tfkube.server.api.routes.logs import WORKLOAD_BYTES
+from tfkube.server.core.inputs import content_disposition, control_problem
 from tfkube.server.core.scopes import Scope
 from tfkube.server.core.tables import Job
 from tfkube.server.outputs.checkpoints import INDEX, FinalCheckpoint, final_checkpoint
-from tfkube.server.outputs.files import attachment, file_names, find_files, read_text, tar_files
+from tfkube.server.outputs.files import file_names, find_files, read_text, tar_files
 from tfkube.wire import CheckpointOut
 
 router = APIRouter(prefix="/api/v1/jobs/{job_id}", tags=["logs and outputs"])
@@ -55,12 +57,18 @@ def download_checkpoint(job: JobDep, principal: CurrentUser) -> StreamingRespons
     """The newest checkpoint as `<job>-<checkpoint>.tar.gz`: its files and a `checkpoint`
     index naming it (relatively), streamed."""
     found = _checkpoint_of(job, principal)
+    if (problem := control_problem(found.prefix)) or '"' in found.prefix:
+        # Its index names it in quotes, one line: such a name cannot be written there.
+        raise field_error(
+            "checkpoint",
+            f"the job named its checkpoint {found.prefix!r}, which "
+            + (problem or "holds a quote")
+            + "; download its files from the outputs instead",
+        )
+    name = f"{job.name}-{found.prefix}.tar.gz"
     files = [(path.split("/"), path.rsplit("/", 1)[-1]) for path in found.files]
     return StreamingResponse(
         tar_files(job.output_dir or "", files, {INDEX: found.index_text().encode()}),
         media_type="application/gzip",
-        headers={
-            "Content-Disposition": attachment(f"{job.name}-{found.prefix}.tar.gz"),
-            **WORKLOAD_BYTES,
-        },
+        headers={"Content-Disposition": content_disposition(name), **WORKLOAD_BYTES},
     )

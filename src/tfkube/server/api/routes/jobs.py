@@ -28,7 +28,7 @@ MAX_PAGE = 500
 
 
 def _spec_error(exc: SpecError) -> HTTPException:
-    from tfkube.server.api.routes._util import FieldHTTPError
+    from tfkube.server.api.errors import FieldHTTPError
 
     return FieldHTTPError([(e.field, e.message) for e in exc.errors], str(exc))
 
@@ -77,7 +77,8 @@ MAX_DESCRIPTION = 2000
 def _description(value: object) -> str:
     """A job's optional description (either way of submitting): text, at most 2,000
     characters. Kept and shown as it is (escaped), never interpreted."""
-    from tfkube.server.api.routes._util import field_error
+    from tfkube.server.api.errors import field_error
+    from tfkube.server.core.inputs import control_problem
 
     if value is None:
         return ""
@@ -85,11 +86,13 @@ def _description(value: object) -> str:
         raise field_error("description", "give the description as text")
     if len(value) > MAX_DESCRIPTION:
         raise field_error("description", f"at most {MAX_DESCRIPTION:,} characters, please")
+    if problem := control_problem(value, allowed="\n\r\t"):
+        raise field_error("description", problem)
     return value.strip()
 
 
 def _data_ref(value: object) -> str | None:
-    from tfkube.server.api.routes._util import field_error
+    from tfkube.server.api.errors import field_error
 
     if value is not None and not isinstance(value, str):
         raise field_error("data", "give the data set as NAME, NAME:VERSION or sha256:HEX")

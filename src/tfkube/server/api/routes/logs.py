@@ -12,13 +12,14 @@ from sqlalchemy import select
 
 from tfkube.engines import JobNotFound
 from tfkube.server.api.deps import CurrentUser, JobDep, PlatformDep, SessionDep
+from tfkube.server.api.errors import field_error
 from tfkube.server.api.routes.jobs import sse
+from tfkube.server.core.inputs import content_disposition, control_problem
 from tfkube.server.core.paths import UnsafePath, safe_parts
 from tfkube.server.core.scopes import Scope
 from tfkube.server.core.tables import Job, Team
 from tfkube.server.outputs.files import (
     NotInOutputs,
-    attachment,
     file_chunks,
     kind_of,
     list_folder,
@@ -28,6 +29,7 @@ from tfkube.server.outputs.files import (
 from tfkube.server.outputs.logs import REPLICA, LogRef, NoSuchLog, log_files, log_path, read_all
 from tfkube.server.outputs.logs import follow as follow_file
 from tfkube.server.outputs.scalars import progress_hint, progress_of, total_steps
+from tfkube.server.tenants import tenant_of
 from tfkube.spec import load_job_text
 from tfkube.wire import LogFile, OutputFile, Progress, ScalarsOut
 
@@ -42,32 +44,35 @@ def list_logs(job: JobDep, principal: CurrentUser) -> list[LogFile]:
 
 
 def _pod_log(platform: PlatformDep, db: SessionDep, job: Job, replica: str, why: str) -> str:
-    """No kept log file (Kubernetes without an outputs claim, or a replica that never
-    wrote one): the pod log API while the job's pods exist. Raises a 404 saying both why
-    there is no kept log and why the pod has none."""
+    """No kept log file (a cluster without an outputs claim, or a replica that never
+    wrote one): what the engine still has (a cluster's pod log API while the job's pods
+    exist). Raises a 404 saying both why there is no kept log and why the engine has none."""
+    team = db.get(Team, job.team_id)
+    assert team is not None
     hint = ""
-    if platform.settings.outputs_claim is None:
+    if not platform.jobs.storage(team, job.id, job.name).kept:
         hint = " (logs outlive pods when the server runs with --outputs-claim)"
-    if platform.engines.kind != "kubernetes" or not REPLICA.fullmatch(replica):
+    if not REPLICA.fullmatch(replica):
         raise HTTPException(404, why)
     newer = db.scalars(
         select(Job.id).where(
             Job.team_id == job.team_id, Job.name == job.name, Job.created_at > job.created_at
         )
     ).first()
-    if newer is not None:  # the cluster's job of this name is another one now
-        raise HTTPException(404, f"{why}; its pods are gone{hint}")
-    team = db.get(Team, job.team_id)
-    assert team is not None
-    backend = platform.engines.backend(team.name, team.namespace)
+    if newer is not None:  # the engine's job of this name is another one now
+        raise HTTPException(404, f"{why}; its replicas are gone{hint}")
+    backend = platform.engine.jobs(tenant_of(team))
     try:
-        return "\n".join(backend.logs(job.name, replica, False)) + "\n"
+        lines = list(backend.logs(job.name, replica, False))
     except JobNotFound:
         raise HTTPException(
-            404, f"{why}; the cluster no longer has the job, so its pods are gone{hint}"
+            404, f"{why}; the engine no longer has the job, so its replicas are gone{hint}"
         ) from None
-    except ValueError as exc:  # LogsUnavailable (no kubelet), or no such replica
+    except (ValueError, OSError) as exc:  # no kubelet, no such replica, no log
         raise HTTPException(404, f"{why}; {exc}") from None
+    if not lines:
+        raise HTTPException(404, why)
+    return "\n".join(lines) + "\n"
 
 
 @router.get("/logs/{replica}", response_model=None)
@@ -153,6 +158,8 @@ def _outputs_root(job: Job) -> str:
 
 
 def _parts(path: str) -> tuple[str, ...]:
+    if problem := control_problem(path):
+        raise field_error("path", problem)
     try:
         return safe_parts(path)
     except UnsafePath as exc:
@@ -192,7 +199,7 @@ def download_output(job: JobDep, path: str, principal: CurrentUser) -> Streaming
                 file_chunks(fd, size),
                 media_type="application/octet-stream",
                 headers={
-                    "Content-Disposition": attachment(parts[-1]),
+                    "Content-Disposition": content_disposition(parts[-1]),
                     "Content-Length": str(size),
                     **WORKLOAD_BYTES,
                 },
@@ -203,7 +210,7 @@ def download_output(job: JobDep, path: str, principal: CurrentUser) -> Streaming
     return StreamingResponse(
         tar_folder(root, parts),
         media_type="application/gzip",
-        headers={"Content-Disposition": attachment(name), **WORKLOAD_BYTES},
+        headers={"Content-Disposition": content_disposition(name), **WORKLOAD_BYTES},
     )
 
 

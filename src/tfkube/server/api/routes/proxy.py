@@ -7,10 +7,10 @@ own credential (a model server's secret, Jupyter's token), so a loopback port al
 grants nothing. State-changing requests and WebSockets with the cookie must come from
 this origin.
 
-Targets are a registry: kind -> resolver(db, id, principal, platform) -> the `Upstream`:
-on the local engine a loopback process; on Kubernetes the API server's service proxy to
-the target's Service, reached with the server's credentials (a notebook's Jupyter token
-then goes as the `token` query parameter: the API server keeps the Authorization header).
+Targets are a registry: kind -> resolver(db, id, principal, platform) -> the `Upstream`,
+which the target's engine gives (`tfkube.engines.Engine.upstream`: a loopback process, or
+the API server's service proxy to the target's Service); this module adds only the
+caller's checks and what to count.
 
 Origins (`core/origins.py`, `workload_origin.py`): a TensorBoard's or a notebook's pages
 are the member's, so a browser gets them only on the target's own origin
@@ -29,6 +29,7 @@ import contextlib
 import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -38,19 +39,15 @@ from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 from sqlalchemy.orm import Session
 from starlette.requests import HTTPConnection
 
-from tfkube.kube.names import (
-    TENSORBOARD_PORT_NAME,
-    model_server_name,
-    notebook_name,
-    tensorboard_name,
-)
-from tfkube.kube.rest import service_proxy_path
+from tfkube.engines import NotAvailable
+from tfkube.engines import Upstream as Target
 from tfkube.server.api.deps import PlatformDep, Principal, SessionDep
 from tfkube.server.api.routes.workload_origin import enter_location, pass_principal, workload_in
 from tfkube.server.core.origins import WORKLOAD_KINDS
 from tfkube.server.core.scopes import Scope, visible
 from tfkube.server.core.tables import Job, ModelServer, Notebook, Team, User
 from tfkube.server.platform import Platform
+from tfkube.server.tenants import tenant_of
 from tfkube.spec import load_job_text
 
 router = APIRouter(tags=["proxy"])
@@ -91,15 +88,8 @@ class Upstream:
 Resolver = Callable[[Session, str, Principal, Platform], Upstream]
 
 
-def _service(
-    platform: Platform, db: Session, team_id: int, service: str, port: str, path: str = ""
-) -> Upstream:
-    """A Service of a team's namespace through the API server's service proxy."""
-    team = db.get(Team, team_id)
-    assert team is not None
-    endpoint = platform.engines.endpoint()
-    at = service_proxy_path(team.namespace, service, port)
-    return Upstream(f"{endpoint.host}{at}{path}", endpoint.headers(), endpoint.ssl_context)
+def _target(found: Target, on_response: Callable[[int], None] | None = None) -> Upstream:
+    return Upstream(found.prefix, found.headers, found.verify, found.params, on_response)
 
 
 def _tensorboard(db: Session, job_id: str, principal: Principal, platform: Platform) -> Upstream:
@@ -107,19 +97,16 @@ def _tensorboard(db: Session, job_id: str, principal: Principal, platform: Platf
     if job is None or not visible(principal.actor, job.team_id) or not job.output_dir:
         raise HTTPException(404, f"job {job_id!r} not found")
     principal.require(Scope.METRICS_READ, job.team_id)
-    prefix = f"/proxy/tensorboard/{job.id}"
-    if platform.engines.kind == "local":
-        base = platform.tensorboards.ensure(job.id, job.output_dir, prefix)
-        return Upstream(f"{base}{prefix}")
-    # Kubernetes: the job's TensorBoard Service through the API server's service proxy,
-    # with the server's own credentials (RBAC: services/proxy). TensorBoard's pages use
-    # relative links, so it serves below any prefix without --path_prefix.
-    spec = load_job_text(job.spec, f"job {job.name!r}").spec.tensorboard
-    if spec is None or not spec.enabled:
-        raise HTTPException(
-            404, f"job {job.name!r} runs no TensorBoard; submit it with tensorboard: true"
-        )
-    return _service(platform, db, job.team_id, tensorboard_name(job.name), TENSORBOARD_PORT_NAME)
+    team = db.get(Team, job.team_id)
+    assert team is not None
+    spec = load_job_text(job.spec, f"job {job.name!r}")
+    try:
+        found = platform.tensorboards.upstream(tenant_of(team), job.id, spec, Path(job.output_dir))
+    except NotAvailable as exc:
+        raise HTTPException(404, str(exc)) from None
+    except RuntimeError as exc:
+        raise HTTPException(503, str(exc)) from None
+    return _target(found)
 
 
 def _model(db: Session, server_id: str, principal: Principal, platform: Platform) -> Upstream:
@@ -132,14 +119,10 @@ def _model(db: Session, server_id: str, principal: Principal, platform: Platform
     def counted(status: int) -> None:
         servers.count(row.id, status)
 
-    if platform.engines.kind != "local":
-        found = _service(platform, db, row.team_id, model_server_name(row.name), "http")
-        return Upstream(found.prefix, found.headers, found.verify, on_response=counted)
     try:
-        base, headers = servers.upstream(row)
-    except LookupError as exc:
-        raise HTTPException(503, str(exc)) from None
-    return Upstream(base, headers, on_response=counted)
+        return _target(servers.upstream(db, row), counted)
+    except NotAvailable as exc:
+        raise HTTPException(503, f"the model server is not running: {exc}") from None
 
 
 def _notebook(db: Session, notebook_id: str, principal: Principal, platform: Platform) -> Upstream:
@@ -155,21 +138,14 @@ def _notebook(db: Session, notebook_id: str, principal: Principal, platform: Pla
     assert user is not None
     try:
         row = notebooks.ensure(db, user, team)  # opening a stopped notebook starts it
-    except RuntimeError as exc:
+        notebook_id = row.id
+
+        def touched(_status: int) -> None:
+            notebooks.touch(notebook_id)
+
+        return _target(notebooks.upstream(db, row), touched)
+    except (RuntimeError, NotAvailable) as exc:
         raise HTTPException(503, str(exc)) from None
-    notebook_id = row.id
-
-    def touched(_status: int) -> None:
-        notebooks.touch(notebook_id)
-
-    if platform.engines.kind != "local":
-        # Jupyter serves below the same base URL in its pod as here.
-        base = f"/proxy/notebook/{notebook_id}"
-        found = _service(platform, db, row.team_id, notebook_name(notebook_id), "http", base)
-        token = {"token": notebooks.jupyter_token(row)}
-        return Upstream(found.prefix, found.headers, found.verify, token, touched)
-    base, headers = notebooks.upstream(row)
-    return Upstream(base, headers, on_response=touched)
 
 
 TARGETS: dict[str, Resolver] = {

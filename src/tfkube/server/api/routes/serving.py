@@ -10,7 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tfkube.server.api.deps import CurrentUser, JobDep, PlatformDep, SessionDep, not_found
-from tfkube.server.api.routes._util import FieldHTTPError
+from tfkube.server.api.errors import FieldHTTPError
 from tfkube.server.core.scopes import Scope, visible
 from tfkube.server.core.tables import ModelServer, Team, User
 from tfkube.server.workloads.model_servers import KIND, ServerConflict
@@ -49,7 +49,7 @@ def server_out(
         job_id=row.job_id,
         version=row.version,
         serving_version=seen.version,
-        status=seen.status,
+        status=seen.health.value,
         message=seen.message,
         url=f"{base_url}/proxy/{KIND}/{row.id}/v1/models/{row.name}",
         requests=row.requests,

@@ -15,9 +15,10 @@ from tfkube.server.api.deps import (
     TeamDep,
     not_found,
 )
-from tfkube.server.api.routes._util import field_error, prepare_team
+from tfkube.server.api.errors import field_error
 from tfkube.server.core.scopes import Role, Scope, visible
 from tfkube.server.core.tables import Membership, Team, User
+from tfkube.server.tenants import prepare_team
 from tfkube.server.views import team_out
 from tfkube.wire import MemberOut, TeamOut
 
@@ -68,7 +69,7 @@ def add_team(body: TeamIn, _: SiteAdmin, db: SessionDep, platform: PlatformDep) 
         raise HTTPException(409, f"a team named {body.name!r} exists already")
     team = create_team(db, body.name)
     team.quota = body.quota.model_dump(exclude_none=True)
-    prepare_team(platform, db, team)
+    prepare_team(platform.engine, db, team)
     return team_out(team, None)
 
 
@@ -83,7 +84,7 @@ def change_team(
     team: TeamDep, body: TeamPatch, _: SiteAdmin, db: SessionDep, platform: PlatformDep
 ) -> TeamOut:
     team.quota = body.quota.model_dump(exclude_none=True)
-    prepare_team(platform, db, team)
+    prepare_team(platform.engine, db, team)
     platform.jobs.poke.set()
     return team_out(team, None)
 

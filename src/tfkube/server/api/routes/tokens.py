@@ -10,6 +10,8 @@ from sqlalchemy import select
 
 from tfkube.server.accounts import create_token
 from tfkube.server.api.deps import CurrentUser, SessionDep, not_found
+from tfkube.server.api.errors import field_error
+from tfkube.server.core.inputs import control_problem
 from tfkube.server.core.tables import ApiToken
 from tfkube.server.views import token_out
 from tfkube.wire import NewToken, TokenOut
@@ -19,7 +21,7 @@ router = APIRouter(prefix="/api/v1/tokens", tags=["tokens"])
 
 class TokenIn(BaseModel):
     name: str = Field(min_length=1, max_length=100)
-    """What it is for, e.g. 'laptop CLI'."""
+    """What it is for, e.g. 'laptop CLI' (no control characters)."""
     expires_in_days: float | None = Field(90, gt=0, le=3650)
     """None: never expires."""
 
@@ -34,15 +36,17 @@ def list_tokens(principal: CurrentUser, db: SessionDep) -> list[TokenOut]:
 
 @router.post("", status_code=201)
 def new_token(body: TokenIn, principal: CurrentUser, db: SessionDep) -> NewToken:
+    if problem := control_problem(body.name):
+        raise field_error("name", problem)
     expires = time.time() + body.expires_in_days * 86400 if body.expires_in_days else None
     token, value = create_token(db, principal.user, body.name, expires)
     return NewToken(**token_out(token).model_dump(), token=value)
 
 
 @router.delete("/{token_id}", status_code=204)
-def revoke(token_id: int, principal: CurrentUser, db: SessionDep) -> None:
-    token = db.get(ApiToken, token_id)
+def revoke(token_id: str, principal: CurrentUser, db: SessionDep) -> None:
+    token = db.scalars(select(ApiToken).where(ApiToken.public_id == token_id)).first()
     if token is None or token.user_id != principal.user.id:
-        raise not_found(f"token {token_id}")
+        raise not_found(f"token {token_id!r}")
     token.revoked_at = token.revoked_at or time.time()
     db.commit()

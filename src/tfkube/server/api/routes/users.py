@@ -6,10 +6,10 @@ from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel
 from sqlalchemy import select
 
-from tfkube.server.accounts import create_user, user_name_problem
+from tfkube.server.accounts import create_user, set_password, teams_of, user_name_problem
 from tfkube.server.api.deps import CurrentUser, SessionDep, SiteAdmin, not_found
-from tfkube.server.api.routes._util import field_error, teams_of
-from tfkube.server.core.security import hash_password, password_problem, verify_password
+from tfkube.server.api.errors import field_error
+from tfkube.server.core.security import password_problem, verify_password
 from tfkube.server.core.tables import User
 from tfkube.server.views import user_out
 from tfkube.wire import UserOut
@@ -44,7 +44,7 @@ def list_users(_: SiteAdmin, db: SessionDep) -> list[UserOut]:
 def add_user(body: UserIn, _: SiteAdmin, db: SessionDep) -> UserOut:
     if problem := user_name_problem(body.name):
         raise field_error("name", problem)
-    if problem := password_problem(body.password):
+    if problem := password_problem(body.password, body.name):
         raise field_error("password", problem)
     if db.scalars(select(User).where(User.name == body.name)).first() is not None:
         raise HTTPException(409, f"a user named {body.name!r} exists already")
@@ -66,9 +66,10 @@ def change_user(name: str, body: UserPatch, principal: CurrentUser, db: SessionD
             user.password_hash, body.current_password or ""
         ):
             raise field_error("current_password", "does not match your current password")
-        if problem := password_problem(body.password):
+        if problem := password_problem(body.password, user.name):
             raise field_error("password", problem)
-        user.password_hash = hash_password(body.password)
+        keep = principal.session_id if user.id == principal.user.id else None
+        set_password(db, user, body.password, keep_session=keep)
     if body.disabled is not None:
         user.disabled = body.disabled
     if body.site_admin is not None:

@@ -1,0 +1,55 @@
+"""Which engine a platform server runs on: its settings, and the one place that picks the
+implementation (imported lazily: the local engine must not need the `kubernetes` extra)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tfkube.engines._workloads import Engine
+
+KINDS = ("local", "kubernetes")
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    kind: str
+    """local (processes on this machine) or kubernetes (each team a namespace)."""
+    data_dir: Path
+    """The server's data folder: the local engine keeps the teams' jobs, outputs and
+    notebooks below it; the Kubernetes engine finds the teams' mounted outputs there."""
+    kubeconfig: Path | None = None
+    """Kubernetes: the kubeconfig (default: in-cluster, $KUBECONFIG)."""
+    outputs_claim: str | None = None
+    """Kubernetes: a ReadWriteMany claim in every team namespace, mounted by the server at
+    `<data dir>/teams/<team>/outputs`, where jobs keep their logs and outputs."""
+    serving_runtime: str | None = None
+    """Kubernetes: the model server a request that names none gets (default: the stock
+    TensorFlow Serving image)."""
+    cpus: float | None = None
+    """Local: CPUs jobs may request together (default: this machine's)."""
+    memory: int | None = None
+    """Local: bytes of memory jobs may request together (default: this machine's)."""
+    workload_env: tuple[str, ...] = ()
+    """Local: variables of the server's environment its workloads get too (an allow-list:
+    never the whole environment, which may hold the database's password)."""
+
+
+def open_engine(settings: EngineSettings) -> Engine:
+    """The engine the settings name. Raises ValueError for an unknown kind."""
+    if settings.kind == "local":
+        from tfkube.engines.local import LocalEngine
+
+        return LocalEngine(
+            settings.data_dir, settings.cpus, settings.memory, workload_env=settings.workload_env
+        )
+    if settings.kind == "kubernetes":
+        from tfkube.engines.kubernetes import KubernetesEngine
+
+        return KubernetesEngine(
+            settings.data_dir,
+            kubeconfig=settings.kubeconfig,
+            outputs_claim=settings.outputs_claim,
+            serving_runtime=settings.serving_runtime,
+        )
+    raise ValueError(f"unknown engine {settings.kind!r}; choose {' or '.join(KINDS)}")

@@ -1,0 +1,190 @@
+"""The Kubernetes engine's other workloads: model servers and notebooks as objects in the
+tenant's namespace (rendered by `tfkube.render`, server-side applied), TensorBoard as the
+job's own (rendered with the job when it asks for one); all reached through the API
+server's service proxy with the engine's own credentials (RBAC: services/proxy).
+
+One runner per kind (`tfkube.engines.Runner`). Names are derived from the workload
+(`<name>-serving`, `notebook-<id>`, `<job>-tensorboard`), so a handle is empty: a restarted
+server finds everything again. Kubernetes keeps them running (Deployments, StatefulSets),
+so nothing here is ever `exited`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tfkube.engines._workloads import (
+    Handle,
+    Health,
+    ModelServerWorkload,
+    NotAvailable,
+    NotebookWorkload,
+    Tenant,
+    TensorBoardWorkload,
+    Upstream,
+    WorkloadStatus,
+)
+from tfkube.engines.kubernetes._install import apply_objects, delete_objects
+from tfkube.kube.names import (
+    TENSORBOARD_PORT_NAME,
+    model_server_name,
+    notebook_name,
+    tensorboard_name,
+)
+from tfkube.kube.resources import DEPLOYMENT, SERVICE, STATEFUL_SET
+from tfkube.kube.rest import Endpoint, Kube
+from tfkube.render import (
+    ModelServerSpec,
+    NotebookSpec,
+    ServingRuntime,
+    render_model_server,
+    render_notebook,
+)
+
+_NO_PROCESS = Handle()
+
+
+def observe_deployment(deployment: Mapping[str, Any] | None) -> WorkloadStatus:
+    """A model server in a cluster from its Deployment (pure)."""
+    if deployment is None:
+        return WorkloadStatus(Health.FAILED, "its Deployment is gone")
+    status = deployment.get("status") or {}
+    if (status.get("readyReplicas") or 0) >= 1:
+        return WorkloadStatus(Health.READY)
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Progressing" and condition.get("status") == "False":
+            return WorkloadStatus(Health.FAILED, condition.get("message") or "not progressing")
+    return WorkloadStatus(Health.STARTING, "waiting for its pod to be ready")
+
+
+def _model_server_spec(tenant: Tenant, workload: ModelServerWorkload) -> ModelServerSpec:
+    chosen: dict[str, Any] = {}
+    if workload.resources is not None:
+        chosen["resources"] = workload.resources
+    if workload.runtime is not None:
+        chosen["runtime"] = ServingRuntime(workload.runtime)
+    return ModelServerSpec(
+        workload.name, tenant.namespace, workload.job, workload.version, **chosen
+    )
+
+
+def _notebook_spec(tenant: Tenant, workload: NotebookWorkload) -> NotebookSpec:
+    return NotebookSpec(
+        notebook_id=workload.id,
+        namespace=tenant.namespace,
+        user=workload.user,
+        team=tenant.name,
+        base_url=workload.base_url,
+        server_url=workload.server_url,
+        jupyter_token=workload.jupyter_token,
+        client_token=workload.client_token,
+    )
+
+
+class ServiceProxy:
+    """A Service of a tenant's namespace through the API server's service proxy, reached
+    with the engine's own credentials (its TLS context made once)."""
+
+    def __init__(self, api_client: Any) -> None:
+        self.api_client = api_client
+        self._endpoint: Endpoint | None = None
+
+    def __call__(self, tenant: Tenant, service: str, port: str, path: str = "") -> Upstream:
+        if self._endpoint is None:
+            self._endpoint = Endpoint.of(self.api_client)
+        endpoint = self._endpoint
+        at = SERVICE.url(tenant.namespace, f"{service}:{port}", "proxy")
+        return Upstream(f"{endpoint.host}{at}{path}", endpoint.headers(), endpoint.ssl_context)
+
+
+class KubeModelServers:
+    """A Deployment, Service and ConfigMap `<name>-serving` (TensorFlow Serving's image or
+    tfkube's) reading the job's output volume."""
+
+    def __init__(self, api_client: Any, proxy: ServiceProxy) -> None:
+        self.api_client = api_client
+        self.proxy = proxy
+
+    def start(self, tenant: Tenant, workload: ModelServerWorkload) -> Handle:
+        apply_objects(self.api_client, render_model_server(_model_server_spec(tenant, workload)))
+        return _NO_PROCESS
+
+    def status(
+        self, tenant: Tenant, workload: ModelServerWorkload, handle: Handle
+    ) -> WorkloadStatus:
+        deployment = Kube(self.api_client).get(
+            DEPLOYMENT, tenant.namespace, model_server_name(workload.name)
+        )
+        return observe_deployment(deployment)
+
+    def stop(self, tenant: Tenant, workload: ModelServerWorkload, handle: Handle) -> None:
+        # By name: the stock runtime's objects are a superset of tfkube's (gone is fine).
+        spec = ModelServerSpec(workload.name, tenant.namespace, workload.job)
+        delete_objects(self.api_client, render_model_server(spec))
+
+    def upstream(self, tenant: Tenant, workload: ModelServerWorkload, handle: Handle) -> Upstream:
+        return self.proxy(tenant, model_server_name(workload.name), "http")
+
+
+class KubeNotebooks:
+    """A Secret, Service and StatefulSet `notebook-<id>` with its own home claim (kept when
+    the notebook stops)."""
+
+    def __init__(self, api_client: Any, proxy: ServiceProxy) -> None:
+        self.api_client = api_client
+        self.proxy = proxy
+
+    def start(self, tenant: Tenant, workload: NotebookWorkload) -> Handle:
+        apply_objects(self.api_client, render_notebook(_notebook_spec(tenant, workload)))
+        return _NO_PROCESS
+
+    def status(self, tenant: Tenant, workload: NotebookWorkload, handle: Handle) -> WorkloadStatus:
+        found = Kube(self.api_client).get(
+            STATEFUL_SET, tenant.namespace, notebook_name(workload.id)
+        )
+        if found is None:
+            return WorkloadStatus(Health.FAILED, "its StatefulSet is gone")
+        if ((found.get("status") or {}).get("readyReplicas") or 0) >= 1:
+            return WorkloadStatus(Health.READY)
+        return WorkloadStatus(Health.STARTING, "waiting for its pod to be ready")
+
+    def stop(self, tenant: Tenant, workload: NotebookWorkload, handle: Handle) -> None:
+        delete_objects(self.api_client, render_notebook(_notebook_spec(tenant, workload)))
+
+    def upstream(self, tenant: Tenant, workload: NotebookWorkload, handle: Handle) -> Upstream:
+        # Jupyter serves below the same base URL in its pod as through the proxy; the API
+        # server keeps the Authorization header, so Jupyter's token goes as a parameter.
+        base = workload.base_url.rstrip("/")
+        found = self.proxy(tenant, notebook_name(workload.id), "http", base)
+        token = {"token": workload.jupyter_token}
+        return Upstream(found.prefix, found.headers, found.verify, token)
+
+
+class KubeTensorBoards:
+    """The job's own TensorBoard (rendered with the job when it asks for one): nothing to
+    start or stop here."""
+
+    def __init__(self, proxy: ServiceProxy) -> None:
+        self.proxy = proxy
+
+    @staticmethod
+    def start(tenant: Tenant, workload: TensorBoardWorkload) -> Handle:
+        board = workload.job.spec.tensorboard
+        if board is None or not board.enabled:
+            raise NotAvailable(
+                f"job {workload.job.name!r} runs no TensorBoard; submit it with tensorboard: true"
+            )
+        return _NO_PROCESS
+
+    @staticmethod
+    def status(tenant: Tenant, workload: TensorBoardWorkload, handle: Handle) -> WorkloadStatus:
+        return WorkloadStatus(Health.READY)
+
+    @staticmethod
+    def stop(tenant: Tenant, workload: TensorBoardWorkload, handle: Handle) -> None:
+        pass  # the job's own: it goes with the job
+
+    def upstream(self, tenant: Tenant, workload: TensorBoardWorkload, handle: Handle) -> Upstream:
+        # TensorBoard's pages use relative links, so it serves below any prefix.
+        return self.proxy(tenant, tensorboard_name(workload.job.name), TENSORBOARD_PORT_NAME)

@@ -1,0 +1,136 @@
+"""The local engine as the platform server sees it (`tfkube.engines.Engine`): every team's
+jobs, model servers, notebooks and TensorBoards run as processes on this machine.
+
+    <data dir>/teams/<team>/engine        the team's LocalBackend home (its job folders)
+                           /outputs/<job id>   a job's output folder (logs, checkpoints, ...)
+                           /data/<job id>      an uploaded data set, unpacked for the job
+                           /notebooks/<user>   a user's notebook home (JupyterLab's root;
+                                               the team's artifacts in team-artifacts/)
+    <data dir>/serving/<id>.log           a model server's output
+
+The server queues jobs itself (`capacity`: this machine's CPUs, memory and GPUs, or what
+the server was told)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+import psutil
+
+from tfkube.engines._base import Backend
+from tfkube.engines._workloads import (
+    Capacity,
+    Features,
+    JobStorage,
+    ModelServerWorkload,
+    NotAvailable,
+    NotebookWorkload,
+    Runner,
+    RunnersByKind,
+    Tenant,
+    TensorBoardWorkload,
+)
+from tfkube.engines.local._engine import LocalBackend
+from tfkube.engines.local._gpus import available_gpus
+from tfkube.engines.local._services import (
+    LocalModelServers,
+    LocalNotebooks,
+    LocalTensorBoards,
+)
+from tfkube.launcher import FetchError, unpack
+from tfkube.render import ServingRuntime, parse_runtime
+from tfkube.spec import FieldError, SpecError
+
+
+class LocalEngine(RunnersByKind):
+    name = "local"
+    features = Features(data_sets=True, tensorboard_on_demand=True, namespaces=False)
+    keeps_running = False
+    """Nothing of a team outlives the server here but its training jobs (their supervisors
+    are daemons the next server finds again)."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        cpus: float | None = None,
+        memory: int | None = None,
+        workload_env: tuple[str, ...] = (),
+    ) -> None:
+        self.data_dir = data_dir
+        self.cpus = cpus
+        self.memory = memory
+        self._runners: dict[type, Runner] = {
+            ModelServerWorkload: LocalModelServers(data_dir, os.environ, workload_env),
+            NotebookWorkload: LocalNotebooks(self.notebook_home, os.environ, workload_env),
+            TensorBoardWorkload: LocalTensorBoards(os.environ, workload_env),
+        }
+        self._backends: dict[str, LocalBackend] = {}
+        self._lock = threading.Lock()
+
+    def team_root(self, tenant: Tenant) -> Path:
+        return self.data_dir / "teams" / tenant.name
+
+    def runners(self) -> Mapping[type, Runner]:
+        return self._runners
+
+    def notebook_home(self, tenant: Tenant, user: str) -> Path:
+        return self.team_root(tenant) / "notebooks" / user
+
+    # -- tenants and jobs ---------------------------------------------------------------
+
+    def prepare_tenant(self, tenant: Tenant) -> None:
+        (self.team_root(tenant) / "outputs").mkdir(parents=True, exist_ok=True)
+
+    def jobs(self, tenant: Tenant) -> Backend:
+        with self._lock:
+            found = self._backends.get(tenant.name)
+            if found is None:
+                found = LocalBackend(home=self.team_root(tenant) / "engine")
+                self._backends[tenant.name] = found
+            return found
+
+    def job_storage(self, tenant: Tenant, job_id: str, name: str) -> JobStorage:
+        root = self.team_root(tenant)
+        out = root / "outputs" / job_id
+        return JobStorage(out, log_path=str(out), data_path=str(root / "data" / job_id))
+
+    def stage_data(self, tenant: Tenant, storage: JobStorage, archive: Path) -> None:
+        if storage.data_path is None:
+            raise NotAvailable("this job has no data folder")
+        dest = Path(storage.data_path)
+        if dest.is_dir() and any(dest.iterdir()):
+            return  # a restart of the job: staged already
+        staging = dest.with_name(f".{dest.name}.unpacking")
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            unpack(archive, staging)
+        except FetchError as exc:
+            message = str(exc).replace("the code", "the data set")
+            raise SpecError([FieldError("data", message)]) from None
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.exists():
+            dest.rmdir()
+        staging.rename(dest)
+
+    def capacity(self) -> Capacity:
+        cpus = self.cpus or float(os.cpu_count() or 1)
+        memory = self.memory or psutil.virtual_memory().total
+        return Capacity(cpus, memory, len(available_gpus()))
+
+    def model_server_runtime(self, asked: str | None) -> str:
+        """Always tfkube's own model server (`python -m tfkube.serving`): the stock
+        TensorFlow Serving has no local form."""
+        runtime = parse_runtime(asked, ServingRuntime.TFKUBE)
+        if runtime is not ServingRuntime.TFKUBE:
+            raise ValueError(
+                f"the local engine runs tfkube's model server only; leave the runtime out "
+                f"or choose {runtime.TFKUBE.value}"
+            )
+        return runtime.value
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,809 @@
+"""The pod interpreter's rules (its face is `tfkube.kube.observe`, which says what the rest of
+tfkube uses). Pure: plain dicts (as the API returns them) in, `Observation` out.
+
+    TFJob status (Prior) --+
+    its role Jobs ---------+--> observe() --> Observation: JobStatus for the planner,
+    its replica pods ------+                  per replica its pod, failed pod and message,
+                                              what the operator needs to act
+
+Who retries what (the contract with `tfkube.render`, `managed=True`): Kubernetes retries a
+failed chief/worker/evaluator inside its role's Indexed Job (with its own backoff; the Job
+fails by `podFailurePolicy`/`backoffLimit`); a PS Job fails on its PS's first failure and
+the operator restarts the whole job by deleting and re-creating the role Jobs. Each such
+restart is a new *generation* of the restarted roles' Jobs: `status.restartGenerations`
+{role: N}, Jobs annotated with theirs;
+a Job of another generation is stale (being replaced) and failures counted in earlier
+generations are kept in `status.restartsBefore` (their pods are gone). Pods are matched to
+the current Job by its UID, so a stale Job's pods never count. For each replica index
+(`read_replica`):
+
+- the index's pods (label `batch.kubernetes.io/job-completion-index`), newest first.
+  A pod with a `deletionTimestamp` is being stopped (by tfkube, the Job controller or a
+  user): it says nothing about the replica's own health and is ignored, except that a
+  replica with only such pods is "being restarted" (BACKOFF) or, once the job ended,
+  STOPPED — unless Kubernetes failed the role's Job meanwhile (a deleted PS pod fails the
+  managed PS Job at once, then disappears): then the replica is FAILED. A pod evicted from
+  a lost node that no kubelet ends is failed by the operator (`is_stranded`).
+- Succeeded: any pod of the index succeeded, or the Job lists the index as completed.
+- FAILED: the newest pod failed on its own and tfkube has not yet acted on that failure
+  (its name is not in `status.handledFailures`); once acted on it reads as BACKOFF until
+  Kubernetes has made the replacement pod.
+- restarts: the index's pods that failed on their own (failed pods stay until their Job is
+  deleted, so this count survives an operator restart), minus the current failure.
+- progress (only with runPolicy.stallSeconds; `last_progress`): the launcher keeps a
+  heartbeat file fresh while its program shows progress and the pod's readiness probe
+  fails once it is stallSeconds old (`tfkube.render.stall_probe`). A running replica whose
+  container is not ready, with the pod's Ready condition turned False after the container
+  started, last made progress about stallSeconds before that turn; any other running
+  replica (ready, or not ready yet since it started) makes progress now. Whether that is
+  a stall is the planner's rule (`stalled_replicas`), applied here too, so the operator
+  and `tfkube status` agree; the replicas the previous reconcile found stalled are in
+  `status.stalledReplicas` (events mark only changes).
+- message: why, in one line, from the pod (`pending_message`, `failure_message`: the
+  scheduler's verdict, an unbound claim, an image pull error, a waiting container's reason,
+  a scheduler that gives no verdict, the exit code and termination message; for every
+  unplaced replica of a gang, the gang's verdict: `gang_message`); without a
+  pod, from the role's Job (`waiting_message`: suspended for Kueue, or its pods refused at
+  creation by a quota, per the Job controller's FailedCreate Event) or from where the
+  whole-job restart stands.
+
+Everything comes from the API: the operator can be killed at any moment and the next
+observation is the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+from tfkube.kube.names import (
+    GENERATION_ANNOTATION,
+    INDEX_KEY,
+    LABEL_ROLE,
+    REPLICA_CONTAINER,
+    role_job_name,
+)
+from tfkube.planner import JobPhase, JobStatus, ReplicaState, ReplicaStatus, stalled_replicas
+from tfkube.spec import GangScheduler, Role, TFJob, parse_job
+
+Obj = Mapping[str, Any]
+
+IMAGE_PULL_REASONS = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+)
+"""A waiting container's reasons that mean its image cannot be had (kubelet's words)."""
+DEFAULT_SCHEDULER = "default-scheduler"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+GANG_SCHEDULERS = frozenset({GangScheduler.SCHEDULER_PLUGINS, GangScheduler.VOLCANO})
+"""Gangs whose pods a gang scheduler places all together or none (`gang_message`)."""
+MESSAGE_CHARS = 300
+"""A replica's message is one line for a table: longer API messages are cut."""
+
+
+def parse_time(value: str | None) -> float | None:
+    """RFC 3339 (as the API writes it) -> epoch seconds."""
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def format_time(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_indexes(text: str | None) -> set[int]:
+    """A Job's `completedIndexes`/`failedIndexes`: "1,3-5,7" -> {1, 3, 4, 5, 7}."""
+    out: set[int] = set()
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out.update(range(int(lo), int(hi) + 1))
+        else:
+            out.add(int(part))
+    return out
+
+
+def tfjob_model(obj: Obj) -> TFJob:
+    """The TFJob resource -> our model (metadata reduced to what the model knows).
+    Raises `SpecError` naming the field when the spec does not validate."""
+    meta = obj.get("metadata") or {}
+    data = {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {
+            "name": meta.get("name"),
+            "namespace": meta.get("namespace"),
+            "labels": meta.get("labels") or {},
+        },
+        "spec": obj.get("spec"),
+    }
+    return parse_job(data, f"TFJob {meta.get('namespace')}/{meta.get('name')}")
+
+
+# -- reading one pod -------------------------------------------------------------------------
+
+
+def pod_index(pod: Obj) -> int | None:
+    meta = pod.get("metadata") or {}
+    for source in (meta.get("labels") or {}, meta.get("annotations") or {}):
+        value = source.get(INDEX_KEY)
+        if value is not None:
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def pod_role(pod: Obj) -> str | None:
+    role = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE)
+    return str(role) if role is not None else None
+
+
+def is_dying(obj: Obj) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+STRANDED_AFTER_SECONDS = 10.0
+"""Past a deleted pod's deadline (its `deletionTimestamp`: the deletion time plus its grace),
+a live kubelet has ended it: one still there this long after has no kubelet."""
+NODE_LOSS_EVICTION = "DeletionByTaintManager"
+"""The DisruptionTarget reason of a pod evicted because its node is NotReady/unreachable."""
+
+
+def is_stranded(pod: Obj, now: float) -> bool:
+    """Evicted for its node's loss (runPolicy.nodeLostSeconds after the node-lost taint) and
+    still not ended STRANDED_AFTER_SECONDS past its grace: its kubelet is gone and would
+    leave it Terminating until the machine returns. Its Job, which replaces only failed
+    pods (it has a podFailurePolicy), would wait as long: the operator marks it Failed, as
+    Kubernetes' pod GC does for a deleted node's pods, and the Job makes it again."""
+    deadline = parse_time((pod.get("metadata") or {}).get("deletionTimestamp"))
+    if deadline is None or pod_phase(pod) in ("Succeeded", "Failed"):
+        return False
+    evicted = any(
+        c.get("type") == "DisruptionTarget"
+        and c.get("status") == "True"
+        and c.get("reason") == NODE_LOSS_EVICTION
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+    return evicted and now >= deadline + STRANDED_AFTER_SECONDS
+
+
+def pod_phase(pod: Obj) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def _name(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("name"))
+
+
+def _terminations(pod: Obj) -> list[Obj]:
+    """Each container's last termination (its current state, else its last one)."""
+    out = []
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get(
+            "terminated"
+        )
+        if terminated and terminated.get("exitCode") is not None:
+            out.append(terminated)
+    return out
+
+
+def _main_termination(pod: Obj) -> Obj | None:
+    """The main container's termination: the first non-zero one, else the first."""
+    terminations = _terminations(pod)
+    failed = [t for t in terminations if int(t["exitCode"]) != 0]
+    chosen = failed or terminations
+    return chosen[0] if chosen else None
+
+
+def exit_code(pod: Obj) -> int | None:
+    """The main container's exit code: the first non-zero one, else the first."""
+    terminated = _main_termination(pod)
+    return int(terminated["exitCode"]) if terminated is not None else None
+
+
+def termination_message(pod: Obj) -> str | None:
+    """The main container's termination message as written: where the launcher says why
+    it failed (/dev/termination-log), which tells its permanent failures from the
+    training code's own exits (`tfkube.contract.launcher_failure`)."""
+    terminated = _main_termination(pod)
+    if terminated is None or int(terminated["exitCode"]) == 0:
+        return None
+    return str(terminated.get("message") or "").strip() or None
+
+
+def _one_line(text: object) -> str:
+    """The last non-empty line (a traceback's last line says what happened), cut short."""
+    lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
+    line = lines[-1] if lines else ""
+    return line if len(line) <= MESSAGE_CHARS else line[: MESSAGE_CHARS - 3] + "..."
+
+
+def _with(head: str, detail: object) -> str:
+    detail = _one_line(detail)
+    return f"{head}: {detail}" if detail else head
+
+
+def failure_message(pod: Obj) -> str:
+    """Why a pod failed: its main container's exit code, the kubelet's reason when it says
+    more than "Error" (OOMKilled, ...) and the termination message; else the pod's own
+    reason (Evicted, DeadlineExceeded, ...)."""
+    terminated = _main_termination(pod)
+    if terminated is not None:
+        head = f"exit code {terminated['exitCode']}"
+        reason = terminated.get("reason")
+        if reason and reason not in ("Error", "Completed"):
+            head += f" ({reason})"
+        return _with(head, terminated.get("message"))
+    status = pod.get("status") or {}
+    if status.get("reason"):
+        return _with(str(status["reason"]), status.get("message"))
+    return "failed"
+
+
+def pending_message(pod: Obj) -> str:
+    """Why a pod is not running yet: not schedulable (the scheduler's message; an unbound
+    PersistentVolumeClaim said as such), an image that cannot be pulled, a container
+    waiting for another reason, or simply not scheduled / starting yet."""
+    status = pod.get("status") or {}
+    scheduled = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "PodScheduled"), None
+    )
+    if scheduled is not None and scheduled.get("status") == "False":
+        text = str(scheduled.get("message") or "")
+        if "unbound" in text and "PersistentVolumeClaim" in text:
+            return _with("waiting for its PersistentVolumeClaims to be bound", text)
+        reason = scheduled.get("reason") or "not scheduled"
+        return _with("unschedulable" if reason == "Unschedulable" else str(reason), text)
+    for cs in status.get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting")
+        if not waiting:
+            continue
+        reason = str(waiting.get("reason") or "waiting")
+        if reason in IMAGE_PULL_REASONS:
+            return _with(f"cannot pull its image ({reason})", waiting.get("message"))
+        return _with(reason, waiting.get("message"))
+    if status.get("reason"):
+        return _with(str(status["reason"]), status.get("message"))
+    if scheduled is not None and scheduled.get("status") == "True":
+        return "scheduled, starting"
+    scheduler = (pod.get("spec") or {}).get("schedulerName")
+    if scheduled is None and scheduler and scheduler != DEFAULT_SCHEDULER:
+        # No verdict at all: nobody of that name is looking (not installed, or down).
+        return f"waiting for the scheduler {scheduler} to place it (no verdict yet)"
+    return "waiting to be scheduled"
+
+
+def is_placed(pod: Obj) -> bool:
+    """Whether the scheduler has bound the pod to a node."""
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "PodScheduled" and c.get("status") == "True" for c in conditions)
+
+
+def gang_message(job: TFJob, messages: Iterable[str]) -> str | None:
+    """One line for every unplaced replica of a gang, from their pods' messages (`messages`,
+    `pending_message`'s), or None (no gang, or no verdict yet). A gang scheduler places all
+    of a PodGroup's pods or none: each pod's own verdict is only part of the story (the
+    pod that does not fit says why, e.g. "Insufficient cpu"; its siblings, which would fit,
+    say they were rejected with it or nothing at all), so every replica shows the verdict
+    that names the capacity, with the gang's name and size."""
+    scheduling = job.spec.scheduling
+    if scheduling is None or scheduling.gang not in GANG_SCHEDULERS:
+        return None
+    verdicts = [
+        t.removeprefix("unschedulable: ") for t in messages if t.startswith("unschedulable")
+    ]
+    if not verdicts:
+        return None
+    detail = min(verdicts, key=_verdict_rank)
+    gang = f"the gang (PodGroup {job.name}, minMember {job.gang_size()})"
+    if "enough sibling pods" in detail:  # Coscheduling, before all its pods exist
+        return _with(f"{gang} is waiting for all its pods to be created", detail)
+    if "nodes are available:" in detail:  # the per-node reasons, not the preemption tail
+        detail = detail.split(". ", 1)[0].rstrip(".") + "."
+    return _with(f"{gang} cannot be placed all together, so none of it starts", detail)
+
+
+def _verdict_rank(verdict: str) -> int:
+    """Which pod's verdict says best why a gang waits: one that names a resource the nodes
+    lack ("2 Insufficient cpu"), then any other per-node reason, then the siblings' (which
+    only say they were rejected along with it)."""
+    if "Insufficient" in verdict:
+        return 0
+    if "nodes are available" in verdict and "rejecti" not in verdict:
+        return 1
+    return 2
+
+
+def last_progress(pod: Obj, stall_seconds: int | None, now: float) -> float | None:
+    """When a running replica's pod last showed progress (see the module docstring); None
+    without stall detection (then it never stalls)."""
+    if stall_seconds is None:
+        return None
+    status = pod.get("status") or {}
+    main = next(
+        (cs for cs in status.get("containerStatuses") or [] if cs.get("name") == REPLICA_CONTAINER),
+        None,
+    )
+    ready = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    if main is None or main.get("ready") or ready is None or ready.get("status") != "False":
+        return now
+    started = parse_time(((main.get("state") or {}).get("running") or {}).get("startedAt"))
+    turned = parse_time(ready.get("lastTransitionTime"))
+    if started is None or turned is None or turned <= started:
+        return now  # not ready since it started: the probe has not passed yet
+    return min(turned - stall_seconds, now)
+
+
+def _created(obj: Obj) -> tuple[float, str]:
+    meta = obj.get("metadata") or {}
+    return (parse_time(meta.get("creationTimestamp")) or 0.0, str(meta.get("name", "")))
+
+
+class RoleIndexes(NamedTuple):
+    """What a role's Indexed Job says about its indexes."""
+
+    completed: frozenset[int] = frozenset()
+    """Indexes with a succeeded pod (`status.completedIndexes`)."""
+    failed: frozenset[int] = frozenset()
+    """Indexes Kubernetes gave up on (`status.failedIndexes`: per-index backoff spent)."""
+
+
+def role_indexes(job: Obj) -> RoleIndexes:
+    """A role Job's completed and failed indexes, parsed once for the whole role (a
+    10,000-worker Job's ranges parsed per replica made observing quadratic)."""
+    status = job.get("status") or {}
+    return RoleIndexes(
+        frozenset(parse_indexes(status.get("completedIndexes"))),
+        frozenset(parse_indexes(status.get("failedIndexes"))),
+    )
+
+
+def job_failed_condition(job: Obj) -> Obj | None:
+    conditions: list[Obj] = (job.get("status") or {}).get("conditions") or []
+    for cond in conditions:
+        if cond.get("type") == "Failed" and cond.get("status") == "True":
+            return cond
+    return None
+
+
+def slim_pod(pod: Obj) -> dict[str, Any]:
+    """The parts of a pod `observe` reads (the operator keeps nothing else in memory)."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    annotations = meta.get("annotations") or {}
+    slim_status: dict[str, Any] = {
+        "phase": status.get("phase"),
+        "conditions": [
+            {k: c.get(k) for k in ("type", "status", "reason", "message", "lastTransitionTime")}
+            for c in status.get("conditions") or []
+            if c.get("type") in ("PodScheduled", "Ready", "DisruptionTarget")
+        ],
+        "containerStatuses": [
+            {
+                "name": cs.get("name"),
+                "ready": cs.get("ready"),
+                "state": cs.get("state") or {},
+                "lastState": cs.get("lastState") or {},
+            }
+            for cs in status.get("containerStatuses") or []
+        ],
+    }
+    for key in ("reason", "message"):
+        if status.get(key):
+            slim_status[key] = status[key]
+    scheduler = (pod.get("spec") or {}).get("schedulerName")
+    return {
+        "spec": {"schedulerName": scheduler} if scheduler else {},
+        "metadata": {
+            "name": meta.get("name"),
+            "creationTimestamp": meta.get("creationTimestamp"),
+            "deletionTimestamp": meta.get("deletionTimestamp"),
+            "labels": meta.get("labels") or {},
+            "annotations": {INDEX_KEY: annotations[INDEX_KEY]} if INDEX_KEY in annotations else {},
+            "ownerReferences": [
+                {"controller": r.get("controller"), "uid": r.get("uid")}
+                for r in meta.get("ownerReferences") or []
+            ],
+        },
+        "status": slim_status,
+    }
+
+
+def creation_failures(events: Iterable[Obj]) -> dict[str, str]:
+    """Job name -> why the Job controller could not create its pods, from its newest
+    `FailedCreate` Event (a ResourceQuota exceeded, a PriorityClass missing, ...): such a
+    pod never exists, so no pod can say it."""
+    newest: dict[str, tuple[float, str]] = {}
+    for event in events:
+        involved = event.get("involvedObject") or {}
+        if event.get("reason") != "FailedCreate" or involved.get("kind") != "Job":
+            continue
+        when = _event_time(event)
+        name = str(involved.get("name"))
+        if name not in newest or when >= newest[name][0]:
+            newest[name] = (when, str(event.get("message") or ""))
+    return {name: _with("cannot create its pod", text) for name, (_, text) in newest.items()}
+
+
+def scheduling_failures(events: Iterable[Obj], pods: Iterable[str]) -> list[str]:
+    """The scheduler's verdicts on `pods` (names) from their `FailedScheduling` Events,
+    newest first, each as `pending_message` says one ("unschedulable: ..."). A pod's
+    condition holds only its last verdict; the Events keep the earlier ones, such as the
+    one naming what a gang's pods lack (`gang_message`)."""
+    names = set(pods)
+    found: list[tuple[float, str]] = []
+    for event in events:
+        involved = event.get("involvedObject") or {}
+        if event.get("reason") != "FailedScheduling" or involved.get("kind") != "Pod":
+            continue
+        if involved.get("name") in names:
+            found.append((_event_time(event), _with("unschedulable", event.get("message"))))
+    return [text for _, text in sorted(found, key=lambda f: f[0], reverse=True)]
+
+
+def _event_time(event: Obj) -> float:
+    return (
+        parse_time(event.get("lastTimestamp"))
+        or parse_time(event.get("eventTime"))
+        or parse_time((event.get("metadata") or {}).get("creationTimestamp"))
+        or 0.0
+    )
+
+
+def waiting_message(role_job: Obj, failures: Mapping[str, str]) -> str | None:
+    """Why a role's current Job has no pod for a replica, when the Job says: suspended for
+    Kueue (or by tfkube), or its pods refused at creation. None: nothing to say yet."""
+    spec = role_job.get("spec") or {}
+    labels = (role_job.get("metadata") or {}).get("labels") or {}
+    if spec.get("suspend"):
+        queue = labels.get(KUEUE_QUEUE_LABEL)
+        if queue:
+            return f"suspended: waiting for Kueue to admit it (LocalQueue {queue})"
+        return "suspended"
+    return failures.get(_name(role_job))
+
+
+def job_generation(obj: Obj) -> int:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    try:
+        return int(annotations.get(GENERATION_ANNOTATION) or 0)
+    except ValueError:
+        return -1
+
+
+def controller_uid(obj: Obj) -> str | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+# -- what the observation is made of ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RoleCounts:
+    active: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"active": self.active, "succeeded": self.succeeded, "failed": self.failed}
+
+
+@dataclass(frozen=True)
+class ReplicaObservation:
+    status: ReplicaStatus
+    pod: str | None = None
+    """The replica's current (newest, not dying) pod."""
+    failed_pod: str | None = None
+    """When FAILED or BACKOFF after a failure: the pod whose failure it is."""
+    message: str = ""
+    """Why the replica is in its state, in one line for people (empty when running or done
+    with nothing to say)."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    status: JobStatus
+    replicas: dict[str, ReplicaObservation]
+    role_jobs: dict[str, Obj]
+    """Role -> its Kubernetes Job, for the roles whose Job exists (and is not dying)."""
+    dying_jobs: frozenset[str] = frozenset()
+    """Roles whose Job is being deleted."""
+    stale_jobs: frozenset[str] = frozenset()
+    """Roles whose Job is of an earlier generation: to delete, then re-create."""
+    counts: dict[str, RoleCounts] = field(default_factory=dict)
+    live_pods: dict[str, list[str]] = field(default_factory=dict)
+    """Role -> names of its pods not yet finished and not being deleted."""
+    failed_role_jobs: dict[str, Obj] = field(default_factory=dict)
+    """Role -> the Failed condition of its Job, when Kubernetes gave up on it."""
+    gave_up: frozenset[str] = frozenset()
+    """Replica keys Kubernetes will not retry (the Job lists them in failedIndexes)."""
+    stalled: frozenset[str] = frozenset()
+    """Running replicas with no progress for runPolicy.stallSeconds (the planner's rule)."""
+
+
+@dataclass(frozen=True)
+class Prior:
+    """What the TFJob's status recorded: the only memory the operator has."""
+
+    phase: JobPhase = JobPhase.PENDING
+    started_at: float | None = None
+    finished_at: float | None = None
+    reason: str | None = None
+    message: str | None = None
+    restarts: int = 0
+    handled: frozenset[str] = frozenset()
+    generations: Mapping[str, int] = field(default_factory=dict)
+    """Role -> the generation its Job should have (whole-job restarts it took part in)."""
+    restarts_before: int = 0
+    """Replica failures counted in earlier generations (their pods are gone)."""
+    restart_at: float | None = None
+    """When the current generation's Jobs may be created (whole-job restart backoff)."""
+    stalled: frozenset[str] = frozenset()
+    """Replicas the previous reconcile found stalled (`status.stalledReplicas`)."""
+
+    @classmethod
+    def from_status(cls, status: Obj | None) -> Prior:
+        status = status or {}
+        try:
+            phase = JobPhase(status.get("phase") or "Pending")
+        except ValueError:
+            phase = JobPhase.PENDING
+        return cls(
+            phase=phase,
+            started_at=parse_time(status.get("startTime")),
+            finished_at=parse_time(status.get("completionTime")),
+            reason=status.get("reason"),
+            message=status.get("message"),
+            restarts=int(status.get("restarts") or 0),
+            handled=frozenset(status.get("handledFailures") or ()),
+            generations={
+                str(k): int(v) for k, v in (status.get("restartGenerations") or {}).items()
+            },
+            restarts_before=int(status.get("restartsBefore") or 0),
+            restart_at=parse_time(status.get("restartAt")),
+            stalled=frozenset(status.get("stalledReplicas") or ()),
+        )
+
+
+class RoleJob(StrEnum):
+    """Where a role's Kubernetes Job stands."""
+
+    CURRENT = "current"
+    """It exists, of the generation the status names."""
+    MISSING = "missing"
+    """Not created yet (or lost)."""
+    DYING = "dying"
+    """Being deleted."""
+    STALE = "stale"
+    """Of an earlier generation: being replaced by a whole-job restart."""
+
+
+# -- one replica -----------------------------------------------------------------------------
+
+
+def read_replica(
+    role: str,
+    index: int,
+    pods: Sequence[Obj],
+    *,
+    completed: bool = False,
+    role_job: RoleJob = RoleJob.CURRENT,
+    job_failed: bool = False,
+    prior: Prior,
+    now: float,
+    waiting: str | None = None,
+    stall_seconds: int | None = None,
+) -> ReplicaObservation:
+    """One replica's state, exit code, restarts and message from its index's pods (of the
+    current Job only; any order) and where its role's Job stands (`waiting`: what the Job
+    says about pods it has not made, `waiting_message`). The rules are in the module
+    docstring; every branch is a row in tests/unit/test_kube_observe.py."""
+    terminal = prior.phase.terminal
+    all_pods = sorted(pods, key=_created, reverse=True)
+    current = [p for p in all_pods if not is_dying(p)]
+    own_failures = [p for p in current if pod_phase(p) == "Failed"]
+    newest = current[0] if current else None
+    code: int | None = None
+    failed_pod: str | None = None
+    next_start: float | None = None
+    message = ""
+    termination: str | None = None
+    progress: float | None = None
+    restarts = len(own_failures)
+    state: ReplicaState
+    if completed or any(pod_phase(p) == "Succeeded" for p in current):
+        state, code = ReplicaState.SUCCEEDED, 0
+    elif newest is not None and pod_phase(newest) == "Failed":
+        failed_pod, code = _name(newest), exit_code(newest)
+        message, termination = failure_message(newest), termination_message(newest)
+        if failed_pod in prior.handled and not terminal:
+            state = ReplicaState.BACKOFF
+            message = f"being restarted by Kubernetes after {message}"
+        else:
+            state = ReplicaState.STOPPED if terminal else ReplicaState.FAILED
+            restarts -= 1
+    elif newest is not None and pod_phase(newest) == "Running":
+        state = ReplicaState.RUNNING
+        progress = last_progress(newest, stall_seconds, now)
+    elif newest is not None:
+        state, message = ReplicaState.PENDING, pending_message(newest)
+    elif job_failed and not terminal:
+        # Kubernetes failed the role's Job and no pod of its own shows it: the pod was
+        # deleted (a user, an eviction) and failed while being stopped. Still a failure: for
+        # the PS the whole-job restart, for the others the failed Job fails the job.
+        state = ReplicaState.FAILED
+        code = next((c for p in all_pods if (c := exit_code(p)) is not None), None)
+        failed_pod = _name(all_pods[0]) if all_pods else None
+        message = f"{failure_message(all_pods[0])}, its pod deleted" if all_pods else ""
+        message = message or "its Job failed and its pod is gone"
+    elif terminal:
+        state = ReplicaState.STOPPED
+    elif all_pods or restarts:
+        state, message = ReplicaState.BACKOFF, "its pod is being replaced"
+    elif role_job in (RoleJob.STALE, RoleJob.DYING):
+        state, message = ReplicaState.BACKOFF, "whole-job restart: its old Job is being deleted"
+    elif role_job is RoleJob.MISSING and prior.restart_at is not None and now < prior.restart_at:
+        state, next_start = ReplicaState.BACKOFF, prior.restart_at
+        message = f"whole-job restart: starts again at {format_time(prior.restart_at)}"
+    elif role_job is RoleJob.CURRENT:
+        state = ReplicaState.PENDING
+        message = waiting or "waiting for Kubernetes to create its pod"
+    else:
+        state, message = ReplicaState.PENDING, "its Job is not created yet"
+    if terminal and state is ReplicaState.PENDING and role_job is not RoleJob.CURRENT:
+        state, message = ReplicaState.STOPPED, ""
+    return ReplicaObservation(
+        status=ReplicaStatus(
+            role=role,
+            index=index,
+            state=state,
+            exit_code=code,
+            restarts=max(restarts, 0),
+            next_start_at=next_start,
+            message=termination,
+            progress_at=progress,
+            stalled=f"{role}-{index}" in prior.stalled,
+        ),
+        pod=_name(newest) if newest is not None else None,
+        failed_pod=failed_pod,
+        message=message,
+    )
+
+
+# -- the whole job ---------------------------------------------------------------------------
+
+
+def _role_jobs(job_name: str, jobs: Iterable[Obj], prior: Prior) -> dict[str, tuple[RoleJob, Obj]]:
+    """Role -> where its Job stands, and the Job (every role whose Job exists)."""
+    by_name = {_name(j): j for j in jobs}
+    out: dict[str, tuple[RoleJob, Obj]] = {}
+    for each in Role:
+        found = by_name.get(role_job_name(job_name, each.value))
+        if found is None:
+            continue
+        if is_dying(found):
+            out[each.value] = (RoleJob.DYING, found)
+        elif job_generation(found) != prior.generations.get(each.value, 0):
+            out[each.value] = (RoleJob.STALE, found)
+        else:
+            out[each.value] = (RoleJob.CURRENT, found)
+    return out
+
+
+def observe(
+    job: TFJob,
+    prior: Prior,
+    jobs: Iterable[Obj],
+    pods: Iterable[Obj],
+    now: float,
+    events: Iterable[Obj] = (),
+) -> Observation:
+    """Build the planner's `JobStatus` (and what the operator needs to act) from the
+    job's Kubernetes Jobs and pods; `events` (the namespace's `FailedCreate` Events of
+    Jobs, and `FailedScheduling` Events of pods for a gang) only add words to the messages
+    of replicas without a pod, or of a gang's unplaced replicas."""
+    events = list(events)
+    failures = creation_failures(events)
+    found = _role_jobs(job.name, jobs, prior)
+    role_jobs = {r: j for r, (where, j) in found.items() if where is RoleJob.CURRENT}
+    current_uids = {str(j["metadata"].get("uid")): r for r, j in role_jobs.items()}
+
+    pods_by_key: dict[str, list[Obj]] = {}
+    for pod in pods:
+        pod_of, index = pod_role(pod), pod_index(pod)
+        if pod_of is None or index is None or current_uids.get(controller_uid(pod) or "") != pod_of:
+            continue  # not a replica, or a pod of a stale or deleted Job
+        pods_by_key.setdefault(f"{pod_of}-{index}", []).append(pod)
+
+    failed_role_jobs = {
+        r: cond for r, j in role_jobs.items() if (cond := job_failed_condition(j)) is not None
+    }
+    indexes = {r: role_indexes(j) for r, j in role_jobs.items()}  # once per role, not replica
+    waits = {r: waiting_message(j, failures) for r, j in role_jobs.items()}
+    gave_up: set[str] = set()
+    unplaced: set[str] = set()  # pending replicas whose pod is not on a node yet
+    replicas: dict[str, ReplicaObservation] = {}
+    live_pods: dict[str, list[str]] = {}
+    counts: dict[str, RoleCounts] = {}
+    for role_enum, index in job.replica_keys():
+        role = role_enum.value
+        key = f"{role}-{index}"
+        completed, failed = indexes.get(role, RoleIndexes())
+        if index in failed:
+            gave_up.add(key)
+        mine = pods_by_key.get(key, [])
+        seen = read_replica(
+            role,
+            index,
+            mine,
+            completed=index in completed,
+            role_job=found[role][0] if role in found else RoleJob.MISSING,
+            job_failed=role in failed_role_jobs,
+            prior=prior,
+            now=now,
+            waiting=waits.get(role),
+            stall_seconds=job.spec.run_policy.stall_seconds,
+        )
+        replicas[key] = seen
+        if seen.status.state is ReplicaState.PENDING and any(
+            _name(p) == seen.pod and not is_placed(p) for p in mine
+        ):
+            unplaced.add(key)
+        newest_live = seen.pod is not None and seen.status.state.live
+        if seen.pod is not None and any(
+            _name(p) == seen.pod and pod_phase(p) in ("Pending", "Running") for p in mine
+        ):
+            live_pods.setdefault(role, []).append(seen.pod)
+        before = counts.get(role, RoleCounts())
+        counts[role] = RoleCounts(
+            active=before.active + newest_live,
+            succeeded=before.succeeded + (seen.status.state is ReplicaState.SUCCEEDED),
+            failed=before.failed + sum(pod_phase(p) == "Failed" and not is_dying(p) for p in mine),
+        )
+
+    unplaced_pods = [replicas[key].pod or "" for key in sorted(unplaced)]
+    gang = gang_message(
+        job,
+        [replicas[key].message for key in sorted(unplaced)]
+        + scheduling_failures(events, unplaced_pods),
+    )
+    if gang is not None:
+        for key in unplaced:
+            replicas[key] = replace(replicas[key], message=gang)
+    statuses = tuple(r.status for r in replicas.values())
+    status = JobStatus(
+        phase=prior.phase,
+        started_at=prior.started_at if prior.started_at is not None else now,
+        replicas=statuses,
+        restarts=prior.restarts_before + sum(r.restarts for r in statuses),
+        finished_at=prior.finished_at,
+        reason=prior.reason,
+        message=prior.message,
+    )
+    stalled = stalled_replicas(job.spec.run_policy, status, now)
+    for key in stalled:
+        quiet = now - (replicas[key].status.progress_at or now)
+        replicas[key] = replace(replicas[key], message=f"no progress for {quiet:.0f}s")
+    return Observation(
+        status=status,
+        replicas=replicas,
+        role_jobs=role_jobs,
+        dying_jobs=frozenset(r for r, (where, _) in found.items() if where is RoleJob.DYING),
+        stale_jobs=frozenset(r for r, (where, _) in found.items() if where is RoleJob.STALE),
+        counts=counts,
+        live_pods=live_pods,
+        failed_role_jobs=failed_role_jobs,
+        gave_up=frozenset(gave_up),
+        stalled=stalled,
+    )

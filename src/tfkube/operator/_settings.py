@@ -1,0 +1,53 @@
+"""What the operator is told: its command's flags and its environment, read in one place.
+
+`tfkube install` (and deploy/operator.yaml) runs the operator with TFKUBE_OPERATOR_NAMESPACE
+set from the pod's own namespace and TFKUBE_REGISTRY_SECRET naming the platform's
+image-pull Secret there (`tfkube.kube.names` holds both names, which `tfkube.render` writes
+into the Deployment). Unset, the defaults are those `tfkube install` uses.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tfkube.kube.names import OPERATOR_NAMESPACE_ENV, REGISTRY_SECRET_ENV
+from tfkube.render import OPERATOR_NAMESPACE, REGISTRY_SECRET
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    namespaces: tuple[str, ...] = ()
+    """Watch only these namespaces (`--namespace`); empty means every namespace."""
+    kubeconfig: Path | None = None
+    """A kubeconfig file (`--kubeconfig`); default $KUBECONFIG, ~/.kube/config, or the
+    service account."""
+    verbose: bool = False
+    """Debug logging, kopf's and the clients' too (`--verbose`)."""
+    operator_namespace: str = OPERATOR_NAMESPACE
+    """The namespace the operator was installed in (TFKUBE_OPERATOR_NAMESPACE): where the
+    platform's image-pull Secret lives."""
+    registry_secret: str | None = REGISTRY_SECRET
+    """The platform's image-pull Secret in `operator_namespace` (TFKUBE_REGISTRY_SECRET; set
+    but empty: none), copied into every job's namespace as `<job>-registry` when it exists;
+    without it jobs pull anonymously."""
+
+    @classmethod
+    def read(
+        cls,
+        environ: Mapping[str, str] = os.environ,
+        *,
+        namespaces: tuple[str, ...] = (),
+        kubeconfig: Path | None = None,
+        verbose: bool = False,
+    ) -> OperatorSettings:
+        """The settings from the command's flags and the environment."""
+        return cls(
+            namespaces=namespaces,
+            kubeconfig=kubeconfig,
+            verbose=verbose,
+            operator_namespace=environ.get(OPERATOR_NAMESPACE_ENV) or OPERATOR_NAMESPACE,
+            registry_secret=environ.get(REGISTRY_SECRET_ENV, REGISTRY_SECRET) or None,
+        )

@@ -1,0 +1,69 @@
+"""A team's objects in a cluster: its namespace, and its quota as a ResourceQuota with
+default requests (a LimitRange) where the quota counts CPU or memory. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tfkube.kube.names import (
+    GROUP,
+    LABEL_COMPONENT,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    PLURAL,
+    TENANT_OBJECTS,
+)
+
+DEFAULT_REQUEST = {"cpu": "500m", "memory": "512Mi"}
+"""What a container that asks for nothing is counted as in a team namespace with a quota
+(a LimitRange default): Kubernetes refuses a pod without requests where a quota counts
+them. Half a core, as the local queue counts it (`server.jobs.admission`)."""
+
+
+def quota_hard(quota: Mapping[str, Any]) -> dict[str, str]:
+    """A team's quota as a ResourceQuota's `hard`. Requests only: a quota on limits would
+    force a limit on every container, and a default memory limit kills training that needs
+    more; requests are what the scheduler reserves, so they are what is shared."""
+    hard: dict[str, str] = {}
+    if quota.get("cpu") is not None:
+        hard["requests.cpu"] = f"{quota['cpu']:g}"
+    if quota.get("memory") is not None:
+        hard["requests.memory"] = str(int(quota["memory"]))
+    if quota.get("gpu") is not None:
+        hard["requests.nvidia.com/gpu"] = str(int(quota["gpu"]))
+    if quota.get("jobs") is not None:
+        hard[f"count/{PLURAL}.{GROUP}"] = str(int(quota["jobs"]))
+    return hard
+
+
+def tenant_objects(namespace: str, quota: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A team's namespace and its quota, with default requests where the quota counts
+    CPU or memory."""
+    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: "tenant"}
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}}
+    ]
+    hard = quota_hard(quota)
+    meta = {"name": TENANT_OBJECTS, "namespace": namespace, "labels": labels}
+    if hard:
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ResourceQuota",
+                "metadata": dict(meta),
+                "spec": {"hard": hard},
+            }
+        )
+    if "requests.cpu" in hard or "requests.memory" in hard:
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "LimitRange",
+                "metadata": dict(meta),
+                "spec": {
+                    "limits": [{"type": "Container", "defaultRequest": dict(DEFAULT_REQUEST)}]
+                },
+            }
+        )
+    return objects

@@ -1,0 +1,27 @@
+"""A team as its engine sees it (`tfkube.engines.Tenant`): the one conversion, and making a
+team ready on its engine."""
+
+from __future__ import annotations
+
+from fastapi import HTTPException
+from sqlalchemy.orm import Session
+
+from tfkube.engines import Engine, Tenant
+from tfkube.server.core.tables import Team
+
+
+def tenant_of(team: Team) -> Tenant:
+    return Tenant(team.name, team.namespace, dict(team.quota or {}))
+
+
+def prepare_team(engine: Engine, db: Session, team: Team) -> None:
+    """Make the team's folder or namespace and quota, then commit; when the engine refuses
+    (a cluster down, RBAC), nothing is kept and the caller hears why (502)."""
+    try:
+        engine.prepare_tenant(tenant_of(team))
+    except Exception as exc:
+        db.rollback()
+        raise HTTPException(
+            502, f"the engine could not prepare team {team.name} ({team.namespace}): {exc}"
+        ) from None
+    db.commit()
