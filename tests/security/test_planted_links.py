@@ -62,9 +62,11 @@ cp events.bin "$out/run/events.out.tfevents.1.victim"
 """
 
 
-def attacker(victim_out: Path, database: Path) -> str:
+def attacker(victim_out: Path, database: Path, engine_log: Path, decoy: Path) -> str:
     """A's run.sh: links and hard links to B's outputs, the database and /etc/passwd.
-    It exits 0: a restart's launcher would write its log through a planted name."""
+    It exits 0: a restart's launcher would write its log through a planted name. The
+    engine's own log of the replica (which the supervisor appends to at a start) becomes
+    a link to a decoy of the test's, never to a file that matters."""
     return f"""#!/bin/sh
 out="$TFKUBE_LOG_DIR"
 logs="$out/.tfkube/logs"
@@ -87,6 +89,7 @@ echo index > "$out/ckpt/model.ckpt-1.index"
 ln {database} "$out/ckpt/model.ckpt-1.data-00000-of-00001"
 ln -s /etc/passwd "$TFKUBE_TERMINATION_LOG" 2>/dev/null || true
 echo planted
+ln -sf {decoy} {engine_log}
 """
 
 
@@ -131,7 +134,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         victim_out = w.outputs(w.team_b, victim)
         assert (victim_out / "secret.txt").read_text().strip() == B_SECRET
         database = server.data_dir / "tfkube.db"
-        planted = w.run(w.a, w.team_a, "planter", {"run.sh": attacker(victim_out, database)})
+        decoy = server.data_dir.parent / "decoy.txt"
+        decoy.write_text(f"{PASSWD}:decoy\n")
+        engine = server.data_dir / "teams" / w.team_a / "engine" / "jobs" / "planter"
+        script = attacker(victim_out, database, engine / "logs" / "worker-0.log", decoy)
+        planted = w.run(w.a, w.team_a, "planter", {"run.sh": script})
         moved = w.run(w.a, w.team_a, "mover", {"run.sh": mover(victim_out)})
         assert w.outputs(w.team_a, moved).is_symlink()
         yield {"w": w, "planted": planted, "moved": moved, "victim": victim}
@@ -169,9 +176,12 @@ def test_logs_do_not_follow_planted_links(world: dict[str, Any]) -> None:
     listed = a.ok(a.get(f"/api/v1/jobs/{job}/logs"))
     shown = {(f["replica"], f["attempt"]) for f in listed}
     assert shown == {("worker-0", 0)}, f"links, a hard link or a FIFO listed as logs: {shown}"
+    # No kept log of that name: the engine's own log of the replica, or 404; never the
+    # link's target (and the FIFO never hangs the answer).
     for attempt in (91, 92, 93, 94):
         r = a.get(f"/api/v1/jobs/{job}/logs/worker-0", params={"attempt": attempt}, timeout=20)
-        assert r.status_code == 404, (attempt, r.status_code, _leaks(r.content))
+        assert r.status_code in {200, 404}
+        assert not _leaks(r.content), (attempt, _leaks(r.content))
     r = a.get(f"/api/v1/jobs/{job}/logs/chief-0", timeout=20)
     assert r.status_code == 404, (r.status_code, _leaks(r.content))
     r = a.get(f"/api/v1/jobs/{job}/logs/worker-0", params={"follow": "true"}, timeout=20)
@@ -239,7 +249,8 @@ def test_an_output_folder_replaced_by_a_link_is_not_read(world: dict[str, Any]) 
         r = a.get(f"/api/v1/jobs/{job}/outputs/{path}")
         assert r.status_code == 404, (path, r.status_code, _leaks(r.content))
     assert a.ok(a.get(f"/api/v1/jobs/{job}/logs")) == []
-    assert a.get(f"/api/v1/jobs/{job}/logs/worker-0").status_code == 404
+    r = a.get(f"/api/v1/jobs/{job}/logs/worker-0")  # the engine's own log, if any
+    assert not _leaks(r.content), _leaks(r.content)
     scalars = a.ok(a.get(f"/api/v1/jobs/{job}/scalars"))
     assert not scalars["series"]
     assert a.ok(a.get(f"/api/v1/jobs/{job}"))["exports"] == []
