@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 import tfkube
 from tfkube.spec import SpecError
 
-from ._server import ServerProc
+from ._server import PASSWORD, ServerProc
 from .conftest import TeamCtx
 
 
@@ -120,3 +121,35 @@ def test_cli_login_and_every_command(server: ServerProc, team: TeamCtx, tmp_path
     deleted = tfkube_cli("delete", "cli-job", env=env)
     assert deleted.returncode == 0, deleted.stderr
     assert "cli-job" not in tfkube_cli("list", env=env).stdout
+
+
+def test_cli_login_with_a_password_makes_a_token(
+    server: ServerProc, team: TeamCtx, tmp_path: Path
+) -> None:
+    """`tfkube login URL --user NAME` asks for the password, signs in through the client
+    and keeps a fresh personal token; a wrong password is the API's own refusal."""
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    env.pop("TFKUBE_URL", None)
+    env.pop("TFKUBE_TOKEN", None)
+    name = team.member.name
+
+    def login(password: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tfkube", "login", server.url, "--user", name],
+            input=password + "\n",
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=180,
+        )
+
+    wrong = login("not the password at all")
+    assert wrong.returncode == 1
+    assert "password" in wrong.stderr.lower()
+    assert not (tmp_path / "config" / "tfkube" / "login.json").exists()
+    right = login(PASSWORD)
+    assert right.returncode == 0, right.stderr
+    saved = json.loads((tmp_path / "config" / "tfkube" / "login.json").read_text())
+    assert saved["token"] != team.member.token  # a new token of its own
+    with tfkube.Client(server.url, saved["token"]) as client:
+        assert client.me().name == name

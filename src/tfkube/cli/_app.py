@@ -121,34 +121,18 @@ def login(
     import socket
 
     try:
-        import httpx
-
-        from tfkube.client import Client, Login, save_login
+        from tfkube.client import Client, Login, ServerError, save_login, token_by_password
     except ImportError as exc:
         raise _fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
     url = url.rstrip("/")
     if token is None:
         name = user or input("user: ")
         password = getpass.getpass("password: ")
-        with httpx.Client(base_url=url, timeout=30) as http:
-            if setup_token:
-                r = http.post(
-                    "/api/v1/setup",
-                    json={"token": setup_token, "name": name, "password": password},
-                )
-            else:
-                r = http.post("/api/v1/auth/login", json={"name": name, "password": password})
-            if not r.is_success:
-                raise _fail(f"{r.json().get('detail', r.text)}", 1)
-            csrf = r.json()["csrf_token"]
-            made = http.post(
-                "/api/v1/tokens",
-                json={"name": f"tfkube CLI on {socket.gethostname()}"},
-                headers={"X-CSRF-Token": csrf, "Origin": url},
-            )
-            if not made.is_success:
-                raise _fail(f"cannot create an API token: {made.text}", 1)
-            token = str(made.json()["token"])
+        label = f"tfkube CLI on {socket.gethostname()}"
+        try:
+            token = token_by_password(url, name, password, label, setup_token)
+        except ServerError as exc:
+            raise _fail(exc.detail, 1) from None
     try:
         with Client(url, token) as client:
             me = client.me()

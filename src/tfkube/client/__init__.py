@@ -6,7 +6,7 @@ May import `tfkube.engines` and below; never `tfkube.server` or `tfkube.cli`.
 
 from tfkube import wire
 from tfkube.client._backend import ServerBackend, job_view
-from tfkube.client._client import Client, ServerError, pack_folder
+from tfkube.client._client import Client, ServerError, pack_folder, token_by_password
 from tfkube.client._config import Login, load_login, login_file, save_login
 
 __all__ = [
@@ -19,5 +19,6 @@ __all__ = [
     "login_file",
     "pack_folder",
     "save_login",
+    "token_by_password",
     "wire",
 ]

@@ -50,6 +50,7 @@ class ServerError(RuntimeError):
     def __init__(self, status: int, detail: str, errors: list[FieldError]) -> None:
         super().__init__(detail)
         self.status = status
+        self.detail = detail
         self.errors = errors
 
 
@@ -62,6 +63,39 @@ def pack_folder(folder: Path, dest: Path) -> None:
     with tarfile.open(dest, "w:gz") as tar:
         for child in sorted(folder.iterdir()):
             tar.add(child, arcname=child.name, filter=keep)
+
+
+def checked(r: httpx.Response) -> httpx.Response:
+    """The answer, if it is a success; else ServerError with the API's detail and the
+    fields it names."""
+    if r.is_success:
+        return r
+    try:
+        body = r.json()
+        detail = str(body.get("detail"))
+        errors = [FieldError(e["field"], e["message"]) for e in body.get("errors") or []]
+    except ValueError:
+        detail, errors = r.text, []
+    raise ServerError(r.status_code, detail, errors)
+
+
+def token_by_password(
+    url: str, name: str, password: str, label: str, setup_token: str | None = None
+) -> str:
+    """Sign in with a password (or create the first admin with a set-up token) and make a
+    personal API token named `label`; the session is only used for this. Raises
+    ServerError."""
+    url = url.rstrip("/")
+    with httpx.Client(base_url=url, timeout=30) as http:
+        if setup_token:
+            body = {"token": setup_token, "name": name, "password": password}
+            r = checked(http.post("/api/v1/setup", json=body))
+        else:
+            body = {"name": name, "password": password}
+            r = checked(http.post("/api/v1/auth/login", json=body))
+        headers = {"X-CSRF-Token": r.json()["csrf_token"], "Origin": url}
+        made = checked(http.post("/api/v1/tokens", json={"name": label}, headers=headers))
+        return str(made.json()["token"])
 
 
 class Client:
@@ -96,16 +130,9 @@ class Client:
 
     # -- plumbing -----------------------------------------------------------------------
 
-    def _check(self, r: httpx.Response) -> httpx.Response:
-        if r.is_success:
-            return r
-        try:
-            body = r.json()
-            detail = str(body.get("detail"))
-            errors = [FieldError(e["field"], e["message"]) for e in body.get("errors") or []]
-        except ValueError:
-            detail, errors = r.text, []
-        raise ServerError(r.status_code, detail, errors)
+    @staticmethod
+    def _check(r: httpx.Response) -> httpx.Response:
+        return checked(r)
 
     def _json(self, method: str, path: str, **kw: Any) -> Any:
         r = self._check(self.http.request(method, path, **kw))
