@@ -7,6 +7,7 @@ one command line.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -121,24 +122,18 @@ def server_command(
     except ValueError as exc:
         raise _fail(f"--serving-runtime: {exc}") from None
     from tfkube.server.core.forwarded import parse_networks
-
-    try:
-        parse_networks(trusted_proxy or [])
-    except ValueError as exc:
-        raise _fail(f"--trusted-proxy: {exc}") from None
-
     from tfkube.server.core.origins import parse_workload_url
 
-    if workload_url is not None:
+    checks: list[tuple[str, Callable[[], object]]] = [
+        ("--trusted-proxy", lambda: parse_networks(trusted_proxy or [])),
+        ("--allow-fetch-from", lambda: parse_networks(allow_fetch_from or [])),
+        ("--workload-url", lambda: workload_url and parse_workload_url(workload_url)),
+    ]
+    for option, check in checks:
         try:
-            parse_workload_url(workload_url)
+            check()
         except ValueError as exc:
-            raise _fail(f"--workload-url: {exc}") from None
-
-    try:
-        parse_networks(allow_fetch_from or [])
-    except ValueError as exc:
-        raise _fail(f"--allow-fetch-from: {exc}") from None
+            raise _fail(f"{option}: {exc}") from None
     serve(
         ServerSettings(
             data_dir=(data_dir or default_data_dir()).resolve(),
