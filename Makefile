@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.tfkube-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test test-stress lint unit bench clean web chromium
+.PHONY: install demo test test-stress lint unit bench clean web chromium sandbox
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,12 @@ web: $(WEB_STAMP)
 chromium:
 	bash tools/web/ensure-chromium.sh
 
-install: $(STAMP) $(WEB_STAMP)
+## sandbox: Debian's bubblewrap, with which a server run as root confines each team's jobs
+## (installed only when missing and only as root; tools/sandbox/ensure-bwrap.sh).
+sandbox:
+	@bash tools/sandbox/ensure-bwrap.sh
+
+install: $(STAMP) $(WEB_STAMP) sandbox
 
 ## demo: a real distributed training run on this machine (1 PS + 2 workers, between-graph).
 demo: $(STAMP)

@@ -35,6 +35,8 @@ class ServerProc:
     database_url: str | None
     env: dict[str, str]
     extra: list[str] = field(default_factory=list)
+    prefix: list[str] = field(default_factory=list)
+    """A command the server runs under (e.g. `unshare ...`): its argv's start."""
     proc: subprocess.Popen[bytes] | None = None
     setup_token: str | None = None
 
@@ -48,6 +50,7 @@ class ServerProc:
 
     def start(self, timeout: float = 60) -> None:
         argv = [
+            *self.prefix,
             sys.executable,
             "-m",
             "tfkube",

@@ -56,6 +56,7 @@ from tfkube.spec._models import (
     VolumeMount,
     VolumeSpec,
 )
+from tfkube.spec._quantity import cpu_cores, memory_bytes
 
 __all__ = [
     "API_VERSION",
@@ -105,11 +106,13 @@ __all__ = [
     "TolerationOperator",
     "VolumeMount",
     "VolumeSpec",
+    "cpu_cores",
     "dump_job",
     "errors_from",
     "from_kubeflow",
     "load_job_text",
     "load_yaml",
+    "memory_bytes",
     "parse_job",
     "quick_job",
     "replica_environment",

@@ -6,6 +6,11 @@ place and start the job's supervisor (`python -m tfkube.engines.local`) in its o
 session. Every other call reads the job's folder; delete/stop signal the supervisor, and
 stop the replicas' trees themselves should the supervisor be gone.
 
+With a tenant (`TenantIsolation`: a tfkube server's team) the job runs confined: staging
+also checks that its folders lie in the tenant's folder and that its commands exist in
+the sandbox, makes the job's folder root's only and the log folder (and the data, read
+only inside) the team's; the supervisor starts each replica in the sandbox (`_sandbox.py`).
+
 Ctrl-C: staging may be interrupted at any point (its folder is removed, nothing ran).
 From the move into place until the supervisor is registered, and while stopping, SIGINT
 is held (`_interrupts.py`), so an interrupted submit stops the job it started and an
@@ -31,15 +36,24 @@ from tfkube.engines.local._commands import command_problems
 from tfkube.engines.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
 from tfkube.engines.local._interrupts import interrupts_held
 from tfkube.engines.local._procs import alive, free_ports, stop_trees, wait_gone
+from tfkube.engines.local._sandbox import (
+    SYSTEM_PATH,
+    TenantIsolation,
+    python_installation,
+    sees,
+    sweep,
+)
 from tfkube.engines.local._store import (
     JobDir,
     JobRecord,
     ReplicaRecord,
+    TenantRecord,
     last_line,
     tfkube_cache,
     tfkube_home,
 )
-from tfkube.engines.local._supervisor import spawn
+from tfkube.engines.local._supervisor import cgroup_prefix, spawn
+from tfkube.engines.local._tenants import hand_over
 from tfkube.launcher import DepsError, ensure_venv
 from tfkube.planner import JobPhase, ReplicaState
 from tfkube.safefs import closing, open_last, pread_all
@@ -61,11 +75,11 @@ def _uv() -> str | None:
         return None
 
 
-def _replica_which(program: str) -> str | None:
+def _replica_which(program: str, confined: bool = False) -> str | None:
     """A program as a replica's launcher finds it: on PATH after tfkube's interpreter's
-    folder (the supervisor puts it first)."""
-    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    return shutil.which(program, path=path)
+    folder (the supervisor puts it first); confined, the sandbox's PATH."""
+    rest = SYSTEM_PATH if confined else os.environ.get("PATH", "")
+    return shutil.which(program, path=os.pathsep.join([str(Path(sys.executable).parent), rest]))
 
 
 def _folder(job: TFJob, base_dir: Path, value: str | None, field: str) -> Path | None:
@@ -81,6 +95,25 @@ def _folder(job: TFJob, base_dir: Path, value: str | None, field: str) -> Path |
             f"job {job.name!r}",
         ) from None
     return path
+
+
+def _inside_tenant(job: TFJob, base_dir: Path, folder: Path) -> None:
+    """A confined job's own folders must lie in its tenant's `folder`: they become the
+    team's."""
+    root = folder.resolve()
+    for which in ("data", "logs"):
+        value = getattr(job.spec.storage, which).path
+        if value and not (base_dir / value).resolve().is_relative_to(root):
+            raise SpecError(
+                [
+                    FieldError(
+                        f"spec.storage.{which}.path",
+                        f"{value} is outside the team's folder {root}; a confined job's "
+                        "folders must be inside it (or leave path out)",
+                    )
+                ],
+                f"job {job.name!r}",
+            )
 
 
 def _replica_message(
@@ -110,15 +143,18 @@ class LocalBackend:
         fork_supervisor: bool = False,
         cache: Path | None = None,
         spawner: Callable[[JobDir, bool], None] = spawn,
+        tenant: TenantIsolation | None = None,
     ) -> None:
         """`fork_supervisor`: start supervisors by forking this process (see `spawn`);
         only for single-threaded callers such as the CLI. `cache`: where the jobs'
         Python environments are kept (default `tfkube_cache()`). `spawner`: what starts
-        a supervisor (a seam for tests that interrupt the start)."""
+        a supervisor (a seam for tests that interrupt the start). `tenant`: run every
+        replica confined, as this team's OS user (root only; see `_sandbox.py`)."""
         self.home = home or tfkube_home()
         self.fork_supervisor = fork_supervisor
         self.cache = cache or tfkube_cache()
         self.spawner = spawner
+        self.tenant = tenant
         self.submitted: builtins.list[str] = []
         """Names of the jobs this object started, in order (for a caller that must stop
         them on Ctrl-C: the name alone could be another job's after a replace)."""
@@ -184,6 +220,8 @@ class LocalBackend:
         code_token: str | None = None,
     ) -> JobRecord:
         storage = job.spec.storage
+        if self.tenant is not None:
+            _inside_tenant(job, base_dir, Path(self.tenant.folder))
         data = _folder(job, base_dir, storage.data.path, "spec.storage.data.path")
         logs = _folder(job, base_dir, storage.logs.path, "spec.storage.logs.path")
         # Default folders live in the job's own folder (moved into place with it).
@@ -207,12 +245,15 @@ class LocalBackend:
             code_url = str(target.artifacts / artifact.path.name)
             code_sha = artifact.sha256
             names = artifact.names
+        # Confined, only what the sandbox shows counts (system folders, tfkube's Python).
+        confined = self.tenant is not None
+        shown = python_installation() if confined else None
         problems = command_problems(
             job,
             names,
-            which=_replica_which,
-            exists=lambda p: Path(p).exists(),
-            is_dir=lambda p: Path(p).is_dir(),
+            which=lambda p: _replica_which(p, confined),
+            exists=lambda p: (shown is None or sees(p, shown)) and Path(p).exists(),
+            is_dir=lambda p: (shown is None or sees(p, shown)) and Path(p).is_dir(),
             fetched=code is not None and names is None,
         )
         if problems:
@@ -240,12 +281,45 @@ class LocalBackend:
             artifact_sha256=code_sha,
             venv=venv,
         )
+        if self.tenant is not None:
+            record.tenant = self._confine(
+                staging,
+                data or staging.root / "data",
+                logs or staging.root / "output",
+                own_venvs=code_token is not None,
+            )
         # The spec as it runs: absolute paths, every default filled in.
         staging.spec.write_text(dump_job(job))
         staging.logs.mkdir()
         staging.write(record)
         staging.event(f"job submitted with {len(keys)} replicas")
         return record
+
+    def _confine(self, staging: JobDir, data: Path, logs: Path, own_venvs: bool) -> TenantRecord:
+        """Hand the job's folders to its team: the log and data folders become the team's
+        (the data read-only in the sandbox when it came with files), the job's own folder
+        root's alone."""
+        assert self.tenant is not None
+        tenant = self.tenant.identity
+        staging.root.chmod(0o700)
+        hand_over(logs, tenant)
+        data_read_only = data.is_dir() and any(data.iterdir())
+        hand_over(data, tenant, recursive=True)
+        if staging.artifacts.is_dir():  # code staged here: read-only in the sandbox
+            hand_over(staging.artifacts, tenant, recursive=True)
+        venvs = None
+        if own_venvs:  # replicas fetch the code: its requirements.txt is installed there
+            venvs = self.home / "venvs"
+            hand_over(venvs, tenant)
+        return TenantRecord(
+            user=tenant.name,
+            uid=tenant.uid,
+            gid=tenant.gid,
+            hidden=list(self.tenant.hidden),
+            passed_env=list(self.tenant.passed_env),
+            data_read_only=data_read_only,
+            venv_cache=str(venvs) if venvs else None,
+        )
 
     def _python_env(self, job: TFJob, artifact: Artifact, staging: JobDir) -> str | None:
         """Install the code's requirements.txt (or reuse the cached environment) before
@@ -454,6 +528,8 @@ class LocalBackend:
         # Whatever the supervisor left (or if it was gone): stop the trees ourselves.
         record = d.read()
         stop_trees([r.process for r in record.replicas if r.process is not None], grace)
+        if record.tenant is not None:  # and the cgroups a killed supervisor left
+            sweep(cgroup_prefix(record))
 
     def _await_supervisor(self, d: JobDir, record: JobRecord) -> JobRecord:
         """A job just submitted may have a supervisor that has not registered yet: wait

@@ -9,12 +9,20 @@ jobs, model servers, notebooks and TensorBoards run as processes on this machine
     <data dir>/serving/<id>.log           a model server's output
 
 The server queues jobs itself (`capacity`: this machine's CPUs, memory and GPUs, or what
-the server was told)."""
+the server was told).
+
+Tenancy: where this machine can isolate (`isolation_support`: root, bubblewrap, cgroups),
+each team gets its own OS identity when it is prepared (`ensure_identity`) and its jobs
+run confined (`TenantIsolation`: as that user, in a sandbox that never shows the data dir;
+docs/security.md). Where it cannot, the engine says why when it starts and refuses to
+prepare a second team (`NotAvailable`): teams sharing one OS user could read and write
+each other's files and the server's database."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,11 +44,14 @@ from tfkube.engines._workloads import (
 )
 from tfkube.engines.local._engine import LocalBackend
 from tfkube.engines.local._gpus import available_gpus
+from tfkube.engines.local._sandbox import TenantIsolation, isolation_support
 from tfkube.engines.local._services import (
+    PASSED_ENV,
     LocalModelServers,
     LocalNotebooks,
     LocalTensorBoards,
 )
+from tfkube.engines.local._tenants import ensure_identity
 from tfkube.launcher import FetchError, unpack
 from tfkube.render import ServingRuntime, parse_runtime
 from tfkube.spec import FieldError, SpecError
@@ -70,6 +81,19 @@ class LocalEngine(RunnersByKind):
         }
         self._backends: dict[str, LocalBackend] = {}
         self._lock = threading.Lock()
+        self.workload_env = workload_env
+        support = isolation_support()
+        self.isolation_problem = None if support.ok else support.reason
+        """Why this machine cannot keep teams apart (None: it can)."""
+        print(
+            "tfkube server: local engine: each team's jobs run as the team's own OS user, "
+            "sandboxed (docs/security.md)"
+            if support.ok
+            else "tfkube server: local engine: teams cannot be isolated from each other on "
+            f"this machine: {support.reason}; one team only (docs/security.md)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def team_root(self, tenant: Tenant) -> Path:
         return self.data_dir / "teams" / tenant.name
@@ -83,13 +107,41 @@ class LocalEngine(RunnersByKind):
     # -- tenants and jobs ---------------------------------------------------------------
 
     def prepare_tenant(self, tenant: Tenant) -> None:
-        (self.team_root(tenant) / "outputs").mkdir(parents=True, exist_ok=True)
+        root = self.team_root(tenant)
+        if self.isolation_problem is not None and not root.exists() and self._other_teams(root):
+            raise NotAvailable(
+                "tenancy needs isolation on this machine: the local engine cannot keep teams "
+                f"apart here ({self.isolation_problem}), so this server has one team only "
+                "(see docs/security.md)"
+            )
+        (root / "outputs").mkdir(parents=True, exist_ok=True)
+        if self.isolation_problem is None:
+            ensure_identity(root, tenant.name)
+
+    def _other_teams(self, root: Path) -> bool:
+        teams = root.parent
+        return teams.is_dir() and any(p.is_dir() and p != root for p in teams.iterdir())
+
+    def _isolation(self, tenant: Tenant) -> TenantIsolation | None:
+        """How the tenant's jobs are confined (None: this machine cannot)."""
+        if self.isolation_problem is not None:
+            return None
+        data = {str(self.data_dir.absolute()), str(self.data_dir.resolve())}
+        root = self.team_root(tenant)
+        return TenantIsolation(
+            ensure_identity(root, tenant.name),
+            folder=str(root),
+            hidden=tuple(sorted(data)),
+            passed_env=(*PASSED_ENV, *self.workload_env),
+        )
 
     def jobs(self, tenant: Tenant) -> Backend:
         with self._lock:
             found = self._backends.get(tenant.name)
             if found is None:
-                found = LocalBackend(home=self.team_root(tenant) / "engine")
+                found = LocalBackend(
+                    home=self.team_root(tenant) / "engine", tenant=self._isolation(tenant)
+                )
                 self._backends[tenant.name] = found
             return found
 

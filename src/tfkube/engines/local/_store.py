@@ -6,12 +6,15 @@
     logs/<r>.log     each replica's output, across restarts
     artifacts/       the code archive every replica fetches and verifies
     work/<r>/        each replica's unpacked copy of the code, and its launcher's
-                     termination message (why the launcher itself failed)
+                     termination message (why the launcher itself failed); confined,
+                     also its HOME, owned by the team's uid (0700)
     data/, output/   the default data and log/checkpoint folders (shared by replicas)
     stop             present once a stop was asked for (the supervisor polls it, so a
                      stop cannot be missed while the supervisor is still starting)
 
 Any shell can read these; only the job's supervisor writes `state.json` once it runs.
+A confined job's folder is root's alone (0700): its replicas never see it, only their
+own `work/<r>` and the data and log folders (see `_sandbox.py`).
 """
 
 from __future__ import annotations
@@ -79,6 +82,26 @@ class ReplicaRecord(BaseModel):
         return f"{self.role}-{self.index}"
 
 
+class TenantRecord(BaseModel):
+    """Set when the job runs confined (a tfkube server's team, `TenantIsolation`): as
+    whom its replicas run and what their sandbox never shows."""
+
+    user: str
+    uid: int
+    gid: int
+    hidden: list[str] = []
+    """Folders never visible in the sandbox (the server's data dir)."""
+    data_read_only: bool = True
+    """The data folder held files at submit (a data set the server unpacked): it stays
+    as it came, read-only; an empty one is the job's to fill (its replicas stage data
+    there, as on a Kubernetes claim)."""
+    passed_env: list[str] = []
+    """Variables of the supervisor's (the server's) environment the replicas keep."""
+    venv_cache: str | None = None
+    """The team's own folder where launchers install a fetched code's requirements.txt
+    (never the machine-wide cache, which other teams' jobs read)."""
+
+
 class JobRecord(BaseModel):
     name: str
     uid: str
@@ -99,6 +122,8 @@ class JobRecord(BaseModel):
     artifact_sha256: str
     venv: str | None = None
     """The environment made at submit from the code's requirements.txt, if it has one."""
+    tenant: TenantRecord | None = None
+    """Confined: the team whose identity its replicas take (None: plain processes)."""
 
     def replica(self, key: str) -> ReplicaRecord:
         for r in self.replicas:

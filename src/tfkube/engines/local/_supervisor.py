@@ -6,6 +6,12 @@ to do, does it (start, restart after backoff, stop whole process trees), and wri
 job's state for other shells to read. SIGTERM/SIGINT, or the job folder's `stop` file,
 stop the job (phase Failed, reason Stopped). It exits when the job has ended and nothing
 of it runs; with a TTL it waits for the TTL and then removes the job's folder.
+
+A confined job (its record names a tenant) starts each launcher in the sandbox
+(`_sandbox.py`): as the team's uid, in cgroups holding the role's `resources`, with an
+allow-listed environment (the replica's TFKUBE_* contract, PATH, HOME, LANG, the code
+token) instead of this process's. A replica the kernel killed at its memory limit ends
+Failed with exit code 137 and the message OOMKilled, as on Kubernetes.
 """
 
 from __future__ import annotations
@@ -21,12 +27,23 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import BinaryIO, NoReturn
 
 from tfkube import contract
+from tfkube.engines.local._cgroups import Limits
 from tfkube.engines.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
 from tfkube.engines.local._procs import alive, ref_of, stop_trees
+from tfkube.engines.local._sandbox import (
+    Confinement,
+    SandboxError,
+    confinement_for,
+    launch,
+    passed_environment,
+    release,
+    sweep,
+)
 from tfkube.engines.local._store import JobDir, JobRecord, ReplicaRecord, tfkube_cache
+from tfkube.engines.local._tenants import TenantIdentity, hand_over
 from tfkube.launcher import file_lock, latest_write
 from tfkube.planner import (
     Decision,
@@ -41,13 +58,55 @@ from tfkube.planner import (
     plan,
 )
 from tfkube.safefs import read_file
-from tfkube.spec import Role, TFJob, load_job_text, replica_environment
+from tfkube.spec import (
+    Resources,
+    Role,
+    TFJob,
+    cpu_cores,
+    load_job_text,
+    memory_bytes,
+    replica_environment,
+)
 from tfkube.tfcluster import cluster_spec, local_address
 
 TICK_SECONDS = 0.1
 PROGRESS_EVERY = 1.0
 """How often progress is observed (log files and the log folder's mtimes)."""
 _INHERITED_DROP = (contract.RESERVED_PREFIX, contract.TF_CONFIG, "VIRTUAL_ENV")
+OOM_EXIT_CODE = 128 + signal.SIGKILL
+MAX_MESSAGE_READ = contract.MAX_MESSAGE_BYTES
+
+
+def cgroup_prefix(record: JobRecord) -> str:
+    """What the names of a confined job's cgroups start with: `<user>.<job uid>.`."""
+    assert record.tenant is not None
+    return f"{record.tenant.user}.{record.uid[:12]}."
+
+
+def limits_of(resources: Resources) -> Limits:
+    """A role's `resources` as a confined replica's cgroup limits (requests equal limits,
+    as tfkube renders them for Kubernetes). Pure."""
+    cpu = cpu_cores(resources.cpu) if resources.cpu else 0.0
+    memory = memory_bytes(resources.memory) if resources.memory else 0
+    return Limits(cpu=cpu or None, memory=memory or None)  # "0": no limit, not none at all
+
+
+def oom_message(resources: Resources) -> str:
+    """A replica's message after the kernel killed it at its memory limit. Pure."""
+    return (
+        f"OOMKilled: over its memory limit of {resources.memory} (resources.memory); "
+        "the kernel killed it"
+    )
+
+
+def read_bounded(path: Path, limit: int = MAX_MESSAGE_READ) -> str | None:
+    """A regular file's first `limit` bytes, never following a link nor waiting on a
+    FIFO: a replica may have planted either where its termination message goes
+    (`tfkube.safefs.read_file`: a hard-linked file is refused too)."""
+    try:
+        return read_file(path, limit).decode(errors="replace")
+    except OSError:
+        return None
 
 
 def _status_of(record: JobRecord, now: float) -> JobStatus:
@@ -91,17 +150,24 @@ class Supervisor:
             for role in Role
         }
         self.cluster = cluster_spec(self.job.spec.replicas.counts(), local_address(ports))
-        self.base_env = {k: v for k, v in os.environ.items() if not k.startswith(_INHERITED_DROP)}
         artifact = self.record.artifact
         self.code_url: str | None = None  # no code: every role runs its own command
         if artifact:
             self.code_url = artifact if "://" in artifact else Path(artifact).as_uri()
-        token = job_dir.read_code_token()
-        if token is not None:
-            self.base_env[contract.CODE_TOKEN] = token
-        # Replicas run with the Python tfkube runs with: `python3` in run.sh finds it first.
-        python_bin = str(Path(sys.executable).parent)
-        self.base_env["PATH"] = python_bin + os.pathsep + self.base_env.get("PATH", "")
+        self.code_token = job_dir.read_code_token()
+        self.confined: dict[str, Confinement] = {}
+        """Confined replicas that run, by key: their cgroups are released after."""
+        # Plain processes inherit this process's environment; confined ones never do.
+        self.base_env: dict[str, str] = {}
+        if self.record.tenant is None:
+            self.base_env = {
+                k: v for k, v in os.environ.items() if not k.startswith(_INHERITED_DROP)
+            }
+            if self.code_token is not None:
+                self.base_env[contract.CODE_TOKEN] = self.code_token
+            # Replicas run with tfkube's Python: `python3` in run.sh finds it first.
+            python_bin = str(Path(sys.executable).parent)
+            self.base_env["PATH"] = python_bin + os.pathsep + self.base_env.get("PATH", "")
 
     # -- the loop -------------------------------------------------------------------
 
@@ -139,6 +205,8 @@ class Supervisor:
                 self._delete()
                 return 0
             if self.record.phase.terminal and not self.procs and not self._ttl_pending():
+                if self.record.tenant is not None:
+                    sweep(self._cgroup_prefix())
                 self.dir.event("supervisor exits: nothing of the job runs")
                 return 0 if self.record.phase is JobPhase.SUCCEEDED else 1
             if select.select([wake_r], [], [], TICK_SECONDS)[0]:
@@ -164,12 +232,18 @@ class Supervisor:
             replica.ended_at = self.clock()
             replica.process = None
             replica.stalled = False
+            confinement = self.confined.pop(key, None)
+            oom_killed = confinement is not None and release(confinement) > 0
             if replica.state is not ReplicaState.RUNNING:
                 continue  # we stopped it: its exit is no news
             code = code if code >= 0 else 128 - code
+            if oom_killed and code != 0:
+                code = OOM_EXIT_CODE  # whichever of its processes the kernel chose
             replica.exit_code = code
             replica.state = ReplicaState.SUCCEEDED if code == 0 else ReplicaState.FAILED
             replica.message = self._termination_message(key)
+            if oom_killed and code != 0:
+                replica.message = oom_message(self._resources(replica))
             self.dir.event(
                 f"{key} exited with code {code}"
                 + (f": {replica.message}" if replica.message else ""),
@@ -228,13 +302,15 @@ class Supervisor:
         return True
 
     def _termination_message(self, key: str) -> str | None:
-        try:
-            text = (
-                read_file(self.dir.termination_log(key), 1 << 16).decode(errors="replace").strip()
-            )
-        except OSError:
-            return None
-        return text or None
+        text = read_bounded(self.dir.termination_log(key))
+        return (text or "").strip() or None
+
+    def _resources(self, replica: ReplicaRecord) -> Resources:
+        spec = self.job.spec.replicas.get(Role(replica.role))
+        return spec.resources if spec is not None else Resources()
+
+    def _cgroup_prefix(self) -> str:
+        return cgroup_prefix(self.record)
 
     def _observe_progress(self) -> bool:
         """With stall detection on: when each running replica last made progress (its
@@ -349,7 +425,6 @@ class Supervisor:
             ),
             contract.JOB_UID: self.record.uid,
             "CUDA_VISIBLE_DEVICES": ",".join(replica.gpus),
-            contract.PARENT_PID: str(os.getpid()),
         }
         self.dir.logs.mkdir(exist_ok=True)
         self.dir.termination_log(key).unlink(missing_ok=True)
@@ -364,19 +439,16 @@ class Supervisor:
         with self.dir.log(key).open("ab") as log:
             log.write(f"==== tfkube: {key} start (restart {attempt}) ====\n".encode())
             log.flush()
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "tfkube.launcher"],
-                env=env,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                # Its own process group (to signal the replica as a whole), but not its
-                # own session: Linux's autogroup scheduler shares CPU between sessions, so
-                # one session per replica would hand a mostly idle PS as much CPU as a
-                # busy worker. All replicas of a job share the supervisor's session.
-                process_group=0,
-            )
+            try:
+                if self.record.tenant is None:
+                    env[contract.PARENT_PID] = str(os.getpid())
+                    proc = self._popen([sys.executable, "-m", "tfkube.launcher"], env, cwd, log)
+                else:
+                    proc = self._start_confined(replica, env, work, cwd, log)
+            except SandboxError as exc:
+                log.write(f"==== tfkube: {key} could not start: {exc} ====\n".encode())
+                self._not_started(replica, str(exc))
+                return
         self.procs[key] = proc
         replica.process = ref_of(proc.pid)
         replica.state = ReplicaState.RUNNING
@@ -389,8 +461,92 @@ class Supervisor:
             f"started {key} (pid {proc.pid}, restart {attempt})", replica=key, pid=proc.pid
         )
 
+    @staticmethod
+    def _popen(
+        argv: list[str], env: dict[str, str], cwd: Path, log: BinaryIO, fds: tuple[int, ...] = ()
+    ) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            argv,
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            pass_fds=fds,
+            # Its own process group (to signal the replica as a whole), but not its own
+            # session: Linux's autogroup scheduler shares CPU between sessions, so one
+            # session per replica would hand a mostly idle PS as much CPU as a busy
+            # worker. All replicas of a job share the supervisor's session. (Confined,
+            # the cgroups share it instead, by each role's CPU request.)
+            process_group=0,
+        )
+
+    def _start_confined(
+        self, replica: ReplicaRecord, env: dict[str, str], work: Path, cwd: Path, log: BinaryIO
+    ) -> subprocess.Popen[bytes]:
+        """The launcher in its sandbox, as the team: its work folder (its HOME), the log
+        folder and the data folder the team's (the data read-only when it came with
+        files). Raises SandboxError."""
+        t = self.record.tenant
+        assert t is not None
+        tenant = TenantIdentity(t.user, t.uid, t.gid)
+        try:
+            hand_over(work, tenant)
+            hand_over(Path(self.record.log_dir), tenant)
+        except OSError as exc:
+            raise SandboxError(f"cannot hand its folders to team user {t.user}: {exc}") from None
+        env = {**passed_environment(os.environ, t.passed_env), **env}
+        if self.code_token is not None:
+            env[contract.CODE_TOKEN] = self.code_token
+        env.pop(contract.VENV_CACHE, None)  # the machine-wide cache: other teams read it
+        if t.venv_cache is not None:
+            env[contract.VENV_CACHE] = t.venv_cache
+        read_only: list[str] = []
+        read_write = [str(work), self.record.log_dir]
+        (read_only if t.data_read_only else read_write).append(self.record.data_dir)
+        if self.record.venv:
+            read_only.append(self.record.venv)
+        if self.code_url is not None and self.code_url.startswith("file://"):
+            read_only.append(str(self.dir.artifacts))  # staged here at submit
+        if t.venv_cache:
+            read_write.append(t.venv_cache)
+        confinement = confinement_for(
+            tenant,
+            cgroup=f"{self._cgroup_prefix()}{replica.key}.{replica.restarts}",
+            cwd=str(cwd if cwd != self.dir.root else work),
+            read_only=read_only,
+            read_write=read_write,
+            hidden=t.hidden,
+            env=env,
+            limits=limits_of(self._resources(replica)),
+            devices=[f"/dev/nvidia{gpu}" for gpu in replica.gpus],
+        )
+        with launch([sys.executable, "-m", "tfkube.launcher"], confinement) as start:
+            try:
+                # bwrap itself gets this process's environment (the sandbox gets none of
+                # it): tools that follow process trees by an inherited tag still can.
+                proc = self._popen(start.argv, dict(os.environ), Path("/"), log, start.pass_fds)
+            except OSError as exc:
+                release(confinement)
+                raise SandboxError(f"cannot start its sandbox: {exc}") from None
+        self.confined[replica.key] = confinement
+        return proc
+
+    def _not_started(self, replica: ReplicaRecord, why: str) -> None:
+        """A start that failed before any process ran: an infrastructure fault (retried
+        as EX_TEMPFAIL, per the restart policy)."""
+        replica.state = ReplicaState.FAILED
+        replica.exit_code = contract.EX_TEMPFAIL
+        replica.message = f"could not start: {why}"
+        replica.started_at = replica.ended_at = self.clock()
+        replica.process = None
+        self.dir.event(f"{replica.key} could not start: {why}", replica=replica.key)
+
     def _delete(self) -> None:
         stop_trees([r.process for r in self.record.replicas if r.process is not None], 2.0)
+        self._reap()  # releases the confined replicas' cgroups
+        if self.record.tenant is not None:
+            sweep(self._cgroup_prefix())
         self.dir.event("TTL passed: deleting the job")
         shutil.rmtree(self.dir.root, ignore_errors=True)
 

@@ -15,46 +15,24 @@ runs (alone), rather than waiting forever.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tfkube.spec import TFJob
+from tfkube.spec import TFJob, cpu_cores, memory_bytes
 
 DEFAULT_REPLICA_CPU = 0.5
 """What a replica without a CPU request counts as: most of the time a PS idles and a
 worker computes, so half a core each is a fair guess."""
 
-_UNITS = {
-    "": 1,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-}
-
 
 def cpu_of(quantity: str | None) -> float:
     """A Kubernetes CPU quantity ("2", "500m") in cores."""
-    if not quantity:
-        return DEFAULT_REPLICA_CPU
-    if quantity.endswith("m"):
-        return float(quantity[:-1]) / 1000
-    return float(quantity)
+    return cpu_cores(quantity) if quantity else DEFAULT_REPLICA_CPU
 
 
 def bytes_of(quantity: str | None) -> int:
     """A Kubernetes memory quantity ("4Gi", "512M") in bytes; 0 when absent."""
-    if not quantity:
-        return 0
-    m = re.fullmatch(r"([0-9.]+)([A-Za-z]*)", quantity)
-    if m is None or m.group(2) not in _UNITS:
-        raise ValueError(f"{quantity!r} is not a memory quantity")
-    return int(float(m.group(1)) * _UNITS[m.group(2)])
+    return memory_bytes(quantity) if quantity else 0
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,346 @@
+"""Tenancy below the API on the local engine (issue 17, items 1 and 2): a member's job,
+tried as an attacker would, against a real `tfkube server` with two teams.
+
+The server runs with a secret in its environment (as a database password would be). A
+victim team's job writes an output and keeps running; then the attacker team's member
+uploads a code folder whose run.sh is the attack and submits it through the API. Each
+attack prints what it got; the test reads the job's log through the API and checks that
+nothing of the victim, the server's files or the server's environment is in it, and that
+the server's database is as it was. On code without confinement every attack succeeds
+(these tests fail there); confined, each is refused by the sandbox, the team's own OS
+user or its cgroup. One real TensorFlow job shows that training still works confined.
+
+Needs root and bubblewrap (`make install` installs it as root): skipped without them,
+except under CI=true, where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tfkube
+from conftest import TAG  # tests/conftest.py
+from server._server import Api, ServerProc, api_for, env_with, first_admin, free_port
+from server.conftest import stop_server
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+SECRET_VAR = "TFKUBE_TEST_DATABASE_PASSWORD"
+"""A variable in the server's environment, as a database URL or password would be."""
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist-between-graph"
+OWN_VARIABLES = {
+    *("PATH", "HOME", "USER", "LOGNAME", "PWD", "SHLVL", "_"),  # the sandbox's; sh's own
+    *("TF_CONFIG", "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED"),  # the replica contract
+}
+PASSED_VARIABLES = {"LANG", "LANGUAGE", "TZ", "TERM", "SSL_CERT_FILE", "SSL_CERT_DIR"}
+"""What the local engine keeps of the server's environment for any workload."""
+
+
+def _require_isolation() -> None:
+    """Skip (fail under CI=true) where the local engine cannot isolate teams."""
+    problem = None
+    if os.geteuid() != 0:
+        problem = "not root: the local engine cannot run teams as their own OS users"
+    elif shutil.which("bwrap") is None:
+        problem = "bubblewrap is not installed (tools/sandbox/ensure-bwrap.sh, as root)"
+    if problem is not None:
+        if IN_CI:
+            pytest.fail(f"CI=true and {problem}", pytrace=False)
+        pytest.skip(problem)
+
+
+@dataclass
+class Tenancy:
+    server: ServerProc
+    admin: Api
+    secret: str
+    victim: str
+    attacker: str
+    member: Api
+    victim_output: str
+    victim_code: str
+    victim_job: str
+
+    @property
+    def data(self) -> Path:
+        return self.server.data_dir
+
+
+def _code(folder: Path, run_sh: str, extra: dict[str, str] | None = None) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "run.sh").write_text("#!/bin/sh\n" + textwrap.dedent(run_sh))
+    (folder / "run.sh").chmod(0o755)
+    for name, text in (extra or {}).items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def _manifest(name: str, resources: dict[str, str] | None = None) -> dict[str, Any]:
+    worker: dict[str, Any] = {"replicas": 1, "restartPolicy": "Never"}
+    if resources:
+        worker["resources"] = resources
+    return {
+        "apiVersion": "tfkube.io/v1alpha1",
+        "kind": "TFJob",
+        "metadata": {"name": name},
+        "spec": {
+            "code": {"source": f"artifact:{name}"},
+            "runPolicy": {"backoffLimit": 0},
+            "replicas": {"worker": worker},
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def tenancy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenancy]:
+    _require_isolation()
+    tmp = tmp_path_factory.mktemp("tenancy")
+    tag = uuid.uuid4().hex
+    secret = f"hunter2-{uuid.uuid4().hex}"
+    env = {**env_with(TAG, tag, tmp / "home"), SECRET_VAR: secret}
+    server = ServerProc(tmp / "data", free_port(), None, env, extra=["--cpus", "8"])
+    server.start()
+    admin = first_admin(server)
+    member = None
+    try:
+        victim, attacker = f"victim-{tag[:6]}", f"attacker-{tag[:6]}"
+        for team in (victim, attacker):
+            admin.new_team(team)
+        victim_member, attacker_member = admin.new_user(), admin.new_user()
+        admin.add_member(victim, victim_member, "member")
+        admin.add_member(attacker, attacker_member, "member")
+        member = api_for(server.url, attacker_member)
+        output, code = f"VICTIM-OUTPUT-{tag}", f"VICTIM-CODE-{tag}"
+        folder = _code(
+            tmp / "victim",
+            f"""\
+            echo "{output}" > "$TFKUBE_LOG_DIR/victim-output.txt"
+            echo victim up
+            exec sleep 86399
+            """,
+            {"secret.py": f"KEY = '{code}'\n"},
+        )
+        victim_api = api_for(server.url, victim_member)
+        with tfkube.Client(server.url, victim_api.token, team=victim) as c:
+            c.upload(folder, "victim")
+            job = c.submit(_manifest("victim"))
+        victim_api.close()
+        written = server.data_dir / "teams" / victim / "outputs" / job.id / "victim-output.txt"
+        deadline = time.monotonic() + 60
+        while not written.exists():
+            assert time.monotonic() < deadline, server.log.read_text()[-3000:]
+            time.sleep(0.2)
+        yield Tenancy(server, admin, secret, victim, attacker, member, output, code, job.id)
+    finally:
+        if member is not None:
+            member.close()
+        stop_server(server, admin, tag)
+
+
+def attack(
+    t: Tenancy, tmp_path: Path, run_sh: str, resources: dict[str, str] | None = None
+) -> tuple[Any, str]:
+    """Run `run_sh` as the attacker team's job through the API: -> (the ended job, its
+    worker's log)."""
+    name = f"attack-{uuid.uuid4().hex[:6]}"
+    folder = _code(tmp_path / name, run_sh)
+    with tfkube.Client(t.server.url, t.member.token, team=t.attacker) as c:
+        c.upload(folder, name)
+        job = c.submit(_manifest(name, resources))
+        done = c.wait(job.id, timeout=120, poll=0.3)
+        log = "\n".join(c.logs(job.id, "worker-0"))
+    return done, log
+
+
+def attack_log(t: Tenancy, tmp_path: Path, run_sh: str) -> str:
+    """The log of an attack that ends well (what it printed is the finding)."""
+    done, log = attack(t, tmp_path, run_sh)
+    assert done.phase == "Succeeded", (done.message, log)
+    return log
+
+
+def test_a_job_cannot_read_another_teams_code_or_outputs(tenancy: Tenancy, tmp_path: Path) -> None:
+    t = tenancy
+    victim = t.data / "teams" / t.victim
+    log = attack_log(
+        t,
+        tmp_path,
+        f"""\
+        V="$TFKUBE_LOG_DIR/../../../{t.victim}"
+        cat "$V"/outputs/*/victim-output.txt {victim}/outputs/*/victim-output.txt
+        cat "$V"/engine/jobs/*/work/*/code/secret.py {victim}/engine/jobs/*/work/*/code/secret.py
+        cat "$V"/engine/jobs/*/code-token {victim}/engine/jobs/*/code-token | sed 's/^/TOKEN /'
+        ls {t.data}/blobs | sed 's/^/BLOB /'
+        true
+        """,
+    )
+    assert t.victim_output not in log
+    assert t.victim_code not in log
+    assert "TOKEN " not in log
+    assert "BLOB " not in log
+
+
+def test_a_job_cannot_read_the_servers_database_or_data_dir(
+    tenancy: Tenancy, tmp_path: Path
+) -> None:
+    t = tenancy
+    log = attack_log(
+        t,
+        tmp_path,
+        f"""\
+        head -c 15 "$TFKUBE_LOG_DIR/../../../../tfkube.db"; echo
+        head -c 15 {t.data}/tfkube.db; echo
+        ls "$TFKUBE_LOG_DIR/../../../.." {t.data} | sed 's/^/LISTED /'
+        true
+        """,
+    )
+    assert "SQLite format 3" not in log
+    assert "LISTED tfkube.db" not in log
+    assert "LISTED blobs" not in log  # (`teams` is there: the way to its own folders)
+
+
+def test_a_job_cannot_write_the_servers_database(tenancy: Tenancy, tmp_path: Path) -> None:
+    t = tenancy
+    sql = f"UPDATE users SET site_admin=1 WHERE name='{t.member.name}'"
+    log = attack_log(
+        t,
+        tmp_path,
+        f"""\
+        sqlite3 "$TFKUBE_LOG_DIR/../../../../tfkube.db" "{sql}" && echo WROTE
+        sqlite3 {t.data}/tfkube.db "{sql}" && echo WROTE
+        true
+        """,
+    )
+    assert "WROTE" not in log
+    me = t.member.ok(t.member.get("/api/v1/users/me"))
+    assert me["site_admin"] is False
+    assert t.member.get("/api/v1/users").status_code == 403
+
+
+def test_a_job_sees_neither_other_processes_nor_their_environment(
+    tenancy: Tenancy, tmp_path: Path
+) -> None:
+    t = tenancy
+    log = attack_log(
+        t,
+        tmp_path,
+        f"""\
+        for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done | sed 's/^/PROC /'
+        for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; done 2>/dev/null | grep {SECRET_VAR}
+        echo "COUNT $(ls -d /proc/[0-9]* | wc -l)"
+        true
+        """,
+    )
+    assert t.secret not in log
+    assert "sleep 86399" not in log  # the victim's replica
+    assert "server --data-dir" not in log  # the server itself
+    count = int(next(line for line in log.splitlines() if line.startswith("COUNT ")).split()[1])
+    assert count <= 10, log  # bwrap's init, the launcher, run.sh and what it runs
+
+
+def test_a_job_does_not_get_the_servers_environment(tenancy: Tenancy, tmp_path: Path) -> None:
+    t = tenancy
+    log = attack_log(t, tmp_path, "env | sed 's/^/ENV /'\n")
+    assert t.secret not in log
+    names = {line[4:].split("=", 1)[0] for line in log.splitlines() if line.startswith("ENV ")}
+    assert {"PATH", "HOME", "TFKUBE_JOB", "TFKUBE_LOG_DIR"} <= names
+    # Nothing of the server's environment but the engine's allow-list (locale, terminal,
+    # CA bundle) and what the administrator passed (the suite's tag: --workload-env).
+    allowed = {*OWN_VARIABLES, *PASSED_VARIABLES, TAG}
+    others = {n for n in names if n not in allowed and not n.startswith(("TFKUBE_", "LC_"))}
+    assert not others, others
+
+
+def test_a_job_over_its_memory_limit_is_oom_killed(tenancy: Tenancy, tmp_path: Path) -> None:
+    t = tenancy
+    done, log = attack(
+        t,
+        tmp_path,
+        "python3 -c \"b = b'x' * (512 << 20); print('ALLOCATED', flush=True)\"\n",
+        resources={"memory": "64Mi"},
+    )
+    assert done.phase == "Failed", (done.message, log)
+    assert "ALLOCATED" not in log
+    worker = next(r for r in done.replicas or [] if r.key == "worker-0")
+    assert worker.exit_code == 137
+    assert "OOMKilled" in (worker.message or ""), worker
+
+
+def test_a_jobs_requirements_install_into_the_teams_own_cache(
+    tenancy: Tenancy, tmp_path: Path
+) -> None:
+    """Fetched code's requirements.txt (here `humanize`, from PyPI) is installed by the
+    first launcher, confined, into the team's own cache: never the machine-wide one that
+    every team's jobs would read."""
+    t = tenancy
+    name = f"deps-{uuid.uuid4().hex[:6]}"
+    folder = _code(
+        tmp_path / name,
+        "python3 -c 'import humanize, sys; print(\"IMPORTED\", sys.prefix)'\n",
+        {"requirements.txt": "humanize\n"},
+    )
+    with tfkube.Client(t.server.url, t.member.token, team=t.attacker) as c:
+        c.upload(folder, name)
+        job = c.submit(_manifest(name))
+        done = c.wait(job.id, timeout=300, poll=0.5)
+        assert done.phase == "Succeeded", (done.message, done.replicas)
+        log = "\n".join(c.logs(job.id, "worker-0"))
+    cache = t.data / "teams" / t.attacker / "engine" / "venvs"
+    assert f"IMPORTED {cache}/" in log
+    assert cache.stat().st_uid != 0
+    assert cache.stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.tf
+def test_training_works_confined(tenancy: Tenancy) -> None:
+    """The between-graph example (1 PS + 2 workers) trains to the end as the team's user."""
+    t = tenancy
+    with tfkube.Client(t.server.url, t.member.token, team=t.attacker) as c:
+        c.upload(EXAMPLE, "mnist")
+        job = c.submit(name="mnist", workers=2, ps=1, code="mnist", args=["--train_steps=200"])
+        done = c.wait(job.id, timeout=600, poll=1.0)
+        assert done.phase == "Succeeded", (done.reason, done.message)
+        files = {f.path for f in c.outputs(job.id)}
+        assert "checkpoint" in files
+        assert any(line.startswith("tfkube-example: result") for line in c.logs(job.id, "worker-0"))
+    outputs = t.data / "teams" / t.attacker / "outputs" / job.id
+    assert (outputs / ".tfkube" / "logs" / "worker-1" / "0.log").is_file()
+    owners = {p.stat().st_uid for p in outputs.rglob("*")}
+    assert len(owners) == 1, owners  # all written by one user: the team's, not root
+    assert 0 not in owners
+    assert outputs.stat().st_mode & 0o077 == 0  # other teams' users cannot even list it
+
+
+def test_without_isolation_the_server_keeps_one_team(tmp_path: Path) -> None:
+    """A machine that cannot isolate (here: bubblewrap hidden from the server by a mount
+    namespace): the server says why at start and refuses a second team."""
+    _require_isolation()
+    hide = 'mount --bind /dev/null /usr/bin/bwrap && exec "$@"'
+    tag = uuid.uuid4().hex
+    server = ServerProc(
+        tmp_path / "data",
+        free_port(),
+        None,
+        env_with(TAG, tag, tmp_path / "home"),
+        prefix=["unshare", "--mount", "--propagation", "private", "sh", "-c", hide, "sh"],
+    )
+    server.start()
+    admin = first_admin(server)
+    try:
+        refused = admin.post("/api/v1/teams", json={"name": "second", "quota": {}})
+        assert refused.status_code == 409, refused.text
+        assert "tenancy needs isolation on this machine" in refused.json()["detail"]
+        assert "bwrap" in refused.json()["detail"]
+        assert "teams cannot be isolated from each other" in server.log.read_text()
+        assert [t["name"] for t in admin.ok(admin.get("/api/v1/teams"))] == ["default"]
+    finally:
+        stop_server(server, admin, tag)
