@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -28,6 +29,26 @@ def tagged_processes(tag: str) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+def still_running(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of `procs` that still run (psutil tells a recycled PID apart by its start
+    time; a zombie runs no more)."""
+    running = []
+    for proc in procs:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                running.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    return running
+
+
+def port_open(port: int) -> bool:
+    """Whether something listens on 127.0.0.1:`port`."""
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 @pytest.fixture

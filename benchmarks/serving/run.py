@@ -100,14 +100,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="per measurement")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    from tfkube.server._loopback import free_port
+    from tfkube.engines.local import free_ports
     from tfkube.serving._store import load_saved_model
 
     with tempfile.TemporaryDirectory(prefix="tfkube-serving-bench-") as tmp:
         export = Path(tmp) / "export"
         write_model(export)
         servable = load_saved_model(export / "1", 1)
-        port = free_port()
+        (port,) = free_ports(1)
         proc = subprocess.Popen(
             [
                 sys.executable,

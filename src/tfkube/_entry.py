@@ -2,15 +2,16 @@
 
 The imports take about half a second (pydantic builds its validators then, and would
 report an interrupt as a schema error). A Ctrl-C meanwhile exits 130 cleanly once they
-are done, like a Ctrl-C at any later moment, instead of a traceback. Nothing else here:
-`tfkube._main` is the program.
+are done, like a Ctrl-C at any later moment, instead of a traceback (SIGTERM and SIGHUP
+keep their default action meanwhile: the process ends, and nothing was started yet).
+Nothing else here: `tfkube._main` is the program.
 """
 
 from __future__ import annotations
 
 import signal
 
-EXIT_INTERRUPTED = 130
+from tfkube.contract import signal_exit_code  # standard library only: adds nothing to wait for
 
 
 def main() -> None:
@@ -21,5 +22,5 @@ def main() -> None:
     finally:
         signal.signal(signal.SIGINT, previous)
     if got:
-        raise SystemExit(EXIT_INTERRUPTED)
+        raise SystemExit(signal_exit_code(signal.SIGINT))
     program()

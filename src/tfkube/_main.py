@@ -13,8 +13,7 @@ from typing import Annotated
 
 import typer
 
-from tfkube.cli import app
-from tfkube.cli import fail as _fail
+from tfkube.cli import app, fail, run_service
 
 
 @app.command("server")
@@ -107,20 +106,24 @@ def server_command(
         ),
     ] = None,
 ) -> None:
-    """Run the platform server: REST API, accounts and teams, artifacts, kept logs."""
+    """Run the platform server: REST API, accounts and teams, artifacts, kept logs.
+
+    Ctrl-C, SIGTERM or SIGHUP shut it down cleanly (exit 0): on the local engine the
+    TensorBoards, notebooks and model servers it runs here are stopped (model servers start
+    again with it); jobs keep running and are followed again at its next start."""
     try:
         from tfkube.server import ServerSettings, serve
         from tfkube.server.core.config import default_data_dir
     except ImportError as exc:
-        raise _fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
+        raise fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
     from tfkube.render import ServingRuntime, parse_runtime
 
     if engine not in {"local", "kubernetes"}:
-        raise _fail(f"unknown engine {engine!r}; choose local or kubernetes")
+        raise fail(f"unknown engine {engine!r}; choose local or kubernetes")
     try:
         runtime = parse_runtime(serving_runtime, ServingRuntime.TENSORFLOW_SERVING)
     except ValueError as exc:
-        raise _fail(f"--serving-runtime: {exc}") from None
+        raise fail(f"--serving-runtime: {exc}") from None
     from tfkube.server.core.forwarded import parse_networks
     from tfkube.server.core.origins import parse_workload_url
 
@@ -133,27 +136,26 @@ def server_command(
         try:
             check()
         except ValueError as exc:
-            raise _fail(f"{option}: {exc}") from None
-    serve(
-        ServerSettings(
-            data_dir=(data_dir or default_data_dir()).resolve(),
-            host=host,
-            port=port,
-            engine=engine,
-            database_url=database_url,
-            public_url=public_url,
-            code_url=code_url,
-            kubeconfig=kubeconfig,
-            outputs_claim=outputs_claim,
-            serving_runtime=runtime.value,
-            cpus=cpus,
-            workload_env=tuple(workload_env or ()),
-            notebook_idle_seconds=notebook_idle_minutes * 60,
-            trusted_proxies=tuple(trusted_proxy or ()),
-            workload_url=workload_url,
-            allow_fetch_from=tuple(allow_fetch_from or ()),
-        )
+            raise fail(f"{option}: {exc}") from None
+    settings = ServerSettings(
+        data_dir=(data_dir or default_data_dir()).resolve(),
+        host=host,
+        port=port,
+        engine=engine,
+        database_url=database_url,
+        public_url=public_url,
+        code_url=code_url,
+        kubeconfig=kubeconfig,
+        outputs_claim=outputs_claim,
+        serving_runtime=runtime.value,
+        cpus=cpus,
+        workload_env=tuple(workload_env or ()),
+        notebook_idle_seconds=notebook_idle_minutes * 60,
+        trusted_proxies=tuple(trusted_proxy or ()),
+        workload_url=workload_url,
+        allow_fetch_from=tuple(allow_fetch_from or ()),
     )
+    run_service(lambda: serve(settings))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,5 +1,6 @@
 """The runtime contract between an engine and the launcher, in one place: the `TFKUBE_*`
-variables, the launcher's exit codes and its termination message.
+variables, the launcher's exit codes (and 128+N for a signal, which the `tfkube` command
+shares) and its termination message.
 
     writers: tfkube.spec.replica_environment (both engines), tfkube.render (pod specs),
              the local supervisor (tfkube.engines.local)
@@ -137,6 +138,23 @@ EX_NOEXEC: Final = 126
 """The entrypoint could not be executed (permissions, not a program)."""
 EX_NOTFOUND: Final = 127
 """The entrypoint's interpreter was not found."""
+
+SIGNAL_EXIT_BASE: Final = 128
+"""A process stopped by signal N exits 128+N, as shells report it: the launcher for its
+entrypoint, the local supervisor for a replica, the `tfkube` command when a signal stops
+it (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP)."""
+
+
+def signal_exit_code(signum: int) -> int:
+    """The exit code for "stopped by signal `signum`": 128+N."""
+    return SIGNAL_EXIT_BASE + signum
+
+
+def exit_status(returncode: int) -> int:
+    """A child's exit as a shell reports it: its exit code, or 128+N when signal N killed it
+    (`subprocess` gives that as -N)."""
+    return returncode if returncode >= 0 else signal_exit_code(-returncode)
+
 
 LAUNCHER_PERMANENT_EXITS: Final = frozenset(
     {EX_DATAERR, EX_NOINPUT, EX_CONFIG, EX_NOEXEC, EX_NOTFOUND}

@@ -378,6 +378,31 @@ def test_operator_killed_and_restarted_mid_job(
     wait_for("PS gone", lambda: not pods(kube, ns, "tfkube.io/replica-type=ps"), 15)
 
 
+@pytest.mark.parametrize(
+    "signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"]
+)
+def test_a_stop_signal_ends_the_operator_cleanly_and_the_job_carries_on(
+    operator: Operator, volumes: Any, code: Path, kube_namespace: str, signum: signal.Signals
+) -> None:
+    """Ctrl-C, SIGTERM or a closed terminal (SIGHUP), sent to the operator alone: it stops
+    (kopf's clean stop, exit 0) and leaves the job to the cluster; the next operator takes
+    it over to success, nothing made twice (the README's table)."""
+    kube, ns = operator.kube, kube_namespace
+    data = job_dict("handed-over")
+    data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "8s"}
+    submit(kube, ns, volumes, code, data)
+    wait_for("running", lambda: phase_is(kube, ns, "handed-over", "Running"), 30)
+    assert operator.proc is not None
+    operator.proc.send_signal(signum)
+    assert operator.proc.wait(30) == 0, operator.log.read_text()[-3000:]
+    assert phase_is(kube, ns, "handed-over", "Running")  # no operator: nothing changed
+    operator.start()
+    status = wait_for("success", lambda: phase_is(kube, ns, "handed-over", "Succeeded"), 40)
+    assert status["restarts"] == 0
+    reasons = [e.reason for e in events(kube, ns, "handed-over")]
+    assert reasons.count("Created") == 1
+
+
 def test_deleting_a_running_tfjob_removes_everything(
     operator: Operator, volumes: Any, code: Path, kube_namespace: str
 ) -> None:

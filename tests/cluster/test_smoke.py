@@ -212,6 +212,9 @@ def test_ps_runs_until_deleted_worker_completes(
 
     wait_for("worker-0 to succeed", lambda: phase("worker-0") == "Succeeded")
     wait_for("ps-0 to run", lambda: phase("ps-0") == "Running")
+    # KWOK takes the pods in its own order: on a busy machine the last one created may
+    # still be Pending here (CI once saw it).
+    wait_for("the restartPolicy=Always pod to run", lambda: phase("server") == "Running")
     ps_pod = kube.core.read_namespaced_pod_status("ps-0", ns)
     _assert_fake_addresses(ps_pod)
     # the PS and the restartPolicy=Always pod keep running

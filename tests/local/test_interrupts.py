@@ -1,19 +1,25 @@
-"""Ctrl-C at every moment of `tfkube run`, and `stop` racing a job that is just starting:
-every replica is stopped, nothing is left, the exit code is 130.
+"""A stop signal at every moment of `tfkube run`, and `stop` racing a job that is just
+starting: every replica is stopped, nothing is left, the exit code is 128+N.
 
 The moments: while staging (the code is still downloading), while the supervisor starts
-(in-process, through the `spawner` seam, so the moment is exact), while running, twice in
-a row (the second during the stop), and a sweep over the first seconds of a run.
+(in-process, through the `spawner` seam, so the moment is exact), while running (Ctrl-C,
+SIGTERM, SIGHUP: each sent to the command alone, every process it started checked by PID),
+twice in a row (the second during the stop), when its terminal closes (a real
+pseudo-terminal hung up), and a sweep over the first seconds of a run.
 """
 
 from __future__ import annotations
 
+import fcntl
 import http.server
 import io
 import os
+import pty
+import select
 import signal
 import subprocess
 import tarfile
+import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,6 +28,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from conftest import still_running  # tests/conftest.py
 from tfkube.engines.local import LocalBackend
 from tfkube.engines.local._store import JobDir
 from tfkube.engines.local._supervisor import spawn
@@ -38,6 +45,8 @@ EXIT_TIMEOUT = 60.0
 
 
 def start_run(job: Path, cwd: Path | None = None) -> subprocess.Popen[str]:
+    """`tfkube run JOB` in a session of its own: a signal the test sends reaches the
+    command alone (as `kill -INT <pid>` would), not a process group."""
     return subprocess.Popen(
         [*TFKUBE, "run", str(job)],
         stdout=subprocess.PIPE,
@@ -45,7 +54,31 @@ def start_run(job: Path, cwd: Path | None = None) -> subprocess.Popen[str]:
         text=True,
         cwd=cwd,
         env={**os.environ, "COLUMNS": "200"},
+        start_new_session=True,
     )
+
+
+def job_processes(home: Path, name: str) -> list[psutil.Process]:
+    """The job's supervisor, its replicas' launchers and everything they started, once
+    every launcher has started its entrypoint."""
+    d = JobDir(home / "jobs" / name)
+
+    def entrypoints_started() -> bool:
+        return all(
+            r.process is not None and psutil.Process(r.process.pid).children()
+            for r in d.read().replicas
+        )
+
+    wait_for(entrypoints_started, EXIT_TIMEOUT, f"every replica of {name} to start its entrypoint")
+    record = d.read()
+    refs = [record.supervisor, *(r.process for r in record.replicas)]
+    found: dict[int, psutil.Process] = {}
+    for ref in refs:
+        assert ref is not None
+        proc = psutil.Process(ref.pid)
+        for p in [proc, *proc.children(recursive=True)]:
+            found[p.pid] = p
+    return list(found.values())
 
 
 def state(home: Path, name: str) -> tuple[JobPhase, str | None, list[ReplicaState]] | None:
@@ -161,9 +194,16 @@ def test_a_stop_before_the_supervisor_registers_is_not_missed(
     assert not any(e.startswith("started ") for e in events), events
 
 
-def test_ctrl_c_twice_still_stops_everything(tfkube_home: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [(signal.SIGINT, signal.SIGINT), (signal.SIGTERM, signal.SIGHUP)],
+    ids=["ctrl-c-twice", "term-then-hup"],
+)
+def test_a_second_signal_during_the_stop_still_stops_everything(
+    tfkube_home: Path, tmp_path: Path, first: signal.Signals, second: signal.Signals
+) -> None:
     # Replicas that ignore SIGTERM: the stop waits out the grace period, so the second
-    # Ctrl-C surely lands while the first one is being handled.
+    # signal surely lands while the first one is being handled.
     job = write_job(
         tmp_path,
         "twice",
@@ -172,11 +212,11 @@ def test_ctrl_c_twice_still_stops_everything(tfkube_home: Path, tmp_path: Path) 
     )
     proc = start_run(job)
     wait_all_running(tfkube_home, "twice")
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(first)
     wait_for(lambda: (tfkube_home / "jobs" / "twice" / "stop").exists(), EXIT_TIMEOUT, "the stop")
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(second)
     out, err = proc.communicate(timeout=EXIT_TIMEOUT)
-    assert proc.returncode == 130, out + err
+    assert proc.returncode == 128 + first, out + err
     assert "stopping every replica of twice" in err
     assert state(tfkube_home, "twice") == (JobPhase.FAILED, "Stopped", [ReplicaState.STOPPED] * 3)
 
@@ -208,17 +248,85 @@ def test_ctrl_c_at_any_moment_of_a_run(
     wait_for(lambda: not leftovers(), 20, "every process of the job to end")
 
 
-def test_ctrl_c_while_running_stops_every_replica(tfkube_home: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("signum", "said"),
+    [
+        (signal.SIGINT, "interrupted: "),
+        (signal.SIGTERM, "interrupted by SIGTERM: "),
+        (signal.SIGHUP, "interrupted by SIGHUP: "),
+    ],
+    ids=["SIGINT", "SIGTERM", "SIGHUP"],
+)
+def test_a_stop_signal_while_running_stops_every_replica(
+    tfkube_home: Path, tmp_path: Path, signum: signal.Signals, said: str
+) -> None:
+    """Ctrl-C, SIGTERM and a closed terminal (SIGHUP), each sent to the command alone:
+    the job's 6 processes (supervisor, 3 launchers, their entrypoints) are gone, by PID,
+    and the command exits 128+N."""
     job = write_job(tmp_path, "interrupted", "sleep 600\n")
     proc = start_run(job)
     wait_all_running(tfkube_home, "interrupted")
-    proc.send_signal(signal.SIGINT)
+    started = job_processes(tfkube_home, "interrupted")
+    assert len(started) >= 7, started  # a supervisor, 3 launchers and their entrypoints
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=EXIT_TIMEOUT)
-    assert proc.returncode == 130, out + err
-    assert "stopping every replica" in err
+    assert proc.returncode == 128 + signum, out + err
+    assert f"{said}stopping every replica of interrupted" in err
     assert "Stopped" in out
     assert state(tfkube_home, "interrupted") == (
         JobPhase.FAILED,
         "Stopped",
         [ReplicaState.STOPPED] * 3,
     )
+    assert not still_running(started)
+
+
+def test_a_closed_terminal_stops_the_job(tfkube_home: Path, tmp_path: Path) -> None:
+    """`tfkube run` in a terminal (a pseudo-terminal, its controlling one), showing the
+    live table; the terminal closes: the kernel sends SIGHUP, and every write to the
+    terminal fails from then on (EIO). The job is stopped all the same."""
+    job = write_job(tmp_path, "closed", "sleep 600\n")
+    main, terminal = pty.openpty()
+
+    def controlling_terminal() -> None:  # in the child, after setsid: stdin's tty
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen(
+        [*TFKUBE, "run", str(job)],
+        stdin=terminal,
+        stdout=terminal,
+        stderr=terminal,
+        env={**os.environ, "COLUMNS": "120"},
+        start_new_session=True,
+        preexec_fn=controlling_terminal,
+    )
+    os.close(terminal)
+    shown: list[bytes] = []
+    hang_up = threading.Event()
+
+    def read_the_terminal() -> None:
+        while not hang_up.is_set():
+            if select.select([main], [], [], 0.1)[0]:
+                try:
+                    shown.append(os.read(main, 65536))
+                except OSError:
+                    break
+        os.close(main)  # the terminal closes
+
+    reader = threading.Thread(target=read_the_terminal)
+    reader.start()
+    try:
+        wait_all_running(tfkube_home, "closed")
+        started = job_processes(tfkube_home, "closed")
+        wait_for(lambda: b"Running" in b"".join(shown), EXIT_TIMEOUT, "the live table")
+        hang_up.set()
+        reader.join(EXIT_TIMEOUT)
+        assert proc.wait(EXIT_TIMEOUT) == 128 + signal.SIGHUP
+    finally:
+        hang_up.set()
+        reader.join(EXIT_TIMEOUT)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert state(tfkube_home, "closed") == (JobPhase.FAILED, "Stopped", [ReplicaState.STOPPED] * 3)
+    assert not still_running(started)

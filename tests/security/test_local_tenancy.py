@@ -320,6 +320,84 @@ def test_training_works_confined(tenancy: Tenancy) -> None:
     assert outputs.stat().st_mode & 0o077 == 0  # other teams' users cannot even list it
 
 
+NOTEBOOK_ATTACK = """
+import glob, json, os, sqlite3
+data = {data!r}
+for path in [data + "/tfkube.db", *glob.glob(data + "/teams/{victim}/outputs/*/victim-output.txt")]:
+    try:
+        print("READ", path, open(path, "rb").read(40), flush=True)
+    except OSError as exc:
+        print("REFUSED", path, type(exc).__name__, flush=True)
+try:
+    db = sqlite3.connect(data + "/tfkube.db")
+    db.execute("UPDATE users SET site_admin=1 WHERE name='{me}'")
+    db.commit()
+    print("WROTE", flush=True)
+except Exception as exc:
+    print("REFUSED db", type(exc).__name__, flush=True)
+print("PIDS", json.dumps([p for p in os.listdir("/proc") if p.isdigit()]), flush=True)
+print("ENV", json.dumps(sorted(os.environ)), flush=True)
+print("UID", os.getuid(), flush=True)
+"""
+
+
+def test_a_notebook_kernel_is_confined_as_its_team(tenancy: Tenancy) -> None:
+    """A member's notebook runs code of their choosing: its kernel reads neither the
+    server's database nor another team's outputs, cannot write the database, sees no
+    other process and none of the server's environment, and runs as its team's user."""
+    from server.test_notebooks import run_cell
+
+    t = tenancy
+    opened = t.member.ok(t.member.post(f"/api/v1/teams/{t.attacker}/notebook", timeout=180))
+    base = opened["url"].removesuffix("/lab")
+    kernel = t.member.post(f"{base}/api/kernels", json={"name": "python3"}, timeout=120)
+    assert kernel.status_code == 201, kernel.text
+    ws = base.replace("http", "ws", 1) + f"/api/kernels/{kernel.json()['id']}/channels"
+    code = NOTEBOOK_ATTACK.format(data=str(t.data), victim=t.victim, me=t.member.name)
+    printed = run_cell(ws, t.member.token, code, timeout=300)
+    assert "READ" not in printed, printed
+    assert "WROTE" not in printed, printed
+    assert printed.count("REFUSED") >= 2, printed  # the database, and the write
+    assert t.member.ok(t.member.get("/api/v1/users/me"))["site_admin"] is False
+    pids = eval(printed.split("PIDS ", 1)[1].splitlines()[0])  # a list of ints it printed
+    assert len(pids) <= 8, pids  # its own sandbox's few processes, not the machine's
+    names = set(eval(printed.split("ENV ", 1)[1].splitlines()[0]))
+    assert SECRET_VAR not in names
+    assert not any(
+        n.startswith("TFKUBE_") and n not in {"TFKUBE_URL", "TFKUBE_TOKEN", "TFKUBE_TEAM"}
+        for n in names
+    ), names
+    uid = int(printed.split("UID ", 1)[1].split()[0])
+    assert uid not in (0, os.getuid()), uid
+    t.member.post(f"/api/v1/notebooks/{opened['id']}/stop")
+
+
+def test_services_run_as_their_team_and_see_no_server_files(
+    tenancy: Tenancy, tmp_path: Path
+) -> None:
+    """A job's TensorBoard (its pages and plugins read what the job wrote) runs as the
+    job's team, not as the server, and its file system holds no server data dir."""
+    import psutil
+
+    t = tenancy
+    done, _ = attack(t, tmp_path, "echo nothing to see\n")
+    page = t.member.get(f"/proxy/tensorboard/{done.id}/", timeout=180)
+    assert page.status_code == 200, page.text[:300]
+    boards = [
+        p
+        for p in psutil.process_iter(["cmdline", "uids"])
+        if "tensorboard.main" in " ".join(p.info["cmdline"] or [])
+        and done.id in " ".join(p.info["cmdline"] or [])
+        and p.info["uids"].real != 0
+    ]
+    assert boards, "the job's TensorBoard does not run as its team's user"
+    seen_root = Path(f"/proc/{boards[0].pid}/root")  # its file system, as it sees it
+    outputs = t.data / "teams" / t.attacker / "outputs" / done.id
+    assert (seen_root / str(outputs).lstrip("/")).is_dir()  # what it reads: there
+    assert not (seen_root / str(t.data).lstrip("/") / "tfkube.db").exists()
+    assert not (seen_root / str(t.data).lstrip("/") / "blobs").exists()
+
+
 def test_without_isolation_the_server_keeps_one_team(tmp_path: Path) -> None:
     """A machine that cannot isolate (here: bubblewrap hidden from the server by a mount
     namespace): the server says why at start and refuses a second team."""

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,3 +196,13 @@ def env_with(tag_name: str, tag: str, home: Path) -> dict[str, str]:
     env[tag_name] = tag
     env["TFKUBE_HOME"] = str(home)
     return env
+
+
+def poll(what: str, check: Callable[[], Any], timeout: float) -> Any:
+    """`check()`'s first true value, polled every 0.5 s for up to `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.5)
+    return value

@@ -22,7 +22,7 @@ from websockets.sync.client import connect
 import tfkube
 from conftest import tagged_processes  # tests/conftest.py
 
-from ._server import Api, ServerProc, api_for
+from ._server import Api, ServerProc, api_for, poll
 from .conftest import start_server, stop_server
 
 pytestmark = pytest.mark.tf
@@ -162,15 +162,6 @@ def _jupyters(tag: str) -> list[Any]:
     return [p for p in tagged_processes(tag) if "jupyterlab" in " ".join(p.cmdline())]
 
 
-def _poll(what: str, check: Any, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.5)
-    return value
-
-
 def test_an_idle_notebook_is_stopped_and_opening_it_starts_it_again(
     tmp_path: Path,
 ) -> None:
@@ -186,7 +177,7 @@ def test_an_idle_notebook_is_stopped_and_opening_it_starts_it_again(
                 found = next(n for n in c.notebooks() if n.id == notebook.id)
                 return found if found.state == "stopped" else None
 
-            idle = _poll("the idle notebook to be stopped", stopped, 120)
+            idle = poll("the idle notebook to be stopped", stopped, 120)
             assert "idle" in (idle.message or ""), idle
             assert not _jupyters(tag)
             tokens = admin.get("/api/v1/tokens").json()

@@ -15,6 +15,7 @@ from tfkube.engines.local._cgroups import (
     Limits,
     cpu_weight,
     detect_layout,
+    limits_of,
     oom_kills,
     plan,
 )
@@ -26,7 +27,7 @@ from tfkube.engines.local._sandbox import (
     sandbox_command,
     sees,
 )
-from tfkube.engines.local._supervisor import limits_of, oom_message, read_bounded
+from tfkube.engines.local._supervisor import oom_message, read_bounded
 from tfkube.engines.local._tenants import (
     TenantError,
     choose_id,

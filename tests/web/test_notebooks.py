@@ -125,7 +125,7 @@ def test_a_notebook_from_the_dashboard_submits_and_follows_a_job(browser: Any, s
 
 def _diagnose(page: Any, site: Site) -> str:
     """What the notebook showed and its JupyterLab's log, for a failure's message."""
-    log = site.server.data_dir / "teams" / "vision" / "notebooks" / "bob" / ".tfkube-notebook.log"
+    log = site.server.data_dir / "teams" / "vision" / "notebooks" / ".bob-notebook.log"
     tail = log.read_text(errors="replace")[-3000:] if log.is_file() else "(no log)"
     return f"notebook: {_text(page.locator('.jp-NotebookPanel'))}\nJupyterLab's log: {tail}"
 

@@ -1,7 +1,10 @@
-"""`tfkube`: a thin command layer over a Backend. Parse, call the engine, print."""
+"""`tfkube`: a thin command layer over a Backend. Parse, call the engine, print.
 
-from tfkube.cli import _serving  # noqa: F401  (registers serve, serving, notebook)
-from tfkube.cli._app import _fail as fail
-from tfkube.cli._app import app, main
+`app` is the command group; `fail` and `run_service` are for the commands `tfkube._main`
+adds (`tfkube server`), so that they exit and stop as every other command does."""
 
-__all__ = ["app", "fail", "main"]
+from tfkube.cli import _app, _serving  # noqa: F401  (register the commands)
+from tfkube.cli._common import app, fail
+from tfkube.cli._lifetime import run_service
+
+__all__ = ["app", "fail", "run_service"]

@@ -1,20 +1,30 @@
 """Commands. Each one parses its input into a TFJob or a name, calls the backend, prints.
 
-Exit codes: 0 the job succeeded (or the command did what it said), 1 the job failed,
-2 bad input (nothing was started), 130 interrupted (the job was stopped).
+Exit codes: `_common.py`; what a signal does to what a command started: `_lifetime.py`.
 """
 
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.live import Live
 
+from tfkube.cli._common import (
+    EngineOpt,
+    KubeconfigOpt,
+    NamespaceOpt,
+    app,
+    err,
+    fail,
+    local_backend,
+    out,
+)
 from tfkube.cli._display import job_panel, jobs_table, summary
+from tfkube.cli._lifetime import describe, exit_code, foreground, run_service, stop_then_exit
 from tfkube.engines import Backend, JobExists, JobNotFound, JobView
 from tfkube.engines.local import LocalBackend
 from tfkube.spec import (
@@ -26,66 +36,27 @@ from tfkube.spec import (
     quick_job,
 )
 
-app = typer.Typer(
-    help="Distributed TensorFlow training as one command.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-out = Console()
-err = Console(stderr=True)
-
-EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
-"""Also in `tfkube._entry`, for a Ctrl-C while the program is being imported."""
-
-
-def _backend() -> LocalBackend:
-    return LocalBackend(fork_supervisor=True)
-
-
 # -- engines ------------------------------------------------------------------------------
 
 ENGINES = ("local", "kubernetes", "server")
-EngineOpt = Annotated[
-    str,
-    typer.Option(
-        "--engine",
-        envvar="TFKUBE_ENGINE",
-        help="Where jobs run: local (processes here), kubernetes (the kubeconfig's cluster) "
-        "or server (the tfkube server of `tfkube login`).",
-    ),
-]
-NamespaceOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--namespace",
-        "-n",
-        help="Kubernetes engine: the namespace (default: the context's); server: the team.",
-    ),
-]
-KubeconfigOpt = Annotated[
-    Path | None,
-    typer.Option("--kubeconfig", help="Kubernetes engine: kubeconfig file (default: $KUBECONFIG)."),
-]
 
 
 def _engine(engine: str, namespace: str | None, kubeconfig: Path | None) -> Backend:
     """The backend the options name; the local one forks its supervisors (we are the CLI)."""
     if engine == "local":
         if namespace is not None or kubeconfig is not None:
-            raise _fail("--namespace and --kubeconfig are for --engine kubernetes")
-        return _backend()
+            raise fail("--namespace and --kubeconfig are for --engine kubernetes")
+        return local_backend()
     if engine == "kubernetes":
         from tfkube.engines.kubernetes import KubernetesBackend
 
         try:
             return KubernetesBackend(namespace=namespace, kubeconfig=kubeconfig)
         except Exception as exc:  # no kubeconfig, unreadable file, no such context
-            raise _fail(f"cannot reach a Kubernetes cluster: {exc}") from None
+            raise fail(f"cannot reach a Kubernetes cluster: {exc}") from None
     if engine == "server":
         return _server_backend(namespace)
-    raise _fail(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
+    raise fail(f"unknown engine {engine!r}; choose one of {', '.join(ENGINES)}")
 
 
 def _server_backend(team: str | None) -> Backend:
@@ -93,13 +64,13 @@ def _server_backend(team: str | None) -> Backend:
     try:
         from tfkube.client import Client, ServerBackend
     except ImportError as exc:
-        raise _fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
+        raise fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
     try:
         return ServerBackend(Client(), team)
     except ValueError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     except Exception as exc:  # connection refused, bad token
-        raise _fail(f"cannot reach the tfkube server: {exc}") from None
+        raise fail(f"cannot reach the tfkube server: {exc}") from None
 
 
 @app.command()
@@ -123,7 +94,7 @@ def login(
     try:
         from tfkube.client import Client, Login, ServerError, save_login, token_by_password
     except ImportError as exc:
-        raise _fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
+        raise fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
     url = url.rstrip("/")
     if token is None:
         name = user or input("user: ")
@@ -132,12 +103,12 @@ def login(
         try:
             token = token_by_password(url, name, password, label, setup_token)
         except ServerError as exc:
-            raise _fail(exc.detail, 1) from None
+            raise fail(exc.detail, 1) from None
     try:
         with Client(url, token) as client:
             me = client.me()
     except Exception as exc:
-        raise _fail(f"cannot sign in to {url}: {exc}", 1) from None
+        raise fail(f"cannot sign in to {url}: {exc}", 1) from None
     chosen = team or next(iter(me.teams), None)
     path = save_login(Login(url=url, token=token, team=chosen))
     out.print(
@@ -148,11 +119,6 @@ def login(
     )
 
 
-def _fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
-    err.print(f"[red]error:[/red] {message}", highlight=False, markup=True)
-    return typer.Exit(code)
-
-
 def _read_document(path: Path) -> str:
     """A YAML file's text, read no further than the job format's size bound (a larger
     file is then refused by `load_yaml`, naming the bound)."""
@@ -161,12 +127,12 @@ def _read_document(path: Path) -> str:
     try:
         return raw.decode()
     except UnicodeDecodeError as exc:
-        raise _fail(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise fail(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def _load(path: Path) -> TFJob:
     if not path.is_file():
-        raise _fail(f"{path}: no such job file")
+        raise fail(f"{path}: no such job file")
     return load_job_text(_read_document(path), str(path))
 
 
@@ -181,7 +147,7 @@ def _job_from_args(
     quick = [name, workers, ps, code]
     if job_file is not None:
         if any(v is not None for v in quick):
-            raise _fail("give either a job file or --name/--workers/--ps/--code, not both")
+            raise fail("give either a job file or --name/--workers/--ps/--code, not both")
         return _load(job_file), job_file.resolve().parent
     missing = [
         flag
@@ -189,7 +155,7 @@ def _job_from_args(
         if v is None
     ]
     if missing:
-        raise _fail(
+        raise fail(
             "give a job file, or the quick form `--name NAME --workers N --ps M --code PATH`; "
             f"missing {', '.join(missing)}"
         )
@@ -227,27 +193,29 @@ def run(
         bool, typer.Option("--summary", help="Print what the job achieved when it ends.")
     ] = False,
 ) -> None:
-    """Run a job on this machine, showing its replicas live; Ctrl-C stops all of them."""
-    backend = _backend()
-    # Ctrl-C may come at any moment: while staging (nothing runs yet), while the job
+    """Run a job on this machine, showing its replicas live. Ctrl-C (or SIGTERM, or a
+    closed terminal: SIGHUP) stops every replica; --detach leaves the job running."""
+    backend = local_backend()
+    # A signal may come at any moment: while staging (nothing runs yet), while the job
     # starts (submit stops what it started), while it runs, or twice. Each way every
-    # replica is stopped and the exit code is 130.
-    try:
+    # replica is stopped and the exit code is 128+N (`_lifetime.py`).
+    with foreground():
         try:
-            job, base = _job_from_args(job_file, name, workers, ps, code, entrypoint)
-            view = backend.submit(job, base, replace=replace)
-        except (SpecError, JobExists) as exc:
-            raise _fail(str(exc)) from None
-        if detach:
-            out.print(
-                f"job {view.name} started ({len(view.replicas)} replicas); "
-                f"follow it with `tfkube status {view.name}` or `tfkube logs {view.name} -f`"
-            )
-            return
-        final = _watch(backend, view.name)
-    except KeyboardInterrupt:
-        _interrupted(backend)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+            try:
+                job, base = _job_from_args(job_file, name, workers, ps, code, entrypoint)
+                view = backend.submit(job, base, replace=replace)
+            except (SpecError, JobExists) as exc:
+                raise fail(str(exc)) from None
+            if detach:
+                out.print(
+                    f"job {view.name} started ({len(view.replicas)} replicas); follow it with "
+                    f"`tfkube status {view.name}` or `tfkube logs {view.name} -f`, stop it "
+                    f"with `tfkube stop {view.name}`"
+                )
+                return
+            final = _watch(backend, view.name)
+        except KeyboardInterrupt as interrupt:
+            raise stop_then_exit(interrupt, partial(_stop_started, backend)) from None
     if show_summary or final.phase.terminal:
         for line in summary(final):
             out.print(line, highlight=False)
@@ -255,7 +223,8 @@ def run(
 
 
 def _watch(backend: LocalBackend, name: str) -> JobView:
-    """Show the job live until it is done (Ctrl-C: KeyboardInterrupt, for the caller)."""
+    """Show the job live until it is done (a stop signal: KeyboardInterrupt, for the
+    caller)."""
     with Live(console=out, refresh_per_second=4, transient=False, auto_refresh=False) as live:
         view = backend.get(name)
         shown = 0.0
@@ -273,17 +242,15 @@ def _watch(backend: LocalBackend, name: str) -> JobView:
     return view
 
 
-def _interrupted(backend: LocalBackend) -> None:
-    """Stop the jobs this command started (none if Ctrl-C came while staging)."""
+def _stop_started(backend: LocalBackend, interrupt: KeyboardInterrupt) -> None:
+    """Stop the jobs this command started (none if the signal came while staging)."""
     if not backend.submitted:
-        err.print("interrupted: the job had not started; nothing runs")
+        err.print(f"{describe(interrupt)}: the job had not started; nothing runs")
         return
     for name in backend.submitted:
-        err.print(f"interrupted: stopping every replica of {name}")
+        err.print(f"{describe(interrupt)}: stopping every replica of {name}")
         try:
             view = backend.stop(name)
-        except KeyboardInterrupt:  # Ctrl-C again: stop() held it until it had finished
-            view = backend.get(name)
         except JobNotFound:
             continue
         out.print(job_panel(view, width=out.width))
@@ -304,7 +271,7 @@ def submit(
     try:
         view = backend.submit(_load(job_file), job_file.resolve().parent)
     except (SpecError, JobExists) as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     where = view.extra.get("namespace")
     out.print(
         f"job {view.name} submitted ({len(view.replicas)} replicas)"
@@ -321,7 +288,7 @@ def validate(job_file: Annotated[Path, typer.Argument(help="A TFJob YAML file.")
     try:
         job = _load(job_file)
     except SpecError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     out.print(dump_job(job), end="", highlight=False)
 
 
@@ -348,7 +315,7 @@ def status(
     try:
         view = _engine(engine, namespace, kubeconfig).get(name)
     except JobNotFound as exc:
-        raise _fail(str(exc), 1) from None
+        raise fail(str(exc), 1) from None
     out.print(job_panel(view, width=out.width))
     if view.done:
         for line in summary(view):
@@ -371,9 +338,33 @@ def logs(
         for line in _engine(engine, namespace, kubeconfig).logs(name, replica, follow):
             print(line, flush=True)
     except (JobNotFound, ValueError) as exc:
-        raise _fail(str(exc), 1) from None
-    except KeyboardInterrupt:
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise fail(str(exc), 1) from None
+    except KeyboardInterrupt as interrupt:  # it started nothing: nothing to stop
+        raise typer.Exit(exit_code(interrupt)) from None
+
+
+@app.command()
+def stop(
+    name: Annotated[str, typer.Argument(help="The job's name.")],
+    engine: EngineOpt = "local",
+    namespace: NamespaceOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Stop every replica of a job and keep it (its logs, state and outputs) until
+    `tfkube delete`."""
+    try:
+        view = _engine(engine, namespace, kubeconfig).stop(name)
+    except JobNotFound as exc:
+        raise fail(str(exc), 1) from None
+    if view.done:
+        reason = f", {view.reason}" if view.reason else ""
+        out.print(f"job {name} stopped ({view.phase.value}{reason})", highlight=False)
+    else:  # Kubernetes: the operator stops it
+        out.print(
+            f"job {name}: stop requested (still {view.phase.value}); follow it with "
+            f"`tfkube status {name}`",
+            highlight=False,
+        )
 
 
 @app.command()
@@ -387,7 +378,7 @@ def delete(
     try:
         view = _engine(engine, namespace, kubeconfig).delete(name)
     except JobNotFound as exc:
-        raise _fail(str(exc), 1) from None
+        raise fail(str(exc), 1) from None
     out.print(f"job {name} deleted (it was {view.phase.value})")
 
 
@@ -398,15 +389,15 @@ def _read_secret(path: Path) -> dict[str, object]:
     from tfkube.spec import load_yaml
 
     if not path.is_file():
-        raise _fail(
+        raise fail(
             f"{path}: no such file (give a Secret manifest, e.g. from `kubectl get secret -o yaml`)"
         )
     try:
         data = load_yaml(_read_document(path), str(path))
     except SpecError as exc:
-        raise _fail(f"{path}: " + "; ".join(e.message for e in exc.errors)) from None
+        raise fail(f"{path}: " + "; ".join(e.message for e in exc.errors)) from None
     if not isinstance(data, dict) or data.get("kind") != "Secret":
-        raise _fail(f"{path}: not a Secret manifest")
+        raise fail(f"{path}: not a Secret manifest")
     return data
 
 
@@ -478,7 +469,7 @@ def render(
         )
         objects = render_job(job, options)
     except SpecError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     if job.spec.code is not None and job.spec.code.is_url and not job.spec.code.sha256:
         err.print(
             "warning: spec.code.sha256 is not set, so replicas cannot verify the code they "
@@ -563,7 +554,7 @@ def install(
         else None
     )
     if server_options is None and (storage_class or outputs_claim or public_url):
-        raise _fail("--storage-class, --outputs-claim and --public-url go with --server")
+        raise fail("--storage-class, --outputs-claim and --public-url go with --server")
     if write_manifests is not None:
         write_manifests.mkdir(parents=True, exist_ok=True)
         for name, text in deploy_file_texts().items():
@@ -580,11 +571,11 @@ def install(
         from tfkube.engines.kubernetes import InstallError, api_client_from
         from tfkube.engines.kubernetes import install as install_all
     except ImportError as exc:
-        raise _fail(f"{exc}; install the extra: pip install 'tfkube[kubernetes]'") from None
+        raise fail(f"{exc}; install the extra: pip install 'tfkube[kubernetes]'") from None
     try:
         api = api_client_from(kubeconfig, context)
     except Exception as exc:  # kubeconfig errors come in many types
-        raise _fail(f"cannot load the kubeconfig: {exc}") from None
+        raise fail(f"cannot load the kubeconfig: {exc}") from None
     try:
         install_all(
             api,
@@ -595,7 +586,7 @@ def install(
             server=server_options,
         )
     except InstallError as exc:
-        raise _fail(str(exc), 1) from None
+        raise fail(str(exc), 1) from None
     finally:
         api.close()
     if not dry_run:
@@ -624,17 +615,15 @@ def operator_command(
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
-    """Run the TFJob operator: reconcile TFJobs in the cluster until stopped."""
+    """Run the TFJob operator: reconcile TFJobs in the cluster until Ctrl-C, SIGTERM or
+    SIGHUP (the jobs carry on: they are the cluster's)."""
     from tfkube.operator import OperatorSettings, run_operator
 
     if namespace and all_namespaces:
-        raise _fail("give --namespace or --all-namespaces, not both")
-    run_operator(
-        OperatorSettings.read(
-            namespaces=tuple(namespace or ()), kubeconfig=kubeconfig, verbose=verbose
-        )
+        raise fail("give --namespace or --all-namespaces, not both")
+    settings = OperatorSettings.read(
+        namespaces=tuple(namespace or ()), kubeconfig=kubeconfig, verbose=verbose
     )
-
-
-def main() -> None:
-    app()
+    # Until SIGINT, SIGTERM or SIGHUP: the jobs it reconciles are the cluster's and carry
+    # on; the next operator takes them over.
+    run_service(lambda: run_operator(settings))

@@ -7,13 +7,17 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from tfkube.cli._app import EXIT_INTERRUPTED, EngineOpt, NamespaceOpt, _backend, _fail, app, out
+from tfkube.cli._common import EngineOpt, NamespaceOpt, app, err, fail, local_backend, out
+from tfkube.cli._lifetime import describe, foreground, stop_then_exit
+from tfkube.contract import exit_status
 from tfkube.engines import JobNotFound
+from tfkube.engines.local import interrupts_held
 
 if TYPE_CHECKING:
     from tfkube.client import Client
@@ -46,14 +50,14 @@ def _client(team: str | None) -> tuple[Client, str]:
     try:
         from tfkube.client import Client
     except ImportError as exc:
-        raise _fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
+        raise fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
     try:
         client = Client(team=team)
         return client, client._team(team)
     except ValueError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     except Exception as exc:  # connection refused, bad token
-        raise _fail(f"cannot reach the tfkube server: {exc}") from None
+        raise fail(f"cannot reach the tfkube server: {exc}") from None
 
 
 def _how_to_call(server: ModelServerOut) -> list[str]:
@@ -86,46 +90,47 @@ def serve(
     --engine server: a model server of the team (a process, or on Kubernetes a Deployment
     of tensorflow/serving or, with --runtime tfkube, of tfkube's own model server) behind
     the server's login; it survives restarts.
-    --engine local: tfkube's model server here, in the foreground, until Ctrl-C."""
+    --engine local: tfkube's model server here, in the foreground, until Ctrl-C, SIGTERM
+    or SIGHUP (a closed terminal), which stop it."""
     from tfkube.render import ServingRuntime, parse_runtime
 
     try:
         parse_runtime(runtime, ServingRuntime.TFKUBE)
     except ValueError as exc:
-        raise _fail(f"--runtime: {exc}") from None
+        raise fail(f"--runtime: {exc}") from None
     if engine == "local":
         if namespace is not None:
-            raise _fail("--namespace is for --engine server")
+            raise fail("--namespace is for --engine server")
         if runtime not in (None, ServingRuntime.TFKUBE.value):
-            raise _fail(
+            raise fail(
                 "--runtime: --engine local runs tfkube's model server only; leave --runtime "
                 "out, or use --engine server with a tfkube server on Kubernetes"
             )
         _serve_here(job, name, version, port)
         return
     if engine != "server":
-        raise _fail("serve needs --engine server (a tfkube server, on either engine) or local")
+        raise fail("serve needs --engine server (a tfkube server, on either engine) or local")
     from tfkube.spec import SpecError
 
     client, team = _client(namespace)
     with client:
         found = client.find(job, team=team)
         if found is None:
-            raise _fail(f"team {team} has no job named {job!r}", 1)
+            raise fail(f"team {team} has no job named {job!r}", 1)
         try:
             server = client.serve(
                 found.id, name=name, version=version, cpu=cpu, memory=memory, runtime=runtime
             )
         except SpecError as exc:
             problems = "; ".join(f"{e.field}: {e.message}" for e in exc.errors)
-            raise _fail(f"cannot serve {job}: {problems}") from None
+            raise fail(f"cannot serve {job}: {problems}") from None
         except Exception as exc:
-            raise _fail(str(exc), 1) from None
+            raise fail(str(exc), 1) from None
         if wait:
             try:
                 server = client.wait_ready(server.id)
             except TimeoutError as exc:
-                raise _fail(str(exc), 1) from None
+                raise fail(str(exc), 1) from None
     for line in _how_to_call(server):
         out.print(line, highlight=False, soft_wrap=True)
 
@@ -134,15 +139,15 @@ def _serve_here(job: str, name: str | None, version: int | None, port: int) -> N
     from tfkube.serving import choose_version, exported_versions
 
     try:
-        view = _backend().get(job)
+        view = local_backend().get(job)
     except JobNotFound as exc:
-        raise _fail(str(exc), 1) from None
+        raise fail(str(exc), 1) from None
     if not view.log_dir:
-        raise _fail(f"job {job!r} has no output folder", 1)
+        raise fail(f"job {job!r} has no output folder", 1)
     base = Path(view.log_dir) / "export"
     _, why = choose_version(exported_versions(base), version)
     if why is not None:
-        raise _fail(f"job {job!r}: {why}", 1)
+        raise fail(f"job {job!r}: {why}", 1)
     model = name or job
     argv = [
         sys.executable,
@@ -157,14 +162,33 @@ def _serve_here(job: str, name: str | None, version: int | None, port: int) -> N
     url = f"http://127.0.0.1:{port}/v1/models/{model}"
     out.print(f"REST URL: {url}  (predict: POST {url}:predict; Ctrl-C stops it)", highlight=False)
     env = {k: v for k, v in os.environ.items() if k != "TFKUBE_SERVING_TOKEN"}
-    proc = subprocess.Popen(argv, env=env)
+    server: subprocess.Popen[bytes] | None = None
+    with foreground():
+        try:
+            with interrupts_held():  # a signal now waits until the process is known
+                server = subprocess.Popen(argv, env=env)
+            code = server.wait()
+        except KeyboardInterrupt as interrupt:
+            raise stop_then_exit(interrupt, partial(_stop_here, server)) from None
+    raise typer.Exit(exit_status(code))
+
+
+MODEL_SERVER_GRACE = 15.0
+"""How long the model server gets after SIGTERM (uvicorn's graceful shutdown takes at most
+5 s) before SIGKILL."""
+
+
+def _stop_here(server: subprocess.Popen[bytes] | None, interrupt: KeyboardInterrupt) -> None:
+    """Stop the foreground model server (by its PID: it is our child)."""
+    if server is None or server.poll() is not None:
+        return
+    err.print(f"{describe(interrupt)}: stopping the model server (pid {server.pid})")
+    server.terminate()
     try:
-        code = proc.wait()
-    except KeyboardInterrupt:
-        proc.terminate()
-        proc.wait(30)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
-    raise typer.Exit(code)
+        server.wait(MODEL_SERVER_GRACE)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
 
 
 def servers_lines(servers: list[Any]) -> list[str]:
@@ -214,7 +238,7 @@ def stop_server(
     with client:
         found = [s for s in client.model_servers(team=team) if s.name == name]
         if not found:
-            raise _fail(f"team {team} has no running model server named {name!r}", 1)
+            raise fail(f"team {team} has no running model server named {name!r}", 1)
         stopped = client.stop_model_server(found[0].id)
     out.print(f"model server {stopped.name}: {stopped.status}", highlight=False)
 
@@ -237,6 +261,6 @@ def notebook(
         try:
             opened = client.notebook(team=team)
         except Exception as exc:
-            raise _fail(str(exc), 1) from None
+            raise fail(str(exc), 1) from None
     out.print(f"notebook in team {team}: {opened.url}", highlight=False, soft_wrap=True)
     out.print("(open it in a browser signed in to the server)", highlight=False)

@@ -292,7 +292,7 @@ def _supervise() -> int:
 
     argv = resolve_program(contract.argv(str(entry) if entry is not None else None), env)
     if stopping.is_set():  # stopped while setting up: start nothing
-        return 128 + signal.SIGTERM
+        return c.signal_exit_code(signal.SIGTERM)
     _say(f"running {' '.join(argv)}")
     # The output also goes to the job's shared log folder, one file per start (_tee).
     opened = open_attempt(contract.log_dir, f"{contract.role}-{contract.index}")
@@ -341,7 +341,7 @@ def _supervise() -> int:
     _end_group(pgid, grace=min(grace, 2.0))
     if heartbeat is not None:
         heartbeat.stop()
-    status = code_ if code_ >= 0 else 128 - code_
+    status = c.exit_status(code_)
     if tee is not None:
         tee.finish(f"entrypoint exited with {status}")
     _say(f"entrypoint exited with {status}")

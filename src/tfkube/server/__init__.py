@@ -1,19 +1,20 @@
-"""The tfkube platform server: a multi-user HTTP API over the engines.
+"""The tfkube platform server: a multi-user HTTP API and a dashboard over the engines.
 
-    tfkube server ─> uvicorn ─> FastAPI app (_app)
-      routes/<resource>.py   thin handlers: parse, check scope (deps, _scopes), call, answer
-      deps.py                typed dependencies: SessionDep, CurrentUser, TeamDep, JobDep ...
-      _accounts, _security   users, teams, sessions, tokens, CSRF, code claims
-      _artifacts             the content-addressed artifact store
-      _jobs                  submit (pin to the server, queue), the sync loop, stop/delete
-      _admission             the local engine's fair queue (pure)
-      _forms                 four fields / TFJob document -> TFJob (pure)
-      _engines               one Backend per team (LocalBackend / KubernetesBackend)
-      _tables, _db, migrations/   SQLAlchemy tables, engine, Alembic migrations
+    tfkube server ─> uvicorn ─> app.py (builds the Platform: platform.py)
+      api/routes/<resource>.py  the JSON API: parse -> scope check -> query or domain call
+                                -> answer; api/deps.py: SessionDep, CurrentUser, TeamDep ...
+      web/                      the dashboard's pages: read through the same queries
+      queries/<resource>.py     every read both doors share (visibility, filters, counts,
+                                paging); queries/views.py: rows -> tfkube.wire shapes
+      jobs/ workloads/ accounts.py artifacts.py tenants.py
+                                the domain: every write, the sync and watch loops
+      outputs/                  a job's output folder: logs, scalars, checkpoints, files
+      core/                     config, db, tables, security, scopes (who may do what), ...
 
-The server reaches jobs only through `tfkube.engines.Backend`; it may use
-`tfkube.wire` (the JSON shapes it shares with the client) and anything below the
-backends, never `tfkube.cli`.
+A request goes to a route (JSON) or a page (HTML); a read is a `queries` function, a rule
+of who may is `core/scopes.py`, a write is the domain's. The server reaches every
+workload through `tfkube.engines.Engine`; it may use `tfkube.wire` (the JSON shapes it
+shares with the client) and anything below the engines, never `tfkube.cli`.
 """
 
 from tfkube.server.app import build_platform, create_app, serve

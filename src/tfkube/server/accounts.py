@@ -122,6 +122,16 @@ def set_member(db: Session, team: Team, user: User, role: Role) -> None:
         found.role = role.value
 
 
+def remove_from_team(db: Session, team: Team, user: User) -> bool:
+    """Take the user out of the team (commits); False when they were not in it."""
+    found = db.get(Membership, (user.id, team.id))
+    if found is None:
+        return False
+    db.delete(found)
+    db.commit()
+    return True
+
+
 def authenticate(db: Session, name: str, password: str) -> User | None:
     user = db.scalars(select(User).where(User.name == name)).first()
     if user is None:
@@ -195,6 +205,12 @@ def create_token(
     return token, value
 
 
+def revoke_token(db: Session, token: ApiToken) -> None:
+    """Revoke a token now (one revoked already keeps its time). Commits."""
+    token.revoked_at = token.revoked_at or time.time()
+    db.commit()
+
+
 def token_user(db: Session, value: str) -> User | None:
     token = db.scalars(select(ApiToken).where(ApiToken.token_hash == digest(value))).first()
     now = time.time()
@@ -217,14 +233,3 @@ def actor_of(db: Session, user: User) -> Actor:
         for m in db.scalars(select(Membership).where(Membership.user_id == user.id)).all()
     }
     return Actor(user_id=user.id, site_admin=user.site_admin, roles=roles)
-
-
-def teams_of(db: Session, user: User) -> dict[str, str]:
-    """The user's teams and their role in each, by team name."""
-    rows = db.execute(
-        select(Team.name, Membership.role)
-        .join(Membership, Membership.team_id == Team.id)
-        .where(Membership.user_id == user.id)
-        .order_by(Team.name)
-    ).all()
-    return dict(rows)

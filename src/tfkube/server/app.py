@@ -52,7 +52,6 @@ from tfkube.server.platform import Platform
 from tfkube.server.workloads.model_servers import ModelServers
 from tfkube.server.workloads.notebooks import Notebooks
 from tfkube.server.workloads.tensorboards import TensorBoards
-from tfkube.spec import FieldError
 
 log = logging.getLogger("tfkube.server")
 
@@ -136,10 +135,6 @@ class _Measure:
             await send(message)
 
         await self.app(scope, receive, sending)
-
-
-def _errors(errors: list[FieldError]) -> list[dict[str, str]]:
-    return [{"field": e.field, "message": e.message} for e in errors]
 
 
 def create_app(settings: ServerSettings, platform: Platform | None = None) -> FastAPI:

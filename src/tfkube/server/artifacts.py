@@ -17,6 +17,10 @@ goes straight to its own staged file, and the bytes are counted against the limi
 artifact's kind as they arrive, so a body over the limit is cut off there, never read
 whole first. The kind is the one in force when the first file begins (the query's, or a
 `kind` field sent before the files, as the dashboard does).
+
+The records: `record_artifact` makes a kept blob the team's next version of a name (or
+finds the latest version already holding those bytes); `remove_artifact` deletes one and
+its blob once nothing refers to those bytes any more.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import shutil
 import stat
 import tarfile
 import tempfile
+import time
 import zipfile
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -37,8 +42,11 @@ from typing import IO
 
 from python_multipart.exceptions import MultipartParseError
 from python_multipart.multipart import MultipartParser, parse_options_header
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
 
 from tfkube.launcher import MAX_DOWNLOAD_BYTES, MAX_MEMBERS, MAX_UNPACKED_BYTES
+from tfkube.server.core.tables import Artifact, Blob, Job, Team, User
 
 CHUNK = 1 << 20
 MAX_UPLOAD_BYTES = MAX_DOWNLOAD_BYTES
@@ -426,3 +434,60 @@ class BlobStore:
         """Debris of uploads cut off by a crash."""
         shutil.rmtree(self.incoming, ignore_errors=True)
         self.incoming.mkdir(parents=True, exist_ok=True)
+
+
+def record_artifact(
+    db: Session, team: Team, user: User, name: str, kind: str, sha: str, size: int, files: int
+) -> tuple[Artifact, bool]:
+    """The team's artifact for a kept blob: its latest version of `name` when that holds
+    the same bytes and kind, else a new version. Commits. -> (artifact, whether new)."""
+    latest = db.scalars(
+        select(Artifact)
+        .where(Artifact.team_id == team.id, Artifact.name == name)
+        .order_by(Artifact.version.desc())
+        .limit(1)
+    ).first()
+    if latest is not None and latest.sha256 == sha and latest.kind == kind:
+        return latest, False
+    if db.get(Blob, sha) is None:
+        db.add(Blob(sha256=sha, size=size, created_at=time.time()))
+    version = (
+        db.scalar(
+            select(func.max(Artifact.version)).where(
+                Artifact.team_id == team.id, Artifact.name == name
+            )
+        )
+        or 0
+    ) + 1
+    artifact = Artifact(
+        team_id=team.id,
+        name=name,
+        version=version,
+        kind=kind,
+        sha256=sha,
+        size=size,
+        files=files,
+        created_by=user.id,
+        created_at=time.time(),
+    )
+    db.add(artifact)
+    db.commit()
+    return artifact, True
+
+
+def remove_artifact(db: Session, blobs: BlobStore, artifact: Artifact) -> None:
+    """Delete an artifact (the caller checked no unfinished job uses it), and its blob
+    when no other artifact and no job's record names those bytes. Commits."""
+    sha = artifact.sha256
+    db.delete(artifact)
+    db.flush()
+    if db.scalars(select(Artifact.id).where(Artifact.sha256 == sha).limit(1)).first() is None:
+        used_by_jobs = db.scalars(
+            select(Job.id).where(or_(Job.code_sha256 == sha, Job.data_sha256 == sha)).limit(1)
+        ).first()
+        if used_by_jobs is None:
+            blob = db.get(Blob, sha)
+            if blob is not None:
+                db.delete(blob)
+            blobs.remove(sha)
+    db.commit()

@@ -16,10 +16,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from tfkube.server.core.tables import Job, Team
+from tfkube.server.queries.jobs import counts_by_team
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -38,11 +37,7 @@ class _JobsCollector(Collector):
             labels=["team"],
         )
         with self.sessions() as db:
-            rows = db.execute(
-                select(Team.name, Job.phase, func.count(), func.coalesce(func.sum(Job.restarts), 0))
-                .join(Team, Team.id == Job.team_id)
-                .group_by(Team.name, Job.phase)
-            ).all()
+            rows = counts_by_team(db)
         per_team: dict[str, float] = {}
         for team, phase, count, restart_sum in rows:
             jobs.add_metric([phase, team], count)

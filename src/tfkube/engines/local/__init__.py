@@ -2,12 +2,14 @@
 
 With a `TenantIsolation` (a tfkube server's team, on a machine where
 `isolation_support()` says so) every replica runs confined, as the team's own OS user
-(`ensure_identity`); `confinement_for`, `launch` and `release` (with `hand_over` for the
-folders it writes) confine other workloads the same way (see `_sandbox.py`)."""
+(`ensure_identity`); the team's notebooks, model servers and TensorBoards are confined the
+same way (`_services.py`, with `confinement_for`, `launch` and `release` of `_sandbox.py`)."""
 
 from tfkube.engines.local._cgroups import Limits
 from tfkube.engines.local._engine import LocalBackend
 from tfkube.engines.local._host import LocalEngine
+from tfkube.engines.local._interrupts import interrupts_held
+from tfkube.engines.local._procs import free_ports
 from tfkube.engines.local._sandbox import (
     Confinement,
     Launch,
@@ -35,7 +37,9 @@ __all__ = [
     "TenantIsolation",
     "confinement_for",
     "ensure_identity",
+    "free_ports",
     "hand_over",
+    "interrupts_held",
     "isolation_support",
     "launch",
     "release",

@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tfkube.spec import Resources, cpu_cores, memory_bytes
+
 V1_CONTROLLERS = ("memory", "cpu", "pids")
 V2_CONTROLLERS = ("memory", "cpu", "pids")
 GROUP = "tfkube"
@@ -266,3 +268,11 @@ def sweep(layout: CgroupLayout, prefix: str) -> None:
                         os.rmdir(entry.path)
         with contextlib.suppress(OSError):
             os.rmdir(parent)
+
+
+def limits_of(resources: Resources) -> Limits:
+    """A role's `resources` as a confined replica's cgroup limits (requests equal limits,
+    as tfkube renders them for Kubernetes). Pure."""
+    cpu = cpu_cores(resources.cpu) if resources.cpu else 0.0
+    memory = memory_bytes(resources.memory) if resources.memory else 0
+    return Limits(cpu=cpu or None, memory=memory or None)  # "0": no limit, not none at all

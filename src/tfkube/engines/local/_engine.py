@@ -20,6 +20,7 @@ interrupted stop still finishes.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import os
 import shutil
 import signal
@@ -207,7 +208,10 @@ class LocalBackend:
             with interrupts_held():
                 self._start_supervisor(target)
         except KeyboardInterrupt:
-            self.stop(job.name)  # the supervisor is registered: stop what it started
+            # The supervisor is registered: stop what it started. A second signal while
+            # it stops asks for what is being done: the caller sees the first one.
+            with contextlib.suppress(KeyboardInterrupt):
+                self.stop(job.name)
             raise
         return self.get(job.name)
 

@@ -25,6 +25,7 @@ import shutil
 import sys
 import threading
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -50,8 +51,9 @@ from tfkube.engines.local._services import (
     LocalModelServers,
     LocalNotebooks,
     LocalTensorBoards,
+    ServiceIsolation,
 )
-from tfkube.engines.local._tenants import ensure_identity
+from tfkube.engines.local._tenants import TenantIdentity, ensure_identity
 from tfkube.launcher import FetchError, unpack
 from tfkube.render import ServingRuntime, parse_runtime
 from tfkube.spec import FieldError, SpecError
@@ -74,11 +76,6 @@ class LocalEngine(RunnersByKind):
         self.data_dir = data_dir
         self.cpus = cpus
         self.memory = memory
-        self._runners: dict[type, Runner] = {
-            ModelServerWorkload: LocalModelServers(data_dir, os.environ, workload_env),
-            NotebookWorkload: LocalNotebooks(self.notebook_home, os.environ, workload_env),
-            TensorBoardWorkload: LocalTensorBoards(os.environ, workload_env),
-        }
         self._backends: dict[str, LocalBackend] = {}
         self._lock = threading.Lock()
         self.workload_env = workload_env
@@ -86,14 +83,25 @@ class LocalEngine(RunnersByKind):
         self.isolation_problem = None if support.ok else support.reason
         """Why this machine cannot keep teams apart (None: it can)."""
         print(
-            "tfkube server: local engine: each team's jobs run as the team's own OS user, "
-            "sandboxed (docs/security.md)"
+            "tfkube server: local engine: each team's workloads run as the team's own OS "
+            "user, sandboxed (docs/security.md)"
             if support.ok
             else "tfkube server: local engine: teams cannot be isolated from each other on "
             f"this machine: {support.reason}; one team only (docs/security.md)",
             file=sys.stderr,
             flush=True,
         )
+        self._starter: ThreadPoolExecutor | None = None
+        services: ServiceIsolation | None = None
+        if support.ok:
+            self._starter = ThreadPoolExecutor(1, thread_name_prefix="tfkube-sandbox-starter")
+            services = ServiceIsolation(self.identity, self._hidden(), self._starter)
+        env = os.environ
+        self._runners: dict[type, Runner] = {
+            ModelServerWorkload: LocalModelServers(data_dir, env, workload_env, services),
+            NotebookWorkload: LocalNotebooks(self.notebook_home, env, workload_env, services),
+            TensorBoardWorkload: LocalTensorBoards(env, workload_env, services),
+        }
 
     def team_root(self, tenant: Tenant) -> Path:
         return self.data_dir / "teams" / tenant.name
@@ -116,22 +124,28 @@ class LocalEngine(RunnersByKind):
             )
         (root / "outputs").mkdir(parents=True, exist_ok=True)
         if self.isolation_problem is None:
-            ensure_identity(root, tenant.name)
+            self.identity(tenant)
 
     def _other_teams(self, root: Path) -> bool:
         teams = root.parent
         return teams.is_dir() and any(p.is_dir() and p != root for p in teams.iterdir())
 
+    def identity(self, tenant: Tenant) -> TenantIdentity:
+        """The team's OS identity (made on first use, then found again)."""
+        return ensure_identity(self.team_root(tenant), tenant.name)
+
+    def _hidden(self) -> tuple[str, ...]:
+        """What no workload may see: the server's data dir, however it is named."""
+        return tuple(sorted({str(self.data_dir.absolute()), str(self.data_dir.resolve())}))
+
     def _isolation(self, tenant: Tenant) -> TenantIsolation | None:
         """How the tenant's jobs are confined (None: this machine cannot)."""
         if self.isolation_problem is not None:
             return None
-        data = {str(self.data_dir.absolute()), str(self.data_dir.resolve())}
-        root = self.team_root(tenant)
         return TenantIsolation(
-            ensure_identity(root, tenant.name),
-            folder=str(root),
-            hidden=tuple(sorted(data)),
+            self.identity(tenant),
+            folder=str(self.team_root(tenant)),
+            hidden=self._hidden(),
             passed_env=(*PASSED_ENV, *self.workload_env),
         )
 
@@ -185,4 +199,5 @@ class LocalEngine(RunnersByKind):
         return runtime.value
 
     def close(self) -> None:
-        pass
+        if self._starter is not None:
+            self._starter.shutdown(wait=False)

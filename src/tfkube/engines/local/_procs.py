@@ -43,6 +43,7 @@ def spawn(
     env: Mapping[str, str],
     cwd: Path | None = None,
     log: Path | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> tuple[subprocess.Popen[bytes], ProcessRef]:
     """Start a service process in a new session (its own process group, so it is stopped
     as a whole), its output appended to `log`, with exactly `env` (never ours)."""
@@ -61,6 +62,7 @@ def spawn(
             env=dict(env),
             cwd=cwd,
             start_new_session=True,
+            pass_fds=tuple(pass_fds),
         )
     finally:
         if handle is not None:

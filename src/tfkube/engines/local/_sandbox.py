@@ -450,6 +450,12 @@ def release(c: Confinement) -> int:
     return 0 if layout is None else release_cgroup(layout, c.cgroup)
 
 
+def release_cgroup_named(cgroup: str) -> int:
+    """`release` by the cgroup's name alone (what a workload's handle keeps)."""
+    layout = this_machine()
+    return 0 if layout is None else release_cgroup(layout, cgroup)
+
+
 def sweep(prefix: str) -> None:
     """Remove what is left of the cgroups whose names start with `prefix` (empty ones:
     those of processes that ended without a `release`, e.g. when their starter died)."""

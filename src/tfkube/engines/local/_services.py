@@ -9,9 +9,16 @@ processes on loopback ports, each in its own session, known again by PID and sta
                   team's artifacts unpacked read-only beside it), Jupyter's token on
     TensorBoard   python -m tensorboard.main --path_prefix=<the proxy's path>
 
-One runner per kind (`tfkube.engines.Runner`). A handle is `{"pid", "started", "port"}`.
-Every process gets a minimal environment (an allow-list, never the server's own: a database
-URL may hold a password).
+One runner per kind (`tfkube.engines.Runner`). A handle is `{"pid", "started", "port"}`
+(and `"cgroup"` when confined). Every process gets a minimal environment (an allow-list,
+never the server's own: a database URL may hold a password).
+
+Where the machine can isolate teams (`ServiceIsolation`), each process runs confined as
+its team's OS user (`_sandbox`: bubblewrap, cgroups): a model server or TensorBoard sees
+the job folder it reads (read-only), a notebook its home (read-write); none sees the
+server's data dir or another team's folders. Confined processes are started from one
+long-lived thread (the sandbox dies with the thread that started it, so a server that
+dies leaves none behind) and stopped as a tree, then their cgroups are released.
 
 Decisions (`observe_model_server`, `service_env`) are pure functions.
 """
@@ -22,7 +29,10 @@ import os
 import shutil
 import sys
 import tarfile
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +50,17 @@ from tfkube.engines._workloads import (
     Upstream,
     WorkloadStatus,
 )
+from tfkube.engines.local._cgroups import Limits, limits_of
 from tfkube.engines.local._procs import alive, free_ports, spawn, stop_tree, wait_port
+from tfkube.engines.local._sandbox import (
+    confinement_for,
+    launch,
+    passed_environment,
+    release,
+    release_cgroup_named,
+)
 from tfkube.engines.local._store import ProcessRef
+from tfkube.engines.local._tenants import TenantIdentity, hand_over
 
 START_TIMEOUT = 120.0
 """How long JupyterLab or TensorBoard may take to answer on its port."""
@@ -119,23 +138,93 @@ def _port(handle: Handle) -> int:
     return int(port)
 
 
-def _handle(ref: ProcessRef, port: int) -> Handle:
-    return Handle({"pid": ref.pid, "started": ref.create_time, "port": port})
+def _handle(ref: ProcessRef, port: int, extra: Mapping[str, Any] | None = None) -> Handle:
+    return Handle({"pid": ref.pid, "started": ref.create_time, "port": port, **(extra or {})})
+
+
+@dataclass(frozen=True)
+class ServiceIsolation:
+    """How the local engine confines a team's services."""
+
+    identity_of: Callable[[Tenant], TenantIdentity]
+    """The team's OS identity (made once, kept by `_tenants`)."""
+    hidden: tuple[str, ...]
+    """Never visible: the server's data dir."""
+    starter: ThreadPoolExecutor
+    """One long-lived thread every confined process is started from."""
 
 
 class _Processes:
-    """What every local runner shares: the environment it gives, stopping by PID."""
+    """What every local runner shares: the environment it gives, starting a process
+    (confined where the engine can), stopping it by PID."""
 
-    def __init__(self, server_env: Mapping[str, str], workload_env: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        server_env: Mapping[str, str],
+        workload_env: tuple[str, ...],
+        isolation: ServiceIsolation | None = None,
+    ) -> None:
         self.server_env = dict(server_env)
         self.workload_env = workload_env
+        self.isolation = isolation
 
     def env(self, extra: Mapping[str, str]) -> dict[str, str]:
         return service_env(self.server_env, extra, self.workload_env)
 
+    def launch(
+        self,
+        tenant: Tenant,
+        name: str,
+        argv: Sequence[str],
+        extra: Mapping[str, str],
+        *,
+        cwd: Path | None = None,
+        log: Path | None = None,
+        read_only: Sequence[Path] = (),
+        read_write: Sequence[Path] = (),
+        limits: Limits | None = None,
+    ) -> tuple[ProcessRef, dict[str, Any]]:
+        """Start `argv` for the tenant -> its reference and what its handle keeps besides.
+        Confined: as the team's user, seeing the system, tfkube's Python and the folders
+        named here only; `read_write` folders become the team's."""
+        if self.isolation is None:
+            _, ref = spawn(argv, env=self.env(extra), cwd=cwd, log=log)
+            return ref, {}
+        iso = self.isolation
+        identity = iso.identity_of(tenant)
+        for folder in read_write:
+            hand_over(folder, identity)
+        cgroup = f"{identity.name}.{name}-{time.time_ns()}"
+        confinement = confinement_for(
+            identity,
+            cgroup=cgroup,
+            cwd=str(cwd or "/tmp"),
+            home=str(cwd or "/tmp"),
+            read_only=[str(p) for p in read_only],
+            read_write=[str(p) for p in read_write],
+            hidden=iso.hidden,
+            env={**passed_environment(self.server_env, (*PASSED_ENV, *self.workload_env)), **extra},
+            limits=limits,
+        )
+
+        def start() -> ProcessRef:
+            with launch(argv, confinement) as begun:
+                try:
+                    # The sandbox's wrapper gets no environment of ours at all.
+                    _, ref = spawn(begun.argv, env={}, log=log, pass_fds=begun.pass_fds)
+                except OSError:
+                    release(confinement)
+                    raise
+            return ref
+
+        return iso.starter.submit(start).result(), {"cgroup": cgroup}
+
     @staticmethod
     def stop(tenant: Tenant, workload: object, handle: Handle) -> None:
         stop_tree(_ref(handle))
+        cgroup = handle.data.get("cgroup")
+        if cgroup:
+            release_cgroup_named(str(cgroup))
 
     @staticmethod
     def running(handle: Handle) -> bool:
@@ -147,9 +236,13 @@ class LocalModelServers(_Processes):
     """`python -m tfkube.serving` on a free loopback port, answering only its secret."""
 
     def __init__(
-        self, data_dir: Path, server_env: Mapping[str, str], workload_env: tuple[str, ...]
+        self,
+        data_dir: Path,
+        server_env: Mapping[str, str],
+        workload_env: tuple[str, ...],
+        isolation: ServiceIsolation | None = None,
     ) -> None:
-        super().__init__(server_env, workload_env)
+        super().__init__(server_env, workload_env, isolation)
         self.data_dir = data_dir
         """Where model servers' output is kept (`serving/<id>.log`)."""
 
@@ -169,9 +262,17 @@ class LocalModelServers(_Processes):
         ]
         if workload.version is not None:
             argv.append(f"--model_version={workload.version}")
-        env = self.env({contract.SERVING_TOKEN: workload.secret})
-        _, ref = spawn(argv, env=env, log=self.log(workload))
-        return _handle(ref, port)
+        resources = workload.resources
+        ref, extra = self.launch(
+            tenant,
+            f"model-{workload.id}",
+            argv,
+            {contract.SERVING_TOKEN: workload.secret},
+            log=self.log(workload),
+            read_only=[workload.export_dir],
+            limits=limits_of(resources) if resources else None,
+        )
+        return _handle(ref, port, extra)
 
     def status(
         self, tenant: Tenant, workload: ModelServerWorkload, handle: Handle
@@ -208,8 +309,9 @@ class LocalNotebooks(_Processes):
         homes: Callable[[Tenant, str], Path],
         server_env: Mapping[str, str],
         workload_env: tuple[str, ...],
+        isolation: ServiceIsolation | None = None,
     ) -> None:
-        super().__init__(server_env, workload_env)
+        super().__init__(server_env, workload_env, isolation)
         self.homes = homes
         """(tenant, user) -> the notebook's home (JupyterLab's root)."""
 
@@ -248,25 +350,26 @@ class LocalNotebooks(_Processes):
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
             "--LabApp.extension_manager=readonly",
         ]
-        if os.geteuid() == 0:  # a server run as root (a container, CI) runs its notebooks so
+        if os.geteuid() == 0 and self.isolation is None:  # root unconfined (a container)
             argv.append("--allow-root")
-        env = self.env(
-            {
-                "HOME": str(home),
-                "JUPYTER_TOKEN": workload.jupyter_token,
-                contract.CLIENT_URL: workload.server_url,
-                contract.CLIENT_TOKEN: workload.client_token,
-                contract.CLIENT_TEAM: tenant.name,
-            },
-        )
-        log_file = home / ".tfkube-notebook.log"
+        env = {
+            "HOME": str(home),
+            "JUPYTER_TOKEN": workload.jupyter_token,
+            contract.CLIENT_URL: workload.server_url,
+            contract.CLIENT_TOKEN: workload.client_token,
+            contract.CLIENT_TEAM: tenant.name,
+        }
+        log_file = home.parent / f".{home.name}-notebook.log"
         log_file.unlink(missing_ok=True)  # this start's output only
-        _, ref = spawn(argv, env=env, cwd=home, log=log_file)
+        ref, extra = self.launch(
+            tenant, f"notebook-{workload.id}", argv, env, cwd=home, log=log_file, read_write=[home]
+        )
+        handle = _handle(ref, port, extra)
         if not wait_port(ref, port, START_TIMEOUT):
-            stop_tree(ref)
+            self.stop(tenant, workload, handle)
             tail = log_file.read_text(errors="replace")[-2000:]
             raise RuntimeError(f"JupyterLab did not start: {tail}")
-        return _handle(ref, port)
+        return handle
 
     def status(self, tenant: Tenant, workload: NotebookWorkload, handle: Handle) -> WorkloadStatus:
         if not self.running(handle):
@@ -296,11 +399,14 @@ class LocalTensorBoards(_Processes):
             f"--path_prefix={workload.base_url}",
             "--reload_interval=5",
         ]
-        _, ref = spawn(argv, env=self.env({}))
+        ref, extra = self.launch(
+            tenant, f"tensorboard-{workload.job_id}", argv, {}, read_only=[workload.logdir]
+        )
+        handle = _handle(ref, port, extra)
         if not wait_port(ref, port, START_TIMEOUT):
-            stop_tree(ref)
+            self.stop(tenant, workload, handle)
             raise RuntimeError("TensorBoard did not start in time (or exited at start)")
-        return _handle(ref, port)
+        return handle
 
     def status(
         self, tenant: Tenant, workload: TensorBoardWorkload, handle: Handle

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import BinaryIO, NoReturn
 
 from tfkube import contract
-from tfkube.engines.local._cgroups import Limits
+from tfkube.engines.local._cgroups import limits_of
 from tfkube.engines.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
 from tfkube.engines.local._procs import alive, ref_of, stop_trees
 from tfkube.engines.local._sandbox import (
@@ -62,9 +62,7 @@ from tfkube.spec import (
     Resources,
     Role,
     TFJob,
-    cpu_cores,
     load_job_text,
-    memory_bytes,
     replica_environment,
 )
 from tfkube.tfcluster import cluster_spec, local_address
@@ -73,7 +71,7 @@ TICK_SECONDS = 0.1
 PROGRESS_EVERY = 1.0
 """How often progress is observed (log files and the log folder's mtimes)."""
 _INHERITED_DROP = (contract.RESERVED_PREFIX, contract.TF_CONFIG, "VIRTUAL_ENV")
-OOM_EXIT_CODE = 128 + signal.SIGKILL
+OOM_EXIT_CODE = contract.signal_exit_code(signal.SIGKILL)
 MAX_MESSAGE_READ = contract.MAX_MESSAGE_BYTES
 
 
@@ -81,14 +79,6 @@ def cgroup_prefix(record: JobRecord) -> str:
     """What the names of a confined job's cgroups start with: `<user>.<job uid>.`."""
     assert record.tenant is not None
     return f"{record.tenant.user}.{record.uid[:12]}."
-
-
-def limits_of(resources: Resources) -> Limits:
-    """A role's `resources` as a confined replica's cgroup limits (requests equal limits,
-    as tfkube renders them for Kubernetes). Pure."""
-    cpu = cpu_cores(resources.cpu) if resources.cpu else 0.0
-    memory = memory_bytes(resources.memory) if resources.memory else 0
-    return Limits(cpu=cpu or None, memory=memory or None)  # "0": no limit, not none at all
 
 
 def oom_message(resources: Resources) -> str:
@@ -236,7 +226,7 @@ class Supervisor:
             oom_killed = confinement is not None and release(confinement) > 0
             if replica.state is not ReplicaState.RUNNING:
                 continue  # we stopped it: its exit is no news
-            code = code if code >= 0 else 128 - code
+            code = contract.exit_status(code)
             if oom_killed and code != 0:
                 code = OOM_EXIT_CODE  # whichever of its processes the kernel chose
             replica.exit_code = code
@@ -549,11 +539,6 @@ class Supervisor:
             sweep(self._cgroup_prefix())
         self.dir.event("TTL passed: deleting the job")
         shutil.rmtree(self.dir.root, ignore_errors=True)
-
-
-def live_processes(record: JobRecord) -> list[int]:
-    """PIDs of the job's replicas that still run (start-time checked)."""
-    return [p.pid for r in record.replicas if (p := alive(r.process)) is not None]
 
 
 def spawn(job_dir: JobDir, fork: bool = False) -> None:

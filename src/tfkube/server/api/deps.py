@@ -4,7 +4,8 @@
 Authentication, in order: `Authorization: Bearer <personal API token>`, else the session
 cookie. A cookie-authenticated request that changes state must pass the CSRF check
 (`_security.check_csrf`: the X-CSRF-Token header and the Origin). Something of a team
-the user is not in answers 404, exactly as if it did not exist.
+the user is not in answers 404, exactly as if it did not exist (`queries.<resource>.find`
+says None for both).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from tfkube.server import queries
 from tfkube.server.accounts import actor_of, session_user, token_user
-from tfkube.server.core.scopes import Actor, Scope, allowed, visible
+from tfkube.server.core.scopes import Actor, Scope, allowed
 from tfkube.server.core.security import CSRF_HEADER, SESSION_COOKIE, check_csrf, csrf_token
 from tfkube.server.core.tables import Artifact, Job, Team, User
 from tfkube.server.platform import Platform
@@ -111,8 +112,8 @@ SiteAdmin = Annotated[Principal, Depends(site_admin)]
 
 
 def get_team(team: str, principal: CurrentUser, db: SessionDep) -> Team:
-    found = db.scalars(select(Team).where(Team.name == team)).first()
-    if found is None or not visible(principal.actor, found.id):
+    found = queries.teams.find(db, principal.actor, team)
+    if found is None:
         raise not_found(f"team {team!r}")
     db.commit()
     return found
@@ -122,8 +123,8 @@ TeamDep = Annotated[Team, Depends(get_team)]
 
 
 def get_job(job_id: str, principal: CurrentUser, db: SessionDep) -> Job:
-    found = db.get(Job, job_id)
-    if found is None or not visible(principal.actor, found.team_id):
+    found = queries.jobs.find(db, principal.actor, job_id)
+    if found is None:
         raise not_found(f"job {job_id!r}")
     principal.require(Scope.JOBS_READ, found.team_id)
     db.commit()
@@ -134,8 +135,8 @@ JobDep = Annotated[Job, Depends(get_job)]
 
 
 def get_artifact(artifact_id: str, principal: CurrentUser, db: SessionDep) -> Artifact:
-    found = db.scalars(select(Artifact).where(Artifact.public_id == artifact_id)).first()
-    if found is None or not visible(principal.actor, found.team_id):
+    found = queries.artifacts.find(db, principal.actor, artifact_id)
+    if found is None:
         raise not_found(f"artifact {artifact_id!r}")
     principal.require(Scope.ARTIFACTS_READ, found.team_id)
     db.commit()

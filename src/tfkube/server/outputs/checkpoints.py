@@ -1,4 +1,5 @@
-"""A job's final checkpoint: which files make it up (pure).
+"""A job's final checkpoint: which files make it up (pure), and where it is in a job's
+outputs (`find_checkpoint`, which reads the folder).
 
 TensorFlow keeps a text index named `checkpoint` beside the checkpoints
 (`model_checkpoint_path: ".../model.ckpt-1001"`); the newest checkpoint is the files whose
@@ -14,6 +15,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+
+from tfkube.server.outputs.files import file_names, find_files, read_text
 
 INDEX = "checkpoint"
 _LATEST = re.compile(r'^model_checkpoint_path:\s*"(?P<path>(?:[^"\\]|\\.)*)"\s*$', re.MULTILINE)
@@ -55,3 +58,21 @@ def final_checkpoint(folder: str, index_text: str, files: Iterable[str]) -> Fina
     base = PurePosixPath(folder) if folder else None
     paths = tuple(str(base / f) if base else f for f in found)
     return FinalCheckpoint(prefix=prefix, folder=folder, files=paths)
+
+
+def find_checkpoint(output_dir: str | None) -> FinalCheckpoint | None:
+    """The newest checkpoint under a job's outputs: of every `checkpoint` index there (the
+    job's log folder excluded), the most recently written one decides. Found and read
+    without following anything the job linked (`outputs/files.py`, `tfkube.safefs`)."""
+    if not output_dir:
+        return None
+    indexes = find_files(output_dir, INDEX)
+    for rel, _mtime in sorted(indexes, key=lambda found: found[1], reverse=True):
+        text = read_text(output_dir, rel, 65536)
+        if text is None:
+            continue
+        folder = rel[:-1]
+        found = final_checkpoint("/".join(folder), text, file_names(output_dir, folder))
+        if found is not None:
+            return found
+    return None

@@ -2,8 +2,9 @@
 
     browser ── GET /jobs, /jobs/{id}, /code, /team, /admin, /login, /setup, /models,
        │         /notebooks (serving_pages.py)
-       │         pages.py: read through the API's own route functions and domain modules
-       │         -> _present (pure: wording, filters, paging) -> Jinja templates (autoescape)
+       │         pages.py: read through tfkube.server.queries (the API's own reads; never a
+       │         route handler) -> _present (pure: wording, filters, paging) -> Jinja
+       │         templates (autoescape)
        ├─ htmx: GET the same pages' fragments (the job list, a job's summary, replicas,
        │        events, outputs) when a live page refreshes a piece of itself
        ├─ EventSource: /api/v1/jobs/{id}/watch (refresh on change), /logs/{replica} (follow)

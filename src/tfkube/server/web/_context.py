@@ -7,7 +7,8 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 
-from tfkube.server.accounts import actor_of, session_user, teams_of
+from tfkube.server import queries
+from tfkube.server.accounts import actor_of, session_user
 from tfkube.server.api.deps import PlatformDep, Principal, SessionDep
 from tfkube.server.core.security import SESSION_COOKIE, csrf_token
 from tfkube.server.web._render import SignInFirst
@@ -33,7 +34,7 @@ def page_context(principal: Principal, db: SessionDep, platform: PlatformDep) ->
     assert principal.session_id is not None
     return {
         "me": principal.user,
-        "my_teams": teams_of(db, principal.user),
+        "my_teams": queries.users.teams_of(db, principal.user),
         "site_admin": principal.actor.site_admin,
         "csrf": csrf_token(platform.key, principal.session_id),
     }

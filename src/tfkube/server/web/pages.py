@@ -1,7 +1,8 @@
-"""The dashboard's pages: thin handlers that read what the REST API reads (the same route
-functions and domain modules), decide what to show with `_present`, and render Jinja
-templates (autoescaped). Fragments (`/jobs/{id}/part/...`, and `/jobs` for htmx) are the
-same templates' pieces, so a refreshed piece is exactly what a full load shows.
+"""The dashboard's pages: thin handlers that read what the REST API reads (the same
+functions of `tfkube.server.queries`, and the outputs' readers; never a route handler),
+decide what to show with `_present`, and render Jinja templates (autoescaped). Fragments
+(`/jobs/{id}/part/...`, and `/jobs` for htmx) are the same templates' pieces, so a
+refreshed piece is exactly what a full load shows.
 
 Every change a page makes goes through the REST API from the browser (`static/app.js`,
 with the session's CSRF token): these handlers only read.
@@ -12,32 +13,28 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
-from sqlalchemy import select
 
 from tfkube.engines import Features
+from tfkube.server import queries
 from tfkube.server.accounts import needs_setup, session_user
 from tfkube.server.api.deps import PlatformDep, Principal, SessionDep
-from tfkube.server.api.routes import artifacts as artifacts_api
-from tfkube.server.api.routes import jobs as jobs_api
-from tfkube.server.api.routes import logs as logs_api
-from tfkube.server.api.routes import teams as teams_api
-from tfkube.server.api.routes import tokens as tokens_api
-from tfkube.server.api.routes import users as users_api
-from tfkube.server.api.routes.checkpoints import find_checkpoint
-from tfkube.server.core.scopes import Scope, allowed, visible
+from tfkube.server.core.inputs import control_problem
+from tfkube.server.core.paths import UnsafePath, safe_parts
+from tfkube.server.core.scopes import Scope, allowed
 from tfkube.server.core.security import SESSION_COOKIE
-from tfkube.server.core.tables import Job, Membership, Team, User
+from tfkube.server.core.tables import Job
+from tfkube.server.outputs.checkpoints import find_checkpoint
+from tfkube.server.outputs.files import NotInOutputs, list_folder
 from tfkube.server.outputs.logs import log_files
 from tfkube.server.outputs.scalars import progress_hint, progress_of, total_steps
-from tfkube.server.usage import team_usage
 from tfkube.server.web import _present as present
 from tfkube.server.web._context import PageUser, is_fragment, page_context
 from tfkube.server.web._render import PageError, render
 from tfkube.server.web.serving_pages import job_serving
 from tfkube.spec import SpecError, load_job_text
-from tfkube.wire import ArtifactOut, JobOut, OutputFile, Progress, ReplicaOut
+from tfkube.wire import ArtifactOut, JobList, JobOut, OutputFile, Progress, ReplicaOut
 
 router = APIRouter(include_in_schema=False)
 JOBS_PER_PAGE = 50
@@ -50,8 +47,8 @@ def _not_found(what: str) -> PageError:
 
 
 def _job_row(job_id: str, principal: Principal, db: SessionDep) -> Job:
-    row = db.get(Job, job_id)
-    if row is None or not visible(principal.actor, row.team_id):
+    row = queries.jobs.find(db, principal.actor, job_id)
+    if row is None:
         raise _not_found(f"job {job_id!r}")
     if not allowed(principal.actor, Scope.JOBS_READ, row.team_id):
         raise PageError(403, "Not allowed", "Your role in this team does not show jobs.")
@@ -102,19 +99,6 @@ def job_progress(platform: PlatformDep, row: Job) -> Progress | None:
     return found if found.step is not None or found.total is not None else None
 
 
-def _owners(db: SessionDep, principal: Principal) -> list[str]:
-    query = select(User.name).order_by(User.name)
-    if not principal.actor.site_admin:
-        query = query.where(
-            User.id.in_(
-                select(Membership.user_id).where(
-                    Membership.team_id.in_(list(principal.actor.roles))
-                )
-            )
-        )
-    return list(db.scalars(query))
-
-
 @router.get("/jobs")
 def jobs_page(
     request: Request,
@@ -130,10 +114,10 @@ def jobs_page(
     params = {"team": team, "phase": phase, "owner": owner, "q": q.strip()}
     who = principal.user.name if owner == "me" else owner
 
-    def fetch(at: int) -> Any:
-        return jobs_api.list_jobs(
-            principal,
+    def fetch(at: int) -> JobList:
+        return queries.jobs.list_jobs(
             db,
+            principal.actor,
             team=team or None,
             owner=who or None,
             phase=phase or None,
@@ -151,7 +135,7 @@ def jobs_page(
     progress: dict[str, Progress | None] = {}
     for item in listing.items:
         if item.phase in {"Running", "Restarting"}:
-            row = db.get(Job, item.id)
+            row = queries.jobs.get(db, item.id)  # loaded by the list: no query
             progress[item.id] = job_progress(platform, row) if row else None
     all_phases = sum(listing.phases.values()) if not phase else None
     data = {
@@ -173,13 +157,8 @@ def jobs_page(
     return render(
         request,
         "jobs.html",
-        {**ctx, **data, "owners": _owners(db, principal), "active": "jobs"},
+        {**ctx, **data, "owners": queries.users.owners(db, principal.actor), "active": "jobs"},
     )
-
-
-def _writable_teams(principal: Principal, db: SessionDep, scope: Scope) -> list[str]:
-    teams = db.scalars(select(Team).order_by(Team.name)).all()
-    return [t.name for t in teams if allowed(principal.actor, scope, t.id)]
 
 
 @router.get("/jobs/new")
@@ -191,10 +170,10 @@ def new_job_page(
     team: str = "",
     code: str = "",
 ) -> Response:
-    teams = _writable_teams(principal, db, Scope.JOBS_WRITE)
+    teams = queries.teams.names_allowed(db, principal.actor, Scope.JOBS_WRITE)
     ctx = page_context(principal, db, platform)
     chosen = team if team in teams else (teams[0] if teams else "")
-    artifacts = artifacts_api.list_artifacts(principal, db)
+    artifacts = queries.artifacts.list_artifacts(db, principal.actor)
     code_versions = [a for a in artifacts if a.kind == "code" and a.team in teams]
     data_versions = [a for a in artifacts if a.kind == "data" and a.team in teams]
     return render(
@@ -207,7 +186,7 @@ def new_job_page(
             "code_versions": code_versions,
             "data_versions": data_versions,
             "code": code,
-            "upload_teams": _writable_teams(principal, db, Scope.ARTIFACTS_WRITE),
+            "upload_teams": queries.teams.names_allowed(db, principal.actor, Scope.ARTIFACTS_WRITE),
             "features": platform.engine.features,
             "active": "new",
             "example_yaml": _example_yaml(code_versions, code),
@@ -235,10 +214,6 @@ def _example_yaml(versions: list[ArtifactOut], code: str) -> str:
         "    restartPolicy: OnFailure\n"
         "    backoffLimit: 3\n"
     )
-
-
-def _job_view(db: SessionDep, row: Job) -> JobOut:
-    return jobs_api.render_job(db, row)
 
 
 def has_tensorboard(features: Features, row: Job) -> bool:
@@ -288,7 +263,7 @@ def _replica_data(
 
 
 def _events_data(db: SessionDep, job: JobOut) -> dict[str, Any]:
-    events = jobs_api._events(db, job.id, 0)
+    events = queries.jobs.events(db, job.id)
     return {
         "job": job,
         "events": events[-EVENTS_SHOWN:],
@@ -302,10 +277,16 @@ def _outputs_data(principal: Principal, row: Job, job: JobOut, path: str) -> dic
     files: list[OutputFile] = []
     missing = ""
     if allowed(principal.actor, Scope.OUTPUTS_READ, row.team_id) and row.output_dir:
+        # What GET /api/v1/jobs/{id}/outputs answers, its refusals as the page's words.
         try:
-            files = logs_api.list_outputs(row, principal, path)
-        except HTTPException as exc:
-            missing = str(exc.detail)
+            if problem := control_problem(path):
+                missing = f"path: {problem}"
+            else:
+                files = list_folder(row.output_dir, safe_parts(path))
+        except UnsafePath as exc:
+            missing = f"path refused: {exc}"
+        except NotInOutputs:
+            missing = f"no folder {path!r} in the outputs"
     crumbs = []
     parts = [p for p in path.split("/") if p]
     for i, part in enumerate(parts):
@@ -330,7 +311,7 @@ def job_page(
     replica: str = "",
 ) -> Response:
     row = _job_row(job_id, principal, db)
-    job = _job_view(db, row)
+    job = queries.jobs.view(db, row)
     ctx = page_context(principal, db, platform)
     logs = (
         log_files(row.output_dir) if allowed(principal.actor, Scope.LOGS_READ, row.team_id) else []
@@ -363,7 +344,7 @@ def job_summary_part(
     request: Request, job_id: str, principal: PageUser, db: SessionDep, platform: PlatformDep
 ) -> Response:
     row = _job_row(job_id, principal, db)
-    job = _job_view(db, row)
+    job = queries.jobs.view(db, row)
     return render(request, "_job_summary.html", _summary_data(principal, platform, row, job, db))
 
 
@@ -380,14 +361,14 @@ def job_replicas_part(
     page: int = 1,
 ) -> Response:
     row = _job_row(job_id, principal, db)
-    job = _job_view(db, row)
+    job = queries.jobs.view(db, row)
     return render(request, "_replicas.html", _replica_data(job, role, state, q, problems, page))
 
 
 @router.get("/jobs/{job_id}/part/events")
 def job_events_part(request: Request, job_id: str, principal: PageUser, db: SessionDep) -> Response:
     row = _job_row(job_id, principal, db)
-    job = jobs_api.render_job(db, row, detail=False)
+    job = queries.jobs.view(db, row, detail=False)
     return render(request, "_events.html", _events_data(db, job))
 
 
@@ -396,7 +377,7 @@ def job_outputs_part(
     request: Request, job_id: str, principal: PageUser, db: SessionDep, path: str = ""
 ) -> Response:
     row = _job_row(job_id, principal, db)
-    job = jobs_api.render_job(db, row, detail=False)
+    job = queries.jobs.view(db, row, detail=False)
     return render(request, "_outputs.html", _outputs_data(principal, row, job, path))
 
 
@@ -407,11 +388,11 @@ def job_outputs_part(
 def code_page(
     request: Request, principal: PageUser, db: SessionDep, platform: PlatformDep, team: str = ""
 ) -> Response:
-    artifacts = artifacts_api.list_artifacts(principal, db, team=team or None)
+    artifacts = queries.artifacts.list_artifacts(db, principal.actor, team=team or None)
     groups: dict[tuple[str, str], list[ArtifactOut]] = {}
     for a in artifacts:
         groups.setdefault((a.team, a.name), []).append(a)
-    writable = _writable_teams(principal, db, Scope.ARTIFACTS_WRITE)
+    writable = queries.teams.names_allowed(db, principal.actor, Scope.ARTIFACTS_WRITE)
     ctx = page_context(principal, db, platform)
     return render(
         request,
@@ -432,11 +413,12 @@ def team_page(
     request: Request, principal: PageUser, db: SessionDep, platform: PlatformDep, team: str = ""
 ) -> Response:
     ctx = page_context(principal, db, platform)
-    mine = teams_api.list_teams(principal, db)
+    mine = queries.teams.list_teams(db, principal.actor)
     chosen = next((t for t in mine if t.name == team), mine[0] if mine else None)
-    members = teams_api.members(db.get(Team, chosen.id), principal, db) if chosen else []  # type: ignore[arg-type]
-    usage = team_usage(db, chosen.id) if chosen else None
-    tokens = tokens_api.list_tokens(principal, db)
+    shown = chosen is not None and allowed(principal.actor, Scope.TEAM_READ, chosen.id)
+    members = queries.teams.members(db, chosen.id) if chosen and shown else []
+    usage = queries.teams.usage(db, chosen.id) if chosen else None
+    tokens = queries.tokens.list_tokens(db, principal.user.id)
     return render(
         request,
         "team.html",
@@ -462,9 +444,9 @@ def admin_page(
     if not principal.actor.site_admin:
         raise PageError(403, "Site admins only", "Ask a site admin to add users or teams.")
     ctx = page_context(principal, db, platform)
-    users = users_api.list_users(principal, db)
-    teams = teams_api.list_teams(principal, db)
-    usage = {t.id: team_usage(db, t.id) for t in teams}
+    users = queries.users.list_users(db)
+    teams = queries.teams.list_teams(db, principal.actor)
+    usage = {t.id: queries.teams.usage(db, t.id) for t in teams}
     return render(
         request,
         "admin.html",

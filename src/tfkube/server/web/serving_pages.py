@@ -1,7 +1,7 @@
 """The dashboard's Models and Notebooks pages, and what a job's page shows of its exports
-and model servers. Thin: they read through the serving and notebook API's own functions
-(`routes/serving.py`, `routes/notebooks.py`); every change (Serve, Stop, New notebook) is
-a button that calls the REST API from the browser."""
+and model servers. Thin: they read through the same queries as the serving and notebook
+API (`queries/model_servers.py`, `queries/notebooks.py`); every change (Serve, Stop, New
+notebook) is a button that calls the REST API from the browser."""
 
 from __future__ import annotations
 
@@ -10,13 +10,11 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from sqlalchemy import select
 
+from tfkube.server import queries
 from tfkube.server.api.deps import PlatformDep, Principal, SessionDep
-from tfkube.server.api.routes import notebooks as notebooks_api
-from tfkube.server.api.routes import serving as serving_api
 from tfkube.server.core.scopes import Scope, allowed
-from tfkube.server.core.tables import Job, ModelServer, Team
+from tfkube.server.core.tables import Job
 from tfkube.server.web._context import PageUser, is_fragment, page_context
 from tfkube.server.web._render import render
 from tfkube.server.workloads.model_servers import job_exports
@@ -32,11 +30,9 @@ def job_serving(
     the running model servers of its exports."""
     servers: list[ModelServerOut] = []
     if allowed(principal.actor, Scope.SERVING_READ, row.team_id):
-        rows = db.scalars(
-            select(ModelServer).where(ModelServer.job_id == row.id, ModelServer.state == "running")
-        ).all()
-        base = platform.settings.base_url
-        servers = [serving_api.server_out(db, r, base, platform) for r in rows]
+        servers = queries.model_servers.running_for_job(
+            db, row.id, platform.model_servers.observed, platform.settings.base_url
+        )
     return {
         "exports": job_exports(row),
         "can_serve": allowed(principal.actor, Scope.SERVING_WRITE, row.team_id),
@@ -52,12 +48,14 @@ def models_page(
     platform: PlatformDep,
     stopped: str = "",
 ) -> Response:
-    servers = serving_api.list_servers(principal, db, platform, stopped=stopped == "1")
-    writable = {
-        t.name
-        for t in db.scalars(select(Team)).all()
-        if allowed(principal.actor, Scope.SERVING_WRITE, t.id)
-    }
+    servers = queries.model_servers.list_servers(
+        db,
+        principal.actor,
+        platform.model_servers.observed,
+        platform.settings.base_url,
+        stopped=stopped == "1",
+    )
+    writable = set(queries.teams.names_allowed(db, principal.actor, Scope.SERVING_WRITE))
     data = {
         "servers": servers,
         "writable": writable,
@@ -78,12 +76,9 @@ def models_page(
 def notebooks_page(
     request: Request, principal: PageUser, db: SessionDep, platform: PlatformDep
 ) -> Response:
-    mine = {n.team: n for n in notebooks_api.list_notebooks(principal, db, platform)}
-    teams = [
-        t.name
-        for t in db.scalars(select(Team).order_by(Team.name)).all()
-        if t.id in principal.actor.roles and allowed(principal.actor, Scope.NOTEBOOKS, t.id)
-    ]
+    base = platform.settings.base_url
+    mine = {n.team: n for n in queries.notebooks.list_own(db, principal.user.id, base)}
+    teams = queries.teams.names_allowed(db, principal.actor, Scope.NOTEBOOKS, members_only=True)
     return render(
         request,
         "notebooks.html",

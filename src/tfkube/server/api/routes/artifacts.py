@@ -4,16 +4,15 @@ list, download, delete (refused while a job that is not finished uses it)."""
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import FileResponse
-from sqlalchemy import func, or_, select
 from starlette.concurrency import run_in_threadpool
 
+from tfkube.server import queries
 from tfkube.server.api.deps import (
     ArtifactDep,
     CurrentUser,
@@ -36,31 +35,18 @@ from tfkube.server.artifacts import (
     files_to_targz,
     receive,
     receive_form,
+    record_artifact,
+    remove_artifact,
     zip_to_targz,
 )
 from tfkube.server.core.inputs import content_disposition, control_problem, declared_too_large
-from tfkube.server.core.scopes import Scope, visible
-from tfkube.server.core.tables import Artifact, Blob, Job, Team, User
-from tfkube.server.views import artifact_out
+from tfkube.server.core.scopes import Scope
+from tfkube.server.queries.views import artifact_out
 from tfkube.wire import ArtifactOut
 
 router = APIRouter(prefix="/api/v1", tags=["artifacts"])
 NAME = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,62}[a-z0-9])?$")
 KINDS = ("code", "data")
-
-
-def _in_use(db: SessionDep, artifact_id: int) -> bool:
-    return (
-        db.scalars(
-            select(Job.id)
-            .where(
-                or_(Job.artifact_id == artifact_id, Job.data_artifact_id == artifact_id),
-                Job.state != "ended",
-            )
-            .limit(1)
-        ).first()
-        is not None
-    )
 
 
 @router.get("/artifacts")
@@ -72,36 +58,12 @@ def list_artifacts(
     kind: str | None = None,
 ) -> list[ArtifactOut]:
     """Artifacts of the caller's teams (or one team), newest version first."""
-    query = select(Artifact, Team.name, User.name).join(Team, Team.id == Artifact.team_id)
-    query = query.outerjoin(User, User.id == Artifact.created_by)
-    if team is not None:
-        query = query.where(Team.name == team)
-    if name is not None:
-        query = query.where(Artifact.name == name)
-    if kind is not None:
-        query = query.where(Artifact.kind == kind)
-    rows = db.execute(query.order_by(Team.name, Artifact.name, Artifact.version.desc())).all()
-    unfinished = db.execute(
-        select(Job.artifact_id, Job.data_artifact_id).where(Job.state != "ended")
-    ).all()
-    busy = {i for pair in unfinished for i in pair if i is not None}
-    return [
-        artifact_out(a, team_name, creator, a.id in busy)
-        for a, team_name, creator in rows
-        if visible(principal.actor, a.team_id)
-    ]
+    return queries.artifacts.list_artifacts(db, principal.actor, team=team, name=name, kind=kind)
 
 
 @router.get("/artifacts/{artifact_id}")
 def get_artifact(artifact: ArtifactDep, db: SessionDep) -> ArtifactOut:
-    team = db.get(Team, artifact.team_id)
-    creator = db.get(User, artifact.created_by) if artifact.created_by else None
-    return artifact_out(
-        artifact,
-        team.name if team else "",
-        creator.name if creator else None,
-        _in_use(db, artifact.id),
-    )
+    return queries.artifacts.view(db, artifact)
 
 
 @router.get("/artifacts/{artifact_id}/download")
@@ -120,25 +82,13 @@ def delete_artifact(
     artifact: ArtifactDep, principal: CurrentUser, db: SessionDep, platform: PlatformDep
 ) -> None:
     principal.require(Scope.ARTIFACTS_WRITE, artifact.team_id)
-    if _in_use(db, artifact.id):
+    if queries.artifacts.in_use(db, artifact.id):
         raise HTTPException(
             409,
             f"{artifact.name}:{artifact.version} is used by a job that is not finished; "
             "stop or delete that job first",
         )
-    sha = artifact.sha256
-    db.delete(artifact)
-    db.flush()
-    if db.scalars(select(Artifact.id).where(Artifact.sha256 == sha).limit(1)).first() is None:
-        used_by_jobs = db.scalars(
-            select(Job.id).where(or_(Job.code_sha256 == sha, Job.data_sha256 == sha)).limit(1)
-        ).first()
-        if used_by_jobs is None:
-            blob = db.get(Blob, sha)
-            if blob is not None:
-                db.delete(blob)
-            platform.blobs.remove(sha)
-    db.commit()
+    remove_artifact(db, platform.blobs, artifact)
 
 
 async def _stream(request: Request) -> AsyncIterator[bytes]:
@@ -242,7 +192,9 @@ async def upload(
     finally:
         for path in staged:
             path.unlink(missing_ok=True)
-    return _record(db, team, principal.user, name, kind, sha, size, files)
+    artifact, new = record_artifact(db, team, principal.user, name, kind, sha, size, files)
+    busy = not new and queries.artifacts.in_use(db, artifact.id)
+    return artifact_out(artifact, team.name, principal.user.name, busy)
 
 
 def _check(
@@ -256,43 +208,6 @@ def _check(
     if archive_kind(filename) == "tar":
         return raw, check_tar(raw, entrypoint)
     raise BadArchive(f"{filename!r} is not a .tar.gz, .tgz, .tar or .zip archive")
-
-
-def _record(
-    db: SessionDep, team: Team, user: User, name: str, kind: str, sha: str, size: int, files: int
-) -> ArtifactOut:
-    latest = db.scalars(
-        select(Artifact)
-        .where(Artifact.team_id == team.id, Artifact.name == name)
-        .order_by(Artifact.version.desc())
-        .limit(1)
-    ).first()
-    if latest is not None and latest.sha256 == sha and latest.kind == kind:
-        return artifact_out(latest, team.name, user.name, _in_use(db, latest.id))
-    if db.get(Blob, sha) is None:
-        db.add(Blob(sha256=sha, size=size, created_at=time.time()))
-    version = (
-        db.scalar(
-            select(func.max(Artifact.version)).where(
-                Artifact.team_id == team.id, Artifact.name == name
-            )
-        )
-        or 0
-    ) + 1
-    artifact = Artifact(
-        team_id=team.id,
-        name=name,
-        version=version,
-        kind=kind,
-        sha256=sha,
-        size=size,
-        files=files,
-        created_by=user.id,
-        created_at=time.time(),
-    )
-    db.add(artifact)
-    db.commit()
-    return artifact_out(artifact, team.name, user.name, False)
 
 
 __all__ = ["not_found", "router"]

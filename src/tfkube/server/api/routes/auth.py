@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, HTTPException, Request, Response
 from pydantic import BaseModel
 
+from tfkube.server import queries
 from tfkube.server.accounts import (
     authenticate,
     close_session,
@@ -14,7 +15,6 @@ from tfkube.server.accounts import (
     open_session,
     set_member,
     team_name_problem,
-    teams_of,
     use_setup_token,
     user_name_problem,
 )
@@ -24,7 +24,6 @@ from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.scopes import Role
 from tfkube.server.core.security import SESSION_COOKIE, csrf_token, password_problem
 from tfkube.server.tenants import prepare_team
-from tfkube.server.views import user_out
 from tfkube.wire import SessionOut, UserOut
 
 router = APIRouter(prefix="/api/v1", tags=["auth"])
@@ -87,9 +86,7 @@ def setup(body: SetupIn, response: Response, db: SessionDep, platform: PlatformD
     prepare_team(platform.engine, db, team)
     value = open_session(db, user, platform.settings.session_hours)
     _set_cookie(response, value, platform)
-    return SessionOut(
-        user=user_out(user, teams_of(db, user)), csrf_token=csrf_token(platform.key, value)
-    )
+    return SessionOut(user=queries.users.view(db, user), csrf_token=csrf_token(platform.key, value))
 
 
 @router.post("/auth/login")
@@ -114,9 +111,7 @@ def login(
     platform.logins.succeeded(body.name, client)
     value = open_session(db, user, platform.settings.session_hours)
     _set_cookie(response, value, platform)
-    return SessionOut(
-        user=user_out(user, teams_of(db, user)), csrf_token=csrf_token(platform.key, value)
-    )
+    return SessionOut(user=queries.users.view(db, user), csrf_token=csrf_token(platform.key, value))
 
 
 @router.post("/auth/logout", status_code=204)
@@ -138,9 +133,9 @@ def logout(
 def session(principal: CurrentUser, db: SessionDep, platform: PlatformDep) -> SessionOut:
     """Who is signed in, and the CSRF token of this session (empty with an API token)."""
     token = csrf_token(platform.key, principal.session_id) if principal.session_id else ""
-    return SessionOut(user=user_out(principal.user, teams_of(db, principal.user)), csrf_token=token)
+    return SessionOut(user=queries.users.view(db, principal.user), csrf_token=token)
 
 
 @router.get("/users/me")
 def me(principal: CurrentUser, db: SessionDep) -> UserOut:
-    return user_out(principal.user, teams_of(db, principal.user))
+    return queries.users.view(db, principal.user)

@@ -13,28 +13,11 @@ from tfkube.server.api.routes.logs import WORKLOAD_BYTES
 from tfkube.server.core.inputs import content_disposition, control_problem
 from tfkube.server.core.scopes import Scope
 from tfkube.server.core.tables import Job
-from tfkube.server.outputs.checkpoints import INDEX, FinalCheckpoint, final_checkpoint
-from tfkube.server.outputs.files import file_names, find_files, read_text, tar_files
+from tfkube.server.outputs.checkpoints import INDEX, FinalCheckpoint, find_checkpoint
+from tfkube.server.outputs.files import tar_files
 from tfkube.wire import CheckpointOut
 
 router = APIRouter(prefix="/api/v1/jobs/{job_id}", tags=["logs and outputs"])
-
-
-def find_checkpoint(output_dir: str | None) -> FinalCheckpoint | None:
-    """The newest checkpoint under a job's outputs: of every `checkpoint` index there (the
-    job's log folder excluded), the most recently written one decides."""
-    if not output_dir:
-        return None
-    indexes = find_files(output_dir, INDEX)
-    for rel, _mtime in sorted(indexes, key=lambda found: found[1], reverse=True):
-        text = read_text(output_dir, rel, 65536)
-        if text is None:
-            continue
-        folder = rel[:-1]
-        found = final_checkpoint("/".join(folder), text, file_names(output_dir, folder))
-        if found is not None:
-            return found
-    return None
 
 
 def _checkpoint_of(job: Job, principal: CurrentUser) -> FinalCheckpoint:

@@ -9,9 +9,9 @@ import time
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import FileResponse
 
+from tfkube.server import queries
 from tfkube.server.api.deps import PlatformDep, SessionDep
 from tfkube.server.core.security import ClaimError, verify_claim
-from tfkube.server.core.tables import Job
 
 router = APIRouter(prefix="/api/v1", tags=["code"])
 
@@ -28,7 +28,7 @@ def fetch_code(
         claim = verify_claim(platform.key, token.strip(), sha256, time.time())
     except ClaimError:
         raise denied from None
-    job = db.get(Job, claim.job)
+    job = queries.jobs.get(db, claim.job)
     if job is None or job.state == "ended" or job.code_sha256 != sha256:
         raise denied
     path = platform.blobs.path(sha256)

@@ -11,64 +11,23 @@ from typing import Any
 from fastapi import APIRouter, Body, HTTPException, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 
 from tfkube.engines import JobExists
+from tfkube.server import queries
 from tfkube.server.api.deps import CurrentUser, JobDep, PlatformDep, SessionDep, TeamDep
 from tfkube.server.core.scopes import Scope
-from tfkube.server.core.tables import Artifact, Job, JobEvent, Team, User
 from tfkube.server.jobs.forms import JobForm, form_job
-from tfkube.server.views import job_out
 from tfkube.spec import FieldError, SpecError, TFJob, errors_from, load_job_text, parse_job
 from tfkube.wire import EventOut, JobList, JobOut
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
-MAX_PAGE = 500
 
 
 def _spec_error(exc: SpecError) -> HTTPException:
     from tfkube.server.api.errors import FieldHTTPError
 
     return FieldHTTPError([(e.field, e.message) for e in exc.errors], str(exc))
-
-
-def _labels(db: Session, rows: list[Job]) -> tuple[dict[int, str], dict[int, str], dict[int, str]]:
-    teams = {
-        t.id: t.name for t in db.scalars(select(Team).where(Team.id.in_({r.team_id for r in rows})))
-    }
-    users = {
-        u.id: u.name
-        for u in db.scalars(
-            select(User).where(User.id.in_({r.created_by for r in rows if r.created_by}))
-        )
-    }
-    ids = {r.artifact_id for r in rows if r.artifact_id}
-    ids |= {r.data_artifact_id for r in rows if r.data_artifact_id}
-    arts = {
-        a.id: f"{a.name}:{a.version}"
-        for a in db.scalars(select(Artifact).where(Artifact.id.in_(ids)))
-    }
-    return teams, users, arts
-
-
-def render_job(db: Session, row: Job, detail: bool = True) -> JobOut:
-    """One job: its team's, owner's, code's and data set's names in one query (a status
-    poll is the server's most frequent request)."""
-    data_set = aliased(Artifact)
-    team, owner, code, version, data_name, data_version = db.execute(
-        select(
-            Team.name, User.name, Artifact.name, Artifact.version, data_set.name, data_set.version
-        )
-        .select_from(Team)
-        .outerjoin(User, User.id == (row.created_by or -1))
-        .outerjoin(Artifact, Artifact.id == (row.artifact_id or -1))
-        .outerjoin(data_set, data_set.id == (row.data_artifact_id or -1))
-        .where(Team.id == row.team_id)
-    ).one()
-    label = f"{code}:{version}" if code is not None else None
-    data = f"{data_name}:{data_version}" if data_name is not None else None
-    return job_out(row, team, owner, label, detail=detail, data=data)
 
 
 MAX_DESCRIPTION = 2000
@@ -151,7 +110,7 @@ def submit(
         raise _spec_error(exc) from None
     except JobExists as exc:
         raise HTTPException(409, str(exc)) from None
-    return render_job(db, row)
+    return queries.jobs.view(db, row)
 
 
 @router.get("/jobs")
@@ -168,40 +127,17 @@ def list_jobs(
 ) -> JobList:
     """The caller's teams' jobs, newest first; filter by team, owner, phase, exact name or
     a text in the name (`q`). `phases` counts every phase under the other filters."""
-    query = select(Job)
-    if not principal.actor.site_admin:
-        query = query.where(Job.team_id.in_(list(principal.actor.roles)))
-    if team is not None:
-        query = query.where(Job.team_id.in_(select(Team.id).where(Team.name == team)))
-    if owner is not None:
-        query = query.where(Job.created_by.in_(select(User.id).where(User.name == owner)))
-    if name is not None:
-        query = query.where(Job.name == name)
-    if q:
-        query = query.where(Job.name.contains(q, autoescape=True))
-    counted = query.with_only_columns(Job.phase, func.count()).group_by(Job.phase)
-    phases = dict(db.execute(counted).all())
-    if phase is not None:
-        query = query.where(Job.phase == phase)
-    total = sum(phases.values()) if phase is None else phases.get(phase, 0)
-    limit = max(1, min(limit, MAX_PAGE))
-    rows = list(
-        db.scalars(
-            query.order_by(Job.created_at.desc(), Job.id).limit(limit).offset(max(offset, 0))
-        )
+    return queries.jobs.list_jobs(
+        db,
+        principal.actor,
+        team=team,
+        owner=owner,
+        phase=phase,
+        name=name,
+        q=q,
+        limit=limit,
+        offset=offset,
     )
-    teams, users, arts = _labels(db, rows)
-    items = [
-        job_out(
-            r,
-            teams.get(r.team_id, ""),
-            users.get(r.created_by or -1),
-            arts.get(r.artifact_id) if r.artifact_id else None,
-            data=arts.get(r.data_artifact_id) if r.data_artifact_id else None,
-        )
-        for r in rows
-    ]
-    return JobList(items=items, total=total, phases=phases)
 
 
 @router.get("/jobs/{job_id}")
@@ -210,7 +146,7 @@ def get_job(job: JobDep, db: SessionDep) -> JobOut:
     pending), its TFJob as it runs and the model versions it exported."""
     from tfkube.server.workloads.model_servers import job_exports
 
-    out = render_job(db, job)
+    out = queries.jobs.view(db, job)
     out.exports = job_exports(job)
     return out
 
@@ -219,18 +155,16 @@ def get_job(job: JobDep, db: SessionDep) -> JobOut:
 def stop_job(job: JobDep, principal: CurrentUser, db: SessionDep, platform: PlatformDep) -> JobOut:
     """Stop every replica; the job ends Failed (Stopped) and stays listed."""
     principal.require(Scope.JOBS_WRITE, job.team_id)
-    team = db.get(Team, job.team_id)
-    assert team is not None
+    team = queries.teams.get(db, job.team_id)
     platform.jobs.stop(db, job, team)
-    return render_job(db, job)
+    return queries.jobs.view(db, job)
 
 
 @router.delete("/jobs/{job_id}", status_code=204)
 def delete_job(job: JobDep, principal: CurrentUser, db: SessionDep, platform: PlatformDep) -> None:
     """Stop the job and remove it with its logs and outputs."""
     principal.require(Scope.JOBS_WRITE, job.team_id)
-    team = db.get(Team, job.team_id)
-    assert team is not None
+    team = queries.teams.get(db, job.team_id)
     platform.model_servers.stop_for_job(db, job)  # they read the outputs deleted here
     platform.jobs.delete(db, job, team)
 
@@ -250,8 +184,7 @@ def copy_job(
 ) -> JobOut:
     """Re-submit the same job (same code version) under a new name."""
     principal.require(Scope.JOBS_WRITE, job.team_id)
-    team = db.get(Team, job.team_id)
-    assert team is not None
+    team = queries.teams.get(db, job.team_id)
     original = load_job_text(job.spec, "job")
     raw = original.model_dump(mode="json", by_alias=True, exclude_none=True)
     name = body.name if body and body.name else _next_name(db, team.id, job.name)
@@ -269,12 +202,12 @@ def copy_job(
         raise _spec_error(exc) from None
     except JobExists as exc:
         raise HTTPException(409, str(exc)) from None
-    return render_job(db, row)
+    return queries.jobs.view(db, row)
 
 
 def _next_name(db: Session, team_id: int, name: str) -> str:
     base = name.rsplit("-", 1)[0] if name.rsplit("-", 1)[-1].isdigit() else name
-    taken = set(db.scalars(select(Job.name).where(Job.team_id == team_id)))
+    taken = queries.jobs.names(db, team_id)
     for n in range(2, 10_000):
         candidate = f"{base[: 40 - len(str(n)) - 1]}-{n}"
         if candidate not in taken:
@@ -282,17 +215,10 @@ def _next_name(db: Session, team_id: int, name: str) -> str:
     raise HTTPException(409, "no free name for the copy; give one")
 
 
-def _events(db: Session, job_id: str, after: int) -> list[EventOut]:
-    rows = db.scalars(
-        select(JobEvent).where(JobEvent.job_id == job_id, JobEvent.id > after).order_by(JobEvent.id)
-    )
-    return [EventOut(id=e.id, time=e.time, replica=e.replica, message=e.message) for e in rows]
-
-
 @router.get("/jobs/{job_id}/events")
 def events(job: JobDep, db: SessionDep, after: int = 0) -> list[EventOut]:
     """What happened, oldest first (created, started, exits, restarts and why, the end)."""
-    return _events(db, job.id, after)
+    return queries.jobs.events(db, job.id, after)
 
 
 def sse(event: str, data: str, event_id: str | None = None) -> str:
@@ -314,10 +240,10 @@ async def watch(job: JobDep, request: Request, platform: PlatformDep) -> Streami
 
     def snapshot(after_id: int) -> tuple[JobOut | None, list[EventOut]]:
         with platform.sessions() as db:
-            row = db.get(Job, job_id)
+            row = queries.jobs.get(db, job_id)
             if row is None:
                 return None, []
-            return render_job(db, row), _events(db, job_id, after_id)
+            return queries.jobs.view(db, row), queries.jobs.events(db, job_id, after_id)
 
     async def stream() -> AsyncIterator[str]:
         nonlocal after

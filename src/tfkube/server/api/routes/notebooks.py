@@ -5,30 +5,13 @@ can open it (anyone else gets 404, as for something that does not exist)."""
 from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
+from tfkube.server import queries
 from tfkube.server.api.deps import CurrentUser, PlatformDep, SessionDep, TeamDep, not_found
 from tfkube.server.core.scopes import Scope
-from tfkube.server.core.tables import Notebook, Team, User
-from tfkube.server.workloads.notebooks import base_url
 from tfkube.wire import NotebookOut
 
 router = APIRouter(prefix="/api/v1", tags=["notebooks"])
-
-
-def notebook_out(db: Session, row: Notebook, base: str) -> NotebookOut:
-    team, user = db.get(Team, row.team_id), db.get(User, row.user_id)
-    return NotebookOut(
-        id=row.id,
-        team=team.name if team else "",
-        user=user.name if user else "",
-        state=row.state,
-        url=f"{base}{base_url(row.id)}lab",
-        started_at=row.started_at,
-        stopped_at=row.stopped_at,
-        message=row.message,
-    )
 
 
 @router.post("/teams/{team}/notebook")
@@ -43,7 +26,7 @@ def open_notebook(
         row = platform.notebooks.ensure(db, principal.user, team)
     except RuntimeError as exc:
         raise HTTPException(503, str(exc)) from None
-    return notebook_out(db, row, platform.settings.base_url)
+    return queries.notebooks.view(db, row, platform.settings.base_url)
 
 
 @router.get("/notebooks")
@@ -51,8 +34,7 @@ def list_notebooks(
     principal: CurrentUser, db: SessionDep, platform: PlatformDep
 ) -> list[NotebookOut]:
     """The caller's own notebooks (each team's)."""
-    rows = db.scalars(select(Notebook).where(Notebook.user_id == principal.user.id)).all()
-    return [notebook_out(db, r, platform.settings.base_url) for r in rows]
+    return queries.notebooks.list_own(db, principal.user.id, platform.settings.base_url)
 
 
 @router.post("/notebooks/{notebook_id}/stop")
@@ -60,9 +42,9 @@ def stop_notebook(
     notebook_id: str, principal: CurrentUser, db: SessionDep, platform: PlatformDep
 ) -> NotebookOut:
     """Stop it now (its home folder stays; opening it again starts it)."""
-    row = db.get(Notebook, notebook_id)
-    if row is None or row.user_id != principal.user.id:
+    row = queries.notebooks.find_own(db, principal.user.id, notebook_id)
+    if row is None:
         raise not_found(f"notebook {notebook_id!r}")
     if row.state == "running":
         platform.notebooks.stop(db, row, "stopped by its owner")
-    return notebook_out(db, row, platform.settings.base_url)
+    return queries.notebooks.view(db, row, platform.settings.base_url)

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, Field, ValidationError
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from tfkube.server import queries
 from tfkube.server.api.deps import CurrentUser, JobDep, PlatformDep, SessionDep, not_found
 from tfkube.server.api.errors import FieldHTTPError
-from tfkube.server.core.scopes import Scope, visible
-from tfkube.server.core.tables import ModelServer, Team, User
-from tfkube.server.workloads.model_servers import KIND, ServerConflict
+from tfkube.server.core.scopes import Scope
+from tfkube.server.core.tables import ModelServer
+from tfkube.server.workloads.model_servers import ServerConflict
 from tfkube.spec import Resources, SpecError, errors_from
 from tfkube.wire import ModelServerOut
 
@@ -35,40 +35,18 @@ class ServeIn(BaseModel):
     runs tfkube's model server only."""
 
 
-def server_out(
-    db: Session, row: ModelServer, base_url: str, platform: PlatformDep
-) -> ModelServerOut:
-    team = db.get(Team, row.team_id)
-    creator = db.get(User, row.created_by) if row.created_by else None
-    seen = platform.model_servers.observed(row)
-    return ModelServerOut(
-        id=row.id,
-        team=team.name if team else "",
-        name=row.name,
-        job=row.job_name,
-        job_id=row.job_id,
-        version=row.version,
-        serving_version=seen.version,
-        status=seen.health.value,
-        message=seen.message,
-        url=f"{base_url}/proxy/{KIND}/{row.id}/v1/models/{row.name}",
-        requests=row.requests,
-        errors=row.errors,
-        last_request_at=row.last_request_at,
-        restarts=row.restarts,
-        resources=dict(row.resources or {}),
-        created_by=creator.name if creator else None,
-        created_at=row.created_at,
-        stopped_at=row.stopped_at,
-    )
-
-
 def _get(db: Session, server_id: str, principal: CurrentUser) -> ModelServer:
-    row = db.get(ModelServer, server_id)
-    if row is None or not visible(principal.actor, row.team_id):
+    row = queries.model_servers.find(db, principal.actor, server_id)
+    if row is None:
         raise not_found(f"model server {server_id!r}")
     principal.require(Scope.SERVING_READ, row.team_id)
     return row
+
+
+def _view(db: Session, row: ModelServer, platform: PlatformDep) -> ModelServerOut:
+    return queries.model_servers.view(
+        db, row, platform.model_servers.observed, platform.settings.base_url
+    )
 
 
 @router.post("/jobs/{job_id}/model-servers", status_code=201)
@@ -84,8 +62,7 @@ def serve(
     when a running model server of the team has that name."""
     principal.require(Scope.SERVING_WRITE, job.team_id)
     body = body or ServeIn()
-    team = db.get(Team, job.team_id)
-    assert team is not None
+    team = queries.teams.get(db, job.team_id)
     try:
         resources = Resources.model_validate(
             {k: v for k, v in (("cpu", body.cpu), ("memory", body.memory)) if v}
@@ -108,7 +85,7 @@ def serve(
         raise FieldHTTPError([(e.field, e.message) for e in exc.errors], str(exc)) from None
     except ServerConflict as exc:
         raise HTTPException(409, str(exc)) from None
-    return server_out(db, row, platform.settings.base_url, platform)
+    return _view(db, row, platform)
 
 
 @router.get("/model-servers")
@@ -122,35 +99,22 @@ def list_servers(
 ) -> list[ModelServerOut]:
     """The model servers of the caller's teams (running ones; `stopped=true` adds the
     stopped), newest first; filter by team name or job id."""
-    query = select(ModelServer)
-    if not principal.actor.site_admin:
-        query = query.where(ModelServer.team_id.in_(list(principal.actor.roles)))
-    if team is not None:
-        query = query.where(ModelServer.team_id.in_(select(Team.id).where(Team.name == team)))
-    if job is not None:
-        query = query.where(ModelServer.job_id == job)
-    if not stopped:
-        query = query.where(ModelServer.state == "running")
-    rows = db.scalars(query.order_by(ModelServer.created_at.desc())).all()
-    base = platform.settings.base_url
-    return [
-        server_out(db, r, base, platform)
-        for r in rows
-        if Scope.SERVING_READ in _scopes(principal, r.team_id)
-    ]
-
-
-def _scopes(principal: CurrentUser, team_id: int) -> frozenset[Scope]:
-    from tfkube.server.core.scopes import scopes
-
-    return scopes(principal.actor, team_id)
+    return queries.model_servers.list_servers(
+        db,
+        principal.actor,
+        platform.model_servers.observed,
+        platform.settings.base_url,
+        team=team,
+        job=job,
+        stopped=stopped,
+    )
 
 
 @router.get("/model-servers/{server_id}")
 def get_server(
     server_id: str, principal: CurrentUser, db: SessionDep, platform: PlatformDep
 ) -> ModelServerOut:
-    return server_out(db, _get(db, server_id, principal), platform.settings.base_url, platform)
+    return _view(db, _get(db, server_id, principal), platform)
 
 
 @router.post("/model-servers/{server_id}/stop")
@@ -161,7 +125,7 @@ def stop_server(
     row = _get(db, server_id, principal)
     principal.require(Scope.SERVING_WRITE, row.team_id)
     platform.model_servers.stop(db, row)
-    return server_out(db, row, platform.settings.base_url, platform)
+    return _view(db, row, platform)
 
 
 @router.delete("/model-servers/{server_id}", status_code=204)

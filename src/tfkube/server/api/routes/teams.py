@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, Field
-from sqlalchemy import select
 
-from tfkube.server.accounts import create_team, set_member, team_name_problem
+from tfkube.server import queries
+from tfkube.server.accounts import create_team, remove_from_team, set_member, team_name_problem
 from tfkube.server.api.deps import (
     CurrentUser,
     PlatformDep,
@@ -16,10 +16,9 @@ from tfkube.server.api.deps import (
     not_found,
 )
 from tfkube.server.api.errors import field_error
-from tfkube.server.core.scopes import Role, Scope, visible
-from tfkube.server.core.tables import Membership, Team, User
+from tfkube.server.core.scopes import Role, Scope
+from tfkube.server.queries.views import team_out
 from tfkube.server.tenants import prepare_team
-from tfkube.server.views import team_out
 from tfkube.wire import MemberOut, TeamOut
 
 router = APIRouter(prefix="/api/v1/teams", tags=["teams"])
@@ -52,20 +51,14 @@ class MemberIn(BaseModel):
 
 @router.get("")
 def list_teams(principal: CurrentUser, db: SessionDep) -> list[TeamOut]:
-    teams = db.scalars(select(Team).order_by(Team.name)).all()
-    roles = principal.actor.roles
-    return [
-        team_out(t, roles[t.id].value if t.id in roles else None)
-        for t in teams
-        if visible(principal.actor, t.id)
-    ]
+    return queries.teams.list_teams(db, principal.actor)
 
 
 @router.post("", status_code=201)
 def add_team(body: TeamIn, _: SiteAdmin, db: SessionDep, platform: PlatformDep) -> TeamOut:
     if problem := team_name_problem(body.name):
         raise field_error("name", problem)
-    if db.scalars(select(Team).where(Team.name == body.name)).first() is not None:
+    if queries.teams.named(db, body.name) is not None:
         raise HTTPException(409, f"a team named {body.name!r} exists already")
     team = create_team(db, body.name)
     team.quota = body.quota.model_dump(exclude_none=True)
@@ -75,8 +68,7 @@ def add_team(body: TeamIn, _: SiteAdmin, db: SessionDep, platform: PlatformDep) 
 
 @router.get("/{team}")
 def get_team(team: TeamDep, principal: CurrentUser) -> TeamOut:
-    role = principal.actor.roles.get(team.id)
-    return team_out(team, role.value if role else None)
+    return queries.teams.view(team, principal.actor)
 
 
 @router.patch("/{team}")
@@ -92,13 +84,7 @@ def change_team(
 @router.get("/{team}/members")
 def members(team: TeamDep, principal: CurrentUser, db: SessionDep) -> list[MemberOut]:
     principal.require(Scope.TEAM_READ, team.id)
-    rows = db.execute(
-        select(User.name, Membership.role)
-        .join(Membership, Membership.user_id == User.id)
-        .where(Membership.team_id == team.id)
-        .order_by(User.name)
-    ).all()
-    return [MemberOut(user=name, role=role) for name, role in rows]
+    return queries.teams.members(db, team.id)
 
 
 @router.put("/{team}/members/{user}")
@@ -106,7 +92,7 @@ def put_member(
     team: TeamDep, user: str, body: MemberIn, principal: CurrentUser, db: SessionDep
 ) -> MemberOut:
     principal.require(Scope.TEAM_ADMIN, team.id)
-    found = db.scalars(select(User).where(User.name == user)).first()
+    found = queries.users.named(db, user)
     if found is None:
         raise not_found(f"user {user!r}")
     set_member(db, team, found, body.role)
@@ -117,9 +103,6 @@ def put_member(
 @router.delete("/{team}/members/{user}", status_code=204)
 def remove_member(team: TeamDep, user: str, principal: CurrentUser, db: SessionDep) -> None:
     principal.require(Scope.TEAM_ADMIN, team.id)
-    found = db.scalars(select(User).where(User.name == user)).first()
-    membership = db.get(Membership, (found.id, team.id)) if found else None
-    if membership is None:
+    found = queries.users.named(db, user)
+    if found is None or not remove_from_team(db, team, found):
         raise not_found(f"member {user!r}")
-    db.delete(membership)
-    db.commit()

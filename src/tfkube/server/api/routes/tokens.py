@@ -6,14 +6,13 @@ import time
 
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
-from sqlalchemy import select
 
-from tfkube.server.accounts import create_token
+from tfkube.server import queries
+from tfkube.server.accounts import create_token, revoke_token
 from tfkube.server.api.deps import CurrentUser, SessionDep, not_found
 from tfkube.server.api.errors import field_error
 from tfkube.server.core.inputs import control_problem
-from tfkube.server.core.tables import ApiToken
-from tfkube.server.views import token_out
+from tfkube.server.queries.views import token_out
 from tfkube.wire import NewToken, TokenOut
 
 router = APIRouter(prefix="/api/v1/tokens", tags=["tokens"])
@@ -28,10 +27,7 @@ class TokenIn(BaseModel):
 
 @router.get("")
 def list_tokens(principal: CurrentUser, db: SessionDep) -> list[TokenOut]:
-    rows = db.scalars(
-        select(ApiToken).where(ApiToken.user_id == principal.user.id).order_by(ApiToken.id)
-    ).all()
-    return [token_out(t) for t in rows]
+    return queries.tokens.list_tokens(db, principal.user.id)
 
 
 @router.post("", status_code=201)
@@ -45,8 +41,7 @@ def new_token(body: TokenIn, principal: CurrentUser, db: SessionDep) -> NewToken
 
 @router.delete("/{token_id}", status_code=204)
 def revoke(token_id: str, principal: CurrentUser, db: SessionDep) -> None:
-    token = db.scalars(select(ApiToken).where(ApiToken.public_id == token_id)).first()
-    if token is None or token.user_id != principal.user.id:
+    token = queries.tokens.find_own(db, principal.user.id, token_id)
+    if token is None:
         raise not_found(f"token {token_id!r}")
-    token.revoked_at = token.revoked_at or time.time()
-    db.commit()
+    revoke_token(db, token)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel
-from sqlalchemy import select
 
-from tfkube.server.accounts import create_user, set_password, teams_of, user_name_problem
+from tfkube.server import queries
+from tfkube.server.accounts import create_user, set_password, user_name_problem
 from tfkube.server.api.deps import CurrentUser, SessionDep, SiteAdmin, not_found
 from tfkube.server.api.errors import field_error
 from tfkube.server.core.security import password_problem, verify_password
-from tfkube.server.core.tables import User
-from tfkube.server.views import user_out
+from tfkube.server.queries.views import user_out
 from tfkube.wire import UserOut
 
 router = APIRouter(prefix="/api/v1/users", tags=["users"])
@@ -35,9 +34,7 @@ class UserPatch(BaseModel):
 
 @router.get("")
 def list_users(_: SiteAdmin, db: SessionDep) -> list[UserOut]:
-    return [
-        user_out(u, teams_of(db, u)) for u in db.scalars(select(User).order_by(User.name)).all()
-    ]
+    return queries.users.list_users(db)
 
 
 @router.post("", status_code=201)
@@ -46,7 +43,7 @@ def add_user(body: UserIn, _: SiteAdmin, db: SessionDep) -> UserOut:
         raise field_error("name", problem)
     if problem := password_problem(body.password, body.name):
         raise field_error("password", problem)
-    if db.scalars(select(User).where(User.name == body.name)).first() is not None:
+    if queries.users.named(db, body.name) is not None:
         raise HTTPException(409, f"a user named {body.name!r} exists already")
     user = create_user(db, body.name, body.password, site_admin=body.site_admin)
     db.commit()
@@ -55,9 +52,9 @@ def add_user(body: UserIn, _: SiteAdmin, db: SessionDep) -> UserOut:
 
 @router.patch("/{name}")
 def change_user(name: str, body: UserPatch, principal: CurrentUser, db: SessionDep) -> UserOut:
-    user = db.scalars(select(User).where(User.name == name)).first()
+    user = queries.users.find(db, principal.actor, name)
     is_admin = principal.user.site_admin
-    if user is None or (user.id != principal.user.id and not is_admin):
+    if user is None:
         raise not_found(f"user {name!r}")
     if (body.disabled is not None or body.site_admin is not None) and not is_admin:
         raise HTTPException(403, "only a site admin may change that")
@@ -75,4 +72,4 @@ def change_user(name: str, body: UserPatch, principal: CurrentUser, db: SessionD
     if body.site_admin is not None:
         user.site_admin = body.site_admin
     db.commit()
-    return user_out(user, teams_of(db, user))
+    return queries.users.view(db, user)

@@ -1,12 +1,36 @@
-"""Database rows -> the wire shapes of `tfkube.wire` (pure)."""
+"""Database rows -> the wire shapes of `tfkube.wire` (pure): every conversion the API and
+the pages answer with, in one place. The names a row only holds as ids (its team, its
+creator) are arguments: the query that found the row looked them up."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
 
-from tfkube.server.core.tables import ApiToken, Artifact, Job, Team, User
-from tfkube.wire import ArtifactOut, JobOut, ReplicaOut, TeamOut, TokenOut, UserOut
+from tfkube.engines import WorkloadStatus
+from tfkube.server.core.tables import (
+    ApiToken,
+    Artifact,
+    Job,
+    JobEvent,
+    ModelServer,
+    Notebook,
+    Team,
+    User,
+)
+from tfkube.server.workloads.model_servers import KIND as MODEL_KIND
+from tfkube.server.workloads.notebooks import base_url as notebook_path
+from tfkube.wire import (
+    ArtifactOut,
+    EventOut,
+    JobOut,
+    ModelServerOut,
+    NotebookOut,
+    ReplicaOut,
+    TeamOut,
+    TokenOut,
+    UserOut,
+)
 
 
 def job_out(
@@ -90,4 +114,51 @@ def artifact_out(a: Artifact, team: str, creator: str | None, in_use: bool) -> A
         created_by=creator,
         created_at=a.created_at,
         in_use=in_use,
+    )
+
+
+def event_out(e: JobEvent) -> EventOut:
+    return EventOut(id=e.id, time=e.time, replica=e.replica, message=e.message)
+
+
+def model_server_out(
+    row: ModelServer,
+    team: str,
+    creator: str | None,
+    seen: WorkloadStatus,
+    base_url: str,
+) -> ModelServerOut:
+    """A model server with what its watch loop last saw of it (`seen`)."""
+    return ModelServerOut(
+        id=row.id,
+        team=team,
+        name=row.name,
+        job=row.job_name,
+        job_id=row.job_id,
+        version=row.version,
+        serving_version=seen.version,
+        status=seen.health.value,
+        message=seen.message,
+        url=f"{base_url}/proxy/{MODEL_KIND}/{row.id}/v1/models/{row.name}",
+        requests=row.requests,
+        errors=row.errors,
+        last_request_at=row.last_request_at,
+        restarts=row.restarts,
+        resources=dict(row.resources or {}),
+        created_by=creator,
+        created_at=row.created_at,
+        stopped_at=row.stopped_at,
+    )
+
+
+def notebook_out(row: Notebook, team: str, user: str, base_url: str) -> NotebookOut:
+    return NotebookOut(
+        id=row.id,
+        team=team,
+        user=user,
+        state=row.state,
+        url=f"{base_url}{notebook_path(row.id)}lab",
+        started_at=row.started_at,
+        stopped_at=row.stopped_at,
+        message=row.message,
     )
