@@ -14,6 +14,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+pytest_plugins = ["cluster.fixtures"]
+"""The test control plane's fixtures (tests/cluster/fixtures.py), for every test that asks:
+one control plane and one real node per session, whichever folder the test is in."""
+
 TAG = "TFK_TEST_TAG"
 """Every process a test starts inherits this variable (engines pass the environment on)."""
 

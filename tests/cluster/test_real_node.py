@@ -24,11 +24,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from kubernetes import client
 
 from tfkube.engines.kubernetes import KubernetesBackend
 from tfkube.kube.errors import ApiError
+from tfkube.kube.names import pod_security_labels
 from tfkube.kube.observe import parse_time
 from tfkube.kube.resources import SERVICE
 from tfkube.kube.rest import Kube
@@ -167,6 +169,15 @@ def result(node: RealNode, ns: str, name: str) -> dict[str, Any]:
     return data
 
 
+@pytest.fixture
+def kube_namespace(kube_namespace: str, kube_cluster: KubeCluster) -> str:
+    """The test's namespace enforcing Pod Security `restricted`, as a team's does: the
+    real pods (non-root, no capabilities) are admitted, train and write their volumes."""
+    labels = pod_security_labels("restricted")
+    kube_cluster.core.patch_namespace(kube_namespace, {"metadata": {"labels": labels}})
+    return kube_namespace
+
+
 # -- the examples ----------------------------------------------------------------------------
 
 
@@ -214,6 +225,7 @@ def test_between_graph_example_trains_in_real_pods(
     for pod in pods(kube, ns, f"tfkube.io/job-name={name}"):
         assert pod.spec.node_name == real_node.name
         assert pod.spec.containers[0].image == DEFAULT_IMAGE
+        assert pod.spec.security_context.run_as_user == 65532  # not the image's root
     # After the job the chief's log stays readable (its pod is kept); the PS's and a still
     # running worker's went with their pods (deleted when the job ended).
     after = tfkube(kube, ns, "logs", name)

@@ -85,6 +85,61 @@ def test_viewer_reads_but_cannot_submit(team: TeamCtx) -> None:
     assert team.viewer.get("/api/v1/jobs", params={"team": team.name}).status_code == 200
 
 
+def test_team_allowances_who_reads_and_who_changes(
+    admin: Api, server: ServerProc, team: TeamCtx
+) -> None:
+    """What members' jobs may use in the team's namespace (tfkube.engines.admission_refusals): every
+    member reads it, team admins change the names, a site admin the Pod Security level;
+    entries are checked (a platform credential never), and a member's job naming a Secret
+    nobody allowed is a 422 naming the field, on the local engine too."""
+    from ._server import api_for
+
+    path = f"/api/v1/teams/{team.name}/allowances"
+    none = {
+        "secrets": [],
+        "config_maps": [],
+        "claims": [],
+        "service_accounts": [],
+        "tensorboard_images": [],
+        "pod_security": "restricted",
+    }
+    assert team.viewer.ok(team.viewer.get(path)) == none
+    assert team.member.http.put(path, json={"secrets": ["db"]}).status_code == 403
+    team_admin_name = admin.new_user()
+    admin.add_member(team.name, team_admin_name, "admin")
+    team_admin = api_for(server.url, team_admin_name)
+    try:
+        r = team_admin.http.put(path, json={"secrets": ["db", "notebook-0a1b"]})
+        assert r.status_code == 422, r.text
+        assert [e["field"] for e in r.json()["errors"]] == ["secrets[1]"]
+        assert team_admin.http.put(path, json={"pod_security": "baseline"}).status_code == 403
+        changed = team_admin.ok(team_admin.http.put(path, json={"secrets": ["team-*", "db"]}))
+        assert changed["secrets"] == ["db", "team-*"]
+        assert team.member.ok(team.member.get(path))["secrets"] == ["db", "team-*"]
+        baseline = admin.ok(admin.http.put(path, json={**changed, "pod_security": "baseline"}))
+        assert baseline["pod_security"] == "baseline"
+        manifest = {
+            "apiVersion": "tfkube.io/v1alpha1",
+            "kind": "TFJob",
+            "metadata": {"name": "steal"},
+            "spec": {
+                "replicas": {
+                    "worker": {"env": {"T": {"secretKeyRef": {"name": "other", "key": "k"}}}}
+                },
+                "code": {"source": "artifact:hello"},
+            },
+        }
+        r = team.member.post(f"/api/v1/teams/{team.name}/jobs", json={"manifest": manifest})
+        assert r.status_code == 422, r.text
+        (error,) = r.json()["errors"]
+        assert error["field"] == "spec.replicas.worker.env.T.secretKeyRef.name"
+        assert "ask a team admin" in error["message"]
+        jobs = team.member.ok(team.member.get("/api/v1/jobs", params={"team": team.name}))
+        assert jobs["items"] == []
+    finally:
+        team_admin.close()
+
+
 def test_cookie_session_needs_csrf_and_same_origin(server: ServerProc, team: TeamCtx) -> None:
     client, csrf = login(server.url, team.member.name)
     try:

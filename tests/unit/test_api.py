@@ -104,6 +104,7 @@ def test_minimal_job_dump_fills_every_default():
                 "nodeLostSeconds": 30,
             },
             "image": DEFAULT_IMAGE,
+            "podSecurity": "restricted",
         },
     }
 

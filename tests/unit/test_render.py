@@ -1256,7 +1256,8 @@ def test_env_references_volumes_and_helpers():
     assert shipper["restartPolicy"] == "Always"  # a native sidecar: the pod still completes
     assert shipper["args"] == ["-i", "tail"]
     assert shipper["env"] == [
-        {"name": "K", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k", "optional": False}}}
+        {"name": "HOME", "value": "/tmp"},  # restricted: the image has no home for 65532
+        {"name": "K", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k", "optional": False}}},
     ]
     assert shipper["resources"] == {"requests": {"cpu": "100m"}, "limits": {"cpu": "100m"}}
 

@@ -137,7 +137,14 @@ def test_stock_runtime_keeps_its_objects() -> None:
     container = _container(objects)
     assert container["image"] == TF_SERVING_IMAGE
     assert container["command"] == ["tensorflow_model_server"]
-    assert "securityContext" not in container
+    # Restricted like every workload: TensorFlow Serving's image runs as root by default.
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    pod = objects["Deployment"]["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
     ports = {p["name"] for p in objects["Service"]["spec"]["ports"]}
     assert ports == {"http", "grpc"}
 
@@ -166,10 +173,12 @@ def test_tfkube_runtime_objects(version: int | None, pinned: list[str]) -> None:
     assert container["ports"] == [{"name": "http", "containerPort": 8501, "protocol": "TCP"}]
     assert container["readinessProbe"]["httpGet"] == {"path": "/v1/models/digits", "port": "http"}
     security = container["securityContext"]
-    assert security["runAsNonRoot"] is True
-    assert security["runAsUser"] != 0
     assert security["readOnlyRootFilesystem"] is True
     assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    pod_security = objects["Deployment"]["spec"]["template"]["spec"]["securityContext"]
+    assert pod_security["runAsNonRoot"] is True
+    assert pod_security["runAsUser"] == 65532
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["model"] == {
         "name": "model",

@@ -62,6 +62,24 @@ def test_tenant_objects(quota, kinds):
         assert limits[0]["defaultRequest"] is not DEFAULT_REQUEST  # no shared state
 
 
+@pytest.mark.parametrize("level", ["restricted", "baseline"])
+def test_a_team_namespace_enforces_its_pod_security_level(level):
+    """Kubernetes' own Pod Security admission, at the team's level (restricted unless a
+    site admin allowed baseline): whatever creates a pod there is held to it."""
+    (namespace,) = tenant_objects("tfkube-vision", {}, level)
+    assert namespace["metadata"]["labels"] == {
+        "app.kubernetes.io/managed-by": "tfkube",
+        "tfkube.io/component": "tenant",
+        "pod-security.kubernetes.io/enforce": level,
+        "pod-security.kubernetes.io/warn": level,
+        "pod-security.kubernetes.io/audit": level,
+    }
+    assert (
+        tenant_objects("tfkube-vision", {})[0]
+        == tenant_objects("tfkube-vision", {}, "restricted")[0]
+    )
+
+
 def _api(status: int, message: str) -> ApiError:
     return error_from(status, "", f'{{"kind": "Status", "message": "{message}"}}')
 

@@ -18,7 +18,7 @@ beside the fake ones: see realnode.py. KWOK manages only the nodes annotated
 `kwok.x-k8s.io/node=fake`, so it never adopts the real one, and not those labelled
 `tfkube.io/silent` (`Cluster.silence_node`: a fake node whose kubelet died).
 
-The pytest fixture in tests/cluster/conftest.py imports this file and uses `Cluster` directly.
+The pytest fixture in tests/cluster/fixtures.py imports this file and uses `Cluster` directly.
 All traffic stays on 127.0.0.0/8: every component listens on 127.0.0.1 and the fake nodes get
 127.0.1.x/127.0.2.x addresses. Pod IPs (KWOK) come from 198.18.0.0/16 and ClusterIPs from
 10.96.0.0/16 because the API rejects loopback endpoint addresses: they are bookkeeping only,

@@ -450,6 +450,11 @@ def bind_claims(
     for claim in claims:
         name = f"{st.name}-{namespace}-{claim}"[:253]
         path = Path(st.volumes_dir) / namespace / claim
+        # Writable by the pods' user (65532: tfkube renders restricted pods), as a share
+        # an administrator sets up: a hostPath volume gets no fsGroup from the kubelet,
+        # which would otherwise make it root's alone (0755).
+        path.mkdir(parents=True, exist_ok=True)
+        path.chmod(0o777)
         api(
             "POST",
             "/api/v1/persistentvolumes",

@@ -442,7 +442,9 @@ def render(
         typer.Option(
             "--venv-cache-host-path",
             help="A node folder where pods share the environments built from the code's "
-            "requirements.txt (hostPath <folder>/<namespace>; default: one per pod).",
+            "requirements.txt (hostPath <folder>/<namespace>; default: one per pod). A "
+            "hostPath volume needs a namespace without Pod Security enforcement: baseline "
+            "and restricted namespaces (tfkube server teams) refuse it.",
         ),
     ] = None,
 ) -> None:

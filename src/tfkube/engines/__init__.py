@@ -7,6 +7,7 @@ TensorBoards behind one protocol (`_workloads`). `local/` runs processes on this
 lazily.
 """
 
+from tfkube.engines._admission import Allowances, Submitter, admission_refusals
 from tfkube.engines._artifact import Artifact, prepare_artifact
 from tfkube.engines._base import (
     Backend,
@@ -38,6 +39,7 @@ from tfkube.engines._workloads import (
 
 __all__ = [
     "KINDS",
+    "Allowances",
     "Artifact",
     "ArtifactCopy",
     "Backend",
@@ -57,11 +59,13 @@ __all__ = [
     "NotebookWorkload",
     "ReplicaView",
     "SubmitDeferred",
+    "Submitter",
     "Tenant",
     "TensorBoardWorkload",
     "Upstream",
     "Workload",
     "WorkloadStatus",
+    "admission_refusals",
     "open_engine",
     "prepare_artifact",
 ]

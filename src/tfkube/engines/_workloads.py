@@ -43,6 +43,9 @@ class Tenant:
     """The team's namespace in a cluster (chosen when the team was made)."""
     quota: Mapping[str, Any] = field(default_factory=dict)
     """cpu (cores), memory (bytes), gpu, jobs: what the team's jobs may use together."""
+    pod_security: str = "restricted"
+    """The Pod Security level its pods are held to in a cluster (`restricted`, or
+    `baseline` when a site admin allowed it): the namespace enforces it."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,12 @@ users all rely on. Pure constants and string functions (no planner, no client), 
     <name>-serving        a model server: ConfigMap (model config), Deployment, Service
     notebook-<id>         a notebook: Secret (its tokens), StatefulSet, headless Service;
                           its home is the claim home-notebook-<id>-0
+
+Platform credentials: the Secrets tfkube makes for its own tokens (`<job>-code-token`,
+`notebook-<id>`, `<job>-registry`, and `<name>-serving` for a model server's) carry the
+label `tfkube.io/credential` and are recognised by name (`platform_credential`), so the
+admission policy (`tfkube.engines.admission_refusals`) never lets a job name one; notebook homes
+(`home-notebook-*` claims) are a user's own the same way (`private_claim`).
 """
 
 from __future__ import annotations
@@ -140,3 +146,59 @@ def tensorboard_name(job_name: str) -> str:
 TENSORBOARD_PORT_NAME = "http"
 """The TensorBoard Service's port, by name: the server reaches it through the API server's
 service proxy (`.../services/<job>-tensorboard:http/proxy/`)."""
+
+
+LABEL_CREDENTIAL = "tfkube.io/credential"
+"""On the Secrets that hold a platform credential: what it is (`code-token`, `notebook`,
+`registry`, `model-server`). `kubectl get secrets -l tfkube.io/credential` lists them."""
+
+_CREDENTIAL_PREFIXES = {"notebook-": "notebook"}
+_CREDENTIAL_SUFFIXES = {
+    "-code-token": "code-token",
+    "-registry": "registry",
+    "-serving": "model-server",
+}
+
+
+def platform_credential(secret: str) -> str | None:
+    """What platform credential a Secret of that name holds (`code-token`, `notebook`,
+    `registry`, `model-server`), or None for a name tfkube never gives its own Secrets.
+    Names, not labels: the admission policy decides before anything is read from the
+    cluster. These name patterns are the platform's in every team namespace."""
+    for prefix, kind in _CREDENTIAL_PREFIXES.items():
+        if secret.startswith(prefix):
+            return kind
+    for suffix, kind in _CREDENTIAL_SUFFIXES.items():
+        if secret.endswith(suffix):
+            return kind
+    return None
+
+
+CREDENTIAL_PATTERNS = (
+    *(f"{p}*" for p in _CREDENTIAL_PREFIXES),
+    *(f"*{s}" for s in _CREDENTIAL_SUFFIXES),
+)
+"""The Secret names `platform_credential` recognises, as patterns (for messages, docs)."""
+
+NOTEBOOK_HOME_PREFIX = "home-notebook-"
+
+
+def private_claim(claim: str) -> bool:
+    """A notebook's home (`home-<notebook-<id>>-0` from its StatefulSet's claim template):
+    its user's files, never another workload's to mount."""
+    return claim.startswith(NOTEBOOK_HOME_PREFIX)
+
+
+POD_SECURITY_ENFORCE = "pod-security.kubernetes.io/enforce"
+"""Kubernetes' Pod Security admission label on a namespace: the level every pod there
+must meet (`restricted`, `baseline`, `privileged`); `-warn` and `-audit` beside it."""
+POD_SECURITY_LABELS = (
+    POD_SECURITY_ENFORCE,
+    "pod-security.kubernetes.io/warn",
+    "pod-security.kubernetes.io/audit",
+)
+
+
+def pod_security_labels(level: str) -> dict[str, str]:
+    """A team namespace's Pod Security labels: enforce, warn and audit at `level`."""
+    return dict.fromkeys(POD_SECURITY_LABELS, level)

@@ -45,6 +45,7 @@ from typing import Any
 from tfkube import contract
 from tfkube.kube.names import (
     LABEL_COMPONENT,
+    LABEL_CREDENTIAL,
     LABEL_JOB,
     LABEL_MANAGED_BY,
     MANAGED_BY,
@@ -60,6 +61,11 @@ from tfkube.kube.names import (
     tensorboard_name,
 )
 from tfkube.render._launcher import launcher_zipapp
+from tfkube.render._security import (
+    HOME_DIR,
+    pod_security_context,
+    secure_container,
+)
 from tfkube.spec import (
     CLUSTER_ONLY_ENV,
     EnvFromConfigMap,
@@ -68,6 +74,7 @@ from tfkube.spec import (
     ExtraVolume,
     FieldError,
     GangScheduler,
+    PodSecurity,
     PullPolicy,
     ReplicaSpec,
     Resources,
@@ -152,8 +159,9 @@ class RenderOptions:
     venv_cache_host_path: str | None = None
     """A node folder for the environments the launcher builds from a code's
     requirements.txt: the pods of a namespace on one node then share them (hostPath
-    `<this>/<namespace>`). None keeps one per pod (an emptyDir), which PodSecurity's
-    baseline level allows and hostPath it does not."""
+    `<this>/<namespace>`). None keeps one per pod (an emptyDir). A hostPath volume breaks
+    Pod Security's baseline and restricted levels alike: only for a namespace that
+    enforces neither (`privileged`), never used by the operator or the tfkube server."""
     code_token_secret: str | None = None
     """A Secret (key `token`) holding the bearer token replicas send when they fetch an
     http(s) code URL: the tfkube server's job-scoped claim. It reaches the launcher as
@@ -412,7 +420,7 @@ def _registry_secret(ctx: _Context) -> list[Object]:
         "metadata": _meta(
             registry_secret_name(ctx.job.name),
             ctx.ns,
-            {**job_labels(ctx.job.name), LABEL_COMPONENT: "registry"},
+            {**job_labels(ctx.job.name), LABEL_COMPONENT: "registry", LABEL_CREDENTIAL: "registry"},
             ctx.user_labels,
         ),
         "type": source.get("type") or "kubernetes.io/dockerconfigjson",
@@ -629,8 +637,10 @@ def _environment(ctx: _Context, role: Role) -> list[Object]:
     )
     if job.spec.run_policy.stall_seconds is not None:
         env[contract.HEARTBEAT_FILE] = HEARTBEAT_PATH
-    out: list[Object] = [{"name": k, "value": env[k]} for k in sorted(env)]
     spec = job.spec.replicas.get(role)
+    if job.spec.pod_security is PodSecurity.RESTRICTED and "HOME" not in (spec.env if spec else {}):
+        env.setdefault("HOME", HOME_DIR)  # the image has no home for the pod's user
+    out: list[Object] = [{"name": k, "value": env[k]} for k in sorted(env)]
     references = {k: v for k, v in (spec.env if spec else {}).items() if not isinstance(v, str)}
     out += _env_list({k: v for k, v in references.items() if isinstance(v, CLUSTER_ONLY_ENV)})
     if ctx.options.code_token_secret:
@@ -668,7 +678,7 @@ def _env_list(env: Mapping[str, object]) -> list[Object]:
     return out
 
 
-def _helpers(spec: ReplicaSpec, pull: _Pull) -> list[Object]:
+def _helpers(spec: ReplicaSpec, pull: _Pull, level: PodSecurity) -> list[Object]:
     """The role's init containers, then its sidecars as native sidecars (init containers
     that keep running, `restartPolicy: Always`): Kubernetes starts them before the replica
     and stops them after it, so the pod still ends when the replica does."""
@@ -698,7 +708,7 @@ def _helpers(spec: ReplicaSpec, pull: _Pull) -> list[Object]:
             ]
         if sidecar:
             item["restartPolicy"] = "Always"
-        out.append(item)
+        out.append(secure_container(item, level))
     return out
 
 
@@ -817,6 +827,8 @@ def _role_job(ctx: _Context, role: Role) -> Object:
         container["workingDir"] = spec.working_dir
     if job.spec.run_policy.stall_seconds is not None:
         container["readinessProbe"] = stall_probe(job.spec.run_policy.stall_seconds)
+    level = job.spec.pod_security
+    container = secure_container(container, level, home=False)  # HOME: _environment
     template_meta: Object = {"labels": dict(sorted(pod_labels.items()))}
     if annotations:
         template_meta["annotations"] = dict(sorted(annotations.items()))
@@ -829,14 +841,17 @@ def _role_job(ctx: _Context, role: Role) -> Object:
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": grace,
         **_pod_scheduling(ctx, spec),
+        "securityContext": pod_security_context(level),
         "containers": [container],
         "volumes": volumes,
     }
-    helpers = _helpers(spec, ctx.pull)
+    helpers = _helpers(spec, ctx.pull, level)
     if helpers:
         pod_spec["initContainers"] = helpers
     if spec.service_account_name:
         pod_spec["serviceAccountName"] = spec.service_account_name
+    else:  # no API credentials in a replica unless its role names a service account
+        pod_spec["automountServiceAccountToken"] = False
     job_spec: Object = {
         "completionMode": "Indexed",
         "completions": count,
@@ -867,9 +882,12 @@ def _tensorboard(ctx: _Context) -> list[Object]:
     mount: Object = {"name": "logs", "mountPath": logs, "readOnly": True}
     if ctx.logs_sub_path:
         mount["subPath"] = ctx.logs_sub_path
+    level = ctx.job.spec.pod_security
     pod_spec: Object = {
         "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
         **_placement(tb),
+        "securityContext": pod_security_context(level),
         "containers": [
             {
                 "name": "tensorboard",
@@ -901,6 +919,7 @@ def _tensorboard(ctx: _Context) -> list[Object]:
         ],
         "volumes": [{"name": "logs", "persistentVolumeClaim": {"claimName": ctx.logs_claim}}],
     }
+    pod_spec["containers"] = [secure_container(c, level) for c in pod_spec["containers"]]
     if ctx.pull.secrets:
         pod_spec["imagePullSecrets"] = [{"name": s} for s in ctx.pull.secrets]
     deployment: Object = {

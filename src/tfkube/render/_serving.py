@@ -33,6 +33,7 @@ from typing import Any
 
 from tfkube.kube.names import (
     LABEL_COMPONENT,
+    LABEL_CREDENTIAL,
     LABEL_MANAGED_BY,
     LABEL_MODEL_SERVER,
     LABEL_NOTEBOOK,
@@ -43,6 +44,7 @@ from tfkube.kube.names import (
 )
 from tfkube.render._deploy import OPERATOR_IMAGE
 from tfkube.render._render import _placement, _resources
+from tfkube.render._security import WORKLOAD_USER, pod_security_context, secure_container
 from tfkube.spec import Resources, Role, TFJob
 
 Object = dict[str, Any]
@@ -59,8 +61,8 @@ DEFAULT_SERVING_RESOURCES = Resources(cpu="1", memory="2Gi")
 TFKUBE_SERVING_IMAGE = OPERATOR_IMAGE
 """tfkube's own image (deploy/Dockerfile, and tools/kube/images.py on the test cluster's
 real node): TensorFlow, the `serving` extra and tfkube."""
-TFKUBE_SERVING_USER = 65532
-"""The image's non-root user (deploy/Dockerfile's USER)."""
+TFKUBE_SERVING_USER = WORKLOAD_USER
+"""The image's non-root user (deploy/Dockerfile's USER), the user of every restricted pod."""
 
 
 class ServingRuntime(StrEnum):
@@ -90,7 +92,7 @@ NOTEBOOK_IMAGE = OPERATOR_IMAGE
 tfkube client, so a cell can `tfkube.Client().submit(...)`."""
 NOTEBOOK_PORT = 8888
 NOTEBOOK_HOME = "/home/tfkube"
-NOTEBOOK_USER = 65532
+NOTEBOOK_USER = WORKLOAD_USER
 DEFAULT_NOTEBOOK_RESOURCES = Resources(cpu="1", memory="2Gi")
 
 
@@ -186,15 +188,8 @@ def _serving_container(spec: ModelServerSpec, sub_path: str) -> Object:
         ]
         if spec.version is not None:
             container["args"].append(f"--model_version={spec.version}")
-        # Non-root with a read-only root: only /tmp (HOME in the image) is writable.
-        container["securityContext"] = {
-            "runAsNonRoot": True,
-            "runAsUser": TFKUBE_SERVING_USER,
-            "runAsGroup": TFKUBE_SERVING_USER,
-            "readOnlyRootFilesystem": True,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-        }
+        # A read-only root: only /tmp (HOME in the image) is writable.
+        container["securityContext"] = {"readOnlyRootFilesystem": True}
         mounts.append({"name": "tmp", "mountPath": "/tmp"})
     container["ports"] = ports
     # 10 s, not Kubernetes' 1 s: a model server busy predicting on a loaded node answers
@@ -206,7 +201,10 @@ def _serving_container(spec: ModelServerSpec, sub_path: str) -> Object:
     }
     container["resources"] = _resources(spec.resources)
     container["volumeMounts"] = mounts
-    return container
+    # Pod Security restricted, as every workload: non-root (the pod's user), no privilege
+    # escalation, no capabilities. TensorFlow Serving's image runs as root by default and
+    # only reads its config and the model.
+    return secure_container(container)
 
 
 def render_model_server(spec: ModelServerSpec) -> list[Object]:
@@ -233,6 +231,7 @@ def render_model_server(spec: ModelServerSpec) -> list[Object]:
                 "spec": {
                     "enableServiceLinks": False,
                     "automountServiceAccountToken": False,
+                    "securityContext": pod_security_context(),
                     "containers": [_serving_container(spec, sub_path)],
                     "volumes": volumes,
                     **serving_placement(spec.job),
@@ -292,7 +291,7 @@ def render_notebook(spec: NotebookSpec) -> list[Object]:
     secret: Object = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": _meta(name, spec.namespace, labels),
+        "metadata": _meta(name, spec.namespace, {**labels, LABEL_CREDENTIAL: "notebook"}),
         "type": "Opaque",
         "stringData": {"JUPYTER_TOKEN": spec.jupyter_token, "TFKUBE_TOKEN": spec.client_token},
     }
@@ -324,9 +323,9 @@ def render_notebook(spec: NotebookSpec) -> list[Object]:
         # `<base>api` answers without a token: ready means Jupyter serves.
         "readinessProbe": {"httpGet": {"path": f"{base}api", "port": "http"}, "periodSeconds": 5},
         "resources": _resources(spec.resources),
-        "securityContext": {"allowPrivilegeEscalation": False},
         "volumeMounts": [{"name": "home", "mountPath": NOTEBOOK_HOME}],
     }
+    container = secure_container(container)  # HOME is its own (above)
     claim: Object = {
         "metadata": {"name": "home", "labels": dict(labels)},
         "spec": {
@@ -359,12 +358,7 @@ def render_notebook(spec: NotebookSpec) -> list[Object]:
                 "spec": {
                     "enableServiceLinks": False,
                     "automountServiceAccountToken": False,
-                    "securityContext": {
-                        "runAsUser": NOTEBOOK_USER,
-                        "runAsGroup": NOTEBOOK_USER,
-                        "fsGroup": NOTEBOOK_USER,
-                        "runAsNonRoot": True,
-                    },
+                    "securityContext": pod_security_context(),  # NOTEBOOK_USER's
                     "containers": [container],
                 },
             },

@@ -13,6 +13,7 @@ from tfkube.kube.names import (
     MANAGED_BY,
     PLURAL,
     TENANT_OBJECTS,
+    pod_security_labels,
 )
 
 DEFAULT_REQUEST = {"cpu": "500m", "memory": "512Mi"}
@@ -37,12 +38,20 @@ def quota_hard(quota: Mapping[str, Any]) -> dict[str, str]:
     return hard
 
 
-def tenant_objects(namespace: str, quota: Mapping[str, Any]) -> list[dict[str, Any]]:
+def tenant_objects(
+    namespace: str, quota: Mapping[str, Any], pod_security: str = "restricted"
+) -> list[dict[str, Any]]:
     """A team's namespace and its quota, with default requests where the quota counts
-    CPU or memory."""
+    CPU or memory. The namespace enforces the team's Pod Security level (`restricted`
+    unless a site admin allowed `baseline`: `tfkube.engines.admission_refusals`)."""
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: "tenant"}
+    ns_labels = {**labels, **pod_security_labels(pod_security)}
     objects: list[dict[str, Any]] = [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": labels}}
+        {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": namespace, "labels": ns_labels},
+        }
     ]
     hard = quota_hard(quota)
     meta = {"name": TENANT_OBJECTS, "namespace": namespace, "labels": labels}

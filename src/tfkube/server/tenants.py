@@ -11,7 +11,8 @@ from tfkube.server.core.tables import Team
 
 
 def tenant_of(team: Team) -> Tenant:
-    return Tenant(team.name, team.namespace, dict(team.quota or {}))
+    level = (team.allowances or {}).get("pod_security", "restricted")
+    return Tenant(team.name, team.namespace, dict(team.quota or {}), level)
 
 
 def prepare_team(engine: Engine, db: Session, team: Team) -> None:

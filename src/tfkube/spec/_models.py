@@ -865,6 +865,21 @@ class TenantSpec(_Model):
         return _check_quantities(value)
 
 
+class PodSecurity(StrEnum):
+    """Cluster: the Kubernetes Pod Security level every pod of the job meets, as rendered
+    (and as a team namespace enforces it: `pod-security.kubernetes.io/enforce`)."""
+
+    RESTRICTED = "restricted"
+    """The default: every container runs as the non-root user 65532 (group and fsGroup
+    65532, HOME /tmp), without privilege escalation or capabilities, under the container
+    runtime's default seccomp profile."""
+    BASELINE = "baseline"
+    """Containers run as their image's own user (root when the image says so) with the
+    runtime's default capabilities; host access (host namespaces, hostPath, privileged)
+    stays refused. Only where the namespace allows it (a team a site admin allowed
+    baseline; docs/security.md)."""
+
+
 class JobSpec(_Model):
     replicas: Replicas
     code: Annotated[CodeSpec | None, Field(validate_default=True)] = None
@@ -887,7 +902,11 @@ class JobSpec(_Model):
     scheduling: SchedulingSpec | None = None
     """Cluster: gang scheduling (Volcano, scheduler-plugins, Kueue) and priority."""
     tenant: TenantSpec | None = None
-    """Cluster: ResourceQuota and LimitRange of the job's namespace."""
+    """Cluster: ResourceQuota and LimitRange of the job's namespace (through a tfkube
+    server: site admins only; a team's quota is the team's setting)."""
+    pod_security: PodSecurity = PodSecurity.RESTRICTED
+    """Cluster: `restricted` (the default) or `baseline`: how the pods are secured (see
+    the levels); a namespace enforcing `restricted` refuses `baseline` pods."""
 
     @field_validator("code")
     @classmethod

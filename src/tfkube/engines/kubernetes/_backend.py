@@ -39,6 +39,7 @@ from tfkube.kube.errors import (
 )
 from tfkube.kube.names import (
     CODE_TOKEN_ANNOTATION,
+    LABEL_CREDENTIAL,
     LABEL_JOB,
     REPLICA_CONTAINER,
     STOP_ANNOTATION,
@@ -269,7 +270,7 @@ class KubernetesBackend:
                 "metadata": {
                     "name": token_secret,
                     "namespace": self.namespace,
-                    "labels": {LABEL_JOB: job.name},
+                    "labels": {LABEL_JOB: job.name, LABEL_CREDENTIAL: "code-token"},
                 },
                 "type": "Opaque",
                 "stringData": {"token": code_token},

@@ -93,7 +93,8 @@ class KubernetesEngine(RunnersByKind):
     def prepare_tenant(self, tenant: Tenant) -> None:
         """The team's namespace and the ResourceQuota holding its quota (server-side
         apply, idempotent)."""
-        apply_objects(self.api_client(), tenant_objects(tenant.namespace, tenant.quota))
+        objects = tenant_objects(tenant.namespace, tenant.quota, tenant.pod_security)
+        apply_objects(self.api_client(), objects)
 
     def jobs(self, tenant: Tenant) -> Backend:
         api = self.api_client()

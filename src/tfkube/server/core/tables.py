@@ -62,6 +62,10 @@ class Team(Base):
     namespace: Mapped[str] = mapped_column(String(63))
     quota: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     """cpu (cores), memory (bytes), gpu, jobs: each optional."""
+    allowances: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    """What members' jobs may use on Kubernetes beyond their own (`tfkube.engines.
+    Allowances`: Secrets, ConfigMaps, claims, service accounts, TensorBoard images) and
+    the namespace's Pod Security level; {} is none of it, and `restricted`."""
     created_at: Mapped[float] = mapped_column(Float)
 
 

@@ -49,7 +49,7 @@ from tfkube.server.core.fetch import FetchPolicy
 from tfkube.server.core.forwarded import parse_networks
 from tfkube.server.core.security import CodeClaim, sign_claim
 from tfkube.server.core.tables import Artifact, Job, JobEvent, Team
-from tfkube.server.jobs import admission
+from tfkube.server.jobs import admission, allowances
 from tfkube.server.jobs.fetched import fetch_code, release_fetched
 from tfkube.server.jobs.forms import ArtifactRef, parse_ref, place_job, server_problems
 from tfkube.server.tenants import tenant_of
@@ -239,7 +239,7 @@ class JobService:
         data: str | None = None,
     ) -> Job:
         """Pin, record and queue (or start) a job. Raises SpecError or JobExists."""
-        problems = server_problems(job)
+        problems = server_problems(job) + allowances.refusals(db, team, user_id, job)
         if problems:
             raise SpecError(problems, f"job {job.name!r}")
         same_name = select(Job).where(Job.team_id == team.id, Job.name == job.name)

@@ -1,10 +1,14 @@
-"""Teams (the tenant), their members and roles, and their quota."""
+"""Teams (the tenant), their members and roles, their quota, and their allowances (what
+members' jobs may use in the team's Kubernetes namespace: `tfkube.engines.admission_refusals`)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
-from pydantic import BaseModel, Field
+from typing import Any
 
+from fastapi import APIRouter, HTTPException
+from pydantic import BaseModel, Field, ValidationError
+
+from tfkube.engines import Allowances
 from tfkube.server import queries
 from tfkube.server.accounts import create_team, remove_from_team, set_member, team_name_problem
 from tfkube.server.api.deps import (
@@ -15,10 +19,12 @@ from tfkube.server.api.deps import (
     TeamDep,
     not_found,
 )
-from tfkube.server.api.errors import field_error
+from tfkube.server.api.errors import FieldHTTPError, field_error
 from tfkube.server.core.scopes import Role, Scope
+from tfkube.server.jobs.allowances import allowances_of
 from tfkube.server.queries.views import team_out
 from tfkube.server.tenants import prepare_team
+from tfkube.spec import errors_from
 from tfkube.wire import MemberOut, TeamOut
 
 router = APIRouter(prefix="/api/v1/teams", tags=["teams"])
@@ -106,3 +112,40 @@ def remove_member(team: TeamDep, user: str, principal: CurrentUser, db: SessionD
     found = queries.users.named(db, user)
     if found is None or not remove_from_team(db, team, found):
         raise not_found(f"member {user!r}")
+
+
+@router.get("/{team}/allowances")
+def get_allowances(team: TeamDep, principal: CurrentUser) -> Allowances:
+    """What the team's members' jobs may use in its namespace beyond their own, and the
+    Pod Security level the namespace enforces (every member may read it: a refusal points
+    here)."""
+    principal.require(Scope.TEAM_READ, team.id)
+    return allowances_of(team)
+
+
+@router.put("/{team}/allowances")
+def put_allowances(
+    team: TeamDep,
+    body: dict[str, Any],
+    principal: CurrentUser,
+    db: SessionDep,
+    platform: PlatformDep,
+) -> Allowances:
+    """Replace the team's allowances (team admins). A name or a prefix (`datasets-*`) per
+    entry; platform credentials and notebook homes are refused (422 naming the entry).
+    `pod_security` (`restricted` or `baseline`) is a site admin's: it decides what runs
+    on the nodes every team shares. The namespace is labelled again with its level (also
+    what brings a team made before the labels up to date); 502 when the cluster refuses,
+    and nothing changes."""
+    principal.require(Scope.TEAM_ADMIN, team.id)
+    try:
+        wanted = Allowances.model_validate(body)
+    except ValidationError as exc:
+        errors = [(e.field, e.message) for e in errors_from(exc)]
+        raise FieldHTTPError(errors, f"{errors[0][0]}: {errors[0][1]}") from None
+    before = allowances_of(team)
+    if wanted.pod_security != before.pod_security:
+        principal.require(Scope.SITE_ADMIN)
+    team.allowances = wanted.model_dump(mode="json")
+    prepare_team(platform.engine, db, team)  # the namespace's Pod Security labels, then commit
+    return wanted

@@ -1,4 +1,10 @@
-"""A real Kubernetes control plane for the tests in tests/cluster.
+"""A real Kubernetes control plane: the fixtures of tests/cluster, as a pytest plugin.
+
+Registered once for the whole suite by tests/conftest.py (`pytest_plugins`), so a test
+outside tests/cluster (tests/security) requests the same session's control plane and real
+node instead of starting its own. Every test that uses `kube_cluster` (directly or through
+another fixture) gets the `cluster` marker, every test under tests/cluster too; one that
+uses `real_node` gets `realnode`.
 
 Fixtures:
   kube_cluster    (session)  starts etcd, kube-apiserver, kube-controller-manager,
@@ -64,9 +70,10 @@ ENABLE_HINT = (
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if HERE in Path(str(item.path)).resolve().parents:
+        fixtures = getattr(item, "fixturenames", ())
+        if HERE in Path(str(item.path)).resolve().parents or "kube_cluster" in fixtures:
             item.add_marker(pytest.mark.cluster)
-        if "real_node" in getattr(item, "fixturenames", ()):
+        if "real_node" in fixtures:
             item.add_marker(pytest.mark.realnode)
 
 
