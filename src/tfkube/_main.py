@@ -7,6 +7,7 @@ one command line.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -87,6 +88,23 @@ def server_command(
             "only its X-Forwarded-For/-Proto are read. Default: none (the peer is the client).",
         ),
     ] = None,
+    workload_url: Annotated[
+        str | None,
+        typer.Option(
+            "--workload-url",
+            help="Where browsers get TensorBoards and notebooks, each on its own name: a "
+            "wildcard URL such as https://*.wl.example.com (default: *.localhost on this "
+            "port, for a dashboard opened on loopback).",
+        ),
+    ] = None,
+    allow_fetch_from: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-fetch-from",
+            help="An address range (CIDR) the server may fetch members' code URLs from "
+            "although it is loopback, link-local or private (repeatable).",
+        ),
+    ] = None,
 ) -> None:
     """Run the platform server: REST API, accounts and teams, artifacts, kept logs.
 
@@ -107,11 +125,18 @@ def server_command(
     except ValueError as exc:
         raise fail(f"--serving-runtime: {exc}") from None
     from tfkube.server.core.forwarded import parse_networks
+    from tfkube.server.core.origins import parse_workload_url
 
-    try:
-        parse_networks(trusted_proxy or [])
-    except ValueError as exc:
-        raise fail(f"--trusted-proxy: {exc}") from None
+    checks: list[tuple[str, Callable[[], object]]] = [
+        ("--trusted-proxy", lambda: parse_networks(trusted_proxy or [])),
+        ("--allow-fetch-from", lambda: parse_networks(allow_fetch_from or [])),
+        ("--workload-url", lambda: workload_url and parse_workload_url(workload_url)),
+    ]
+    for option, check in checks:
+        try:
+            check()
+        except ValueError as exc:
+            raise fail(f"{option}: {exc}") from None
     settings = ServerSettings(
         data_dir=(data_dir or default_data_dir()).resolve(),
         host=host,
@@ -127,6 +152,8 @@ def server_command(
         workload_env=tuple(workload_env or ()),
         notebook_idle_seconds=notebook_idle_minutes * 60,
         trusted_proxies=tuple(trusted_proxy or ()),
+        workload_url=workload_url,
+        allow_fetch_from=tuple(allow_fetch_from or ()),
     )
     run_service(lambda: serve(settings))
 

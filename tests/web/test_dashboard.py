@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import numpy as np
@@ -229,7 +230,10 @@ def test_tensorboard_opens_through_the_proxy(trained: tuple[Any, Any, str]) -> N
         page.get_by_role("link", name="TensorBoard").click()
     board = opened.value
     board.wait_for_load_state()
-    assert board.url.startswith(f"{page.url.split('/jobs/')[0]}/proxy/tensorboard/{job_id}/")
+    # On its own origin (docs/security.md): tensorboard-<job>.localhost on the server's port.
+    port = urlsplit(page.url).port
+    own = f"http://tensorboard-{job_id}.localhost:{port}/proxy/tensorboard/{job_id}/"
+    assert board.url.startswith(own), board.url
     poll("TensorBoard's page", lambda: "TensorBoard" in board.title(), 120)
     poll("the loss scalar in TensorBoard", lambda: "loss" in board.inner_text("body"), 180, 2)
     shot(board, "15-tensorboard", full_page=False)

@@ -37,10 +37,12 @@ from tfkube.server.api.routes import (
     teams,
     tokens,
     users,
+    workload_origin,
 )
 from tfkube.server.api.routes import (
     metrics as metrics_route,
 )
+from tfkube.server.api.routes.workload_origin import WorkloadHosts
 from tfkube.server.artifacts import BlobStore
 from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.db import database_url, make_engine, migrate, session_factory
@@ -195,6 +197,7 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
 
     guards.install(app, built.settings.trusted_proxies)
     app.add_middleware(_Measure, metrics=metrics)
+    app.add_middleware(WorkloadHosts, settings=built.settings)  # workloads' own origins
 
     for module in (
         health,
@@ -210,6 +213,7 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
         serving,
         notebooks,
         proxy,
+        workload_origin,
     ):
         app.include_router(module.router)
     app.include_router(checkpoints.router)

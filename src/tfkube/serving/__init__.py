@@ -12,6 +12,18 @@ server can list a job's exported versions cheaply.
 
 from __future__ import annotations
 
-from tfkube.serving._versions import VersionPolicy, choose_version, exported_versions
+from tfkube.serving._versions import (
+    SAVED_MODEL_FILES,
+    VersionPolicy,
+    choose_version,
+    exported_versions,
+    version_of,
+)
 
-__all__ = ["VersionPolicy", "choose_version", "exported_versions"]
+__all__ = [
+    "SAVED_MODEL_FILES",
+    "VersionPolicy",
+    "choose_version",
+    "exported_versions",
+    "version_of",
+]

@@ -57,6 +57,7 @@ from tfkube.engines.local._supervisor import cgroup_prefix, spawn
 from tfkube.engines.local._tenants import hand_over
 from tfkube.launcher import DepsError, ensure_venv
 from tfkube.planner import JobPhase, ReplicaState
+from tfkube.safefs import closing, open_last, pread_all
 from tfkube.spec import FieldError, SpecError, TFJob, dump_job, load_job_text
 from tfkube.tfcluster import CLUSTER_ROLES
 
@@ -486,10 +487,10 @@ class LocalBackend:
         while True:
             for key, path in files.items():
                 try:
-                    with path.open("rb") as f:
-                        f.seek(offsets[key])
-                        chunk = f.read()
-                except FileNotFoundError:
+                    with closing(open_last(path)) as fd:  # never a link a replica made
+                        size = os.fstat(fd).st_size
+                        chunk = pread_all(fd, offsets[key], max(0, size - offsets[key]))
+                except OSError:  # not there (yet), or not a plain file
                     continue
                 offsets[key] += len(chunk)
                 text = partial[key] + chunk.decode("utf-8", errors="replace")

@@ -27,6 +27,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from tfkube.planner import JobPhase, ReplicaState
+from tfkube.safefs import closing, open_last, pread_all
 
 
 def tfkube_home() -> Path:
@@ -224,11 +225,9 @@ def last_line(path: Path, limit: int = 4096) -> str:
     """The last non-empty line the replica itself wrote (the launcher's own lines are
     skipped unless there is nothing else), read from the file's tail only."""
     try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - limit))
-            tail = f.read().decode("utf-8", errors="replace")
+        with closing(open_last(path)) as fd:  # never a link the replica made
+            size = os.fstat(fd).st_size
+            tail = pread_all(fd, max(0, size - limit), limit).decode("utf-8", errors="replace")
     except OSError:
         return ""
     lines = [line.strip() for line in tail.splitlines() if line.strip()]

@@ -21,7 +21,6 @@ import os
 import select
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import time
@@ -58,6 +57,7 @@ from tfkube.planner import (
     Stop,
     plan,
 )
+from tfkube.safefs import read_file
 from tfkube.spec import (
     Resources,
     Role,
@@ -91,19 +91,12 @@ def oom_message(resources: Resources) -> str:
 
 def read_bounded(path: Path, limit: int = MAX_MESSAGE_READ) -> str | None:
     """A regular file's first `limit` bytes, never following a link nor waiting on a
-    FIFO: a replica may have planted either where its termination message goes."""
+    FIFO: a replica may have planted either where its termination message goes
+    (`tfkube.safefs.read_file`: a hard-linked file is refused too)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        return read_file(path, limit).decode(errors="replace")
     except OSError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return os.read(fd, limit).decode(errors="replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _status_of(record: JobRecord, now: float) -> JobStatus:

@@ -63,6 +63,13 @@ class ServerSettings:
     """Addresses or CIDRs of the proxies in front (`--trusted-proxy`): only a request from
     one of them has its `X-Forwarded-For`/`-Proto` read; none by default (the peer is
     the client)."""
+    workload_url: str | None = None
+    """Where TensorBoards and notebooks are served to browsers, each on its own name below
+    a wildcard (`https://*.wl.example.com`, see `core/origins.py`). None: `*.localhost` on
+    the server's port, for a dashboard reached on loopback."""
+    allow_fetch_from: tuple[str, ...] = ()
+    """Address ranges (CIDR) the server may fetch members' code URLs from although they
+    are loopback, link-local or private (`core/fetch.py` refuses those otherwise)."""
 
     @property
     def engine_settings(self) -> EngineSettings:

@@ -1,5 +1,7 @@
 """Paths that come from users (a file in a job's outputs, a replica's log): parsed into
-plain parts or refused, then resolved strictly inside one folder. `safe_parts` is pure.
+plain parts or refused (`safe_parts`, pure). The parts are then opened one at a time from
+the folder's descriptor without following links (`tfkube.safefs`): a path is never
+resolved by the kernel as a whole, so neither `..` nor a link a job made leads out.
 
 A path is refused, not repaired: `..`, `.`, empty parts, absolute paths, backslashes,
 drive letters, URL schemes (`file://`), NUL and control characters, and any `%` (the
@@ -10,7 +12,6 @@ trick or a name we would rather not guess about).
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _DRIVE = re.compile(r"^[A-Za-z]:")
@@ -42,14 +43,3 @@ def safe_parts(text: str) -> tuple[str, ...]:
         if part in {"", ".", ".."}:
             raise UnsafePath("'.', '..' and empty parts are not allowed in paths")
     return parts
-
-
-def resolve_under(root: Path, text: str) -> Path:
-    """`root/text` after checking both the text and where it really leads (symbolic links
-    included): UnsafePath unless it stays inside `root`."""
-    parts = safe_parts(text)
-    base = root.resolve()
-    target = base.joinpath(*parts).resolve()
-    if target != base and not target.is_relative_to(base):
-        raise UnsafePath("the path leads out of the folder")
-    return target

@@ -45,9 +45,12 @@ from tfkube.engines import (
 from tfkube.planner import JobPhase
 from tfkube.server.artifacts import BlobStore
 from tfkube.server.core.config import ServerSettings
+from tfkube.server.core.fetch import FetchPolicy
+from tfkube.server.core.forwarded import parse_networks
 from tfkube.server.core.security import CodeClaim, sign_claim
 from tfkube.server.core.tables import Artifact, Job, JobEvent, Team
 from tfkube.server.jobs import admission, allowances
+from tfkube.server.jobs.fetched import fetch_code, release_fetched
 from tfkube.server.jobs.forms import ArtifactRef, parse_ref, place_job, server_problems
 from tfkube.server.tenants import tenant_of
 from tfkube.spec import FieldError, SpecError, TFJob, dump_job, load_job_text
@@ -137,6 +140,7 @@ class JobService:
         """Job id -> when to submit again a job the engine deferred."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.fetch_policy = FetchPolicy(allowed=parse_networks(settings.allow_fetch_from))
 
     # -- submit -------------------------------------------------------------------------
 
@@ -258,17 +262,17 @@ class JobService:
                 )
         artifact, _ = self.resolve_code(db, team, job, code_field)
         data_set = self.resolve_data(db, team, data) if data else None
-        if artifact is not None:
-            code_url = f"{self.settings.replica_url}/api/v1/code/{artifact.sha256}"
-            sha = artifact.sha256
-        elif job.spec.code is not None:
-            code_url, sha = job.spec.code.source, job.spec.code.sha256 or ""
-        else:
-            code_url, sha = "", ""
+        fetched = None
+        if artifact is None and job.spec.code is not None and job.spec.code.is_url:
+            # Here, in the member's own request, never in the sync loop that starts every
+            # team's jobs; then the job runs the fetched blob as it would an upload.
+            db.commit()  # no transaction held while the URL answers
+            fetched = fetch_code(job, code_field, self.blobs, self.fetch_policy, team.name)
+        sha = artifact.sha256 if artifact is not None else (fetched or "")
         placed = place_job(
             job,
-            code_url=code_url if artifact is not None else None,
-            code_sha256=sha if artifact is not None else None,
+            code_url=f"{self.settings.replica_url}/api/v1/code/{sha}" if sha else None,
+            code_sha256=sha or None,
             data_dir=storage.data_path,
             log_dir=storage.log_path,
             logs_claim=storage.logs_claim,
@@ -316,7 +320,11 @@ class JobService:
             return
         job = load_job_text(row.spec, f"job {row.name!r}")
         backend = self.engine.jobs(tenant_of(team))
-        token = self.claim(row, row.code_sha256) if row.artifact_id and row.code_sha256 else None
+        # An uploaded artifact, or code this server fetched at submit (never a URL a member
+        # wrote): its replicas fetch it from here with a job-scoped claim.
+        here, code = f"{self.settings.replica_url}/api/v1/code/{row.code_sha256}", job.spec.code
+        served = row.artifact_id is not None or (code is not None and code.source == here)
+        token = self.claim(row, row.code_sha256) if row.code_sha256 and served else None
         now = time.time()
         try:
             if row.data_sha256:
@@ -460,6 +468,7 @@ class JobService:
             for folder in (row.output_dir, storage.data_path):
                 if folder:
                     shutil.rmtree(folder, ignore_errors=True)
+        release_fetched(db, self.blobs, row)
         db.execute(delete(JobEvent).where(JobEvent.job_id == row.id))
         db.delete(row)
         db.commit()

@@ -14,7 +14,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
+
+from tfkube.server.outputs.files import file_names, find_files, read_text
 
 INDEX = "checkpoint"
 _LATEST = re.compile(r'^model_checkpoint_path:\s*"(?P<path>(?:[^"\\]|\\.)*)"\s*$', re.MULTILINE)
@@ -60,23 +62,17 @@ def final_checkpoint(folder: str, index_text: str, files: Iterable[str]) -> Fina
 
 def find_checkpoint(output_dir: str | None) -> FinalCheckpoint | None:
     """The newest checkpoint under a job's outputs: of every `checkpoint` index there (the
-    job's log folder excluded), the most recently written one decides."""
-    if not output_dir or not Path(output_dir).is_dir():
+    job's log folder excluded), the most recently written one decides. Found and read
+    without following anything the job linked (`outputs/files.py`, `tfkube.safefs`)."""
+    if not output_dir:
         return None
-    root = Path(output_dir).resolve()
-    indexes = [
-        p
-        for p in root.rglob(INDEX)
-        if p.is_file() and not p.is_symlink() and ".tfkube" not in p.relative_to(root).parts
-    ]
-    for index in sorted(indexes, key=lambda p: p.stat().st_mtime, reverse=True):
-        try:
-            text = index.read_text(errors="replace")[:65536]
-        except OSError:
+    indexes = find_files(output_dir, INDEX)
+    for rel, _mtime in sorted(indexes, key=lambda found: found[1], reverse=True):
+        text = read_text(output_dir, rel, 65536)
+        if text is None:
             continue
-        folder = index.parent.relative_to(root).as_posix()
-        names = [c.name for c in index.parent.iterdir() if c.is_file() and not c.is_symlink()]
-        found = final_checkpoint("" if folder == "." else folder, text, names)
+        folder = rel[:-1]
+        found = final_checkpoint("/".join(folder), text, file_names(output_dir, folder))
         if found is not None:
             return found
     return None

@@ -6,11 +6,12 @@ files are there during the job, after it ended, and after the engine forgot it (
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 
 from tfkube import contract
+from tfkube.safefs import Entry, closing, entries, open_dir, open_file, open_root
 from tfkube.wire import LogFile
 
 REPLICA = re.compile(r"^(chief|ps|worker|evaluator)-(0|[1-9][0-9]{0,5})$")
@@ -21,86 +22,123 @@ class NoSuchLog(LookupError):
     pass
 
 
-def logs_root(output_dir: str) -> Path:
-    return Path(output_dir, *contract.KEPT_LOGS_SUBDIR)
+LogRef = tuple[str, tuple[str, ...]]
+"""One attempt's log: the job's output folder and the file's parts below it."""
+
+
+def _roles(name: str) -> tuple[int, int]:
+    role, index = name.rsplit("-", 1)
+    return {"chief": 0, "ps": 1, "worker": 2, "evaluator": 3}[role], int(index)
+
+
+def _attempts(logs: int, replica: str) -> dict[int, Entry]:
+    """A replica's attempts -> their files (plain files only; links are not logs)."""
+    with closing(open_dir(logs, (replica,))) as folder:
+        return {
+            int(e.name[:-4]): e
+            for e in entries(folder)
+            if e.kind == "file" and e.name.endswith(".log") and e.name[:-4].isdigit()
+        }
 
 
 def log_files(output_dir: str | None) -> list[LogFile]:
-    """Every replica's attempts, ordered by replica then attempt."""
+    """Every replica's attempts, ordered by replica then attempt. Read from the output
+    folder's descriptor down (`tfkube.safefs`): nothing the job linked is listed."""
     if not output_dir:
         return []
-    root = logs_root(output_dir)
     out: list[LogFile] = []
-    if not root.is_dir():
-        return out
-    for folder in root.iterdir():
-        if not REPLICA.fullmatch(folder.name) or not folder.is_dir():
-            continue
-        for file in folder.glob("*.log"):
-            if not file.stem.isdigit():
-                continue
-            st = file.stat()
-            out.append(
-                LogFile(
-                    replica=folder.name,
-                    attempt=int(file.stem),
-                    size=st.st_size,
-                    modified=st.st_mtime,
-                )
-            )
-    role_order = {"chief": 0, "ps": 1, "worker": 2, "evaluator": 3}
-
-    def key(f: LogFile) -> tuple[int, int, int]:
-        role, index = f.replica.rsplit("-", 1)
-        return role_order[role], int(index), f.attempt
-
-    return sorted(out, key=key)
+    try:
+        with (
+            closing(open_root(output_dir)) as root,
+            closing(open_dir(root, contract.KEPT_LOGS_SUBDIR)) as logs,
+        ):
+            for folder in entries(logs):
+                if folder.kind != "dir" or not REPLICA.fullmatch(folder.name):
+                    continue
+                try:
+                    attempts = _attempts(logs, folder.name)
+                except OSError:
+                    continue
+                for attempt, e in attempts.items():
+                    out.append(
+                        LogFile(replica=folder.name, attempt=attempt, size=e.size, modified=e.mtime)
+                    )
+    except OSError:
+        return []
+    return sorted(out, key=lambda f: (*_roles(f.replica), f.attempt))
 
 
-def log_path(output_dir: str | None, replica: str, attempt: int | None) -> Path:
+def log_path(output_dir: str | None, replica: str, attempt: int | None) -> LogRef:
     """The file of one attempt (None: the latest). Raises NoSuchLog; the replica name and
-    the attempt are checked against fixed patterns, so no user text reaches a path."""
+    the attempt are checked against fixed patterns, so no user text reaches a path, and
+    the file is found without following links."""
     if not REPLICA.fullmatch(replica):
         raise NoSuchLog(f"{replica!r} is not a replica name (e.g. worker-0)")
     if not output_dir:
         raise NoSuchLog("this job keeps no logs on the server")
-    folder = logs_root(output_dir) / replica
+    try:
+        with (
+            closing(open_root(output_dir)) as root,
+            closing(open_dir(root, contract.KEPT_LOGS_SUBDIR)) as logs,
+        ):
+            attempts = _attempts(logs, replica)
+    except OSError:
+        attempts = {}
     if attempt is None:
-        attempts = sorted(int(f.stem) for f in folder.glob("*.log") if f.stem.isdigit())
         if not attempts:
             raise NoSuchLog(f"{replica} has no log yet")
-        attempt = attempts[-1]
-    path = folder / f"{attempt}.log"
-    if not path.is_file():
+        attempt = max(attempts)
+    if attempt not in attempts:
         raise NoSuchLog(f"{replica} has no attempt {attempt}")
-    return path
+    return output_dir, (*contract.KEPT_LOGS_SUBDIR, replica, f"{attempt}.log")
 
 
-def read_chunk(path: Path, offset: int, limit: int = CHUNK) -> bytes:
-    with path.open("rb") as f:
-        f.seek(offset)
-        return f.read(limit)
+def open_log(ref: LogRef) -> int:
+    """A descriptor of the log (see `tfkube.safefs.open_file`); the caller closes it."""
+    output_dir, parts = ref
+    with closing(open_root(output_dir)) as root:
+        return open_file(root, parts)
+
+
+def read_chunk(fd: int, offset: int, limit: int = CHUNK) -> bytes:
+    return os.pread(fd, limit, offset)
+
+
+def read_all(ref: LogRef, offset: int) -> bytes:
+    with closing(open_log(ref)) as fd:
+        out = bytearray()
+        while chunk := read_chunk(fd, offset + len(out)):
+            out += chunk
+        return bytes(out)
 
 
 async def follow(
-    path: Path,
+    ref: LogRef,
     offset: int,
     running: Callable[[], Awaitable[bool]],
     interval: float = 0.5,
 ) -> AsyncIterator[bytes]:
     """The file from `offset` on, then whatever is appended while `running()` says the job
-    is not finished; ends once it finished and everything was read."""
-    while True:
-        chunk = await asyncio.to_thread(read_chunk, path, offset)
-        if chunk:
-            offset += len(chunk)
-            yield chunk
-            continue
-        if not await running():
-            chunk = await asyncio.to_thread(read_chunk, path, offset)
+    is not finished; ends once it finished and everything was read. The file is opened
+    once (safely) when the first chunk is wanted and read through that descriptor only."""
+    try:
+        fd = await asyncio.to_thread(open_log, ref)
+    except OSError:  # replaced by a link (or removed) since it was found: nothing to read
+        return
+    try:
+        while True:
+            chunk = await asyncio.to_thread(read_chunk, fd, offset)
             if chunk:
                 offset += len(chunk)
                 yield chunk
                 continue
-            return
-        await asyncio.sleep(interval)
+            if not await running():
+                chunk = await asyncio.to_thread(read_chunk, fd, offset)
+                if chunk:
+                    offset += len(chunk)
+                    yield chunk
+                    continue
+                return
+            await asyncio.sleep(interval)
+    finally:
+        os.close(fd)

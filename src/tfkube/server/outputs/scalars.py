@@ -1,10 +1,13 @@
 """Scalars from a job's TensorBoard event files, as JSON series for charts, plus progress
 and ETA.
 
-Read with TensorBoard's own reader (`tensorboard.backend.event_processing`
-`EventFileLoader`), incrementally: one loader per event file is kept, and each poll reads
-only the records appended since the last one (the loader remembers its file position).
-Caches are per job and bounded (least recently used jobs are dropped).
+Event files are TFRecord files of TensorBoard's `Event` protos (`tensorboard.compat.proto`),
+read incrementally: each poll reads only the records appended since the last one (the
+offset of each file is kept, and a file replaced under the same name is read anew). The
+job wrote the folder, so files are found and opened through `tfkube.safefs` (no link
+followed, no FIFO opened, nothing outside the folder), one record at a time with the
+length and data checksums TensorFlow writes (a record still being written waits for the
+next poll). Caches are per job and bounded (least recently used jobs are dropped).
 
 Progress: the step is the largest step among the scalars; the total comes from
 `$TFKUBE_LOG_DIR/progress.json` (`{"step": N, "total": M}`, written by the job: the
@@ -16,15 +19,18 @@ times of the newest points.
 from __future__ import annotations
 
 import json
+import os
 import re
+import struct
 import sys
 import threading
 import types
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from tfkube.safefs import closing, open_file, open_root, pread_all, read_bytes, walk
 from tfkube.spec import TFJob
 from tfkube.wire import Progress, ScalarPoint, ScalarSeries
 
@@ -82,33 +88,99 @@ def progress_of(series: list[ScalarSeries], total: int | None, hint: dict[str, A
 
 @dataclass
 class _FileState:
-    loader: Any
+    identity: tuple[int, int] = (0, 0)
+    """(device, inode) of the file read so far: another one under the name starts over."""
+    offset: int = 0
     series: dict[str, list[ScalarPoint]] = field(default_factory=dict)
+
+
+MAX_RECORD = 256 * 2**20
+"""A record longer than this is taken as a damaged file (it is not read further)."""
+MAX_EVENT_FILES = 10_000
+"""Entries looked at when finding a job's event files (a job writing millions of files
+makes the charts partial, not the server slow)."""
+
+
+def records(fd: int, offset: int) -> Iterator[tuple[bytes, int]]:
+    """The complete records of a TFRecord file from `offset` on, each with the offset
+    after it. Stops at the end, at a partial record (still being written) and at a bad
+    checksum (that file is not read past it), as TensorFlow's own reader does."""
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+
+    while True:
+        header = pread_all(fd, offset, 12)
+        if len(header) < 12:
+            return
+        (length,) = struct.unpack("<Q", header[:8])
+        (length_crc,) = struct.unpack("<I", header[8:])
+        if masked_crc32c(header[:8]) != length_crc or length > MAX_RECORD:
+            return
+        body = pread_all(fd, offset + 12, length + 4)
+        if len(body) < length + 4:
+            return
+        data = body[:length]
+        (data_crc,) = struct.unpack("<I", body[length:])
+        if masked_crc32c(data) != data_crc:
+            return
+        offset += 12 + length + 4
+        yield data, offset
+
+
+def _event_files(root: int) -> list[tuple[str, ...]]:
+    found = []
+    for seen, (rel, entry) in enumerate(walk(root, skip=lambda rel: rel == (".tfkube",))):
+        if seen >= MAX_EVENT_FILES:
+            break
+        if entry.kind == "file" and entry.name.startswith("events.out.tfevents."):
+            found.append(rel)
+    return found
 
 
 class ScalarReader:
     """Incremental, cached scalar series per job output folder."""
 
     def __init__(self) -> None:
-        self._jobs: OrderedDict[str, dict[Path, _FileState]] = OrderedDict()
+        self._jobs: OrderedDict[str, dict[tuple[str, ...], _FileState]] = OrderedDict()
         self._lock = threading.Lock()
 
     def read(self, output_dir: str) -> list[ScalarSeries]:
-        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-
-        root = Path(output_dir)
         with self._lock:
             files = self._jobs.pop(output_dir, {})
             self._jobs[output_dir] = files
             while len(self._jobs) > MAX_JOBS:
                 self._jobs.popitem(last=False)
-        for path in sorted(root.rglob("events.out.tfevents.*")) if root.is_dir() else []:
-            if ".tfkube" in path.parts:
-                continue
-            state = files.get(path)
-            if state is None:
-                state = files[path] = _FileState(EventFileLoader(str(path)))
-            for event in state.loader.Load():
+        try:
+            root = open_root(output_dir)
+        except OSError:
+            return []
+        with closing(root):
+            for rel in _event_files(root):
+                state = files.setdefault(rel, _FileState())
+                try:
+                    self._load(root, rel, state)
+                except OSError:
+                    continue  # removed or replaced by something that is not a file
+        out = []
+        for rel, state in sorted(files.items()):
+            run = "/".join(rel[:-1]) or "."
+            for tag, points in sorted(state.series.items()):
+                out.append(ScalarSeries(tag=tag, run=run, points=list(points)))
+        return _merge(out)
+
+    @staticmethod
+    def _load(root: int, rel: tuple[str, ...], state: _FileState) -> None:
+        from tensorboard.compat.proto.event_pb2 import Event
+
+        with closing(open_file(root, rel)) as fd:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != state.identity or st.st_size < state.offset:
+                state.identity, state.offset, state.series = (st.st_dev, st.st_ino), 0, {}
+            for data, after in records(fd, state.offset):
+                state.offset = after
+                try:
+                    event = Event.FromString(data)
+                except Exception:  # a record that is no Event (DecodeError): skipped
+                    continue
                 for value in event.summary.value:
                     number = _number(value)
                     if number is None:
@@ -119,12 +191,6 @@ class ScalarReader:
                     )
                     if len(points) > MAX_POINTS:
                         del points[::2]
-        out = []
-        for path, state in sorted(files.items()):
-            run = path.parent.relative_to(root).as_posix() if path.parent != root else "."
-            for tag, points in sorted(state.series.items()):
-                out.append(ScalarSeries(tag=tag, run=run, points=list(points)))
-        return _merge(out)
 
 
 def _merge(series: list[ScalarSeries]) -> list[ScalarSeries]:
@@ -152,7 +218,8 @@ def _number(value: Any) -> float | None:
 
 def progress_hint(output_dir: str) -> dict[str, Any]:
     try:
-        data = json.loads(Path(output_dir, "progress.json").read_text())
+        with closing(open_root(output_dir)) as root:
+            data = json.loads(read_bytes(root, ["progress.json"], 65536))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -44,8 +44,9 @@ from tfkube.engines import (
 )
 from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.tables import Job, ModelServer, Team
+from tfkube.server.outputs.files import exported_versions
 from tfkube.server.tenants import tenant_of
-from tfkube.serving import choose_version, exported_versions
+from tfkube.serving import choose_version
 from tfkube.spec import FieldError, Resources, SpecError, load_job_text
 
 log = logging.getLogger("tfkube.server")
@@ -81,8 +82,7 @@ def export_dir(job: Job) -> Path | None:
 
 def job_exports(job: Job) -> list[int]:
     """The versions a job exported (where the server can see its output folder)."""
-    folder = export_dir(job)
-    return exported_versions(folder) if folder is not None else []
+    return exported_versions(job.output_dir, contract.EXPORT_SUBDIR)  # no link followed
 
 
 class ModelServers:
@@ -169,7 +169,7 @@ class ModelServers:
                 [FieldError("job", "the server cannot see this job's output folder")],
                 "model server",
             )
-        _, why = choose_version(exported_versions(folder), version)
+        _, why = choose_version(job_exports(job), version)
         if why is not None:
             raise SpecError([FieldError("version" if version else "job", why)], "model server")
         row = ModelServer(

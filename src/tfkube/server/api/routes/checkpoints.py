@@ -1,24 +1,20 @@
 """A job's final checkpoint: what it is, and the files that make it up as one .tar.gz
-(the trained model, ready for `tf.train.latest_checkpoint` wherever it is unpacked)."""
+(the trained model, ready for `tf.train.latest_checkpoint` wherever it is unpacked).
+Found and packed without following anything the job linked (`outputs/files.py`)."""
 
 from __future__ import annotations
-
-import io
-import tarfile
-import time
-from collections.abc import Iterator
-from pathlib import Path
 
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import StreamingResponse
 
 from tfkube.server.api.deps import CurrentUser, JobDep
 from tfkube.server.api.errors import field_error
-from tfkube.server.api.routes.logs import _Pipe
+from tfkube.server.api.routes.logs import WORKLOAD_BYTES
 from tfkube.server.core.inputs import content_disposition, control_problem
 from tfkube.server.core.scopes import Scope
 from tfkube.server.core.tables import Job
 from tfkube.server.outputs.checkpoints import INDEX, FinalCheckpoint, find_checkpoint
+from tfkube.server.outputs.files import tar_files
 from tfkube.wire import CheckpointOut
 
 router = APIRouter(prefix="/api/v1/jobs/{job_id}", tags=["logs and outputs"])
@@ -52,24 +48,10 @@ def download_checkpoint(job: JobDep, principal: CurrentUser) -> StreamingRespons
             + (problem or "holds a quote")
             + "; download its files from the outputs instead",
         )
-    root = Path(job.output_dir or "").resolve()
     name = f"{job.name}-{found.prefix}.tar.gz"
+    files = [(path.split("/"), path.rsplit("/", 1)[-1]) for path in found.files]
     return StreamingResponse(
-        _stream(root, found),
+        tar_files(job.output_dir or "", files, {INDEX: found.index_text().encode()}),
         media_type="application/gzip",
-        headers={"Content-Disposition": content_disposition(name)},
+        headers={"Content-Disposition": content_disposition(name), **WORKLOAD_BYTES},
     )
-
-
-def _stream(root: Path, found: FinalCheckpoint) -> Iterator[bytes]:
-    pipe = _Pipe()
-    with tarfile.open(fileobj=pipe, mode="w|gz") as tar:
-        index = found.index_text().encode()
-        info = tarfile.TarInfo(INDEX)
-        info.size, info.mtime, info.mode = len(index), int(time.time()), 0o644
-        tar.addfile(info, io.BytesIO(index))
-        for path in found.files:
-            tar.add(root / path, arcname=Path(path).name, recursive=False)
-            if len(pipe.buffer) > 1 << 20:
-                yield pipe.take()
-    yield pipe.take()

@@ -4,13 +4,10 @@ exported models): listed, read, followed live (chunked text or SSE), downloaded.
 from __future__ import annotations
 
 import asyncio
-import io
-import tarfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from fastapi import APIRouter, HTTPException, Request
-from fastapi.responses import FileResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import PlainTextResponse, StreamingResponse
 from sqlalchemy import select
 
 from tfkube.engines import JobNotFound
@@ -18,10 +15,18 @@ from tfkube.server.api.deps import CurrentUser, JobDep, PlatformDep, SessionDep
 from tfkube.server.api.errors import field_error
 from tfkube.server.api.routes.jobs import sse
 from tfkube.server.core.inputs import content_disposition, control_problem
-from tfkube.server.core.paths import UnsafePath, resolve_under
+from tfkube.server.core.paths import UnsafePath, safe_parts
 from tfkube.server.core.scopes import Scope
 from tfkube.server.core.tables import Job, Team
-from tfkube.server.outputs.logs import REPLICA, NoSuchLog, log_files, log_path, read_chunk
+from tfkube.server.outputs.files import (
+    NotInOutputs,
+    file_chunks,
+    kind_of,
+    list_folder,
+    open_output,
+    tar_folder,
+)
+from tfkube.server.outputs.logs import REPLICA, LogRef, NoSuchLog, log_files, log_path, read_all
 from tfkube.server.outputs.logs import follow as follow_file
 from tfkube.server.outputs.scalars import progress_hint, progress_of, total_steps
 from tfkube.server.tenants import tenant_of
@@ -87,7 +92,7 @@ async def read_log(
     `Accept: text/event-stream` it is SSE (`line` events, then `end`)."""
     principal.require(Scope.LOGS_READ, job.team_id)
     try:
-        path = log_path(job.output_dir, replica, attempt)
+        ref = log_path(job.output_dir, replica, attempt)
     except NoSuchLog as exc:
         text = await asyncio.to_thread(_pod_log, platform, db, job, replica, str(exc))
         return PlainTextResponse(text)
@@ -104,15 +109,20 @@ async def read_log(
     offset = max(offset, 0)
     wants_sse = "text/event-stream" in request.headers.get("accept", "")
     if not (follow or wants_sse):
-        data = await asyncio.to_thread(_read_all, path, offset)
-        return PlainTextResponse(data.decode("utf-8", errors="replace"))
+        try:
+            data = await asyncio.to_thread(read_all, ref, offset)
+        except OSError:  # replaced by a link (or removed) since it was found
+            raise HTTPException(404, f"{replica} has no such log") from None
+        return PlainTextResponse(data.decode("utf-8", errors="replace"), headers=WORKLOAD_BYTES)
 
     async def chunks() -> AsyncIterator[bytes]:
-        async for chunk in _follow(path, offset, running, request):
+        async for chunk in _follow(ref, offset, running, request):
             yield chunk
 
     if not wants_sse:
-        return StreamingResponse(chunks(), media_type="text/plain; charset=utf-8")
+        return StreamingResponse(
+            chunks(), media_type="text/plain; charset=utf-8", headers=WORKLOAD_BYTES
+        )
 
     async def events() -> AsyncIterator[str]:
         partial = ""
@@ -126,24 +136,19 @@ async def read_log(
         yield sse("end", "{}")
 
     return StreamingResponse(
-        events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+        events(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", **WORKLOAD_BYTES},
     )
 
 
 async def _follow(
-    path: Path, offset: int, running: Callable[[], Awaitable[bool]], request: Request
+    ref: LogRef, offset: int, running: Callable[[], Awaitable[bool]], request: Request
 ) -> AsyncIterator[bytes]:
-    async for chunk in follow_file(path, offset, running):
+    async for chunk in follow_file(ref, offset, running):
         yield chunk
         if await request.is_disconnected():
             return
-
-
-def _read_all(path: Path, offset: int) -> bytes:
-    out = io.BytesIO()
-    while chunk := read_chunk(path, offset + out.tell()):
-        out.write(chunk)
-    return out.getvalue()
 
 
 def _outputs_root(job: Job) -> str:
@@ -152,95 +157,61 @@ def _outputs_root(job: Job) -> str:
     return job.output_dir
 
 
-@router.get("/outputs")
-def list_outputs(job: JobDep, principal: CurrentUser, path: str = "") -> list[OutputFile]:
-    """The files in a folder of the job's outputs (`path` relative to it)."""
-    principal.require(Scope.OUTPUTS_READ, job.team_id)
-    root = Path(_outputs_root(job))
+def _parts(path: str) -> tuple[str, ...]:
     if problem := control_problem(path):
         raise field_error("path", problem)
     try:
-        folder = resolve_under(root, path)
+        return safe_parts(path)
     except UnsafePath as exc:
         raise HTTPException(400, f"path refused: {exc}") from None
-    if not folder.is_dir():
-        raise HTTPException(404, f"no folder {path!r} in the outputs")
-    base = root.resolve()
-    out = []
-    for child in sorted(folder.iterdir()):
-        if child.is_symlink():
-            continue  # never listed nor followed: it could lead anywhere
-        st = child.stat()
-        out.append(
-            OutputFile(
-                path=child.relative_to(base).as_posix(),
-                size=st.st_size if child.is_file() else 0,
-                modified=st.st_mtime,
-                is_dir=child.is_dir(),
-            )
-        )
-    return out
+
+
+WORKLOAD_BYTES = {
+    "Content-Security-Policy": "sandbox; default-src 'none'",
+    "X-Content-Type-Options": "nosniff",
+}
+"""On every answer that carries bytes a job wrote: never run as a page of this origin."""
+
+
+@router.get("/outputs")
+def list_outputs(job: JobDep, principal: CurrentUser, path: str = "") -> list[OutputFile]:
+    """The files in a folder of the job's outputs (`path` relative to it). Links the job
+    made are neither listed nor followed."""
+    principal.require(Scope.OUTPUTS_READ, job.team_id)
+    root = _outputs_root(job)
+    try:
+        return list_folder(root, _parts(path))
+    except NotInOutputs:
+        raise HTTPException(404, f"no folder {path!r} in the outputs") from None
 
 
 @router.get("/outputs/{path:path}", response_model=None)
-def download_output(
-    job: JobDep, path: str, principal: CurrentUser
-) -> FileResponse | StreamingResponse:
+def download_output(job: JobDep, path: str, principal: CurrentUser) -> StreamingResponse:
     """One file of the outputs, or a folder as a .tar.gz (streamed)."""
     principal.require(Scope.OUTPUTS_READ, job.team_id)
-    root = Path(_outputs_root(job))
-    if problem := control_problem(path):
-        raise field_error("path", problem)
+    root = _outputs_root(job)
+    parts = _parts(path)
     try:
-        target = resolve_under(root, path)
-    except UnsafePath as exc:
-        raise HTTPException(400, f"path refused: {exc}") from None
-    if target.is_file():
-        return FileResponse(
-            target, headers={"Content-Disposition": content_disposition(target.name)}
-        )
-    if target.is_dir():
-        name = (target.name if target != root.resolve() else job.name) + ".tar.gz"
-        return StreamingResponse(
-            _tar_stream(target),
-            media_type="application/gzip",
-            headers={"Content-Disposition": content_disposition(name)},
-        )
-    raise HTTPException(404, f"no file {path!r} in the outputs")
-
-
-class _Pipe(io.RawIOBase):
-    """A write-only sink whose contents are taken out in pieces."""
-
-    def __init__(self) -> None:
-        self.buffer = bytearray()
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: bytes) -> int:  # type: ignore[override]
-        self.buffer += data
-        return len(data)
-
-    def take(self) -> bytes:
-        data = bytes(self.buffer)
-        self.buffer.clear()
-        return data
-
-
-def _tar_stream(folder: Path) -> Iterator[bytes]:
-    """A folder as .tar.gz, produced piece by piece (memory stays bounded). Links are not
-    followed out of the folder: only regular files and folders are added."""
-    pipe = _Pipe()
-    base = folder.resolve()
-    with tarfile.open(fileobj=pipe, mode="w|gz") as tar:
-        for item in sorted(base.rglob("*")):
-            if item.is_symlink() or not (item.is_file() or item.is_dir()):
-                continue
-            tar.add(item, arcname=item.relative_to(base).as_posix(), recursive=False)
-            if len(pipe.buffer) > 1 << 20:
-                yield pipe.take()
-    yield pipe.take()
+        kind = kind_of(root, parts)
+        if kind == "file":
+            fd, size = open_output(root, parts)
+            return StreamingResponse(
+                file_chunks(fd, size),
+                media_type="application/octet-stream",
+                headers={
+                    "Content-Disposition": content_disposition(parts[-1]),
+                    "Content-Length": str(size),
+                    **WORKLOAD_BYTES,
+                },
+            )
+    except NotInOutputs:
+        raise HTTPException(404, f"no file {path!r} in the outputs") from None
+    name = (parts[-1] if parts else job.name) + ".tar.gz"
+    return StreamingResponse(
+        tar_folder(root, parts),
+        media_type="application/gzip",
+        headers={"Content-Disposition": content_disposition(name), **WORKLOAD_BYTES},
+    )
 
 
 @router.get("/scalars")

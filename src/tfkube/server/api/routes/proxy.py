@@ -11,6 +11,15 @@ Targets are a registry: kind -> resolver(db, id, principal, platform) -> the `Up
 which the target's engine gives (`tfkube.engines.Engine.upstream`: a loopback process, or
 the API server's service proxy to the target's Service); this module adds only the
 caller's checks and what to count.
+
+Origins (`core/origins.py`, `workload_origin.py`): a TensorBoard's or a notebook's pages
+are the member's, so a browser gets them only on the target's own origin
+(`<kind>-<id>.localhost:<port>` or below `--workload-url`), entered with a one-time grant
+and then a pass cookie for that target alone; on the dashboard's origin a signed-in
+browser asking for one is redirected there, and nothing proxied is ever a page: every
+answer proxied on this origin (model servers' JSON, API clients' TensorBoard and
+notebook requests with a Bearer token) carries `Content-Security-Policy: sandbox;
+default-src 'none'` and `nosniff`.
 """
 
 from __future__ import annotations
@@ -26,13 +35,15 @@ from urllib.parse import urlencode, urlsplit
 
 import httpx
 from fastapi import APIRouter, HTTPException, Request, WebSocket
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 from sqlalchemy.orm import Session
 from starlette.requests import HTTPConnection
 
 from tfkube.engines import NotAvailable
 from tfkube.engines import Upstream as Target
 from tfkube.server.api.deps import PlatformDep, Principal, SessionDep
+from tfkube.server.api.routes.workload_origin import enter_location, pass_principal, workload_in
+from tfkube.server.core.origins import WORKLOAD_KINDS
 from tfkube.server.core.scopes import Scope, visible
 from tfkube.server.core.tables import Job, ModelServer, Notebook, Team, User
 from tfkube.server.platform import Platform
@@ -151,11 +162,34 @@ ERROR_SHAPES: dict[str, Callable[[str], dict[str, Any]]] = {
 `{"error": ...}`."""
 
 
-def _principal(conn: HTTPConnection, db: Session, method: str) -> Principal:
+ON_THIS_ORIGIN = {
+    "content-security-policy": "sandbox; default-src 'none'",
+    "x-content-type-options": "nosniff",
+    "cross-origin-resource-policy": "same-origin",
+}
+"""On every answer proxied on the dashboard's origin: no script, no plugin, no sniffing."""
+ON_ITS_ORIGIN = {"cross-origin-resource-policy": "same-origin", "referrer-policy": "same-origin"}
+"""On a workload's own origin (its own content policy, if any, is kept)."""
+
+
+def _bearer(conn: HTTPConnection) -> bool:
+    return conn.headers.get("authorization", "").lower().startswith("bearer ")
+
+
+def _principal(
+    conn: HTTPConnection, db: Session, method: str, key: bytes, kind: str, target_id: str
+) -> Principal:
     from tfkube.server.accounts import actor_of, session_user, token_user
     from tfkube.server.core.security import SAFE_METHODS, SESSION_COOKIE
 
     header = conn.headers.get("authorization", "")
+    workload = workload_in(conn)
+    if workload is not None:  # a workload's origin: its pass only, for this very target
+        if workload != (kind, target_id):
+            raise HTTPException(404, f"nothing to proxy of kind {kind!r} here")
+        principal = pass_principal(conn, db, key, kind, target_id)
+        _same_origin(conn, method, SAFE_METHODS)
+        return principal
     if header.lower().startswith("bearer "):
         user = token_user(db, header[7:].strip())
         if user is None:
@@ -165,23 +199,47 @@ def _principal(conn: HTTPConnection, db: Session, method: str) -> Principal:
     user = session_user(db, cookie) if cookie else None
     if user is None:
         raise HTTPException(401, "sign in first")
-    if method not in SAFE_METHODS:
+    if kind in WORKLOAD_KINDS and method not in {"GET", "HEAD"}:
+        # Its pages live on its own origin; the session cookie never drives it from here.
+        raise HTTPException(
+            403, f"a {kind} is served on its own origin; open it from the dashboard"
+        )
+    _same_origin(conn, method, SAFE_METHODS)
+    return Principal(user, actor_of(db, user), session_id=cookie)
+
+
+def _same_origin(conn: HTTPConnection, method: str, safe: frozenset[str]) -> None:
+    """A cookie-authenticated request that changes state (or a WebSocket) must come from
+    the origin it is sent to."""
+    if method not in safe:
         origin = conn.headers.get("origin") or conn.headers.get("referer")
         if not origin or urlsplit(origin).netloc != conn.headers.get("host"):
             raise HTTPException(403, "refused: the request comes from another origin")
-    return Principal(user, actor_of(db, user), session_id=cookie)
 
 
 def _resolve(
     conn: HTTPConnection, db: Session, platform: Platform, kind: str, target_id: str, method: str
-) -> Upstream:
+) -> tuple[Upstream, Principal]:
     resolver = TARGETS.get(kind)
     if resolver is None:
         raise HTTPException(404, f"nothing to proxy of kind {kind!r}")
-    principal = _principal(conn, db, method)
+    principal = _principal(conn, db, method, platform.key, kind, target_id)
     upstream = resolver(db, target_id, principal, platform)
     db.commit()  # no database connection held while it streams
-    return upstream
+    return upstream, principal
+
+
+def _enter(
+    conn: HTTPConnection, db: Session, platform: Platform, kind: str, target_id: str, path: str
+) -> RedirectResponse:
+    """A browser on the dashboard's origin asking for a TensorBoard or a notebook: the
+    target's checks (and start) as for any request, then off to its own origin with a
+    one-time grant."""
+    _, principal = _resolve(conn, db, platform, kind, target_id, conn.scope.get("method", "GET"))
+    location = enter_location(
+        conn, principal, platform.key, platform.settings, kind, target_id, path
+    )
+    return RedirectResponse(location, status_code=303)
 
 
 def _client(request: Request, verify: ssl.SSLContext | bool) -> tuple[httpx.AsyncClient, bool]:
@@ -200,12 +258,21 @@ def _client(request: Request, verify: ssl.SSLContext | bool) -> tuple[httpx.Asyn
 )
 async def proxy(
     kind: str, target_id: str, path: str, request: Request, db: SessionDep, platform: PlatformDep
-) -> StreamingResponse | JSONResponse:
+) -> StreamingResponse | JSONResponse | RedirectResponse:
+    on_its_origin = workload_in(request) is not None
     try:
-        upstream_at = await asyncio.to_thread(
+        if kind in WORKLOAD_KINDS and not on_its_origin and not _bearer(request):
+            return await asyncio.to_thread(_enter, request, db, platform, kind, target_id, path)
+        upstream_at, _ = await asyncio.to_thread(
             _resolve, request, db, platform, kind, target_id, request.method
         )
     except HTTPException as exc:
+        if on_its_origin and exc.status_code == 401 and request.method in {"GET", "HEAD"}:
+            # No pass (yet, or any more): through the dashboard's origin, which signs in,
+            # checks and grants again.
+            back = f"{platform.settings.base_url}/proxy/{kind}/{target_id}/{path}"
+            query = f"?{request.url.query}" if request.url.query else ""
+            return RedirectResponse(back + query, status_code=303)
         shape = ERROR_SHAPES.get(kind)
         if shape is None:
             raise
@@ -252,6 +319,7 @@ async def proxy(
     }
     if "content-encoding" in upstream.headers:
         kept["content-encoding"] = upstream.headers["content-encoding"]
+    kept.update(ON_ITS_ORIGIN if on_its_origin else ON_THIS_ORIGIN)
     return StreamingResponse(body(), status_code=upstream.status_code, headers=kept)
 
 
@@ -264,8 +332,10 @@ async def proxy_websocket(websocket: WebSocket, kind: str, target_id: str, path:
 
     platform: Platform = websocket.app.state.platform
     try:
+        if kind in WORKLOAD_KINDS and workload_in(websocket) is None and not _bearer(websocket):
+            raise HTTPException(403, f"a {kind} is served on its own origin")
         with platform.sessions() as db:
-            upstream_at = await asyncio.to_thread(
+            upstream_at, _ = await asyncio.to_thread(
                 _resolve, websocket, db, platform, kind, target_id, "WEBSOCKET"
             )
     except HTTPException as exc:
