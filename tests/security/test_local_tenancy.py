@@ -372,6 +372,41 @@ def test_a_notebook_kernel_is_confined_as_its_team(tenancy: Tenancy) -> None:
     t.member.post(f"/api/v1/notebooks/{opened['id']}/stop")
 
 
+def test_a_link_planted_in_a_notebook_home_never_steers_the_servers_writes(
+    tenancy: Tenancy, tmp_path: Path
+) -> None:
+    """The team's artifacts reach a notebook's home at each start. A member who replaces
+    `team-artifacts` in their home by a link to another team's folder must not make the
+    server (root) unpack, remove or write anything there."""
+    from server.test_notebooks import run_cell
+
+    t = tenancy
+    target = t.data / "teams" / t.victim  # the victim team's own folder
+    with tfkube.Client(t.server.url, t.member.token, team=t.attacker) as c:
+        c.upload(_code(tmp_path / "art", "echo hi\n"), f"art-{uuid.uuid4().hex[:6]}")
+    opened = t.member.ok(t.member.post(f"/api/v1/teams/{t.attacker}/notebook", timeout=180))
+    base = opened["url"].removesuffix("/lab")
+    kernel = t.member.post(f"{base}/api/kernels", json={"name": "python3"}, timeout=120)
+    assert kernel.status_code == 201, kernel.text
+    ws = base.replace("http", "ws", 1) + f"/api/kernels/{kernel.json()['id']}/channels"
+    plant = (
+        "import os\n"
+        "home = os.environ['HOME']\n"
+        "dest = os.path.join(home, 'team-artifacts')\n"
+        "if os.path.lexists(dest): os.rename(dest, dest + '-' + str(os.getpid()))\n"
+        f"os.symlink({str(target)!r}, dest)\n"
+        "print('PLAN' + 'TED', os.readlink(dest), flush=True)\n"
+    )
+    assert "PLANTED" in run_cell(ws, t.member.token, plant, timeout=120)
+    t.member.ok(t.member.post(f"/api/v1/notebooks/{opened['id']}/stop"))
+    with tfkube.Client(t.server.url, t.member.token, team=t.attacker) as c:  # a new version
+        c.upload(_code(tmp_path / "art2", "echo again\n"), f"art-{uuid.uuid4().hex[:6]}")
+    again = t.member.ok(t.member.post(f"/api/v1/teams/{t.attacker}/notebook", timeout=180))
+    assert again["state"] == "running"
+    assert not (target / "code").exists()  # the server unpacked nothing through the link
+    t.member.post(f"/api/v1/notebooks/{again['id']}/stop")
+
+
 def test_services_run_as_their_team_and_see_no_server_files(
     tenancy: Tenancy, tmp_path: Path
 ) -> None:

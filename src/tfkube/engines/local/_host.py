@@ -5,7 +5,9 @@ jobs, model servers, notebooks and TensorBoards run as processes on this machine
                            /outputs/<job id>   a job's output folder (logs, checkpoints, ...)
                            /data/<job id>      an uploaded data set, unpacked for the job
                            /notebooks/<user>   a user's notebook home (JupyterLab's root;
-                                               the team's artifacts in team-artifacts/)
+                                               the team's artifacts copied into
+                                               team-artifacts/ by the notebook itself)
+                           /notebook-artifacts the team's artifacts, unpacked by the server
     <data dir>/serving/<id>.log           a model server's output
 
 The server queues jobs itself (`capacity`: this machine's CPUs, memory and GPUs, or what
@@ -99,7 +101,9 @@ class LocalEngine(RunnersByKind):
         env = os.environ
         self._runners: dict[type, Runner] = {
             ModelServerWorkload: LocalModelServers(data_dir, env, workload_env, services),
-            NotebookWorkload: LocalNotebooks(self.notebook_home, env, workload_env, services),
+            NotebookWorkload: LocalNotebooks(
+                self.notebook_home, self.notebook_artifacts, env, workload_env, services
+            ),
             TensorBoardWorkload: LocalTensorBoards(env, workload_env, services),
         }
 
@@ -111,6 +115,9 @@ class LocalEngine(RunnersByKind):
 
     def notebook_home(self, tenant: Tenant, user: str) -> Path:
         return self.team_root(tenant) / "notebooks" / user
+
+    def notebook_artifacts(self, tenant: Tenant) -> Path:
+        return self.team_root(tenant) / "notebook-artifacts"
 
     # -- tenants and jobs ---------------------------------------------------------------
 

@@ -64,6 +64,17 @@ from tfkube.engines.local._tenants import TenantIdentity, hand_over
 
 START_TIMEOUT = 120.0
 """How long JupyterLab or TensorBoard may take to answer on its port."""
+SH = "/bin/sh"
+COPY_ARTIFACTS = (
+    'dest="$HOME/team-artifacts"; '
+    'if [ -e "$dest" ]; then chmod -R u+w "$dest"; rm -rf "$dest"; fi; '
+    'cp -R "$1" "$dest" && chmod -R a-w "$dest" '
+    '|| echo "tfkube: the team artifacts could not be copied into $dest" >&2; '
+    'shift; exec "$@"'
+)
+"""A notebook's first step, as its own user: a fresh read-only copy of the team's
+artifacts in its home, then JupyterLab. (The server never writes inside a home: a link
+its user planted there would point the server's writes anywhere.)"""
 PASSED_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "SSL_CERT_FILE", "SSL_CERT_DIR")
 """What a workload keeps of the server's environment (an allow-list); LC_* too."""
 
@@ -307,18 +318,22 @@ class LocalNotebooks(_Processes):
     def __init__(
         self,
         homes: Callable[[Tenant, str], Path],
+        staged: Callable[[Tenant], Path],
         server_env: Mapping[str, str],
         workload_env: tuple[str, ...],
         isolation: ServiceIsolation | None = None,
     ) -> None:
         super().__init__(server_env, workload_env, isolation)
         self.homes = homes
-        """(tenant, user) -> the notebook's home (JupyterLab's root)."""
+        """(tenant, user) -> the notebook's home (JupyterLab's root; the user's own)."""
+        self.staged = staged
+        """tenant -> where the server unpacks the team's artifacts for its notebooks (the
+        server's own folder: never a path inside a home, which its user controls)."""
 
-    @staticmethod
-    def _unpack_artifacts(home: Path, workload: NotebookWorkload) -> None:
-        """The team's latest artifacts, read-only in the home (unchanged ones kept)."""
-        root = home / "team-artifacts"
+    def _stage_artifacts(self, tenant: Tenant, workload: NotebookWorkload) -> Path:
+        """The team's latest artifacts, unpacked read-only into the server's own folder
+        (unchanged ones kept); the notebook copies them into its home as its own user."""
+        root = self.staged(tenant)
         for artifact in workload.artifacts:
             dest = root / artifact.kind / artifact.name
             stamp = root / artifact.kind / f".{artifact.name}.sha256"
@@ -329,11 +344,16 @@ class LocalNotebooks(_Processes):
                 stamp.write_text(artifact.sha256)
             except (OSError, tarfile.TarError) as exc:
                 raise RuntimeError(f"unpacking {artifact.kind} {artifact.name}: {exc}") from None
+        root.mkdir(parents=True, exist_ok=True)
+        for folder in (root, *root.iterdir()):
+            if folder.is_dir():
+                folder.chmod(0o755)
+        return root
 
     def start(self, tenant: Tenant, workload: NotebookWorkload) -> Handle:
         home = self.homes(tenant, workload.user)
         home.mkdir(parents=True, exist_ok=True)
-        self._unpack_artifacts(home, workload)
+        staged = self._stage_artifacts(tenant, workload)
         (port,) = free_ports(1)
         argv = [
             sys.executable,
@@ -362,7 +382,14 @@ class LocalNotebooks(_Processes):
         log_file = home.parent / f".{home.name}-notebook.log"
         log_file.unlink(missing_ok=True)  # this start's output only
         ref, extra = self.launch(
-            tenant, f"notebook-{workload.id}", argv, env, cwd=home, log=log_file, read_write=[home]
+            tenant,
+            f"notebook-{workload.id}",
+            [SH, "-c", COPY_ARTIFACTS, "tfkube-notebook", str(staged), *argv],
+            env,
+            cwd=home,
+            log=log_file,
+            read_only=[staged],
+            read_write=[home],
         )
         handle = _handle(ref, port, extra)
         if not wait_port(ref, port, START_TIMEOUT):
