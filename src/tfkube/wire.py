@@ -1,11 +1,15 @@
 """The server's JSON shapes, shared by the server (response models) and the client (which
-parses them), so the two cannot drift. Plain pydantic models, no behaviour."""
+parses them), so the two cannot drift. Plain pydantic models, no behaviour. A job's
+replicas are `tfkube.planner.Replica` itself: the domain's one record is the wire's."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
+
+from tfkube.planner import Replica
 
 
 class _Wire(BaseModel):
@@ -23,6 +27,20 @@ class ErrorBody(_Wire):
 
     detail: str
     errors: list[FieldProblem] = []
+
+
+_REPLICAS: TypeAdapter[list[Replica]] = TypeAdapter(list[Replica])
+
+
+def replicas_json(replicas: Iterable[Replica]) -> list[dict[str, Any]]:
+    """Replicas as JSON data: what the server's database keeps and its API answers."""
+    data: list[dict[str, Any]] = _REPLICAS.dump_python(list(replicas), mode="json")
+    return data
+
+
+def replicas_of(data: Any) -> list[Replica]:
+    """`replicas_json`'s data (a database row's) -> the replicas."""
+    return _REPLICAS.validate_python(data)
 
 
 class UserOut(_Wire):
@@ -82,20 +100,6 @@ class ArtifactOut(_Wire):
     """A job that is not finished runs this version."""
 
 
-class ReplicaOut(_Wire):
-    key: str
-    role: str
-    index: int
-    state: str
-    restarts: int = 0
-    exit_code: int | None = None
-    address: str | None = None
-    node: str | None = None
-    message: str = ""
-    """Why it is pending, stalled or failed (empty when nothing to say)."""
-    last_line: str = ""
-
-
 class JobOut(_Wire):
     id: str
     team: str
@@ -119,8 +123,9 @@ class JobOut(_Wire):
     queued: bool = False
     counts: dict[str, int] = {}
     """Replicas per state, e.g. {"Running": 3}."""
-    replicas: list[ReplicaOut] | None = None
-    """Every replica (detail only; lists leave it out)."""
+    replicas: list[Replica] | None = None
+    """Every replica (detail only; lists leave it out): the planner's `Replica`, the one
+    record of a replica in every layer (the server keeps these in its database)."""
     spec: str | None = None
     """The TFJob YAML as it runs (detail only)."""
     exports: list[int] | None = None

@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from tfkube import contract
 from tfkube.client._config import load_login
 from tfkube.spec import FieldError, SpecError, TFJob, dump_job
 from tfkube.wire import (
@@ -164,7 +165,7 @@ class Client:
         *,
         team: str | None = None,
         kind: str = "code",
-        entrypoint: str = "run.sh",
+        entrypoint: str = contract.DEFAULT_ENTRYPOINT,
     ) -> ArtifactOut:
         """Upload a folder (packed here) or a .tar.gz/.zip; streamed from disk."""
         source = Path(path)
