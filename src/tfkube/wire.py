@@ -1,6 +1,7 @@
-"""The server's JSON shapes, shared by the server (response models) and the client (which
-parses them), so the two cannot drift. Plain pydantic models, no behaviour. A job's
-replicas are `tfkube.planner.Replica` itself: the domain's one record is the wire's."""
+"""The server's JSON shapes, shared by the server (response models and error bodies) and
+the client (which parses them), so the two cannot drift. Plain pydantic models, no
+behaviour. A job's replicas are `tfkube.planner.Replica` itself: the domain's one record
+is the wire's."""
 
 from __future__ import annotations
 
@@ -23,10 +24,15 @@ class FieldProblem(_Wire):
 
 
 class ErrorBody(_Wire):
-    """Every error answer: `detail` for people; `errors` per field for a 422."""
+    """Every error answer: `detail` for people; `errors` per field for a 422. The server's
+    exception handlers write it, the client reads it (`tfkube.client.ServerError`)."""
 
     detail: str
     errors: list[FieldProblem] = []
+
+    @classmethod
+    def of(cls, detail: str, errors: Iterable[tuple[str, str]] = ()) -> ErrorBody:
+        return cls(detail=detail, errors=[FieldProblem(field=f, message=m) for f, m in errors])
 
 
 _REPLICAS: TypeAdapter[list[Replica]] = TypeAdapter(list[Replica])

@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from tfkube import contract
 from tfkube.client._config import load_login
 from tfkube.spec import FieldError, SpecError, TFJob, dump_job
 from tfkube.wire import (
     ArtifactOut,
+    ErrorBody,
     EventOut,
     JobList,
     JobOut,
@@ -54,6 +56,17 @@ class ServerError(RuntimeError):
         self.detail = detail
         self.errors = errors
 
+    @classmethod
+    def of(cls, r: httpx.Response) -> ServerError:
+        """An error answer: the server's `ErrorBody` (its text, when it is none)."""
+        try:
+            body = ErrorBody.model_validate_json(r.content)
+        except ValidationError:
+            return cls(r.status_code, r.text, [])
+        return cls(
+            r.status_code, body.detail, [FieldError(p.field, p.message) for p in body.errors]
+        )
+
 
 def pack_folder(folder: Path, dest: Path) -> None:
     """A folder as .tar.gz with its files at the top (what replicas unpack and run)."""
@@ -68,16 +81,10 @@ def pack_folder(folder: Path, dest: Path) -> None:
 
 def checked(r: httpx.Response) -> httpx.Response:
     """The answer, if it is a success; else ServerError with the API's detail and the
-    fields it names."""
+    fields it names (`ServerError.of`)."""
     if r.is_success:
         return r
-    try:
-        body = r.json()
-        detail = str(body.get("detail"))
-        errors = [FieldError(e["field"], e["message"]) for e in body.get("errors") or []]
-    except ValueError:
-        detail, errors = r.text, []
-    raise ServerError(r.status_code, detail, errors)
+    raise ServerError.of(r)
 
 
 def token_by_password(
