@@ -11,7 +11,7 @@ import pytest
 
 from tfkube.client._backend import job_view
 from tfkube.engines.local._store import ReplicaRecord
-from tfkube.planner import Replica, ReplicaState, ReplicaStatus
+from tfkube.planner import JobPhase, Replica, ReplicaState, ReplicaStatus, settled
 from tfkube.server.core.tables import Job
 from tfkube.server.jobs.service import JobService, pending_replicas
 from tfkube.spec import parse_job
@@ -201,3 +201,22 @@ def test_a_job_the_server_ends_stops_its_replicas_by_the_planners_rule() -> None
     assert [r.state for r in ended] == [s.after_stop for s in states]
     assert all(r.message == "" for r in ended)
     assert (row.state, row.phase, row.reason, row.finished_at) == ("ended", "Failed", "Lost", 1.0)
+
+
+@pytest.mark.parametrize(
+    ("phase", "states", "over"),
+    [
+        ("Succeeded", [ReplicaState.SUCCEEDED, ReplicaState.STOPPED], True),
+        ("Failed", [ReplicaState.FAILED, ReplicaState.BACKOFF], True),
+        ("Failed", [ReplicaState.FAILED, ReplicaState.RUNNING], False),
+        ("Succeeded", [ReplicaState.PENDING], False),
+        ("Running", [ReplicaState.SUCCEEDED], False),
+        ("Restarting", [], False),
+        ("Succeeded", [], True),
+    ],
+)
+def test_when_a_job_is_over(phase: str, states: list[ReplicaState], over: bool) -> None:
+    """One rule for `JobView.done`, the client's wait and the server's watch stream."""
+    replicas = [Replica(role="worker", index=i, state=s) for i, s in enumerate(states)]
+    assert settled(phase, replicas) is over
+    assert settled(JobPhase(phase), replicas) is over

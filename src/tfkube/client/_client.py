@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from tfkube import contract
 from tfkube.client._config import load_login
+from tfkube.planner import settled
 from tfkube.spec import FieldError, SpecError, TFJob, dump_job
 from tfkube.wire import (
     ArtifactOut,
@@ -44,7 +45,6 @@ from tfkube.wire import (
 )
 
 _SKIP = {"__pycache__", ".git", ".venv", ".mypy_cache", ".pytest_cache"}
-TERMINAL = {"Succeeded", "Failed"}
 
 
 class ServerError(RuntimeError):
@@ -275,8 +275,7 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             job = self.get(job_id)
-            live = any(r.state in {"Running", "Pending"} for r in job.replicas or [])
-            if job.phase in TERMINAL and not job.queued and not live:
+            if not job.queued and settled(job.phase, job.replicas or []):
                 return job
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"job {job.name} is still {job.phase}")

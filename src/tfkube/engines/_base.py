@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from tfkube.planner import JobPhase, Replica
+from tfkube.planner import JobPhase, Replica, settled
 from tfkube.spec import TFJob
 
 
@@ -66,7 +66,7 @@ class JobView:
 
     @property
     def done(self) -> bool:
-        return self.phase.terminal and not any(r.state.live for r in self.replicas)
+        return settled(self.phase, self.replicas)
 
     @property
     def exit_code(self) -> int:

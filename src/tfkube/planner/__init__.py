@@ -19,6 +19,7 @@ from tfkube.planner._types import (
     Restart,
     Start,
     Stop,
+    settled,
 )
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "Stop",
     "is_retryable_exit",
     "plan",
+    "settled",
     "should_retry",
     "stalled_replicas",
     "success_reached",

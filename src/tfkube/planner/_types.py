@@ -3,6 +3,7 @@ of a replica everyone else sees (`Replica`). Plain data."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -138,6 +139,12 @@ class Replica(BaseModel):
             last_line=last_line,
             stalled=stalled,
         )
+
+
+def settled(phase: JobPhase | str, replicas: Iterable[Replica]) -> bool:
+    """Whether a job is over: its phase is terminal and none of its replicas is live any
+    more (what waiting for a job waits for, on any engine and through the server)."""
+    return JobPhase(phase).terminal and not any(r.state.live for r in replicas)
 
 
 @dataclass(frozen=True)

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
-from tfkube.planner import Replica
+from tfkube.planner import JobPhase, Replica, ReplicaState
 from tfkube.tfcluster import replica_key, replica_order
 
-PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed")
+PHASES = tuple(p.value for p in JobPhase)
 """In the order a job goes through them (the order of the filter chips)."""
-ACTIVE_PHASES = frozenset({"Pending", "Running", "Restarting"})
+ACTIVE_PHASES = frozenset(p.value for p in JobPhase if not p.terminal)
 ROLE_NAMES = {
     "chief": ("Chief", "coordinates training and writes checkpoints"),
     "ps": ("Parameter servers", "hold the model's variables; the workers read and update them"),
@@ -180,7 +180,7 @@ class ReplicaFilter:
 
 
 def has_problem(r: Replica) -> bool:
-    return r.state == "Failed" or r.restarts > 0 or bool(r.message)
+    return r.state is ReplicaState.FAILED or r.restarts > 0 or bool(r.message)
 
 
 @dataclass(frozen=True)
@@ -257,7 +257,7 @@ def log_replica(replicas: Iterable[Replica], with_logs: Iterable[str]) -> str | 
     have = set(with_logs)
     ordered = sorted(replicas, key=role_key)
     for r in ordered:
-        if r.state == "Failed" and (r.key in have or not have):
+        if r.state is ReplicaState.FAILED and (r.key in have or not have):
             return r.key
     known = have or {r.key for r in ordered}  # before any log exists: the one that will
     for key in (replica_key("chief", 0), replica_key("worker", 0)):
@@ -272,7 +272,7 @@ def log_replica(replicas: Iterable[Replica], with_logs: Iterable[str]) -> str | 
 def common_wait(replicas: Iterable[Replica]) -> tuple[str, int] | None:
     """Why most waiting replicas wait: (the most common message of the pending replicas,
     how many say it), so a job page can say it once instead of 451 times."""
-    messages = Counter(r.message for r in replicas if r.state == "Pending" and r.message)
+    messages = Counter(r.message for r in replicas if r.state is ReplicaState.PENDING and r.message)
     if not messages:
         return None
     message, count = messages.most_common(1)[0]
@@ -299,4 +299,4 @@ def state_summary(counts: Mapping[str, int]) -> str:
 
 def running_of(counts: Mapping[str, int]) -> tuple[int, int]:
     """-> (running replicas, all replicas)."""
-    return counts.get("Running", 0), sum(counts.values())
+    return counts.get(ReplicaState.RUNNING, 0), sum(counts.values())

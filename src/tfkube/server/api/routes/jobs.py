@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from tfkube.engines import JobExists
+from tfkube.planner import settled
 from tfkube.server import queries
 from tfkube.server.api.deps import CurrentUser, JobDep, PlatformDep, SessionDep, TeamDep
 from tfkube.server.core.scopes import Scope
@@ -256,11 +257,7 @@ async def watch(job: JobDep, request: Request, platform: PlatformDep) -> Streami
             for e in new:
                 after = e.id
                 yield sse("event", e.model_dump_json(), str(e.id))
-            if (
-                out.phase in {"Succeeded", "Failed"}
-                and not out.queued
-                and all(r.state not in {"Running", "Pending"} for r in out.replicas or [])
-            ):
+            if not out.queued and settled(out.phase, out.replicas or []):
                 yield sse("end", "{}")
                 return
             if await request.is_disconnected():
