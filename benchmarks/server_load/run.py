@@ -86,9 +86,12 @@ def seed(database_url: str, count: int, team: str, owner: str, artifact: str) ->
     """`count` finished jobs written as the sync loop leaves them; -> their ids."""
     from sqlalchemy import select
 
+    from tfkube.planner import Replica
+    from tfkube.planner import ReplicaState as S
     from tfkube.server.core.db import make_engine, session_factory
     from tfkube.server.core.tables import Artifact, Job, JobEvent, Team, User
     from tfkube.spec import dump_job, parse_job
+    from tfkube.wire import replicas_json
 
     engine = make_engine(database_url)
     spec = dump_job(
@@ -117,23 +120,19 @@ def seed(database_url: str, count: int, team: str, owner: str, artifact: str) ->
                 job_id = uuid.uuid4().hex[:16]
                 ids.append(job_id)
                 ok = i % 10 != 0
-                replicas = [
-                    {
-                        "key": key,
-                        "role": key.split("-")[0],
-                        "index": int(key.split("-")[1]),
-                        "state": ("Succeeded" if ok else "Failed")
-                        if "worker" in key
-                        else "Stopped",
-                        "restarts": 0 if ok else 3,
-                        "exit_code": 0 if ok else 1,
-                        "address": f"127.0.0.1:{20000 + i % 1000}",
-                        "node": None,
-                        "message": "" if ok else "exit code 1: ValueError: bad input",
-                        "last_line": "done" if ok else "ValueError: bad input",
-                    }
-                    for key in ("ps-0", "worker-0", "worker-1")
-                ]
+                replicas = replicas_json(
+                    Replica(
+                        role=role,
+                        index=index,
+                        state=(S.SUCCEEDED if ok else S.FAILED) if role == "worker" else S.STOPPED,
+                        restarts=0 if ok else 3,
+                        exit_code=0 if ok else 1,
+                        address=f"127.0.0.1:{20000 + i % 1000}",
+                        message="" if ok else "exit code 1: ValueError: bad input",
+                        last_line="done" if ok else "ValueError: bad input",
+                    )
+                    for role, index in (("ps", 0), ("worker", 0), ("worker", 1))
+                )
                 at = now + i * 60
                 db.add(
                     Job(

@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from tfkube import contract
 from tfkube.cli import app, fail, run_service
 
 
@@ -31,7 +32,7 @@ def server_command(
         str | None,
         typer.Option(
             "--database-url",
-            envvar="TFKUBE_DATABASE_URL",
+            envvar=contract.DATABASE_URL,
             help="postgresql://user@host:port/db (default: SQLite in the data dir).",
         ),
     ] = None,

@@ -1,6 +1,8 @@
 """The runtime contract between an engine and the launcher, in one place: the `TFKUBE_*`
 variables, the launcher's exit codes (and 128+N for a signal, which the `tfkube` command
-shares) and its termination message.
+shares) and its termination message; and every other name tfkube shares across its parts:
+the variables that configure tfkube itself, the folders it keeps in a job's output, the
+defaults two engines must agree on (Kubernetes-only names are in `tfkube.kube.names`).
 
     writers: tfkube.spec.replica_environment (both engines), tfkube.render (pod specs),
              the local supervisor (tfkube.engines.local)
@@ -14,6 +16,9 @@ installed (`render/_launcher.py` zips it with the launcher).
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Final
 
 # -- Variables an engine sets for every replica (both engines set the same ones) ---------
@@ -51,7 +56,10 @@ CODE_TOKEN: Final = "TFKUBE_CODE_TOKEN"
 """Optional: a bearer token for fetching TFKUBE_CODE_URL (the tfkube server's job-scoped
 claim); the launcher removes it from the entrypoint's environment."""
 ENTRYPOINT: Final = "TFKUBE_ENTRYPOINT"
-"""The script inside the code to run (default run.sh)."""
+"""The script inside the code to run (default DEFAULT_ENTRYPOINT)."""
+DEFAULT_ENTRYPOINT: Final = "run.sh"
+"""The script a code folder runs when the job names none (`spec.code.entrypoint`, the
+forms' `entrypoint`, an upload's check, the launcher)."""
 COMMAND: Final = "TFKUBE_COMMAND"
 """Optional JSON list: the role's own program and its arguments, run as given instead of
 the entrypoint (no classic flags), followed by TFKUBE_ARGS; in the code folder when there
@@ -83,7 +91,10 @@ shows progress (a chunk of output, a newer write in TFKUBE_LOG_DIR; always while
 up). The pod's readiness probe fails once it is stallSeconds old, and the operator reads
 that not-ready as a stall (`tfkube.kube.observe`): the launcher has no API access."""
 
-KEPT_LOGS_SUBDIR: Final = (".tfkube", "logs")
+OWN_SUBDIR: Final = ".tfkube"
+"""tfkube's own folder inside TFKUBE_LOG_DIR (the kept logs below): not one of the job's
+outputs, so the server lists and serves it as logs only."""
+KEPT_LOGS_SUBDIR: Final = (OWN_SUBDIR, "logs")
 """Where the launcher keeps each replica's output inside TFKUBE_LOG_DIR:
 `<log dir>/.tfkube/logs/<role>-<index>/<attempt>.log`, one file per start. The platform
 server reads them there after the replicas are gone."""
@@ -122,6 +133,44 @@ CLIENT_TEAM: Final = "TFKUBE_TEAM"
 SERVING_TOKEN: Final = "TFKUBE_SERVING_TOKEN"
 """A model server's secret: it answers only requests that carry it (the server's proxy
 does); the model server removes it from its environment at start."""
+JUPYTER_TOKEN: Final = "JUPYTER_TOKEN"
+"""Jupyter's own variable: a notebook's token, which the server's proxy adds for its user
+(both engines set it)."""
+
+# -- What configures tfkube itself (the CLI, the server, the local engine) ---------------
+
+HOME: Final = "TFKUBE_HOME"
+"""Where the local engine keeps its jobs (`<home>/jobs`) and the server its data by default
+(`<home>/server`)."""
+DEFAULT_HOME: Final = ".tfkube"
+"""HOME's default: this folder in the user's home."""
+
+
+def home_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """$TFKUBE_HOME, else ~/.tfkube."""
+    configured = (os.environ if environ is None else environ).get(HOME)
+    return Path(configured) if configured else Path.home() / DEFAULT_HOME
+
+
+CACHE: Final = "TFKUBE_CACHE"
+"""What outlives jobs and may be rebuilt (the jobs' Python environments); default
+$XDG_CACHE_HOME/tfkube, else ~/.cache/tfkube."""
+GPUS: Final = "TFKUBE_GPUS"
+"""The local engine's GPUs (comma-separated ids), when it should not look for them."""
+ENGINE: Final = "TFKUBE_ENGINE"
+"""The CLI's engine (`--engine`): local, kubernetes or server."""
+DATABASE_URL: Final = "TFKUBE_DATABASE_URL"
+"""The server's database (SQLAlchemy URL); default SQLite in its data folder."""
+
+# -- Defaults both engines (and the server's queue) must agree on --------------------------
+
+DEFAULT_CPU_REQUEST: Final = "500m"
+"""What a replica that asks for no CPU counts as: by the server's queue on this machine,
+and in a team's namespace with a quota (its LimitRange's default request). Half a core:
+most of the time a PS idles and a worker computes."""
+KUEUE_QUEUE_LABEL: Final = "kueue.x-k8s.io/queue-name"
+"""Kueue's label naming a job's LocalQueue: read from an imported Kubeflow TFJob, put on
+the role Jobs by rendering, read back when a Job waits for admission."""
 
 # -- The launcher's exit codes (sysexits.h where one fits, the shell's 126/127) ----------
 

@@ -1,11 +1,16 @@
-"""The server's JSON shapes, shared by the server (response models) and the client (which
-parses them), so the two cannot drift. Plain pydantic models, no behaviour."""
+"""The server's JSON shapes, shared by the server (response models and error bodies) and
+the client (which parses them), so the two cannot drift. Plain pydantic models, no
+behaviour. A job's replicas are `tfkube.planner.Replica` itself: the domain's one record
+is the wire's."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
+
+from tfkube.planner import Replica
 
 
 class _Wire(BaseModel):
@@ -19,10 +24,29 @@ class FieldProblem(_Wire):
 
 
 class ErrorBody(_Wire):
-    """Every error answer: `detail` for people; `errors` per field for a 422."""
+    """Every error answer: `detail` for people; `errors` per field for a 422. The server's
+    exception handlers write it, the client reads it (`tfkube.client.ServerError`)."""
 
     detail: str
     errors: list[FieldProblem] = []
+
+    @classmethod
+    def of(cls, detail: str, errors: Iterable[tuple[str, str]] = ()) -> ErrorBody:
+        return cls(detail=detail, errors=[FieldProblem(field=f, message=m) for f, m in errors])
+
+
+_REPLICAS: TypeAdapter[list[Replica]] = TypeAdapter(list[Replica])
+
+
+def replicas_json(replicas: Iterable[Replica]) -> list[dict[str, Any]]:
+    """Replicas as JSON data: what the server's database keeps and its API answers."""
+    data: list[dict[str, Any]] = _REPLICAS.dump_python(list(replicas), mode="json")
+    return data
+
+
+def replicas_of(data: Any) -> list[Replica]:
+    """`replicas_json`'s data (a database row's) -> the replicas."""
+    return _REPLICAS.validate_python(data)
 
 
 class UserOut(_Wire):
@@ -82,20 +106,6 @@ class ArtifactOut(_Wire):
     """A job that is not finished runs this version."""
 
 
-class ReplicaOut(_Wire):
-    key: str
-    role: str
-    index: int
-    state: str
-    restarts: int = 0
-    exit_code: int | None = None
-    address: str | None = None
-    node: str | None = None
-    message: str = ""
-    """Why it is pending, stalled or failed (empty when nothing to say)."""
-    last_line: str = ""
-
-
 class JobOut(_Wire):
     id: str
     team: str
@@ -119,8 +129,9 @@ class JobOut(_Wire):
     queued: bool = False
     counts: dict[str, int] = {}
     """Replicas per state, e.g. {"Running": 3}."""
-    replicas: list[ReplicaOut] | None = None
-    """Every replica (detail only; lists leave it out)."""
+    replicas: list[Replica] | None = None
+    """Every replica (detail only; lists leave it out): the planner's `Replica`, the one
+    record of a replica in every layer (the server keeps these in its database)."""
     spec: str | None = None
     """The TFJob YAML as it runs (detail only)."""
     exports: list[int] | None = None

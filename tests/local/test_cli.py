@@ -117,6 +117,72 @@ def test_quick_form_builds_the_job_from_four_parameters(tfkube_home: Path, tmp_p
     assert "quick: Succeeded" in result.stdout
 
 
+def test_quick_form_takes_the_servers_options_and_training_arguments_after_dash(
+    tfkube_home: Path, tmp_path: Path
+) -> None:
+    """`tfkube run --name ... -- ARGS`: the server's form, from the command line."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "run.sh").write_text(
+        'echo "$TFKUBE_ROLE-$TFKUBE_INDEX got $* with A=$A"\n'
+        # The chief's success ends the job: it waits until the worker has said its line.
+        'if [ "$TFKUBE_ROLE" = worker ]; then touch "$TFKUBE_LOG_DIR/said"; fi\n'
+        'if [ "$TFKUBE_ROLE" = chief ]; then\n'
+        '  for _ in $(seq 1200); do [ -e "$TFKUBE_LOG_DIR/said" ] && break; sleep 0.1; done\n'
+        "fi\n"
+    )
+    argv = ["run", "--name", "dash", "--workers", "1", "--code", "code", "--chief"]
+    argv += ["--cpu", "500m", "--env", "A=b", "--restart-policy", "Never"]
+    argv += ["--", "--train_steps=1000", "--flag"]
+    result = subprocess.run(
+        [*TFKUBE, *argv], capture_output=True, text=True, cwd=tmp_path, timeout=180, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    logs = tfkube("logs", "dash").stdout
+    for key in ("chief-0", "worker-0"):
+        assert f"{key} got " in logs
+        assert "--train_steps=1000 --flag with A=b" in logs.split(f"{key} got ", 1)[1]
+    spec = yaml.safe_load((tfkube_home / "jobs" / "dash" / "job.yaml").read_text())["spec"]
+    assert spec["replicas"]["worker"]["resources"]["cpu"] == "500m"
+    assert spec["runPolicy"]["restartPolicy"] == "Never"
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        pytest.param(["--workers", "0", "--gpu", "17"], "--gpu: ", id="form-bounds"),
+        pytest.param(["--workers", "0"], "--workers: a job needs at least one worker", id="w0"),
+        pytest.param(["--workers", "1", "--env", "1X=y"], "--env: ", id="env-name"),
+        pytest.param(["--workers", "1", "--env", "A"], "--env 'A': give NAME=VALUE", id="env"),
+    ],
+)
+def test_quick_form_refusals_name_the_flag(
+    tfkube_home: Path, tmp_path: Path, argv: list[str], said: str
+) -> None:
+    (tmp_path / "code").mkdir()
+    result = subprocess.run(
+        [*TFKUBE, "run", "--name", "bad", "--code", "code", *argv],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=180,
+        check=False,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert result.returncode == 2
+    assert said in result.stderr
+    assert not (tfkube_home / "jobs").exists() or not any((tfkube_home / "jobs").iterdir())
+
+
+def test_a_job_file_and_the_quick_form_are_refused_together(
+    tfkube_home: Path, tmp_path: Path
+) -> None:
+    path = write_job(tmp_path, "both", SCRIPT)
+    result = tfkube("run", str(path), "--cpu", "1", "--", "--x")
+    assert result.returncode == 2
+    assert "not both (also gave -- ARGS, --cpu)" in result.stderr
+
+
 @pytest.mark.parametrize(
     ("change", "field", "hint"),
     [

@@ -227,10 +227,9 @@ def test_ttl_removes_the_finished_job(backend: LocalBackend, make_job: MakeJob) 
 
 def _descendants_of_replicas(backend: LocalBackend, name: str) -> list[psutil.Process]:
     procs = []
-    for r in backend.get(name).replicas:
-        if r.pid:
-            parent = psutil.Process(r.pid)
-            procs += [parent, *parent.children(recursive=True)]
+    for pid in backend.get(name).pids.values():
+        parent = psutil.Process(pid)
+        procs += [parent, *parent.children(recursive=True)]
     return procs
 
 
@@ -281,6 +280,8 @@ def test_a_killed_supervisor_takes_its_replicas_with_it(
     view = backend.wait(job.name, timeout=WAIT)
     assert view.phase is JobPhase.FAILED
     assert view.reason == "SupervisorLost"
+    # What ran went with the supervisor: stopped (the planner's rule for a stop).
+    assert [r.state for r in view.replicas] == [ReplicaState.STOPPED] * 2
 
 
 def test_same_name_is_refused_until_deleted_or_replaced(

@@ -92,7 +92,12 @@ def state(home: Path, name: str) -> tuple[JobPhase, str | None, list[ReplicaStat
 def wait_all_running(home: Path, name: str) -> None:
     def running() -> bool:
         found = state(home, name)
-        return found is not None and all(r is ReplicaState.RUNNING for r in found[2])
+        # No replicas yet: the supervisor makes them from job.yaml when it starts.
+        return (
+            found is not None
+            and bool(found[2])
+            and all(r is ReplicaState.RUNNING for r in found[2])
+        )
 
     wait_for(running, EXIT_TIMEOUT, f"every replica of {name} to run")
 

@@ -1,5 +1,5 @@
-"""The job format: defaults, every validation rule, error paths and messages, quick_job,
-backoff delays and the replica environment."""
+"""The job format: defaults, every validation rule, error paths and messages, backoff
+delays and the replica environment."""
 
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ from tfkube.spec import (
     dump_job,
     load_job_text,
     parse_job,
-    quick_job,
     replica_environment,
 )
 
@@ -796,55 +795,6 @@ def test_load_job_text_reports_validation_errors_with_source():
         load_job_text(yaml.safe_dump(job_dict(metadata__name="X")), source="x.yaml")
     assert fields_of(info.value.errors) == ["metadata.name"]
     assert info.value.source == "x.yaml"
-
-
-# -- quick_job --------------------------------------------------------------------------
-
-
-def test_quick_job_builds_the_job():
-    job = quick_job("mnist", 3, 2, "./code")
-    assert job.name == "mnist"
-    assert job.spec.replicas.counts() == {"chief": 0, "ps": 2, "worker": 3, "evaluator": 0}
-    assert job.spec.code.source == "./code"
-    assert job.spec.code.entrypoint == "run.sh"
-
-
-def test_quick_job_without_ps_has_no_ps_role():
-    job = quick_job("mnist", 1, 0, "./code", entrypoint="train.py")
-    assert job.spec.replicas.ps is None
-    assert job.spec.code.entrypoint == "train.py"
-
-
-@pytest.mark.parametrize(
-    ("args", "flag", "message"),
-    [
-        pytest.param(("Bad_Name", 1, 0, "."), "--name", NAME, id="name"),
-        pytest.param(("a" * 41, 1, 0, "."), "--name", NAME, id="name-too-long"),
-        pytest.param(("j", 0, 0, "."), "--workers", "at least one worker", id="workers-0"),
-        pytest.param(("j", -1, 0, "."), "--workers", AT_LEAST_0, id="workers-negative"),
-        pytest.param(("j", 1, -1, "."), "--ps", AT_LEAST_0, id="ps-negative"),
-        pytest.param(("j", 1, 0, None), "--code", "valid string", id="code-none"),
-    ],
-)
-def test_quick_job_errors_name_the_flag(args, flag, message):
-    with pytest.raises(SpecError) as info:
-        quick_job(*args)
-    assert info.value.source == "command line"
-    assert [e.field for e in info.value.errors] == [flag]
-    assert message in info.value.errors[0].message
-    assert f"  {flag}: " in str(info.value)
-
-
-def test_quick_job_reports_several_flags():
-    with pytest.raises(SpecError) as info:
-        quick_job("Bad", 0, -1, ".")
-    assert sorted(e.field for e in info.value.errors) == ["--name", "--ps", "--workers"]
-
-
-def test_quick_job_keeps_field_names_without_a_flag():
-    with pytest.raises(SpecError) as info:
-        quick_job("j", 1, 0, ".", entrypoint="/abs.sh")
-    assert [e.field for e in info.value.errors] == ["spec.code.entrypoint"]
 
 
 # -- backoff ----------------------------------------------------------------------------

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 
 from tfkube.cli._display import job_panel
-from tfkube.engines import JobView, ReplicaView
-from tfkube.planner import JobPhase, ReplicaState
+from tfkube.engines import JobView
+from tfkube.planner import JobPhase, Replica, ReplicaState
 
 UNBOUND = (
     "waiting for its PersistentVolumeClaims to be bound: 0/5 nodes are available: pod has "
@@ -20,15 +20,15 @@ def _render(view: JobView, width: int) -> str:
     return console.export_text()
 
 
-def _view(*replicas: ReplicaView) -> JobView:
+def _view(*replicas: Replica) -> JobView:
     return JobView(name="j", phase=JobPhase.PENDING, restarts=0, created_at=0.0, replicas=replicas)
 
 
 def test_a_cut_reason_is_said_once_in_full_for_the_replicas_it_is() -> None:
     view = _view(
-        ReplicaView("ps-0", "ps", 0, ReplicaState.PENDING, message=UNBOUND),
-        ReplicaView("worker-0", "worker", 0, ReplicaState.PENDING, message=UNBOUND),
-        ReplicaView("worker-1", "worker", 1, ReplicaState.RUNNING, last_line="step 3 " * 30),
+        Replica(role="ps", index=0, state=ReplicaState.PENDING, message=UNBOUND),
+        Replica(role="worker", index=0, state=ReplicaState.PENDING, message=UNBOUND),
+        Replica(role="worker", index=1, state=ReplicaState.RUNNING, last_line="step 3 " * 30),
     )
     text = " ".join(_render(view, 80).split())
     assert f"ps-0, worker-0: {UNBOUND}" in text
@@ -37,5 +37,5 @@ def test_a_cut_reason_is_said_once_in_full_for_the_replicas_it_is() -> None:
 
 
 def test_a_reason_that_fits_is_not_repeated() -> None:
-    view = _view(ReplicaView("worker-0", "worker", 0, ReplicaState.PENDING, message="scheduled"))
+    view = _view(Replica(role="worker", index=0, state=ReplicaState.PENDING, message="scheduled"))
     assert _render(view, 120).count("scheduled") == 1

@@ -1,5 +1,6 @@
 """The server's pure rules, one table each: scopes per role, CSRF, code claims, user
-paths, the local queue's admission, the four-field form, login rate limiting."""
+paths, the local queue's admission, artifact references, login rate limiting (the
+four-field form: tests/unit/test_forms.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,7 @@ from tfkube.server.core.security import (
     verify_claim,
 )
 from tfkube.server.jobs.admission import Amount, Quota, Running, Waiting, admit, bytes_of, cpu_of
-from tfkube.server.jobs.forms import ArtifactRef, JobForm, form_job, parse_ref, server_problems
-from tfkube.spec import SpecError
+from tfkube.server.jobs.forms import ArtifactRef, parse_ref, server_problems
 
 TEAM, OTHER = 1, 2
 
@@ -218,44 +218,6 @@ def test_artifact_refs(text: str, ref: ArtifactRef | None) -> None:
     assert parse_ref(text) == ref
 
 
-def test_four_fields_make_a_tfjob() -> None:
-    job = form_job(JobForm(name="mnist", workers=2, ps=1, code="mnist-code:2"))
-    assert job.spec.replicas.counts() == {"chief": 0, "ps": 1, "worker": 2, "evaluator": 0}
-    assert job.spec.code.source == "artifact:mnist-code:2"
-    advanced = form_job(
-        JobForm(
-            name="x",
-            workers=1,
-            code="c",
-            chief=True,
-            cpu="2",
-            gpu=1,
-            deadline_seconds=60,
-            args=["--train_steps=10"],
-        )
-    )
-    worker = advanced.spec.replicas.worker
-    assert worker is not None
-    assert worker.resources.gpu == 1
-    assert worker.args == ["--train_steps=10"]
-    assert advanced.spec.replicas.count(advanced.replica_keys()[0][0]) == 1
-    assert advanced.spec.run_policy.active_deadline_seconds == 60
-
-
-@pytest.mark.parametrize(
-    ("form", "field"),
-    [
-        (JobForm(name="Bad_Name", workers=1, code="c"), "name"),
-        (JobForm(name="x", workers=1, code="c", cpu="lots"), "cpu"),
-        (JobForm(name="x", workers=1, code="c", entrypoint="../evil.sh"), "entrypoint"),
-    ],
-)
-def test_form_errors_name_the_form_field(form: JobForm, field: str) -> None:
-    with pytest.raises(SpecError) as info:
-        form_job(form)
-    assert [e.field for e in info.value.errors] == [field]
-
-
 def test_server_jobs_may_not_name_server_folders() -> None:
     from tfkube.spec import parse_job
 
@@ -293,12 +255,3 @@ def test_login_rate_limit() -> None:
 )
 def test_password_rules(password: str, ok: bool) -> None:
     assert (password_problem(password) is None) is ok
-
-
-def test_a_form_without_code_names_the_code_field() -> None:
-    from pydantic import ValidationError
-
-    with pytest.raises(ValidationError) as exc:
-        JobForm(name="x", workers=1, code="  ")
-    assert exc.value.errors()[0]["loc"] == ("code",)
-    assert "choose the code" in str(exc.value)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from tfkube.planner import Replica
 from tfkube.server.outputs.checkpoints import final_checkpoint, latest_prefix
 from tfkube.server.web import _present as p
-from tfkube.wire import ReplicaOut
+from tfkube.tfcluster import parse_replica_key
 
 
 @pytest.mark.parametrize(
@@ -107,12 +108,12 @@ def test_clamp_page() -> None:
     assert p.clamp_page(3, 0, 50) == 1
 
 
-def rep(key: str, state: str = "Running", **kw: object) -> ReplicaOut:
-    role, index = key.rsplit("-", 1)
-    return ReplicaOut(key=key, role=role, index=int(index), state=state, **kw)  # type: ignore[arg-type]
+def rep(key: str, state: str = "Running", **kw: object) -> Replica:
+    role, index = parse_replica_key(key)
+    return Replica(role=role, index=index, state=state, **kw)  # type: ignore[arg-type]
 
 
-def big_job() -> list[ReplicaOut]:
+def big_job() -> list[Replica]:
     replicas = [rep(f"ps-{i}") for i in range(10)]
     replicas += [rep(f"worker-{i}", "Pending" if i >= 900 else "Running") for i in range(990)]
     replicas[500] = rep("worker-490", "Failed", exit_code=3, message="worker-490 exited with 3")
@@ -176,7 +177,7 @@ def test_state_counts_follow_the_role_filter() -> None:
         pytest.param([], [], None, id="nothing"),
     ],
 )
-def test_log_replica(replicas: list[ReplicaOut], with_logs: list[str], chosen: str | None) -> None:
+def test_log_replica(replicas: list[Replica], with_logs: list[str], chosen: str | None) -> None:
     assert p.log_replica(replicas, with_logs) == chosen
 
 

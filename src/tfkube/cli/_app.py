@@ -8,11 +8,13 @@ from __future__ import annotations
 import time
 from functools import partial
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.live import Live
+from typer.core import TyperCommand
 
+from tfkube import contract
 from tfkube.cli._common import (
     EngineOpt,
     KubeconfigOpt,
@@ -29,11 +31,14 @@ from tfkube.engines import Backend, JobExists, JobNotFound, JobView
 from tfkube.engines.local import LocalBackend
 from tfkube.spec import (
     MAX_DOCUMENT_BYTES,
+    JobForm,
+    RestartPolicy,
     SpecError,
     TFJob,
     dump_job,
+    form_job,
     load_job_text,
-    quick_job,
+    read_form,
 )
 
 # -- engines ------------------------------------------------------------------------------
@@ -136,33 +141,63 @@ def _load(path: Path) -> TFJob:
     return load_job_text(_read_document(path), str(path))
 
 
-def _job_from_args(
-    job_file: Path | None,
-    name: str | None,
-    workers: int | None,
-    ps: int | None,
-    code: str | None,
-    entrypoint: str,
-) -> tuple[TFJob, Path]:
-    quick = [name, workers, ps, code]
+QUICK_FORM = "tfkube.quick_form_args"
+"""Where `run` keeps what followed `--` on its command line (`ctx.meta`)."""
+
+
+class _TrainingArgs(TyperCommand):
+    """`run`'s parser: what follows `--` is the training code's arguments (the quick
+    form's `args`), never the job file nor an option of tfkube's."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # typer's own Context
+        if "--" in args:
+            at = args.index("--")
+            args, ctx.meta[QUICK_FORM] = args[:at], args[at + 1 :]
+        return super().parse_args(ctx, args)
+
+
+def _flag(field: str) -> str:
+    """A form field as the quick form's flag (`deadline_seconds` -> `--deadline-seconds`);
+    a job field no flag stands for keeps its path."""
+    head = field.split(".")[0]
+    return "--" + head.replace("_", "-") if head in JobForm.model_fields else field
+
+
+def _environment(pairs: list[str]) -> dict[str, str]:
+    env = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not equals or not name:
+            raise fail(f"--env {pair!r}: give NAME=VALUE")
+        env[name] = value
+    return env
+
+
+def _job_from_args(job_file: Path | None, quick: dict[str, Any]) -> tuple[TFJob, Path]:
+    """The job file's job, or the quick form's (`tfkube.spec.JobForm`, the server's form
+    too: errors name the flags). `quick` holds the options given (None: not given)."""
+    given = {
+        k: v for k, v in quick.items() if v is not None and v is not False and v not in ([], {})
+    }
     if job_file is not None:
-        if any(v is not None for v in quick):
-            raise fail("give either a job file or --name/--workers/--ps/--code, not both")
+        if given:
+            flags = ", ".join("-- ARGS" if k == "args" else _flag(k) for k in given)
+            raise fail(f"give either a job file or the quick form, not both (also gave {flags})")
         return _load(job_file), job_file.resolve().parent
-    missing = [
-        flag
-        for flag, v in zip(("--name", "--workers", "--code"), (name, workers, code), strict=True)
-        if v is None
-    ]
+    missing = [_flag(k) for k in ("name", "workers", "code") if k not in given]
     if missing:
         raise fail(
-            "give a job file, or the quick form `--name NAME --workers N --ps M --code PATH`; "
-            f"missing {', '.join(missing)}"
+            "give a job file, or the quick form `--name NAME --workers N --ps M --code PATH "
+            f"[-- ARGS]`; missing {', '.join(missing)}"
         )
-    assert name is not None
-    assert workers is not None
-    assert code is not None
-    return quick_job(name, workers, ps or 0, code, entrypoint), Path.cwd()
+    form = read_form(given, "command line", _flag)
+    return form_job(form, "command line", _flag), Path.cwd()
+
+
+def _form_help(field: str) -> str:
+    """A quick-form option's help: the form field's own docstring."""
+    text = JobForm.model_fields[field].description or field
+    return "Quick form: " + (text[0].lower() + text[1:] if text[1:2].islower() else text)
 
 
 JobFileArg = Annotated[Path | None, typer.Argument(help="A TFJob YAML file.", show_default=False)]
@@ -172,17 +207,50 @@ PsOpt = Annotated[int | None, typer.Option("--ps", help="Quick form: parameter s
 CodeOpt = Annotated[
     str | None, typer.Option("--code", help="Quick form: code folder or .tar.gz URL.")
 ]
-EntrypointOpt = Annotated[str, typer.Option("--entrypoint", help="Quick form: the script to run.")]
+EntrypointOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--entrypoint",
+        help=f"Quick form: the script to run (default {contract.DEFAULT_ENTRYPOINT}).",
+        show_default=False,
+    ),
+]
+ChiefOpt = Annotated[bool, typer.Option("--chief", help=_form_help("chief"))]
+EvaluatorOpt = Annotated[bool, typer.Option("--evaluator", help=_form_help("evaluator"))]
+CpuOpt = Annotated[str | None, typer.Option("--cpu", help=_form_help("cpu"))]
+MemoryOpt = Annotated[str | None, typer.Option("--memory", help=_form_help("memory"))]
+GpuOpt = Annotated[int | None, typer.Option("--gpu", help=_form_help("gpu"))]
+EnvOpt = Annotated[
+    list[str] | None,
+    typer.Option("--env", metavar="NAME=VALUE", help=_form_help("env") + " (repeat it)."),
+]
+RestartOpt = Annotated[
+    RestartPolicy | None, typer.Option("--restart-policy", help=_form_help("restart_policy"))
+]
+DeadlineOpt = Annotated[
+    int | None, typer.Option("--deadline-seconds", help=_form_help("deadline_seconds"))
+]
+TensorBoardOpt = Annotated[bool, typer.Option("--tensorboard", help=_form_help("tensorboard"))]
 
 
-@app.command()
+@app.command(cls=_TrainingArgs)
 def run(
+    ctx: typer.Context,
     job_file: JobFileArg = None,
     name: NameOpt = None,
     workers: WorkersOpt = None,
     ps: PsOpt = None,
     code: CodeOpt = None,
-    entrypoint: EntrypointOpt = "run.sh",
+    entrypoint: EntrypointOpt = None,
+    chief: ChiefOpt = False,
+    evaluator: EvaluatorOpt = False,
+    cpu: CpuOpt = None,
+    memory: MemoryOpt = None,
+    gpu: GpuOpt = None,
+    env: EnvOpt = None,
+    restart_policy: RestartOpt = None,
+    deadline_seconds: DeadlineOpt = None,
+    tensorboard: TensorBoardOpt = False,
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Start the job and return at once.")
     ] = False,
@@ -194,7 +262,26 @@ def run(
     ] = False,
 ) -> None:
     """Run a job on this machine, showing its replicas live. Ctrl-C (or SIGTERM, or a
-    closed terminal: SIGHUP) stops every replica; --detach leaves the job running."""
+    closed terminal: SIGHUP) stops every replica; --detach leaves the job running.
+    A job file, or the quick form (the server's form too): `--name N --workers W --ps P
+    --code DIR`, more options below, and the training code's arguments after `--`."""
+    quick = {
+        "name": name,
+        "workers": workers,
+        "ps": ps,
+        "code": code,
+        "entrypoint": entrypoint,
+        "args": list(ctx.meta.get(QUICK_FORM, [])),
+        "env": _environment(env or []),
+        "chief": chief,
+        "evaluator": evaluator,
+        "cpu": cpu,
+        "memory": memory,
+        "gpu": gpu,
+        "restart_policy": restart_policy,
+        "deadline_seconds": deadline_seconds,
+        "tensorboard": tensorboard,
+    }
     backend = local_backend()
     # A signal may come at any moment: while staging (nothing runs yet), while the job
     # starts (submit stops what it started), while it runs, or twice. Each way every
@@ -202,7 +289,7 @@ def run(
     with foreground():
         try:
             try:
-                job, base = _job_from_args(job_file, name, workers, ps, code, entrypoint)
+                job, base = _job_from_args(job_file, quick)
                 view = backend.submit(job, base, replace=replace)
             except (SpecError, JobExists) as exc:
                 raise fail(str(exc)) from None
@@ -258,6 +345,7 @@ def _stop_started(backend: LocalBackend, interrupt: KeyboardInterrupt) -> None:
 
 @app.command()
 def submit(
+    ctx: typer.Context,
     job_file: Annotated[Path, typer.Argument(help="A TFJob YAML file (or a Kubeflow TFJob).")],
     engine: EngineOpt = "local",
     namespace: NamespaceOpt = None,
@@ -265,7 +353,7 @@ def submit(
 ) -> None:
     """Start a job and return at once (locally the same as `run --detach`)."""
     if engine == "local" and namespace is None and kubeconfig is None:
-        run(job_file=job_file, detach=True)
+        run(ctx, job_file=job_file, detach=True)
         return
     backend = _engine(engine, namespace, kubeconfig)
     try:

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from tfkube import contract
 from tfkube.engines.local import LocalBackend
 
 app = typer.Typer(
@@ -43,7 +44,7 @@ EngineOpt = Annotated[
     str,
     typer.Option(
         "--engine",
-        envvar="TFKUBE_ENGINE",
+        envvar=contract.ENGINE,
         help="Where jobs run: local (processes here), kubernetes (the kubeconfig's cluster) "
         "or server (the tfkube server of `tfkube login`).",
     ),

@@ -10,6 +10,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from tfkube import contract
 from tfkube.engines import JobView
 from tfkube.planner import JobPhase, ReplicaState
 from tfkube.serving import exported_versions
@@ -62,7 +63,7 @@ def job_panel(view: JobView, now: float | None = None, width: int = 120) -> Grou
         )
         cells: list[str | Text] = [r.key, state]
         if wide:
-            cells += [str(r.pid or "-"), r.address or "-"]
+            cells += [str(view.pids.get(r.key) or "-"), r.address or "-"]
         cells += [str(r.restarts), "-" if r.exit_code is None else str(r.exit_code)]
         note = r.message or r.last_line  # why it is where it is, else what it last said
         line = note if len(note) <= room else note[: room - 1] + "…"
@@ -119,12 +120,12 @@ def summary(view: JobView) -> list[str]:
     checkpoint = latest_checkpoint(log_dir)
     if checkpoint:
         lines.append(f"checkpoints: {log_dir} (latest {checkpoint})")
-    exports = exported_versions(log_dir / "export")
+    export_dir = log_dir / contract.EXPORT_SUBDIR
+    exports = exported_versions(export_dir)
     if exports:
         listed = ", ".join(str(v) for v in exports)
         lines.append(
-            f"exported models: {log_dir / 'export'} (versions {listed}; serve: "
-            f"tfkube serve {view.name})"
+            f"exported models: {export_dir} (versions {listed}; serve: tfkube serve {view.name})"
         )
     if any(log_dir.rglob("events.out.tfevents.*")):
         lines.append(f"TensorBoard logs: {log_dir}  (view: tensorboard --logdir {log_dir})")

@@ -15,7 +15,7 @@ import typer
 
 from tfkube.cli._common import EngineOpt, NamespaceOpt, app, err, fail, local_backend, out
 from tfkube.cli._lifetime import describe, foreground, stop_then_exit
-from tfkube.contract import exit_status
+from tfkube.contract import EXPORT_SUBDIR, SERVING_TOKEN, exit_status
 from tfkube.engines import JobNotFound
 from tfkube.engines.local import interrupts_held
 
@@ -144,7 +144,7 @@ def _serve_here(job: str, name: str | None, version: int | None, port: int) -> N
         raise fail(str(exc), 1) from None
     if not view.log_dir:
         raise fail(f"job {job!r} has no output folder", 1)
-    base = Path(view.log_dir) / "export"
+    base = Path(view.log_dir) / EXPORT_SUBDIR
     _, why = choose_version(exported_versions(base), version)
     if why is not None:
         raise fail(f"job {job!r}: {why}", 1)
@@ -161,7 +161,7 @@ def _serve_here(job: str, name: str | None, version: int | None, port: int) -> N
         argv.append(f"--model_version={version}")
     url = f"http://127.0.0.1:{port}/v1/models/{model}"
     out.print(f"REST URL: {url}  (predict: POST {url}:predict; Ctrl-C stops it)", highlight=False)
-    env = {k: v for k, v in os.environ.items() if k != "TFKUBE_SERVING_TOKEN"}
+    env = {k: v for k, v in os.environ.items() if k != SERVING_TOKEN}
     server: subprocess.Popen[bytes] | None = None
     with foreground():
         try:

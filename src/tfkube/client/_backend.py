@@ -13,36 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tfkube.client._client import Client, ServerError
-from tfkube.engines import JobEvent, JobExists, JobNotFound, JobView, ReplicaView
-from tfkube.planner import JobPhase, ReplicaState
+from tfkube.engines import JobEvent, JobExists, JobNotFound, JobView
+from tfkube.planner import JobPhase
 from tfkube.spec import FieldError, SpecError, TFJob, parse_job
 from tfkube.wire import JobOut
 
 
-def _state(text: str) -> ReplicaState:
-    try:
-        return ReplicaState(text)
-    except ValueError:
-        return ReplicaState.PENDING
-
-
 def job_view(job: JobOut) -> JobView:
-    """The server's JSON -> the engine-neutral view (pure)."""
-    replicas = tuple(
-        ReplicaView(
-            key=r.key,
-            role=r.role,
-            index=r.index,
-            state=_state(r.state),
-            restarts=r.restarts,
-            exit_code=r.exit_code,
-            address=r.address,
-            last_line=r.last_line,
-            message=r.message,
-            node=r.node,
-        )
-        for r in job.replicas or []
-    )
+    """The server's JSON -> the engine-neutral view (pure). Its replicas are the same
+    records the engine made (`tfkube.planner.Replica`): nothing to convert."""
     try:
         phase = JobPhase(job.phase)
     except ValueError:
@@ -56,7 +35,7 @@ def job_view(job: JobOut) -> JobView:
         finished_at=job.finished_at,
         reason=job.reason,
         message=job.message,
-        replicas=replicas,
+        replicas=tuple(job.replicas or ()),
         extra={
             "engine": "server",
             "team": job.team,

@@ -23,11 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
+from tfkube import contract
 from tfkube.client._config import load_login
+from tfkube.planner import settled
 from tfkube.spec import FieldError, SpecError, TFJob, dump_job
 from tfkube.wire import (
     ArtifactOut,
+    ErrorBody,
     EventOut,
     JobList,
     JobOut,
@@ -41,7 +45,6 @@ from tfkube.wire import (
 )
 
 _SKIP = {"__pycache__", ".git", ".venv", ".mypy_cache", ".pytest_cache"}
-TERMINAL = {"Succeeded", "Failed"}
 
 
 class ServerError(RuntimeError):
@@ -52,6 +55,17 @@ class ServerError(RuntimeError):
         self.status = status
         self.detail = detail
         self.errors = errors
+
+    @classmethod
+    def of(cls, r: httpx.Response) -> ServerError:
+        """An error answer: the server's `ErrorBody` (its text, when it is none)."""
+        try:
+            body = ErrorBody.model_validate_json(r.content)
+        except ValidationError:
+            return cls(r.status_code, r.text, [])
+        return cls(
+            r.status_code, body.detail, [FieldError(p.field, p.message) for p in body.errors]
+        )
 
 
 def pack_folder(folder: Path, dest: Path) -> None:
@@ -67,16 +81,10 @@ def pack_folder(folder: Path, dest: Path) -> None:
 
 def checked(r: httpx.Response) -> httpx.Response:
     """The answer, if it is a success; else ServerError with the API's detail and the
-    fields it names."""
+    fields it names (`ServerError.of`)."""
     if r.is_success:
         return r
-    try:
-        body = r.json()
-        detail = str(body.get("detail"))
-        errors = [FieldError(e["field"], e["message"]) for e in body.get("errors") or []]
-    except ValueError:
-        detail, errors = r.text, []
-    raise ServerError(r.status_code, detail, errors)
+    raise ServerError.of(r)
 
 
 def token_by_password(
@@ -164,7 +172,7 @@ class Client:
         *,
         team: str | None = None,
         kind: str = "code",
-        entrypoint: str = "run.sh",
+        entrypoint: str = contract.DEFAULT_ENTRYPOINT,
     ) -> ArtifactOut:
         """Upload a folder (packed here) or a .tar.gz/.zip; streamed from disk."""
         source = Path(path)
@@ -267,8 +275,7 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             job = self.get(job_id)
-            live = any(r.state in {"Running", "Pending"} for r in job.replicas or [])
-            if job.phase in TERMINAL and not job.queued and not live:
+            if not job.queued and settled(job.phase, job.replicas or []):
                 return job
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"job {job.name} is still {job.phase}")

@@ -8,6 +8,8 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from tfkube import contract
+
 
 @dataclass(frozen=True)
 class Login:
@@ -44,9 +46,9 @@ def load_login() -> Login | None:
         saved = json.loads(login_file().read_text())
     except (OSError, ValueError):
         saved = {}
-    url = os.environ.get("TFKUBE_URL") or saved.get("url")
-    token = os.environ.get("TFKUBE_TOKEN") or saved.get("token")
-    team = os.environ.get("TFKUBE_TEAM") or saved.get("team")
+    url = os.environ.get(contract.CLIENT_URL) or saved.get("url")
+    token = os.environ.get(contract.CLIENT_TOKEN) or saved.get("token")
+    team = os.environ.get(contract.CLIENT_TEAM) or saved.get("team")
     if not url or not token:
         return None
     return Login(url=url, token=token, team=team)

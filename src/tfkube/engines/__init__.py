@@ -15,7 +15,6 @@ from tfkube.engines._base import (
     JobExists,
     JobNotFound,
     JobView,
-    ReplicaView,
     SubmitDeferred,
 )
 from tfkube.engines._open import KINDS, EngineSettings, open_engine
@@ -57,7 +56,6 @@ __all__ = [
     "ModelServerWorkload",
     "NotAvailable",
     "NotebookWorkload",
-    "ReplicaView",
     "SubmitDeferred",
     "Submitter",
     "Tenant",

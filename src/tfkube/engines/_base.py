@@ -1,4 +1,5 @@
-"""The one interface every engine implements, and the views it returns.
+"""The one interface every engine implements, and the views it returns (a job's replicas
+are `tfkube.planner.Replica`, the one replica record of every layer).
 
 The CLI, the server and tests talk to a `Backend`; whether replicas are processes on this
 machine or pods in a cluster is the backend's business.
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from tfkube.planner import JobPhase, ReplicaState
+from tfkube.planner import JobPhase, Replica, settled
 from tfkube.spec import TFJob
 
 
@@ -30,27 +31,6 @@ class SubmitDeferred(RuntimeError):
     """The engine cannot take the job now but will later (a cluster's quota full or not yet
     computed, its API server busy or unreachable): the caller keeps it queued and tries
     again. The message says what it waits for."""
-
-
-@dataclass(frozen=True)
-class ReplicaView:
-    key: str
-    role: str
-    index: int
-    state: ReplicaState
-    restarts: int = 0
-    exit_code: int | None = None
-    pid: int | None = None
-    address: str | None = None
-    last_line: str = ""
-    message: str = ""
-    """Why the replica is in its state, for a person: why it is pending or waiting (the
-    scheduler's words, GPUs in use), why it failed (its launcher's own reason), what made
-    it stall. Empty when its state says it all."""
-    stalled: bool = False
-    """Running, but no progress for runPolicy.stallSeconds (shown as `Stalled`)."""
-    node: str | None = None
-    """Where it runs: a node's name in a cluster; None locally."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +53,11 @@ class JobView:
     finished_at: float | None = None
     reason: str | None = None
     message: str | None = None
-    replicas: tuple[ReplicaView, ...] = ()
+    replicas: tuple[Replica, ...] = ()
+    pids: dict[str, int] = field(default_factory=dict)
+    """Local engine: the process (its launcher) of each replica that runs, by key; what
+    `tfkube status` shows on this machine. Never part of a `Replica`: no one else may see
+    or use another machine's process ids."""
     log_dir: str | None = None
     data_dir: str | None = None
     job_dir: str | None = None
@@ -82,7 +66,7 @@ class JobView:
 
     @property
     def done(self) -> bool:
-        return self.phase.terminal and not any(r.state.live for r in self.replicas)
+        return settled(self.phase, self.replicas)
 
     @property
     def exit_code(self) -> int:

@@ -59,6 +59,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from tfkube import contract
 from tfkube.kube.names import (
     GENERATION_ANNOTATION,
     INDEX_KEY,
@@ -68,6 +69,7 @@ from tfkube.kube.names import (
 )
 from tfkube.planner import JobPhase, JobStatus, ReplicaState, ReplicaStatus, stalled_replicas
 from tfkube.spec import GangScheduler, Role, TFJob, parse_job
+from tfkube.tfcluster import replica_key
 
 Obj = Mapping[str, Any]
 
@@ -76,7 +78,6 @@ IMAGE_PULL_REASONS = frozenset(
 )
 """A waiting container's reasons that mean its image cannot be had (kubelet's words)."""
 DEFAULT_SCHEDULER = "default-scheduler"
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GANG_SCHEDULERS = frozenset({GangScheduler.SCHEDULER_PLUGINS, GangScheduler.VOLCANO})
 """Gangs whose pods a gang scheduler places all together or none (`gang_message`)."""
 MESSAGE_CHARS = 300
@@ -464,7 +465,7 @@ def waiting_message(role_job: Obj, failures: Mapping[str, str]) -> str | None:
     spec = role_job.get("spec") or {}
     labels = (role_job.get("metadata") or {}).get("labels") or {}
     if spec.get("suspend"):
-        queue = labels.get(KUEUE_QUEUE_LABEL)
+        queue = labels.get(contract.KUEUE_QUEUE_LABEL)
         if queue:
             return f"suspended: waiting for Kueue to admit it (LocalQueue {queue})"
         return "suspended"
@@ -673,7 +674,7 @@ def read_replica(
             next_start_at=next_start,
             message=termination,
             progress_at=progress,
-            stalled=f"{role}-{index}" in prior.stalled,
+            stalled=replica_key(role, index) in prior.stalled,
         ),
         pod=_name(newest) if newest is not None else None,
         failed_pod=failed_pod,
@@ -724,7 +725,7 @@ def observe(
         pod_of, index = pod_role(pod), pod_index(pod)
         if pod_of is None or index is None or current_uids.get(controller_uid(pod) or "") != pod_of:
             continue  # not a replica, or a pod of a stale or deleted Job
-        pods_by_key.setdefault(f"{pod_of}-{index}", []).append(pod)
+        pods_by_key.setdefault(replica_key(pod_of, index), []).append(pod)
 
     failed_role_jobs = {
         r: cond for r, j in role_jobs.items() if (cond := job_failed_condition(j)) is not None
@@ -738,7 +739,7 @@ def observe(
     counts: dict[str, RoleCounts] = {}
     for role_enum, index in job.replica_keys():
         role = role_enum.value
-        key = f"{role}-{index}"
+        key = replica_key(role, index)
         completed, failed = indexes.get(role, RoleIndexes())
         if index in failed:
             gave_up.add(key)

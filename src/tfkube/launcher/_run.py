@@ -187,7 +187,7 @@ def _fetch(contract: ReplicaContract) -> Path | None:
     """Fetch, verify and unpack the code, if the job has any."""
     if contract.code_url is None:
         return None
-    _say(f"{contract.job} {contract.role}-{contract.index}: fetching {contract.code_url}")
+    _say(f"{contract.job} {contract.key}: fetching {contract.code_url}")
     try:
         return fetch_code(
             contract.code_url, contract.code_sha256, Path(contract.work_dir), contract.code_token
@@ -295,7 +295,7 @@ def _supervise() -> int:
         return c.signal_exit_code(signal.SIGTERM)
     _say(f"running {' '.join(argv)}")
     # The output also goes to the job's shared log folder, one file per start (_tee).
-    opened = open_attempt(contract.log_dir, f"{contract.role}-{contract.index}")
+    opened = open_attempt(contract.log_dir, contract.key)
     # With a heartbeat the output is piped even without a log file: it is the progress.
     child = _start(argv, code, env, piped=opened is not None or heartbeat is not None)
     if stopping.is_set():  # the signal came while it started: pass it on now
@@ -305,9 +305,7 @@ def _supervise() -> int:
         beat = heartbeat.beat if heartbeat is not None else None
         tee = start_tee(child.stdout, opened[1] if opened else None, on_output=beat)
         if opened is not None:
-            tee.note(
-                f"{contract.job} {contract.role}-{contract.index} attempt {opened[0]}: {argv[0]}"
-            )
+            tee.note(f"{contract.job} {contract.key} attempt {opened[0]}: {argv[0]}")
     if heartbeat is not None:
         heartbeat.program_started()
 

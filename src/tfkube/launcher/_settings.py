@@ -14,7 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tfkube import contract as c
-from tfkube.tfcluster import classic_flags, cluster_spec, rule_address, shard_for, tf_config
+from tfkube.tfcluster import (
+    classic_flags,
+    cluster_spec,
+    replica_key,
+    rule_address,
+    shard_for,
+    tf_config,
+)
 
 
 class ContractError(Exception):
@@ -44,6 +51,11 @@ class ReplicaContract:
     command: tuple[str, ...] | None = None
     """The role's own program and arguments (run as given, before `args`), else None:
     the code's entrypoint with the classic flags."""
+
+    @property
+    def key(self) -> str:
+        """The replica's name (`worker-0`): its log folder, its lines' prefix."""
+        return replica_key(self.role, self.index)
 
     def environment(self, base: Mapping[str, str]) -> dict[str, str]:
         """The entrypoint's environment: `base` plus TF_CONFIG and the derived TFKUBE_*."""
@@ -149,7 +161,7 @@ def contract_from_env(env: Mapping[str, str]) -> ReplicaContract:
         cluster=cluster,
         code_url=code_url,
         code_sha256=env.get(c.CODE_SHA256) or None,
-        entrypoint=env.get(c.ENTRYPOINT) or "run.sh",
+        entrypoint=env.get(c.ENTRYPOINT) or c.DEFAULT_ENTRYPOINT,
         work_dir=_require(env, c.WORK_DIR),
         data_dir=env.get(c.DATA_DIR, ""),
         log_dir=env.get(c.LOG_DIR, ""),

@@ -13,11 +13,13 @@ from tfkube.planner._types import (
     DeleteJob,
     JobPhase,
     JobStatus,
+    Replica,
     ReplicaState,
     ReplicaStatus,
     Restart,
     Start,
     Stop,
+    settled,
 )
 
 __all__ = [
@@ -26,6 +28,7 @@ __all__ = [
     "DeleteJob",
     "JobPhase",
     "JobStatus",
+    "Replica",
     "ReplicaState",
     "ReplicaStatus",
     "Restart",
@@ -33,6 +36,7 @@ __all__ = [
     "Stop",
     "is_retryable_exit",
     "plan",
+    "settled",
     "should_retry",
     "stalled_replicas",
     "success_reached",

@@ -46,6 +46,7 @@ from tfkube.spec import (
     SuccessPolicy,
     TFJob,
 )
+from tfkube.tfcluster import replica_key
 
 
 def is_retryable_exit(code: int | None) -> bool:
@@ -66,13 +67,14 @@ def success_reached(job: TFJob, status: JobStatus) -> str | None:
     """A message naming what succeeded, or None while the success policy is not met."""
     done = {r.key for r in status.replicas if r.state is ReplicaState.SUCCEEDED}
     has_chief = job.spec.replicas.count(Role.CHIEF) > 0
-    workers = [f"worker-{i}" for i in range(job.spec.replicas.count(Role.WORKER))]
+    chief = replica_key(Role.CHIEF, 0)
+    workers = [replica_key(Role.WORKER, i) for i in range(job.spec.replicas.count(Role.WORKER))]
     if job.spec.run_policy.success_policy is SuccessPolicy.ALL_WORKERS:
-        needed = [*workers, *(["chief-0"] if has_chief else [])]
+        needed = [*workers, *([chief] if has_chief else [])]
         if all(k in done for k in needed):
             return "all workers" + (" and the chief" if has_chief else "") + " succeeded"
         return None
-    decider = "chief-0" if has_chief else "worker-0"
+    decider = chief if has_chief else replica_key(Role.WORKER, 0)
     return f"{decider} succeeded" if decider in done else None
 
 
@@ -80,11 +82,7 @@ def _cleanup(policy: RunPolicy, status: JobStatus, reason: str) -> list[Action]:
     if policy.clean_pod_policy is CleanPodPolicy.NONE:
         # Running replicas stay; only cancel restarts that would start something new.
         return [Stop(r.key, reason) for r in status.replicas if r.state is ReplicaState.BACKOFF]
-    return [
-        Stop(r.key, reason)
-        for r in status.replicas
-        if r.state.live or r.state is ReplicaState.BACKOFF
-    ]
+    return [Stop(r.key, reason) for r in status.replicas if r.state.stoppable]
 
 
 def _finish(

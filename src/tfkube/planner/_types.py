@@ -1,9 +1,15 @@
-"""What the planner sees (observed state) and what it decides (actions). Plain data."""
+"""What the planner sees (observed state), what it decides (actions), and the one record
+of a replica everyone else sees (`Replica`). Plain data."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, computed_field
+
+from tfkube.tfcluster import replica_key
 
 
 class JobPhase(StrEnum):
@@ -39,6 +45,18 @@ class ReplicaState(StrEnum):
     def live(self) -> bool:
         return self in (ReplicaState.PENDING, ReplicaState.RUNNING)
 
+    @property
+    def stoppable(self) -> bool:
+        """Whether stopping changes it: it is live, or waiting to be started again."""
+        return self.live or self is ReplicaState.BACKOFF
+
+    @property
+    def after_stop(self) -> ReplicaState:
+        """Its state once tfkube stopped it (a `Stop`, or its job ended some other way: a
+        supervisor lost, a job the server ended): a live replica, or one waiting to be
+        started again, is STOPPED; an exit it made on its own stays as it was."""
+        return ReplicaState.STOPPED if self.stoppable else self
+
 
 @dataclass(frozen=True)
 class ReplicaStatus:
@@ -62,7 +80,71 @@ class ReplicaStatus:
 
     @property
     def key(self) -> str:
-        return f"{self.role}-{self.index}"
+        return replica_key(self.role, self.index)
+
+
+class Replica(BaseModel):
+    """One replica as everyone outside an engine sees it: `tfkube status`, the server's
+    database (`jobs.replicas`, this model's JSON), its API (`JobOut.replicas`), the
+    dashboard and the client. Each engine builds it from the planner's `ReplicaStatus`
+    (`of`), adding what people read: where it runs and why it is where it is. What only
+    one engine knows (a process id, a pod's name) stays in that engine."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", use_attribute_docstrings=True)
+
+    role: str
+    index: int
+    state: ReplicaState = ReplicaState.PENDING
+    restarts: int = 0
+    exit_code: int | None = None
+    address: str | None = None
+    """Where its TensorFlow server listens (`host:port`)."""
+    node: str | None = None
+    """Where it runs: a node's name in a cluster; None locally."""
+    message: str = ""
+    """Why it is pending, stalled or failed, for a person (the scheduler's words, GPUs in
+    use, its launcher's own reason); empty when its state says it all."""
+    last_line: str = ""
+    """The last line it wrote (where the engine can read it)."""
+    stalled: bool = False
+    """Running, but no progress for runPolicy.stallSeconds (shown as `Stalled`)."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def key(self) -> str:
+        """Its name, `<role>-<index>` (`tfkube.tfcluster.replica_key`)."""
+        return replica_key(self.role, self.index)
+
+    @classmethod
+    def of(
+        cls,
+        status: ReplicaStatus,
+        *,
+        message: str = "",
+        address: str | None = None,
+        node: str | None = None,
+        last_line: str = "",
+        stalled: bool = False,
+    ) -> Replica:
+        """The planner's state of a replica plus what people read about it."""
+        return cls(
+            role=status.role,
+            index=status.index,
+            state=status.state,
+            restarts=status.restarts,
+            exit_code=status.exit_code,
+            address=address,
+            node=node,
+            message=message,
+            last_line=last_line,
+            stalled=stalled,
+        )
+
+
+def settled(phase: JobPhase | str, replicas: Iterable[Replica]) -> bool:
+    """Whether a job is over: its phase is terminal and none of its replicas is live any
+    more (what waiting for a job waits for, on any engine and through the server)."""
+    return JobPhase(phase).terminal and not any(r.state.live for r in replicas)
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,6 @@ DEFAULT_SCHEDULERS = {
     GangScheduler.VOLCANO: "volcano",
     GangScheduler.SCHEDULER_PLUGINS: "scheduler-plugins-scheduler",
 }
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 COSCHEDULING_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 GRACE_MARGIN_SECONDS = 5
@@ -805,7 +804,7 @@ def _role_job(ctx: _Context, role: Role) -> Object:
             pod_labels[COSCHEDULING_GROUP_LABEL] = job.name
         elif scheduling.gang is GangScheduler.KUEUE:
             assert scheduling.queue is not None
-            job_meta["labels"][KUEUE_QUEUE_LABEL] = scheduling.queue
+            job_meta["labels"][contract.KUEUE_QUEUE_LABEL] = scheduling.queue
             suspend = True  # Kueue un-suspends the Job when it admits it
     volumes, mounts = _volumes(ctx, role)
     image = spec.image or job.spec.image

@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tfkube import contract
 from tfkube.kube.names import GROUP, LABEL_MANAGED_BY, MANAGED_BY, PLURAL
 
 SERVER_NAME = "tfkube-server"
@@ -210,7 +211,7 @@ def _deployment(namespace: str, image: str, options: ServerInstall) -> dict[str,
         "env": [
             {"name": "HOME", "value": "/tmp"},
             {
-                "name": "TFKUBE_DATABASE_URL",
+                "name": contract.DATABASE_URL,
                 "valueFrom": {
                     "secretKeyRef": {"name": DATABASE_SECRET, "key": "url", "optional": True}
                 },

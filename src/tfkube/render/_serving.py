@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from tfkube import contract
 from tfkube.kube.names import (
     LABEL_COMPONENT,
     LABEL_CREDENTIAL,
@@ -55,8 +56,6 @@ REST_PORT = 8501
 GRPC_PORT = 8500
 CONFIG_DIR = "/etc/tfkube-serving"
 MODELS_DIR = "/models"
-EXPORT_SUBDIR = "export"
-"""Where a job's exports are inside its output folder (the launcher's TFKUBE_EXPORT_DIR)."""
 DEFAULT_SERVING_RESOURCES = Resources(cpu="1", memory="2Gi")
 TFKUBE_SERVING_IMAGE = OPERATOR_IMAGE
 """tfkube's own image (deploy/Dockerfile, and tools/kube/images.py on the test cluster's
@@ -110,8 +109,8 @@ def job_export_volume(job: TFJob) -> tuple[str, str]:
     mount it (a shared claim holds each job in a folder of its own name)."""
     logs = job.spec.storage.logs
     if logs.claim_name:
-        return logs.claim_name, f"{job.name}/{EXPORT_SUBDIR}"
-    return claim_name(job.name, "logs"), EXPORT_SUBDIR
+        return logs.claim_name, f"{job.name}/{contract.EXPORT_SUBDIR}"
+    return claim_name(job.name, "logs"), contract.EXPORT_SUBDIR
 
 
 def model_config(name: str, version: int | None) -> str:
@@ -293,7 +292,10 @@ def render_notebook(spec: NotebookSpec) -> list[Object]:
         "kind": "Secret",
         "metadata": _meta(name, spec.namespace, {**labels, LABEL_CREDENTIAL: "notebook"}),
         "type": "Opaque",
-        "stringData": {"JUPYTER_TOKEN": spec.jupyter_token, "TFKUBE_TOKEN": spec.client_token},
+        "stringData": {
+            contract.JUPYTER_TOKEN: spec.jupyter_token,
+            contract.CLIENT_TOKEN: spec.client_token,
+        },
     }
 
     def from_secret(key: str) -> Object:
@@ -314,10 +316,10 @@ def render_notebook(spec: NotebookSpec) -> list[Object]:
         ],
         "env": [
             {"name": "HOME", "value": NOTEBOOK_HOME},
-            {"name": "TFKUBE_URL", "value": spec.server_url},
-            {"name": "TFKUBE_TEAM", "value": spec.team},
-            from_secret("JUPYTER_TOKEN"),
-            from_secret("TFKUBE_TOKEN"),
+            {"name": contract.CLIENT_URL, "value": spec.server_url},
+            {"name": contract.CLIENT_TEAM, "value": spec.team},
+            from_secret(contract.JUPYTER_TOKEN),
+            from_secret(contract.CLIENT_TOKEN),
         ],
         "ports": [{"name": "http", "containerPort": NOTEBOOK_PORT, "protocol": "TCP"}],
         # `<base>api` answers without a token: ready means Jupyter serves.

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from tfkube import contract
 from tfkube.kube.names import (
     GROUP,
     LABEL_COMPONENT,
@@ -16,10 +17,10 @@ from tfkube.kube.names import (
     pod_security_labels,
 )
 
-DEFAULT_REQUEST = {"cpu": "500m", "memory": "512Mi"}
+DEFAULT_REQUEST = {"cpu": contract.DEFAULT_CPU_REQUEST, "memory": "512Mi"}
 """What a container that asks for nothing is counted as in a team namespace with a quota
 (a LimitRange default): Kubernetes refuses a pod without requests where a quota counts
-them. Half a core, as the local queue counts it (`server.jobs.admission`)."""
+them. The CPU is the local queue's too (`contract.DEFAULT_CPU_REQUEST`)."""
 
 
 def quota_hard(quota: Mapping[str, Any]) -> dict[str, str]:

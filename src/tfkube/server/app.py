@@ -7,7 +7,7 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 
 import httpx
@@ -52,6 +52,7 @@ from tfkube.server.platform import Platform
 from tfkube.server.workloads.model_servers import ModelServers
 from tfkube.server.workloads.notebooks import Notebooks
 from tfkube.server.workloads.tensorboards import TensorBoards
+from tfkube.wire import ErrorBody
 
 log = logging.getLogger("tfkube.server")
 
@@ -137,6 +138,18 @@ class _Measure:
         await self.app(scope, receive, sending)
 
 
+def error_answer(
+    status: int,
+    detail: str,
+    errors: Iterable[tuple[str, str]] = (),
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
+    """Every error the API answers with: one `tfkube.wire.ErrorBody` (the client reads it
+    with the same model)."""
+    body = ErrorBody.of(detail, errors).model_dump(mode="json")
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
 def create_app(settings: ServerSettings, platform: Platform | None = None) -> FastAPI:
     built = platform or build_platform(settings)
 
@@ -170,27 +183,19 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
 
     @app.exception_handler(FieldHTTPError)
     async def _field_errors(_request: Request, exc: FieldHTTPError) -> JSONResponse:
-        return JSONResponse(
-            {"detail": exc.detail, "errors": [{"field": f, "message": m} for f, m in exc.errors]},
-            status_code=422,
-        )
+        return error_answer(422, exc.detail, exc.errors)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = []
         for e in exc.errors():
             loc = [str(p) for p in e.get("loc", ()) if p not in {"body", "query", "path"}]
-            errors.append({"field": ".".join(loc) or "(request)", "message": str(e.get("msg"))})
-        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
-        return JSONResponse({"detail": detail, "errors": errors}, status_code=422)
+            errors.append((".".join(loc) or "(request)", str(e.get("msg"))))
+        return error_answer(422, "; ".join(f"{f}: {m}" for f, m in errors), errors)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse(
-            {"detail": exc.detail, "errors": []},
-            status_code=exc.status_code,
-            headers=getattr(exc, "headers", None),
-        )
+        return error_answer(exc.status_code, exc.detail, headers=getattr(exc, "headers", None))
 
     metrics = built.metrics
     assert metrics is not None

@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> None:
     import tensorflow as tf
     import uvicorn
 
-    from tfkube.serving._app import TOKEN_ENV, create_app
+    from tfkube import contract
+    from tfkube.serving._app import create_app
     from tfkube.serving._store import ModelStore
     from tfkube.serving._versions import VersionPolicy
 
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         tf.config.threading.set_inter_op_parallelism_threads(args.tensorflow_inter_op_parallelism)
     store = ModelStore(args.model_name, args.model_base_path, VersionPolicy(args.model_version))
     store.start(args.file_system_poll_wait_seconds)
-    token = os.environ.pop(TOKEN_ENV, None) or None
+    token = os.environ.pop(contract.SERVING_TOKEN, None) or None
     print(
         f"tfkube model server: {args.model_name} from {args.model_base_path} "
         f"(version {VersionPolicy(args.model_version).describe()}) at "

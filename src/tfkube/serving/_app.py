@@ -33,7 +33,6 @@ from tfkube.serving._rest import (
 from tfkube.serving._store import ModelStore
 
 log = logging.getLogger("tfkube.serving")
-TOKEN_ENV = "TFKUBE_SERVING_TOKEN"
 
 
 def _json(body: Any, status: int = 200) -> Response:

@@ -2,6 +2,7 @@
 
 from tfkube.spec._environment import replica_environment
 from tfkube.spec._errors import FieldError, SpecError, errors_from
+from tfkube.spec._form import FORM_FIELDS, JobForm, form_job, read_form
 from tfkube.spec._kubeflow import KUBEFLOW_API_VERSION, from_kubeflow
 from tfkube.spec._load import (
     MAX_DOCUMENT_BYTES,
@@ -9,7 +10,6 @@ from tfkube.spec._load import (
     load_job_text,
     load_yaml,
     parse_job,
-    quick_job,
 )
 from tfkube.spec._models import (
     API_VERSION,
@@ -63,6 +63,7 @@ __all__ = [
     "API_VERSION",
     "CLUSTER_ONLY_ENV",
     "DEFAULT_IMAGE",
+    "FORM_FIELDS",
     "KIND",
     "KUBEFLOW_API_VERSION",
     "MAX_DOCUMENT_BYTES",
@@ -82,6 +83,7 @@ __all__ = [
     "FieldError",
     "FieldRef",
     "GangScheduler",
+    "JobForm",
     "JobSpec",
     "LimitRangeSpec",
     "Metadata",
@@ -111,11 +113,12 @@ __all__ = [
     "cpu_cores",
     "dump_job",
     "errors_from",
+    "form_job",
     "from_kubeflow",
     "load_job_text",
     "load_yaml",
     "memory_bytes",
     "parse_job",
-    "quick_job",
+    "read_form",
     "replica_environment",
 ]

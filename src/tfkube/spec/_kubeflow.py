@@ -47,13 +47,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tfkube.contract import KUEUE_QUEUE_LABEL
 from tfkube.spec._errors import FieldError, SpecError, errors_from
 from tfkube.spec._models import API_VERSION, KIND, RESERVED_VOLUMES, TFJob
 
 KUBEFLOW_API_VERSION = "kubeflow.org/v1"
 CODE_SOURCE_ANNOTATION = "tfkube.io/code-source"
 CODE_SHA256_ANNOTATION = "tfkube.io/code-sha256"
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 MAIN_CONTAINER = "tensorflow"
 """Kubeflow's name for the TensorFlow container of a replica."""
 GANG_SCHEDULERS = {"volcano": "Volcano", "scheduler-plugins-scheduler": "SchedulerPlugins"}

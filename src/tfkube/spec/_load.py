@@ -20,8 +20,6 @@ from pydantic import ValidationError
 
 from tfkube.spec._errors import FieldError, SpecError, errors_from, field_path
 from tfkube.spec._models import (
-    API_VERSION,
-    KIND,
     CodeSpec,
     JobSpec,
     Metadata,
@@ -172,43 +170,6 @@ def load_job_text(text: str, source: str = "job") -> TFJob:
     return parse_job(data, source)
 
 
-def quick_job(name: str, workers: int, ps: int, code: str, entrypoint: str = "run.sh") -> TFJob:
-    """The original platform's four-parameter form: name, workers, PS, code location."""
-    raw: dict[str, Any] = {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": {"worker": {"replicas": workers}},
-            "code": {"source": code, "entrypoint": entrypoint},
-        },
-    }
-    if ps:
-        raw["spec"]["replicas"]["ps"] = {"replicas": ps}
-    field_names = {"name": "--name", "workers": "--workers", "ps": "--ps", "code": "--code"}
-    try:
-        return parse_job(raw, "command line")
-    except SpecError as exc:
-        # Name the flag the user typed, not the field it became.
-        renamed = []
-        for e in exc.errors:
-            flag = next(
-                (f for key, f in field_names.items() if _quick_field(key) in e.field),
-                e.field,
-            )
-            renamed.append(FieldError(flag, e.message))
-        raise SpecError(renamed, "command line") from None
-
-
-def _quick_field(key: str) -> str:
-    return {
-        "name": "metadata.name",
-        "workers": "replicas.worker",
-        "ps": "replicas.ps",
-        "code": "code.source",
-    }[key]
-
-
 def dump_job(job: TFJob) -> str:
     """The job as YAML with every default filled in (what actually runs)."""
     return yaml.safe_dump(
@@ -229,5 +190,4 @@ __all__ = [
     "load_job_text",
     "load_yaml",
     "parse_job",
-    "quick_job",
 ]

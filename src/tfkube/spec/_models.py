@@ -23,7 +23,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel, to_snake
 
-from tfkube.contract import RESERVED_PREFIX, TF_CONFIG
+from tfkube.contract import DEFAULT_ENTRYPOINT, RESERVED_PREFIX, TF_CONFIG
 
 API_VERSION = "tfkube.io/v1alpha1"
 KIND = "TFJob"
@@ -623,7 +623,7 @@ class CodeSpec(_Model):
 
     source: str
     """A local folder (relative to the job file) or an http(s) URL of a .tar.gz."""
-    entrypoint: str = "run.sh"
+    entrypoint: str = DEFAULT_ENTRYPOINT
     """The file in the code to run; it gets the classic flags and TF_CONFIG. Roles that
     give a `command` run that instead (in the code folder), and then the code need not
     hold an entrypoint."""

@@ -7,11 +7,15 @@ tfkube installed), computes each replica's TF_CONFIG and flags with these same f
 
 from tfkube.tfcluster._wiring import (
     CLUSTER_ROLES,
+    REPLICA_KEY,
     ROLES,
     ClusterSpec,
     classic_flags,
     cluster_spec,
     local_address,
+    parse_replica_key,
+    replica_key,
+    replica_order,
     rule_address,
     service_address,
     service_address_rule,
@@ -21,11 +25,15 @@ from tfkube.tfcluster._wiring import (
 
 __all__ = [
     "CLUSTER_ROLES",
+    "REPLICA_KEY",
     "ROLES",
     "ClusterSpec",
     "classic_flags",
     "cluster_spec",
     "local_address",
+    "parse_replica_key",
+    "replica_key",
+    "replica_order",
     "rule_address",
     "service_address",
     "service_address_rule",

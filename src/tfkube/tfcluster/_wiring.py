@@ -17,6 +17,7 @@ TensorFlow's conventions that these functions encode:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from string import Formatter
 
@@ -27,6 +28,33 @@ CLUSTER_ROLES: tuple[str, ...] = ("chief", "ps", "worker")
 """The roles that appear in TF_CONFIG's cluster (the evaluator does not)."""
 
 ClusterSpec = dict[str, list[str]]
+
+REPLICA_KEY = re.compile(rf"^(?P<role>{'|'.join(ROLES)})-(?P<index>0|[1-9][0-9]{{0,5}})$")
+"""What `replica_key` makes: a role, `-`, and an index written as a plain whole number
+(no sign, no leading zero, at most six digits). Anything else is no replica's name, so a
+name that passes may become a path component (the server's log folders)."""
+
+
+def replica_key(role: str, index: int) -> str:
+    """A replica's one name, `<role>-<index>` (`worker-0`): in status tables and events,
+    in the planner's actions, in the local engine's files, as the launcher's log folder
+    (`<log dir>/.tfkube/logs/<key>/`) and in the server's API. Every other module builds
+    or reads it through these functions."""
+    return f"{role}-{index}"
+
+
+def parse_replica_key(key: str) -> tuple[str, int]:
+    """`worker-3` -> ("worker", 3). Raises ValueError for anything `replica_key` never
+    makes (`REPLICA_KEY`)."""
+    found = REPLICA_KEY.fullmatch(key)
+    if found is None:
+        raise ValueError(f"{key!r} is not a replica name (e.g. worker-0)")
+    return found["role"], int(found["index"])
+
+
+def replica_order(role: str, index: int) -> tuple[int, int]:
+    """Sort key: by role in `ROLES` order (unknown roles last), then by index."""
+    return (ROLES.index(role) if role in ROLES else len(ROLES), index)
 
 
 def cluster_spec(counts: Mapping[str, int], address: Callable[[str, int], str]) -> ClusterSpec:

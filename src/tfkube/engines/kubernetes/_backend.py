@@ -17,13 +17,13 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from tfkube.contract import KEPT_LOGS_SUBDIR
 from tfkube.engines._artifact import prepare_artifact
 from tfkube.engines._base import (
     JobEvent,
     JobExists,
     JobNotFound,
     JobView,
-    ReplicaView,
     SubmitDeferred,
 )
 from tfkube.kube.errors import (
@@ -59,9 +59,10 @@ from tfkube.kube.observe import (
 )
 from tfkube.kube.resources import CONFIG_MAP, EVENT, JOB, NODE, POD, SECRET, TFJOB, Resource
 from tfkube.kube.rest import Kube, api_client_from, context_namespace
+from tfkube.planner import Replica
 from tfkube.render import RenderOptions, render_job
-from tfkube.spec import FieldError, SpecError, TFJob, dump_job
-from tfkube.tfcluster import service_address
+from tfkube.spec import FieldError, SpecError, TFJob
+from tfkube.tfcluster import replica_key, service_address
 
 LOG_TIMEOUT_SECONDS = 15.0
 
@@ -105,7 +106,7 @@ def job_view(
     status = tfjob.get("status") or {}
     name = str(meta.get("name"))
     prior = Prior.from_status(status)
-    replicas: tuple[ReplicaView, ...] = ()
+    replicas: tuple[Replica, ...] = ()
     try:
         job = tfjob_model(tfjob)
     except SpecError:
@@ -120,13 +121,8 @@ def job_view(
         observation = observe(job, prior, jobs, pods, now, events)
         seen = observation.replicas
         replicas = tuple(
-            ReplicaView(
-                key=key,
-                role=r.status.role,
-                index=r.status.index,
-                state=r.status.state,
-                restarts=r.status.restarts,
-                exit_code=r.status.exit_code,
+            Replica.of(
+                r.status,
                 address=address(r.status.role, r.status.index),
                 node=nodes.get(r.pod) if r.pod else None,
                 message=r.message,
@@ -346,7 +342,9 @@ class KubernetesBackend:
         pods = self._pods(replica_selector(name))
         newest: dict[str, dict[str, Any]] = {}
         for pod in sorted(pods, key=lambda p: str(p["metadata"].get("creationTimestamp"))):
-            newest[f"{pod_role(pod)}-{pod_index(pod)}"] = pod
+            role, index = pod_role(pod), pod_index(pod)
+            if role is not None and index is not None:
+                newest[replica_key(role, index)] = pod
         for key in chosen:
             found = newest.get(key)
             if found is None:
@@ -354,8 +352,8 @@ class KubernetesBackend:
                     (
                         f"{key} has no pod now (a job's PS and still-running workers are "
                         "removed when it ends); the launcher keeps every start's log on the "
-                        f"job's logs volume under .tfkube/logs/{key}/, which a tfkube server "
-                        "serves"
+                        f"job's logs volume under {'/'.join(KEPT_LOGS_SUBDIR)}/{key}/, which a "
+                        "tfkube server serves"
                     )
                     if view.phase.terminal
                     else f"{key} has no pod yet"
@@ -461,9 +459,9 @@ class KubernetesBackend:
 
 
 def _resource(job: TFJob, namespace: str) -> dict[str, Any]:
-    import yaml
-
-    data: dict[str, Any] = yaml.safe_load(dump_job(job))
+    """The TFJob object to create: the job as it runs (`dump_job`'s fields, defaults
+    filled in), in the namespace."""
+    data: dict[str, Any] = job.model_dump(mode="json", by_alias=True, exclude_none=True)
     meta: dict[str, Any] = {"name": job.name, "namespace": namespace}
     if job.metadata.labels:
         meta["labels"] = dict(job.metadata.labels)

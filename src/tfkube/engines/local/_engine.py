@@ -28,15 +28,16 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 from tfkube.contract import REQUIREMENTS_FILE
 from tfkube.engines._artifact import Artifact, prepare_artifact
-from tfkube.engines._base import JobEvent, JobExists, JobNotFound, JobView, ReplicaView
+from tfkube.engines._base import JobEvent, JobExists, JobNotFound, JobView
 from tfkube.engines.local._commands import command_problems
 from tfkube.engines.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
 from tfkube.engines.local._interrupts import interrupts_held
-from tfkube.engines.local._procs import alive, free_ports, stop_trees, wait_gone
+from tfkube.engines.local._procs import alive, stop_trees, wait_gone
 from tfkube.engines.local._sandbox import (
     SYSTEM_PATH,
     TenantIsolation,
@@ -56,10 +57,10 @@ from tfkube.engines.local._store import (
 from tfkube.engines.local._supervisor import cgroup_prefix, spawn
 from tfkube.engines.local._tenants import hand_over
 from tfkube.launcher import DepsError, ensure_venv
-from tfkube.planner import JobPhase, ReplicaState
+from tfkube.planner import JobPhase, Replica, ReplicaState
 from tfkube.safefs import closing, open_last, pread_all
 from tfkube.spec import FieldError, SpecError, TFJob, dump_job, load_job_text
-from tfkube.tfcluster import CLUSTER_ROLES
+from tfkube.tfcluster import replica_key
 
 SUPERVISOR_START_TIMEOUT = 20.0
 STOP_GRACE_MARGIN = 15.0
@@ -231,7 +232,7 @@ class LocalBackend:
         # Default folders live in the job's own folder (moved into place with it).
         for default in ("data", "output"):
             (staging.root / default).mkdir()
-        gpus = self._check_gpus(job)
+        self._check_gpus(job)
         venv = None
         code = job.spec.code
         code_url, code_sha = "", ""
@@ -264,21 +265,11 @@ class LocalBackend:
             raise SpecError(problems, f"job {job.name!r} (for this machine)")
         if names is not None:
             venv = self._python_env(job, artifact, staging)
-        keys = job.replica_keys()
-        ports = free_ports(len(keys))
+        # No replicas yet: the supervisor makes them from job.yaml, the one count.
         record = JobRecord(
             name=job.name,
             uid=uuid.uuid4().hex,
             created_at=time.time(),
-            replicas=[
-                ReplicaRecord(
-                    role=role.value,
-                    index=i,
-                    port=port if role.value in CLUSTER_ROLES else 0,
-                    gpu_request=gpus[f"{role.value}-{i}"],
-                )
-                for (role, i), port in zip(keys, ports, strict=True)
-            ],
             data_dir=str(data or target.root / "data"),
             log_dir=str(logs or target.root / "output"),
             artifact=code_url,
@@ -296,7 +287,7 @@ class LocalBackend:
         staging.spec.write_text(dump_job(job))
         staging.logs.mkdir()
         staging.write(record)
-        staging.event(f"job submitted with {len(keys)} replicas")
+        staging.event(f"job submitted with {len(job.replica_keys())} replicas")
         return record
 
     def _confine(self, staging: JobDir, data: Path, logs: Path, own_venvs: bool) -> TenantRecord:
@@ -355,11 +346,11 @@ class LocalBackend:
         requests = {}
         for role, i in job.replica_keys():
             spec = job.spec.replicas.get(role)
-            requests[f"{role.value}-{i}"] = spec.resources.gpu if spec else 0
+            requests[replica_key(role, i)] = spec.resources.gpu if spec else 0
         try:
             assign_gpus(list(requests.items()), available_gpus())
         except NotEnoughGpus as exc:
-            role = next(role for role, i in job.replica_keys() if requests[f"{role.value}-{i}"])
+            role = next(role for role, i in job.replica_keys() if requests[replica_key(role, i)])
             raise SpecError(
                 [FieldError(f"spec.replicas.{role.value}.resources.gpu", str(exc))],
                 f"job {job.name!r}",
@@ -399,27 +390,22 @@ class LocalBackend:
             message = f"the job's supervisor died unexpectedly; see {d.supervisor_log}"
 
         def state(r: ReplicaRecord) -> ReplicaState:
-            if lost and r.state.live and alive(r.process) is None:
-                return ReplicaState.STOPPED
-            return r.state
+            # Whatever of it is gone was stopped with the supervisor (the planner's rule).
+            return r.state.after_stop if lost and alive(r.process) is None else r.state
 
         now = time.time()
-        replicas = tuple(
-            ReplicaView(
-                key=r.key,
-                role=r.role,
-                index=r.index,
-                state=state(r),
-                restarts=r.restarts,
-                exit_code=r.exit_code,
-                pid=r.process.pid if r.process else None,
-                address=f"127.0.0.1:{r.port}" if r.port else None,
-                last_line=last_line(d.log(r.key)),
-                message=_replica_message(r, record, state(r), now) or "",
-                stalled=r.stalled and state(r) is ReplicaState.RUNNING,
+        replicas = []
+        for r in record.replicas:
+            now_in = state(r)
+            replicas.append(
+                Replica.of(
+                    replace(r.status(), state=now_in),
+                    address=f"127.0.0.1:{r.port}" if r.port else None,
+                    last_line=last_line(d.log(r.key)),
+                    message=_replica_message(r, record, now_in, now) or "",
+                    stalled=r.stalled and now_in is ReplicaState.RUNNING,
+                )
             )
-            for r in record.replicas
-        )
         return JobView(
             name=record.name,
             phase=phase,
@@ -429,7 +415,8 @@ class LocalBackend:
             finished_at=record.finished_at,
             reason=reason,
             message=message,
-            replicas=replicas,
+            replicas=tuple(replicas),
+            pids={r.key: r.process.pid for r in record.replicas if r.process is not None},
             log_dir=record.log_dir,
             data_dir=record.data_dir,
             job_dir=str(d.root),

@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from tfkube import contract
+
 
 class NotEnoughGpus(ValueError):
     pass
@@ -21,7 +23,7 @@ class NotEnoughGpus(ValueError):
 def available_gpus(env: Mapping[str, str] | None = None, dev: Path = Path("/dev")) -> list[str]:
     """This machine's GPU ids: $TFKUBE_GPUS ("0,1", or "" / "none"), else /dev/nvidiaN."""
     env = os.environ if env is None else env
-    configured = env.get("TFKUBE_GPUS")
+    configured = env.get(contract.GPUS)
     if configured is not None:
         ids = [g.strip() for g in configured.split(",")]
         return [g for g in ids if g and g.lower() != "none"]

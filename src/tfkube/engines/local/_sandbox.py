@@ -66,6 +66,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tfkube import contract
 from tfkube.engines.local._cgroups import CgroupLayout, Limits, create, this_machine
 from tfkube.engines.local._cgroups import release as release_cgroup
 from tfkube.engines.local._cgroups import sweep as sweep_cgroups
@@ -185,7 +186,7 @@ def passed_environment(environ: Mapping[str, str], names: Iterable[str]) -> dict
     return {
         k: v
         for k, v in environ.items()
-        if (k in allowed or k.startswith("LC_")) and not k.startswith("TFKUBE_")
+        if (k in allowed or k.startswith("LC_")) and not k.startswith(contract.RESERVED_PREFIX)
     }
 
 

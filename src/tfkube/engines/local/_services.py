@@ -374,7 +374,7 @@ class LocalNotebooks(_Processes):
             argv.append("--allow-root")
         env = {
             "HOME": str(home),
-            "JUPYTER_TOKEN": workload.jupyter_token,
+            contract.JUPYTER_TOKEN: workload.jupyter_token,
             contract.CLIENT_URL: workload.server_url,
             contract.CLIENT_TOKEN: workload.client_token,
             contract.CLIENT_TEAM: tenant.name,

@@ -1,7 +1,9 @@
 """The local engine's on-disk state: one folder per job under TFKUBE_HOME/jobs/<name>.
 
-    job.yaml         the spec as it runs (defaults filled in, paths absolute)
+    job.yaml         the spec as it runs (defaults filled in, paths absolute): the one
+                     file that says how many replicas there are
     state.json       job and replica status; written atomically by the supervisor only
+                     (its replicas are made from job.yaml when the supervisor starts)
     events.jsonl     what happened and why, one JSON object per line
     logs/<r>.log     each replica's output, across restarts
     artifacts/       the code archive every replica fetches and verifies
@@ -26,19 +28,21 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from tfkube.planner import JobPhase, ReplicaState
+from tfkube import contract
+from tfkube.planner import JobPhase, ReplicaState, ReplicaStatus
 from tfkube.safefs import closing, open_last, pread_all
+from tfkube.tfcluster import replica_key
 
 
 def tfkube_home() -> Path:
     """Where local jobs live: $TFKUBE_HOME, else ~/.tfkube."""
-    return Path(os.environ.get("TFKUBE_HOME") or Path.home() / ".tfkube")
+    return contract.home_dir()
 
 
 def tfkube_cache() -> Path:
     """What outlives jobs and may be rebuilt (the jobs' Python environments):
     $TFKUBE_CACHE, else $XDG_CACHE_HOME/tfkube, else ~/.cache/tfkube."""
-    if configured := os.environ.get("TFKUBE_CACHE"):
+    if configured := os.environ.get(contract.CACHE):
         return Path(configured)
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "tfkube"
@@ -79,7 +83,22 @@ class ReplicaRecord(BaseModel):
 
     @property
     def key(self) -> str:
-        return f"{self.role}-{self.index}"
+        return replica_key(self.role, self.index)
+
+    def status(self) -> ReplicaStatus:
+        """What the planner sees of it (the supervisor plans with it, `status` shows it)."""
+        return ReplicaStatus(
+            role=self.role,
+            index=self.index,
+            state=self.state,
+            exit_code=self.exit_code,
+            restarts=self.restarts,
+            next_start_at=self.next_start_at,
+            message=self.message,
+            progress_at=self.progress_at,
+            stalled=self.stalled,
+            held=self.held,
+        )
 
 
 class TenantRecord(BaseModel):
@@ -113,7 +132,10 @@ class JobRecord(BaseModel):
     finished_at: float | None = None
     restarts: int = 0
     supervisor: ProcessRef | None = None
-    replicas: list[ReplicaRecord]
+    replicas: list[ReplicaRecord] = []
+    """Empty until the supervisor starts and makes them from job.yaml (their ports and
+    GPU requests), so the count of replicas is written once (in job.yaml) and nothing
+    has to agree with it."""
     data_dir: str
     log_dir: str
     artifact: str

@@ -32,7 +32,7 @@ from typing import BinaryIO, NoReturn
 from tfkube import contract
 from tfkube.engines.local._cgroups import limits_of
 from tfkube.engines.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
-from tfkube.engines.local._procs import alive, ref_of, stop_trees
+from tfkube.engines.local._procs import alive, free_ports, ref_of, stop_trees
 from tfkube.engines.local._sandbox import (
     Confinement,
     SandboxError,
@@ -51,7 +51,6 @@ from tfkube.planner import (
     JobPhase,
     JobStatus,
     ReplicaState,
-    ReplicaStatus,
     Restart,
     Start,
     Stop,
@@ -65,7 +64,7 @@ from tfkube.spec import (
     load_job_text,
     replica_environment,
 )
-from tfkube.tfcluster import cluster_spec, local_address
+from tfkube.tfcluster import CLUSTER_ROLES, cluster_spec, local_address
 
 TICK_SECONDS = 0.1
 PROGRESS_EVERY = 1.0
@@ -107,22 +106,26 @@ def _status_of(record: JobRecord, now: float) -> JobStatus:
         restarts=record.restarts,
         reason=record.reason,
         message=record.message,
-        replicas=tuple(
-            ReplicaStatus(
-                role=r.role,
-                index=r.index,
-                state=r.state,
-                exit_code=r.exit_code,
-                restarts=r.restarts,
-                next_start_at=r.next_start_at,
-                message=r.message,
-                progress_at=r.progress_at,
-                stalled=r.stalled,
-                held=r.held,
-            )
-            for r in record.replicas
-        ),
+        replicas=tuple(r.status() for r in record.replicas),
     )
+
+
+def replica_records(job: TFJob, ports: list[int]) -> list[ReplicaRecord]:
+    """The job's replicas as its spec (job.yaml, the one count) says, each member of the
+    TensorFlow cluster on one of `ports` (in order), with the GPUs its role asks for."""
+    out = []
+    free = iter(ports)
+    for role, index in job.replica_keys():
+        spec = job.spec.replicas.get(role)
+        out.append(
+            ReplicaRecord(
+                role=role.value,
+                index=index,
+                port=next(free) if role.value in CLUSTER_ROLES else 0,
+                gpu_request=spec.resources.gpu if spec else 0,
+            )
+        )
+    return out
 
 
 class Supervisor:
@@ -135,6 +138,9 @@ class Supervisor:
         self.stop_reason: str | None = None
         self.observed_at = 0.0
         self.claimed_at = 0.0
+        if not self.record.replicas:  # first start: written when it registers (run)
+            members = sum(self.job.spec.replicas.count(Role(r)) for r in CLUSTER_ROLES)
+            self.record.replicas = replica_records(self.job, free_ports(members))
         ports = {
             role.value: [r.port for r in self.record.replicas if r.role == role.value]
             for role in Role
@@ -370,8 +376,7 @@ class Supervisor:
             elif replica.state is not ReplicaState.STOPPED:
                 if replica.state is ReplicaState.RUNNING:
                     self.dir.event(f"stopping {action.key}: {action.reason}", replica=action.key)
-                if replica.state.live or replica.state is ReplicaState.BACKOFF:
-                    replica.state = ReplicaState.STOPPED
+                replica.state = replica.state.after_stop
             if replica.process is not None:
                 refs.append(replica.process)
             changed = True

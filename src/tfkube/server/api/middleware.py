@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import json
 from urllib.parse import parse_qsl
 
 from fastapi import FastAPI
@@ -25,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from tfkube.server.core.forwarded import Network, parse_networks, resolve_client
 from tfkube.server.core.inputs import body_limit, control_problem, declared_too_large
+from tfkube.wire import ErrorBody
 
 CLOSE = {"Connection": "close"}
 """Sent with a refusal of a body: uvicorn then closes the connection instead of reading
@@ -119,9 +119,7 @@ def url_problem(path: str, query: bytes) -> tuple[str, str] | None:
 async def _refuse(
     send: Send, exc: HTTPException, errors: list[tuple[str, str]] | None = None
 ) -> None:
-    body = json.dumps(
-        {"detail": exc.detail, "errors": [{"field": f, "message": m} for f, m in errors or []]}
-    ).encode()
+    body = ErrorBody.of(exc.detail, errors or []).model_dump_json().encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tfkube import contract
 from tfkube.engines import EngineSettings
 
 DEFAULT_PORT = 8470
@@ -13,8 +13,7 @@ DEFAULT_PORT = 8470
 
 def default_data_dir() -> Path:
     """$TFKUBE_HOME/server, else ~/.tfkube/server."""
-    home = os.environ.get("TFKUBE_HOME") or str(Path.home() / ".tfkube")
-    return Path(home) / "server"
+    return contract.home_dir() / "server"
 
 
 @dataclass(frozen=True)

@@ -18,16 +18,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from tfkube import contract
 from tfkube.spec import TFJob, cpu_cores, memory_bytes
-
-DEFAULT_REPLICA_CPU = 0.5
-"""What a replica without a CPU request counts as: most of the time a PS idles and a
-worker computes, so half a core each is a fair guess."""
 
 
 def cpu_of(quantity: str | None) -> float:
-    """A Kubernetes CPU quantity ("2", "500m") in cores."""
-    return cpu_cores(quantity) if quantity else DEFAULT_REPLICA_CPU
+    """A Kubernetes CPU quantity ("2", "500m") in cores; none is the default request
+    (`contract.DEFAULT_CPU_REQUEST`, as in a team namespace with a quota)."""
+    return cpu_cores(quantity or contract.DEFAULT_CPU_REQUEST)
 
 
 def bytes_of(quantity: str | None) -> int:
@@ -198,7 +196,6 @@ def machine_capacity(cpus: float, memory: int, gpus: int) -> Amount:
 
 
 __all__ = [
-    "DEFAULT_REPLICA_CPU",
     "Admission",
     "Amount",
     "Quota",

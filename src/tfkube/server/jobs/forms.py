@@ -1,8 +1,9 @@
 """What a user submits -> the TFJob the engine runs. Pure.
 
 Two ways in, one way out:
-- the original platform's four fields (`JobForm`: name, workers, PS, code artifact, plus
-  a few optional ones the dashboard's advanced section offers) -> `form_job`;
+- the original platform's four fields (`tfkube.spec.JobForm`, the CLI's quick form too:
+  name, workers, PS, code artifact, plus the optional ones the dashboard's advanced
+  section offers) -> `artifact_job`;
 - a full TFJob (or Kubeflow TFJob) document -> `tfkube.spec.parse_job`.
 Either way `place_job` then pins the job to the server: the code becomes the artifact's
 URL on this server with its sha256, and the shared folders become the server's own
@@ -16,57 +17,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from tfkube.spec import FieldError, RestartPolicy, SpecError, TFJob, parse_job
+from tfkube.spec import FieldError, JobForm, TFJob, form_job
 
 ARTIFACT_SCHEME = "artifact:"
 _REF = re.compile(r"^(?P<name>[a-z0-9]([-a-z0-9_.]{0,62}[a-z0-9])?)(?::(?P<version>[1-9][0-9]*))?$")
 _SHA = re.compile(r"^sha256:(?P<sha>[0-9a-f]{64})$")
-
-
-class JobForm(BaseModel):
-    """The four fields (and the optional advanced ones) of a job submitted by form."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    name: str
-    """The job's name (a DNS label of at most 40 characters)."""
-    workers: int = Field(ge=1, le=100_000)
-    """How many workers."""
-    ps: int = Field(0, ge=0, le=100_000)
-    """How many parameter servers (0 for none)."""
-    code: str
-    """The code artifact: `NAME` (latest version), `NAME:VERSION` or `sha256:HEX`."""
-    entrypoint: str = "run.sh"
-    """The script in the code to run."""
-    args: list[str] = []
-    """Extra arguments for every worker (and the chief)."""
-    chief: bool = False
-    """Add a chief (TF2 ParameterServerStrategy's coordinator)."""
-    evaluator: bool = False
-    """Add an evaluator."""
-    cpu: str | None = None
-    """CPU per worker, e.g. "1" or "500m"."""
-    memory: str | None = None
-    """Memory per worker, e.g. "2Gi"."""
-    gpu: int = Field(0, ge=0, le=16)
-    """GPUs per worker."""
-    restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
-    """Never, OnFailure or ExitCode."""
-    deadline_seconds: int | None = Field(None, gt=0)
-    """Fail the job when it has run this long."""
-    tensorboard: bool = False
-    """A TensorBoard for the job (on Kubernetes a Deployment; locally on demand anyway)."""
-
-    @field_validator("code")
-    @classmethod
-    def _code_given(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("choose the code to run (upload its folder first if it is not listed)")
-        return value.strip()
 
 
 @dataclass(frozen=True)
@@ -93,60 +49,11 @@ def parse_ref(text: str) -> ArtifactRef | None:
     return None
 
 
-_FORM_FIELDS = (  # the most specific first: the first one contained in a path wins
-    ("metadata.name", "name"),
-    ("resources.cpu", "cpu"),
-    ("resources.memory", "memory"),
-    ("resources.gpu", "gpu"),
-    ("spec.replicas.worker", "workers"),
-    ("spec.replicas.ps", "ps"),
-    ("spec.code.entrypoint", "entrypoint"),
-    ("spec.code", "code"),
-    ("spec.runPolicy.activeDeadlineSeconds", "deadline_seconds"),
-)
-
-
-def form_job(form: JobForm) -> TFJob:
-    """The TFJob a form describes (code left as the form's reference; `place_job` pins it).
-    Raises SpecError naming the form's fields."""
-    worker: dict[str, Any] = {"replicas": form.workers}
-    resources = {
-        k: v for k, v in (("cpu", form.cpu), ("memory", form.memory), ("gpu", form.gpu)) if v
-    }
-    if resources:
-        worker["resources"] = resources
-    if form.args:
-        worker["args"] = list(form.args)
-    replicas: dict[str, Any] = {"worker": worker}
-    if form.ps:
-        replicas["ps"] = {"replicas": form.ps}
-    if form.chief:
-        replicas["chief"] = {"replicas": 1, **({"args": list(form.args)} if form.args else {})}
-    if form.evaluator:
-        replicas["evaluator"] = {"replicas": 1}
-    run_policy: dict[str, Any] = {"restartPolicy": form.restart_policy.value}
-    if form.deadline_seconds:
-        run_policy["activeDeadlineSeconds"] = form.deadline_seconds
-    raw: dict[str, Any] = {
-        "apiVersion": "tfkube.io/v1alpha1",
-        "kind": "TFJob",
-        "metadata": {"name": form.name},
-        "spec": {
-            "replicas": replicas,
-            "code": {"source": ARTIFACT_SCHEME + form.code, "entrypoint": form.entrypoint},
-            "runPolicy": run_policy,
-        },
-    }
-    if form.tensorboard:
-        raw["spec"]["tensorboard"] = {}
-    try:
-        return parse_job(raw, "form")
-    except SpecError as exc:
-        renamed = [
-            FieldError(next((f for path, f in _FORM_FIELDS if path in e.field), e.field), e.message)
-            for e in exc.errors
-        ]
-        raise SpecError(renamed, "form") from None
+def artifact_job(form: JobForm) -> TFJob:
+    """The TFJob of the server's form (`tfkube.spec.form_job`, the CLI's quick form too):
+    its code is the team's artifact the form names, `place_job` pins it. Raises SpecError
+    naming the form's fields."""
+    return form_job(form.model_copy(update={"code": ARTIFACT_SCHEME + form.code}))
 
 
 def server_problems(job: TFJob) -> list[FieldError]:
@@ -176,16 +83,18 @@ def place_job(
     logs_claim: str | None = None,
 ) -> TFJob:
     """Pin a job to the server: its code is the artifact at `code_url` (verified by
-    sha256), its folders are the server's (locally) or a claim the server reads (cluster)."""
-    raw = job.model_dump(mode="json", by_alias=True, exclude_none=True)
-    if code_url is not None:
-        raw["spec"]["code"]["source"] = code_url
-        raw["spec"]["code"]["sha256"] = code_sha256
-    storage = raw["spec"].setdefault("storage", {})
+    sha256), its folders are the server's (locally) or a claim the server reads (cluster).
+    The job is not parsed again: what changes are the server's own values."""
+    spec = job.spec
+    changes: dict[str, object] = {}
+    if code_url is not None and spec.code is not None:
+        changes["code"] = spec.code.model_copy(update={"source": code_url, "sha256": code_sha256})
+    data, logs = spec.storage.data, spec.storage.logs
     if data_dir is not None:
-        storage.setdefault("data", {})["path"] = data_dir
+        data = data.model_copy(update={"path": data_dir})
     if log_dir is not None:
-        storage.setdefault("logs", {})["path"] = log_dir
+        logs = logs.model_copy(update={"path": log_dir})
     if logs_claim is not None:
-        storage.setdefault("logs", {})["claimName"] = logs_claim
-    return parse_job(raw, f"job {job.name!r}")
+        logs = logs.model_copy(update={"claim_name": logs_claim})
+    changes["storage"] = spec.storage.model_copy(update={"data": data, "logs": logs})
+    return job.model_copy(update={"spec": spec.model_copy(update=changes)})

@@ -42,7 +42,7 @@ from tfkube.engines import (
     NotAvailable,
     SubmitDeferred,
 )
-from tfkube.planner import JobPhase
+from tfkube.planner import JobPhase, Replica
 from tfkube.server.artifacts import BlobStore
 from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.fetch import FetchPolicy
@@ -54,6 +54,7 @@ from tfkube.server.jobs.fetched import fetch_code, release_fetched
 from tfkube.server.jobs.forms import ArtifactRef, parse_ref, place_job, server_problems
 from tfkube.server.tenants import tenant_of
 from tfkube.spec import FieldError, SpecError, TFJob, dump_job, load_job_text
+from tfkube.wire import replicas_json, replicas_of
 
 log = logging.getLogger("tfkube.server")
 
@@ -83,40 +84,16 @@ def _entrypoint_in(archive: Path, entrypoint: str) -> bool:
         return False
 
 
-def replica_dicts(view: JobView) -> list[dict[str, Any]]:
-    return [
-        {
-            "key": r.key,
-            "role": r.role,
-            "index": r.index,
-            "state": r.state.value,
-            "restarts": r.restarts,
-            "exit_code": r.exit_code,
-            "address": r.address,
-            "node": r.node,
-            "message": r.message,
-            "last_line": r.last_line,
-        }
-        for r in view.replicas
-    ]
+def pending_replicas(job: TFJob, message: str) -> list[Replica]:
+    """A job's replicas before its engine has them: each Pending, saying why."""
+    return [Replica(role=role.value, index=i, message=message) for role, i in job.replica_keys()]
 
 
-def pending_replicas(job: TFJob, message: str) -> list[dict[str, Any]]:
-    return [
-        {
-            "key": f"{role.value}-{i}",
-            "role": role.value,
-            "index": i,
-            "state": "Pending",
-            "restarts": 0,
-            "exit_code": None,
-            "address": None,
-            "node": None,
-            "message": message,
-            "last_line": "",
-        }
-        for role, i in job.replica_keys()
-    ]
+def _with_message(row: Job, message: str) -> None:
+    """Every replica of a job that waits says why (the message of the whole job)."""
+    row.replicas = replicas_json(
+        r.model_copy(update={"message": message}) for r in replicas_of(row.replicas)
+    )
 
 
 class JobService:
@@ -297,7 +274,7 @@ class JobService:
             reason="Queued",
             message="queued: waiting for the scheduler",
             restarts=0,
-            replicas=pending_replicas(placed, "queued"),
+            replicas=replicas_json(pending_replicas(placed, "queued")),
             output_dir=str(storage.output_dir),
             updated_at=now,
         )
@@ -341,7 +318,7 @@ class JobService:
             if row.message != wait:
                 log.info("job %s waits: %s", row.id, wait)
                 row.message = wait
-                row.replicas = [{**r, "message": wait} for r in row.replicas]
+                _with_message(row, wait)
                 row.updated_at = now
             db.commit()
             return
@@ -405,14 +382,12 @@ class JobService:
         row.message = message
         row.finished_at = row.finished_at or now
         row.updated_at = now
-        row.replicas = [
-            {
-                **r,
-                "message": "",
-                "state": "Stopped" if r["state"] in {"Pending", "Running"} else r["state"],
-            }
-            for r in row.replicas
-        ]
+        # The job ended here, not on its engine: what of it was live or waiting was
+        # stopped (the planner's rule), and no longer waits for anything.
+        row.replicas = replicas_json(
+            r.model_copy(update={"state": r.state.after_stop, "message": ""})
+            for r in replicas_of(row.replicas)
+        )
 
     @staticmethod
     def _apply_view(row: Job, view: JobView) -> None:
@@ -422,7 +397,7 @@ class JobService:
         row.restarts = view.restarts
         row.started_at = view.started_at
         row.finished_at = view.finished_at
-        row.replicas = replica_dicts(view)
+        row.replicas = replicas_json(view.replicas)
         row.updated_at = time.time()
         if view.done:
             row.state = ENDED
@@ -587,7 +562,7 @@ class JobService:
             row = by_id[job_id]
             if row.message != message:
                 row.message = message
-                row.replicas = [{**r, "message": message} for r in row.replicas]
+                _with_message(row, message)
                 row.updated_at = time.time()
         db.commit()
         for job_id in decision.start:

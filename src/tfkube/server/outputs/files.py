@@ -15,6 +15,7 @@ import tarfile
 import time
 from collections.abc import Iterator, Sequence
 
+from tfkube import contract
 from tfkube.safefs import (
     Entry,
     closing,
@@ -190,7 +191,7 @@ def tar_files(
 
 
 def find_files(
-    output_dir: str, name: str, skip: Sequence[str] = (".tfkube",)
+    output_dir: str, name: str, skip: Sequence[str] = (contract.OWN_SUBDIR,)
 ) -> list[tuple[tuple[str, ...], float]]:
     """Every plain file called `name` in the outputs (folders named in `skip` at the top
     left out), with its modification time."""

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from tfkube import contract
 from tfkube.safefs import Entry, closing, entries, open_dir, open_file, open_root
+from tfkube.tfcluster import REPLICA_KEY, parse_replica_key, replica_order
 from tfkube.wire import LogFile
 
-REPLICA = re.compile(r"^(chief|ps|worker|evaluator)-(0|[1-9][0-9]{0,5})$")
+REPLICA = REPLICA_KEY
 CHUNK = 256 * 1024
 
 
@@ -24,11 +24,6 @@ class NoSuchLog(LookupError):
 
 LogRef = tuple[str, tuple[str, ...]]
 """One attempt's log: the job's output folder and the file's parts below it."""
-
-
-def _roles(name: str) -> tuple[int, int]:
-    role, index = name.rsplit("-", 1)
-    return {"chief": 0, "ps": 1, "worker": 2, "evaluator": 3}[role], int(index)
 
 
 def _attempts(logs: int, replica: str) -> dict[int, Entry]:
@@ -65,7 +60,7 @@ def log_files(output_dir: str | None) -> list[LogFile]:
                     )
     except OSError:
         return []
-    return sorted(out, key=lambda f: (*_roles(f.replica), f.attempt))
+    return sorted(out, key=lambda f: (*replica_order(*parse_replica_key(f.replica)), f.attempt))
 
 
 def log_path(output_dir: str | None, replica: str, attempt: int | None) -> LogRef:

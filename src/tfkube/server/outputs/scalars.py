@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfkube import contract
 from tfkube.safefs import closing, open_file, open_root, pread_all, read_bytes, walk
 from tfkube.spec import TFJob
 from tfkube.wire import Progress, ScalarPoint, ScalarSeries
@@ -128,7 +129,7 @@ def records(fd: int, offset: int) -> Iterator[tuple[bytes, int]]:
 
 def _event_files(root: int) -> list[tuple[str, ...]]:
     found = []
-    for seen, (rel, entry) in enumerate(walk(root, skip=lambda rel: rel == (".tfkube",))):
+    for seen, (rel, entry) in enumerate(walk(root, skip=lambda rel: rel == (contract.OWN_SUBDIR,))):
         if seen >= MAX_EVENT_FILES:
             break
         if entry.kind == "file" and entry.name.startswith("events.out.tfevents."):

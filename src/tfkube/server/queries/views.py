@@ -26,10 +26,10 @@ from tfkube.wire import (
     JobOut,
     ModelServerOut,
     NotebookOut,
-    ReplicaOut,
     TeamOut,
     TokenOut,
     UserOut,
+    replicas_of,
 )
 
 
@@ -62,7 +62,7 @@ def job_out(
         on_engine=row.state != "ended" or row.reason not in {"Lost"},
         queued=row.state == "queued",
         counts=dict(counts),
-        replicas=[ReplicaOut.model_validate(r) for r in row.replicas] if detail else None,
+        replicas=replicas_of(row.replicas) if detail else None,
         spec=row.spec if detail else None,
     )
 

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
-from tfkube.wire import ReplicaOut
+from tfkube.planner import JobPhase, Replica, ReplicaState
+from tfkube.tfcluster import replica_key, replica_order
 
-PHASES = ("Pending", "Running", "Restarting", "Succeeded", "Failed")
+PHASES = tuple(p.value for p in JobPhase)
 """In the order a job goes through them (the order of the filter chips)."""
-ACTIVE_PHASES = frozenset({"Pending", "Running", "Restarting"})
-ROLE_ORDER = {"chief": 0, "ps": 1, "worker": 2, "evaluator": 3}
+ACTIVE_PHASES = frozenset(p.value for p in JobPhase if not p.terminal)
 ROLE_NAMES = {
     "chief": ("Chief", "coordinates training and writes checkpoints"),
     "ps": ("Parameter servers", "hold the model's variables; the workers read and update them"),
@@ -150,8 +150,8 @@ def pager_window(page: int, pages: int, width: int = 2) -> list[int | None]:
     return out
 
 
-def role_key(replica: ReplicaOut) -> tuple[int, int]:
-    return ROLE_ORDER.get(replica.role, 9), replica.index
+def role_key(replica: Replica) -> tuple[int, int]:
+    return replica_order(replica.role, replica.index)
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ class ReplicaFilter:
     problems: bool = False
     """Only replicas that failed, restarted or have something to say."""
 
-    def matches(self, r: ReplicaOut) -> bool:
+    def matches(self, r: Replica) -> bool:
         if self.role and r.role != self.role:
             return False
         if self.state and r.state != self.state:
@@ -179,8 +179,8 @@ class ReplicaFilter:
         return True
 
 
-def has_problem(r: ReplicaOut) -> bool:
-    return r.state == "Failed" or r.restarts > 0 or bool(r.message)
+def has_problem(r: Replica) -> bool:
+    return r.state is ReplicaState.FAILED or r.restarts > 0 or bool(r.message)
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,7 @@ class RoleGroup:
     total: int
     """Replicas of this role in the whole job."""
     states: dict[str, int]
-    rows: list[ReplicaOut]
+    rows: list[Replica]
     """This page's rows of the role (may be empty)."""
 
 
@@ -212,7 +212,7 @@ class ReplicaPage:
 
 
 def replica_page(
-    replicas: Sequence[ReplicaOut], flt: ReplicaFilter, page: int, per_page: int = 50
+    replicas: Sequence[Replica], flt: ReplicaFilter, page: int, per_page: int = 50
 ) -> ReplicaPage:
     """Filter, order (role, then index) and cut one page out of a job's replicas; group
     the page's rows by role with the role's counts over the whole job."""
@@ -220,14 +220,14 @@ def replica_page(
     by_role = Counter(r.role for r in ordered)
     role_states: dict[str, Counter[str]] = {}
     for r in ordered:
-        role_states.setdefault(r.role, Counter())[r.state] += 1
+        role_states.setdefault(r.role, Counter())[r.state.value] += 1
     under_role = [r for r in ordered if not flt.role or r.role == flt.role]
-    by_state = Counter(r.state for r in under_role)
+    by_state = Counter(r.state.value for r in under_role)
     matched = [r for r in ordered if flt.matches(r)]
     page = clamp_page(page, len(matched), per_page)
     rows = matched[(page - 1) * per_page : page * per_page]
     groups = []
-    for role in sorted({r.role for r in rows}, key=lambda x: ROLE_ORDER.get(x, 9)):
+    for role in sorted({r.role for r in rows}, key=lambda x: replica_order(x, 0)):
         title, help_text = ROLE_NAMES.get(role, (role, ""))
         groups.append(
             RoleGroup(
@@ -245,22 +245,22 @@ def replica_page(
         total=len(ordered),
         page=page,
         pages=pages_of(len(matched), per_page),
-        by_role=dict(sorted(by_role.items(), key=lambda kv: ROLE_ORDER.get(kv[0], 9))),
+        by_role=dict(sorted(by_role.items(), key=lambda kv: replica_order(kv[0], 0))),
         by_state=dict(by_state),
         problems=sum(1 for r in under_role if has_problem(r)),
     )
 
 
-def log_replica(replicas: Iterable[ReplicaOut], with_logs: Iterable[str]) -> str | None:
+def log_replica(replicas: Iterable[Replica], with_logs: Iterable[str]) -> str | None:
     """The replica whose log a job page opens first: the first that failed (that is what
     the user wants to read), else the chief, else worker 0, else any replica with a log."""
     have = set(with_logs)
     ordered = sorted(replicas, key=role_key)
     for r in ordered:
-        if r.state == "Failed" and (r.key in have or not have):
+        if r.state is ReplicaState.FAILED and (r.key in have or not have):
             return r.key
     known = have or {r.key for r in ordered}  # before any log exists: the one that will
-    for key in ("chief-0", "worker-0"):
+    for key in (replica_key("chief", 0), replica_key("worker", 0)):
         if key in known:
             return key
     for r in ordered:
@@ -269,10 +269,10 @@ def log_replica(replicas: Iterable[ReplicaOut], with_logs: Iterable[str]) -> str
     return sorted(have)[0] if have else None
 
 
-def common_wait(replicas: Iterable[ReplicaOut]) -> tuple[str, int] | None:
+def common_wait(replicas: Iterable[Replica]) -> tuple[str, int] | None:
     """Why most waiting replicas wait: (the most common message of the pending replicas,
     how many say it), so a job page can say it once instead of 451 times."""
-    messages = Counter(r.message for r in replicas if r.state == "Pending" and r.message)
+    messages = Counter(r.message for r in replicas if r.state is ReplicaState.PENDING and r.message)
     if not messages:
         return None
     message, count = messages.most_common(1)[0]
@@ -299,4 +299,4 @@ def state_summary(counts: Mapping[str, int]) -> str:
 
 def running_of(counts: Mapping[str, int]) -> tuple[int, int]:
     """-> (running replicas, all replicas)."""
-    return counts.get("Running", 0), sum(counts.values())
+    return counts.get(ReplicaState.RUNNING, 0), sum(counts.values())

@@ -15,6 +15,7 @@ import jinja2
 from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from tfkube import contract
 from tfkube.server.web import _present as present
 
 HERE = Path(__file__).parent
@@ -113,6 +114,7 @@ ENV.globals.update(
     PHASES=present.PHASES,
     PHASE_HELP=present.PHASE_HELP,
     ROLE_NAMES=present.ROLE_NAMES,
+    DEFAULT_ENTRYPOINT=contract.DEFAULT_ENTRYPOINT,
     state_summary=present.state_summary,
     running_of=present.running_of,
     is_active=present.is_active,

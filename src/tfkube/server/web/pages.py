@@ -16,7 +16,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
+from tfkube import contract
 from tfkube.engines import Features
+from tfkube.planner import Replica
 from tfkube.server import queries
 from tfkube.server.accounts import needs_setup, session_user
 from tfkube.server.api.deps import PlatformDep, Principal, SessionDep
@@ -34,7 +36,7 @@ from tfkube.server.web._context import PageUser, is_fragment, page_context
 from tfkube.server.web._render import PageError, render
 from tfkube.server.web.serving_pages import job_serving
 from tfkube.spec import SpecError, load_job_text
-from tfkube.wire import ArtifactOut, JobList, JobOut, OutputFile, Progress, ReplicaOut
+from tfkube.wire import ArtifactOut, JobList, JobOut, OutputFile, Progress
 
 router = APIRouter(include_in_schema=False)
 JOBS_PER_PAGE = 50
@@ -293,7 +295,7 @@ def _outputs_data(principal: Principal, row: Job, job: JobOut, path: str) -> dic
         crumbs.append((part, "/".join(parts[: i + 1])))
     return {
         "job": job,
-        "files": [f for f in files if f.path != ".tfkube"],
+        "files": [f for f in files if f.path != contract.OWN_SUBDIR],
         "path": "/".join(parts),
         "crumbs": crumbs,
         "missing": missing,
@@ -319,7 +321,7 @@ def job_page(
     attempts: dict[str, list[int]] = {}
     for f in logs:
         attempts.setdefault(f.replica, []).append(f.attempt)
-    replicas: list[ReplicaOut] = job.replicas or []
+    replicas: list[Replica] = job.replicas or []
     keys = [r.key for r in sorted(replicas, key=present.role_key)]
     chosen = replica if replica in keys else present.log_replica(replicas, attempts)
     return render(

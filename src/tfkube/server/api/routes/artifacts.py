@@ -12,6 +12,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import FileResponse
 from starlette.concurrency import run_in_threadpool
 
+from tfkube import contract
 from tfkube.server import queries
 from tfkube.server.api.deps import (
     ArtifactDep,
@@ -111,7 +112,8 @@ async def upload(
     name: Annotated[str | None, Query(description="The artifact's name.")] = None,
     kind: Annotated[str | None, Query(description="code (the default) or data.")] = None,
     entrypoint: Annotated[
-        str | None, Query(description="Code: the script that must be in it (run.sh).")
+        str | None,
+        Query(description=f"Code: the script that must be in it ({contract.DEFAULT_ENTRYPOINT})."),
     ] = None,
     filename: Annotated[str, Query(description="Raw body: its file name.")] = "upload.tar.gz",
 ) -> ArtifactOut:
@@ -161,7 +163,7 @@ async def upload(
             )
         if kind not in KINDS:
             raise field_error("kind", "must be code or data")
-        needed = (entrypoint or "run.sh") if kind == "code" else None
+        needed = (entrypoint or contract.DEFAULT_ENTRYPOINT) if kind == "code" else None
         if not multipart:
             raw = blobs.temp()
             staged.append(raw)

@@ -10,15 +10,16 @@ from typing import Any
 
 from fastapi import APIRouter, Body, HTTPException, Request
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from tfkube.engines import JobExists
+from tfkube.planner import settled
 from tfkube.server import queries
 from tfkube.server.api.deps import CurrentUser, JobDep, PlatformDep, SessionDep, TeamDep
 from tfkube.server.core.scopes import Scope
-from tfkube.server.jobs.forms import JobForm, form_job
-from tfkube.spec import FieldError, SpecError, TFJob, errors_from, load_job_text, parse_job
+from tfkube.server.jobs.forms import artifact_job
+from tfkube.spec import FieldError, SpecError, TFJob, load_job_text, parse_job, read_form
 from tfkube.wire import EventOut, JobList, JobOut
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
@@ -67,11 +68,7 @@ def _parse_submission(body: dict[str, Any]) -> tuple[TFJob, str]:
         if isinstance(manifest, dict):
             return parse_job(manifest, "manifest"), "spec.code.source"
         raise SpecError([FieldError("manifest", "give the TFJob as YAML text or a JSON object")])
-    try:
-        form = JobForm.model_validate(body)
-    except ValidationError as exc:
-        raise SpecError(errors_from(exc), "form") from None
-    return form_job(form), "code"
+    return artifact_job(read_form(body)), "code"
 
 
 @router.post("/teams/{team}/jobs", status_code=201)
@@ -260,11 +257,7 @@ async def watch(job: JobDep, request: Request, platform: PlatformDep) -> Streami
             for e in new:
                 after = e.id
                 yield sse("event", e.model_dump_json(), str(e.id))
-            if (
-                out.phase in {"Succeeded", "Failed"}
-                and not out.queued
-                and all(r.state not in {"Running", "Pending"} for r in out.replicas or [])
-            ):
+            if not out.queued and settled(out.phase, out.replicas or []):
                 yield sse("end", "{}")
                 return
             if await request.is_disconnected():

@@ -352,7 +352,8 @@
     const form = new FormData();
     form.append("name", value("name"));
     form.append("kind", kind);
-    if (kind === "code") form.append("entrypoint", value("entrypoint") || "run.sh");
+    // An empty entrypoint is the server's default (tfkube.contract.DEFAULT_ENTRYPOINT).
+    if (kind === "code" && value("entrypoint")) form.append("entrypoint", value("entrypoint"));
     if (parts.archive) form.append("file", parts.archive, parts.archive.name);
     else for (const [path, file] of parts.kept) form.append("files", file, path);
 
