@@ -24,7 +24,7 @@ from tfkube.render import (
 )
 
 # render's own unit tests: its private module's rules too.
-from tfkube.render._serving import (
+from tfkube.render._workloads import (
     TF_SERVING_IMAGE,
     TFKUBE_SERVING_IMAGE,
     job_export_volume,

@@ -3,7 +3,7 @@
 `app` is the command group; `fail` and `run_service` are for the commands `tfkube._main`
 adds (`tfkube server`), so that they exit and stop as every other command does."""
 
-from tfkube.cli import _app, _serving  # noqa: F401  (register the commands)
+from tfkube.cli import _app, _workloads  # noqa: F401  (register the commands)
 from tfkube.cli._common import app, fail
 from tfkube.cli._lifetime import run_service
 

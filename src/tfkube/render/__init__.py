@@ -30,7 +30,8 @@ from tfkube.render._deploy import (
 )
 from tfkube.render._render import MAX_CODE_CONFIGMAP_BYTES, RenderOptions, render_job
 from tfkube.render._server import SERVER_NAME, ServerInstall, server_manifests
-from tfkube.render._serving import (
+from tfkube.render._tenant import tenant_objects
+from tfkube.render._workloads import (
     ModelServerSpec,
     NotebookSpec,
     ServingRuntime,
@@ -38,7 +39,6 @@ from tfkube.render._serving import (
     render_model_server,
     render_notebook,
 )
-from tfkube.render._tenant import tenant_objects
 
 __all__ = [
     "MAX_CODE_CONFIGMAP_BYTES",
