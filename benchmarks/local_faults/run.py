@@ -105,7 +105,7 @@ def shell_job(name: str, script: str, **policy: Any) -> tuple[Any, Path]:
 
 
 def training_process(backend: LocalBackend, name: str, replica: str) -> psutil.Process:
-    pid = next(r.pid for r in backend.get(name).replicas if r.key == replica)
+    pid = backend.get(name).pids.get(replica)
     assert pid is not None
     for child in psutil.Process(pid).children(recursive=True):
         if any(part.endswith("train.py") for part in child.cmdline()):
@@ -142,8 +142,8 @@ def supervisor_killed(home: Path, tag: str) -> Result:
     wait_for(lambda: step_of(backend, job.name, "worker-1") > 0, "training")
     wait_for(lambda: latest_checkpoint(backend.get(job.name).log_dir or "") >= 100, "a ckpt")
     procs = []
-    for r in backend.get(job.name).replicas:
-        launcher = psutil.Process(r.pid or 0)
+    for pid in backend.get(job.name).pids.values():
+        launcher = psutil.Process(pid)
         procs += [launcher, *launcher.children(recursive=True)]
     sup = backend._dir(job.name).read().supervisor
     assert sup is not None

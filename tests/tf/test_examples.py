@@ -65,7 +65,7 @@ def wait_for_log(
 
 def training_process(backend: LocalBackend, name: str, replica: str) -> psutil.Process:
     """The TensorFlow process of a replica (below its launcher)."""
-    pid = next(r.pid for r in backend.get(name).replicas if r.key == replica)
+    pid = backend.get(name).pids.get(replica)  # the launcher of that replica
     assert pid is not None
     for child in psutil.Process(pid).children(recursive=True):
         if any(part.endswith("train.py") for part in child.cmdline()):

@@ -28,9 +28,10 @@ def test_a_killed_supervisor_leaves_no_tensorflow_replica(tfkube_home: Path) -> 
     backend.submit(job, EXAMPLES / "mnist-between-graph")
     wait_for_log(backend, job.name, "worker-1", r"global_step=\d+ loss")
     trees = []
-    for r in backend.get(job.name).replicas:
-        assert r.pid is not None
-        launcher = psutil.Process(r.pid)
+    view = backend.get(job.name)
+    assert set(view.pids) == {r.key for r in view.replicas}
+    for pid in view.pids.values():
+        launcher = psutil.Process(pid)
         trees += [launcher, *launcher.children(recursive=True)]
     assert training_process(backend, job.name, "ps-0") in trees
     supervisor = backend._dir(job.name).read().supervisor
