@@ -711,9 +711,12 @@ def operator_command(
 
     if namespace and all_namespaces:
         raise fail("give --namespace or --all-namespaces, not both")
-    settings = OperatorSettings.read(
-        namespaces=tuple(namespace or ()), kubeconfig=kubeconfig, verbose=verbose
-    )
+    try:
+        settings = OperatorSettings.read(
+            namespaces=tuple(namespace or ()), kubeconfig=kubeconfig, verbose=verbose
+        )
+    except ValueError as exc:  # its environment contradicts itself
+        raise fail(f"the operator's settings: {exc}") from None
     # Until SIGINT, SIGTERM or SIGHUP: the jobs it reconciles are the cluster's and carry
     # on; the next operator takes them over.
     run_service(lambda: run_operator(settings))
