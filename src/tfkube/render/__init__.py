@@ -30,7 +30,13 @@ from tfkube.render._deploy import (
     install_manifests,
 )
 from tfkube.render._render import MAX_CODE_CONFIGMAP_BYTES, RenderOptions, render_job
-from tfkube.render._server import SERVER_NAME, ServerInstall, server_manifests
+from tfkube.render._server import (
+    DATABASE_SECRET,
+    SERVER_NAME,
+    ServerInstall,
+    data_claim_name,
+    server_manifests,
+)
 from tfkube.render._storage import (
     DEFAULT_CLAIM_SIZE,
     EMPTY_DIR,
@@ -51,6 +57,7 @@ from tfkube.render._workloads import (
 )
 
 __all__ = [
+    "DATABASE_SECRET",
     "DEFAULT_CLAIM_SIZE",
     "EMPTY_DIR",
     "MAX_CODE_CONFIGMAP_BYTES",
@@ -68,6 +75,7 @@ __all__ = [
     "StorageDefaults",
     "Volume",
     "crd",
+    "data_claim_name",
     "deploy_file_texts",
     "dump_yaml",
     "install_manifests",
