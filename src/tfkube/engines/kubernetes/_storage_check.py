@@ -105,15 +105,21 @@ def _class_list(found: StorageFindings) -> str:
     return ", ".join(found.classes or ()) or "none"
 
 
+def _missing_class(found: StorageFindings, flag: str, name: str) -> str | None:
+    """The refusal of a StorageClass the cluster does not have (None: it has it, or the
+    classes could not be read)."""
+    if found.classes is None or name in found.classes:
+        return None
+    return f"{flag} {name}: this cluster has no such StorageClass (it has: {_class_list(found)})"
+
+
 def _jobs(found: StorageFindings, jobs: StorageDefaults) -> tuple[list[str], list[str]]:
     notes: list[str] = []
     refusals: list[str] = []
     if jobs.logs_storage_class:
-        if found.classes is not None and jobs.logs_storage_class not in found.classes:
-            refusals.append(
-                f"--logs-storage-class {jobs.logs_storage_class}: this cluster has no such "
-                f"StorageClass (it has: {_class_list(found)})"
-            )
+        missing = _missing_class(found, "--logs-storage-class", jobs.logs_storage_class)
+        if missing is not None:
+            refusals.append(missing)
         else:
             notes.append(
                 "jobs whose spec names no logs storage get a new claim <job>-logs "
@@ -164,11 +170,9 @@ def _server(
     elif server.data_claim:
         notes.append(_named_claim(found, namespace, server.data_claim, "its data folder"))
     elif server.storage_class:
-        if found.classes is not None and server.storage_class not in found.classes:
-            refusals.append(
-                f"--storage-class {server.storage_class}: this cluster has no such "
-                f"StorageClass (it has: {_class_list(found)})"
-            )
+        missing = _missing_class(found, "--storage-class", server.storage_class)
+        if missing is not None:
+            refusals.append(missing)
         else:
             notes.append(
                 f"the server keeps its data on a new claim {claim} ({server.storage_size}) "
