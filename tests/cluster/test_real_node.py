@@ -38,8 +38,7 @@ from tfkube.kube.observe import parse_time
 from tfkube.kube.resources import SERVICE
 from tfkube.kube.rest import Kube
 from tfkube.launcher._tee import replica_log_dir
-from tfkube.render import RenderOptions, render_job
-from tfkube.spec import DEFAULT_IMAGE, load_job_text
+from tfkube.spec import DEFAULT_IMAGE
 
 from ._support import REPO, KubeCluster, Operator, RealNode, load_cluster_module, wait_for
 
@@ -55,7 +54,7 @@ before the test's act had landed)."""
 
 
 KEPT_LOGS = {"logs": {"size": "1Gi"}}
-"""A logs claim of the job's own (`<job>-logs`), pre-bound to a host folder by `submit`."""
+"""A logs claim of the job's own (`<job>-logs`); its test has `submit` pre-bind it."""
 
 
 def real_node_job(
@@ -103,19 +102,14 @@ def tfkube(kube: KubeCluster, ns: str, *args: str, timeout: float = 120) -> str:
     return proc.stdout
 
 
-def asked_claims(path: Path) -> list[str]:
-    """The claims the job file makes tfkube create (none unless it asks)."""
-    job = load_job_text(path.read_text(), str(path))
-    objects = render_job(job, RenderOptions(namespace="ns", code_archive=b"x"))
-    return [o["metadata"]["name"] for o in objects if o["kind"] == "PersistentVolumeClaim"]
-
-
-def submit(node: RealNode, kube: KubeCluster, ns: str, path: Path, name: str) -> None:
-    """`tfkube submit`; a claim the job asks for is first pre-bound to a host folder (no
-    provisioner here), and only then."""
-    claims = asked_claims(path)
-    if claims:
-        node.bind(ns, claims)
+def submit(
+    node: RealNode, kube: KubeCluster, ns: str, path: Path, bind: tuple[str, ...] = ()
+) -> None:
+    """`tfkube submit`; the claims in `bind` (those the job file asks for) are first
+    pre-bound to host folders (no provisioner here). Nothing else is bound: a claim the
+    job did not ask for would keep its replicas Pending."""
+    if bind:
+        node.bind(ns, list(bind))
     tfkube(kube, ns, "submit", str(path))
 
 
@@ -233,7 +227,7 @@ def test_between_graph_example_trains_in_real_pods(
     args = ["--train_steps=1000", "--step_sleep=0.02"]  # ~30 s: time to read every log
     path, _ = real_node_job(real_node, tmp_path, name, args)
     t0 = time.monotonic()
-    submit(real_node, kube, ns, path, name)
+    submit(real_node, kube, ns, path)
 
     def every_replica_logged() -> str | None:
         out = tfkube(kube, ns, "logs", name)
@@ -284,7 +278,7 @@ def test_ps_strategy_example_trains_in_real_pods(
     kube, ns, name = operator.kube, kube_namespace, "ps-strategy"
     path, _ = real_node_job(real_node, tmp_path, name)
     t0 = time.monotonic()
-    submit(real_node, kube, ns, path, name)
+    submit(real_node, kube, ns, path)
     final = wait_done(kube, ns, name)
     print(f"\n{name}: Succeeded {time.monotonic() - t0:.0f}s after submit")
     res = result(kube, ns, name, "chief-0")
@@ -317,7 +311,7 @@ def test_a_deleted_worker_pod_is_replaced_and_the_job_succeeds(
     """With a logs claim, every start of a replica keeps its own log there."""
     kube, ns, name = operator.kube, kube_namespace, "mnist-between-graph"
     path, _ = real_node_job(real_node, tmp_path, name, SLOW, storage=KEPT_LOGS, backoffLimit=6)
-    submit(real_node, kube, ns, path, name)
+    submit(real_node, kube, ns, path, bind=(f"{name}-logs",))
     wait_for(
         "worker-1 training",
         lambda: logged(kube, ns, name, "worker", 1, r"global_step=\d+ loss"),
@@ -359,7 +353,7 @@ def test_a_deleted_ps_pod_restarts_the_job_from_the_checkpoint(
     # (SLOW: the 1,700 global steps left take >= 40 s; with a TensorBoard check first, a
     # quiet machine once finished the job before the PS went).
     path, _ = real_node_job(real_node, tmp_path, name, SLOW, storage=KEPT_LOGS, backoffLimit=6)
-    submit(real_node, kube, ns, path, name)
+    submit(real_node, kube, ns, path, bind=(f"{name}-logs",))
     log_dir = real_node.volume(ns, f"{name}-logs")
     wait_for("a checkpoint at step >= 300", lambda: latest_checkpoint_step(log_dir) >= 300,
              JOB_TIMEOUT, 0.5)  # fmt: skip
@@ -392,16 +386,20 @@ def test_without_a_logs_claim_a_deleted_ps_pod_restarts_the_job_from_scratch(
     events and in `tfkube status` while it restarts; it still trains to the end."""
     kube, ns, name = operator.kube, kube_namespace, "mnist-between-graph"
     path, _ = real_node_job(real_node, tmp_path, name, SLOW, backoffLimit=6)
-    submit(real_node, kube, ns, path, name)
-    wait_for(
-        "worker-0 past step 300",
-        lambda: (
-            (m := logged(kube, ns, name, "worker", 0, r"global_step=(\d+) loss"))
-            and int(m.group(1)) >= 300
-        ),
-        JOB_TIMEOUT,
-        0.5,
-    )
+    submit(real_node, kube, ns, path)
+
+    def chief_step() -> int:
+        """The last global step the chief (worker-0) logged."""
+        found = replica_pods(kube, ns, name, "worker", 0)
+        if not found or found[-1].status.phase != "Running":
+            return 0
+        try:
+            text = pod_log(kube, ns, found[-1])
+        except client.ApiException:
+            return 0
+        return max((int(m) for m in re.findall(r"global_step=(\d+) loss", text)), default=0)
+
+    wait_for("worker-0 past step 300", lambda: chief_step() >= 300, JOB_TIMEOUT, 0.5)
     first_chief = replica_pods(kube, ns, name, "worker", 0)[-1].metadata.uid
     ps = replica_pods(kube, ns, name, "ps", 0)[-1]
     kube.core.delete_namespaced_pod(ps.metadata.name, ns)
@@ -443,7 +441,7 @@ def test_the_jobs_tensorboard_serves_its_scalars_while_it_trains(
     kube, ns, name = operator.kube, kube_namespace, "mnist-between-graph"
     endless = ["--train_steps=1000000", "--step_sleep=0.05", "--checkpoint_steps=100"]
     path, _ = real_node_job(real_node, tmp_path, name, endless, tensorboard=True)
-    submit(real_node, kube, ns, path, name)
+    submit(real_node, kube, ns, path, bind=(f"{name}-logs",))  # TensorBoard reads the logs
     t0 = time.monotonic()
     tags = wait_for(
         "TensorBoard serving the job's scalars",
@@ -490,7 +488,7 @@ def test_a_replica_that_starts_before_its_peers_resolve_still_comes_up(
     path, raw = real_node_job(real_node, tmp_path, name)
     raw["spec"]["replicas"]["ps"]["nodeSelector"][gate] = "open"
     path.write_text(yaml.safe_dump(raw))
-    submit(real_node, kube, ns, path, name)
+    submit(real_node, kube, ns, path)
     try:
         wait_for(
             "both workers running their entrypoint",
@@ -584,9 +582,7 @@ def test_a_silent_replica_is_stalled_reported_restarted_or_fails_the_job(
     jobs = {"stall-report": "Report", "stall-fail": "Fail", "stall-restart": "Restart"}
     t0 = time.monotonic()
     for name, action in jobs.items():
-        submit(
-            real_node, kube, ns, stall_job(real_node, tmp_path, name, action, backoffLimit=1), name
-        )
+        submit(real_node, kube, ns, stall_job(real_node, tmp_path, name, action, backoffLimit=1))
 
     def shown_stalled() -> str | None:
         out = tfkube(kube, ns, "status", "stall-report")
