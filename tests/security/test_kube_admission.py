@@ -21,6 +21,7 @@ with a 422 naming the field and the fix, and nothing at all is created in the na
 from __future__ import annotations
 
 import base64
+import copy
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -263,6 +264,16 @@ def test_a_members_job_cannot_read_a_secret_nobody_allowed(
             "spec.replicas.worker.volumes[0].claimName",
             id="claim",
         ),
+        pytest.param(
+            job("critical", scheduling={"priorityClassName": "system-cluster-critical"}),
+            "spec.scheduling.priorityClassName",
+            id="priority-preempting-other-teams",
+        ),
+        pytest.param(
+            job("squat", worker={"tolerations": [{"key": "dedicated", "operator": "Exists"}]}),
+            "spec.replicas.worker.tolerations[0].key",
+            id="toleration-of-anothers-pool",
+        ),
     ],
 )
 def test_a_members_job_cannot_use_what_nobody_allowed(
@@ -316,6 +327,47 @@ def test_a_team_admins_allowance_lets_the_named_secret_through(
     r = submit(admin, tenant.name, manifest)
     assert r.status_code == 422, r.text
     admin.ok(admin.http.put(path, json={}))
+
+
+def test_priority_and_tolerations_are_a_site_admins_to_allow(
+    kube_platform: on_kube.Platform, tenant: Tenant
+) -> None:
+    """A PriorityClass preempts other teams' pods, a toleration lands on nodes a taint
+    keeps for others: a team admin can neither use them nor allow them; a site admin can
+    allow them for the team, and then a member's job runs with them."""
+    kube, member, admin, site = kube_platform.kube, tenant.member, tenant.admin, kube_platform.admin
+    path = f"/api/v1/teams/{tenant.name}/allowances"
+    for body in ({"priority_classes": ["system-cluster-critical"]}, {"toleration_keys": ["*"]}):
+        r = admin.http.put(path, json=body)
+        assert r.status_code == 403, (body, r.text)
+    placed = {
+        "scheduling": {"priorityClassName": "system-cluster-critical"},
+        "worker": {
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+            "annotations": {"tfkube.io/fake-duration": "600s"},
+        },
+    }
+    r = submit(admin, tenant.name, job("placed", **copy.deepcopy(placed)))
+    assert r.status_code == 422, r.text
+    assert {e["field"] for e in r.json()["errors"]} == {
+        "spec.scheduling.priorityClassName",
+        "spec.replicas.worker.tolerations[0].key",
+    }
+    assert tfjob(kube, tenant.namespace, "placed") is None
+    allow = {"priority_classes": ["system-cluster-critical"], "toleration_keys": ["dedicated"]}
+    site.ok(site.http.put(path, json=allow))
+    try:
+        made = member.ok(submit(member, tenant.name, job("placed", **copy.deepcopy(placed))), 201)
+        created = wait_for("the TFJob", lambda: tfjob(kube, tenant.namespace, "placed"), 30)
+        assert created["spec"]["scheduling"]["priorityClassName"] == "system-cluster-critical"
+        member.ok(member.delete(f"/api/v1/jobs/{made['id']}"), 204)
+        wait_for(
+            "the deleted job's objects to go",
+            lambda: not any("placed" in o for o in in_namespace(kube, tenant.namespace)),
+            60,
+        )
+    finally:
+        site.ok(site.http.put(path, json={}))
 
 
 def test_a_team_namespace_refuses_privileged_and_root_pods(

@@ -15,7 +15,12 @@ from pydantic import ValidationError
 from tfkube.engines import Allowances, Submitter
 from tfkube.engines import admission_refusals as refusals
 from tfkube.engines._admission import matches
-from tfkube.kube.names import CREDENTIAL_PATTERNS, platform_credential, private_claim
+from tfkube.kube.names import (
+    CREDENTIAL_PATTERNS,
+    NODE_LOST_TAINTS,
+    platform_credential,
+    private_claim,
+)
 from tfkube.spec import DEFAULT_IMAGE, FieldError, errors_from, parse_job
 
 KUBEFLOW = Path(__file__).resolve().parents[1] / "data" / "kubeflow"
@@ -84,6 +89,13 @@ ALLOWED = Allowances(
     service_accounts=["uploader"],
     tensorboard_images=["registry.example/board:*"],
 )
+PLACED = Allowances(priority_classes=["batch-*"], toleration_keys=["nvidia.com/gpu", "pool-*"])
+"""What a site admin may allow a team: priorities and taints reach past it."""
+
+
+def tolerate(*keys: str | None) -> list[dict[str, Any]]:
+    return [{"key": k, "operator": "Exists"} if k else {"operator": "Exists"} for k in keys]
+
 
 ROWS = [
     # -- nothing named: everyone may ------------------------------------------------
@@ -489,6 +501,69 @@ ROWS = [
         [],
         id="kubeflow claim, allowed",
     ),
+    # -- priority and tolerations: a site admin's --------------------------------------
+    pytest.param(
+        tfjob(scheduling={"priorityClassName": "system-cluster-critical"}),
+        TEAM_ADMIN,
+        ALLOWED,
+        ["spec.scheduling.priorityClassName"],
+        id="a critical priority, even a team admin's",
+    ),
+    pytest.param(
+        tfjob(scheduling={"priorityClassName": "batch-low"}), MEMBER, PLACED, [], id="allowed"
+    ),
+    pytest.param(
+        tfjob(scheduling={"priorityClassName": "system-node-critical"}),
+        SITE_ADMIN,
+        NONE,
+        [],
+        id="a site admin's priority",
+    ),
+    pytest.param(
+        tfjob(worker={"tolerations": tolerate("dedicated", None)}),
+        TEAM_ADMIN,
+        ALLOWED,
+        [f"{W}.tolerations[0].key", f"{W}.tolerations[1]"],
+        id="a reserved pool, every taint",
+    ),
+    pytest.param(
+        tfjob(worker={"tolerations": tolerate("nvidia.com/gpu", "pool-a")}),
+        MEMBER,
+        PLACED,
+        [],
+        id="tolerations allowed",
+    ),
+    pytest.param(
+        tfjob(worker={"tolerations": tolerate(None)}),
+        MEMBER,
+        Allowances(toleration_keys=["*"]),
+        [],
+        id="every taint, allowed",
+    ),
+    pytest.param(
+        tfjob(worker={"tolerations": tolerate(*NODE_LOST_TAINTS)}),
+        MEMBER,
+        NONE,
+        [],
+        id="the node-lost taints: only a delay",
+    ),
+    pytest.param(
+        tfjob(tensorboard={"tolerations": tolerate("dedicated")}),
+        TEAM_ADMIN,
+        NONE,
+        ["spec.tensorboard.tolerations[0].key"],
+        id="TensorBoard's toleration",
+    ),
+    pytest.param(
+        tfjob(worker={"nodeSelector": {"pool": "a"}}), MEMBER, NONE, [], id="a node selector"
+    ),
+    pytest.param(
+        kubeflow(tolerations=[{"key": "dedicated", "operator": "Exists"}]),
+        MEMBER,
+        NONE,
+        [f"{W}.tolerations[0].key"],
+        id="kubeflow toleration",
+    ),
 ]
 
 
@@ -522,21 +597,32 @@ def test_messages_say_why_and_how() -> None:
     assert "the job's image" in board
     assert f"spec.tensorboard.image: {DEFAULT_IMAGE}" in board
     assert "baseline" in _message(tfjob(podSecurity="baseline"))
+    priority = _message(tfjob(scheduling={"priorityClassName": "high"}), TEAM_ADMIN)
+    assert "preempt" in priority
+    assert "ask a site admin" in priority
+    taint = _message(tfjob(worker={"tolerations": tolerate("dedicated")}), TEAM_ADMIN)
+    assert "taint 'dedicated'" in taint
+    assert "toleration_keys" in taint
 
 
 def test_the_kubeflow_corpus_needs_allowances_for_members() -> None:
     """The corpus' manifests that name Secrets and ConfigMaps: a member's are refused
-    until a team admin allows those names; a team admin's go through."""
+    until a team admin allows those names; a team admin's go through once a site admin
+    allowed the corpus' priority and GPU taint."""
     expected = yaml.safe_load((KUBEFLOW / "expected.yaml").read_text())
+    site = {"priority_classes": ["high-priority"], "toleration_keys": ["nvidia.com/gpu"]}
     allowed = Allowances(
-        secrets=["s3-credentials"], config_maps=["train-settings"], claims=["imagenet-ro"]
+        secrets=["s3-credentials"],
+        config_maps=["train-settings"],
+        claims=["imagenet-ro"],
+        **site,
     )
     named = 0
     for path in sorted(KUBEFLOW.glob("*.yaml")):
         if path.name == "expected.yaml" or "refused" in expected.get(path.name, {}):
             continue
         job = parse_job(yaml.safe_load(path.read_text()), path.name)
-        assert refusals(job, TEAM_ADMIN, Allowances()) == [], path.name
+        assert refusals(job, TEAM_ADMIN, Allowances(**site)) == [], path.name
         assert refusals(job, MEMBER, allowed) == [], path.name
         named += bool(refusals(job, MEMBER, Allowances()))
     assert named >= 2  # 08-volumes and 10-env-valuefrom
@@ -597,6 +683,9 @@ def test_matches(name: str, entries: list[str], hit: bool) -> None:
         ({"service_accounts": ["a b"]}, "service_accounts[0]"),
         ({"tensorboard_images": ["has space"]}, "tensorboard_images[0]"),
         ({"pod_security": "privileged"}, "pod_security"),
+        ({"priority_classes": ["System Critical"]}, "priority_classes[0]"),
+        ({"toleration_keys": ["a b"]}, "toleration_keys[0]"),
+        ({"toleration_keys": ["/gpu"]}, "toleration_keys[0]"),
         ({"volumes": []}, "volumes"),
         ({"secrets": ["x"] * 201}, "secrets"),
     ],
@@ -616,8 +705,11 @@ def test_allowances_accept_and_normalise() -> None:
             "service_accounts": ["uploader"],
             "tensorboard_images": ["registry.example/board:*", "*"],
             "pod_security": "baseline",
+            "priority_classes": ["batch-*"],
+            "toleration_keys": ["nvidia.com/gpu", "pool-*", "*"],
         }
     )
+    assert allowed.toleration_keys == ["*", "nvidia.com/gpu", "pool-*"]
     assert allowed.secrets == ["db", "docker-registry", "team-*"]
     assert allowed.model_dump(mode="json")["pod_security"] == "baseline"
     assert Allowances.model_validate({}) == Allowances()

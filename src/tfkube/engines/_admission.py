@@ -17,11 +17,19 @@ decides here, before anything is created (`tfkube.server.jobs.allowances`), with
     spec.tenant (the namespace's quota objects)      refused       refused     yes
     a TensorBoard image other than DEFAULT_IMAGE     if allowed    yes         yes
     spec.podSecurity: baseline                       only where a site admin allowed the team
+    spec.scheduling.priorityClassName                only those a site admin allowed    yes
+    a toleration (of a role or of TensorBoard)       only keys a site admin allowed     yes
     pod annotations setting AppArmor/seccomp         refused       refused     refused
 
 (*) `tfkube.kube.names.platform_credential`: a notebook's tokens, a job's code token, a
 model server's (a pull-secret copy is one too, except as a pull secret); and a notebook's
 home claim.
+
+A priority and a toleration reach past the team: a higher PriorityClass preempts other
+teams' pods, a toleration lands pods on the nodes a taint keeps for someone else (a GPU
+pool, a team's own machines). So those two lists are a site admin's, and bind team admins
+too; a node selector alone only narrows where the pods may go, and stays free, and so do
+the node-lost taints (tolerating them only delays an eviction: `runPolicy.nodeLostSeconds`).
 
 Allowances are per team (`Allowances`): names, or prefixes written `name-*`. Every refusal
 names the field and the fix. Kubernetes enforces the Pod Security level a second time
@@ -39,6 +47,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from tfkube.kube.names import (
     CREDENTIAL_PATTERNS,
+    NODE_LOST_TAINTS,
     NOTEBOOK_HOME_PREFIX,
     platform_credential,
     private_claim,
@@ -53,6 +62,7 @@ from tfkube.spec import (
     ReplicaSpec,
     Role,
     TFJob,
+    Toleration,
 )
 
 
@@ -67,6 +77,10 @@ class Submitter(StrEnum):
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 _PREFIX = re.compile(r"([a-z0-9][-a-z0-9.]*)?\*")
 _IMAGE = re.compile(r"[^\s*]+\*?|\*")
+_TAINT_KEY = re.compile(
+    r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
+)
+_TAINT_PREFIX = re.compile(r"[-A-Za-z0-9_./]*\*")
 _NOTEBOOK_PREFIX = "notebook-"
 SECURITY_ANNOTATIONS = (
     "container.apparmor.security.beta.kubernetes.io/",
@@ -123,16 +137,30 @@ def _image_entry(value: str) -> str:
     return value
 
 
+def _taint_entry(value: str) -> str:
+    """A taint key (`dedicated`, `nvidia.com/gpu`), or a prefix ending with '*' ('*' alone:
+    every taint, even a toleration without a key)."""
+    if len(value) > 316 or not (_TAINT_KEY.fullmatch(value) or _TAINT_PREFIX.fullmatch(value)):
+        raise ValueError(
+            f"{value!r} is not a taint key or a prefix: [a DNS prefix/]a name of letters, "
+            "digits, '-', '_' and '.', optionally ending with '*' (e.g. 'nvidia.com/gpu' or "
+            "'pool-*')"
+        )
+    return value
+
+
 _Limit = Field(max_length=200)
 Names = Annotated[list[Annotated[str, AfterValidator(_entry)]], _Limit]
 SecretNames = Annotated[list[Annotated[str, AfterValidator(_secret_entry)]], _Limit]
 ClaimNames = Annotated[list[Annotated[str, AfterValidator(_claim_entry)]], _Limit]
 Images = Annotated[list[Annotated[str, AfterValidator(_image_entry)]], _Limit]
+TaintKeys = Annotated[list[Annotated[str, AfterValidator(_taint_entry)]], _Limit]
 
 
 class Allowances(BaseModel):
     """What a team's members' jobs may use beyond their own: names, or prefixes written
-    `name-*`. Team admins change the lists; a site admin changes `pod_security`."""
+    `name-*`. Team admins change the lists; a site admin changes `pod_security`,
+    `priority_classes` and `toleration_keys` (they reach past the team)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
@@ -152,8 +180,22 @@ class Allowances(BaseModel):
     pod_security: PodSecurity = PodSecurity.RESTRICTED
     """The Pod Security level the team's namespace enforces (`restricted`, or `baseline`
     for images that must run as root); only a site admin changes it."""
+    priority_classes: Names = []
+    """PriorityClasses the team's jobs may name (spec.scheduling.priorityClassName): a
+    higher one preempts other teams' pods; only a site admin changes it."""
+    toleration_keys: TaintKeys = []
+    """Taint keys the team's jobs may tolerate (`nvidia.com/gpu`, `pool-*`; `*` every
+    taint): a taint keeps nodes for their owners; only a site admin changes it."""
 
-    @field_validator("secrets", "config_maps", "claims", "service_accounts", "tensorboard_images")
+    @field_validator(
+        "secrets",
+        "config_maps",
+        "claims",
+        "service_accounts",
+        "tensorboard_images",
+        "priority_classes",
+        "toleration_keys",
+    )
     @classmethod
     def _sorted(cls, values: list[str]) -> list[str]:
         return sorted(set(values))
@@ -185,6 +227,25 @@ class _Check:
     def trusted(self) -> bool:
         """Team and site admins may use any object of the namespace (they could allow it)."""
         return self.submitter is not Submitter.MEMBER
+
+    def tolerations(self, where: str, tolerations: Sequence[Toleration] | None) -> None:
+        """What reaches past the team is a site admin's alone."""
+        if self.submitter is Submitter.SITE_ADMIN:
+            return
+        keys = self.allowed.toleration_keys
+        for i, toleration in enumerate(tolerations or []):
+            key = toleration.key or ""
+            if key in NODE_LOST_TAINTS or (matches(key, keys) if key else "*" in keys):
+                continue
+            what = f"taint {key!r}" if key else "every taint (operator Exists, no key)"
+            self.errors.append(
+                FieldError(
+                    f"{where}.tolerations[{i}]" + (".key" if key else ""),
+                    f"tolerates {what}, which keeps nodes for others; remove it, or ask a "
+                    "site admin to allow the key for the team (toleration_keys in the team's "
+                    "allowances: PUT /api/v1/teams/<team>/allowances)",
+                )
+            )
 
     def secret(self, field: str, name: str, pull: bool = False) -> None:
         kind = platform_credential(name)
@@ -268,6 +329,7 @@ def _role(check: _Check, where: str, spec: ReplicaSpec) -> None:
             "service_accounts",
             spec.service_account_name,
         )
+    check.tolerations(where, spec.tolerations)
     for key in spec.annotations:
         if key.startswith(SECURITY_ANNOTATIONS):
             check.errors.append(
@@ -279,8 +341,26 @@ def _role(check: _Check, where: str, spec: ReplicaSpec) -> None:
             )
 
 
+def _priority(check: _Check, job: TFJob) -> None:
+    scheduling = job.spec.scheduling
+    name = scheduling.priority_class_name if scheduling is not None else None
+    if name is None or check.submitter is Submitter.SITE_ADMIN:
+        return
+    if not matches(name, check.allowed.priority_classes):
+        check.errors.append(
+            FieldError(
+                "spec.scheduling.priorityClassName",
+                f"PriorityClass {name!r} would let the team's pods preempt other teams'; "
+                "remove it, or ask a site admin to allow it for the team (priority_classes in "
+                "the team's allowances: PUT /api/v1/teams/<team>/allowances)",
+            )
+        )
+
+
 def _tensorboard(check: _Check, job: TFJob) -> None:
     board = job.spec.tensorboard
+    if board is not None and board.enabled:
+        check.tolerations("spec.tensorboard", board.tolerations)
     if board is None or not board.enabled or check.trusted:
         return
     image = board.image or job.spec.image
@@ -318,6 +398,7 @@ def admission_refusals(
                 "team's quota is a site admin's setting: PATCH /api/v1/teams/<team>)",
             )
         )
+    _priority(check, job)
     _tensorboard(check, job)
     if job.spec.pod_security is PodSecurity.BASELINE and (
         allowances.pod_security is PodSecurity.RESTRICTED

@@ -214,3 +214,9 @@ POD_SECURITY_LABELS = (
 def pod_security_labels(level: str) -> dict[str, str]:
     """A team namespace's Pod Security labels: enforce, warn and audit at `level`."""
     return dict.fromkeys(POD_SECURITY_LABELS, level)
+
+
+NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+"""The taints the node lifecycle controller puts (NoExecute) on a node that stopped
+answering; a pod tolerating them for N seconds is evicted N seconds after (which is all
+tolerating them does: any job may)."""

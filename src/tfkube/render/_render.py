@@ -50,6 +50,7 @@ from tfkube.kube.names import (
     LABEL_JOB,
     LABEL_MANAGED_BY,
     MANAGED_BY,
+    NODE_LOST_TAINTS,
     REPLICA_CONTAINER,
     TENANT_OBJECTS,
     TENSORBOARD_PORT_NAME,
@@ -726,11 +727,6 @@ def _placement(spec: ReplicaSpec | TensorBoardSpec | None) -> Object:
             t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in spec.tolerations
         ]
     return out
-
-
-NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
-"""The taints the node lifecycle controller puts (NoExecute) on a node that stopped
-answering; a pod tolerating them for N seconds is evicted N seconds after."""
 
 
 def _tolerates(toleration: Toleration, key: str) -> bool:
