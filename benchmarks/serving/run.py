@@ -304,9 +304,10 @@ def main() -> None:
                 f"{row['tfkube-call']['rps']:.0f} |"
             )
     seq = median(1, 1, "in-process", "rps")
+    rest_16, grpc_16 = median(1, 16, "rest", "rps"), median(1, 16, "grpc", "rps")
     print(
         f"\nbatch 1, 16 clients against one sequential in-process caller ({seq:.0f} req/s): "
-        f"REST {median(1, 16, 'rest', 'rps') / seq:.2f}x, gRPC {median(1, 16, 'grpc', 'rps') / seq:.2f}x"
+        f"REST {rest_16 / seq:.2f}x, gRPC {grpc_16 / seq:.2f}x"
     )
     if args.json:
         args.json.write_text(
