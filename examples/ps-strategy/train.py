@@ -2,8 +2,8 @@
 
 Workers and parameter servers only serve (`tf.distribute.Server(...).join()`); the chief
 is the coordinator: it places the variables on the PS, schedules steps on the workers
-(each reads its own shard of scikit-learn's bundled digits), saves checkpoints to the
-shared log dir, restores from them after a restart, and at the end writes `result.json`
+(each reads its own shard of scikit-learn's bundled digits), saves checkpoints to its log
+dir, restores from them after a restart, and at the end writes `result.json`
 and exports the model for serving: a SavedModel in `$TFKUBE_EXPORT_DIR/<global step>`
 whose `serving_default` signature takes `x` (the 64 pixel values, scaled to [0, 1]) and
 answers `probabilities` and `classes`.
@@ -115,9 +115,15 @@ def coordinate(
         step = tf.Variable(0, dtype=tf.int64, name="global_step")
 
     checkpoint = tf.train.Checkpoint(step=step, **params)
+    # The coordinator (this process) writes and reads every checkpoint file itself. By
+    # default each variable's own device (the PS) writes its shard and the last one merges
+    # them, which needs a folder the PS and the chief share; in a cluster a job without a
+    # logs claim gives each pod its own.
+    here = f"/job:{resolver.task_type}/replica:0/task:{resolver.task_id}/device:CPU:0"
+    io = tf.train.CheckpointOptions(experimental_io_device=here)
     manager = tf.train.CheckpointManager(checkpoint, log_dir, max_to_keep=3)
     if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint)
+        checkpoint.restore(manager.latest_checkpoint, options=io)
     print(f"tfkube-example: session ready at global_step={int(step.numpy())}", flush=True)
 
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -163,7 +169,7 @@ def coordinate(
             loss = coordinator.schedule(train_step, args=(iterator,))
             scheduled += 1
         coordinator.join()
-        manager.save(checkpoint_number=int(step.numpy()))
+        manager.save(checkpoint_number=int(step.numpy()), options=io)
         loss_value = float(loss.fetch())
         with summaries.as_default():
             tf.summary.scalar("loss", loss_value, step=int(step.numpy()))

@@ -20,8 +20,6 @@ Fixtures:
                              ServiceAccount token.
   operator        (function) `tfkube operator` (a subprocess with that token) watching the
                              test's namespace; stopped by PID afterwards.
-  volumes         (function) `bind(namespace, job)`: PersistentVolumes pre-bound to a job's
-                             data and logs claims (no provisioner here); deleted afterwards.
   code            (function) a folder holding `code/` (run.sh, train.py) to submit from.
 
 TFKUBE_KUBE_KEEP=1 keeps the control plane's temp dir (logs/, kubeconfig) after the session.
@@ -38,7 +36,7 @@ import os
 import re
 import subprocess
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,8 +51,6 @@ from ._support import (
     KubeCluster,
     Operator,
     RealNode,
-    bind_claim,
-    delete_volumes,
     load_cluster_module,
     service_account_kubeconfig,
     unavailable,
@@ -199,18 +195,6 @@ def operator(
     op.kill()
     assert not op.errors(), op.log.read_text()[-5000:]
     assert "Forbidden" not in op.log.read_text(), op.log.read_text()[-5000:]
-
-
-@pytest.fixture
-def volumes(crd: KubeCluster) -> Iterator[Callable[[str, str], None]]:
-    """Pre-bound PersistentVolumes for a job's data and logs claims (no provisioner here)."""
-    made: list[str] = []
-
-    def bind(namespace: str, job: str) -> None:
-        made.extend(bind_claim(crd, namespace, f"{job}-{which}") for which in ("data", "logs"))
-
-    yield bind
-    delete_volumes(crd, made)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from conftest import TAG  # tests/conftest.py
 from server._server import PASSWORD, Api, ServerProc, api_for, env_with, free_port
 from web._browser import LAPTOP, chromium, poll, shot
-from web._scale import big_job_manifest, bind_volumes, upload_tiny, wait_running
+from web._scale import big_job_manifest, upload_tiny, wait_running
 
 from ._support import KubeCluster, Operator
 
@@ -42,7 +42,6 @@ def big_job(
     )
     server.start()
     operator = None
-    volumes: list[str] = []
     admin: Api | None = None
     try:
         r = httpx.post(
@@ -57,7 +56,7 @@ def big_job(
         operator = Operator(kube_cluster, NAMESPACE, tmp / "operator.log", operator_kubeconfig)
         operator.start()
         upload_tiny(admin, "scale")
-        volumes = bind_volumes(kube_cluster.core, NAMESPACE, "wide")
+        # The job asks for no claim: nothing to bind (no provisioner here).
         job = admin.ok(
             admin.post(
                 "/api/v1/teams/scale/jobs",
@@ -80,8 +79,6 @@ def big_job(
         except ApiException as exc:
             if exc.status != 404:
                 raise
-        for name in volumes:
-            kube_cluster.core.delete_persistent_volume(name)
 
 
 def words(locator: Any) -> str:

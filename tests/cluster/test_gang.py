@@ -196,7 +196,6 @@ def _messages(backend: KubernetesBackend, job: str) -> dict[str, str]:
 def test_a_gang_above_capacity_waits_then_runs_once_capacity_is_added(
     gang_scheduler: str,
     operator: Operator,
-    volumes: Any,
     code: Path,
     kube_namespace: str,
     small_nodes: list[str],
@@ -209,7 +208,7 @@ def test_a_gang_above_capacity_waits_then_runs_once_capacity_is_added(
         spec["resources"] = {"cpu": "1"}
         if duration:
             spec["annotations"] = {"tfkube.io/fake-duration": duration}
-    backend = submit(kube, ns, volumes, code, data)
+    backend = submit(kube, ns, code, data)
     selector = "tfkube.io/job-name=gang"
     submitted = time.monotonic()
 

@@ -7,7 +7,9 @@ fake pods): a module fixture submits them and the tests look at the outcome of o
 Fake pods need `tfkube.io/fake-duration` to complete, which the fixture adds to every
 role but the PS (the manifests stay as users write them). What the manifests name and a
 real cluster would hold already (a dataset claim, a ConfigMap, a Secret, a PriorityClass)
-is created first; every claim is pre-bound to a PersistentVolume (no provisioner here).
+is created first. There is no StorageClass and no provisioner here, and nothing is bound
+for the jobs: a manifest that names no claim gets none (issue 23), so it runs as it would
+under Kubeflow; the one dataset claim a manifest names (08) is the only one bound.
 """
 
 from __future__ import annotations
@@ -140,8 +142,6 @@ def corpus(
         jobs = {}
         for name in ACCEPTED:
             job = parse_job(with_fake_durations(manifest(name)), name)
-            for which in ("data", "logs"):
-                made.append(bind_claim(kube, ns, f"{job.name}-{which}"))
             backend.submit(job, CORPUS)  # a local code folder (18) is packed from here
             jobs[name] = job.name
         yield Corpus(kube, ns, backend, jobs)
@@ -180,6 +180,29 @@ def _ended(corpus: Corpus, name: str) -> Any:
         raise AssertionError(f"{exc}\n{view.phase} {view.reason} {view.replicas}") from None
 
 
+def test_no_manifest_gets_a_claim_it_did_not_name(corpus: Corpus) -> None:
+    """No volumes in, no claims out: once every job's objects exist, the namespace holds
+    only the dataset claim manifest 08 names, and every replica pod mounts its logs and
+    data as scratch space of its own (on main each job had two claims nobody could bind,
+    and every replica waited for them)."""
+
+    def rendered() -> list[client.V1Job] | None:
+        found = corpus.kube.batch.list_namespaced_job(
+            corpus.namespace, label_selector="tfkube.io/replica-type"
+        ).items
+        roles = sum(len(manifest(n)["spec"]["tfReplicaSpecs"]) for n in corpus.jobs)
+        return found if len(found) >= roles else None
+
+    role_jobs = wait_for("every job's role Jobs", rendered, OUTCOME_TIMEOUT, 1)
+    claims = corpus.kube.core.list_namespaced_persistent_volume_claim(corpus.namespace).items
+    assert sorted(c.metadata.name for c in claims) == ["imagenet-ro"]
+    for job in role_jobs:
+        volumes = {v.name: v for v in job.spec.template.spec.volumes}
+        assert volumes["logs"].empty_dir is not None, job.metadata.name
+        if "data" in volumes:  # a PS has none
+            assert volumes["data"].empty_dir is not None, job.metadata.name
+
+
 def test_every_manifest_has_an_expected_outcome() -> None:
     files = {p.name for p in CORPUS.glob("*.yaml")} - {"expected.yaml"}
     assert files == set(EXPECTED)
@@ -206,10 +229,15 @@ def test_accepted_manifest_reaches_its_phase(corpus: Corpus, name: str) -> None:
         return
     view = _ended(corpus, name)
     assert view.phase.value == expected["phase"], (view.reason, view.message)
+    if view.finished_at is not None:
+        took = view.finished_at - view.created_at
+        print(f"\n{name}: {view.phase.value} {took:.0f}s after it was created (API time)")
     if "message" in expected:
         assert view.message == expected["message"]
     for role, pool in (expected.get("nodes") or {}).items():
-        nodes = {r.node for r in view.replicas if r.role == role}
+        # A replica still running when the job succeeded was ended with its pod (no node to
+        # see now): the ones whose pods are kept show where the role landed.
+        nodes = {r.node for r in view.replicas if r.role == role and r.node}
         assert nodes, view.replicas
         assert all(n and n.startswith(f"tfkube-{pool}-") for n in nodes), nodes
 

@@ -3,8 +3,8 @@
 The operator runs as a subprocess (`python -m tfkube operator --namespace NS`), exactly as
 users run it, and is stopped by PID. Jobs are submitted through `KubernetesBackend` (or the
 CLI); the fake-pod behaviour comes from `tfkube.io/fake-*` annotations in the replica specs
-(docs/testing.md). There is no volume provisioner here, so each job's two claims are
-pre-bound to PersistentVolumes (`claimRef`) before it is submitted.
+(docs/testing.md). There is no volume provisioner here; the jobs ask for no claim, so
+their replicas' logs and data are emptyDirs and nothing needs binding.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,15 +59,10 @@ def job_dict(name: str, **spec: Any) -> dict[str, Any]:
 
 
 def submit(
-    kube: KubeCluster,
-    namespace: str,
-    volumes: Callable[[str, str], None],
-    base: Path,
-    data: dict[str, Any],
+    kube: KubeCluster, namespace: str, base: Path, data: dict[str, Any]
 ) -> KubernetesBackend:
     backend = KubernetesBackend(api_client=kube.api_client, namespace=namespace)
     job = parse_job(data)
-    volumes(namespace, job.name)
     backend.submit(job, base)
     return backend
 
@@ -144,13 +138,13 @@ def nothing_left(kube: KubeCluster, ns: str, job: str) -> bool:
 
 
 def test_success_ends_the_ps_within_seconds(
-    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+    operator: Operator, code: Path, kube_namespace: str
 ) -> None:
     kube, ns = operator.kube, kube_namespace
     data = job_dict("ok", runPolicy={"successPolicy": "AllWorkers"})
     data["spec"]["replicas"]["ps"]["replicas"] = 2
     data["spec"]["replicas"]["worker"]["replicas"] = 3
-    backend = submit(kube, ns, volumes, code, data)
+    backend = submit(kube, ns, code, data)
     wait_for("PS pods running", lambda: len(pods(kube, ns, "tfkube.io/replica-type=ps")) == 2)
     status = wait_for("success", lambda: phase_is(kube, ns, "ok", "Succeeded"), 60, 0.1)
     seen_success = time.time()
@@ -196,7 +190,7 @@ def test_success_ends_the_ps_within_seconds(
 
 
 def test_worker_failure_is_retried_and_the_job_succeeds(
-    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+    operator: Operator, code: Path, kube_namespace: str
 ) -> None:
     """The chief decides success (after 14 s); the worker fails after 1 s each time, and
     Kubernetes re-creates it (its pod template is the same, so it fails again)."""
@@ -209,7 +203,7 @@ def test_worker_failure_is_retried_and_the_job_succeeds(
             "annotations": {"tfkube.io/fake-exit-code": "1", "tfkube.io/fake-fail-after": "1s"},
         },
     }
-    submit(kube, ns, volumes, code, data)
+    submit(kube, ns, code, data)
     wait_for(
         "a worker retried",
         lambda: len(pods(kube, ns, "tfkube.io/replica-type=worker")) >= 2,
@@ -231,7 +225,7 @@ def test_worker_failure_is_retried_and_the_job_succeeds(
 
 
 def test_non_retryable_exit_code_fails_the_job(
-    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+    operator: Operator, code: Path, kube_namespace: str
 ) -> None:
     kube, ns = operator.kube, kube_namespace
     data = job_dict("bad", runPolicy={"restartPolicy": "ExitCode", "backoffLimit": 5})
@@ -239,7 +233,7 @@ def test_non_retryable_exit_code_fails_the_job(
         "tfkube.io/fake-exit-code": "3",
         "tfkube.io/fake-fail-after": "1s",
     }
-    submit(kube, ns, volumes, code, data)
+    submit(kube, ns, code, data)
     status = wait_for("failure", lambda: phase_is(kube, ns, "bad", "Failed", "Succeeded"), 40)
     assert status["phase"] == "Failed"
     assert status["reason"] in ("ReplicaFailed", "PodFailurePolicy"), status
@@ -250,7 +244,7 @@ def test_non_retryable_exit_code_fails_the_job(
 
 
 def test_ps_failure_restarts_the_whole_job(
-    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+    operator: Operator, code: Path, kube_namespace: str
 ) -> None:
     """The PS fails after 2 s every time (same template): each failure re-creates every
     role's Job (a new generation) after the backoff, until backoffLimit ends it."""
@@ -261,7 +255,7 @@ def test_ps_failure_restarts_the_whole_job(
         "tfkube.io/fake-fail-after": "2s",
     }
     data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "60s"}
-    submit(kube, ns, volumes, code, data)
+    submit(kube, ns, code, data)
     first_workers = wait_for(
         "workers running",
         lambda: {
@@ -290,13 +284,21 @@ def test_ps_failure_restarts_the_whole_job(
     wait_for("both workers re-created", new_workers, 30)
     status = wait_for("the limit", lambda: phase_is(kube, ns, "psfail", "Failed"), 60)
     assert status["reason"] == "BackoffLimitExceeded", status
+    # It asked for no claim: its checkpoints were its pods' own, and every restart said
+    # it started from scratch (issue 23), as did the job's Storage event.
+    assert status["storage"] == {"data": "emptyDir", "logs": "emptyDir"}, status
+    said = [e.message for e in events(kube, ns, "psfail")]
+    restarts = [m for m in said if "restarting the replicas that use it" in m]
+    assert restarts, said
+    assert all("from scratch" in m for m in restarts), restarts
+    assert any("each pod's own folder (emptyDir" in m for m in said), said
     assert status["restarts"] == 2  # the third PS failure is one too many: not taken
     assert status["restartGenerations"] == {"ps": 2, "worker": 2}
     wait_for("replicas gone", lambda: not pods(kube, ns, "tfkube.io/replica-type=worker"), 20)
 
 
 def test_status_says_why_a_replica_is_pending(
-    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+    operator: Operator, code: Path, kube_namespace: str
 ) -> None:
     """A worker no node can take: `tfkube status` (the backend's view, the operator's
     interpreter) shows the scheduler's verdict; the operator sees the same state."""
@@ -304,7 +306,7 @@ def test_status_says_why_a_replica_is_pending(
     data = job_dict("stuck")
     data["spec"]["replicas"]["worker"]["replicas"] = 1
     data["spec"]["replicas"]["worker"]["nodeSelector"] = {"tfkube.io/pool": "nowhere"}
-    backend = submit(kube, ns, volumes, code, data)
+    backend = submit(kube, ns, code, data)
 
     def worker_message() -> str | None:
         worker = {r.key: r for r in backend.get("stuck").replicas}["worker-0"]
@@ -324,14 +326,12 @@ def test_status_says_why_a_replica_is_pending(
     assert "unschedulable" in shown.stdout, shown.stdout
 
 
-def test_deadline_exceeded(
-    operator: Operator, volumes: Any, code: Path, kube_namespace: str
-) -> None:
+def test_deadline_exceeded(operator: Operator, code: Path, kube_namespace: str) -> None:
     kube, ns = operator.kube, kube_namespace
     data = job_dict("slow", runPolicy={"activeDeadlineSeconds": 3})
     data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "60s"}
     started = time.time()
-    submit(kube, ns, volumes, code, data)
+    submit(kube, ns, code, data)
     status = wait_for("the deadline", lambda: phase_is(kube, ns, "slow", "Failed"), 30)
     assert status["reason"] == "DeadlineExceeded"
     assert time.time() - started < 3 + 30  # the deadline, plus a loaded machine's delay
@@ -339,24 +339,24 @@ def test_deadline_exceeded(
 
 
 def test_ttl_deletes_the_job_and_everything_it_made(
-    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+    operator: Operator, code: Path, kube_namespace: str
 ) -> None:
     kube, ns = operator.kube, kube_namespace
     data = job_dict("ttl", runPolicy={"ttlSecondsAfterFinished": 2})
     data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "1s"}
-    submit(kube, ns, volumes, code, data)
+    submit(kube, ns, code, data)
     wait_for("success", lambda: phase_is(kube, ns, "ttl", "Succeeded"), 30)
     wait_for("the TFJob deleted", lambda: tfjob(kube, ns, "ttl") is None, 20)
     wait_for("its objects garbage-collected", lambda: nothing_left(kube, ns, "ttl"), 60)
 
 
 def test_operator_killed_and_restarted_mid_job(
-    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+    operator: Operator, code: Path, kube_namespace: str
 ) -> None:
     kube, ns = operator.kube, kube_namespace
     data = job_dict("survive")
     data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "6s"}
-    submit(kube, ns, volumes, code, data)
+    submit(kube, ns, code, data)
     wait_for("running", lambda: phase_is(kube, ns, "survive", "Running"), 30)
     operator.kill(signal.SIGKILL)
     time.sleep(1)
@@ -382,7 +382,7 @@ def test_operator_killed_and_restarted_mid_job(
     "signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["SIGINT", "SIGTERM", "SIGHUP"]
 )
 def test_a_stop_signal_ends_the_operator_cleanly_and_the_job_carries_on(
-    operator: Operator, volumes: Any, code: Path, kube_namespace: str, signum: signal.Signals
+    operator: Operator, code: Path, kube_namespace: str, signum: signal.Signals
 ) -> None:
     """Ctrl-C, SIGTERM or a closed terminal (SIGHUP), sent to the operator alone: it stops
     (kopf's clean stop, exit 0) and leaves the job to the cluster; the next operator takes
@@ -390,7 +390,7 @@ def test_a_stop_signal_ends_the_operator_cleanly_and_the_job_carries_on(
     kube, ns = operator.kube, kube_namespace
     data = job_dict("handed-over")
     data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "8s"}
-    submit(kube, ns, volumes, code, data)
+    submit(kube, ns, code, data)
     wait_for("running", lambda: phase_is(kube, ns, "handed-over", "Running"), 30)
     assert operator.proc is not None
     operator.proc.send_signal(signum)
@@ -404,25 +404,23 @@ def test_a_stop_signal_ends_the_operator_cleanly_and_the_job_carries_on(
 
 
 def test_deleting_a_running_tfjob_removes_everything(
-    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+    operator: Operator, code: Path, kube_namespace: str
 ) -> None:
     kube, ns = operator.kube, kube_namespace
     data = job_dict("gone")
     data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "60s"}
-    backend = submit(kube, ns, volumes, code, data)
+    backend = submit(kube, ns, code, data)
     wait_for("running", lambda: phase_is(kube, ns, "gone", "Running"), 30)
     backend.delete("gone")
     wait_for("everything gone", lambda: nothing_left(kube, ns, "gone"), 60)
     assert tfjob(kube, ns, "gone") is None
 
 
-def test_suspend_and_resume(
-    operator: Operator, volumes: Any, code: Path, kube_namespace: str
-) -> None:
+def test_suspend_and_resume(operator: Operator, code: Path, kube_namespace: str) -> None:
     kube, ns = operator.kube, kube_namespace
     data = job_dict("nap")
     data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "8s"}
-    submit(kube, ns, volumes, code, data)
+    submit(kube, ns, code, data)
     wait_for("running", lambda: phase_is(kube, ns, "nap", "Running"), 30)
     custom = client.CustomObjectsApi(kube.api_client)
     patch = {"spec": {"runPolicy": {"suspend": True}}}
@@ -512,12 +510,11 @@ spec:
 
 
 def test_kubeflow_manifest_is_converted_and_run(
-    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+    operator: Operator, code: Path, kube_namespace: str
 ) -> None:
     kube, ns = operator.kube, kube_namespace
     path = code / "code" / "kubeflow.yaml"  # next to train.py, shipped by code-source "."
     path.write_text(KUBEFLOW)
-    volumes(ns, "kf-mnist")
     proc = cli_submit(kube, ns, path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     stored = tfjob(kube, ns, "kf-mnist")
@@ -534,9 +531,7 @@ def test_kubeflow_manifest_is_converted_and_run(
     assert (limits["cpu"], limits["memory"]) == ("1", "1Gi")
 
 
-def test_cli_parity_with_tfkube_engine(
-    operator: Operator, volumes: Any, code: Path, kube_namespace: str
-) -> None:
+def test_cli_parity_with_tfkube_engine(operator: Operator, code: Path, kube_namespace: str) -> None:
     """submit, list, status, logs, delete through the CLI with TFKUBE_ENGINE=kubernetes."""
     kube, ns = operator.kube, kube_namespace
     env = {**os.environ, "TFKUBE_ENGINE": "kubernetes", "KUBECONFIG": str(kube.kubeconfig)}
@@ -554,7 +549,6 @@ def test_cli_parity_with_tfkube_engine(
     data = job_dict("cli")
     data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "1s"}
     (code / "cli.yaml").write_text(yaml.safe_dump(data))
-    volumes(ns, "cli")
     got = tfkube("submit", "cli.yaml")
     assert got.returncode == 0, got.stderr
     assert f"submitted (3 replicas) to namespace {ns}" in " ".join(got.stdout.split())
@@ -601,7 +595,7 @@ def _operator_environment(kube: KubeCluster, namespace: str) -> dict[str, str]:
 
 
 def test_installed_in_another_namespace_jobs_get_that_namespaces_registry_secret(
-    crd: KubeCluster, volumes: Any, code: Path, kube_namespace: str, tmp_path: Path
+    crd: KubeCluster, code: Path, kube_namespace: str, tmp_path: Path
 ) -> None:
     """`tfkube install -n <other>`: the operator runs in <other> and copies the platform's
     image-pull Secret from there (not from tfkube-system) into each job's namespace."""
@@ -643,7 +637,7 @@ def test_installed_in_another_namespace_jobs_get_that_namespaces_registry_secret
         token = service_account_kubeconfig(kube, OPERATOR_NAME, other, tmp_path / "kubeconfig")
         op = Operator(kube, ns, tmp_path / "operator.log", token, env=env)
         op.start()
-        submit(kube, ns, volumes, code, job_dict("pulls"))
+        submit(kube, ns, code, job_dict("pulls"))
 
         def copied() -> client.V1Secret | None:
             try:

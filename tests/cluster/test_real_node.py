@@ -4,11 +4,14 @@ Each test submits an example with `tfkube submit --engine kubernetes` (the CLI, 
 does) into a fresh namespace watched by `tfkube operator` (a subprocess with the operator's
 ServiceAccount token). The job file is the example's own, plus what placing it on the real
 node takes: every role (and TensorBoard) selects and tolerates the node's label and taint,
-and CPU requests are dropped (the machine has 2 cores; memory requests stay). The job's two
-claims are pre-bound to hostPath volumes on the node, so the test reads checkpoints and
-`result.json` from the host folder behind the logs claim. Replicas, DNS, logs, checkpoints
-and TensorBoard are all real; nothing here dials a pod IP from the host (TensorBoard is read
-through the API server's service proxy).
+and CPU requests are dropped (the machine has 2 cores; memory requests stay). The cluster
+has no StorageClass and no provisioner: the examples as written ask for no claim, so their
+logs and checkpoints are each pod's own (emptyDir) and the result is read from the chief's
+log. A test that needs shared storage (kept logs of every attempt, resuming from a
+checkpoint, TensorBoard) asks for a logs claim in its job file, and only then is a hostPath
+volume on the node pre-bound to it, whose host folder the test reads. Replicas, DNS, logs,
+checkpoints and TensorBoard are all real; nothing here dials a pod IP from the host
+(TensorBoard is read through the API server's service proxy).
 
 Kept few and focused (each trains for real, ~1 min); lifecycles at scale stay on KWOK's
 fake nodes (test_operator.py).
@@ -50,17 +53,25 @@ trains >= 50 s however idle the machine (0.01 once let a quiet machine finish th
 before the test's act had landed)."""
 
 
+KEPT_LOGS = {"logs": {"size": "1Gi"}}
+"""A logs claim of the job's own (`<job>-logs`); its test has `submit` pre-bind it."""
+
+
 def real_node_job(
     node: RealNode,
     tmp_path: Path,
     example: str,
     worker_args: list[str] | None = None,
     tensorboard: bool = False,
+    storage: dict[str, Any] | None = None,
     **run_policy: Any,
 ) -> tuple[Path, dict[str, Any]]:
-    """The example's job.yaml, placed on the real node, written to `tmp_path`."""
+    """The example's job.yaml, placed on the real node, written to `tmp_path` (with
+    `storage`: that spec.storage; the examples as written have none)."""
     raw = yaml.safe_load((EXAMPLES / example / "job.yaml").read_text())
     spec = raw["spec"]
+    if storage is not None:
+        spec["storage"] = storage
     spec["code"]["source"] = str(EXAMPLES / example)
     for role in spec["replicas"].values():
         role["nodeSelector"] = dict(node.SELECTOR)
@@ -91,8 +102,14 @@ def tfkube(kube: KubeCluster, ns: str, *args: str, timeout: float = 120) -> str:
     return proc.stdout
 
 
-def submit(node: RealNode, kube: KubeCluster, ns: str, path: Path, name: str) -> None:
-    node.bind(ns, [f"{name}-data", f"{name}-logs"])
+def submit(
+    node: RealNode, kube: KubeCluster, ns: str, path: Path, bind: tuple[str, ...] = ()
+) -> None:
+    """`tfkube submit`; the claims in `bind` (those the job file asks for) are first
+    pre-bound to host folders (no provisioner here). Nothing else is bound: a claim the
+    job did not ask for would keep its replicas Pending."""
+    if bind:
+        node.bind(ns, list(bind))
     tfkube(kube, ns, "submit", str(path))
 
 
@@ -164,9 +181,21 @@ def latest_checkpoint_step(log_dir: Path) -> int:
     return max(steps, default=0)
 
 
-def result(node: RealNode, ns: str, name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((node.volume(ns, f"{name}-logs") / "result.json").read_text())
+def result(kube: KubeCluster, ns: str, name: str, chief: str = "worker-0") -> dict[str, Any]:
+    """The chief's `tfkube-example: result {...}` line, read with `tfkube logs` (its pod is
+    kept after the job ends; its result.json was in its own folder when the job has no
+    logs claim)."""
+    out = tfkube(kube, ns, "logs", name, "--replica", chief)
+    found = re.findall(r"tfkube-example: result (\{.*\})", out)
+    assert found, out[-3000:]
+    data: dict[str, Any] = json.loads(found[-1])
     return data
+
+
+def claims_in(kube: KubeCluster, ns: str) -> list[str]:
+    return sorted(
+        c.metadata.name for c in kube.core.list_namespaced_persistent_volume_claim(ns).items
+    )
 
 
 @pytest.fixture
@@ -198,7 +227,7 @@ def test_between_graph_example_trains_in_real_pods(
     args = ["--train_steps=1000", "--step_sleep=0.02"]  # ~30 s: time to read every log
     path, _ = real_node_job(real_node, tmp_path, name, args)
     t0 = time.monotonic()
-    submit(real_node, kube, ns, path, name)
+    submit(real_node, kube, ns, path)
 
     def every_replica_logged() -> str | None:
         out = tfkube(kube, ns, "logs", name)
@@ -217,10 +246,14 @@ def test_between_graph_example_trains_in_real_pods(
           "worker-0 (the chief) finished (API time, 1 s grain)")  # fmt: skip
     assert cleanup < PS_CLEANUP_LIMIT_SECONDS
 
-    res = result(real_node, ns, name)
+    res = result(kube, ns, name)
     assert res["test_accuracy"] >= MIN_ACCURACY, res
     assert res["global_step"] >= 1000
     assert final["restarts"] == 0
+    # As written it asks for no storage: no claim, each pod's own scratch folders, and
+    # nothing had to be bound on a cluster without a provisioner (issue 23).
+    assert claims_in(kube, ns) == []
+    assert final["storage"] == {"data": "emptyDir", "logs": "emptyDir"}, final
     # Every pod really ran on the real node, with the stock image name.
     for pod in pods(kube, ns, f"tfkube.io/job-name={name}"):
         assert pod.spec.node_name == real_node.name
@@ -231,7 +264,7 @@ def test_between_graph_example_trains_in_real_pods(
     after = tfkube(kube, ns, "logs", name)
     assert "[worker-0] tfkube-example: result" in after
     assert "[ps-0] (ps-0 has no pod now" in after, after
-    assert (real_node.volume(ns, f"{name}-logs") / ".tfkube/logs/ps-0/0.log").read_text()
+    assert "its log went with it: the job had no logs claim" in " ".join(after.split()), after
     backend = KubernetesBackend(api_client=kube.api_client, namespace=ns)
     assert "tfkube-example: result" in "\n".join(backend.logs(name, "worker-0"))
 
@@ -245,12 +278,14 @@ def test_ps_strategy_example_trains_in_real_pods(
     kube, ns, name = operator.kube, kube_namespace, "ps-strategy"
     path, _ = real_node_job(real_node, tmp_path, name)
     t0 = time.monotonic()
-    submit(real_node, kube, ns, path, name)
+    submit(real_node, kube, ns, path)
     final = wait_done(kube, ns, name)
     print(f"\n{name}: Succeeded {time.monotonic() - t0:.0f}s after submit")
-    res = result(real_node, ns, name)
+    res = result(kube, ns, name, "chief-0")
     assert res["test_accuracy"] >= MIN_ACCURACY, res
     assert final["message"] == "chief-0 succeeded"
+    assert claims_in(kube, ns) == []  # as written: no claim, nothing bound (issue 23)
+    assert final["storage"] == {"data": "emptyDir", "logs": "emptyDir"}, final
     wait_for(
         "PS and workers ended",
         lambda: (
@@ -273,9 +308,10 @@ def test_ps_strategy_example_trains_in_real_pods(
 def test_a_deleted_worker_pod_is_replaced_and_the_job_succeeds(
     operator: Operator, real_node: RealNode, kube_namespace: str, tmp_path: Path
 ) -> None:
+    """With a logs claim, every start of a replica keeps its own log there."""
     kube, ns, name = operator.kube, kube_namespace, "mnist-between-graph"
-    path, _ = real_node_job(real_node, tmp_path, name, SLOW, backoffLimit=6)
-    submit(real_node, kube, ns, path, name)
+    path, _ = real_node_job(real_node, tmp_path, name, SLOW, storage=KEPT_LOGS, backoffLimit=6)
+    submit(real_node, kube, ns, path, bind=(f"{name}-logs",))
     wait_for(
         "worker-1 training",
         lambda: logged(kube, ns, name, "worker", 1, r"global_step=\d+ loss"),
@@ -295,7 +331,7 @@ def test_a_deleted_worker_pod_is_replaced_and_the_job_succeeds(
         1.0,
     )
     wait_done(kube, ns, name)
-    res = result(real_node, ns, name)
+    res = result(kube, ns, name)
     assert res["test_accuracy"] >= MIN_ACCURACY, res
     assert res["global_step"] >= 2000
     # The replacement ran: every start of worker-1 left its own log on the job's logs volume
@@ -316,8 +352,8 @@ def test_a_deleted_ps_pod_restarts_the_job_from_the_checkpoint(
     # The PS is deleted as soon as a checkpoint exists, so the job is surely still training
     # (SLOW: the 1,700 global steps left take >= 40 s; with a TensorBoard check first, a
     # quiet machine once finished the job before the PS went).
-    path, _ = real_node_job(real_node, tmp_path, name, SLOW, backoffLimit=6)
-    submit(real_node, kube, ns, path, name)
+    path, _ = real_node_job(real_node, tmp_path, name, SLOW, storage=KEPT_LOGS, backoffLimit=6)
+    submit(real_node, kube, ns, path, bind=(f"{name}-logs",))
     log_dir = real_node.volume(ns, f"{name}-logs")
     wait_for("a checkpoint at step >= 300", lambda: latest_checkpoint_step(log_dir) >= 300,
              JOB_TIMEOUT, 0.5)  # fmt: skip
@@ -338,7 +374,61 @@ def test_a_deleted_ps_pod_restarts_the_job_from_the_checkpoint(
     st = status(kube, ns, name)
     assert st["restarts"] >= 1
     assert st["restartGenerations"].get("ps", 0) >= 1
-    assert result(real_node, ns, name)["global_step"] >= 2000
+    assert result(kube, ns, name)["global_step"] >= 2000
+    assert (log_dir / "result.json").is_file()  # on the claim: kept after the pods
+
+
+def test_without_a_logs_claim_a_deleted_ps_pod_restarts_the_job_from_scratch(
+    operator: Operator, real_node: RealNode, kube_namespace: str, tmp_path: Path
+) -> None:
+    """The trade-off of a job without shared storage (issue 23): its checkpoints were its
+    pods' own, so losing the PS restarts the whole job from step 0, and it says so in its
+    events and in `tfkube status` while it restarts; it still trains to the end."""
+    kube, ns, name = operator.kube, kube_namespace, "mnist-between-graph"
+    path, _ = real_node_job(real_node, tmp_path, name, SLOW, backoffLimit=6)
+    submit(real_node, kube, ns, path)
+
+    def chief_step() -> int:
+        """The last global step the chief (worker-0) logged."""
+        found = replica_pods(kube, ns, name, "worker", 0)
+        if not found or found[-1].status.phase != "Running":
+            return 0
+        try:
+            text = pod_log(kube, ns, found[-1])
+        except client.ApiException:
+            return 0
+        return max((int(m) for m in re.findall(r"global_step=(\d+) loss", text)), default=0)
+
+    wait_for("worker-0 past step 300", lambda: chief_step() >= 300, JOB_TIMEOUT, 0.5)
+    first_chief = replica_pods(kube, ns, name, "worker", 0)[-1].metadata.uid
+    ps = replica_pods(kube, ns, name, "ps", 0)[-1]
+    kube.core.delete_namespaced_pod(ps.metadata.name, ns)
+    backend = KubernetesBackend(api_client=kube.api_client, namespace=ns)
+
+    def said_from_scratch() -> str | None:  # what `tfkube status` shows meanwhile
+        messages = [r.message for r in backend.get(name).replicas]
+        return next((m for m in messages if "whole-job restart from scratch" in m), None)
+
+    shown = wait_for("tfkube status saying from scratch", said_from_scratch, 120, 0.3)
+    final = wait_done(kube, ns, name)
+    assert final["restartGenerations"].get("ps", 0) >= 1, final
+    assert claims_in(kube, ns) == []
+    chief = replica_pods(kube, ns, name, "worker", 0)[-1]
+    assert chief.metadata.uid != first_chief
+    text = pod_log(kube, ns, chief)
+    assert "restoring" not in text, text[-2000:]
+    ready = [int(m) for m in re.findall(r"session ready at global_step=(\d+)", text)]
+    # From scratch: the step it had reached (>= 300) is lost (the other worker may take a
+    # step or two before the new chief reads it; 100 would take it >= 5 s).
+    assert ready, text[-2000:]
+    assert ready[0] < 100, ready
+    assert result(kube, ns, name)["global_step"] >= 2000
+    events = job_events(kube, ns, name)
+    restart = [m for m in events if "restarting the replicas that use it" in m]
+    assert restart, events
+    assert all("from scratch" in m for m in restart), restart
+    print(f"\nno logs claim: the PS deleted, `tfkube status` said {shown!r}; the new chief "
+          f"started at global_step {ready[0]} and the job succeeded")  # fmt: skip
 
 
 def test_the_jobs_tensorboard_serves_its_scalars_while_it_trains(
@@ -351,7 +441,7 @@ def test_the_jobs_tensorboard_serves_its_scalars_while_it_trains(
     kube, ns, name = operator.kube, kube_namespace, "mnist-between-graph"
     endless = ["--train_steps=1000000", "--step_sleep=0.05", "--checkpoint_steps=100"]
     path, _ = real_node_job(real_node, tmp_path, name, endless, tensorboard=True)
-    submit(real_node, kube, ns, path, name)
+    submit(real_node, kube, ns, path, bind=(f"{name}-logs",))  # TensorBoard reads the logs
     t0 = time.monotonic()
     tags = wait_for(
         "TensorBoard serving the job's scalars",
@@ -398,7 +488,7 @@ def test_a_replica_that_starts_before_its_peers_resolve_still_comes_up(
     path, raw = real_node_job(real_node, tmp_path, name)
     raw["spec"]["replicas"]["ps"]["nodeSelector"][gate] = "open"
     path.write_text(yaml.safe_dump(raw))
-    submit(real_node, kube, ns, path, name)
+    submit(real_node, kube, ns, path)
     try:
         wait_for(
             "both workers running their entrypoint",
@@ -419,7 +509,7 @@ def test_a_replica_that_starts_before_its_peers_resolve_still_comes_up(
     finally:
         kube.core.patch_node(real_node.name, {"metadata": {"labels": {gate: None}}})
     assert final["restarts"] == 0, "the workers waited for the PS instead of failing"
-    assert result(real_node, ns, name)["test_accuracy"] >= MIN_ACCURACY
+    assert result(kube, ns, name)["test_accuracy"] >= MIN_ACCURACY
 
 
 def resolves(kube: KubeCluster, ns: str, pod: client.V1Pod, host: str) -> bool:
@@ -492,9 +582,7 @@ def test_a_silent_replica_is_stalled_reported_restarted_or_fails_the_job(
     jobs = {"stall-report": "Report", "stall-fail": "Fail", "stall-restart": "Restart"}
     t0 = time.monotonic()
     for name, action in jobs.items():
-        submit(
-            real_node, kube, ns, stall_job(real_node, tmp_path, name, action, backoffLimit=1), name
-        )
+        submit(real_node, kube, ns, stall_job(real_node, tmp_path, name, action, backoffLimit=1))
 
     def shown_stalled() -> str | None:
         out = tfkube(kube, ns, "status", "stall-report")

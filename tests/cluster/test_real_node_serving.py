@@ -104,10 +104,13 @@ def team(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Team]:
     kube = kube_cluster
-    install(kube.api_client, server=ServerInstall(outputs_claim=OUTPUTS))
+    # No StorageClass here: the server's data claim is one an administrator names (the
+    # server runs here, so it is never made).
+    install(
+        kube.api_client, server=ServerInstall(outputs_claim=OUTPUTS, data_claim=SERVER_DATA_CLAIM)
+    )
     # The server runs here, not in its Deployment (whose pod would be a KWOK fake).
     client.AppsV1Api(kube.api_client).delete_namespaced_deployment(SERVER_NAME, OPERATOR_NAMESPACE)
-    kube.core.delete_namespaced_persistent_volume_claim(SERVER_DATA_CLAIM, OPERATOR_NAMESPACE)
     tmp = tmp_path_factory.mktemp("node-serving")
     kubeconfig = service_account_kubeconfig(
         kube, SERVER_NAME, OPERATOR_NAMESPACE, tmp / "server.kubeconfig"
@@ -137,7 +140,8 @@ def team(
         member = api_for(server.url, user)
         # The team's outputs claim, bound to a folder on the real node, which the server
         # sees at <data-dir>/teams/<team>/outputs (an administrator's mount of the claim).
-        real_node.bind(namespace, [OUTPUTS, f"{JOB}-data"])
+        # The job's data is scratch space in its pods (it asks for no claim).
+        real_node.bind(namespace, [OUTPUTS])
         create_shared_claim(kube, namespace, OUTPUTS)
         shared = real_node.volume(namespace, OUTPUTS)
         shared.mkdir(parents=True, exist_ok=True)

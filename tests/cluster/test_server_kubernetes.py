@@ -10,8 +10,10 @@ or a document, status with the replicas' messages, events, stop, delete (nothing
 logs (KWOK runs no container: the pod-log path says so), TensorBoard through the API
 server's service proxy, another team's 404s, a restart of the server.
 
-No provisioner here: the job's data claim and the team's outputs claim are bound to
-PersistentVolumes the tests make (as an administrator would, docs/kubernetes.md).
+No StorageClass and no provisioner here: `install --server` is refused until it is given a
+claim for the server's data (`--data-claim`), and says so; jobs get no claim they did not
+ask for (issue 23), so they run with nothing bound; the team's outputs claim is bound to a
+PersistentVolume the tests make (as an administrator would, docs/kubernetes.md).
 """
 
 from __future__ import annotations
@@ -129,11 +131,15 @@ def platform(
     kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Platform]:
     kube = kube_cluster
-    install(kube.api_client, server=ServerInstall(outputs_claim=OUTPUTS))
+    # No StorageClass here: the server's data is on a claim the administrator names (none
+    # is made; the server runs here, so it is never needed).
+    install(
+        kube.api_client,
+        server=ServerInstall(outputs_claim=OUTPUTS, data_claim=SERVER_DATA_CLAIM),
+    )
     apps = client.AppsV1Api(kube.api_client)
     # The server runs here, not in its Deployment (whose pod would be a KWOK fake).
     apps.delete_namespaced_deployment(SERVER_NAME, NAMESPACE)
-    kube.core.delete_namespaced_persistent_volume_claim(SERVER_DATA_CLAIM, NAMESPACE)
     wait_for_tfjob_quota(kube)
     tmp = tmp_path_factory.mktemp("k8s-server")
     kubeconfig = service_account_kubeconfig(kube, SERVER_NAME, NAMESPACE, tmp / "server.kubeconfig")
@@ -420,30 +426,17 @@ def test_four_fields_run_as_a_tfjob_in_the_team_namespace(
         next(v for v in pod.volumes if v.name == "logs").persistent_volume_claim.claim_name
         == OUTPUTS
     )
-    # The data claim (workers read data; the PS does not mount it) is not bound yet: the
-    # workers say so, in the operator's words.
-    seen: list[dict[str, Any]] = []
-
-    def claims_pending() -> dict[str, Any] | None:
-        seen[:] = [job_of(api, job["id"])]
-        messages = [r["message"] for r in seen[0]["replicas"] if r["role"] == "worker"]
-        return seen[0] if all("PersistentVolumeClaims" in m for m in messages) else None
-
-    try:
-        pending = wait_for("a replica message about the claims", claims_pending, 60)
-    except AssertionError:
-        raise AssertionError(seen) from None
-    assert pending["phase"] in {"Pending", "Running"}  # Running: the PS is
-    assert {r["key"] for r in pending["replicas"]} == {"ps-0", "worker-0", "worker-1"}
-    nodes = [*kube.cpu_nodes, *kube.gpu_nodes]
-    ps = wait_for(
-        "the PS on a node",
-        lambda: next(r for r in job_of(api, job["id"])["replicas"] if r["key"] == "ps-0")["node"],
-        30,
-    )
-    assert ps in nodes
-    bind_volume(kube, team.namespace, "four-data")
+    # Its data is scratch space in each pod: it asked for no claim (issue 23), so nothing
+    # needs binding and no replica waits for one.
+    data = next(v for v in pod.volumes if v.name == "data")
+    assert data.empty_dir is not None
+    assert data.persistent_volume_claim is None
     done = wait_phase(api, job["id"], "Succeeded")
+    claims = kube.core.list_namespaced_persistent_volume_claim(team.namespace).items
+    assert [c.metadata.name for c in claims] == [OUTPUTS]
+    nodes = [*kube.cpu_nodes, *kube.gpu_nodes]
+    placed = {r["key"]: r["node"] for r in done["replicas"]}
+    assert placed["worker-0"] in nodes, placed  # its pod is kept after the job
     states = {r["key"]: r["state"] for r in done["replicas"]}
     assert states["worker-0"] == states["worker-1"] == "Succeeded"
     assert states["ps-0"] != "Running"
@@ -477,7 +470,6 @@ def test_logs_without_a_kubelet_say_why(platform: Platform, team: Team) -> None:
     """KWOK runs no container: nothing is written to the outputs claim, and the pod log
     API has no kubelet to ask. The answer names the replica and says that."""
     job = submit_manifest(team, manifest("talk"))
-    bind_volume(platform.kube, team.namespace, "talk-data")
     wait_replica(team.member, job["id"], "worker-0", "Running")
     r = team.member.get(f"/api/v1/jobs/{job['id']}/logs/worker-0")
     assert r.status_code == 404
@@ -494,7 +486,6 @@ def test_logs_without_a_kubelet_say_why(platform: Platform, team: Team) -> None:
 def test_stop_and_delete_leave_nothing(platform: Platform, team: Team) -> None:
     kube, api = platform.kube, team.member
     job = submit_manifest(team, manifest("long"))
-    bind_volume(kube, team.namespace, "long-data")
     wait_phase(api, job["id"], "Running")
     # A restart of the server loses nothing: the job, its token, its sync.
     platform.restart()
@@ -527,7 +518,6 @@ def test_tensorboard_through_the_api_servers_service_proxy(
     the request went; RBAC (services/proxy) would have answered 403 instead."""
     api = team.member
     job = submit_manifest(team, manifest("board", tensorboard={"resources": {"cpu": "100"}}))
-    bind_volume(platform.kube, team.namespace, "board-data")
     wait_for(
         "the TensorBoard Service",
         lambda: (
@@ -591,6 +581,8 @@ def test_cli_install_server_dry_run(platform: Platform) -> None:
             "--server",
             "--outputs-claim",
             OUTPUTS,
+            "--data-claim",
+            SERVER_DATA_CLAIM,
             "--dry-run",
             "--kubeconfig",
             str(platform.kube.kubeconfig),
@@ -600,14 +592,64 @@ def test_cli_install_server_dry_run(platform: Platform) -> None:
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr + proc.stdout
+    said = " ".join(proc.stdout.split())
     for line in (
         f"ClusterRole {SERVER_NAME}: validated",
-        f"PersistentVolumeClaim {NAMESPACE}/{SERVER_DATA_CLAIM}: validated",
         f"Deployment {NAMESPACE}/{SERVER_NAME}: validated",
         f"Service {NAMESPACE}/{SERVER_NAME}: validated",
+        # What it does about storage, said before anything is applied.
+        "storage: a job gets a claim only when it asks for one",
+        "storage: this cluster has no default StorageClass",
+        f"storage: warning: the claim {SERVER_DATA_CLAIM} in namespace {NAMESPACE} (its data "
+        "folder) does not exist yet: the server's pod waits (Pending)",
     ):
-        assert line in proc.stdout, proc.stdout
+        assert line in said, proc.stdout
+    assert "PersistentVolumeClaim" not in proc.stdout  # the administrator's claim: none made
     deployments = client.AppsV1Api(platform.kube.api_client).list_namespaced_deployment(
         NAMESPACE, label_selector="app.kubernetes.io/component=server"
     )
     assert deployments.items == []  # a dry run stores nothing
+
+
+def test_cli_install_server_without_storage_is_refused_and_says_what_to_give(
+    platform: Platform,
+) -> None:
+    """This cluster has no StorageClass at all: the server's data claim would stay Pending
+    and the server never start. `tfkube install --server` says so and applies nothing
+    (issue 23: never a Pending pod without a word); a StorageClass that does not exist is
+    refused the same way."""
+    import subprocess
+    import sys
+
+    def install_cli(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "tfkube", "install", "--server", *extra,
+             "--kubeconfig", str(platform.kube.kubeconfig)],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+
+    apps = client.AppsV1Api(platform.kube.api_client)
+    before = apps.read_namespaced_deployment("tfkube-operator", NAMESPACE).metadata
+    refused = install_cli()
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    said = " ".join(refused.stderr.split())
+    for words in (
+        "nothing was installed",
+        f"no default StorageClass, so the server's data claim {SERVER_DATA_CLAIM} would "
+        "never be bound",
+        "never an emptyDir",
+        "--storage-class NAME (StorageClasses: none)",
+        f"--data-claim NAME: a claim you made in namespace {NAMESPACE}",
+    ):
+        assert words in said, refused.stderr
+    missing = install_cli("--storage-class", "fast")
+    assert missing.returncode == 1
+    assert "--storage-class fast: this cluster has no such StorageClass" in " ".join(
+        missing.stderr.split()
+    ), missing.stderr
+    # Nothing was applied: no server Deployment, the operator's untouched.
+    assert not apps.list_namespaced_deployment(
+        NAMESPACE, label_selector="app.kubernetes.io/component=server"
+    ).items
+    after = apps.read_namespaced_deployment("tfkube-operator", NAMESPACE).metadata
+    assert after.resource_version == before.resource_version

@@ -36,8 +36,10 @@ from ._support import REPO, KubeCluster, wait_for
 def _job(shared_claim: bool):
     raw = yaml.safe_load((REPO / "examples" / "mnist-between-graph" / "job.yaml").read_text())
     raw["spec"]["code"] = {"source": "http://code.example/job.tar.gz", "sha256": "ab" * 32}
-    if shared_claim:
-        raw["spec"]["storage"] = {"logs": {"claimName": "team-outputs"}}
+    # The exports are on the team's outputs claim, or on a claim of the job's own.
+    raw["spec"]["storage"] = {
+        "logs": {"claimName": "team-outputs"} if shared_claim else {"size": "1Gi"}
+    }
     return load_job_text(yaml.safe_dump(raw), "job")
 
 

@@ -2,7 +2,7 @@
 `tfkube status` (the backend's view: `kube.observe` over the job's Jobs, pods and the Job
 controller's `FailedCreate` Events) says it in the replica's message:
 
-- its claims unbound (no provisioner here: the scheduler's "unbound immediate
+- the claim it asked for unbound (no provisioner here: the scheduler's "unbound immediate
   PersistentVolumeClaims"), also through the CLI, as a user sees it;
 - not enough GPUs on any node (the scheduler's "Insufficient nvidia.com/gpu");
 - a ResourceQuota that refuses its pod (no pod exists: only the Job's Event says it).
@@ -16,7 +16,6 @@ real kubelet (KWOK pods have no image): tests/unit/test_kube_observe.py has the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from kubernetes import client
 
@@ -37,10 +36,12 @@ def _message(backend: KubernetesBackend, job: str, key: str, words: str) -> str 
 
 def test_unbound_claims_are_named(operator: Operator, code: Path, kube_namespace: str) -> None:
     """The issue's first report: without a provisioner the job stayed Pending, and
-    `tfkube status` gave no reason."""
+    `tfkube status` gave no reason. A job gets a claim only when it asks for one (issue
+    23): this one does, and it is never bound here."""
     kube, ns = operator.kube, kube_namespace
     backend = KubernetesBackend(api_client=kube.api_client, namespace=ns)
-    backend.submit(parse_job(job_dict("unbound")), code)  # its claims are never bound
+    data = job_dict("unbound", storage={"logs": {"size": "1Gi"}})
+    backend.submit(parse_job(data), code)
     words = "waiting for its PersistentVolumeClaims to be bound"
     message = wait_for(
         "the unbound claims", lambda: _message(backend, "unbound", "worker-0", words), SEEN_WITHIN
@@ -52,13 +53,13 @@ def test_unbound_claims_are_named(operator: Operator, code: Path, kube_namespace
 
 
 def test_not_enough_gpus_gives_the_schedulers_words(
-    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+    operator: Operator, code: Path, kube_namespace: str
 ) -> None:
     kube, ns = operator.kube, kube_namespace
     data = job_dict("gpus")
     data["spec"]["replicas"]["worker"]["replicas"] = 1
     data["spec"]["replicas"]["worker"]["resources"] = {"gpu": 16}  # no node has 16
-    backend = submit(kube, ns, volumes, code, data)
+    backend = submit(kube, ns, code, data)
     message = wait_for(
         "the scheduler's verdict",
         lambda: _message(backend, "gpus", "worker-0", "Insufficient nvidia.com/gpu"),
@@ -68,7 +69,7 @@ def test_not_enough_gpus_gives_the_schedulers_words(
 
 
 def test_a_quota_that_refuses_the_pod_is_named(
-    operator: Operator, volumes: Any, code: Path, kube_namespace: str
+    operator: Operator, code: Path, kube_namespace: str
 ) -> None:
     """No pod exists to say it: the role Job's `FailedCreate` Event does."""
     kube, ns = operator.kube, kube_namespace
@@ -89,7 +90,7 @@ def test_a_quota_that_refuses_the_pod_is_named(
     data = job_dict("quota")
     data["spec"]["replicas"]["worker"]["replicas"] = 1
     data["spec"]["replicas"]["worker"]["resources"] = {"gpu": 1}
-    backend = submit(kube, ns, volumes, code, data)
+    backend = submit(kube, ns, code, data)
     message = wait_for(
         "the quota's refusal",
         lambda: _message(backend, "quota", "worker-0", "exceeded quota"),

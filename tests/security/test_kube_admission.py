@@ -299,6 +299,13 @@ def test_a_team_admins_allowance_lets_the_named_secret_through(
     env = created["spec"]["replicas"]["worker"]["env"]
     assert env["DB"] == {"secretKeyRef": {"name": DB_SECRET, "key": "url", "optional": False}}
     member.ok(member.delete(f"/api/v1/jobs/{made['id']}"), 204)
+    # The job's own objects (its code token's Secret) go with the TFJob by Kubernetes'
+    # garbage collector, a moment after the delete: let it finish before the next count.
+    wait_for(
+        "the deleted job's objects to go",
+        lambda: not any("allowed" in o for o in in_namespace(kube, tenant.namespace)),
+        60,
+    )
     # Allowed for the member does not reach the notebook's Secret.
     manifest = job(
         "still-not",

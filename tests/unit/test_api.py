@@ -89,7 +89,7 @@ def test_minimal_job_dump_fills_every_default():
                 },
             },
             "code": {"source": "./code", "entrypoint": "run.sh"},
-            "storage": {"data": {"size": "10Gi"}, "logs": {"size": "10Gi"}},
+            "storage": {"data": {}, "logs": {}},  # no claim asked for
             "runPolicy": {
                 "restartPolicy": "OnFailure",
                 "backoffLimit": 3,

@@ -296,13 +296,16 @@ def _everything_tfkube_applies() -> list[dict[str, Any]]:
     options = RenderOptions(namespace="ns", registry_secret=registry, code_archive=b"x")
     full = _job(
         tensorboard={},
+        storage={"data": {"size": "1Gi"}},  # and the logs claim TensorBoard asks for
         tenant={"quota": {"pods": "1"}, "limitRange": {"max": {"cpu": "1"}}},
         scheduling={"gang": "Volcano"},
     )
     objects = render_job(full, options)
     objects += render_job(_job(scheduling={"gang": "SchedulerPlugins"}), options)
     objects += install_manifests() + server_manifests("tfkube", "image", ServerInstall())
-    objects += render_model_server(ModelServerSpec("digits", "ns", _job()))
+    objects += render_model_server(
+        ModelServerSpec("digits", "ns", _job(storage={"logs": {"size": "1Gi"}}))
+    )
     objects += render_notebook(
         NotebookSpec(
             notebook_id="n1",

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from tfkube.render import RenderOptions, render_job
 from tfkube.spec import (
     CleanPodPolicy,
     RestartPolicy,
@@ -606,3 +609,43 @@ def test_every_problem_is_reported_at_once():
         )
     )
     assert len(found) >= 2
+
+
+# -- storage: what it means under Kubeflow --------------------------------------------------
+
+CORPUS = Path(__file__).resolve().parents[1] / "data" / "kubeflow"
+ACCEPTED = sorted(
+    name
+    for name, what in yaml.safe_load((CORPUS / "expected.yaml").read_text()).items()
+    if "phase" in what
+)
+
+
+def _claims_in_pods(objects: list[dict[str, Any]]) -> set[str]:
+    return {
+        v["persistentVolumeClaim"]["claimName"]
+        for o in objects
+        if o["kind"] == "Job"
+        for v in o["spec"]["template"]["spec"]["volumes"]
+        if "persistentVolumeClaim" in v
+    }
+
+
+@pytest.mark.parametrize("name", ACCEPTED, ids=lambda n: n.removesuffix(".yaml"))
+def test_a_manifest_gets_no_claim_it_did_not_name(name: str) -> None:
+    """No volumes in, no claims out: a converted manifest makes no PersistentVolumeClaim,
+    and its pods mount no claim but those the manifest itself names (under Kubeflow a
+    replica's files are its pod's own, too)."""
+    raw = yaml.safe_load((CORPUS / name).read_text())
+    job = parse_job(raw, name)
+    assert not job.spec.storage.data.asks_for_claim
+    assert not job.spec.storage.logs.asks_for_claim
+    objects = render_job(job, RenderOptions(namespace="ns", code_archive=b"code"))
+    assert not [o for o in objects if o["kind"] == "PersistentVolumeClaim"]
+    named = {
+        v["persistentVolumeClaim"]["claimName"]
+        for spec in raw["spec"]["tfReplicaSpecs"].values()
+        for v in spec["template"]["spec"].get("volumes") or []
+        if "persistentVolumeClaim" in v
+    }
+    assert _claims_in_pods(objects) == named

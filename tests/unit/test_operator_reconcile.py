@@ -227,6 +227,85 @@ def test_ps_failure_starts_a_new_generation_then_replaces_the_jobs():
     assert later.status["restarts"] == 1
 
 
+def with_volumes(objects: list[dict[str, Any]], **volumes: str) -> list[dict[str, Any]]:
+    """The rendered role Jobs' pods mount `data`/`logs` as given: a claim's name, or
+    `emptyDir` (the PS has no data volume)."""
+    for obj in objects:
+        if obj["kind"] != "Job":
+            continue
+        mounted = []
+        for which, source in volumes.items():
+            if which == "data" and obj["metadata"]["labels"]["tfkube.io/replica-type"] == "ps":
+                continue
+            if source == "emptyDir":
+                mounted.append({"name": which, "emptyDir": {}})
+            else:
+                mounted.append({"name": which, "persistentVolumeClaim": {"claimName": source}})
+        obj["spec"] = {"template": {"spec": {"volumes": mounted}}}
+    return objects
+
+
+@pytest.mark.parametrize(
+    ("volumes", "storage", "words"),
+    [
+        pytest.param(
+            {"logs": "emptyDir", "data": "emptyDir"},
+            {"logs": "emptyDir", "data": "emptyDir"},
+            ["each pod's own folder (emptyDir; no claim asked for)", "starts training from "
+             "scratch", "give spec.storage.logs a claim", "data: each pod's own folder"],
+            id="nothing-asked",
+        ),
+        pytest.param(
+            {"logs": "j-logs", "data": "imagenet"},
+            {"logs": "claim j-logs", "data": "claim imagenet"},
+            ["logs and checkpoints: claim j-logs, shared by every replica",
+             "data: claim imagenet"],
+            id="claims",
+        ),
+    ],
+)  # fmt: skip
+def test_storage_is_said_once_and_kept_in_the_status(
+    volumes: dict[str, str], storage: dict[str, str], words: list[str]
+):
+    job = job_model()
+    plan = reconcile(resource(), job, [], [], with_volumes(rendered(job), **volumes), NOW)
+    assert plan.status["storage"] == storage
+    said = [e.message for e in ops_of(plan, Event) if e.reason == "Storage"]
+    assert len(said) == 1
+    for w in words:
+        assert w in said[0], said[0]
+    again = reconcile(
+        resource(plan.status), job, [role_job("ps"), role_job("worker")], [],
+        with_volumes(rendered(job), **volumes), NOW + 1,
+    )  # fmt: skip
+    assert not [e for e in ops_of(again, Event) if e.reason == "Storage"]
+    assert again.status["storage"] == storage
+
+
+def test_a_ps_failure_without_a_logs_claim_restarts_from_scratch_and_says_so():
+    """No claim keeps the checkpoints: the restart event and every waiting replica's
+    message (what `tfkube status` shows) say the job starts again from scratch."""
+    job = job_model(backoff={"baseSeconds": 2, "capSeconds": 10})
+    objects = with_volumes(rendered(job), logs="emptyDir")
+    jobs = [role_job("ps", condition="PodFailurePolicy"), role_job("worker")]
+    pods = [pod("ps", 0, "Failed", 1, name="ps0"), pod("worker", 0), pod("worker", 1)]
+    first = reconcile(
+        resource(running(storage={"logs": "emptyDir"})), job, jobs, pods, objects, NOW
+    )
+    assert first.status["phase"] == "Restarting"
+    lines = [e.message for e in ops_of(first, Event)]
+    assert any("restarting the replicas that use it, from scratch" in m for m in lines), lines
+    assert not any("resume from the last checkpoint" in m for m in lines), lines
+    nxt = reconcile(resource(first.status), job, [], [], objects, NOW + 0.5)
+    assert nxt.observation is not None
+    for key, seen in nxt.observation.replicas.items():
+        assert seen.message.startswith("whole-job restart from scratch"), (key, seen.message)
+    # With a claim the same restart resumes, and says so.
+    kept = with_volumes(rendered(job), logs="j-logs")
+    resumed = reconcile(resource(running()), job, jobs, pods, kept, NOW)
+    assert any("to resume from the last checkpoint" in e.message for e in ops_of(resumed, Event))
+
+
 @pytest.mark.parametrize(
     "ps_pods",
     [
@@ -375,7 +454,14 @@ def kinds(ops: Any) -> list[str]:
             Prior(),
             True,
             NOW,
-            ["Create j", "Create tfkube-tenant", "Create j-ps", "Create j-worker", "Event Created"],
+            [
+                "Create j",
+                "Create tfkube-tenant",
+                "Create j-ps",
+                "Create j-worker",
+                "Event Created",
+                "Event Storage",
+            ],
             id="first-look-creates-everything",
         ),
         pytest.param(LIVE, Prior(started_at=T0), False, NOW, [], id="all-there"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -985,6 +986,17 @@ def test_restart_events():
         "ps-0 failed with exit code 137 (signal 9); restart 1 of 5 in 1.0s",
         "ps-0 failed: restarting the replicas that use it, to resume from the last checkpoint",
     )
+
+
+def test_a_restart_without_kept_checkpoints_says_it_starts_from_scratch():
+    """A cluster job without a logs claim: its checkpoints went with its pods."""
+    status = replace(st(r("ps-0", FAIL, 137), r("worker-0")), checkpoints_kept=False)
+    decision = plan(job(ps=1, backoffLimit=5), status, NOW)
+    assert decision.events[-1] == (
+        "ps-0 failed: restarting the replicas that use it, from scratch: the job's log "
+        "folder is each pod's own (no claim), so no checkpoint outlives its replicas"
+    )
+    assert [a.key for a in decision.actions if isinstance(a, Restart)] == ["ps-0", "worker-0"]
 
 
 def test_worker_restart_event_has_no_ps_line():

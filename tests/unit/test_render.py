@@ -30,10 +30,12 @@ from tfkube.planner import JobPhase, should_retry
 from tfkube.render import (
     MAX_CODE_CONFIGMAP_BYTES,
     RenderOptions,
+    StorageDefaults,
     crd,
     deploy_file_texts,
     dump_yaml,
     render_job,
+    rendered_storage,
 )
 
 # render's own unit tests: its private modules' rules too.
@@ -47,7 +49,7 @@ from tfkube.render._render import (
     image_registry,
     stall_probe,
 )
-from tfkube.spec import SpecError, TFJob, parse_job
+from tfkube.spec import SpecError, TFJob, dump_job, parse_job
 from tfkube.tfcluster import cluster_spec, service_address
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,8 +111,6 @@ def test_objects_and_order():
     kinds = [(o["kind"], o["metadata"]["name"]) for o in render()]
     assert kinds == [
         ("ConfigMap", "mnist-launcher"),
-        ("PersistentVolumeClaim", "mnist-data"),
-        ("PersistentVolumeClaim", "mnist-logs"),
         ("Service", "mnist"),
         ("Job", "mnist-ps"),
         ("Job", "mnist-worker"),
@@ -803,18 +803,151 @@ def _claims(objects: list[dict[str, Any]], role: str) -> dict[str, str]:
     }
 
 
-def test_default_claims_and_mounts():
+def _volume_sources(objects: list[dict[str, Any]], role: str) -> dict[str, str]:
+    """`data`/`logs` of a role's pods: `claim NAME` or `emptyDir`."""
+    out = {}
+    for v in pod(objects, role)["volumes"]:
+        if v["name"] in ("data", "logs"):
+            claim = v.get("persistentVolumeClaim", {}).get("claimName")
+            out[v["name"]] = f"claim {claim}" if claim else ("emptyDir" if "emptyDir" in v else "?")
+    return out
+
+
+E = "emptyDir"
+
+
+@pytest.mark.parametrize(
+    ("spec", "defaults", "claims", "worker", "ps"),
+    [
+        pytest.param({}, None, [], {"data": E, "logs": E}, {"logs": E}, id="nothing-asked"),
+        pytest.param(
+            {"storage": {"logs": {"mountPath": "/ckpt"}, "data": {"mountPath": "/d"}}},
+            None,
+            [],
+            {"data": E, "logs": E},
+            {"logs": E},
+            id="mount-paths-alone-ask-for-nothing",
+        ),
+        pytest.param(
+            {"storage": {"data": {"claimName": "imagenet"}}},
+            None,
+            [],
+            {"data": "claim imagenet", "logs": E},
+            {"logs": E},
+            id="a-dataset-claim",
+        ),
+        pytest.param(
+            {"storage": {"logs": {"size": "1Gi"}}},
+            None,
+            ["mnist-logs"],
+            {"data": E, "logs": "claim mnist-logs"},
+            {"logs": "claim mnist-logs"},
+            id="logs-size-makes-a-claim",
+        ),
+        pytest.param(
+            {"storage": {"data": {"storageClassName": "nfs"}, "logs": {"storageClassName": "nfs"}}},
+            None,
+            ["mnist-data", "mnist-logs"],
+            {"data": "claim mnist-data", "logs": "claim mnist-logs"},
+            {"logs": "claim mnist-logs"},
+            id="storage-classes-make-claims",
+        ),
+        pytest.param(
+            {"storage": {"logs": {"claimName": "shared-logs"}}},
+            None,
+            [],
+            {"data": E, "logs": "claim shared-logs"},
+            {"logs": "claim shared-logs"},
+            id="an-existing-logs-claim",
+        ),
+        pytest.param(
+            {"tensorboard": {}},
+            None,
+            ["mnist-logs"],
+            {"data": E, "logs": "claim mnist-logs"},
+            {"logs": "claim mnist-logs"},
+            id="tensorboard-reads-the-logs-from-a-claim",
+        ),
+        pytest.param(
+            {"tensorboard": {"enabled": False}},
+            None,
+            [],
+            {"data": E, "logs": E},
+            {"logs": E},
+            id="a-disabled-tensorboard-asks-nothing",
+        ),
+        pytest.param(
+            {},
+            StorageDefaults(logs_storage_class="cephfs"),
+            ["mnist-logs"],
+            {"data": E, "logs": "claim mnist-logs"},
+            {"logs": "claim mnist-logs"},
+            id="admin-storage-class",
+        ),
+        pytest.param(
+            {},
+            StorageDefaults(logs_claim="outputs"),
+            [],
+            {"data": E, "logs": "claim outputs"},
+            {"logs": "claim outputs"},
+            id="admin-claim-per-namespace",
+        ),
+        pytest.param(
+            {"storage": {"logs": {"claimName": "mine"}}},
+            StorageDefaults(logs_claim="outputs"),
+            [],
+            {"data": E, "logs": "claim mine"},
+            {"logs": "claim mine"},
+            id="the-jobs-own-claim-wins-over-the-admins",
+        ),
+        pytest.param(
+            {"storage": {"logs": {"mountPath": "/ckpt"}}},
+            StorageDefaults(logs_storage_class="cephfs"),
+            ["mnist-logs"],
+            {"data": E, "logs": "claim mnist-logs"},
+            {"logs": "claim mnist-logs"},
+            id="a-mount-path-alone-takes-the-admins-default",
+        ),
+    ],
+)
+def test_which_jobs_get_which_volumes(spec, defaults, claims, worker, ps):
+    """A claim only when the job asks for one (or TensorBoard needs one, or the cluster's
+    administrator gives every job one); otherwise scratch space in each pod. The PS
+    reads no data: it has no data volume."""
+    objects = render(job_of(**spec), storage=defaults)
+    assert [c["metadata"]["name"] for c in by_kind(objects, "PersistentVolumeClaim")] == claims
+    assert _volume_sources(objects, "worker") == worker
+    assert _volume_sources(objects, "ps") == ps
+    assert rendered_storage(objects) == worker
+
+
+def test_scratch_volumes_are_mounted_where_claims_would_be():
     objects = render()
-    data = one(objects, "PersistentVolumeClaim", "mnist-data")
-    assert data["spec"] == {
-        "accessModes": ["ReadWriteMany"],
-        "resources": {"requests": {"storage": "10Gi"}},
-    }
-    assert _claims(objects, "worker") == {"logs": "mnist-logs", "data": "mnist-data"}
-    assert _claims(objects, "ps") == {"logs": "mnist-logs"}  # PS read no data
     assert _mounts(objects, "worker")["logs"] == {"name": "logs", "mountPath": "/tfkube/logs"}
     assert _mounts(objects, "worker")["data"] == {"name": "data", "mountPath": "/tfkube/data"}
     assert _mounts(objects, "worker")["work"] == {"name": "work", "mountPath": "/tfkube/work"}
+    assert {"name": "logs", "emptyDir": {}} in pod(objects, "ps")["volumes"]
+    env = env_of(objects, "worker")
+    assert (env["TFKUBE_DATA_DIR"], env["TFKUBE_LOG_DIR"]) == ("/tfkube/data", "/tfkube/logs")
+
+
+def test_a_new_claim_is_shared_and_sized():
+    objects = render(job_of(storage={"logs": {"storageClassName": "cephfs"}}))
+    assert one(objects, "PersistentVolumeClaim", "mnist-logs")["spec"] == {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": "10Gi"}},
+        "storageClassName": "cephfs",
+    }
+    # No class named: the cluster's default class (no storageClassName at all).
+    sized = render(job_of(storage={"data": {"size": "1Ti"}}))
+    assert one(sized, "PersistentVolumeClaim", "mnist-data")["spec"] == {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": "1Ti"}},
+    }
+    admin = render(storage=StorageDefaults(logs_storage_class="fast", logs_size="50Gi"))
+    assert one(admin, "PersistentVolumeClaim", "mnist-logs")["spec"]["resources"] == {
+        "requests": {"storage": "50Gi"}
+    }
 
 
 def test_storage_class_size_and_mount_paths():
@@ -837,15 +970,42 @@ def test_storage_class_size_and_mount_paths():
     assert _mounts(objects, "worker")["data"]["mountPath"] == "/data"
 
 
-def test_existing_claims_are_used_not_created():
-    objects = render(
-        job_of(storage={"data": {"claimName": "imagenet"}, "logs": {"claimName": "shared-logs"}})
-    )
+@pytest.mark.parametrize(
+    ("storage", "defaults"),
+    [
+        ({"data": {"claimName": "imagenet"}, "logs": {"claimName": "shared-logs"}}, None),
+        ({"data": {"claimName": "imagenet"}}, StorageDefaults(logs_claim="shared-logs")),
+    ],
+)
+def test_existing_claims_are_used_not_created(storage, defaults):
+    objects = render(job_of(storage=storage), storage=defaults)
     assert not by_kind(objects, "PersistentVolumeClaim")
     assert _claims(objects, "worker") == {"logs": "shared-logs", "data": "imagenet"}
     # A shared logs claim gets one folder per job; a data claim is mounted whole.
     assert _mounts(objects, "worker")["logs"]["subPath"] == "mnist"
     assert "subPath" not in _mounts(objects, "worker")["data"]
+
+
+def test_a_tensorboard_reads_the_jobs_folder_of_a_shared_logs_claim():
+    objects = render(job_of(tensorboard={}), storage=StorageDefaults(logs_claim="outputs"))
+    tb = one(objects, "Deployment", "mnist-tensorboard")["spec"]["template"]["spec"]
+    assert tb["volumes"] == [{"name": "logs", "persistentVolumeClaim": {"claimName": "outputs"}}]
+    assert tb["containers"][0]["volumeMounts"][0]["subPath"] == "mnist"
+
+
+def test_admin_defaults_are_one_or_the_other():
+    with pytest.raises(ValueError, match="not both"):
+        StorageDefaults(logs_storage_class="a", logs_claim="b")
+
+
+def test_a_round_trip_asks_for_no_claim():
+    """A job dumped and read again (the TFJob the client creates, the server's placed
+    spec) still asks for nothing: no default size is written out."""
+    job = job_of()
+    assert not job.spec.storage.logs.asks_for_claim
+    again = parse_job(yaml.safe_load(dump_job(job)))
+    assert again.spec.storage == job.spec.storage
+    assert not by_kind(render(again), "PersistentVolumeClaim")
 
 
 # -- TensorBoard -------------------------------------------------------------------------------

@@ -31,11 +31,15 @@ from tfkube.render._workloads import (
     model_config,
     serving_placement,
 )
-from tfkube.spec import Resources, load_job_text
+from tfkube.spec import Resources, SpecError, load_job_text
 
 SELECTOR = {"tfkube.io/real-node": "true"}
 TOLERATION = {"key": "tfkube.io/real-node", "operator": "Equal", "value": "true",
               "effect": "NoSchedule"}  # fmt: skip
+
+
+KEPT = {"logs": {"size": "1Gi"}}
+"""A job whose logs (and exports) are on a claim of its own, `mnist-logs`."""
 
 
 def _job(roles: dict[str, Any] | None = None, storage: dict[str, Any] | None = None) -> Any:
@@ -54,7 +58,8 @@ def _job(roles: dict[str, Any] | None = None, storage: dict[str, Any] | None = N
 
 
 def _objects(runtime: ServingRuntime, **kw: Any) -> dict[str, dict[str, Any]]:
-    spec = ModelServerSpec("digits", "team-a", kw.pop("job", None) or _job(), runtime=runtime, **kw)
+    job = kw.pop("job", None) or _job(storage=KEPT)
+    spec = ModelServerSpec("digits", "team-a", job, runtime=runtime, **kw)
     return {o["kind"]: o for o in render_model_server(spec)}
 
 
@@ -241,7 +246,7 @@ PLACED = {"nodeSelector": SELECTOR, "tolerations": [TOLERATION]}
     ],
 )
 def test_serving_placement(roles: dict[str, Any], expected: dict[str, Any]) -> None:
-    job = _job(roles)
+    job = _job(roles, storage=KEPT)
     assert serving_placement(job) == expected
     for runtime in ServingRuntime:
         pod = _objects(runtime, job=job)["Deployment"]["spec"]["template"]["spec"]
@@ -316,12 +321,17 @@ def _by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 @pytest.mark.parametrize(
     ("storage", "claim", "sub_path"),
     [
-        (None, "mnist-logs", "export"),
+        ({"logs": {"size": "1Gi"}}, "mnist-logs", "export"),
         ({"logs": {"claimName": "outputs"}}, "outputs", "mnist/export"),
     ],
 )
 def test_export_volume(storage: dict[str, Any] | None, claim: str, sub_path: str) -> None:
     assert job_export_volume(_job(storage=storage)) == (claim, sub_path)
+
+
+def test_a_job_without_a_logs_claim_kept_nothing_to_serve() -> None:
+    with pytest.raises(SpecError, match=r"spec\.storage\.logs"):
+        job_export_volume(_job(storage=None))
 
 
 def test_model_config_policies() -> None:

@@ -68,29 +68,6 @@ def big_job_manifest(name: str, ps: int, workers: int) -> dict[str, Any]:
     }
 
 
-def bind_volumes(core: Any, namespace: str, job: str) -> list[str]:
-    """Pre-bound PersistentVolumes for a job's two claims (no provisioner here)."""
-    from kubernetes import client
-
-    made = []
-    for which in ("data", "logs"):
-        name = f"{namespace}-{job}-{which}"[:63]
-        core.create_persistent_volume(
-            client.V1PersistentVolume(
-                metadata=client.V1ObjectMeta(name=name),
-                spec=client.V1PersistentVolumeSpec(
-                    capacity={"storage": "100Gi"},
-                    access_modes=["ReadWriteMany", "ReadWriteOnce"],
-                    persistent_volume_reclaim_policy="Retain",
-                    host_path=client.V1HostPathVolumeSource(path=f"/tmp/tfkube-fake/{name}"),
-                    claim_ref=client.V1ObjectReference(namespace=namespace, name=f"{job}-{which}"),
-                ),
-            )
-        )
-        made.append(name)
-    return made
-
-
 def wait_running(api: Api, job_id: str, at_least: int, timeout: float) -> dict[str, Any]:
     """Until at least `at_least` replicas run (the rest may wait for room on the nodes)."""
     deadline = time.monotonic() + timeout

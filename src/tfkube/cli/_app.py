@@ -603,11 +603,41 @@ def install(
     ] = False,
     storage_class: Annotated[
         str | None,
-        typer.Option("--storage-class", help="--server: the data claim's storage class."),
+        typer.Option(
+            "--storage-class",
+            help="--server: the StorageClass of the data claim it makes (default: the "
+            "cluster's default class; without one, give this or --data-claim).",
+        ),
     ] = None,
     storage_size: Annotated[
         str, typer.Option("--storage-size", help="--server: the data claim's size.")
     ] = "20Gi",
+    data_claim: Annotated[
+        str | None,
+        typer.Option(
+            "--data-claim",
+            help="--server: an existing claim in the namespace for its data (none is made).",
+        ),
+    ] = None,
+    logs_storage_class: Annotated[
+        str | None,
+        typer.Option(
+            "--logs-storage-class",
+            help="Jobs whose spec names no logs storage get a new logs claim of this "
+            "StorageClass (default: none; their logs stay in their pods).",
+        ),
+    ] = None,
+    logs_size: Annotated[
+        str, typer.Option("--logs-size", help="The size of those logs claims.")
+    ] = "10Gi",
+    logs_claim: Annotated[
+        str | None,
+        typer.Option(
+            "--logs-claim",
+            help="Jobs whose spec names no logs storage write their logs in a folder of "
+            "this existing ReadWriteMany claim of their namespace.",
+        ),
+    ] = None,
     outputs_claim: Annotated[
         str | None,
         typer.Option(
@@ -626,6 +656,7 @@ def install(
     from tfkube.render import (
         OPERATOR_IMAGE,
         ServerInstall,
+        StorageDefaults,
         deploy_file_texts,
         dump_yaml,
         install_manifests,
@@ -637,14 +668,23 @@ def install(
         ServerInstall(
             storage_class=storage_class,
             storage_size=storage_size,
+            data_claim=data_claim,
             outputs_claim=outputs_claim,
             public_url=public_url,
         )
         if server
         else None
     )
-    if server_options is None and (storage_class or outputs_claim or public_url):
-        raise fail("--storage-class, --outputs-claim and --public-url go with --server")
+    if server_options is None and (storage_class or data_claim or outputs_claim or public_url):
+        raise fail(
+            "--storage-class, --data-claim, --outputs-claim and --public-url go with --server"
+        )
+    try:
+        jobs_storage = StorageDefaults(
+            logs_storage_class=logs_storage_class, logs_claim=logs_claim, logs_size=logs_size
+        )
+    except ValueError:
+        raise fail("give --logs-storage-class or --logs-claim, not both") from None
     if write_manifests is not None:
         write_manifests.mkdir(parents=True, exist_ok=True)
         for name, text in deploy_file_texts().items():
@@ -652,7 +692,7 @@ def install(
             out.print(f"wrote {write_manifests / name}", highlight=False)
         return
     if print_only:
-        objects = install_manifests(namespace, chosen_image)
+        objects = install_manifests(namespace, chosen_image, jobs_storage)
         if server_options is not None:
             objects += server_manifests(namespace, chosen_image, server_options)
         print(dump_yaml(objects), end="")
@@ -674,6 +714,8 @@ def install(
             dry_run=dry_run,
             progress=lambda applied: out.print(str(applied), highlight=False),
             server=server_options,
+            storage=jobs_storage,
+            say=lambda line: out.print(line, highlight=False),
         )
     except InstallError as exc:
         raise fail(str(exc), 1) from None
@@ -711,9 +753,12 @@ def operator_command(
 
     if namespace and all_namespaces:
         raise fail("give --namespace or --all-namespaces, not both")
-    settings = OperatorSettings.read(
-        namespaces=tuple(namespace or ()), kubeconfig=kubeconfig, verbose=verbose
-    )
+    try:
+        settings = OperatorSettings.read(
+            namespaces=tuple(namespace or ()), kubeconfig=kubeconfig, verbose=verbose
+        )
+    except ValueError as exc:  # its environment contradicts itself
+        raise fail(f"the operator's settings: {exc}") from None
     # Until SIGINT, SIGTERM or SIGHUP: the jobs it reconciles are the cluster's and carry
     # on; the next operator takes them over.
     run_service(lambda: run_operator(settings))

@@ -65,6 +65,7 @@ from tfkube.kube.names import (
     INDEX_KEY,
     LABEL_ROLE,
     REPLICA_CONTAINER,
+    SCRATCH_VOLUME,
     role_job_name,
 )
 from tfkube.planner import JobPhase, JobStatus, ReplicaState, ReplicaStatus, stalled_replicas
@@ -552,6 +553,15 @@ class Prior:
     """When the current generation's Jobs may be created (whole-job restart backoff)."""
     stalled: frozenset[str] = frozenset()
     """Replicas the previous reconcile found stalled (`status.stalledReplicas`)."""
+    storage: Mapping[str, str] = field(default_factory=dict)
+    """`status.storage`: what the replicas mount as `data` and `logs` (`claim <name>` or
+    `emptyDir`), as the operator rendered them."""
+
+    @property
+    def checkpoints_kept(self) -> bool:
+        """Whether the logs (checkpoints) are on a claim, so a whole-job restart resumes
+        (unknown, as in a status written before the operator said: yes)."""
+        return self.storage.get("logs") != SCRATCH_VOLUME
 
     @classmethod
     def from_status(cls, status: Obj | None) -> Prior:
@@ -574,6 +584,7 @@ class Prior:
             restarts_before=int(status.get("restartsBefore") or 0),
             restart_at=parse_time(status.get("restartAt")),
             stalled=frozenset(status.get("stalledReplicas") or ()),
+            storage={str(k): str(v) for k, v in (status.get("storage") or {}).items()},
         )
 
 
@@ -591,6 +602,13 @@ class RoleJob(StrEnum):
 
 
 # -- one replica -----------------------------------------------------------------------------
+
+
+def _restart(prior: Prior) -> str:
+    """A whole-job restart, as a replica's message says it."""
+    if prior.checkpoints_kept:
+        return "whole-job restart"
+    return "whole-job restart from scratch (no logs claim keeps its checkpoints)"
 
 
 def read_replica(
@@ -653,10 +671,10 @@ def read_replica(
     elif all_pods or restarts:
         state, message = ReplicaState.BACKOFF, "its pod is being replaced"
     elif role_job in (RoleJob.STALE, RoleJob.DYING):
-        state, message = ReplicaState.BACKOFF, "whole-job restart: its old Job is being deleted"
+        state, message = ReplicaState.BACKOFF, f"{_restart(prior)}: its old Job is being deleted"
     elif role_job is RoleJob.MISSING and prior.restart_at is not None and now < prior.restart_at:
         state, next_start = ReplicaState.BACKOFF, prior.restart_at
-        message = f"whole-job restart: starts again at {format_time(prior.restart_at)}"
+        message = f"{_restart(prior)}: starts again at {format_time(prior.restart_at)}"
     elif role_job is RoleJob.CURRENT:
         state = ReplicaState.PENDING
         message = waiting or "waiting for Kubernetes to create its pod"
@@ -791,6 +809,7 @@ def observe(
         finished_at=prior.finished_at,
         reason=prior.reason,
         message=prior.message,
+        checkpoints_kept=prior.checkpoints_kept,
     )
     stalled = stalled_replicas(job.spec.run_policy, status, now)
     for key in stalled:

@@ -61,6 +61,18 @@ OPERATOR_NAMESPACE_ENV = "TFKUBE_OPERATOR_NAMESPACE"
 sets it from the pod's namespace, so `tfkube install -n <ns>` needs nothing more."""
 REGISTRY_SECRET_ENV = "TFKUBE_REGISTRY_SECRET"
 """The name of the platform's image-pull Secret in the operator's namespace (empty: none)."""
+LOGS_STORAGE_CLASS_ENV = "TFKUBE_LOGS_STORAGE_CLASS"
+"""The operator's: a StorageClass; every job whose spec names no logs storage gets a new
+claim `<job>-logs` of it (`tfkube install --logs-storage-class`)."""
+LOGS_CLAIM_ENV = "TFKUBE_LOGS_CLAIM"
+"""The operator's: an existing claim in every job namespace; every job whose spec names no
+logs storage writes its logs in a folder of it (`tfkube install --logs-claim`)."""
+LOGS_SIZE_ENV = "TFKUBE_LOGS_SIZE"
+"""The operator's: the size of the claims `TFKUBE_LOGS_STORAGE_CLASS` makes (default 10Gi)."""
+SCRATCH_VOLUME = "emptyDir"
+"""A TFJob's `status.storage` (`{data: ..., logs: ...}`, written by the operator) says
+`claim <name>` for a volume on a claim and this for one that is each pod's own folder,
+gone with the pod (no claim asked for)."""
 
 
 def job_labels(job_name: str, role: str | None = None) -> dict[str, str]:

@@ -102,6 +102,9 @@ JOB = Resource("batch", "v1", "Job", "jobs", True)
 DEPLOYMENT = Resource("apps", "v1", "Deployment", "deployments", True)
 STATEFUL_SET = Resource("apps", "v1", "StatefulSet", "statefulsets", True)
 
+STORAGE_CLASS = Resource("storage.k8s.io", "v1", "StorageClass", "storageclasses", False)
+"""Read by `tfkube install`: is there a default class for the claims it would make?"""
+
 CLUSTER_ROLE = Resource("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", False)
 CLUSTER_ROLE_BINDING = Resource(
     "rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", False
@@ -129,6 +132,7 @@ RESOURCES: tuple[Resource, ...] = (
     JOB,
     DEPLOYMENT,
     STATEFUL_SET,
+    STORAGE_CLASS,
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
     VOLCANO_POD_GROUP,

@@ -49,7 +49,7 @@ from tfkube.operator._apply import apply, write_status
 from tfkube.operator._ops import DeleteTFJob
 from tfkube.operator._reconcile import invalid_spec_plan, reconcile
 from tfkube.operator._settings import OperatorSettings
-from tfkube.render import RenderOptions, render_job
+from tfkube.render import RenderOptions, StorageDefaults, render_job
 from tfkube.spec import SpecError, TFJob
 
 log = logging.getLogger("tfkube.operator")
@@ -102,6 +102,7 @@ class Reconciler:
                     registry_secret=self._registry_secret(),
                     code_archive=self._code_archive(job, namespace),
                     code_token_secret=annotations.get(CODE_TOKEN_ANNOTATION) or None,
+                    storage=self.settings.storage,
                 ),
             )
         except SpecError as exc:
@@ -116,6 +117,15 @@ class Reconciler:
             return None  # gone: no status to write
         write_status(self.kube, tfjob, plan.status)
         return plan.requeue_after
+
+
+def storage_note(defaults: StorageDefaults) -> str:
+    """What the operator gives a job whose spec names no logs storage, in words."""
+    if defaults.logs_claim:
+        return f"a folder of the claim {defaults.logs_claim} in the job's namespace"
+    if defaults.logs_storage_class:
+        return f"a new claim of the StorageClass {defaults.logs_storage_class}"
+    return "an emptyDir in each pod (no claim)"
 
 
 def _describe(op: object) -> str:
@@ -304,6 +314,7 @@ def run_operator(settings: OperatorSettings) -> None:
             settings.operator_namespace,
             settings.registry_secret,
         )
+    log.info("jobs that name no logs storage: %s", storage_note(settings.storage))
     kopf.run(
         registry=registry,
         standalone=True,

@@ -44,6 +44,7 @@ from typing import Any
 from tfkube.kube.names import (
     GENERATION_ANNOTATION,
     LABEL_ROLE,
+    SCRATCH_VOLUME,
     STOP_ANNOTATION,
     TENANT_OBJECTS,
     owner_reference,
@@ -73,6 +74,7 @@ from tfkube.planner import (
     Stop,
     plan,
 )
+from tfkube.render import rendered_storage
 from tfkube.spec import CleanPodPolicy, GangScheduler, Role, TFJob
 
 LIVE_REQUEUE_SECONDS = 2.0
@@ -205,9 +207,12 @@ def reconcile(
     act       the decision as operations: events, restarts, stops, clean-up, TTL
     record    the whole new status, and when to look again
     """
-    jobs, pods = list(jobs), list(pods)
+    jobs, pods, rendered = list(jobs), list(pods), list(rendered)
     status: dict[str, Any] = dict(tfjob.get("status") or {})
     status["observedGeneration"] = tfjob["metadata"].get("generation")
+    # What the replicas mount as data and logs, said once and kept in the status, so that
+    # `tfkube status` too can tell a whole-job restart that starts from scratch.
+    status["storage"] = rendered_storage(rendered)
     prior = Prior.from_status(status)
     policy = job.spec.run_policy
     objects = owned(rendered, tfjob, suspend=policy.suspend, generations=prior.generations)
@@ -260,6 +265,7 @@ def ensure(
     if first:
         ops += [Create(o) for o in objects]
         ops.append(Event("Normal", "Created", f"created {len(objects)} objects"))
+        ops.append(Event("Normal", "Storage", storage_message(prior.storage)))
     elif not prior.phase.terminal and (prior.restart_at is None or now >= prior.restart_at):
         busy = obs.role_jobs.keys() | obs.dying_jobs | obs.stale_jobs
         ops += [
@@ -272,6 +278,27 @@ def ensure(
         for role in sorted(obs.stale_jobs)
     ]
     return ops
+
+
+def storage_message(storage: Mapping[str, str]) -> str:
+    """Where the job keeps its logs and checkpoints, and what that means (the `Storage`
+    event said when the job is created)."""
+    logs = storage.get("logs", SCRATCH_VOLUME)
+    if logs == SCRATCH_VOLUME:
+        text = (
+            "logs and checkpoints: each pod's own folder (emptyDir; no claim asked for): "
+            "a replica's log is read from its pod while the pod exists, and a whole-job "
+            "restart (a PS lost) starts training from scratch; give spec.storage.logs a "
+            "claim to keep them"
+        )
+    else:
+        text = f"logs and checkpoints: {logs}, shared by every replica"
+    data = storage.get("data")
+    if data == SCRATCH_VOLUME:
+        text += "; data: each pod's own folder"
+    elif data is not None:
+        text += f"; data: {data}"
+    return text
 
 
 def release_stranded(pods: Iterable[Obj], now: float) -> list[Op]:

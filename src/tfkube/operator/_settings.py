@@ -3,18 +3,27 @@
 `tfkube install` (and deploy/operator.yaml) runs the operator with TFKUBE_OPERATOR_NAMESPACE
 set from the pod's own namespace and TFKUBE_REGISTRY_SECRET naming the platform's
 image-pull Secret there (`tfkube.kube.names` holds both names, which `tfkube.render` writes
-into the Deployment). Unset, the defaults are those `tfkube install` uses.
+into the Deployment). Unset, the defaults are those `tfkube install` uses. The cluster
+administrator's storage for jobs that name none (TFKUBE_LOGS_STORAGE_CLASS or
+TFKUBE_LOGS_CLAIM, from `tfkube install --logs-storage-class/--logs-claim`) is read here
+too; unset, such jobs keep their logs in their pods.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from tfkube.kube.names import OPERATOR_NAMESPACE_ENV, REGISTRY_SECRET_ENV
-from tfkube.render import OPERATOR_NAMESPACE, REGISTRY_SECRET
+from tfkube.kube.names import (
+    LOGS_CLAIM_ENV,
+    LOGS_SIZE_ENV,
+    LOGS_STORAGE_CLASS_ENV,
+    OPERATOR_NAMESPACE_ENV,
+    REGISTRY_SECRET_ENV,
+)
+from tfkube.render import DEFAULT_CLAIM_SIZE, OPERATOR_NAMESPACE, REGISTRY_SECRET, StorageDefaults
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,10 @@ class OperatorSettings:
     """The platform's image-pull Secret in `operator_namespace` (TFKUBE_REGISTRY_SECRET; set
     but empty: none), copied into every job's namespace as `<job>-registry` when it exists;
     without it jobs pull anonymously."""
+    storage: StorageDefaults = field(default_factory=StorageDefaults)
+    """What jobs whose spec names no logs storage get (TFKUBE_LOGS_STORAGE_CLASS,
+    TFKUBE_LOGS_CLAIM, TFKUBE_LOGS_SIZE); by default nothing: their logs stay in their
+    pods (an emptyDir each)."""
 
     @classmethod
     def read(
@@ -43,11 +56,17 @@ class OperatorSettings:
         kubeconfig: Path | None = None,
         verbose: bool = False,
     ) -> OperatorSettings:
-        """The settings from the command's flags and the environment."""
+        """The settings from the command's flags and the environment. Raises ValueError
+        when both a logs storage class and a logs claim are set."""
         return cls(
             namespaces=namespaces,
             kubeconfig=kubeconfig,
             verbose=verbose,
             operator_namespace=environ.get(OPERATOR_NAMESPACE_ENV) or OPERATOR_NAMESPACE,
             registry_secret=environ.get(REGISTRY_SECRET_ENV, REGISTRY_SECRET) or None,
+            storage=StorageDefaults(
+                logs_storage_class=environ.get(LOGS_STORAGE_CLASS_ENV) or None,
+                logs_claim=environ.get(LOGS_CLAIM_ENV) or None,
+                logs_size=environ.get(LOGS_SIZE_ENV) or DEFAULT_CLAIM_SIZE,
+            ),
         )

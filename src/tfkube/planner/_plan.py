@@ -15,7 +15,8 @@ Order of decisions, each tick:
    one past backoffLimit, fails the job; otherwise the replica restarts after
    exponential backoff. A failed PS restarts with every chief/worker/evaluator that has
    not succeeded, since their sessions depend on its variables: they resume from the
-   last checkpoint in the shared log dir. A stalled replica (no progress for
+   last checkpoint in the shared log dir (from scratch when there is none: a cluster job
+   without a logs claim, `JobStatus.checkpoints_kept`). A stalled replica (no progress for
    runPolicy.stallSeconds) is reported, and with stallAction Restart handled like a
    failed one, or with Fail fails the job.
 6. Replicas whose backoff has passed, or that never started, are started, unless the
@@ -47,6 +48,11 @@ from tfkube.spec import (
     TFJob,
 )
 from tfkube.tfcluster import replica_key
+
+NO_SHARED_CHECKPOINTS = (
+    "the job's log folder is each pod's own (no claim), so no checkpoint outlives its replicas"
+)
+"""Why a whole-job restart of a cluster job without a logs claim starts from scratch."""
 
 
 def is_retryable_exit(code: int | None) -> bool:
@@ -201,7 +207,11 @@ def plan(job: TFJob, status: JobStatus, now: float) -> Decision:
             for r in _dependents_of_ps(status.replicas):
                 if r.key not in to_restart:
                     to_restart[r.key] = (at, why)
-            events.append(why + ", to resume from the last checkpoint")
+            events.append(
+                why + ", to resume from the last checkpoint"
+                if status.checkpoints_kept
+                else why + f", from scratch: {NO_SHARED_CHECKPOINTS}"
+            )
         actions += [Restart(key, at, why) for key, (at, why) in to_restart.items()]
 
     restarting: set[str] = set()

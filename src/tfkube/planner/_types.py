@@ -157,6 +157,10 @@ class JobStatus:
     finished_at: float | None = None
     reason: str | None = None
     message: str | None = None
+    checkpoints_kept: bool = True
+    """Whether the job's log/checkpoint folder is shared by its replicas and outlives
+    them (always locally; in a cluster only on a claim): when it is not, a restart
+    after a PS failure starts training from scratch."""
 
     def replica(self, key: str) -> ReplicaStatus:
         for r in self.replicas:

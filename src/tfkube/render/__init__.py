@@ -8,7 +8,8 @@ the two can never drift. `crd()` and `install_manifests()` are the cluster-wide 
 tfkube server applies for a model server and a notebook. The names and labels it gives
 everything are the contract in
 `tfkube.kube.names` (shared with the operator and the Kubernetes backend); who retries
-what is in `tfkube.render._render` and docs/kubernetes.md.
+what is in `tfkube.render._render` and docs/kubernetes.md; which volumes a job gets (a
+claim only when asked for) in `tfkube.render._storage`.
 
 This face is what the operator, the Kubernetes engine, the server and the CLI use; the
 rest (RBAC rules, probes, images, the launcher zipapp) stays in the private modules, where
@@ -29,7 +30,22 @@ from tfkube.render._deploy import (
     install_manifests,
 )
 from tfkube.render._render import MAX_CODE_CONFIGMAP_BYTES, RenderOptions, render_job
-from tfkube.render._server import SERVER_NAME, ServerInstall, server_manifests
+from tfkube.render._server import (
+    DATABASE_SECRET,
+    SERVER_NAME,
+    ServerInstall,
+    data_claim_name,
+    server_manifests,
+)
+from tfkube.render._storage import (
+    DEFAULT_CLAIM_SIZE,
+    EMPTY_DIR,
+    JobVolumes,
+    StorageDefaults,
+    Volume,
+    job_volumes,
+    rendered_storage,
+)
 from tfkube.render._tenant import tenant_objects
 from tfkube.render._workloads import (
     ModelServerSpec,
@@ -41,25 +57,34 @@ from tfkube.render._workloads import (
 )
 
 __all__ = [
+    "DATABASE_SECRET",
+    "DEFAULT_CLAIM_SIZE",
+    "EMPTY_DIR",
     "MAX_CODE_CONFIGMAP_BYTES",
     "OPERATOR_IMAGE",
     "OPERATOR_NAME",
     "OPERATOR_NAMESPACE",
     "REGISTRY_SECRET",
     "SERVER_NAME",
+    "JobVolumes",
     "ModelServerSpec",
     "NotebookSpec",
     "RenderOptions",
     "ServerInstall",
     "ServingRuntime",
+    "StorageDefaults",
+    "Volume",
     "crd",
+    "data_claim_name",
     "deploy_file_texts",
     "dump_yaml",
     "install_manifests",
+    "job_volumes",
     "parse_runtime",
     "render_job",
     "render_model_server",
     "render_notebook",
+    "rendered_storage",
     "server_manifests",
     "tenant_objects",
 ]

@@ -19,12 +19,16 @@ from tfkube import __version__
 from tfkube.kube.names import (
     GROUP,
     LABEL_MANAGED_BY,
+    LOGS_CLAIM_ENV,
+    LOGS_SIZE_ENV,
+    LOGS_STORAGE_CLASS_ENV,
     MANAGED_BY,
     OPERATOR_NAMESPACE_ENV,
     PLURAL,
     REGISTRY_SECRET_ENV,
 )
 from tfkube.render._crd import crd
+from tfkube.render._storage import DEFAULT_CLAIM_SIZE, StorageDefaults
 
 OPERATOR_NAMESPACE = "tfkube-system"
 OPERATOR_NAME = "tfkube-operator"
@@ -159,10 +163,28 @@ def rbac_manifests(namespace: str = OPERATOR_NAMESPACE) -> list[dict[str, Any]]:
     ]
 
 
+def storage_env(storage: StorageDefaults | None) -> list[dict[str, Any]]:
+    """The operator's environment for the administrator's logs storage (none: jobs that
+    name no logs storage keep their logs in their pods)."""
+    if storage is None:
+        return []
+    env = []
+    if storage.logs_storage_class:
+        env.append({"name": LOGS_STORAGE_CLASS_ENV, "value": storage.logs_storage_class})
+        if storage.logs_size != DEFAULT_CLAIM_SIZE:
+            env.append({"name": LOGS_SIZE_ENV, "value": storage.logs_size})
+    if storage.logs_claim:
+        env.append({"name": LOGS_CLAIM_ENV, "value": storage.logs_claim})
+    return env
+
+
 def operator_manifests(
-    namespace: str = OPERATOR_NAMESPACE, image: str = OPERATOR_IMAGE
+    namespace: str = OPERATOR_NAMESPACE,
+    image: str = OPERATOR_IMAGE,
+    storage: StorageDefaults | None = None,
 ) -> list[dict[str, Any]]:
-    """The operator's Deployment: one replica, `Recreate` so two never reconcile at once."""
+    """The operator's Deployment: one replica, `Recreate` so two never reconcile at once;
+    with `storage`, what it gives jobs that name no logs storage."""
     labels = _labels("operator")
     selector = {"app.kubernetes.io/name": "tfkube", "app.kubernetes.io/component": "operator"}
     return [
@@ -196,6 +218,7 @@ def operator_manifests(
                                         },
                                     },
                                     {"name": REGISTRY_SECRET_ENV, "value": REGISTRY_SECRET},
+                                    *storage_env(storage),
                                 ],
                                 "resources": {
                                     "requests": {"cpu": "100m", "memory": "256Mi"},
@@ -227,14 +250,16 @@ def namespace_manifest(namespace: str = OPERATOR_NAMESPACE) -> dict[str, Any]:
 
 
 def install_manifests(
-    namespace: str = OPERATOR_NAMESPACE, image: str = OPERATOR_IMAGE
+    namespace: str = OPERATOR_NAMESPACE,
+    image: str = OPERATOR_IMAGE,
+    storage: StorageDefaults | None = None,
 ) -> list[dict[str, Any]]:
     """Everything `tfkube install` applies, in order: CRD, namespace, RBAC, operator."""
     return [
         crd(),
         namespace_manifest(namespace),
         *rbac_manifests(namespace),
-        *operator_manifests(namespace, image),
+        *operator_manifests(namespace, image, storage),
     ]
 
 

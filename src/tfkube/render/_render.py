@@ -6,7 +6,8 @@
          [Secret <job>-registry]         copy of the platform's image-pull secret
          ConfigMap <job>-launcher        the launcher zipapp (binaryData)
          [ConfigMap <job>-code]          a small local code folder, packed
-         [PVC <job>-data, <job>-logs]    unless existing claims are named
+         [PVC <job>-data, <job>-logs]    only when asked for (`_storage`): else an
+                                         emptyDir per pod
          Service <job>                   headless: DNS names only, no cluster IP
          [PodGroup <job>]                Volcano / scheduler-plugins gang
          Job <job>-<role> per role       Indexed: hostnames <job>-<role>-<i>
@@ -52,7 +53,6 @@ from tfkube.kube.names import (
     REPLICA_CONTAINER,
     TENANT_OBJECTS,
     TENSORBOARD_PORT_NAME,
-    claim_name,
     code_configmap_name,
     job_labels,
     launcher_configmap_name,
@@ -66,6 +66,7 @@ from tfkube.render._security import (
     pod_security_context,
     secure_container,
 )
+from tfkube.render._storage import JobVolumes, StorageDefaults, job_volumes
 from tfkube.spec import (
     CLUSTER_ONLY_ENV,
     EnvFromConfigMap,
@@ -165,6 +166,9 @@ class RenderOptions:
     """A Secret (key `token`) holding the bearer token replicas send when they fetch an
     http(s) code URL: the tfkube server's job-scoped claim. It reaches the launcher as
     TFKUBE_CODE_TOKEN from the Secret, so it is never in the pod spec itself."""
+    storage: StorageDefaults | None = None
+    """The cluster administrator's logs storage for jobs that name none (the operator's
+    settings); None: such a job's logs stay in its pods (`tfkube.render._storage`)."""
 
 
 def _meta(name: str, namespace: str, labels: Mapping[str, str], user: Mapping[str, str]) -> Object:
@@ -293,8 +297,9 @@ class _Context:
     code_url: str | None
     """None: the job has no code (every role runs its own command)."""
     code_sha256: str | None
-    data_claim: str
-    logs_claim: str
+    volumes: JobVolumes
+    logs_claim: str | None
+    """None: the logs are an emptyDir in each pod."""
     logs_sub_path: str | None
     scheduler_name: str | None
 
@@ -343,7 +348,7 @@ def _code(job: TFJob, options: RenderOptions) -> tuple[str | None, str | None]:
 
 def _context(job: TFJob, options: RenderOptions) -> _Context:
     code_url, code_sha = _code(job, options)
-    storage = job.spec.storage
+    volumes = job_volumes(job, options.storage)
     scheduling = job.spec.scheduling
     scheduler = None
     if scheduling is not None:
@@ -354,10 +359,10 @@ def _context(job: TFJob, options: RenderOptions) -> _Context:
         pull=_pull(job, options),
         code_url=code_url,
         code_sha256=code_sha,
-        data_claim=storage.data.claim_name or claim_name(job.name, "data"),
-        logs_claim=storage.logs.claim_name or claim_name(job.name, "logs"),
+        volumes=volumes,
+        logs_claim=volumes.logs.claim,
         # An existing logs claim is shared by many jobs: each gets its own folder in it.
-        logs_sub_path=job.name if storage.logs.claim_name else None,
+        logs_sub_path=volumes.logs.sub_path,
         scheduler_name=scheduler,
     )
 
@@ -467,24 +472,24 @@ def _configmaps(ctx: _Context) -> list[Object]:
 
 
 def _claims(ctx: _Context) -> list[Object]:
+    """The claims the job asked for (none unless asked: `tfkube.render._storage`)."""
     out: list[Object] = []
-    storage = ctx.job.spec.storage
-    for which, volume in (("data", storage.data), ("logs", storage.logs)):
-        if volume.claim_name:
-            continue
+    for volume in ctx.volumes.new_claims():
+        assert volume.claim is not None
+        assert volume.size is not None
         spec: Object = {
             # Every replica (on any node) and TensorBoard share it: GlusterFS, CephFS, NFS.
             "accessModes": ["ReadWriteMany"],
             "resources": {"requests": {"storage": volume.size}},
         }
-        if volume.storage_class_name:
-            spec["storageClassName"] = volume.storage_class_name
+        if volume.storage_class:
+            spec["storageClassName"] = volume.storage_class
         out.append(
             {
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",
                 "metadata": _meta(
-                    claim_name(ctx.job.name, which),
+                    volume.claim,
                     ctx.ns,
                     {**job_labels(ctx.job.name), LABEL_COMPONENT: "storage"},
                     ctx.user_labels,
@@ -581,7 +586,7 @@ def _volumes(ctx: _Context, role: Role) -> tuple[list[Object], list[Object]]:
             },
         },
         {"name": "work", "emptyDir": {}},
-        {"name": "logs", "persistentVolumeClaim": {"claimName": ctx.logs_claim}},
+        ctx.volumes.logs.pod_volume(),  # a claim when asked for, else scratch space
         _venv_volume(ctx),
     ]
     logs_mount: Object = {"name": "logs", "mountPath": _mount_path(storage.logs, "logs")}
@@ -594,7 +599,7 @@ def _volumes(ctx: _Context, role: Role) -> tuple[list[Object], list[Object]]:
         {"name": "venvs", "mountPath": VENV_DIR},
     ]
     if role is not Role.PS:
-        volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": ctx.data_claim}})
+        volumes.append(ctx.volumes.data.pod_volume())
         mounts.append({"name": "data", "mountPath": _mount_path(storage.data, "data")})
     for extra in spec.volumes if spec is not None else []:
         volumes.append({"name": extra.name, **_volume_source(extra)})

@@ -2,6 +2,8 @@
 
     ServiceAccount, ClusterRole, ClusterRoleBinding  tfkube-server   (SERVER_RULES)
     PersistentVolumeClaim   tfkube-server-data   the data dir: SQLite, artifacts, keys
+                                                 (none when the admin names a claim:
+                                                 `data_claim`)
     Deployment              tfkube-server        `tfkube server --engine kubernetes`
     Service                 tfkube-server        ClusterIP :8470, for people (port-forward
                                                  or an Ingress) and for replicas fetching code
@@ -93,6 +95,11 @@ class ServerInstall:
     """Storage class of the data claim (default: the cluster's default class)."""
     storage_size: str = "20Gi"
     """Size of the data claim: the database and every uploaded artifact."""
+    data_claim: str | None = None
+    """An existing claim in the server's namespace for its data folder (the cluster
+    administrator's, e.g. bound to a volume made by hand on a cluster without a
+    provisioner); then tfkube creates none. The data folder holds every uploaded code and
+    data set (and SQLite's database): it must outlive the pod, so it is never an emptyDir."""
     outputs_claim: str | None = None
     """A ReadWriteMany claim in every team namespace that jobs write their logs and
     summaries to, and in the server's namespace the same share, mounted at
@@ -170,6 +177,11 @@ def server_rbac(namespace: str) -> list[dict[str, Any]]:
     ]
 
 
+def data_claim_name(options: ServerInstall) -> str:
+    """The claim the server's data folder is on."""
+    return options.data_claim or SERVER_DATA_CLAIM
+
+
 def _data_claim(namespace: str, options: ServerInstall) -> dict[str, Any]:
     spec: dict[str, Any] = {
         # One server writes its SQLite database: a plain single-node volume is enough.
@@ -192,7 +204,7 @@ def _deployment(namespace: str, image: str, options: ServerInstall) -> dict[str,
         {"name": "tmp", "mountPath": "/tmp"},
     ]
     volumes: list[dict[str, Any]] = [
-        {"name": "data", "persistentVolumeClaim": {"claimName": SERVER_DATA_CLAIM}},
+        {"name": "data", "persistentVolumeClaim": {"claimName": data_claim_name(options)}},
         {"name": "tmp", "emptyDir": {}},
     ]
     if options.outputs_claim:
@@ -281,7 +293,7 @@ def server_manifests(
     chosen = options or ServerInstall()
     return [
         *server_rbac(namespace),
-        _data_claim(namespace, chosen),
+        *([] if chosen.data_claim else [_data_claim(namespace, chosen)]),
         _deployment(namespace, image, chosen),
         _service(namespace),
     ]

@@ -39,14 +39,14 @@ from tfkube.kube.names import (
     LABEL_MODEL_SERVER,
     LABEL_NOTEBOOK,
     MANAGED_BY,
-    claim_name,
     model_server_name,
     notebook_name,
 )
 from tfkube.render._deploy import OPERATOR_IMAGE
 from tfkube.render._render import _placement, _resources
 from tfkube.render._security import WORKLOAD_USER, pod_security_context, secure_container
-from tfkube.spec import Resources, Role, TFJob
+from tfkube.render._storage import job_volumes
+from tfkube.spec import FieldError, Resources, Role, SpecError, TFJob
 
 Object = dict[str, Any]
 
@@ -106,11 +106,24 @@ def _meta(name: str, namespace: str, labels: dict[str, str]) -> Object:
 
 def job_export_volume(job: TFJob) -> tuple[str, str]:
     """(claim, sub-path) of a job's export folder: the job's output volume as its pods
-    mount it (a shared claim holds each job in a folder of its own name)."""
-    logs = job.spec.storage.logs
-    if logs.claim_name:
-        return logs.claim_name, f"{job.name}/{contract.EXPORT_SUBDIR}"
-    return claim_name(job.name, "logs"), contract.EXPORT_SUBDIR
+    mount it (a shared claim holds each job in a folder of its own name). Raises
+    SpecError when its logs were no claim (each pod's own folder, gone with it)."""
+    logs = job_volumes(job).logs
+    if logs.claim is None:
+        raise SpecError(
+            [
+                FieldError(
+                    "spec.storage.logs",
+                    "the job's logs and exports stayed in its pods (no claim): there is "
+                    "nothing to serve; give the job a logs claim to keep its exports",
+                )
+            ],
+            f"job {job.name!r}",
+        )
+    folder = (
+        f"{logs.sub_path}/{contract.EXPORT_SUBDIR}" if logs.sub_path else contract.EXPORT_SUBDIR
+    )
+    return logs.claim, folder
 
 
 def model_config(name: str, version: int | None) -> str:

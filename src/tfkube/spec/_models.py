@@ -653,26 +653,45 @@ class CodeSpec(_Model):
 
 class VolumeSpec(_Model):
     """A directory every replica that needs it shares. Locally `path` is a folder on this
-    machine; in a cluster it is a PersistentVolumeClaim mounted at `mountPath`."""
+    machine. In a cluster it is a PersistentVolumeClaim only when the job asks for one
+    (`claimName`, `storageClassName` or `size`) or the cluster's administrator gives every
+    job one (logs only: docs/kubernetes.md, "Storage"); otherwise each pod has its own
+    empty folder (an `emptyDir`), gone with the pod."""
 
     path: str | None = None
     """Local folder (relative to the job file); default: inside the job's own directory."""
     claim_name: str | None = None
-    """Cluster: use this existing PersistentVolumeClaim instead of creating one."""
+    """Cluster: use this existing PersistentVolumeClaim (nothing is created)."""
     storage_class_name: str | None = None
-    """Cluster: storage class of the claim tfkube creates (e.g. GlusterFS, CephFS, NFS)."""
-    size: str = "10Gi"
-    """Cluster: size of the claim tfkube creates."""
+    """Cluster: a new claim `<job>-<data|logs>` of this storage class (e.g. GlusterFS,
+    CephFS, NFS)."""
+    size: str | None = None
+    """Cluster: a new claim `<job>-<data|logs>` of this size (default 10Gi), of the
+    cluster's default storage class unless `storageClassName` names one."""
     mount_path: str | None = None
     """Cluster: where the volume is mounted in the containers."""
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, value: str | None) -> str | None:
+        if value is not None and not _QUANTITY.fullmatch(value):
+            raise ValueError(f"{value!r} is not a quantity; write e.g. '10Gi'")
+        return value
+
+    @property
+    def asks_for_claim(self) -> bool:
+        """Cluster: whether the job asks for a claim here (an existing one or a new one)."""
+        return any(v is not None for v in (self.claim_name, self.storage_class_name, self.size))
 
 
 class StorageSpec(_Model):
     data: VolumeSpec = VolumeSpec()
-    """Training data, read by workers (each its own shard)."""
+    """Training data, read by workers (each its own shard). In a cluster: a claim when
+    asked (a dataset's existing claim), else an empty folder in each pod."""
     logs: VolumeSpec = VolumeSpec()
-    """Logs, checkpoints and TensorBoard summaries, shared by every replica so a restarted
-    replica resumes from the last checkpoint."""
+    """Logs, checkpoints and TensorBoard summaries. Shared by every replica when it is a
+    claim, so a restarted replica resumes from the last checkpoint; in a cluster without
+    one each pod keeps its own (a whole-job restart then starts from scratch)."""
 
 
 class BackoffSpec(_Model):

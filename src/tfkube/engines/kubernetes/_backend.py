@@ -42,6 +42,7 @@ from tfkube.kube.names import (
     LABEL_CREDENTIAL,
     LABEL_JOB,
     REPLICA_CONTAINER,
+    SCRATCH_VOLUME,
     STOP_ANNOTATION,
     code_configmap_name,
     code_token_secret_name,
@@ -140,7 +141,12 @@ def job_view(
         reason=prior.reason,
         message=prior.message,
         replicas=replicas,
-        extra={"namespace": str(meta.get("namespace") or ""), "engine": "kubernetes"},
+        extra={
+            "namespace": str(meta.get("namespace") or ""),
+            "engine": "kubernetes",
+            # Where the replicas' logs are: `claim <name>`, or `emptyDir` (in their pods).
+            **({"logs": prior.storage["logs"]} if "logs" in prior.storage else {}),
+        },
     )
 
 
@@ -351,9 +357,15 @@ class KubernetesBackend:
                 gone = (
                     (
                         f"{key} has no pod now (a job's PS and still-running workers are "
-                        "removed when it ends); the launcher keeps every start's log on the "
-                        f"job's logs volume under {'/'.join(KEPT_LOGS_SUBDIR)}/{key}/, which a "
-                        "tfkube server serves"
+                        "removed when it ends); "
+                        + (
+                            "its log went with it: the job had no logs claim, so each "
+                            "replica's log was its pod's own"
+                            if view.extra.get("logs") == SCRATCH_VOLUME
+                            else "the launcher keeps every start's log on the job's logs "
+                            f"volume under {'/'.join(KEPT_LOGS_SUBDIR)}/{key}/, which a tfkube "
+                            "server serves"
+                        )
                     )
                     if view.phase.terminal
                     else f"{key} has no pod yet"

@@ -8,6 +8,11 @@ idempotent and an upgrade at the same time: running it again changes only what d
 and fields other managers own (e.g. a replica count someone scaled) are left alone unless
 we set them too. `dry_run=True` sends every object with `dryRun=All`, so the API server
 validates and admits it without storing anything.
+
+Before anything is applied, install reads the cluster's StorageClasses (and the claims
+the administrator named) and says what jobs and the server will get; what could never
+work (the server's data claim on a cluster without a default StorageClass, a class that
+does not exist) is refused with what to give instead (`_storage_check`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tfkube.engines.kubernetes._storage_check import find_storage, plan_storage
 from tfkube.kube.errors import ApiError, NotFound
 from tfkube.kube.names import CRD_NAME
 from tfkube.kube.resources import CRD, NAMESPACE, resource_for
@@ -25,6 +31,7 @@ from tfkube.render import (
     OPERATOR_IMAGE,
     OPERATOR_NAMESPACE,
     ServerInstall,
+    StorageDefaults,
     install_manifests,
     server_manifests,
 )
@@ -92,15 +99,25 @@ def install(
     timeout: float = 60.0,
     progress: Callable[[Applied], None] = lambda _: None,
     server: ServerInstall | None = None,
+    storage: StorageDefaults | None = None,
+    say: Callable[[str], None] = lambda _: None,
 ) -> list[Applied]:
     """Apply every install object in order (with `server`, the platform server's too:
-    `tfkube install --server`); wait until the CRD is established.
+    `tfkube install --server`); wait until the CRD is established. `storage` is what the
+    operator gives jobs that name no logs storage; what jobs and the server get is told
+    to `say` first.
 
-    Raises InstallError naming the object the API server refused."""
+    Raises InstallError naming the object the API server refused, or, before anything is
+    applied, the storage that cannot work as asked."""
     kube = Kube(api_client)
+    plan = plan_storage(find_storage(kube, namespace, server), namespace, server, storage)
+    if plan.refusals:
+        raise InstallError("nothing was installed: " + "; ".join(plan.refusals))
+    for note in plan.notes:
+        say(f"storage: {note}")
     done: list[Applied] = []
     namespace_missing = False
-    objects = install_manifests(namespace, image)
+    objects = install_manifests(namespace, image, storage)
     if server is not None:
         objects += server_manifests(namespace, image, server)
     for obj in objects:

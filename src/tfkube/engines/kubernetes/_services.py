@@ -41,6 +41,7 @@ from tfkube.render import (
     render_model_server,
     render_notebook,
 )
+from tfkube.spec import SpecError
 
 _NO_PROCESS = Handle()
 
@@ -121,7 +122,11 @@ class KubeModelServers:
     def stop(self, tenant: Tenant, workload: ModelServerWorkload, handle: Handle) -> None:
         # By name: the stock runtime's objects are a superset of tfkube's (gone is fine).
         spec = ModelServerSpec(workload.name, tenant.namespace, workload.job)
-        delete_objects(self.api_client, render_model_server(spec))
+        try:
+            objects = render_model_server(spec)
+        except SpecError:  # a job that kept no exports: its model server never started
+            return
+        delete_objects(self.api_client, objects)
 
     def upstream(self, tenant: Tenant, workload: ModelServerWorkload, handle: Handle) -> Upstream:
         return self.proxy(tenant, model_server_name(workload.name), "http")
