@@ -15,11 +15,16 @@ the code that must stop what it started catches exactly that (the local engine's
 and stop hold all three signals where they must not be cut short: `interrupts_held`).
 SIGTERM and SIGHUP raise the same exception (`Interrupted`, which knows its signal), so
 each of those places does for them what it does for Ctrl-C.
+
+SIGKILL cannot be caught: a foreground command's child is started with Linux's
+parent-death signal (`ends_with_this_process`), so a `kill -9` of the command still ends
+what it started.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -41,6 +46,23 @@ class Interrupted(KeyboardInterrupt):
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def ends_with_this_process(signum: int = signal.SIGTERM) -> Callable[[], None]:
+    """A `preexec_fn` for a child this command owns: the kernel sends it `signum` when this
+    process dies, even by SIGKILL; a child whose parent died before it was armed exits at
+    once. Call it on the thread that starts the child (the signal follows that thread)."""
+    parent = os.getpid()
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved before the fork
+
+    def arm() -> None:
+        if prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0 or os.getppid() != parent:
+            os._exit(1)
+
+    return arm
 
 
 def exit_code(interrupt: KeyboardInterrupt) -> int:

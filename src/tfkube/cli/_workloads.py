@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from tfkube.cli._common import EngineOpt, NamespaceOpt, app, err, fail, local_backend, out
-from tfkube.cli._lifetime import describe, foreground, stop_then_exit
+from tfkube.cli._lifetime import describe, ends_with_this_process, foreground, stop_then_exit
 from tfkube.contract import EXPORT_SUBDIR, SERVING_TOKEN, exit_status
 from tfkube.engines import JobNotFound
 from tfkube.engines.local import interrupts_held
@@ -166,7 +166,8 @@ def _serve_here(job: str, name: str | None, version: int | None, port: int) -> N
     with foreground():
         try:
             with interrupts_held():  # a signal now waits until the process is known
-                server = subprocess.Popen(argv, env=env)
+                # `kill -9` of this command ends its model server too.
+                server = subprocess.Popen(argv, env=env, preexec_fn=ends_with_this_process())
             code = server.wait()
         except KeyboardInterrupt as interrupt:
             raise stop_then_exit(interrupt, partial(_stop_here, server)) from None
