@@ -21,6 +21,7 @@ from tfkube.serving._rest import (
     Code,
     ServingError,
     Signature,
+    check_input_names,
     check_shape,
     not_found,
 )
@@ -47,18 +48,7 @@ def checked_inputs(
 ) -> dict[str, np.ndarray]:
     """Tensors as a gRPC request sends them, against the signature: the same names, each
     of the input's dtype and a shape that fits (INVALID_ARGUMENT, TensorFlow's words)."""
-    unknown = sorted(set(inputs) - set(signature.inputs))
-    missing = sorted(set(signature.inputs) - set(inputs))
-    if unknown or missing:
-        parts = []
-        if unknown:
-            parts.append(f"unknown input(s) {', '.join(unknown)}")
-        if missing:
-            parts.append(f"missing input(s) {', '.join(missing)}")
-        raise ServingError(
-            Code.INVALID_ARGUMENT,
-            f"{'; '.join(parts)}; signature {name!r} takes {', '.join(sorted(signature.inputs))}",
-        )
+    check_input_names(inputs, signature, name)
     out = {}
     for key, array in inputs.items():
         info = signature.inputs[key]

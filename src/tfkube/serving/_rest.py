@@ -388,6 +388,23 @@ def loads(body: bytes) -> Any:
         raise ServingError(Code.INVALID_ARGUMENT, f"JSON Parse error: {exc}") from None
 
 
+def check_input_names(given: Mapping[str, object], signature: Signature, name: str) -> None:
+    """The inputs a request names are the signature's, no more, no fewer (INVALID_ARGUMENT,
+    naming what is unknown, what is missing and what the signature takes)."""
+    unknown = sorted(set(given) - set(signature.inputs))
+    missing = sorted(set(signature.inputs) - set(given))
+    if unknown or missing:
+        parts = []
+        if unknown:
+            parts.append(f"unknown input(s) {', '.join(unknown)}")
+        if missing:
+            parts.append(f"missing input(s) {', '.join(missing)}")
+        raise ServingError(
+            Code.INVALID_ARGUMENT,
+            f"{'; '.join(parts)}; signature {name!r} takes {', '.join(sorted(signature.inputs))}",
+        )
+
+
 def parse_predict(body: bytes, signatures: Mapping[str, Signature]) -> Predict:
     """A :predict body -> the arrays to feed, checked against the signature."""
     fast = _fast_predict(body, signatures)
@@ -413,18 +430,7 @@ def parse_predict(body: bytes, signatures: Mapping[str, Signature]) -> Predict:
     if not has_rows and not has_columns:
         raise ServingError(Code.INVALID_ARGUMENT, "Missing 'inputs' or 'instances' key")
     given = _rows(data["instances"], signature) if has_rows else _columns(data["inputs"], signature)
-    unknown = sorted(set(given) - set(signature.inputs))
-    missing = sorted(set(signature.inputs) - set(given))
-    if unknown or missing:
-        parts = []
-        if unknown:
-            parts.append(f"unknown input(s) {', '.join(unknown)}")
-        if missing:
-            parts.append(f"missing input(s) {', '.join(missing)}")
-        raise ServingError(
-            Code.INVALID_ARGUMENT,
-            f"{'; '.join(parts)}; signature {name!r} takes {', '.join(sorted(signature.inputs))}",
-        )
+    check_input_names(given, signature, name)
     arrays = {k: _array(k, v, signature.inputs[k]) for k, v in given.items()}
     if has_rows:
         sizes = {a.shape[0] if a.ndim else None for a in arrays.values()}
