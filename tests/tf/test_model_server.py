@@ -321,6 +321,32 @@ def test_health_needs_no_secret(channel: grpc.Channel) -> None:
     assert check(b"", timeout=10) == b"\x08\x01"  # SERVING
 
 
+def test_readiness_of_both_doors_needs_no_secret(server: Server) -> None:
+    """The REST port's readiness path (a Kubernetes probe's) answers without the secret,
+    and only after asking the gRPC door's health check itself; the rest still wants it."""
+    ready = httpx.get(f"{server.rest}/tfkube/ready", timeout=10)
+    assert ready.status_code == 200, ready.text
+    assert ready.json() == {"ready": True}
+    assert httpx.get(f"{server.rest}/v1/models/m", timeout=10).status_code == 401
+
+
+def test_the_grpc_probe_says_why_a_closed_door_is_not_ready() -> None:
+    """The readiness' gRPC half against a port where nothing listens: a reason, no hang."""
+    import asyncio
+
+    from tfkube.engines.local import free_ports
+    from tfkube.serving._grpc import HealthProbe
+
+    (port,) = free_ports(1)
+    probe = HealthProbe("0.0.0.0", port, timeout=2)
+    try:
+        started = time.monotonic()
+        assert asyncio.run(probe()) == f"gRPC at 127.0.0.1:{port}: UNAVAILABLE"
+        assert time.monotonic() - started < 5
+    finally:
+        probe.close()
+
+
 def test_rest_labels_and_fast_path(server: Server) -> None:
     x = [[1.0, 2.0]]
     with httpx.Client(headers=dict(AUTH), timeout=10) as http:

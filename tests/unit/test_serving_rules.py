@@ -441,3 +441,21 @@ def _close(a: object, b: object) -> bool:
     if isinstance(a, float) and isinstance(b, float):
         return bool(np.float32(a) == np.float32(b)) or (np.isnan(a) and np.isnan(b))
     return a == b
+
+
+@pytest.mark.parametrize(
+    ("host", "reached"),
+    [
+        ("0.0.0.0", "127.0.0.1"),
+        ("", "127.0.0.1"),
+        ("::", "[::1]"),
+        ("127.0.0.1", "127.0.0.1"),
+        ("::1", "[::1]"),
+        ("[::1]", "[::1]"),
+        ("10.1.2.3", "10.1.2.3"),
+    ],
+)
+def test_the_readiness_reaches_its_grpc_door_by(host: str, reached: str) -> None:
+    from tfkube.serving._grpc import loopback
+
+    assert loopback(host) == reached

@@ -6,7 +6,10 @@ Its flags are TensorFlow Serving's (`tensorflow_model_server --port=8500
 --batching_parameters_file=...`) plus tfkube's: `--rest_api_host` (loopback by default;
 gRPC listens there too), `--model_version` (serve one version instead of the latest),
 `--model_version_policy`, `--version_labels` and `--label_traffic` (what TensorFlow
-Serving keeps in its model config file). `--port=0` (the default) opens no gRPC port."""
+Serving keeps in its model config file). `--port=0` (the default) opens no gRPC port.
+
+`GET /tfkube/ready` on the REST port (no secret needed) is its readiness: a version is
+available and the gRPC door answers its own health check through the network."""
 
 from __future__ import annotations
 
@@ -120,13 +123,14 @@ def main(argv: list[str] | None = None) -> None:
     )
     store.start(args.file_system_poll_wait_seconds)
     token = os.environ.pop(contract.SERVING_TOKEN, None) or None
-    grpc_server = None
+    grpc_server = probe = None
     if args.port:
-        from tfkube.serving._grpc import start_server
+        from tfkube.serving._grpc import HealthProbe, start_server
 
         grpc_server = start_server(
             calls, args.rest_api_host, args.port, token, threads=args.grpc_max_threads
         )
+        probe = HealthProbe(args.rest_api_host, args.port)
     print(
         f"tfkube model server: {args.model_name} from {args.model_base_path} "
         f"(versions: {policy.describe()}"
@@ -152,7 +156,7 @@ def main(argv: list[str] | None = None) -> None:
         pass
     try:
         uvicorn.run(
-            create_app(calls, token),
+            create_app(calls, token, probe),
             host=args.rest_api_host,
             port=args.rest_api_port,
             log_level="warning",
@@ -161,6 +165,8 @@ def main(argv: list[str] | None = None) -> None:
             **options,  # type: ignore[arg-type]
         )
     finally:
+        if probe is not None:
+            probe.close()
         if grpc_server is not None:
             grpc_server.stop(grace=5).wait(6)
         calls.close()

@@ -6,7 +6,9 @@ error, including a crash inside TensorFlow, goes out in TensorFlow Serving's `{"
 
 When the platform starts a model server it gives it a secret (`TFKUBE_SERVING_TOKEN`):
 every request must carry it as `Authorization: Bearer`, which only the platform's
-authenticating proxy adds, so the port alone grants nothing.
+authenticating proxy adds, so the port alone grants nothing. One path needs no secret and
+tells only readiness (`contract.SERVING_READY_PATH`): a version is available and, when the
+model server has a gRPC door, that door answers its health check (`grpc_ready`).
 
 No web framework in between: a request is one path, a method and a body, and each layer
 a framework adds cost more than the JSON of a batch-1 request (docs/benchmarks.md).
@@ -20,6 +22,7 @@ import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from tfkube import contract
 from tfkube.serving._calls import Calls
 from tfkube.serving._rest import (
     Code,
@@ -61,7 +64,13 @@ async def _body(receive: Receive) -> bytes:
             return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def create_app(calls: Calls, token: str | None = None) -> ASGIApp:
+ReadyCheck = Callable[[], Awaitable[str | None]]
+"""None when ready, else why not."""
+
+
+def create_app(
+    calls: Calls, token: str | None = None, grpc_ready: ReadyCheck | None = None
+) -> ASGIApp:
     expected = f"Bearer {token}".encode() if token is not None else None
     store = calls.store
 
@@ -92,6 +101,15 @@ def create_app(calls: Calls, token: str | None = None) -> ASGIApp:
         outputs = await asyncio.wrap_future(future)
         return 200, predict_body(outputs, request.row_format)
 
+    async def _answer_ready(send: Send) -> None:
+        why = None if store.serving_version is not None else "no version is available yet"
+        if why is None and grpc_ready is not None:
+            why = await grpc_ready()
+        if why is None:
+            await _answer(send, 200, b'{"ready":true}')
+        else:
+            await _answer(send, 503, dumps(ServingError(Code.UNAVAILABLE, why).body()))
+
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await lifespan(receive, send)
@@ -99,6 +117,9 @@ def create_app(calls: Calls, token: str | None = None) -> ASGIApp:
         if scope["type"] != "http":
             return
         method, path = scope["method"], scope["path"]
+        if path == contract.SERVING_READY_PATH and method in ("GET", "HEAD"):
+            await _answer_ready(send)
+            return
         if expected is not None:
             sent = b""
             for key, value in scope["headers"]:

@@ -13,8 +13,10 @@ message as the details.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -43,6 +45,8 @@ log = logging.getLogger("tfkube.serving")
 PREDICTION_SERVICE = "tensorflow.serving.PredictionService"
 MODEL_SERVICE = "tensorflow.serving.ModelService"
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+SERVING = b"\x08\x01"
+"""grpc.health.v1's HealthCheckResponse {status: SERVING}."""
 
 STATUS: dict[Code, grpc.StatusCode] = {
     Code.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
@@ -166,7 +170,7 @@ class _Handler(grpc.GenericRpcHandler):  # type: ignore[misc]
 
     def _health(self, request: bytes, context: grpc.ServicerContext) -> bytes:
         # HealthCheckResponse {1: status}: SERVING = 1, NOT_SERVING = 2
-        return b"\x08\x01" if self._service.calls.store.serving_version is not None else b"\x08\x02"
+        return SERVING if self._service.calls.store.serving_version is not None else b"\x08\x02"
 
 
 def _unauthenticated(request: bytes, context: grpc.ServicerContext) -> bytes:
@@ -205,3 +209,44 @@ def start_server(
     server.add_insecure_port(address)
     server.start()
     return server
+
+
+def loopback(host: str) -> str:
+    """How this machine reaches a door listening on `host` (pure): the wildcard addresses
+    by loopback, IPv6 in brackets."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host in ("::", "[::]"):
+        return "[::1]"
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+class HealthProbe:
+    """The gRPC door's own health check, asked through the network from inside the model
+    server (the REST door's readiness): None when it answers SERVING, else why not."""
+
+    def __init__(self, host: str, port: int, timeout: float = 2.0) -> None:
+        self.target = f"{loopback(host)}:{port}"
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = None
+
+    def _check(self) -> str | None:
+        with self._lock:
+            if self._channel is None:
+                self._channel = grpc.insecure_channel(self.target)
+            check = self._channel.unary_unary(HEALTH_CHECK)
+        try:
+            answer = check(b"", timeout=self.timeout)
+        except grpc.RpcError as exc:
+            return f"gRPC at {self.target}: {exc.code().name}"
+        return None if answer == SERVING else f"gRPC at {self.target}: not serving"
+
+    async def __call__(self) -> str | None:
+        return await asyncio.to_thread(self._check)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._channel is not None:
+                self._channel.close()
+                self._channel = None
