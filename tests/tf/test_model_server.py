@@ -455,3 +455,51 @@ def test_traffic_split_and_a_new_version_under_load(tmp_path: Path) -> None:
     finally:
         server.proc.terminate()
         server.proc.wait(30)
+
+
+# The engine keeps a model server by PID, not by its Popen (it outlives a server restart),
+# so Python warns when the discarded Popen is collected with its process still running.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_the_local_engines_model_server_answers_grpc_at_its_upstream(tmp_path: Path) -> None:
+    """The local engine's model server (the one a server starts for a team): its handle
+    keeps a gRPC port, its upstream names it, and a `tensorflow-serving-api` stub predicts
+    there with the upstream's headers as metadata; without them it is refused."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_service_pb2_grpc
+
+    from tfkube.engines import Health, ModelServerWorkload, Tenant
+    from tfkube.engines.local._services import LocalModelServers
+    from tfkube.spec import load_job_text
+
+    base = tmp_path / "export"
+    base.mkdir()
+    build_model(base, 1)
+    job = load_job_text(
+        "apiVersion: tfkube.io/v1alpha1\nkind: TFJob\nmetadata: {name: m}\n"
+        "spec: {replicas: {worker: {replicas: 1}}, code: {source: 'https://example.invalid/c'}}\n",
+        "job",
+    )
+    workload = ModelServerWorkload("model1", "m", job, base, secret=SECRET)
+    tenant = Tenant("team-a", "team-a")
+    runner = LocalModelServers(tmp_path / "data", dict(os.environ), ())
+    handle = runner.start(tenant, workload)
+    try:
+        deadline = time.monotonic() + 120
+        while (status := runner.status(tenant, workload, handle)).health is not Health.READY:
+            assert status.health is Health.STARTING, status
+            assert time.monotonic() < deadline, runner.log(workload).read_text()[-3000:]
+            time.sleep(0.3)
+        upstream = runner.upstream(tenant, workload, handle)
+        assert upstream.grpc == f"127.0.0.1:{handle.data['grpc_port']}"
+        metadata = [(k.lower(), v) for k, v in upstream.headers.items()]
+        with grpc.insecure_channel(upstream.grpc) as channel:
+            stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+            x = np.array([[1.0, 2.0]], np.float32)
+            answer = stub.Predict(_predict_request(x), 10, metadata=metadata)
+            np.testing.assert_allclose(tf.make_ndarray(answer.outputs["y"]), x)
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.Predict(_predict_request(x), 10)
+            assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        runner.stop(tenant, workload, handle)
+    assert not runner.running(handle)
