@@ -1,7 +1,7 @@
 """TensorFlow Serving's gRPC messages on the wire, as pure functions: request bytes in,
 numpy arrays out; outputs back to response bytes. No TensorFlow, no grpcio and no generated
-code here, so every branch is table-tested (tests/unit/test_serving_grpc.py checks each
-shape against the `tensorflow-serving-api` package's own classes).
+code here, so it is table-tested (tests/unit/test_serving_grpc.py checks each message
+against the `tensorflow-serving-api` package's own classes).
 
 Why by hand rather than with generated classes: the messages are few and small (their
 field numbers are the interface; protobuf's wire format is public), a tensor's
@@ -228,10 +228,12 @@ def decode_tensor(buf: bytes | memoryview) -> np.ndarray:
             dims: list[int] = []
             unknown = False
             for inner, _, v in fields(_bytes(value)):
-                if inner == 2:
+                if inner == 2:  # Dim {1: size}; a size of 0 is not on the wire
+                    size = 0
                     for dim_field, _, d in fields(_bytes(v)):
                         if dim_field == 1:
-                            dims.append(_signed64(_int(d)))
+                            size = _signed64(_int(d))
+                    dims.append(size)
                 elif inner == 3:
                     unknown = bool(_int(v))
             t.shape = None if unknown else dims
