@@ -310,6 +310,10 @@ def test_the_image_built_here_is_the_one_the_renderer_and_dockerfile_name() -> N
             "--runtime: --engine local runs tfkube's model server only",
         ),
         (["server", "--serving-runtime", "tf-serving"], "--serving-runtime: 'tf-serving' is not"),
+        (
+            ["serve", "mnist", "--engine", "server", "--grpc-port", "8500"],
+            "--grpc-port is for --engine local",
+        ),
     ],
 )
 def test_cli_refuses_a_bad_runtime_before_doing_anything(
