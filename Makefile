@@ -12,6 +12,10 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[tf,kubernetes,server,serving,notebook,dev]'
+	# The client a TensorFlow Serving user writes (tests, benchmarks/serving). Without its
+	# dependencies: it requires `tensorflow`, which would install TensorFlow a second time
+	# beside tensorflow-cpu; what it imports (grpcio, protobuf, TensorFlow's protos) is here.
+	$(BIN)/python -m pip install -q --no-deps 'tensorflow-serving-api==2.21.0'
 	touch $@
 
 ## web: the dashboard's front-end libraries from the npm registry (tools/web/build.sh).

@@ -1,22 +1,35 @@
-"""Benchmark: the model server's REST API against calling the loaded model in-process (the
-limit), side by side in one run, for batch 1 and batch 64.
+"""Benchmark: tfkube's model server over REST and over gRPC against calling the loaded model
+in-process (the limit), side by side in one run: 1, 4 and 16 concurrent clients, batch 1
+and 64, batching on (the model server's measured default parameters).
 
 A SavedModel shaped like the examples' exports (64 pixels -> a 64-unit hidden layer -> 10
 classes; `serving_default` answers `probabilities` and `classes`) is written to a
-temporary export folder, then, alternating rounds:
-  A. in-process: `tfkube.serving._store.load_saved_model(...).run(...)` on a numpy batch
-     (what the model server does per request, without HTTP or JSON);
-  B. REST: `python -m tfkube.serving` on a loopback port, one keep-alive client sending
-     `POST /v1/models/digits:predict` with `{"instances": ...}` and reading the JSON;
-  C. REST with 4 concurrent clients (throughput only).
-Reported: requests/s, p50 and p99 latency, and the ratios B/A.
+temporary export folder, `python -m tfkube.serving` serves it on two loopback ports (REST
+and gRPC, `--enable_batching`), then, alternating per round, batch size and client count:
+  in-process  N threads calling the SavedModel's signature the way TensorFlow offers it
+              in-process (`tf.saved_model.load(path).signatures["serving_default"](x=...)`,
+              outputs `.numpy()`), on a numpy batch: the limit the issue set. Shown beside
+              it, not compared: the model server's own call path in-process
+              (`tfkube.serving._store.load_saved_model(...).run(...)`: a session callable,
+              as TensorFlow Serving runs a SignatureDef);
+  REST        N keep-alive connections in one asyncio client, each sending `POST
+              /v1/models/digits:predict` with `{"instances": ...}` (the body encoded once:
+              a client's own encoding is not the server's cost) and reading the JSON answer
+              with orjson;
+  gRPC        N concurrent calls on one channel (grpc.aio) of `tensorflow-serving-api`'s
+              PredictionService stub: a PredictRequest made once with `tensor_content`,
+              the PredictResponse parsed and its outputs read as arrays.
+Reported: requests/s, p50 and p99 latency per kind, and the ratios to in-process with the
+same number of clients (and, for batch 1, to one sequential in-process caller).
 
-    .venv/bin/python benchmarks/serving/run.py [--seconds 5] [--rounds 3]
+    .venv/bin/python benchmarks/serving/run.py [--seconds 3] [--rounds 3] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import os
 import statistics
 import subprocess
@@ -31,8 +44,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import httpx
 import numpy as np
+import orjson
 
 ROOT = Path(__file__).resolve().parents[2]
+CLIENTS = (1, 4, 16)
+BATCHES = (1, 64)
 
 
 def write_model(export: Path) -> None:
@@ -65,26 +81,31 @@ def summary(latencies: list[float], seconds: float) -> dict[str, float]:
     }
 
 
-def timed(call: Any, seconds: float) -> dict[str, float]:
-    call()  # warm
-    latencies: list[float] = []
-    started = time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        t = time.perf_counter()
-        call()
-        latencies.append(time.perf_counter() - t)
-    return summary(latencies, time.perf_counter() - started)
+class Reference:
+    """The SavedModel called in-process as TensorFlow offers it (the comparison's limit)."""
+
+    def __init__(self, path: Path) -> None:
+        import tensorflow as tf
+
+        self.tf = tf
+        self.loaded = tf.saved_model.load(str(path))
+        self.fn = self.loaded.signatures["serving_default"]
+
+    def run(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = self.fn(**{k: self.tf.constant(v) for k, v in inputs.items()})
+        return {k: v.numpy() for k, v in out.items()}
 
 
-def concurrent(url: str, body: dict[str, Any], seconds: float, clients: int) -> float:
-    counts = [0] * clients
+def in_process(servable: Any, x: np.ndarray, clients: int, seconds: float) -> dict[str, float]:
+    servable.run("serving_default", {"x": x})  # warm
+    latencies: list[list[float]] = [[] for _ in range(clients)]
     stop = time.perf_counter() + seconds
 
     def work(i: int) -> None:
-        with httpx.Client(timeout=60) as http:
-            while time.perf_counter() < stop:
-                http.post(url, json=body).raise_for_status()
-                counts[i] += 1
+        mine = latencies[i]
+        while (t := time.perf_counter()) < stop:
+            servable.run("serving_default", {"x": x})
+            mine.append(time.perf_counter() - t)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(clients)]
     started = time.perf_counter()
@@ -92,88 +113,205 @@ def concurrent(url: str, body: dict[str, Any], seconds: float, clients: int) -> 
         t.start()
     for t in threads:
         t.join()
-    return sum(counts) / (time.perf_counter() - started)
+    return summary([v for one in latencies for v in one], time.perf_counter() - started)
+
+
+async def _rest_client(
+    port: int, request: bytes, clients: int, seconds: float, batch: int
+) -> dict[str, float]:
+    latencies: list[float] = []
+
+    async def one() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            stop = time.perf_counter() + seconds
+            while (t := time.perf_counter()) < stop:
+                writer.write(request)
+                head = await reader.readuntil(b"\r\n\r\n")
+                status = head[9:12]
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line[:15].lower() == b"content-length:":
+                        length = int(line[15:])
+                body = await reader.readexactly(length)
+                if status != b"200":
+                    raise RuntimeError(body.decode())
+                answer = orjson.loads(body)
+                assert len(answer["predictions"]) == batch
+                latencies.append(time.perf_counter() - t)
+        finally:
+            writer.close()
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(clients)))
+    return summary(latencies, time.perf_counter() - started)
+
+
+def rest(port: int, x: np.ndarray, clients: int, seconds: float) -> dict[str, float]:
+    body = orjson.dumps({"instances": x.tolist()})
+    request = (
+        b"POST /v1/models/digits:predict HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: application/json\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
+    asyncio.run(_rest_client(port, request, 1, 0.2, len(x)))  # warm
+    return asyncio.run(_rest_client(port, request, clients, seconds, len(x)))
+
+
+async def _grpc_client(
+    port: int, request: Any, clients: int, seconds: float, batch: int
+) -> dict[str, float]:
+    import grpc
+    from tensorflow_serving.apis import prediction_service_pb2_grpc
+
+    latencies: list[float] = []
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+
+        async def one() -> None:
+            stop = time.perf_counter() + seconds
+            while (t := time.perf_counter()) < stop:
+                answer = await stub.Predict(request, timeout=60)
+                classes = answer.outputs["classes"]
+                got = np.frombuffer(classes.tensor_content, np.int64)
+                assert got.size == batch
+                latencies.append(time.perf_counter() - t)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(clients)))
+        return summary(latencies, time.perf_counter() - started)
+
+
+def grpc_bench(port: int, x: np.ndarray, clients: int, seconds: float) -> dict[str, float]:
+    from tensorflow_serving.apis import predict_pb2
+
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = "digits"
+    tensor = request.inputs["x"]
+    tensor.dtype = 1  # DT_FLOAT
+    for d in x.shape:
+        tensor.tensor_shape.dim.add(size=d)
+    tensor.tensor_content = x.tobytes()
+    asyncio.run(_grpc_client(port, request, 1, 0.2, len(x)))  # warm
+    return asyncio.run(_grpc_client(port, request, clients, seconds, len(x)))
+
+
+def start_server(export: Path, batching: bool) -> tuple[subprocess.Popen[bytes], int, int]:
+    from tfkube.engines.local import free_ports
+
+    rest_port, grpc_port = free_ports(2)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tfkube.serving",
+            "--model_name=digits",
+            f"--model_base_path={export}",
+            f"--rest_api_port={rest_port}",
+            f"--port={grpc_port}",
+            f"--enable_batching={'true' if batching else 'false'}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{rest_port}/v1/models/digits").status_code == 200:
+                return proc, rest_port, grpc_port
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            raise SystemExit("the model server did not start")
+        time.sleep(0.2)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=5.0, help="per measurement")
+    parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--no-batching", action="store_true", help="the model server's batching off"
+    )
+    parser.add_argument("--json", type=Path, default=None, help="also write the medians here")
     args = parser.parse_args()
-    from tfkube.engines.local import free_ports
     from tfkube.serving._store import load_saved_model
 
+    load_before = os.getloadavg()
+    results: dict[tuple[int, int, str], list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="tfkube-serving-bench-") as tmp:
         export = Path(tmp) / "export"
         write_model(export)
+        reference = Reference(export / "1")
         servable = load_saved_model(export / "1", 1)
-        (port,) = free_ports(1)
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tfkube.serving",
-                "--model_name=digits",
-                f"--model_base_path={export}",
-                f"--rest_api_port={port}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        url = f"http://127.0.0.1:{port}/v1/models/digits"
+        proc, rest_port, grpc_port = start_server(export, not args.no_batching)
         try:
-            deadline = time.monotonic() + 120
-            while True:
-                try:
-                    if httpx.get(url).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise SystemExit("the model server did not start")
-                time.sleep(0.2)
             rng = np.random.default_rng(1)
-            results: dict[tuple[int, str], list[dict[str, float]]] = {}
-            with httpx.Client(timeout=60) as http:
-                for _ in range(args.rounds):
-                    for batch in (1, 64):
-                        x = rng.random((batch, 64), dtype=np.float32)
-                        body = {"instances": x.tolist()}
-
-                        def local(x: np.ndarray = x) -> None:
-                            servable.run("serving_default", {"x": x})
-
-                        def rest(body: dict[str, Any] = body) -> None:
-                            r = http.post(f"{url}:predict", json=body)
-                            r.raise_for_status()
-                            r.json()
-
-                        results.setdefault((batch, "in-process"), []).append(
-                            timed(local, args.seconds)
-                        )
-                        results.setdefault((batch, "rest"), []).append(timed(rest, args.seconds))
-                        rps = concurrent(f"{url}:predict", body, args.seconds, 4)
-                        results.setdefault((batch, "rest-4"), []).append({"rps": rps})
+            for _ in range(args.rounds):
+                for batch in BATCHES:
+                    x = rng.random((batch, 64), dtype=np.float32)
+                    for clients in CLIENTS:
+                        for kind, run in (
+                            (
+                                "in-process",
+                                lambda c, x=x: in_process(reference, x, c, args.seconds),
+                            ),
+                            (
+                                "tfkube-call",
+                                lambda c, x=x: in_process(servable, x, c, args.seconds),
+                            ),
+                            ("rest", lambda c, x=x: rest(rest_port, x, c, args.seconds)),
+                            ("grpc", lambda c, x=x: grpc_bench(grpc_port, x, c, args.seconds)),
+                        ):
+                            results.setdefault((batch, clients, kind), []).append(run(clients))
         finally:
             proc.terminate()
             proc.wait(30)
+    load_after = os.getloadavg()
 
-    def median(batch: int, kind: str, key: str) -> float:
-        return statistics.median(r[key] for r in results[(batch, kind)])
+    def median(batch: int, clients: int, kind: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[(batch, clients, kind)])
 
     print(
-        "| batch | in-process req/s | REST req/s | **req/s ratio** | REST, 4 clients req/s "
-        "| in-process p50 / p99 (ms) | REST p50 / p99 (ms) | **p99 ratio** |"
+        f"load average before {load_before[0]:.1f} / {load_before[1]:.1f}, after "
+        f"{load_after[0]:.1f} / {load_after[1]:.1f}; {args.rounds} rounds of {args.seconds:g} s; "
+        f"batching {'off' if args.no_batching else 'on'}\n"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for batch in (1, 64):
-        a_rps, b_rps = median(batch, "in-process", "rps"), median(batch, "rest", "rps")
-        a_p50, a_p99 = median(batch, "in-process", "p50_ms"), median(batch, "in-process", "p99_ms")
-        b_p50, b_p99 = median(batch, "rest", "p50_ms"), median(batch, "rest", "p99_ms")
-        print(
-            f"| {batch} | {a_rps:.0f} | {b_rps:.0f} | **{b_rps / a_rps:.3f}** | "
-            f"{median(batch, 'rest-4', 'rps'):.0f} | {a_p50:.2f} / {a_p99:.2f} | "
-            f"{b_p50:.2f} / {b_p99:.2f} | **{b_p99 / a_p99:.1f}** |"
+    print(
+        "| batch | clients | in-process req/s | REST req/s | gRPC req/s | **REST ratio** | "
+        "**gRPC ratio** | in-process p50 / p99 ms | REST p50 / p99 ms | gRPC p50 / p99 ms | "
+        "**p99 ratio REST / gRPC** | tfkube's call in-process req/s |"
+    )
+    print("| --- " * 12 + "|")
+    table = []
+    for batch in BATCHES:
+        for clients in CLIENTS:
+            row = {
+                kind: {k: median(batch, clients, kind, k) for k in ("rps", "p50_ms", "p99_ms")}
+                for kind in ("in-process", "tfkube-call", "rest", "grpc")
+            }
+            a, r, g = row["in-process"], row["rest"], row["grpc"]
+            table.append({"batch": batch, "clients": clients, **row})
+            print(
+                f"| {batch} | {clients} | {a['rps']:.0f} | {r['rps']:.0f} | {g['rps']:.0f} | "
+                f"**{r['rps'] / a['rps']:.2f}** | **{g['rps'] / a['rps']:.2f}** | "
+                f"{a['p50_ms']:.2f} / {a['p99_ms']:.2f} | {r['p50_ms']:.2f} / {r['p99_ms']:.2f} | "
+                f"{g['p50_ms']:.2f} / {g['p99_ms']:.2f} | "
+                f"**{r['p99_ms'] / a['p99_ms']:.1f} / {g['p99_ms'] / a['p99_ms']:.1f}** | "
+                f"{row['tfkube-call']['rps']:.0f} |"
+            )
+    seq = median(1, 1, "in-process", "rps")
+    rest_16, grpc_16 = median(1, 16, "rest", "rps"), median(1, 16, "grpc", "rps")
+    print(
+        f"\nbatch 1, 16 clients against one sequential in-process caller ({seq:.0f} req/s): "
+        f"REST {rest_16 / seq:.2f}x, gRPC {grpc_16 / seq:.2f}x"
+    )
+    if args.json:
+        args.json.write_text(
+            json.dumps({"load": [load_before, load_after], "rows": table}, indent=1)
         )
 
 

@@ -133,6 +133,11 @@ CLIENT_TEAM: Final = "TFKUBE_TEAM"
 SERVING_TOKEN: Final = "TFKUBE_SERVING_TOKEN"
 """A model server's secret: it answers only requests that carry it (the server's proxy
 does); the model server removes it from its environment at start."""
+SERVING_READY_PATH: Final = "/tfkube/ready"
+"""tfkube's model server's readiness, on its REST port and without its secret: 200 when a
+version is available and its gRPC door (when it has one) answers its own health check
+through the network, else 503 with TensorFlow Serving's `{"error": ...}` (a Kubernetes
+readiness probe of both doors in one)."""
 JUPYTER_TOKEN: Final = "JUPYTER_TOKEN"
 """Jupyter's own variable: a notebook's token, which the server's proxy adds for its user
 (both engines set it)."""

@@ -170,13 +170,18 @@ def test_tfkube_runtime_objects(version: int | None, pinned: list[str]) -> None:
     assert container["args"] == [
         "--rest_api_host=0.0.0.0",
         "--rest_api_port=8501",
+        "--port=8500",
         "--model_name=digits",
         "--model_base_path=/models/digits",
         "--file_system_poll_wait_seconds=5",
         *pinned,
     ]
-    assert container["ports"] == [{"name": "http", "containerPort": 8501, "protocol": "TCP"}]
-    assert container["readinessProbe"]["httpGet"] == {"path": "/v1/models/digits", "port": "http"}
+    assert container["ports"] == [
+        {"name": "http", "containerPort": 8501, "protocol": "TCP"},
+        {"name": "grpc", "containerPort": 8500, "protocol": "TCP"},
+    ]
+    # One probe for both doors: the model server asks its own gRPC health check first.
+    assert container["readinessProbe"]["httpGet"] == {"path": "/tfkube/ready", "port": "http"}
     security = container["securityContext"]
     assert security["readOnlyRootFilesystem"] is True
     assert security["allowPrivilegeEscalation"] is False
@@ -197,21 +202,39 @@ def test_tfkube_runtime_objects(version: int | None, pinned: list[str]) -> None:
     assert volumes["model"]["persistentVolumeClaim"] == {"claimName": "outputs", "readOnly": True}
     assert volumes["tmp"] == {"name": "tmp", "emptyDir": {}}
     service = objects["Service"]["spec"]
-    assert service["ports"] == [{"name": "http", "port": 8501, "targetPort": "http",
-                                 "protocol": "TCP"}]  # fmt: skip
+    assert service["ports"] == [
+        {"name": "http", "port": 8501, "targetPort": "http", "protocol": "TCP"},
+        {"name": "grpc", "port": 8500, "targetPort": "grpc", "protocol": "TCP"},
+    ]
     assert (
         service["selector"].items()
         <= objects["Deployment"]["spec"]["template"]["metadata"]["labels"].items()
     )
 
 
-@pytest.mark.parametrize("runtime", list(ServingRuntime))
-def test_same_probe_port_and_volume_for_both(runtime: ServingRuntime) -> None:
-    container = _container(_objects(runtime))
+@pytest.mark.parametrize(
+    ("runtime", "ready"),
+    [(STOCK, "/v1/models/digits"), (OURS, "/tfkube/ready")],
+)
+def test_same_ports_and_volume_for_both(runtime: ServingRuntime, ready: str) -> None:
+    """Both runtimes: REST `http` 8501 and gRPC `grpc` 8500 in the pod and the Service, the
+    probe on the REST port (tfkube's covers its gRPC door too), the same volume."""
+    objects = _objects(runtime)
+    container = _container(objects)
     stock = _container(_objects(STOCK))
-    assert container["readinessProbe"] == stock["readinessProbe"]
-    assert container["readinessProbe"]["timeoutSeconds"] >= 10
-    assert container["ports"][0] == stock["ports"][0]
+    probe = container["readinessProbe"]
+    assert probe["httpGet"] == {"path": ready, "port": "http"}
+    assert {k: v for k, v in probe.items() if k != "httpGet"} == {
+        k: v for k, v in stock["readinessProbe"].items() if k != "httpGet"
+    }
+    assert probe["timeoutSeconds"] >= 10
+    assert container["ports"] == stock["ports"]
+    assert {(p["name"], p["containerPort"]) for p in container["ports"]} == {
+        ("http", 8501),
+        ("grpc", 8500),
+    }
+    service = {(p["name"], p["port"], p["targetPort"]) for p in objects["Service"]["spec"]["ports"]}
+    assert service == {("http", 8501, "http"), ("grpc", 8500, "grpc")}
     model = next(m for m in container["volumeMounts"] if m["name"] == "model")
     assert model == next(m for m in stock["volumeMounts"] if m["name"] == "model")
 
@@ -287,6 +310,10 @@ def test_the_image_built_here_is_the_one_the_renderer_and_dockerfile_name() -> N
             "--runtime: --engine local runs tfkube's model server only",
         ),
         (["server", "--serving-runtime", "tf-serving"], "--serving-runtime: 'tf-serving' is not"),
+        (
+            ["serve", "mnist", "--engine", "server", "--grpc-port", "8500"],
+            "--grpc-port is for --engine local",
+        ),
     ],
 )
 def test_cli_refuses_a_bad_runtime_before_doing_anything(

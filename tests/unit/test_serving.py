@@ -71,6 +71,24 @@ ROW = [0.5] * 64
             id="predict-v",
         ),
         pytest.param("POST", "/v1/models/digits:PREDICT", Call("predict", "digits"), id="case"),
+        pytest.param(
+            "POST",
+            "/v1/models/digits/labels/canary:predict",
+            Call("predict", "digits", None, "canary"),
+            id="predict-label",
+        ),
+        pytest.param(
+            "GET",
+            "/v1/models/digits/labels/stable",
+            Call("status", "digits", None, "stable"),
+            id="status-label",
+        ),
+        pytest.param(
+            "GET",
+            "/v1/models/digits/labels/stable/metadata",
+            Call("metadata", "digits", None, "stable"),
+            id="metadata-label",
+        ),
     ],
 )
 def test_route(method: str, path: str, call: Call) -> None:
@@ -98,7 +116,7 @@ def test_route(method: str, path: str, call: Call) -> None:
             "POST", "/v1/models/digits:classify", Code.UNIMPLEMENTED, ":predict", id="classify"
         ),
         pytest.param(
-            "GET", "/v1/models/digits/labels/stable", Code.INVALID_ARGUMENT, "label", id="label"
+            "GET", "/v1/models/digits/labels/", Code.INVALID_ARGUMENT, "Malformed", id="no-label"
         ),
     ],
 )
@@ -365,8 +383,9 @@ def test_choose_version(
     [
         (VersionPolicy(), [], None),
         (VersionPolicy(), [1, 3, 2], 3),
-        (VersionPolicy(2), [1, 3, 2], 2),
-        (VersionPolicy(4), [1, 3, 2], None),
+        (VersionPolicy.one(2), [1, 3, 2], 2),
+        (VersionPolicy.one(4), [1, 3, 2], None),
+        (VersionPolicy(latest=2), [1, 3, 2], 3),
     ],
 )
 def test_policy(policy: VersionPolicy, available: list[int], wanted: int | None) -> None:
@@ -427,7 +446,7 @@ def test_store_follows_the_latest_export(tmp_path: Path) -> None:
 
 def test_store_serves_one_specific_version(tmp_path: Path) -> None:
     load = _loader(broken=set())
-    store = ModelStore("m", tmp_path, VersionPolicy(1), loader=load)  # type: ignore[arg-type]
+    store = ModelStore("m", tmp_path, VersionPolicy.one(1), loader=load)  # type: ignore[arg-type]
     _export(tmp_path, "1")
     _export(tmp_path, "2")
     store.poll()

@@ -82,10 +82,18 @@ def serve(
     runtime: RuntimeOpt = None,
     wait: Annotated[bool, typer.Option(help="Wait until it answers.")] = True,
     port: Annotated[int, typer.Option("--port", help="Local engine: the REST port.")] = 8501,
+    grpc_port: Annotated[
+        int,
+        typer.Option(
+            "--grpc-port",
+            help="Local engine: also TensorFlow Serving's gRPC API on this port (0: none).",
+        ),
+    ] = 0,
     engine: EngineOpt = "local",
     namespace: NamespaceOpt = None,
 ) -> None:
-    """Serve a job's exported model with TensorFlow Serving's REST API and print its URL.
+    """Serve a job's exported model with TensorFlow Serving's REST API (and, --engine
+    local with --grpc-port, its gRPC API) and print its URL.
 
     --engine server: a model server of the team (a process, or on Kubernetes a Deployment
     of tensorflow/serving or, with --runtime tfkube, of tfkube's own model server) behind
@@ -106,8 +114,10 @@ def serve(
                 "--runtime: --engine local runs tfkube's model server only; leave --runtime "
                 "out, or use --engine server with a tfkube server on Kubernetes"
             )
-        _serve_here(job, name, version, port)
+        _serve_here(job, name, version, port, grpc_port)
         return
+    if grpc_port:
+        raise fail("--grpc-port is for --engine local (a server's model servers have their own)")
     if engine != "server":
         raise fail("serve needs --engine server (a tfkube server, on either engine) or local")
     from tfkube.spec import SpecError
@@ -135,7 +145,7 @@ def serve(
         out.print(line, highlight=False, soft_wrap=True)
 
 
-def _serve_here(job: str, name: str | None, version: int | None, port: int) -> None:
+def _serve_here(job: str, name: str | None, version: int | None, port: int, grpc_port: int) -> None:
     from tfkube.serving import choose_version, exported_versions
 
     try:
@@ -159,8 +169,15 @@ def _serve_here(job: str, name: str | None, version: int | None, port: int) -> N
     ]
     if version is not None:
         argv.append(f"--model_version={version}")
+    if grpc_port:
+        argv.append(f"--port={grpc_port}")
     url = f"http://127.0.0.1:{port}/v1/models/{model}"
     out.print(f"REST URL: {url}  (predict: POST {url}:predict; Ctrl-C stops it)", highlight=False)
+    if grpc_port:
+        out.print(
+            f"gRPC: 127.0.0.1:{grpc_port}  (TensorFlow Serving's PredictionService, model {model})",
+            highlight=False,
+        )
     env = {k: v for k, v in os.environ.items() if k != SERVING_TOKEN}
     server: subprocess.Popen[bytes] | None = None
     with foreground():

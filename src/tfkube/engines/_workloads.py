@@ -157,6 +157,11 @@ class Upstream:
     """TLS verification for an https upstream (the API server's CA)."""
     params: dict[str, str] = field(default_factory=dict)
     """Query parameters added to the caller's."""
+    grpc: str | None = None
+    """`host:port` of the workload's gRPC door, when it has one the server can reach (a
+    local model server's TensorFlow Serving gRPC API); `headers`, lower-cased, go with each
+    call as metadata. None on Kubernetes: the API server's service proxy carries HTTP/1.1
+    only, not gRPC."""
 
 
 @dataclass(frozen=True)

@@ -4,17 +4,23 @@ A model server reads the job's exported SavedModels from the job's own output vo
 (read-only), so what the job wrote is what is served, with no copy. Its runtime
 (`ServingRuntime`) is the stock `tensorflow/serving` image (the default) or tfkube's own
 model server (`python3 -m tfkube.serving`) in tfkube's image; both answer TensorFlow
-Serving's REST API on the same port, so clients and the proxy do not care which:
+Serving's REST API and its gRPC API on the same ports, so clients and the proxy do not
+care which:
 
     ConfigMap  <name>-serving   tensorflow-serving only: models.config (the model's name,
                                 base path, version policy)
-    Deployment <name>-serving   tensorflow_model_server, REST on :8501 (gRPC :8500), or
-                                tfkube's, REST on :8501 (non-root, read-only root);
-                                ready when GET /v1/models/<name> answers; placed like the
-                                job's exporting replica (`serving_placement`)
-    Service    <name>-serving   ClusterIP, port `http` (the tfkube server proxies to it
-                                through the API server's service proxy), `grpc` too for
-                                tensorflow-serving
+    Deployment <name>-serving   tensorflow_model_server or tfkube's (non-root, read-only
+                                root), REST on :8501 and gRPC on :8500; placed like the
+                                job's exporting replica (`serving_placement`). Ready:
+                                tfkube's when GET /tfkube/ready answers 200 (a version is
+                                available and its gRPC door answered its own health check,
+                                so the one probe Kubernetes allows covers both ports);
+                                tensorflow/serving's when GET /v1/models/<name> answers
+                                (REST only: tensorflow_model_server offers no standard
+                                gRPC health check, tensorflow/serving issue 671)
+    Service    <name>-serving   ClusterIP, ports `http` (the tfkube server proxies to it
+                                through the API server's service proxy) and `grpc` (for
+                                clients inside the cluster: that proxy speaks HTTP/1.1)
 
 A notebook is a JupyterLab server per user, its home on a claim of its own:
 
@@ -66,10 +72,11 @@ TFKUBE_SERVING_USER = WORKLOAD_USER
 
 class ServingRuntime(StrEnum):
     """Which model server a model server's pod runs. Both speak TensorFlow Serving's REST
-    API on port 8501 and read the same volume, so a client cannot tell them apart."""
+    API on port 8501 and its gRPC API on 8500 and read the same volume, so a client cannot
+    tell them apart."""
 
     TENSORFLOW_SERVING = "tensorflow-serving"
-    """The stock `tensorflow/serving` image (`tensorflow_model_server`; also gRPC on 8500)."""
+    """The stock `tensorflow/serving` image (`tensorflow_model_server`)."""
     TFKUBE = "tfkube"
     """tfkube's model server (`python3 -m tfkube.serving`) in tfkube's image: the one the
     local engine runs, so what was tested here is what runs in the cluster."""
@@ -175,8 +182,12 @@ def _serving_container(spec: ModelServerSpec, sub_path: str) -> Object:
     mounts: list[Object] = [
         {"name": "model", "mountPath": model_dir, "subPath": sub_path, "readOnly": True}
     ]
-    ports: list[Object] = [{"name": "http", "containerPort": REST_PORT, "protocol": "TCP"}]
+    ports: list[Object] = [
+        {"name": "http", "containerPort": REST_PORT, "protocol": "TCP"},
+        {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
+    ]
     container: Object = {"name": "serving", "imagePullPolicy": "IfNotPresent"}
+    ready = f"/v1/models/{spec.name}"
     if spec.runtime is ServingRuntime.TENSORFLOW_SERVING:
         container["image"] = spec.image or TF_SERVING_IMAGE
         container["command"] = ["tensorflow_model_server"]
@@ -186,7 +197,6 @@ def _serving_container(spec: ModelServerSpec, sub_path: str) -> Object:
             f"--model_config_file={CONFIG_DIR}/models.config",
             f"--file_system_poll_wait_seconds={spec.poll_seconds}",
         ]
-        ports.append({"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"})
         mounts.append({"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
     else:
         container["image"] = spec.image or TFKUBE_SERVING_IMAGE
@@ -194,6 +204,7 @@ def _serving_container(spec: ModelServerSpec, sub_path: str) -> Object:
         container["args"] = [
             "--rest_api_host=0.0.0.0",
             f"--rest_api_port={REST_PORT}",
+            f"--port={GRPC_PORT}",
             f"--model_name={spec.name}",
             f"--model_base_path={model_dir}",
             f"--file_system_poll_wait_seconds={spec.poll_seconds}",
@@ -203,11 +214,12 @@ def _serving_container(spec: ModelServerSpec, sub_path: str) -> Object:
         # A read-only root: only /tmp (HOME in the image) is writable.
         container["securityContext"] = {"readOnlyRootFilesystem": True}
         mounts.append({"name": "tmp", "mountPath": "/tmp"})
+        ready = contract.SERVING_READY_PATH
     container["ports"] = ports
     # 10 s, not Kubernetes' 1 s: a model server busy predicting on a loaded node answers
     # late, and a missed probe takes it out of its Service.
     container["readinessProbe"] = {
-        "httpGet": {"path": f"/v1/models/{spec.name}", "port": "http"},
+        "httpGet": {"path": ready, "port": "http"},
         "periodSeconds": 5,
         "timeoutSeconds": 10,
     }
@@ -252,10 +264,9 @@ def render_model_server(spec: ModelServerSpec) -> list[Object]:
         },
     }
     ports: list[Object] = [
-        {"name": "http", "port": REST_PORT, "targetPort": "http", "protocol": "TCP"}
+        {"name": "http", "port": REST_PORT, "targetPort": "http", "protocol": "TCP"},
+        {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "protocol": "TCP"},
     ]
-    if stock:
-        ports.append({"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "protocol": "TCP"})
     service: Object = {
         "apiVersion": "v1",
         "kind": "Service",

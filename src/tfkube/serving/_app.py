@@ -1,85 +1,147 @@
-"""The model server's HTTP shell (Starlette on uvicorn): authenticate, route, parse
-(`_rest`), run (`_store`), answer. Every error, including a crash inside TensorFlow, goes
-out in TensorFlow Serving's `{"error": ...}` shape with its status code.
+"""The model server's REST door: TensorFlow Serving's REST API as a bare ASGI application on
+uvicorn (httptools, uvloop where installed): authenticate, route, parse (`_rest`, straight
+to arrays), run (`_calls`: batched), answer (orjson, straight from the arrays). Every
+error, including a crash inside TensorFlow, goes out in TensorFlow Serving's `{"error":
+...}` shape with its status code.
 
 When the platform starts a model server it gives it a secret (`TFKUBE_SERVING_TOKEN`):
 every request must carry it as `Authorization: Bearer`, which only the platform's
-authenticating proxy adds, so the loopback port alone grants nothing.
+authenticating proxy adds, so the port alone grants nothing. One path needs no secret and
+tells only readiness (`contract.SERVING_READY_PATH`): a version is available and, when the
+model server has a gRPC door, that door answers its health check (`grpc_ready`).
+
+No web framework in between: a request is one path, a method and a body, and each layer
+a framework adds cost more than the JSON of a batch-1 request (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
-import json
 import logging
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
-
+from tfkube import contract
+from tfkube.serving._calls import Calls
 from tfkube.serving._rest import (
     Code,
     ServingError,
+    dumps,
     metadata_answer,
     not_found,
     parse_predict,
-    predict_answer,
+    predict_body,
     route,
     status_answer,
 )
-from tfkube.serving._store import ModelStore
 
 log = logging.getLogger("tfkube.serving")
 
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-def _json(body: Any, status: int = 200) -> Response:
-    # TensorFlow Serving writes NaN and Infinity as bare tokens (api_rest.md, "JSON
-    # conformance"); the standard library does the same with allow_nan.
-    return Response(
-        json.dumps(body, allow_nan=True, separators=(",", ":")),
-        status_code=status,
-        media_type="application/json",
-    )
+_JSON = [(b"content-type", b"application/json")]
 
 
-def _predict(store: ModelStore, version: int | None, body: bytes) -> dict[str, Any]:
-    """Parse, run and answer a :predict (in a worker thread: TensorFlow blocks)."""
-    servable = store.servable(version)
-    request = parse_predict(body, servable.info.signatures)
-    outputs = servable.run(request.signature_name, request.inputs)
-    return predict_answer(outputs, request.row_format)
+async def _answer(send: Send, status: int, body: bytes) -> None:
+    headers = [*_JSON, (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
-def create_app(store: ModelStore, token: str | None = None) -> Starlette:
-    async def handle(request: Request) -> Response:
-        if token is not None:
-            sent = request.headers.get("authorization", "")
-            if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
-                return _json(
-                    ServingError(Code.UNAUTHENTICATED, "a valid token is required").body(), 401
-                )
-        path = request.url.path
-        if not path.startswith("/v1/"):
-            return _json({"error": f"Not found: {path}"}, 404)
-        try:
-            call = route(request.method, path)
+async def _body(receive: Receive) -> bytes:
+    parts = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ConnectionError("the client went away")
+        parts.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+ReadyCheck = Callable[[], Awaitable[str | None]]
+"""None when ready, else why not."""
+
+
+def create_app(
+    calls: Calls, token: str | None = None, grpc_ready: ReadyCheck | None = None
+) -> ASGIApp:
+    expected = f"Bearer {token}".encode() if token is not None else None
+    store = calls.store
+
+    async def lifespan(receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def answer(method: str, path: str, receive: Receive) -> tuple[int, bytes]:
+        call = route(method, path)
+        if call.kind == "status":
             if call.model != store.name:
                 raise not_found(call.model, call.version)
-            if call.kind == "status":
-                return _json(status_answer(store.name, store.statuses(), call.version))
-            if call.kind == "metadata":
-                return _json(metadata_answer(store.name, store.servable(call.version).info))
-            body = await request.body()
-            return _json(await run_in_threadpool(_predict, store, call.version, body))
-        except ServingError as exc:
-            return _json(exc.body(), exc.http_status)
-        except Exception as exc:  # never a crash, never a bare 500 page
-            log.exception("request %s %s failed", request.method, path)
-            return _json({"error": f"{type(exc).__name__}: {exc}"}, 500)
+            version = call.version
+            if call.label:
+                version = store.resolve(None, call.label)
+            return 200, dumps(status_answer(store.name, store.statuses(), version))
+        version, servable = calls.servable(call.model, call.version, call.label)
+        if call.kind == "metadata":
+            return 200, dumps(metadata_answer(store.name, servable.info))
+        body = await _body(receive)
+        request = parse_predict(body, servable.info.signatures)
+        future = calls.run(version, servable, request.signature_name, request.inputs)
+        outputs = await asyncio.wrap_future(future)
+        return 200, predict_body(outputs, request.row_format)
 
-    return Starlette(
-        routes=[Route("/{path:path}", handle, methods=["GET", "POST", "PUT", "PATCH", "DELETE"])]
-    )
+    async def _answer_ready(send: Send) -> None:
+        why = None if store.serving_version is not None else "no version is available yet"
+        if why is None and grpc_ready is not None:
+            why = await grpc_ready()
+        if why is None:
+            await _answer(send, 200, b'{"ready":true}')
+        else:
+            await _answer(send, 503, dumps(ServingError(Code.UNAVAILABLE, why).body()))
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        method, path = scope["method"], scope["path"]
+        if path == contract.SERVING_READY_PATH and method in ("GET", "HEAD"):
+            await _answer_ready(send)
+            return
+        if expected is not None:
+            sent = b""
+            for key, value in scope["headers"]:
+                if key == b"authorization":
+                    sent = value
+                    break
+            if not hmac.compare_digest(sent, expected):
+                error = ServingError(Code.UNAUTHENTICATED, "a valid token is required")
+                await _answer(send, 401, dumps(error.body()))
+                return
+        if not path.startswith("/v1/"):
+            await _answer(send, 404, dumps({"error": f"Not found: {path}"}))
+            return
+        try:
+            status, body = await answer(method, path, receive)
+        except ServingError as exc:
+            status, body = exc.http_status, dumps(exc.body())
+        except ConnectionError:
+            return
+        except Exception as exc:  # never a crash, never a bare 500 page
+            log.exception("request %s %s failed", method, path)
+            status, body = 500, dumps({"error": f"{type(exc).__name__}: {exc}"})
+        await _answer(send, status, body)
+
+    return app

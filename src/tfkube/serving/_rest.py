@@ -18,12 +18,19 @@ from __future__ import annotations
 import base64
 import json
 import re
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+import orjson
+
+try:
+    import simdjson
+except ImportError:  # pragma: no cover - the serving extra installs it
+    simdjson = None  # type: ignore[assignment]
 
 
 class Code(StrEnum):
@@ -89,6 +96,8 @@ class Call:
     model: str
     version: int | None = None
     """None: every version (status) or the latest (metadata, predict)."""
+    label: str | None = None
+    """A version label (`/labels/<label>`: stable, canary) instead of a version."""
 
 
 def route(method: str, path: str) -> Call:
@@ -103,20 +112,17 @@ def route(method: str, path: str) -> Call:
         raise malformed
     if found is None:
         raise malformed
-    if found["label"]:
-        raise ServingError(
-            Code.INVALID_ARGUMENT,
-            f"Unrecognized servable version label: {found['label']} (this model server "
-            "assigns no labels; use /versions/<version>)",
-        )
     version = int(found["version"]) if found["version"] else None
+    label = found["label"] or None
     if method == "POST":
         if found["verb"].lower() != "predict":
             raise ServingError(
-                Code.UNIMPLEMENTED, f"only :predict is served here, not :{found['verb']}"
+                Code.UNIMPLEMENTED,
+                f"only :predict is served over REST here, not :{found['verb']} "
+                "(Classify and Regress are served over gRPC)",
             )
-        return Call("predict", found["name"], version)
-    return Call("metadata" if found["metadata"] else "status", found["name"], version)
+        return Call("predict", found["name"], version, label)
+    return Call("metadata" if found["metadata"] else "status", found["name"], version, label)
 
 
 def not_found(model: str, version: int | None) -> ServingError:
@@ -252,6 +258,11 @@ def _array(name: str, value: Any, info: TensorInfo) -> np.ndarray:
             f"input {name!r}: expected {DTYPES.get(info.dtype, info.dtype)} values in a "
             f"regular (not ragged) nested list ({exc})",
         ) from None
+    return check_shape(name, array, info)
+
+
+def check_shape(name: str, array: np.ndarray, info: TensorInfo) -> np.ndarray:
+    """The array, or INVALID_ARGUMENT when its shape does not fit the input's."""
     if info.shape is not None:
         fits = len(array.shape) == len(info.shape) and all(
             want is None or want == got for want, got in zip(info.shape, array.shape, strict=True)
@@ -303,12 +314,103 @@ def _columns(inputs: Any, signature: Signature) -> dict[str, Any]:
     return {names[0]: inputs}
 
 
-def parse_predict(body: bytes, signatures: Mapping[str, Signature]) -> Predict:
-    """A :predict body -> the arrays to feed, checked against the signature."""
+_SCALARS: dict[str, Literal["d", "i", "u"]] = {"f": "d", "i": "i", "u": "u"}
+"""numpy kind -> the simdjson buffer type its numbers are read as."""
+_parsers = threading.local()
+
+
+def _fast_predict(body: bytes, signatures: Mapping[str, Signature]) -> Predict | None:
+    """The common request, straight to an array: one numeric input, its rows a regular
+    list of numbers of rank 1 or 2, read by simdjson into a buffer without a Python
+    number in between. None for anything else (then `parse_predict` reads it fully,
+    with every check and error message)."""
+    if simdjson is None:
+        return None
+    parser = getattr(_parsers, "parser", None)
+    if parser is None:
+        parser = _parsers.parser = simdjson.Parser()
     try:
-        data = json.loads(body)
+        doc = parser.parse(body)
+        if not isinstance(doc, simdjson.Object) or not set(doc.keys()) <= _PREDICT_KEYS:
+            return None
+        name = doc.get("signature_name") or DEFAULT_SIGNATURE
+        if not isinstance(name, str):
+            return None
+        signature = signatures.get(name)
+        rows = "instances" in doc
+        if signature is None or len(signature.inputs) != 1 or rows == ("inputs" in doc):
+            return None
+        ((input_name, info),) = signature.inputs.items()
+        kind = np.dtype(info.dtype).kind if info.dtype in DTYPES and info.dtype != "string" else ""
+        value = doc["instances" if rows else "inputs"]
+        if kind not in _SCALARS or not isinstance(value, simdjson.Array) or not len(value):
+            return None
+        first = value[0]
+        if isinstance(first, simdjson.Array):
+            width = len(first)
+            shape: tuple[int, ...] = (len(value), width)
+            # each row an array of `width` and no deeper nesting (a bracket per row)
+            if body.count(b"[") != len(value) + 1 or any(
+                not isinstance(r, simdjson.Array) or len(r) != width for r in value
+            ):
+                return None
+        else:
+            shape = (len(value),)
+            if body.count(b"[") != 1:
+                return None
+        flat = value.as_buffer(of_type=_SCALARS[kind])
+        del value, first, doc
+    except (ValueError, TypeError, RuntimeError, KeyError):
+        _parsers.parser = None  # a fresh parser: nothing may still point into the old one
+        return None
+    raw = np.frombuffer(
+        flat, dtype={"d": np.float64, "i": np.int64, "u": np.uint64}[_SCALARS[kind]]
+    )
+    if raw.size != int(np.prod(shape)):
+        return None
+    array = raw.reshape(shape).astype(info.dtype, copy=raw.dtype.name != info.dtype)
+    return Predict(name, {input_name: check_shape(input_name, array, info)}, rows)
+
+
+_PREDICT_KEYS = frozenset({"signature_name", "instances", "inputs"})
+
+
+def loads(body: bytes) -> Any:
+    """JSON -> Python (orjson; the standard library for what orjson refuses but
+    TensorFlow Serving reads: NaN and Infinity)."""
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ServingError(Code.INVALID_ARGUMENT, f"JSON Parse error: {exc}") from None
+
+
+def check_input_names(given: Mapping[str, object], signature: Signature, name: str) -> None:
+    """The inputs a request names are the signature's, no more, no fewer (INVALID_ARGUMENT,
+    naming what is unknown, what is missing and what the signature takes)."""
+    unknown = sorted(set(given) - set(signature.inputs))
+    missing = sorted(set(signature.inputs) - set(given))
+    if unknown or missing:
+        parts = []
+        if unknown:
+            parts.append(f"unknown input(s) {', '.join(unknown)}")
+        if missing:
+            parts.append(f"missing input(s) {', '.join(missing)}")
+        raise ServingError(
+            Code.INVALID_ARGUMENT,
+            f"{'; '.join(parts)}; signature {name!r} takes {', '.join(sorted(signature.inputs))}",
+        )
+
+
+def parse_predict(body: bytes, signatures: Mapping[str, Signature]) -> Predict:
+    """A :predict body -> the arrays to feed, checked against the signature."""
+    fast = _fast_predict(body, signatures)
+    if fast is not None:
+        return fast
+    data = loads(body)
     if not isinstance(data, dict):
         raise ServingError(Code.INVALID_ARGUMENT, "the request body must be a JSON object")
     name = data.get("signature_name") or DEFAULT_SIGNATURE
@@ -328,18 +430,7 @@ def parse_predict(body: bytes, signatures: Mapping[str, Signature]) -> Predict:
     if not has_rows and not has_columns:
         raise ServingError(Code.INVALID_ARGUMENT, "Missing 'inputs' or 'instances' key")
     given = _rows(data["instances"], signature) if has_rows else _columns(data["inputs"], signature)
-    unknown = sorted(set(given) - set(signature.inputs))
-    missing = sorted(set(signature.inputs) - set(given))
-    if unknown or missing:
-        parts = []
-        if unknown:
-            parts.append(f"unknown input(s) {', '.join(unknown)}")
-        if missing:
-            parts.append(f"missing input(s) {', '.join(missing)}")
-        raise ServingError(
-            Code.INVALID_ARGUMENT,
-            f"{'; '.join(parts)}; signature {name!r} takes {', '.join(sorted(signature.inputs))}",
-        )
+    check_input_names(given, signature, name)
     arrays = {k: _array(k, v, signature.inputs[k]) for k, v in given.items()}
     if has_rows:
         sizes = {a.shape[0] if a.ndim else None for a in arrays.values()}
@@ -389,6 +480,42 @@ def predict_answer(outputs: Mapping[str, np.ndarray], row_format: bool) -> dict[
     columns = {k: _json_value(k, outputs[k]) for k in names}
     (size,) = sizes
     return {"predictions": [{k: columns[k][i] for k in names} for i in range(size or 0)]}
+
+
+def _fast_value(name: str, array: np.ndarray) -> Any:
+    if array.dtype == object or array.dtype.kind in "SU":
+        return _json_value(name, array)
+    return np.ascontiguousarray(array)
+
+
+def dumps(body: Any) -> bytes:
+    """An answer as JSON bytes (orjson; numpy arrays written straight from memory)."""
+    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def dumps_slow(body: Any) -> bytes:
+    """TensorFlow Serving writes NaN and Infinity as bare tokens (api_rest.md, "JSON
+    conformance"); orjson would write null, so such answers take the standard library."""
+    return json.dumps(body, allow_nan=True, separators=(",", ":")).encode()
+
+
+def predict_body(outputs: Mapping[str, np.ndarray], row_format: bool) -> bytes:
+    """`predict_answer` as bytes, without Python numbers in between for numeric outputs."""
+    if any(a.dtype.kind in "fc" and not np.isfinite(a).all() for a in outputs.values()):
+        return dumps_slow(predict_answer(outputs, row_format))
+    names = sorted(outputs)
+    if not row_format:
+        if len(names) == 1:
+            return dumps({"outputs": _fast_value(names[0], outputs[names[0]])})
+        return dumps({"outputs": {k: _fast_value(k, outputs[k]) for k in names}})
+    sizes = {outputs[k].shape[0] if outputs[k].ndim else None for k in names}
+    if len(sizes) != 1 or None in sizes:
+        predict_answer(outputs, row_format)  # raises its error
+    if len(names) == 1:
+        return dumps({"predictions": _fast_value(names[0], outputs[names[0]])})
+    columns = {k: _fast_value(k, outputs[k]) for k in names}
+    (size,) = sizes
+    return dumps({"predictions": [{k: columns[k][i] for k in names} for i in range(size or 0)]})
 
 
 # -- status and metadata ---------------------------------------------------------------------

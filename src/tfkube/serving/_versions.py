@@ -11,6 +11,7 @@ server and the stock `tensorflow/serving` image in a cluster read the same folde
 from __future__ import annotations
 
 import os
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,20 +45,113 @@ def exported_versions(base: str | os.PathLike[str]) -> list[int]:
 
 @dataclass(frozen=True)
 class VersionPolicy:
-    """Which versions a model server serves (TensorFlow Serving's model_version_policy)."""
+    """Which versions a model server serves (TensorFlow Serving's model_version_policy:
+    `latest { num_versions }`, `all {}`, `specific { versions }`)."""
 
-    specific: int | None = None
-    """None: the latest (a newer export replaces the served one without a restart);
-    a number: that version only."""
+    specific: tuple[int, ...] = ()
+    """These versions only; empty: the newest `latest` (a newer export replaces the
+    oldest served one without a restart)."""
+    latest: int = 1
+    """How many of the newest versions are served at once (with no `specific`)."""
+    every: bool = False
+    """Every exported version (TensorFlow Serving's `all {}`)."""
 
-    def wanted(self, available: list[int]) -> int | None:
-        """The version to serve now, or None when it does not exist (yet)."""
-        if self.specific is None:
-            return max(available) if available else None
-        return self.specific if self.specific in available else None
+    @classmethod
+    def one(cls, version: int | None) -> VersionPolicy:
+        """The latest version (None), or that version only."""
+        return cls() if version is None else cls(specific=(version,))
+
+    def serve(self, available: Sequence[int]) -> list[int]:
+        """The versions to serve now, newest first ([] when none exists yet)."""
+        ordered = sorted(set(available), reverse=True)
+        if self.every:
+            return ordered
+        if self.specific:
+            return [v for v in ordered if v in self.specific]
+        return ordered[: max(self.latest, 1)]
+
+    def wanted(self, available: Sequence[int]) -> int | None:
+        """The newest version to serve now, or None when none exists (yet)."""
+        served = self.serve(available)
+        return served[0] if served else None
 
     def describe(self) -> str:
-        return "latest" if self.specific is None else str(self.specific)
+        if self.every:
+            return "all"
+        if self.specific:
+            return ",".join(str(v) for v in sorted(self.specific))
+        return "latest" if self.latest == 1 else f"latest {self.latest}"
+
+
+def parse_policy(text: str) -> VersionPolicy:
+    """`latest`, `latest:N`, `all`, `specific:V[,V...]` or a bare version -> the policy
+    (ValueError, for a flag's error, otherwise)."""
+    kind, _, rest = text.strip().partition(":")
+    kind = kind.strip().lower()
+    if kind.isdigit() and not rest:
+        return VersionPolicy(specific=(int(kind),))
+    if kind == "latest":
+        count = int(rest) if rest.strip() else 1
+        if count < 1:
+            raise ValueError("latest:N needs N >= 1")
+        return VersionPolicy(latest=count)
+    if kind == "all" and not rest.strip():
+        return VersionPolicy(every=True)
+    if kind == "specific":
+        versions = tuple(sorted({int(v) for v in rest.split(",") if v.strip()}))
+        if not versions or any(v < 0 for v in versions):
+            raise ValueError("specific:V[,V...] needs at least one version")
+        return VersionPolicy(specific=versions)
+    raise ValueError(f"{text!r}: expected latest, latest:N, all or specific:V[,V...]")
+
+
+def plan_versions(
+    wanted: Sequence[int], loaded: Collection[int], failed: Collection[int]
+) -> tuple[list[int], list[int]]:
+    """(what to load, newest first; what to unload) to go from `loaded` to `wanted`.
+    Availability first, as TensorFlow Serving's default policy: a version is unloaded
+    only once a wanted one is loaded, so a version that failed to load (and is not tried
+    again) leaves the newest loaded one served."""
+    load = [v for v in sorted(wanted, reverse=True) if v not in loaded and v not in failed]
+    if any(v in wanted for v in loaded):
+        unload = [v for v in loaded if v not in wanted]
+    else:  # nothing wanted is up: the newest loaded one keeps answering
+        unload = sorted(loaded, reverse=True)[1:]
+    return load, sorted(unload)
+
+
+def parse_pairs(text: str, what: str) -> dict[str, int]:
+    """`a=1,b=2` -> {"a": 1, "b": 2} (version labels, traffic weights); ValueError."""
+    pairs: dict[str, int] = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or not key or not value.strip().isdigit():
+            raise ValueError(f"{part.strip()!r}: expected {what} as name=number")
+        if key in pairs:
+            raise ValueError(f"{key!r} is given twice")
+        pairs[key] = int(value)
+    return pairs
+
+
+def split_label(
+    weights: Mapping[str, int], labels: Mapping[str, int], available: Collection[int], draw: float
+) -> str | None:
+    """Which label a request that names neither version nor label goes to (the traffic
+    split between labels), for a `draw` in [0, 1); None: no split applies (then the
+    newest version answers). Labels whose version is not available take no share."""
+    live = [(k, w) for k, w in sorted(weights.items()) if w > 0 and labels.get(k) in available]
+    total = sum(w for _, w in live)
+    if total <= 0:
+        return None
+    point = draw * total
+    for label, weight in live:
+        if point < weight:
+            return label
+        point -= weight
+    return live[-1][0]
 
 
 def choose_version(available: list[int], requested: int | None) -> tuple[int | None, str | None]:

@@ -2,16 +2,18 @@
 processes on loopback ports, each in its own session, known again by PID and start time
 (after a restart of the server too), stopped as a whole by PID.
 
-    model server  python -m tfkube.serving --rest_api_port=<free port>, with a secret only
-                  the server's proxy sends (TFKUBE_SERVING_TOKEN), so the port alone
-                  answers nothing; status = its process + `GET /v1/models/<name>`
+    model server  python -m tfkube.serving --rest_api_port=<free port> --port=<another>
+                  (REST and gRPC), with a secret only the server's proxy sends
+                  (TFKUBE_SERVING_TOKEN), so the ports alone answer nothing; status = its
+                  process + `GET /v1/models/<name>` (its gRPC door starts before REST)
     notebook      python -m jupyterlab below the proxy's base URL, in the user's home (the
                   team's artifacts unpacked read-only beside it), Jupyter's token on
     TensorBoard   python -m tensorboard.main --path_prefix=<the proxy's path>
 
 One runner per kind (`tfkube.engines.Runner`). A handle is `{"pid", "started", "port"}`
-(and `"cgroup"` when confined). Every process gets a minimal environment (an allow-list,
-never the server's own: a database URL may hold a password).
+(a model server's also `"grpc_port"`; and `"cgroup"` when confined). Every process gets a
+minimal environment (an allow-list, never the server's own: a database URL may hold a
+password).
 
 Where the machine can isolate teams (`ServiceIsolation`), each process runs confined as
 its team's OS user (`_sandbox`: bubblewrap, cgroups): a model server or TensorBoard sees
@@ -261,7 +263,7 @@ class LocalModelServers(_Processes):
         return self.data_dir / "serving" / f"{workload.id}.log"
 
     def start(self, tenant: Tenant, workload: ModelServerWorkload) -> Handle:
-        (port,) = free_ports(1)
+        port, grpc_port = free_ports(2)
         argv = [
             sys.executable,
             "-m",
@@ -269,6 +271,7 @@ class LocalModelServers(_Processes):
             f"--model_name={workload.name}",
             f"--model_base_path={workload.export_dir}",
             f"--rest_api_port={port}",
+            f"--port={grpc_port}",
             "--file_system_poll_wait_seconds=2",
         ]
         if workload.version is not None:
@@ -283,7 +286,7 @@ class LocalModelServers(_Processes):
             read_only=[workload.export_dir],
             limits=limits_of(resources) if resources else None,
         )
-        return _handle(ref, port, extra)
+        return _handle(ref, port, {**(extra or {}), "grpc_port": grpc_port})
 
     def status(
         self, tenant: Tenant, workload: ModelServerWorkload, handle: Handle
@@ -306,9 +309,12 @@ class LocalModelServers(_Processes):
 
     @staticmethod
     def upstream(tenant: Tenant, workload: ModelServerWorkload, handle: Handle) -> Upstream:
+        # A model server started before gRPC was offered has no gRPC port in its handle.
+        grpc_port = handle.data.get("grpc_port")
         return Upstream(
             f"http://127.0.0.1:{_port(handle)}",
             {"Authorization": f"Bearer {workload.secret}"},
+            grpc=f"127.0.0.1:{int(grpc_port)}" if grpc_port else None,
         )
 
 

@@ -1,0 +1,591 @@
+"""TensorFlow Serving's gRPC messages on the wire, as pure functions: request bytes in,
+numpy arrays out; outputs back to response bytes. No TensorFlow, no grpcio and no generated
+code here, so it is table-tested (tests/unit/test_serving_grpc.py checks each message
+against the `tensorflow-serving-api` package's own classes).
+
+Why by hand rather than with generated classes: the messages are few and small (their
+field numbers are the interface; protobuf's wire format is public), a tensor's
+`tensor_content` becomes an array without a copy (`np.frombuffer`), and the package that
+holds the generated classes, `tensorflow-serving-api`, requires `tensorflow`, which
+would install TensorFlow a second time beside `tensorflow-cpu`. The tests use that
+package (installed without its dependencies) as the client a user would write.
+
+    PredictRequest        {1 model_spec, 2 inputs: map<string, TensorProto>, 3 output_filter}
+    PredictResponse       {1 outputs: map<string, TensorProto>, 2 model_spec}
+    ModelSpec             {1 name, 2 version: Int64Value{1}, 3 signature_name, 4 version_label}
+    ClassificationRequest {1 model_spec, 2 input: Input}       (RegressionRequest the same)
+    Input                 {1 example_list: {1 examples}, 2 example_list_with_context:
+                           {1 examples, 2 context}}
+    TensorProto           {1 dtype, 2 tensor_shape: {2 dim: {1 size}, 3 unknown_rank},
+                           4 tensor_content, 5 float_val, 6 double_val, 7 int_val,
+                           8 string_val, 10 int64_val, 11 bool_val, 13 half_val,
+                           16 uint32_val, 17 uint64_val}
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tfkube.serving._rest import Code, ServingError, Signature, TensorInfo, VersionStatus
+
+# -- the wire format ------------------------------------------------------------------------
+
+VARINT, FIXED64, BYTES, FIXED32 = 0, 1, 2, 5
+
+
+def _malformed(what: str) -> ServingError:
+    return ServingError(Code.INVALID_ARGUMENT, f"malformed request: {what}")
+
+
+def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """The varint at `pos` -> (value, the position after it)."""
+    result = shift = 0
+    end = len(buf)
+    while True:
+        if pos >= end or shift > 63:
+            raise _malformed("a truncated varint")
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+
+
+def fields(buf: bytes | memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
+    """Each (field number, wire type, value) of a message: an int for varints and fixed
+    numbers (their raw bits), a memoryview for length-delimited ones."""
+    view = memoryview(buf)
+    pos, end = 0, len(view)
+    while pos < end:
+        key, pos = read_varint(view, pos)
+        number, kind = key >> 3, key & 7
+        if number == 0:
+            raise _malformed("field number 0")
+        if kind == VARINT:
+            value, pos = read_varint(view, pos)
+            yield number, kind, value
+        elif kind == BYTES:
+            size, pos = read_varint(view, pos)
+            if pos + size > end:
+                raise _malformed("a truncated field")
+            yield number, kind, view[pos : pos + size]
+            pos += size
+        elif kind == FIXED64:
+            if pos + 8 > end:
+                raise _malformed("a truncated field")
+            yield number, kind, int.from_bytes(view[pos : pos + 8], "little")
+            pos += 8
+        elif kind == FIXED32:
+            if pos + 4 > end:
+                raise _malformed("a truncated field")
+            yield number, kind, int.from_bytes(view[pos : pos + 4], "little")
+            pos += 4
+        else:
+            raise _malformed(f"wire type {kind}")
+
+
+def _bytes(value: int | memoryview) -> memoryview:
+    if not isinstance(value, memoryview):
+        raise _malformed("a number where a message or string was expected")
+    return value
+
+
+def _int(value: int | memoryview) -> int:
+    if isinstance(value, memoryview):
+        raise _malformed("a message where a number was expected")
+    return value
+
+
+def _text(value: int | memoryview) -> str:
+    try:
+        return str(_bytes(value), "utf-8")
+    except UnicodeDecodeError:
+        raise _malformed("a string that is not UTF-8") from None
+
+
+def _signed64(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def varint(value: int) -> bytes:
+    """`value` as a varint (a negative one as its 64-bit two's complement: 10 bytes)."""
+    if value < 0:
+        value += 1 << 64
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def tag(number: int, kind: int) -> bytes:
+    return varint((number << 3) | kind)
+
+
+def length_delimited(number: int, payload: bytes) -> bytes:
+    return tag(number, BYTES) + varint(len(payload)) + payload
+
+
+def varint_field(number: int, value: int) -> bytes:
+    return tag(number, VARINT) + varint(value) if value else b""
+
+
+def text_field(number: int, value: str) -> bytes:
+    return length_delimited(number, value.encode()) if value else b""
+
+
+# -- ModelSpec --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which model, version (or label) and signature a request names."""
+
+    name: str = ""
+    version: int | None = None
+    label: str = ""
+    signature_name: str = ""
+
+
+def decode_spec(buf: bytes | memoryview) -> ModelSpec:
+    name, version, label, signature = "", None, "", ""
+    for number, _, value in fields(buf):
+        if number == 1:
+            name = _text(value)
+        elif number == 2:  # google.protobuf.Int64Value {1: value}
+            version = 0
+            for inner, _, v in fields(_bytes(value)):
+                if inner == 1:
+                    version = _signed64(_int(v))
+        elif number == 3:
+            signature = _text(value)
+        elif number == 4:
+            label = _text(value)
+    return ModelSpec(name, version, label, signature)
+
+
+def encode_spec(name: str, version: int | None, signature_name: str = "") -> bytes:
+    out = text_field(1, name)
+    if version is not None:
+        out += length_delimited(2, varint_field(1, version))
+    return out + text_field(3, signature_name)
+
+
+# -- tensors ----------------------------------------------------------------------------------
+
+DT: Mapping[int, str] = {
+    1: "float32",
+    2: "float64",
+    3: "int32",
+    4: "uint8",
+    5: "int16",
+    6: "int8",
+    7: "string",
+    9: "int64",
+    10: "bool",
+    17: "uint16",
+    19: "float16",
+    22: "uint32",
+    23: "uint64",
+}
+"""TensorFlow's DataType enum -> the dtype name tfkube uses (TensorInfo.dtype)."""
+DT_OF: Mapping[str, int] = {v: k for k, v in DT.items()}
+
+_VALUES = {5: "float32", 6: "float64", 7: "int32", 10: "int64", 11: "bool", 13: "half"}
+"""TensorProto's repeated value fields (besides strings and unsigned ones)."""
+
+
+def _packed_varints(buf: memoryview) -> list[int]:
+    out, pos = [], 0
+    while pos < len(buf):
+        value, pos = read_varint(buf, pos)
+        out.append(value)
+    return out
+
+
+@dataclass
+class _Tensor:
+    dtype: int = 0
+    shape: list[int] | None = None
+    content: memoryview | None = None
+    values: dict[int, list[int | memoryview]] = field(default_factory=dict)
+
+
+def decode_tensor(buf: bytes | memoryview) -> np.ndarray:
+    """A TensorProto -> an array (numbers without a copy where it came as
+    `tensor_content`; strings as an object array of bytes)."""
+    t = _Tensor()
+    for number, kind, value in fields(buf):
+        if number == 1:
+            t.dtype = _int(value)
+        elif number == 2:
+            dims: list[int] = []
+            unknown = False
+            for inner, _, v in fields(_bytes(value)):
+                if inner == 2:  # Dim {1: size}; a size of 0 is not on the wire
+                    size = 0
+                    for dim_field, _, d in fields(_bytes(v)):
+                        if dim_field == 1:
+                            size = _signed64(_int(d))
+                    dims.append(size)
+                elif inner == 3:
+                    unknown = bool(_int(v))
+            t.shape = None if unknown else dims
+        elif number == 4:
+            t.content = _bytes(value)
+        elif number in (5, 6, 7, 8, 10, 11, 13, 16, 17):
+            t.values.setdefault(number, []).append(value if kind == BYTES else _int(value))
+    return _tensor_array(t)
+
+
+def _repeated(t: _Tensor, number: int, item: str, kind_fixed: bool) -> np.ndarray:
+    """A repeated numeric field's values (packed or not) as an array."""
+    parts = t.values.get(number, [])
+    if kind_fixed:
+        width = np.dtype(item).itemsize
+        chunks: list[bytes] = []
+        for p in parts:
+            if isinstance(p, memoryview):
+                chunks.append(bytes(p))
+            else:
+                chunks.append(p.to_bytes(width, "little"))
+        return np.frombuffer(b"".join(chunks), dtype=np.dtype(item).newbyteorder("<"))
+    numbers: list[int] = []
+    for p in parts:
+        numbers.extend(_packed_varints(p) if isinstance(p, memoryview) else [p])
+    return np.array(numbers, dtype=np.uint64).astype(item) if numbers else np.zeros(0, item)
+
+
+def _tensor_array(t: _Tensor) -> np.ndarray:
+    dtype = DT.get(t.dtype)
+    if dtype is None:
+        raise ServingError(Code.INVALID_ARGUMENT, f"a tensor of an unsupported dtype ({t.dtype})")
+    if t.shape is None:
+        raise ServingError(Code.INVALID_ARGUMENT, "a tensor of unknown rank")
+    if any(d < 0 for d in t.shape):
+        raise ServingError(Code.INVALID_ARGUMENT, "a tensor with a negative dimension")
+    size = int(np.prod(t.shape, dtype=np.int64))
+    flat: np.ndarray
+    if dtype == "string":
+        strings = [bytes(s) for s in t.values.get(8, []) if isinstance(s, memoryview)]
+        flat = np.empty(len(strings), dtype=object)
+        flat[:] = strings
+    elif t.content is not None:
+        item = np.dtype(dtype).newbyteorder("<")
+        if len(t.content) != size * item.itemsize:
+            raise ServingError(
+                Code.INVALID_ARGUMENT,
+                f"tensor_content holds {len(t.content)} bytes; a {dtype} tensor of shape "
+                f"{t.shape} needs {size * item.itemsize}",
+            )
+        return np.frombuffer(t.content, dtype=item).reshape(t.shape)
+    elif dtype == "float32":
+        flat = _repeated(t, 5, "float32", True)
+    elif dtype == "float64":
+        flat = _repeated(t, 6, "float64", True)
+    elif dtype == "float16":
+        flat = _repeated(t, 13, "uint16", False).view(np.float16)
+    elif dtype == "int64":
+        flat = _repeated(t, 10, "uint64", False).view(np.int64)
+    elif dtype == "bool":
+        flat = _repeated(t, 11, "uint64", False).astype(bool)
+    elif dtype == "uint32":
+        flat = _repeated(t, 16, "uint32", False)
+    elif dtype == "uint64":
+        flat = _repeated(t, 17, "uint64", False)
+    else:  # int32, int16, int8, uint8, uint16 travel in int_val
+        flat = _repeated(t, 7, "uint64", False).astype(np.uint32).view(np.int32).astype(dtype)
+    if flat.size == size:
+        return flat.reshape(t.shape)
+    if flat.size == 1 and size > 1:  # one value stands for all (TensorFlow's rule)
+        return np.full(t.shape, flat[0], dtype=flat.dtype)
+    if flat.size == 0 and size == 0:
+        return flat.reshape(t.shape)
+    raise ServingError(
+        Code.INVALID_ARGUMENT,
+        f"a {dtype} tensor of shape {t.shape} holds {flat.size} values",
+    )
+
+
+def encode_shape(shape: Sequence[int | None] | None) -> bytes:
+    if shape is None:
+        return varint_field(3, 1)
+    return b"".join(length_delimited(2, varint_field(1, -1 if d is None else d)) for d in shape)
+
+
+def encode_tensor(array: np.ndarray) -> bytes:
+    """An array -> TensorProto bytes (numbers as `tensor_content`, strings as
+    `string_val`)."""
+    if array.dtype == object or array.dtype.kind in "SU":
+        dtype = DT_OF["string"]
+        values = b"".join(
+            length_delimited(8, v if isinstance(v, bytes) else str(v).encode())
+            for v in array.reshape(-1)
+        )
+    else:
+        name = array.dtype.name
+        if name not in DT_OF:
+            raise ServingError(Code.INTERNAL, f"an output of dtype {name} cannot be answered")
+        dtype = DT_OF[name]
+        data = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+        values = length_delimited(4, data)
+    return varint_field(1, dtype) + length_delimited(2, encode_shape(array.shape)) + values
+
+
+# -- Predict ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PredictCall:
+    spec: ModelSpec
+    inputs: dict[str, np.ndarray]
+    output_filter: tuple[str, ...] = ()
+
+
+def _map_entry(buf: memoryview) -> tuple[str, memoryview]:
+    key, value = "", memoryview(b"")
+    for number, _, v in fields(buf):
+        if number == 1:
+            key = _text(v)
+        elif number == 2:
+            value = _bytes(v)
+    return key, value
+
+
+def decode_predict(buf: bytes | memoryview) -> PredictCall:
+    spec = ModelSpec()
+    inputs: dict[str, np.ndarray] = {}
+    wanted: list[str] = []
+    for number, _, value in fields(buf):
+        if number == 1:
+            spec = decode_spec(_bytes(value))
+        elif number == 2:
+            key, tensor = _map_entry(_bytes(value))
+            inputs[key] = decode_tensor(tensor)
+        elif number == 3:
+            wanted.append(_text(value))
+    return PredictCall(spec, inputs, tuple(wanted))
+
+
+def encode_predict_response(
+    name: str, version: int, signature_name: str, outputs: Mapping[str, np.ndarray]
+) -> bytes:
+    body = b"".join(
+        length_delimited(1, text_field(1, k) + length_delimited(2, encode_tensor(v)))
+        for k, v in sorted(outputs.items())
+    )
+    return body + length_delimited(2, encode_spec(name, version, signature_name))
+
+
+def filtered(outputs: Mapping[str, np.ndarray], wanted: Sequence[str]) -> dict[str, np.ndarray]:
+    """The outputs a request's `output_filter` names (all of them when it names none)."""
+    if not wanted:
+        return dict(outputs)
+    unknown = sorted(set(wanted) - set(outputs))
+    if unknown:
+        raise ServingError(
+            Code.INVALID_ARGUMENT,
+            f"output tensor alias not found in signature: {', '.join(unknown)}",
+        )
+    return {k: outputs[k] for k in wanted}
+
+
+# -- Classify and Regress ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExamplesCall:
+    spec: ModelSpec
+    examples: list[bytes]
+    """Each tf.Example serialized; with a context, the context's bytes before each
+    example's (protobuf merges concatenated messages: the example's features win)."""
+
+
+def decode_examples_request(buf: bytes | memoryview) -> ExamplesCall:
+    spec = ModelSpec()
+    examples: list[bytes] = []
+    for number, _, value in fields(buf):
+        if number == 1:
+            spec = decode_spec(_bytes(value))
+        elif number == 2:
+            for kind, _, listed in fields(_bytes(value)):
+                context = b""
+                found: list[bytes] = []
+                for inner, _, v in fields(_bytes(listed)):
+                    if inner == 1:
+                        found.append(bytes(_bytes(v)))
+                    elif inner == 2 and kind == 2:
+                        context = bytes(_bytes(v))
+                examples.extend(context + e for e in found)
+    if not examples:
+        raise ServingError(Code.INVALID_ARGUMENT, "Input is empty")
+    return ExamplesCall(spec, examples)
+
+
+def encode_classify_response(
+    name: str,
+    version: int,
+    signature_name: str,
+    classes: np.ndarray | None,
+    scores: np.ndarray | None,
+) -> bytes:
+    """ClassificationResponse: one Classifications per example, a Class per column
+    (a label from `classes`, a score from `scores`; either may be missing)."""
+    rows = (classes if classes is not None else scores).shape[0]  # type: ignore[union-attr]
+    out = []
+    for i in range(rows):
+        cols = (classes if classes is not None else scores).shape[1]  # type: ignore[union-attr]
+        parts = []
+        for j in range(cols):
+            one = b""
+            if classes is not None:
+                label = classes[i, j]
+                one += text_field(1, label.decode() if isinstance(label, bytes) else str(label))
+            if scores is not None:
+                one += tag(2, FIXED32) + struct.pack("<f", float(scores[i, j]))
+            parts.append(length_delimited(1, one))
+        out.append(length_delimited(1, b"".join(parts)))
+    result = length_delimited(1, b"".join(out))
+    return result + length_delimited(2, encode_spec(name, version, signature_name))
+
+
+def encode_regress_response(
+    name: str, version: int, signature_name: str, values: np.ndarray
+) -> bytes:
+    flat = values.reshape(values.shape[0], -1)
+    if flat.shape[1] != 1:
+        raise ServingError(
+            Code.INVALID_ARGUMENT,
+            f"Expected output Tensor shape to be either [batch_size] or [batch_size, 1] "
+            f"but got {list(values.shape)}",
+        )
+    rows = b"".join(
+        length_delimited(1, tag(1, FIXED32) + struct.pack("<f", float(v))) for v in flat[:, 0]
+    )
+    return length_delimited(1, rows) + length_delimited(
+        2, encode_spec(name, version, signature_name)
+    )
+
+
+# -- metadata and status -----------------------------------------------------------------------
+
+
+def decode_metadata_request(buf: bytes | memoryview) -> tuple[ModelSpec, list[str]]:
+    spec, wanted = ModelSpec(), []
+    for number, _, value in fields(buf):
+        if number == 1:
+            spec = decode_spec(_bytes(value))
+        elif number == 2:
+            wanted.append(_text(value))
+    return spec, wanted
+
+
+def decode_status_request(buf: bytes | memoryview) -> ModelSpec:
+    for number, _, value in fields(buf):
+        if number == 1:
+            return decode_spec(_bytes(value))
+    return ModelSpec()
+
+
+def _tensor_info(info: TensorInfo) -> bytes:
+    return (
+        text_field(1, info.tensor_name)
+        + varint_field(2, DT_OF.get(info.dtype, 0))
+        + length_delimited(3, encode_shape(info.shape))
+    )
+
+
+def _signature_def(signature: Signature) -> bytes:
+    def entries(number: int, infos: Mapping[str, TensorInfo]) -> bytes:
+        return b"".join(
+            length_delimited(number, text_field(1, k) + length_delimited(2, _tensor_info(v)))
+            for k, v in sorted(infos.items())
+        )
+
+    return (
+        entries(1, signature.inputs)
+        + entries(2, signature.outputs)
+        + text_field(3, signature.method_name)
+    )
+
+
+SIGNATURE_DEF_MAP = "type.googleapis.com/tensorflow.serving.SignatureDefMap"
+
+
+def encode_metadata_response(name: str, version: int, signatures: Mapping[str, Signature]) -> bytes:
+    """GetModelMetadataResponse with `signature_def` (an Any holding a SignatureDefMap)."""
+    sig_map = b"".join(
+        length_delimited(1, text_field(1, k) + length_delimited(2, _signature_def(s)))
+        for k, s in sorted(signatures.items())
+    )
+    any_value = text_field(1, SIGNATURE_DEF_MAP) + length_delimited(2, sig_map)
+    entry = text_field(1, "signature_def") + length_delimited(2, any_value)
+    return length_delimited(1, encode_spec(name, version)) + length_delimited(2, entry)
+
+
+STATES = {"START": 10, "LOADING": 20, "AVAILABLE": 30, "UNLOADING": 40, "END": 50}
+ERROR_CODES = {
+    "OK": 0,
+    "CANCELLED": 1,
+    "UNKNOWN": 2,
+    "INVALID_ARGUMENT": 3,
+    "DEADLINE_EXCEEDED": 4,
+    "NOT_FOUND": 5,
+    "ALREADY_EXISTS": 6,
+    "PERMISSION_DENIED": 7,
+    "RESOURCE_EXHAUSTED": 8,
+    "FAILED_PRECONDITION": 9,
+    "ABORTED": 10,
+    "OUT_OF_RANGE": 11,
+    "UNIMPLEMENTED": 12,
+    "INTERNAL": 13,
+    "UNAVAILABLE": 14,
+    "DATA_LOSS": 15,
+    "UNAUTHENTICATED": 16,
+}
+"""tensorflow.error.Code (a version status's error_code)."""
+
+
+def encode_status_response(statuses: Sequence[VersionStatus]) -> bytes:
+    out = b""
+    for v in sorted(statuses, key=lambda v: v.version, reverse=True):
+        status = varint_field(1, ERROR_CODES.get(v.error_code, 2)) + text_field(2, v.error_message)
+        one = varint_field(1, v.version) + varint_field(2, STATES.get(v.state, 0))
+        out += length_delimited(1, one + length_delimited(3, status))
+    return out
+
+
+# -- warm-up records ---------------------------------------------------------------------------
+
+
+def prediction_log(buf: bytes | memoryview) -> tuple[str, memoryview] | None:
+    """A PredictionLog -> (its kind: predict, classify or regress; its request's bytes),
+    or None for a kind warm-up does not replay."""
+    kinds = {6: "predict", 2: "classify", 3: "regress"}
+    for number, _, value in fields(buf):
+        if number in kinds:
+            for inner, _, request in fields(_bytes(value)):
+                if inner == 1:
+                    return kinds[number], _bytes(request)
+            return kinds[number], memoryview(b"")
+    return None
+
+
+def tfrecords(data: bytes) -> Iterator[memoryview]:
+    """The records of a TFRecord file (length, its CRC, data, its CRC: the CRCs are not
+    checked; a truncated tail ends the file)."""
+    view = memoryview(data)
+    pos = 0
+    while pos + 12 <= len(view):
+        (size,) = struct.unpack_from("<Q", view, pos)
+        start = pos + 12
+        if start + size + 4 > len(view):
+            return
+        yield view[start : start + size]
+        pos = start + size + 4
