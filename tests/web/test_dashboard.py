@@ -196,6 +196,16 @@ def test_upload_submit_watch_until_succeeded(trained: tuple[Any, Any, str]) -> N
     loss = page.locator('figure.chart[data-tag="loss"]')
     poll("loss points in the chart", lambda: int(loss.get_attribute("data-points") or 0) > 0, 60)
     assert "Loss" in loss.locator("figcaption").inner_text()
+    # Results first: the held-out accuracy the example reported (result.json), at the top;
+    # the curves are said to be what was logged during training, not the result.
+    card = page.locator("#job-summary [data-result]")
+    card.wait_for()
+    accuracy = float(card.locator('[data-metric="test_accuracy"]').inner_text())
+    assert accuracy >= 0.9
+    reported = page.request.get(f"/api/v1/jobs/{_job}").json()["result"]
+    assert reported["test_accuracy"] == pytest.approx(accuracy, abs=1e-4)
+    assert "Training curves" in page.locator("#charts-h").inner_text()
+    assert "during training" in loss.locator("figcaption").inner_text()
     rows = page.locator("table.replicas tbody tr:not(.group)")
     assert rows.count() == 3
     assert page.locator("table.replicas").get_by_text("ps-0").count() == 1
@@ -439,6 +449,85 @@ def test_another_teams_user_gets_not_found(
     assert "broken" not in page.inner_text("main")
     shot(page, "31-other-team-not-found")
     context.close()
+
+
+def _outputs_script(score: str) -> str:
+    """A job that writes what a training job leaves (an export, a checkpoint in pieces,
+    event files, a note) and its result."""
+    return (
+        "#!/bin/sh\nset -e\n"
+        'out="$TFKUBE_LOG_DIR"\n'
+        'mkdir -p "$out/export/7/variables" "$out/train"\n'
+        'echo pb > "$out/export/7/saved_model.pb"\n'
+        'echo v > "$out/export/7/variables/variables.index"\n'
+        'for p in index data-00000-of-00001 meta; do echo c > "$out/model.ckpt-7.$p"; done\n'
+        'echo \'model_checkpoint_path: "model.ckpt-7"\' > "$out/checkpoint"\n'
+        'echo e > "$out/train/events.out.tfevents.1.host"\n'
+        'echo note > "$out/notes.txt"\n'
+        f'echo \'{{"test_accuracy": {score}, "global_step": 7}}\' > "$out/r.tmp"\n'
+        'mv "$out/r.tmp" "$out/result.json"\n'
+    )
+
+
+@pytest.fixture(scope="module")
+def scored(people: People, site: Site, failed: tuple[Any, Any, str]) -> dict[str, str]:
+    """Two quick shell jobs of bob's (no TensorFlow) that write outputs of every kind and
+    a result (test_accuracy 0.5 and 0.8); -> name -> job id, once both succeeded."""
+    from server.conftest import targz, upload, wait_job
+
+    bob = site.api("bob")
+    try:
+        ids = {}
+        for name, score in (("scored-a", "0.5"), ("scored-b", "0.8")):
+            bob.ok(upload(bob, "vision", name, targz({"run.sh": _outputs_script(score)})), 201)
+            body = {"name": name, "workers": 1, "code": name}
+            ids[name] = str(bob.ok(bob.post("/api/v1/teams/vision/jobs", json=body), 201)["id"])
+        for job_id in ids.values():
+            wait_job(bob, job_id, {"Succeeded"}, timeout=300)
+        return ids
+    finally:
+        bob.close()
+
+
+def test_results_first_and_sortable(
+    people: People, browser: Any, site: Site, scored: dict[str, str]
+) -> None:
+    context = _open(browser, site, people.bob)
+    page = context.new_page()
+    page.goto(f"/jobs/{scored['scored-b']}")
+    card = page.locator("#job-summary [data-result]")
+    assert card.locator('[data-metric="test_accuracy"]').inner_text() == "0.8"
+    assert card.locator('[data-metric="global_step"]').inner_text() == "7"
+    # Above the charts, whose heading says what they are.
+    top = page.evaluate(
+        "[document.querySelector('[data-result]').getBoundingClientRect().top,"
+        " document.querySelector('#charts').getBoundingClientRect().top]"
+    )
+    assert top[0] < top[1]
+    shot(page, "50-job-result")
+
+    page.goto("/jobs")
+    header = page.locator("table.jobs thead").get_by_role("link", name="test_accuracy")
+    column = page.locator('table.jobs td[data-result="test_accuracy"]')
+    with page.expect_response(lambda r: "sort=" in r.url) as sorted_list:
+        header.click()  # the best first
+    assert sorted_list.value.status == 200, sorted_list.value.text()[-2000:]
+    page.wait_for_url(re.compile(r".*/jobs\?sort=-result\.test_accuracy$"))  # shareable
+    poll("scored-b first", lambda: _first_job(page) == "scored-b", 30)
+    assert column.first.inner_text() == "0.8"
+    sorted_by = page.locator("table.jobs th[aria-sort=descending]").text_content() or ""
+    assert sorted_by.strip().startswith("test_accuracy")
+    shot(page, "51-jobs-sorted-by-result")
+    with page.expect_response(lambda r: "sort=result.test_accuracy" in r.url):
+        header.click()  # then the other way; jobs without it stay last
+    poll("scored-a first", lambda: _first_job(page) == "scored-a", 30)
+    names = page.locator("table.jobs td.name > a").all_inner_texts()
+    assert names.index("scored-b") < names.index("broken")
+    context.close()
+
+
+def _first_job(page: Any) -> str:
+    return str(page.locator("table.jobs td.name > a").first.inner_text())
 
 
 @pytest.fixture(scope="module")

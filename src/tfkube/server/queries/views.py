@@ -64,6 +64,7 @@ def job_out(
         counts=dict(counts),
         replicas=replicas_of(row.replicas) if detail else None,
         spec=row.spec if detail else None,
+        result=dict(row.result) if row.result else None,
     )
 
 

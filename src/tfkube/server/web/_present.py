@@ -300,3 +300,44 @@ def state_summary(counts: Mapping[str, int]) -> str:
 def running_of(counts: Mapping[str, int]) -> tuple[int, int]:
     """-> (running replicas, all replicas)."""
     return counts.get(ReplicaState.RUNNING, 0), sum(counts.values())
+
+
+# -- results ------------------------------------------------------------------------------------
+
+
+def metric(value: float | int | None) -> str:
+    """A result's number for people, at a sensible precision: 0.9712, 1,000, 1.23e-05."""
+    if value is None:
+        return ""
+    if isinstance(value, int):
+        return f"{value:,}"
+    if value != 0 and (abs(value) >= 1e7 or abs(value) < 1e-4):
+        return f"{value:.3g}"
+    if value.is_integer() and abs(value) >= 1:
+        return f"{int(value):,}"
+    return f"{value:.4g}" if abs(value) < 1 else f"{value:,.4g}"
+
+
+# -- sortable lists -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SortLink:
+    key: str
+    """What the column sorts by (`name`, `result.test_accuracy`)."""
+    href_params: dict[str, Any]
+    aria_sort: str
+    """ascending | descending | none (ARIA)."""
+    arrow: str
+
+
+def sort_link(params: Mapping[str, Any], current: str, key: str, first: str = "desc") -> SortLink:
+    """A column header's link: a click sorts by `key` (descending first for numbers and
+    times), a second click reverses it."""
+    descending = current.startswith("-")
+    active = current.removeprefix("-") == key
+    flip = not descending if active else first == "desc"
+    target = f"-{key}" if flip else key
+    aria = ("descending" if descending else "ascending") if active else "none"
+    arrow = ("▼" if descending else "▲") if active else ""
+    return SortLink(key, {**params, "sort": target, "page": 1}, aria, arrow)

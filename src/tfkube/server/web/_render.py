@@ -108,6 +108,7 @@ ENV.filters.update(
     number=present.number,
     cpu=present.cpu,
     urlpart=lambda s: quote(str(s), safe=""),
+    metric=present.metric,
 )
 ENV.globals.update(
     query_url=present.query_url,

@@ -30,6 +30,7 @@ from tfkube.server.core.tables import Job
 from tfkube.server.outputs.checkpoints import find_checkpoint
 from tfkube.server.outputs.files import NotInOutputs, list_folder
 from tfkube.server.outputs.logs import log_files
+from tfkube.server.outputs.results import current_result
 from tfkube.server.outputs.scalars import progress_hint, progress_of, total_steps
 from tfkube.server.web import _present as present
 from tfkube.server.web._context import PageUser, is_fragment, page_context
@@ -112,8 +113,15 @@ def jobs_page(
     owner: str = "",
     q: str = "",
     page: int = 1,
+    sort: str = "",
 ) -> Response:
+    try:
+        order = queries.jobs.Sort.parse(sort or None)
+    except queries.jobs.BadSort:
+        order = queries.jobs.Sort.parse(None)
     params = {"team": team, "phase": phase, "owner": owner, "q": q.strip()}
+    if order.text != "-created":
+        params["sort"] = order.text
     who = principal.user.name if owner == "me" else owner
 
     def fetch(at: int) -> JobList:
@@ -126,6 +134,7 @@ def jobs_page(
             q=params["q"] or None,
             limit=JOBS_PER_PAGE,
             offset=(at - 1) * JOBS_PER_PAGE,
+            sort=order,
         )
 
     listing = fetch(max(page, 1))
@@ -140,8 +149,20 @@ def jobs_page(
             row = queries.jobs.get(db, item.id)  # loaded by the list: no query
             progress[item.id] = job_progress(platform, row) if row else None
     all_phases = sum(listing.phases.values()) if not phase else None
+    current = order.text
+
+    def header(key: str, first: str = "desc") -> present.SortLink:
+        return present.sort_link(params, current, key, first)
+
     data = {
         "params": params,
+        "sorts": {
+            "name": header("name", "asc"),
+            "phase": header("phase", "asc"),
+            "created": header("created"),
+            **{f"result.{k}": header(f"result.{k}") for k in listing.result_keys},
+        },
+        "sort": current,
         "listing": listing,
         "progress": progress,
         "page": page,
@@ -236,10 +257,13 @@ def _summary_data(
     principal: Principal, platform: PlatformDep, row: Job, job: JobOut, db: SessionDep
 ) -> dict[str, Any]:
     active = present.is_active(job.phase, job.queued)
+    found = current_result(row)
     return {
         **job_serving(principal, db, platform, row),
         "job": job,
         "active": active,
+        "result": found.values,
+        "result_problem": found.problem,
         "progress": job_progress(platform, row),
         "checkpoint": find_checkpoint(row.output_dir),
         "waiting": present.common_wait(job.replicas or []) if not job.queued else None,

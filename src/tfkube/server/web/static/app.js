@@ -576,8 +576,9 @@
         const points = group.runs.reduce((n, r) => n + r.points.length, 0);
         const last = group.runs[0].points[group.runs[0].points.length - 1];
         entry.figure.dataset.points = String(points);
+        // Figures logged while training (often on one batch): never the job's result.
         entry.caption.textContent = last
-          ? `${group.title} — ${formatValue(last.value)} at step ${last.step.toLocaleString()}`
+          ? `${group.title}: ${formatValue(last.value)} at step ${last.step.toLocaleString()} (during training)`
           : group.title;
       }
       const order = groups.map((g) => g.tag);
@@ -619,7 +620,7 @@
   }
   const rank = (tag) => (PREFERRED.indexOf(tag) === -1 ? 99 : PREFERRED.indexOf(tag));
   const titleOf = (tag) =>
-    ({ loss: "Loss (lower is better)", accuracy: "Accuracy (higher is better)", "steps/s": "Training speed (steps/s)" })[tag] || tag;
+    ({ loss: "Loss (lower is better)", accuracy: "Accuracy", "steps/s": "Training speed (steps/s)" })[tag] || tag;
 
   function alignRuns(runs) {
     const steps = [...new Set(runs.flatMap((r) => r.points.map((p) => p.step)))].sort((a, b) => a - b);
