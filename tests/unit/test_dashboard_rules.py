@@ -19,6 +19,123 @@ def r(index: int, state: ReplicaState = PENDING, **kw: object) -> Replica:
 
 
 @pytest.mark.parametrize(
+    ("phase", "queued", "reason", "message", "replicas", "label", "tone", "detail"),
+    [
+        pytest.param(
+            "Pending",
+            True,
+            "Queued",
+            "queued: waiting for the scheduler",
+            [r(0, message="queued")],
+            "Queued",
+            "wait",
+            "waiting for the scheduler",
+            id="queued",
+        ),
+        pytest.param(
+            "Pending",
+            False,
+            None,
+            None,
+            [r(0, message="starting"), r(1, message="starting")],
+            "Starting",
+            "wait",
+            "2 of 2 replicas waiting: starting",
+            id="starting",
+        ),
+        pytest.param(
+            "Pending", False, None, None, [r(0)], "Starting", "wait", "", id="starting-quiet"
+        ),
+        pytest.param(
+            "Running", False, None, None, [r(0, RUNNING)], "Running", "run", "", id="running"
+        ),
+        pytest.param(
+            "Running",
+            False,
+            None,
+            None,
+            [r(0, RUNNING), r(1, message="0/5 nodes free")],
+            "Running",
+            "run",
+            "1 of 2 replicas waiting: 0/5 nodes free",
+            id="running-some-wait",
+        ),
+        pytest.param(
+            "Running",
+            False,
+            None,
+            "worker-0 stalled",
+            [r(0, RUNNING, stalled=True)],
+            "Running",
+            "warn",
+            "worker-0 stalled",
+            id="stalled",
+        ),
+        pytest.param(
+            "Restarting",
+            False,
+            None,
+            "worker-1 exited 1",
+            [],
+            "Restarting",
+            "warn",
+            "worker-1 exited 1",
+            id="restarting",
+        ),
+        pytest.param(
+            "Succeeded",
+            False,
+            "Succeeded",
+            "worker-0 succeeded",
+            [],
+            "Succeeded",
+            "ok",
+            "",
+            id="succeeded",
+        ),
+        pytest.param(
+            "Failed", False, "Stopped", "stopped", [], "Stopped", "idle", "", id="stopped"
+        ),
+        pytest.param(
+            "Failed",
+            False,
+            "BackoffLimitExceeded",
+            "worker-0 exited 3",
+            [],
+            "Failed",
+            "bad",
+            "worker-0 exited 3",
+            id="failed",
+        ),
+    ],
+)
+def test_one_state_in_one_sentence(
+    phase: str,
+    queued: bool,
+    reason: str | None,
+    message: str | None,
+    replicas: list[Replica],
+    label: str,
+    tone: str,
+    detail: str,
+) -> None:
+    state = p.job_state(phase, queued, reason, message, replicas)
+    assert (state.label, state.tone, state.detail) == (label, tone, detail)
+    assert state.sentence
+
+
+def test_a_starting_job_needs_no_attention() -> None:
+    waiting = [r(i, message="queued") for i in range(3)]
+    assert not any(p.has_problem(x) for x in waiting)
+    page = p.replica_page(waiting, p.ReplicaFilter(), 1)
+    assert page.problems == 0
+    assert p.has_problem(r(0, ReplicaState.FAILED))
+    assert p.has_problem(r(0, RUNNING, stalled=True))
+    assert p.has_problem(r(0, PENDING, restarts=1, message="restarting in 4 s"))
+    assert p.has_problem(r(0, RUNNING, message="OOMKilled once"))
+
+
+@pytest.mark.parametrize(
     ("value", "text"),
     [
         (0.97123, "0.9712"),

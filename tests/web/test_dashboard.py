@@ -584,3 +584,47 @@ def test_jobs_page_with_a_thousand_jobs(browser: Any, site: Site, thousand_jobs:
     assert rows.count() == 50
     assert "101\N{EN DASH}150 of 1,000" in words(page.locator(".pager"))
     context.close()
+
+
+def test_a_waiting_job_looks_calm(browser: Any, site: Site, thousand_jobs: str) -> None:
+    """A job that waits for its turn: one state, one sentence, no alarm (no "Need
+    attention", nothing in red or amber) on its page or in the list."""
+    context = browser.new_context(viewport=LAPTOP, base_url=site.url)
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    page.goto("/login")
+    page.get_by_label("User name").fill("dave")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(lambda url: url.endswith("/jobs"))
+    badge = page.locator("table.jobs tbody tr").first.locator(".badge")
+    assert badge.inner_text() == "Queued"
+    page.locator("table.jobs td.name > a").first.click()
+    page.wait_for_url(JOB_URL)
+    summary = page.locator("#job-summary")
+    assert words(summary.locator(".status-row [data-state]")) == "Queued"
+    assert words(summary.locator("[data-state-sentence]")) == "Waiting for room to start"
+    replicas = page.locator("#replica-table")
+    assert "Need attention" not in replicas.inner_text()
+    assert replicas.locator(".warn-text, .fail, .chip.warn").count() == 0
+    calm = page.evaluate(
+        """() => [...document.querySelectorAll('#job-summary .badge, #replica-table .badge')]
+            .map((e) => getComputedStyle(e).color)"""
+    )
+    red = page.evaluate("getComputedStyle(document.documentElement).getPropertyValue('--bad')")
+    amber = page.evaluate("getComputedStyle(document.documentElement).getPropertyValue('--wait')")
+    colours = {_rgb(c) for c in calm}
+    assert _rgb(red) not in colours
+    assert _rgb(amber) not in colours
+    shot(page, "41-queued-job-calm")
+    context.close()
+
+
+def _rgb(colour: str) -> str:
+    """`#b42318` or `rgb(180, 35, 24)` -> `180,35,24`."""
+    colour = colour.strip()
+    if colour.startswith("#"):
+        return ",".join(str(int(colour[i : i + 2], 16)) for i in (1, 3, 5))
+    return ",".join(
+        colour[colour.index("(") + 1 : colour.index(")")].replace(" ", "").split(",")[:3]
+    )

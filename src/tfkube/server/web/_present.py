@@ -180,7 +180,12 @@ class ReplicaFilter:
 
 
 def has_problem(r: Replica) -> bool:
-    return r.state is ReplicaState.FAILED or r.restarts > 0 or bool(r.message)
+    """Whether a replica needs someone's attention: it failed, restarted, stalls, or says
+    something while it runs. A pending replica saying why it waits (queued, scheduling,
+    pulling its image) is not a problem: every replica of a starting job says that."""
+    if r.state is ReplicaState.PENDING:
+        return r.restarts > 0
+    return r.state is ReplicaState.FAILED or r.restarts > 0 or r.stalled or bool(r.message)
 
 
 @dataclass(frozen=True)
@@ -300,6 +305,60 @@ def state_summary(counts: Mapping[str, int]) -> str:
 def running_of(counts: Mapping[str, int]) -> tuple[int, int]:
     """-> (running replicas, all replicas)."""
     return counts.get(ReplicaState.RUNNING, 0), sum(counts.values())
+
+
+# -- a job's state in one calm sentence ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobState:
+    """How a job page and the jobs list word a job's state: one label, one tone, one
+    sentence, and at most one line of detail (never three phrases for one state)."""
+
+    label: str
+    tone: str
+    """CSS: wait (starting or queued: calm), run, warn, ok, bad."""
+    sentence: str
+    detail: str = ""
+
+
+def job_state(
+    phase: str, queued: bool, reason: str | None, message: str | None, replicas: Sequence[Replica]
+) -> JobState:
+    """A job's state for people (pure). A job that waits or starts is calm: nothing about
+    it is an error yet, and a replica waiting for its turn is not a problem."""
+    text = (message or "").strip()
+    if queued:
+        why = text.removeprefix("queued:").strip() or "waiting for room on the engine"
+        return JobState("Queued", "wait", "Waiting for room to start", why)
+    stalled = sum(1 for r in replicas if r.stalled)
+    wait = common_wait(replicas)
+    waiting = (
+        f"{wait[1]:,} of {len(replicas):,} replica{'s' if len(replicas) != 1 else ''} "
+        f"waiting: {wait[0]}"
+        if wait
+        else ""
+    )
+    if phase == JobPhase.PENDING:
+        return JobState("Starting", "wait", "Starting its replicas", waiting)
+    if phase == JobPhase.RUNNING:
+        if stalled:
+            plural = "s" if stalled != 1 else ""
+            return JobState(
+                "Running",
+                "warn",
+                f"Training, but {stalled:,} replica{plural} made no progress lately",
+                text or waiting,
+            )
+        return JobState("Running", "run", "Training", waiting)
+    if phase == JobPhase.RESTARTING:
+        return JobState("Restarting", "warn", "Replacing replicas that failed", text or waiting)
+    if phase == JobPhase.SUCCEEDED:
+        return JobState("Succeeded", "ok", "Finished successfully", "")
+    if reason == "Stopped":
+        return JobState("Stopped", "idle", "Stopped on request", "")
+    sentence = f"Failed: {reason}" if reason and reason != phase else "Failed"
+    return JobState("Failed", "bad", sentence, text)
 
 
 # -- results ------------------------------------------------------------------------------------

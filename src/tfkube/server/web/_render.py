@@ -119,6 +119,7 @@ ENV.globals.update(
     state_summary=present.state_summary,
     running_of=present.running_of,
     is_active=present.is_active,
+    job_state=present.job_state,
 )
 _VERSION: dict[str, str] = {}
 

@@ -262,11 +262,13 @@ def _summary_data(
         **job_serving(principal, db, platform, row),
         "job": job,
         "active": active,
+        "state": present.job_state(
+            job.phase, job.queued, job.reason, job.message, job.replicas or []
+        ),
         "result": found.values,
         "result_problem": found.problem,
         "progress": job_progress(platform, row),
         "checkpoint": find_checkpoint(row.output_dir),
-        "waiting": present.common_wait(job.replicas or []) if not job.queued else None,
         "can_write": allowed(principal.actor, Scope.JOBS_WRITE, row.team_id),
         "tensorboard": has_tensorboard(platform.engine.features, row),
         "now": time.time(),
