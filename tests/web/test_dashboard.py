@@ -530,6 +530,26 @@ def _first_job(page: Any) -> str:
     return str(page.locator("table.jobs td.name > a").first.inner_text())
 
 
+def test_a_corrected_field_clears_its_error_at_once(
+    people: People, browser: Any, site: Site, scored: dict[str, str]
+) -> None:
+    context = _open(browser, site, people.bob)
+    page = context.new_page()
+    page.goto("/jobs/new")
+    page.locator("#code").select_option("scored-a:1")
+    name = page.locator("#name")
+    name.fill("Not A Name!")
+    page.get_by_role("button", name="Start job").click()
+    error = page.locator('div.field:has(#name) [data-error-for="name"]')
+    poll("the name's error", lambda: error.inner_text().strip() != "", 30)
+    assert name.get_attribute("aria-invalid") == "true"
+    shot(page, "53-field-error")
+    name.fill("a-good-name")  # no submit: the mark goes as soon as it is edited
+    poll("the error cleared", lambda: error.inner_text().strip() == "", 5, 0.1)
+    assert name.get_attribute("aria-invalid") is None
+    context.close()
+
+
 @pytest.fixture(scope="module")
 def thousand_jobs(site: Site, people: People) -> str:
     """Team crowd with user dave and 1,000 jobs waiting in the queue; -> the team."""

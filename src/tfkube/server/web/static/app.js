@@ -149,6 +149,26 @@
     else (general || list)?.scrollIntoView({ block: "nearest" });
   }
 
+  // A field the API refused is cleared of its error as soon as someone changes it: the
+  // red mark and the message say "this is wrong", which stops being true once it is edited.
+  function fieldEdited(event) {
+    const input = event.target.closest("[aria-invalid]");
+    const form = input && input.closest("form[data-api-form], [data-upload]");
+    if (!form) return;
+    input.removeAttribute("aria-invalid");
+    const name = input.getAttribute("name") || input.dataset.name || "";
+    const candidates = [name, name.split(".")[0], name.split(".").slice(-1)[0]];
+    for (const key of candidates) {
+      const slot = key && $(`[data-error-for="${CSS.escape(key)}"]`, form);
+      if (slot) {
+        slot.textContent = "";
+        break;
+      }
+    }
+  }
+  document.addEventListener("input", fieldEdited);
+  document.addEventListener("change", fieldEdited);
+
   document.addEventListener("submit", async (event) => {
     const form = event.target.closest("form[data-api-form]");
     if (!form) return;
