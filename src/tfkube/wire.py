@@ -104,6 +104,9 @@ class ArtifactOut(_Wire):
     created_at: float
     in_use: bool = False
     """A job that is not finished runs this version."""
+    unpacked_size: int | None = None
+    """Bytes of its files once unpacked (what a job gets); `size` is the stored archive's
+    (compressed). None for uploads older than this field."""
 
 
 class JobOut(_Wire):

@@ -530,6 +530,24 @@ def _first_job(page: Any) -> str:
     return str(page.locator("table.jobs td.name > a").first.inner_text())
 
 
+def test_upload_sizes_say_what_they_measure(
+    people: People, browser: Any, site: Site, scored: dict[str, str]
+) -> None:
+    context = _open(browser, site, people.bob)
+    page = context.new_page()
+    page.goto("/code")
+    row = page.locator("table.artifacts tr", has=page.get_by_role("rowheader", name="scored-a"))
+    size = words(row.locator("[data-size]"))
+    unpacked = len(_outputs_script("0.5"))
+    assert size.startswith(f"1 file, {unpacked} B"), size
+    assert "as stored (compressed)" in size
+    listed = page.request.get("/api/v1/artifacts?team=vision&name=scored-a").json()
+    art = next(a for a in listed if a["name"] == "scored-a")
+    assert art["unpacked_size"] == unpacked
+    assert art["size"] != unpacked  # the archive's own size, said as such
+    context.close()
+
+
 def test_a_corrected_field_clears_its_error_at_once(
     people: People, browser: Any, site: Site, scored: dict[str, str]
 ) -> None:

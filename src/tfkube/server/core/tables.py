@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Float,
     ForeignKey,
@@ -138,6 +139,9 @@ class Artifact(Base):
         ForeignKey("users.id", ondelete="SET NULL"), nullable=True
     )
     created_at: Mapped[float] = mapped_column(Float)
+    unpacked_size: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    """Bytes of its files once unpacked (what a job sees); `size` is the archive's. None
+    for uploads made before it was recorded."""
 
 
 class Job(Base):

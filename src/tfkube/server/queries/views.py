@@ -115,6 +115,7 @@ def artifact_out(a: Artifact, team: str, creator: str | None, in_use: bool) -> A
         created_by=creator,
         created_at=a.created_at,
         in_use=in_use,
+        unpacked_size=a.unpacked_size,
     )
 
 

@@ -406,7 +406,11 @@
   }
 
   function uploaded(widget, artifact) {
-    toast(`Uploaded ${artifact.name} version ${artifact.version}`);
+    const unpacked = artifact.unpacked_size ?? null;
+    toast(
+      `Uploaded ${artifact.name} version ${artifact.version}: ${artifact.files} files` +
+        (unpacked === null ? "" : `, ${humanSize(unpacked)} (${humanSize(artifact.size)} compressed)`)
+    );
     if (widget.dataset.uploadThen !== "code-select") return location.reload();
     const select = $("#code");
     const ref = `${artifact.name}:${artifact.version}`;
@@ -414,7 +418,8 @@
     if (!option) {
       option = document.createElement("option");
       option.value = ref;
-      option.textContent = `${artifact.name} · version ${artifact.version} (just uploaded) · ${humanSize(artifact.size)}`;
+      const unpacked = artifact.unpacked_size ?? null;
+      option.textContent = `${artifact.name} · version ${artifact.version} (just uploaded) · ${artifact.files} files` + (unpacked === null ? "" : `, ${humanSize(unpacked)}`);
       select.append(option);
     }
     select.value = ref;
