@@ -4,6 +4,8 @@ outputs grouped by kind."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
 from tfkube.planner import Replica, ReplicaState
@@ -183,3 +185,44 @@ def test_a_list_sorts_by(text: str | None, key: str, descending: bool) -> None:
 def test_a_list_refuses_an_unknown_sort(text: str) -> None:
     with pytest.raises(BadSort):
         Sort.parse(text)
+
+
+@dataclass
+class F:
+    path: str
+    size: int = 10
+    modified: float = 0.0
+    is_dir: bool = False
+
+
+def test_outputs_grouped_by_kind() -> None:
+    files = [
+        F("checkpoint", modified=5),
+        F("model.ckpt-100.index", modified=1),
+        F("model.ckpt-100.data-00000-of-00001", modified=1),
+        F("model.ckpt-200.index", modified=2),
+        F("model.ckpt-200.data-00000-of-00001", size=90, modified=2),
+        F("model.ckpt-200.meta", modified=2),
+        F("export/200/saved_model.pb", modified=3),
+        F("export/200/variables/variables.index", modified=3),
+        F("export/100/saved_model.pb", modified=1),
+        F("events.out.tfevents.1.host", modified=4),
+        F("train/events.out.tfevents.2.host", modified=4),
+        F("result.json", modified=6),
+        F("export", is_dir=True),
+    ]
+    groups = {g.key: g for g in p.group_outputs(files)}
+    assert list(groups) == ["exports", "checkpoints", "summaries", "other"]
+    assert [i.label for i in groups["exports"].items] == ["version 200", "version 100"]
+    assert groups["exports"].items[0].path == "export/200"
+    assert groups["exports"].items[0].files == 2
+    assert [i.label for i in groups["checkpoints"].items] == [
+        "checkpoint (the index of the newest)",
+        "model.ckpt-200",
+        "model.ckpt-100",
+    ]
+    newest = groups["checkpoints"].items[1]
+    assert (newest.files, newest.size, newest.is_dir) == (3, 110, True)
+    assert [i.label for i in groups["summaries"].items] == ["the outputs' top folder", "train/"]
+    assert [i.label for i in groups["other"].items] == ["result.json"]
+    assert p.group_outputs([]) == []

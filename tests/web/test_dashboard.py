@@ -535,6 +535,38 @@ def _order(page: Any, *names: str) -> bool:
     )
 
 
+def test_outputs_are_grouped_by_kind(
+    people: People, browser: Any, site: Site, scored: dict[str, str]
+) -> None:
+    context = _open(browser, site, people.bob)
+    page = context.new_page()
+    page.goto(f"/jobs/{scored['scored-a']}#outputs")
+    groups = page.locator("#job-outputs details.output-group")
+    order = [groups.nth(i).get_attribute("data-group") for i in range(groups.count())]
+    assert order == ["exports", "checkpoints", "summaries", "other"]
+    exports = page.locator('details[data-group="exports"]')
+    assert "Exported models" in exports.locator("summary").inner_text()
+    assert exports.get_by_role("link", name="version 7").count() == 1
+    checkpoints = page.locator('details[data-group="checkpoints"]')
+    checkpoints.locator("summary").click()
+    piece = checkpoints.locator('li[data-item="model.ckpt-7"]')
+    assert "3 pieces" in piece.inner_text()
+    with page.expect_download() as got:  # each piece downloads as it is
+        piece.get_by_role("link", name="index").click()
+    assert got.value.suggested_filename == "model.ckpt-7.index"
+    summaries = page.locator('details[data-group="summaries"]')
+    summaries.locator("summary").click()
+    assert summaries.get_by_role("link", name="train/").count() == 1
+    other = page.locator('details[data-group="other"]')
+    assert other.get_by_role("link", name="notes.txt").count() == 1
+    assert other.get_by_role("link", name="result.json").count() == 1
+    assert other.get_by_role("link", name=re.compile("ckpt")).count() == 0
+    shot(page, "52-outputs-by-kind")
+    page.get_by_role("link", name="Browse folders").click()  # the folders as they are
+    page.locator("#job-outputs a.folder", has_text="export/").wait_for()
+    context.close()
+
+
 def test_upload_sizes_say_what_they_measure(
     people: People, browser: Any, site: Site, scored: dict[str, str]
 ) -> None:

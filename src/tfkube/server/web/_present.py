@@ -7,6 +7,7 @@ Nothing here touches the database, the request or the clock (times are arguments
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -400,3 +401,104 @@ def sort_link(params: Mapping[str, Any], current: str, key: str, first: str = "d
     aria = ("descending" if descending else "ascending") if active else "none"
     arrow = ("▼" if descending else "▲") if active else ""
     return SortLink(key, {**params, "sort": target, "page": 1}, aria, arrow)
+
+
+# -- outputs, grouped ----------------------------------------------------------------------------
+
+_CHECKPOINT_PIECE = re.compile(r"^(?P<prefix>.+?)\.(index|meta|data-\d{5}-of-\d{5})$")
+
+
+@dataclass
+class OutputItem:
+    label: str
+    """What it is ('model.ckpt-1000', 'version 1000', 'train/', a file's name)."""
+    path: str
+    """Its path in the outputs (a folder's, or the one file's)."""
+    size: int
+    files: int
+    modified: float
+    is_dir: bool = False
+    parts: list[str] = field(default_factory=list)
+    """A checkpoint's files (paths), newest first for the group."""
+
+
+@dataclass
+class OutputGroup:
+    key: str
+    title: str
+    help: str
+    items: list[OutputItem]
+
+    @property
+    def size(self) -> int:
+        return sum(i.size for i in self.items)
+
+    @property
+    def files(self) -> int:
+        return sum(i.files for i in self.items)
+
+
+OUTPUT_GROUPS = {
+    "exports": ("Exported models", "SavedModels the job exported, one folder per version"),
+    "checkpoints": ("Checkpoints", "the model's variables as training saved them"),
+    "summaries": ("Summaries", "TensorBoard event files: the charts' data"),
+    "other": ("Other files", "everything else the job wrote"),
+}
+
+
+def group_outputs(files: Iterable[Any], export_dir: str = "export") -> list[OutputGroup]:
+    """A job's output files (paths relative to its outputs, files only) in four groups:
+    exported models (one item per version folder), checkpoints (one item per checkpoint,
+    with its index, data and meta pieces; TensorFlow's `checkpoint` index file with them),
+    summaries (one item per folder of event files) and the rest. Newest first within a
+    group; empty groups left out."""
+    exports: dict[str, OutputItem] = {}
+    checkpoints: dict[str, OutputItem] = {}
+    summaries: dict[str, OutputItem] = {}
+    other: list[OutputItem] = []
+
+    def add(bucket: dict[str, OutputItem], key: str, label: str, path: str, f: Any) -> None:
+        item = bucket.get(key)
+        if item is None:
+            item = bucket[key] = OutputItem(label, path, 0, 0, 0.0, is_dir=path != f.path)
+        item.size += f.size
+        item.files += 1
+        item.modified = max(item.modified, f.modified)
+        item.parts.append(f.path)
+
+    for f in files:
+        if getattr(f, "is_dir", False):
+            continue
+        parts = f.path.split("/")
+        name = parts[-1]
+        folder = "/".join(parts[:-1])
+        if parts[0] == export_dir and len(parts) > 2:
+            version = parts[1]
+            label = f"version {version}" if version.isdigit() else version
+            add(exports, version, label, f"{export_dir}/{version}", f)
+        elif m := _CHECKPOINT_PIECE.match(name):
+            prefix = f"{folder}/{m['prefix']}" if folder else m["prefix"]
+            add(checkpoints, prefix, prefix, prefix, f)
+        elif name == "checkpoint":
+            key = f"{folder}/checkpoint" if folder else "checkpoint"
+            add(checkpoints, key, f"{key} (the index of the newest)", f.path, f)
+        elif name.startswith("events.out.tfevents."):
+            run = folder or "."
+            add(summaries, run, f"{run}/" if folder else "the outputs' top folder", folder, f)
+        else:
+            other.append(OutputItem(f.path, f.path, f.size, 1, f.modified))
+    for bucket in (exports, checkpoints, summaries):
+        for item in bucket.values():
+            item.is_dir = item.is_dir or item.files > 1
+    groups = []
+    for key, items in (
+        ("exports", list(exports.values())),
+        ("checkpoints", list(checkpoints.values())),
+        ("summaries", list(summaries.values())),
+        ("other", other),
+    ):
+        if items:
+            title, help_text = OUTPUT_GROUPS[key]
+            ordered = sorted(items, key=lambda i: (-i.modified, i.label))
+            groups.append(OutputGroup(key, title, help_text, ordered))
+    return groups

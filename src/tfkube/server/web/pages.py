@@ -28,7 +28,7 @@ from tfkube.server.core.scopes import Scope, allowed
 from tfkube.server.core.security import SESSION_COOKIE
 from tfkube.server.core.tables import Job
 from tfkube.server.outputs.checkpoints import find_checkpoint
-from tfkube.server.outputs.files import NotInOutputs, list_folder
+from tfkube.server.outputs.files import NotInOutputs, every_file, list_folder
 from tfkube.server.outputs.logs import log_files
 from tfkube.server.outputs.results import current_result
 from tfkube.server.outputs.scalars import progress_hint, progress_of, total_steps
@@ -301,10 +301,19 @@ def _events_data(db: SessionDep, job: JobOut) -> dict[str, Any]:
     }
 
 
-def _outputs_data(principal: Principal, row: Job, job: JobOut, path: str) -> dict[str, Any]:
+def _outputs_data(
+    principal: Principal, row: Job, job: JobOut, path: str, browse: bool = False
+) -> dict[str, Any]:
     files: list[OutputFile] = []
     missing = ""
-    if allowed(principal.actor, Scope.OUTPUTS_READ, row.team_id) and row.output_dir:
+    groups: list[present.OutputGroup] = []
+    partial = False
+    readable = allowed(principal.actor, Scope.OUTPUTS_READ, row.team_id)
+    if readable and not path and not browse:
+        # The top of the outputs: grouped by what they are, not one long list.
+        found, partial = every_file(row.output_dir)
+        groups = present.group_outputs(found, contract.EXPORT_SUBDIR)
+    elif readable and row.output_dir:
         # What GET /api/v1/jobs/{id}/outputs answers, its refusals as the page's words.
         try:
             if problem := control_problem(path):
@@ -321,6 +330,9 @@ def _outputs_data(principal: Principal, row: Job, job: JobOut, path: str) -> dic
         crumbs.append((part, "/".join(parts[: i + 1])))
     return {
         "job": job,
+        "groups": groups,
+        "partial": partial,
+        "browse": "1" if browse else "",
         "files": [f for f in files if f.path != contract.OWN_SUBDIR],
         "path": "/".join(parts),
         "crumbs": crumbs,
@@ -402,11 +414,17 @@ def job_events_part(request: Request, job_id: str, principal: PageUser, db: Sess
 
 @router.get("/jobs/{job_id}/part/outputs")
 def job_outputs_part(
-    request: Request, job_id: str, principal: PageUser, db: SessionDep, path: str = ""
+    request: Request,
+    job_id: str,
+    principal: PageUser,
+    db: SessionDep,
+    path: str = "",
+    browse: str = "",
 ) -> Response:
     row = _job_row(job_id, principal, db)
     job = queries.jobs.view(db, row, detail=False)
-    return render(request, "_outputs.html", _outputs_data(principal, row, job, path))
+    data = _outputs_data(principal, row, job, path, browse=browse == "1")
+    return render(request, "_outputs.html", data)
 
 
 # -- code and data, team, admin ---------------------------------------------------------------
