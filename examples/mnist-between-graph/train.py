@@ -251,7 +251,10 @@ def main() -> None:
             "global_steps_per_second": round((int(step) - first_step) / elapsed, 1),
             "workers": len(cluster.job_tasks("worker")),
         }
-        Path(log_dir, "result.json").write_text(json.dumps(result))
+        # The job's result for tfkube (status, list, the job page): written whole, then
+        # renamed, so that nobody reads half of it (tfkube.contract.RESULT_FILE).
+        Path(log_dir, "result.json.tmp").write_text(json.dumps(result))
+        os.replace(Path(log_dir, "result.json.tmp"), Path(log_dir, "result.json"))
         print(f"tfkube-example: result {json.dumps(result)}", flush=True)
 
 

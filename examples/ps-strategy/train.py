@@ -188,7 +188,10 @@ def coordinate(
         "steps_per_second": round(scheduled / elapsed, 1),
         "workers": num_workers,
     }
-    Path(log_dir, "result.json").write_text(json.dumps(result))
+    # The job's result for tfkube (status, list, the job page): written whole, then
+    # renamed, so that nobody reads half of it (tfkube.contract.RESULT_FILE).
+    Path(log_dir, "result.json.tmp").write_text(json.dumps(result))
+    os.replace(Path(log_dir, "result.json.tmp"), Path(log_dir, "result.json"))
     print(f"tfkube-example: result {json.dumps(result)}", flush=True)
     export_dir = Path(os.environ.get("TFKUBE_EXPORT_DIR") or Path(log_dir, "export"))
     weights = {name: var.numpy() for name, var in params.items()}

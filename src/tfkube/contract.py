@@ -16,7 +16,10 @@ installed (`render/_launcher.py` zips it with the launcher).
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
@@ -101,6 +104,82 @@ server reads them there after the replicas are gone."""
 LOG_MAX_BYTES: Final = "TFKUBE_LOG_MAX_BYTES"
 """Optional: the size at which the launcher's copy of a replica's output in the shared
 log folder stops growing (default 64 MiB)."""
+
+RESULT_FILE: Final = "result.json"
+"""A job's final metrics, written by one of its replicas (usually the chief, or worker 0)
+as `$TFKUBE_LOG_DIR/result.json` once it has them: one JSON object of names to numbers,
+e.g. `{"test_accuracy": 0.9712, "global_step": 1000}` (`parse_result` says the rules).
+Write it whole (to another name, then rename it), as both examples do. `tfkube status`,
+`list` and `run --summary` show it (local engine, and any engine through a server); the
+server keeps it with the job when the job ends (the jobs list sorts by it; the job page
+shows it first) and reads it while the job runs."""
+RESULT_MAX_BYTES: Final = 16 * 1024
+"""The most of a result file anyone reads: a larger one is refused, not cut."""
+RESULT_MAX_ENTRIES: Final = 32
+"""The most names a result may hold."""
+RESULT_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_.:/%-]{0,63}")
+"""What a result's name may be (whole): a letter or `_`, then up to 63 letters, digits
+and `_ . : / % -` (`test_accuracy`, `eval/top-5`): no spaces, markup or control
+characters, and short enough for a column header and a `sort=result.<name>`."""
+
+ResultValue = float | int
+"""A result's value: a finite number (what the jobs list sorts by)."""
+
+
+def parse_result(data: bytes) -> dict[str, ResultValue]:
+    """A result file's bytes -> its metrics, in the file's order (pure). The whole file
+    is refused, with a ValueError saying which rule it broke, unless it is at most
+    RESULT_MAX_BYTES of UTF-8 JSON holding one object of at most RESULT_MAX_ENTRIES
+    names, each matching RESULT_NAME and given once, each value a finite number (not
+    true/false, text, null, a list or an object). A refused file is no result: nothing
+    of it is shown but the reason."""
+    if len(data) > RESULT_MAX_BYTES:
+        raise ValueError(f"it is larger than {RESULT_MAX_BYTES:,} bytes")
+    try:
+        loaded = json.loads(
+            data.decode("utf-8"), parse_constant=_no_constant, object_pairs_hook=_pairs
+        )
+    except RecursionError:
+        raise ValueError("it is not JSON (nested too deeply)") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"it is not JSON ({str(exc)[:120]})") from None
+    if not isinstance(loaded, list) or loaded[:1] != [_OBJECT]:
+        raise ValueError('it must be one JSON object of names to numbers, e.g. {"accuracy": 0.97}')
+    pairs = loaded[1:]
+    if len(pairs) > RESULT_MAX_ENTRIES:
+        raise ValueError(f"it has more than {RESULT_MAX_ENTRIES} names")
+    out: dict[str, ResultValue] = {}
+    for name, value in pairs:
+        if not RESULT_NAME.fullmatch(name):
+            raise ValueError(
+                f"{name[:64]!r} is not a result name (a letter or _, then up to 63 letters, "
+                "digits or _ . : / % -)"
+            )
+        if name in out:
+            raise ValueError(f"{name} is given twice")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{name}: give a number")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"{name}: {value} is not a finite number")
+        if isinstance(value, int) and abs(value) > 2**53:
+            raise ValueError(f"{name}: {value} is too large a whole number")
+        out[name] = value
+    return out
+
+
+_OBJECT: Final = object()
+"""Marks a JSON object that `parse_result`'s loader turned into [_OBJECT, *pairs]: the
+names' order and repeats kept, and a nested object never becomes a dict (so it is
+refused as a value, whatever it holds)."""
+
+
+def _pairs(pairs: list[tuple[str, object]]) -> list[object]:
+    return [_OBJECT, *pairs]
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a finite number")
+
 
 # -- What the launcher adds for the entrypoint ------------------------------------------
 

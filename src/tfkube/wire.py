@@ -104,6 +104,9 @@ class ArtifactOut(_Wire):
     created_at: float
     in_use: bool = False
     """A job that is not finished runs this version."""
+    unpacked_size: int | None = None
+    """Bytes of its files once unpacked (what a job gets); `size` is the stored archive's
+    (compressed). None for uploads older than this field."""
 
 
 class JobOut(_Wire):
@@ -137,6 +140,13 @@ class JobOut(_Wire):
     exports: list[int] | None = None
     """The model versions the job exported to `$TFKUBE_EXPORT_DIR/<version>`, oldest
     first (detail only)."""
+    result: dict[str, float | int] | None = None
+    """The final metrics the job reported in `$TFKUBE_LOG_DIR/result.json`
+    (`tfkube.contract.RESULT_FILE`), e.g. `{"test_accuracy": 0.9712}`: kept when the job
+    ends; while it runs, a job's detail reads the file as it is now. None: none reported."""
+    result_problem: str | None = None
+    """Detail only: why a result file that is there was not used (too big, not an object
+    of names to numbers, a link...)."""
 
 
 class JobList(_Wire):
@@ -144,6 +154,9 @@ class JobList(_Wire):
     total: int
     phases: dict[str, int] = {}
     """Jobs per phase over the whole filter (for counts above a list)."""
+    result_keys: list[str] = []
+    """The result names the filter's jobs report most (at most 6, the most common first):
+    the columns a list shows and may be sorted by (`sort=result.<name>`)."""
 
 
 class EventOut(_Wire):

@@ -31,6 +31,9 @@ def _code(folder: Path) -> Path:
         '    for _ in $(seq 1200); do [ -e "$TFKUBE_LOG_DIR/w1" ] && break; sleep 0.1; done\n'
         "  fi\n"
         '  echo model > "$TFKUBE_LOG_DIR/model.txt"\n'
+        # The job's result (tfkube.contract.RESULT_FILE), written whole.
+        '  echo \'{"test_accuracy": 0.93, "global_step": 3}\' > "$TFKUBE_LOG_DIR/r.tmp"\n'
+        '  mv "$TFKUBE_LOG_DIR/r.tmp" "$TFKUBE_LOG_DIR/result.json"\n'
         "fi\n"
     )
     (folder / "run.sh").chmod(0o755)
@@ -49,6 +52,7 @@ def test_python_client(server: ServerProc, team: TeamCtx, tmp_path: Path) -> Non
         lines = list(c.logs(job.id, "worker-1", follow=True)) if _has_log(c, job.id) else []
         done = c.wait(job.id, timeout=120, poll=0.3)
         assert done.phase == "Succeeded"
+        assert done.result == {"test_accuracy": 0.93, "global_step": 3}
         if not lines:
             lines = list(c.logs(job.id, "worker-1"))
         assert "worker-1 line 3" in lines
@@ -116,6 +120,10 @@ def test_cli_login_and_every_command(server: ServerProc, team: TeamCtx, tmp_path
     status = tfkube_cli("status", "cli-job", env=env)
     assert status.returncode == 0
     assert "Succeeded" in status.stdout
+    assert "test_accuracy=0.93  global_step=3" in status.stdout
+    listed = tfkube_cli("list", env={**env, "COLUMNS": "160"}).stdout
+    assert "test_accuracy" in listed.splitlines()[0]  # a column per result name
+    assert "0.93" in next(line for line in listed.splitlines() if "cli-job" in line)
     logs = tfkube_cli("logs", "cli-job", "-r", "worker-0", env=env)
     assert "worker-0 line 3" in logs.stdout
     deleted = tfkube_cli("delete", "cli-job", env=env)

@@ -195,8 +195,8 @@ def test_job_list_filters(
 
 
 def test_job_list_costs_the_same_queries_however_long_its_page(db: Session) -> None:
-    """Counts, the page, and one query each for the page's team, owner and artifact names:
-    no query per row."""
+    """Counts, the result names the jobs report (the list's columns), the page, and one
+    query each for the page's team, owner and artifact names: no query per row."""
     seen: list[str] = []
     engine = db.get_bind()
 
@@ -213,7 +213,36 @@ def test_job_list_costs_the_same_queries_however_long_its_page(db: Session) -> N
             sizes[limit] = (len(listing.items), len(seen))
     finally:
         event.remove(engine, "before_cursor_execute", count)
-    assert sizes == {1: (1, 5), 50: (50, 5), 500: (JOBS_IN_A + 1, 5)}
+    assert sizes == {1: (1, 6), 50: (50, 6), 500: (JOBS_IN_A + 1, 6)}
+
+
+def test_a_list_sorts_by_a_result_with_the_jobs_without_it_last(db: Session) -> None:
+    """`sort=result.<name>`: by the kept number (job_metrics), either way, jobs that
+    reported no such number last; `result_keys` names the numbers the filter's jobs
+    report, the most common first; a job of another team counts for nothing."""
+    from tfkube.server.core.tables import JobMetric
+    from tfkube.server.queries.jobs import Sort
+
+    scores = {"a0000": 0.5, "a0001": 0.9, "a0002": 0.7, "b0": 0.99}
+    for job_id, score in scores.items():
+        row = queries.jobs.get(db, job_id)
+        assert row is not None
+        row.result = {"accuracy": score, **({"step": 1} if job_id == "a0001" else {})}
+        db.add(JobMetric(job_id=job_id, name="accuracy", value=score))
+    db.add(JobMetric(job_id="a0001", name="step", value=1.0))
+    db.commit()
+
+    def first(text: str, n: int = 4) -> list[str]:
+        listed = queries.jobs.list_jobs(db, ALICE, limit=n, sort=Sort.parse(text))
+        return [j.id for j in listed.items]
+
+    assert first("-result.accuracy") == ["a0001", "a0002", "a0000", f"a{JOBS_IN_A - 1:04d}"]
+    assert first("result.accuracy")[:3] == ["a0000", "a0002", "a0001"]
+    assert first("-result.nothing") == first("-created")  # no job has it: newest first
+    listing = queries.jobs.list_jobs(db, ALICE, limit=1)
+    assert listing.result_keys == ["accuracy", "step"]
+    assert listing.items[0].result is None  # the newest reported nothing
+    assert queries.jobs.list_jobs(db, BEA, limit=1).result_keys == ["accuracy"]
 
 
 def test_events_and_views(db: Session) -> None:

@@ -196,6 +196,16 @@ def test_upload_submit_watch_until_succeeded(trained: tuple[Any, Any, str]) -> N
     loss = page.locator('figure.chart[data-tag="loss"]')
     poll("loss points in the chart", lambda: int(loss.get_attribute("data-points") or 0) > 0, 60)
     assert "Loss" in loss.locator("figcaption").inner_text()
+    # Results first: the held-out accuracy the example reported (result.json), at the top;
+    # the curves are said to be what was logged during training, not the result.
+    card = page.locator("#job-summary [data-result]")
+    card.wait_for()
+    accuracy = float(card.locator('[data-metric="test_accuracy"]').inner_text())
+    assert accuracy >= 0.9
+    reported = page.request.get(f"/api/v1/jobs/{_job}").json()["result"]
+    assert reported["test_accuracy"] == pytest.approx(accuracy, abs=1e-4)
+    assert "Training curves" in page.locator("#charts-h").inner_text()
+    assert "during training" in loss.locator("figcaption").inner_text()
     rows = page.locator("table.replicas tbody tr:not(.group)")
     assert rows.count() == 3
     assert page.locator("table.replicas").get_by_text("ps-0").count() == 1
@@ -441,6 +451,160 @@ def test_another_teams_user_gets_not_found(
     context.close()
 
 
+def _outputs_script(score: str) -> str:
+    """A job that writes what a training job leaves (an export, a checkpoint in pieces,
+    event files, a note) and its result."""
+    return (
+        "#!/bin/sh\nset -e\n"
+        'out="$TFKUBE_LOG_DIR"\n'
+        'mkdir -p "$out/export/7/variables" "$out/train"\n'
+        'echo pb > "$out/export/7/saved_model.pb"\n'
+        'echo v > "$out/export/7/variables/variables.index"\n'
+        'for p in index data-00000-of-00001 meta; do echo c > "$out/model.ckpt-7.$p"; done\n'
+        'echo \'model_checkpoint_path: "model.ckpt-7"\' > "$out/checkpoint"\n'
+        'echo e > "$out/train/events.out.tfevents.1.host"\n'
+        'echo note > "$out/notes.txt"\n'
+        f'echo \'{{"test_accuracy": {score}, "global_step": 7}}\' > "$out/r.tmp"\n'
+        'mv "$out/r.tmp" "$out/result.json"\n'
+    )
+
+
+@pytest.fixture(scope="module")
+def scored(people: People, site: Site, failed: tuple[Any, Any, str]) -> dict[str, str]:
+    """Two quick shell jobs of bob's (no TensorFlow) that write outputs of every kind and
+    a result (test_accuracy 0.5 and 0.8); -> name -> job id, once both succeeded."""
+    from server.conftest import targz, upload, wait_job
+
+    bob = site.api("bob")
+    try:
+        ids = {}
+        for name, score in (("scored-a", "0.5"), ("scored-b", "0.8")):
+            bob.ok(upload(bob, "vision", name, targz({"run.sh": _outputs_script(score)})), 201)
+            body = {"name": name, "workers": 1, "code": name}
+            ids[name] = str(bob.ok(bob.post("/api/v1/teams/vision/jobs", json=body), 201)["id"])
+        for job_id in ids.values():
+            wait_job(bob, job_id, {"Succeeded"}, timeout=300)
+        return ids
+    finally:
+        bob.close()
+
+
+def test_results_first_and_sortable(
+    people: People, browser: Any, site: Site, scored: dict[str, str]
+) -> None:
+    context = _open(browser, site, people.bob)
+    page = context.new_page()
+    page.goto(f"/jobs/{scored['scored-b']}")
+    card = page.locator("#job-summary [data-result]")
+    assert card.locator('[data-metric="test_accuracy"]').inner_text() == "0.8"
+    assert card.locator('[data-metric="global_step"]').inner_text() == "7"
+    # Above the charts, whose heading says what they are.
+    top = page.evaluate(
+        "[document.querySelector('[data-result]').getBoundingClientRect().top,"
+        " document.querySelector('#charts').getBoundingClientRect().top]"
+    )
+    assert top[0] < top[1]
+    shot(page, "50-job-result")
+
+    page.goto("/jobs")
+    header = page.locator("table.jobs thead").get_by_role("link", name="test_accuracy")
+    column = page.locator('table.jobs td[data-result="test_accuracy"]')
+    with page.expect_response(lambda r: "sort=" in r.url) as sorted_list:
+        header.click()  # the best first
+    assert sorted_list.value.status == 200, sorted_list.value.text()[-2000:]
+    page.wait_for_url(re.compile(r".*/jobs\?sort=-result\.test_accuracy$"))  # shareable
+    # The best first (the TensorFlow example's, when it ran, is better than both).
+    poll("descending", lambda: _order(page, "scored-b", "scored-a", "broken"), 30)
+    values = [float(v) for v in column.all_inner_texts() if v.strip() not in ("", "\u2013")]
+    assert values == sorted(values, reverse=True)
+    assert "0.8" in column.all_inner_texts()
+    sorted_by = page.locator("table.jobs th[aria-sort=descending]").text_content() or ""
+    assert sorted_by.strip().startswith("test_accuracy")
+    shot(page, "51-jobs-sorted-by-result")
+    with page.expect_response(lambda r: "sort=result.test_accuracy" in r.url):
+        header.click()  # then the other way; jobs without it stay last
+    poll("ascending", lambda: _order(page, "scored-a", "scored-b", "broken"), 30)
+    context.close()
+
+
+def _order(page: Any, *names: str) -> bool:
+    """Whether the jobs list shows these jobs in this order."""
+    shown = page.locator("table.jobs td.name > a").all_inner_texts()
+    return all(n in shown for n in names) and [shown.index(n) for n in names] == sorted(
+        shown.index(n) for n in names
+    )
+
+
+def test_outputs_are_grouped_by_kind(
+    people: People, browser: Any, site: Site, scored: dict[str, str]
+) -> None:
+    context = _open(browser, site, people.bob)
+    page = context.new_page()
+    page.goto(f"/jobs/{scored['scored-a']}#outputs")
+    groups = page.locator("#job-outputs details.output-group")
+    order = [groups.nth(i).get_attribute("data-group") for i in range(groups.count())]
+    assert order == ["exports", "checkpoints", "summaries", "other"]
+    exports = page.locator('details[data-group="exports"]')
+    assert "Exported models" in exports.locator("summary").inner_text()
+    assert exports.get_by_role("link", name="version 7").count() == 1
+    checkpoints = page.locator('details[data-group="checkpoints"]')
+    checkpoints.locator("summary").click()
+    piece = checkpoints.locator('li[data-item="model.ckpt-7"]')
+    assert "3 pieces" in piece.inner_text()
+    with page.expect_download() as got:  # each piece downloads as it is
+        piece.get_by_role("link", name="index").click()
+    assert got.value.suggested_filename == "model.ckpt-7.index"
+    summaries = page.locator('details[data-group="summaries"]')
+    summaries.locator("summary").click()
+    assert summaries.get_by_role("link", name="train/").count() == 1
+    other = page.locator('details[data-group="other"]')
+    assert other.get_by_role("link", name="notes.txt").count() == 1
+    assert other.get_by_role("link", name="result.json").count() == 1
+    assert other.get_by_role("link", name=re.compile("ckpt")).count() == 0
+    shot(page, "52-outputs-by-kind")
+    page.get_by_role("link", name="Browse folders").click()  # the folders as they are
+    page.locator("#job-outputs a.folder", has_text="export/").wait_for()
+    context.close()
+
+
+def test_upload_sizes_say_what_they_measure(
+    people: People, browser: Any, site: Site, scored: dict[str, str]
+) -> None:
+    context = _open(browser, site, people.bob)
+    page = context.new_page()
+    page.goto("/code")
+    row = page.locator("table.artifacts tr", has=page.get_by_role("rowheader", name="scored-a"))
+    size = words(row.locator("[data-size]"))
+    unpacked = len(_outputs_script("0.5"))
+    assert size.startswith(f"1 file, {unpacked} B"), size
+    assert "as stored (compressed)" in size
+    listed = page.request.get("/api/v1/artifacts?team=vision&name=scored-a").json()
+    art = next(a for a in listed if a["name"] == "scored-a")
+    assert art["unpacked_size"] == unpacked
+    assert art["size"] != unpacked  # the archive's own size, said as such
+    context.close()
+
+
+def test_a_corrected_field_clears_its_error_at_once(
+    people: People, browser: Any, site: Site, scored: dict[str, str]
+) -> None:
+    context = _open(browser, site, people.bob)
+    page = context.new_page()
+    page.goto("/jobs/new")
+    page.locator("#code").select_option("scored-a:1")
+    name = page.locator("#name")
+    name.fill("Not A Name!")
+    page.get_by_role("button", name="Start job").click()
+    error = page.locator('div.field:has(#name) [data-error-for="name"]')
+    poll("the name's error", lambda: error.inner_text().strip() != "", 30)
+    assert name.get_attribute("aria-invalid") == "true"
+    shot(page, "53-field-error")
+    name.fill("a-good-name")  # no submit: the mark goes as soon as it is edited
+    poll("the error cleared", lambda: error.inner_text().strip() == "", 5, 0.1)
+    assert name.get_attribute("aria-invalid") is None
+    context.close()
+
+
 @pytest.fixture(scope="module")
 def thousand_jobs(site: Site, people: People) -> str:
     """Team crowd with user dave and 1,000 jobs waiting in the queue; -> the team."""
@@ -495,3 +659,47 @@ def test_jobs_page_with_a_thousand_jobs(browser: Any, site: Site, thousand_jobs:
     assert rows.count() == 50
     assert "101\N{EN DASH}150 of 1,000" in words(page.locator(".pager"))
     context.close()
+
+
+def test_a_waiting_job_looks_calm(browser: Any, site: Site, thousand_jobs: str) -> None:
+    """A job that waits for its turn: one state, one sentence, no alarm (no "Need
+    attention", nothing in red or amber) on its page or in the list."""
+    context = browser.new_context(viewport=LAPTOP, base_url=site.url)
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    page.goto("/login")
+    page.get_by_label("User name").fill("dave")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(lambda url: url.endswith("/jobs"))
+    badge = page.locator("table.jobs tbody tr").first.locator(".badge")
+    assert badge.inner_text() == "Queued"
+    page.locator("table.jobs td.name > a").first.click()
+    page.wait_for_url(JOB_URL)
+    summary = page.locator("#job-summary")
+    assert words(summary.locator(".status-row [data-state]")) == "Queued"
+    assert words(summary.locator("[data-state-sentence]")) == "Waiting for room to start"
+    replicas = page.locator("#replica-table")
+    assert "Need attention" not in replicas.inner_text()
+    assert replicas.locator(".warn-text, .fail, .chip.warn").count() == 0
+    calm = page.evaluate(
+        """() => [...document.querySelectorAll('#job-summary .badge, #replica-table .badge')]
+            .map((e) => getComputedStyle(e).color)"""
+    )
+    red = page.evaluate("getComputedStyle(document.documentElement).getPropertyValue('--bad')")
+    amber = page.evaluate("getComputedStyle(document.documentElement).getPropertyValue('--wait')")
+    colours = {_rgb(c) for c in calm}
+    assert _rgb(red) not in colours
+    assert _rgb(amber) not in colours
+    shot(page, "41-queued-job-calm")
+    context.close()
+
+
+def _rgb(colour: str) -> str:
+    """`#b42318` or `rgb(180, 35, 24)` -> `180,35,24`."""
+    colour = colour.strip()
+    if colour.startswith("#"):
+        return ",".join(str(int(colour[i : i + 2], 16)) for i in (1, 3, 5))
+    return ",".join(
+        colour[colour.index("(") + 1 : colour.index(")")].replace(" ", "").split(",")[:3]
+    )

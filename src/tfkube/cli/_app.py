@@ -406,7 +406,7 @@ def status(
         raise fail(str(exc), 1) from None
     out.print(job_panel(view, width=out.width))
     if view.done:
-        for line in summary(view):
+        for line in summary(view, with_result=False):  # the panel shows the result
             out.print(line, highlight=False)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -10,7 +9,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from tfkube import contract
+from tfkube import contract, safefs
 from tfkube.engines import JobView
 from tfkube.planner import JobPhase, ReplicaState
 from tfkube.serving import exported_versions
@@ -37,6 +36,34 @@ def _age(view: JobView, now: float) -> str:
     end = view.finished_at or now
     seconds = max(0, int(end - start))
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def result_of(view: JobView) -> dict[str, contract.ResultValue] | None:
+    """What the job reported (its result file): from the engine's view (a server read it),
+    else read from its log folder on this machine, without following what the job made
+    and at most `contract.RESULT_MAX_BYTES` (a file that breaks the rules is no result)."""
+    if view.result is not None:
+        return view.result
+    if not view.log_dir:
+        return None
+    try:
+        with safefs.closing(safefs.open_root(view.log_dir)) as root:
+            data = safefs.read_bytes(root, [contract.RESULT_FILE], contract.RESULT_MAX_BYTES + 1)
+        return contract.parse_result(data)
+    except (OSError, ValueError):
+        return None
+
+
+def result_text(result: dict[str, contract.ResultValue] | None, width: int | None = None) -> str:
+    """`test_accuracy=0.9712  global_step=1000` (cut to `width`)."""
+    if not result:
+        return ""
+    text = "  ".join(f"{k}={_value(v)}" for k, v in result.items())
+    return text if width is None or len(text) <= width else text[: max(1, width - 1)] + "…"
+
+
+def _value(v: contract.ResultValue) -> str:
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
 def job_panel(view: JobView, now: float | None = None, width: int = 120) -> Group:
@@ -70,7 +97,10 @@ def job_panel(view: JobView, now: float | None = None, width: int = 120) -> Grou
         if r.message and len(r.message) > room:
             cut.setdefault(r.message, []).append(r.key)
         table.add_row(*cells, Text(line))
-    parts: list[Text | Table] = [head, table]
+    parts: list[Text | Table] = [head]
+    if result := result_of(view):
+        parts.append(Text.assemble(("result ", "bold"), (result_text(result), "green")))
+    parts.append(table)
     # Why a replica waits or failed is the point of `status`: said in full under the table
     # (once per distinct reason) when its cell had to cut it.
     parts += [Text(f"{', '.join(keys)}: {message}") for message, keys in cut.items()]
@@ -79,12 +109,31 @@ def job_panel(view: JobView, now: float | None = None, width: int = 120) -> Grou
     return Group(*parts)
 
 
+LIST_RESULTS = 3
+"""The most result names `tfkube list` gives a column each (the most common first)."""
+
+
+def result_columns(results: list[dict[str, contract.ResultValue] | None]) -> list[str]:
+    """The result names the listed jobs report most, at most LIST_RESULTS (ties by the
+    order they first appear in)."""
+    counts: dict[str, int] = {}
+    for result in results:
+        for name in result or {}:
+            counts[name] = counts.get(name, 0) + 1
+    return sorted(counts, key=lambda n: -counts[n])[:LIST_RESULTS]
+
+
 def jobs_table(views: list[JobView], now: float | None = None) -> Table:
+    """A row per job; a column for each of the results the jobs report most."""
     now = time.time() if now is None else now
     table = Table(show_edge=False, pad_edge=False)
+    results = [result_of(v) for v in views]
+    shown = result_columns(results)
     for col in ("name", "phase", "replicas", "running", "restarts", "age", "reason"):
         table.add_column(col)
-    for v in views:
+    for name in shown:
+        table.add_column(name, justify="right", no_wrap=True)
+    for v, result in zip(views, results, strict=True):
         running = sum(r.state is ReplicaState.RUNNING for r in v.replicas)
         table.add_row(
             v.name,
@@ -94,15 +143,19 @@ def jobs_table(views: list[JobView], now: float | None = None) -> Table:
             str(v.restarts),
             _age(v, now),
             v.reason or "",
+            *(_value(result[n]) if result and n in result else "" for n in shown),
         )
     return table
 
 
-def summary(view: JobView) -> list[str]:
-    """What the job achieved: its result file, last checkpoint and TensorBoard logs."""
+def summary(view: JobView, with_result: bool = True) -> list[str]:
+    """What the job achieved: its result (unless its panel shows it already), the
+    exported models, the last checkpoint and TensorBoard logs."""
     lines = [
         f"job {view.name}: {view.phase.value}" + (f" ({view.message})" if view.message else "")
     ]
+    if with_result and (result := result_of(view)):
+        lines.append("result: " + ", ".join(f"{k}={_value(v)}" for k, v in result.items()))
     if view.extra.get("exports"):  # a job on a tfkube server
         lines.append(
             f"exported models: versions {view.extra['exports']}  (serve: tfkube serve {view.name})"
@@ -110,13 +163,6 @@ def summary(view: JobView) -> list[str]:
     if not view.log_dir:
         return lines
     log_dir = Path(view.log_dir)
-    result = log_dir / "result.json"
-    if result.is_file():
-        try:
-            data = json.loads(result.read_text())
-            lines.append("result: " + ", ".join(f"{k}={v}" for k, v in data.items()))
-        except (OSError, ValueError):
-            pass
     checkpoint = latest_checkpoint(log_dir)
     if checkpoint:
         lines.append(f"checkpoints: {log_dir} (latest {checkpoint})")

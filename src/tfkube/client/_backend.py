@@ -42,6 +42,7 @@ def job_view(job: JobOut) -> JobView:
             "id": job.id,
             **({"exports": ", ".join(str(v) for v in job.exports)} if job.exports else {}),
         },
+        result=job.result,
     )
 
 

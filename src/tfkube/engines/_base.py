@@ -63,6 +63,9 @@ class JobView:
     job_dir: str | None = None
     supervisor_alive: bool = True
     extra: dict[str, str] = field(default_factory=dict)
+    result: dict[str, float | int] | None = None
+    """What the job reported in its result file (`tfkube.contract.RESULT_FILE`), when the
+    engine read it for us (a server does); else the CLI reads `log_dir` itself."""
 
     @property
     def done(self) -> bool:

@@ -82,6 +82,14 @@ class BadForm(BadArchive):
 
 
 @dataclass(frozen=True)
+class Contents:
+    """What an upload holds once checked: its files and their bytes unpacked."""
+
+    files: int
+    unpacked: int
+
+
+@dataclass(frozen=True)
 class Stored:
     sha256: str
     size: int
@@ -125,8 +133,8 @@ def _check_name(name: str) -> str:
     return clean
 
 
-def check_tar(archive: Path, entrypoint: str | None) -> int:
-    """Check every member of a tar archive as the launcher will unpack it; -> file count."""
+def check_tar(archive: Path, entrypoint: str | None) -> Contents:
+    """Check every member of a tar archive as the launcher will unpack it."""
     try:
         with tarfile.open(archive, "r:*") as tar:
             total = 0
@@ -150,7 +158,7 @@ def check_tar(archive: Path, entrypoint: str | None) -> int:
     except (tarfile.TarError, EOFError, OSError, gzip.BadGzipFile) as exc:
         raise BadArchive(f"not a readable .tar.gz archive: {exc}") from None
     _check_entrypoint(names, entrypoint)
-    return sum(1 for _ in names)
+    return Contents(sum(1 for _ in names), total)
 
 
 @dataclass
@@ -334,8 +342,8 @@ def _deterministic_targz(dest: Path) -> tuple[tarfile.TarFile, gzip.GzipFile, io
     return tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT), gz, raw
 
 
-def zip_to_targz(archive: Path, dest: Path, entrypoint: str | None) -> int:
-    """Check a .zip and re-pack it as a deterministic .tar.gz; -> file count."""
+def zip_to_targz(archive: Path, dest: Path, entrypoint: str | None) -> Contents:
+    """Check a .zip and re-pack it as a deterministic .tar.gz."""
     try:
         with zipfile.ZipFile(archive) as zf:
             infos = zf.infolist()
@@ -362,12 +370,14 @@ def zip_to_targz(archive: Path, dest: Path, entrypoint: str | None) -> int:
                 for name, info, perm in sorted(files, key=lambda f: f[0]):
                     with zf.open(info) as src:
                         tar.addfile(_tarinfo(name, info.file_size, perm), src)
-            return len(files)
+            return Contents(len(files), total)
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
         raise BadArchive(f"not a readable .zip archive: {exc}") from None
 
 
-def files_to_targz(files: Iterable[tuple[str, Path]], dest: Path, entrypoint: str | None) -> int:
+def files_to_targz(
+    files: Iterable[tuple[str, Path]], dest: Path, entrypoint: str | None
+) -> Contents:
     """Pack uploaded loose files (relative name, temp file) as a deterministic .tar.gz."""
     items = sorted((_check_name(name), path) for name, path in files)
     if not items:
@@ -376,13 +386,15 @@ def files_to_targz(files: Iterable[tuple[str, Path]], dest: Path, entrypoint: st
         raise BadArchive(f"more than {MAX_MEMBERS} files")
     _check_entrypoint({n for n, _ in items}, entrypoint)
     tar, gz, raw = _deterministic_targz(dest)
+    total = 0
     with raw, gz, tar:
         for name, path in items:
             size = path.stat().st_size
+            total += size
             perm = 0o755 if name == entrypoint or name.endswith(".sh") else 0o644
             with path.open("rb") as src:
                 tar.addfile(_tarinfo(name, size, perm), src)
-    return len(items)
+    return Contents(len(items), total)
 
 
 def archive_kind(filename: str) -> str:
@@ -437,7 +449,14 @@ class BlobStore:
 
 
 def record_artifact(
-    db: Session, team: Team, user: User, name: str, kind: str, sha: str, size: int, files: int
+    db: Session,
+    team: Team,
+    user: User,
+    name: str,
+    kind: str,
+    sha: str,
+    size: int,
+    contents: Contents,
 ) -> tuple[Artifact, bool]:
     """The team's artifact for a kept blob: its latest version of `name` when that holds
     the same bytes and kind, else a new version. Commits. -> (artifact, whether new)."""
@@ -466,7 +485,8 @@ def record_artifact(
         kind=kind,
         sha256=sha,
         size=size,
-        files=files,
+        files=contents.files,
+        unpacked_size=contents.unpacked,
         created_by=user.id,
         created_at=time.time(),
     )

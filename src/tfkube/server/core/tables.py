@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     Float,
     ForeignKey,
@@ -138,6 +139,9 @@ class Artifact(Base):
         ForeignKey("users.id", ondelete="SET NULL"), nullable=True
     )
     created_at: Mapped[float] = mapped_column(Float)
+    unpacked_size: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    """Bytes of its files once unpacked (what a job sees); `size` is the archive's. None
+    for uploads made before it was recorded."""
 
 
 class Job(Base):
@@ -185,6 +189,20 @@ class Job(Base):
     output_dir: Mapped[str | None] = mapped_column(Text, nullable=True)
     """Where the server reads the job's logs, scalars and outputs."""
     updated_at: Mapped[float] = mapped_column(Float)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """The final metrics the job reported (`tfkube.contract.RESULT_FILE`), kept when it
+    ended; None before, or when it reported none."""
+
+
+class JobMetric(Base):
+    """One number of a job's result (`Job.result`), as a row: what the jobs list sorts
+    and picks its columns by, the same way on SQLite and PostgreSQL."""
+
+    __tablename__ = "job_metrics"
+    __table_args__ = (Index("ix_job_metrics_name_value", "name", "value"),)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[float] = mapped_column(Float)
 
 
 class JobEvent(Base):

@@ -48,10 +48,11 @@ from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.fetch import FetchPolicy
 from tfkube.server.core.forwarded import parse_networks
 from tfkube.server.core.security import CodeClaim, sign_claim
-from tfkube.server.core.tables import Artifact, Job, JobEvent, Team
+from tfkube.server.core.tables import Artifact, Job, JobEvent, JobMetric, Team
 from tfkube.server.jobs import admission, allowances
 from tfkube.server.jobs.fetched import fetch_code, release_fetched
 from tfkube.server.jobs.forms import ArtifactRef, parse_ref, place_job, server_problems
+from tfkube.server.outputs.results import read_result
 from tfkube.server.tenants import tenant_of
 from tfkube.spec import FieldError, SpecError, TFJob, dump_job, load_job_text
 from tfkube.wire import replicas_json, replicas_of
@@ -332,6 +333,7 @@ class JobService:
             row.state = LIVE
             self._apply_view(row, view)
             db.add(JobEvent(job_id=row.id, time=now, message="started on the engine"))
+        self._changed(db, row)
         db.commit()
         self.on_change(row)
 
@@ -373,6 +375,25 @@ class JobService:
         db.commit()
         db.refresh(row)
         return bool(claimed)
+
+    def _changed(self, db: Session, row: Job) -> None:
+        """After a row took what its engine said (or the server ended it): a job that
+        ended keeps its result."""
+        if row.state == ENDED and row.result is None:
+            self.keep_result(db, row)
+
+    @staticmethod
+    def keep_result(db: Session, row: Job) -> None:
+        """The job's result file as it is now, kept with the row (its numbers also as
+        `JobMetric` rows, which lists sort by)."""
+        found = read_result(row.output_dir).values
+        if found is None:
+            return
+        row.result = found
+        db.execute(delete(JobMetric).where(JobMetric.job_id == row.id))
+        for name, value in found.items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                db.add(JobMetric(job_id=row.id, name=name, value=float(value)))
 
     @staticmethod
     def _end(row: Job, phase: str, reason: str, message: str, now: float) -> None:
@@ -416,6 +437,7 @@ class JobService:
             except JobNotFound:
                 self._end(row, row.phase, row.reason or "", row.message or "", now)
         db.add(JobEvent(job_id=row.id, time=now, message="stop requested through the server"))
+        self._changed(db, row)
         db.commit()
         self.on_change(row)
         self.poke.set()
@@ -445,6 +467,7 @@ class JobService:
                     shutil.rmtree(folder, ignore_errors=True)
         release_fetched(db, self.blobs, row)
         db.execute(delete(JobEvent).where(JobEvent.job_id == row.id))
+        db.execute(delete(JobMetric).where(JobMetric.job_id == row.id))
         db.delete(row)
         db.commit()
         self.poke.set()
@@ -517,6 +540,7 @@ class JobService:
                 else:
                     self._apply_view(row, view)
                     self._copy_events(db, row, backend)
+                self._changed(db, row)
                 if (row.phase, row.restarts, row.replicas, row.state) != before:
                     self.on_change(row)
         db.commit()

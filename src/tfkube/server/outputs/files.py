@@ -72,6 +72,31 @@ def list_folder(output_dir: str, parts: Sequence[str]) -> list[OutputFile]:
     ]
 
 
+MAX_LISTED = 5000
+"""The most entries `every_file` looks at (a job that wrote a million files gets a partial
+overview, not a slow page)."""
+
+
+def every_file(output_dir: str | None, limit: int = MAX_LISTED) -> tuple[list[OutputFile], bool]:
+    """Every plain file of the outputs (tfkube's own folder left out), depth first in name
+    order; -> (files, whether the listing stopped at `limit` entries)."""
+    if not output_dir:
+        return [], False
+    out: list[OutputFile] = []
+    try:
+        with closing(open_root(output_dir)) as root:
+            for seen, (rel, e) in enumerate(
+                walk(root, skip=lambda rel: rel == (contract.OWN_SUBDIR,))
+            ):
+                if seen >= limit:
+                    return out, True
+                if e.kind == "file":
+                    out.append(OutputFile(path="/".join(rel), size=e.size, modified=e.mtime))
+    except OSError:
+        return out, False
+    return out, False
+
+
 def open_output(output_dir: str, parts: Sequence[str]) -> tuple[int, int]:
     """(descriptor, size) of one plain file of the outputs; NotInOutputs otherwise."""
     try:

@@ -8,16 +8,54 @@ names of its teams, owners and artifacts, one query each)."""
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from dataclasses import dataclass
+
+from sqlalchemy import ColumnElement, Select, and_, func, select
 from sqlalchemy.orm import Session, aliased
 
 from tfkube.server.core.scopes import Actor, visible
-from tfkube.server.core.tables import Artifact, Job, JobEvent, Team, User
+from tfkube.server.core.tables import Artifact, Job, JobEvent, JobMetric, Team, User
 from tfkube.server.queries.views import event_out, job_out
 from tfkube.wire import EventOut, JobList, JobOut
 
 MAX_PAGE = 500
 """The most jobs one list answers with."""
+RESULT_COLUMNS = 6
+"""The most result names a list offers as columns."""
+SORTS = ("created", "name", "phase", "started", "duration")
+"""What a list sorts by besides a result (`result.<name>`); `-` first: descending."""
+
+
+class BadSort(ValueError):
+    """A `sort` that names nothing a list sorts by (the message says what does)."""
+
+
+@dataclass(frozen=True)
+class Sort:
+    key: str
+    """One of SORTS, or `result.<name>`."""
+    descending: bool
+
+    @classmethod
+    def parse(cls, text: str | None) -> Sort:
+        """`-created` (the default: newest first), `name`, `-result.test_accuracy`, ..."""
+        text = (text or "-created").strip()
+        descending = text.startswith("-")
+        key = text.removeprefix("-")
+        if key not in SORTS and not (key.startswith("result.") and 0 < len(key) - 7 <= 64):
+            raise BadSort(
+                f"sort by {', '.join(SORTS)} or result.<name> (a name the jobs report), "
+                "with a leading - for descending"
+            )
+        return cls(key, descending)
+
+    @property
+    def text(self) -> str:
+        return ("-" if self.descending else "") + self.key
+
+    @property
+    def metric(self) -> str | None:
+        return self.key[7:] if self.key.startswith("result.") else None
 
 
 def get(db: Session, job_id: str) -> Job | None:
@@ -83,11 +121,14 @@ def list_jobs(
     q: str | None = None,
     limit: int = 100,
     offset: int = 0,
+    sort: Sort | None = None,
 ) -> JobList:
-    """The actor's teams' jobs (a site admin's: every team's), newest first; filtered by
-    team name, owner name, phase, exact name or a text in the name (`q`). `phases` counts
-    every phase under the other filters; `total` what the filters leave. At most
-    MAX_PAGE rows are read."""
+    """The actor's teams' jobs (a site admin's: every team's), newest first or in `sort`'s
+    order; filtered by team name, owner name, phase, exact name or a text in the name
+    (`q`). `phases` counts every phase under the other filters; `total` what the filters
+    leave; `result_keys` the result names their jobs report most. At most MAX_PAGE rows
+    are read. Sorted by a result, jobs without it come last either way."""
+    sort = sort or Sort("created", True)
     query = select(Job)
     if not actor.site_admin:
         query = query.where(Job.team_id.in_(list(actor.roles)))
@@ -105,9 +146,20 @@ def list_jobs(
         query = query.where(Job.phase == phase)
     total = sum(phases.values()) if phase is None else phases.get(phase, 0)
     limit = max(1, min(limit, MAX_PAGE))
+    keys = result_keys(db, query)
+    metric = sort.metric
+    if metric is not None:
+        value = aliased(JobMetric)
+        query = query.outerjoin(value, and_(value.job_id == Job.id, value.name == metric))
+        order: ColumnElement[object] = value.value  # type: ignore[assignment]
+    else:
+        order = _ORDER[sort.key]  # type: ignore[assignment]
+    ordered = (order.desc() if sort.descending else order.asc()).nulls_last()
     rows = list(
         db.scalars(
-            query.order_by(Job.created_at.desc(), Job.id).limit(limit).offset(max(offset, 0))
+            query.order_by(ordered, Job.created_at.desc(), Job.id)
+            .limit(limit)
+            .offset(max(offset, 0))
         )
     )
     teams, users, arts = _labels(db, rows)
@@ -121,7 +173,31 @@ def list_jobs(
         )
         for r in rows
     ]
-    return JobList(items=items, total=total, phases=phases)
+    return JobList(items=items, total=total, phases=phases, result_keys=keys)
+
+
+_ORDER = {
+    "created": Job.created_at,
+    "name": Job.name,
+    "phase": Job.phase,
+    "started": Job.started_at,
+    "duration": Job.finished_at - Job.started_at,
+}
+
+
+def result_keys(db: Session, query: Select[Job], most: int = RESULT_COLUMNS) -> list[str]:
+    """The numeric result names the jobs of `query` (a select of Job, filtered) report,
+    the most common first (ties by name): one grouped query over job_metrics."""
+    jobs = query.with_only_columns(Job.id).order_by(None).subquery()
+    count = func.count()
+    rows = db.execute(
+        select(JobMetric.name, count)
+        .where(JobMetric.job_id.in_(select(jobs.c.id)))
+        .group_by(JobMetric.name)
+        .order_by(count.desc(), JobMetric.name)
+        .limit(most)
+    ).all()
+    return [name for name, _ in rows]
 
 
 def names(db: Session, team_id: int) -> set[str]:

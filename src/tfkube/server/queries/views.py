@@ -64,6 +64,7 @@ def job_out(
         counts=dict(counts),
         replicas=replicas_of(row.replicas) if detail else None,
         spec=row.spec if detail else None,
+        result=dict(row.result) if row.result else None,
     )
 
 
@@ -114,6 +115,7 @@ def artifact_out(a: Artifact, team: str, creator: str | None, in_use: bool) -> A
         created_by=creator,
         created_at=a.created_at,
         in_use=in_use,
+        unpacked_size=a.unpacked_size,
     )
 
 

@@ -7,6 +7,7 @@ Nothing here touches the database, the request or the clock (times are arguments
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -180,7 +181,12 @@ class ReplicaFilter:
 
 
 def has_problem(r: Replica) -> bool:
-    return r.state is ReplicaState.FAILED or r.restarts > 0 or bool(r.message)
+    """Whether a replica needs someone's attention: it failed, restarted, stalls, or says
+    something while it runs. A pending replica saying why it waits (queued, scheduling,
+    pulling its image) is not a problem: every replica of a starting job says that."""
+    if r.state is ReplicaState.PENDING:
+        return r.restarts > 0
+    return r.state is ReplicaState.FAILED or r.restarts > 0 or r.stalled or bool(r.message)
 
 
 @dataclass(frozen=True)
@@ -300,3 +306,199 @@ def state_summary(counts: Mapping[str, int]) -> str:
 def running_of(counts: Mapping[str, int]) -> tuple[int, int]:
     """-> (running replicas, all replicas)."""
     return counts.get(ReplicaState.RUNNING, 0), sum(counts.values())
+
+
+# -- a job's state in one calm sentence ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobState:
+    """How a job page and the jobs list word a job's state: one label, one tone, one
+    sentence, and at most one line of detail (never three phrases for one state)."""
+
+    label: str
+    tone: str
+    """CSS: wait (starting or queued: calm), run, warn, ok, bad."""
+    sentence: str
+    detail: str = ""
+
+
+def job_state(
+    phase: str, queued: bool, reason: str | None, message: str | None, replicas: Sequence[Replica]
+) -> JobState:
+    """A job's state for people (pure). A job that waits or starts is calm: nothing about
+    it is an error yet, and a replica waiting for its turn is not a problem."""
+    text = (message or "").strip()
+    if queued:
+        why = text.removeprefix("queued:").strip() or "waiting for room on the engine"
+        return JobState("Queued", "wait", "Waiting for room to start", why)
+    stalled = sum(1 for r in replicas if r.stalled)
+    wait = common_wait(replicas)
+    waiting = (
+        f"{wait[1]:,} of {len(replicas):,} replica{'s' if len(replicas) != 1 else ''} "
+        f"waiting: {wait[0]}"
+        if wait
+        else ""
+    )
+    if phase == JobPhase.PENDING:
+        return JobState("Starting", "wait", "Starting its replicas", waiting)
+    if phase == JobPhase.RUNNING:
+        if stalled:
+            plural = "s" if stalled != 1 else ""
+            return JobState(
+                "Running",
+                "warn",
+                f"Training, but {stalled:,} replica{plural} made no progress lately",
+                text or waiting,
+            )
+        return JobState("Running", "run", "Training", waiting)
+    if phase == JobPhase.RESTARTING:
+        return JobState("Restarting", "warn", "Replacing replicas that failed", text or waiting)
+    if phase == JobPhase.SUCCEEDED:
+        return JobState("Succeeded", "ok", "Finished successfully", "")
+    if reason == "Stopped":
+        return JobState("Stopped", "idle", "Stopped on request", "")
+    sentence = f"Failed: {reason}" if reason and reason != phase else "Failed"
+    return JobState("Failed", "bad", sentence, text)
+
+
+# -- results ------------------------------------------------------------------------------------
+
+
+def metric(value: float | int | None) -> str:
+    """A result's number for people, at a sensible precision: 0.9712, 1,000, 1.23e-05."""
+    if value is None:
+        return ""
+    if isinstance(value, int):
+        return f"{value:,}"
+    if value != 0 and (abs(value) >= 1e7 or abs(value) < 1e-4):
+        return f"{value:.3g}"
+    if value.is_integer() and abs(value) >= 1:
+        return f"{int(value):,}"
+    return f"{value:.4g}" if abs(value) < 1 else f"{value:,.4g}"
+
+
+# -- sortable lists -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SortLink:
+    key: str
+    """What the column sorts by (`name`, `result.test_accuracy`)."""
+    href_params: dict[str, Any]
+    aria_sort: str
+    """ascending | descending | none (ARIA)."""
+    arrow: str
+
+
+def sort_link(params: Mapping[str, Any], current: str, key: str, first: str = "desc") -> SortLink:
+    """A column header's link: a click sorts by `key` (descending first for numbers and
+    times), a second click reverses it."""
+    descending = current.startswith("-")
+    active = current.removeprefix("-") == key
+    flip = not descending if active else first == "desc"
+    target = f"-{key}" if flip else key
+    aria = ("descending" if descending else "ascending") if active else "none"
+    arrow = ("▼" if descending else "▲") if active else ""
+    return SortLink(key, {**params, "sort": target, "page": 1}, aria, arrow)
+
+
+# -- outputs, grouped ----------------------------------------------------------------------------
+
+_CHECKPOINT_PIECE = re.compile(r"^(?P<prefix>.+?)\.(index|meta|data-\d{5}-of-\d{5})$")
+
+
+@dataclass
+class OutputItem:
+    label: str
+    """What it is ('model.ckpt-1000', 'version 1000', 'train/', a file's name)."""
+    path: str
+    """Its path in the outputs (a folder's, or the one file's)."""
+    size: int
+    files: int
+    modified: float
+    is_dir: bool = False
+    parts: list[str] = field(default_factory=list)
+    """A checkpoint's files (paths), newest first for the group."""
+
+
+@dataclass
+class OutputGroup:
+    key: str
+    title: str
+    help: str
+    items: list[OutputItem]
+
+    @property
+    def size(self) -> int:
+        return sum(i.size for i in self.items)
+
+    @property
+    def files(self) -> int:
+        return sum(i.files for i in self.items)
+
+
+OUTPUT_GROUPS = {
+    "exports": ("Exported models", "SavedModels the job exported, one folder per version"),
+    "checkpoints": ("Checkpoints", "the model's variables as training saved them"),
+    "summaries": ("Summaries", "TensorBoard event files: the charts' data"),
+    "other": ("Other files", "everything else the job wrote"),
+}
+
+
+def group_outputs(files: Iterable[Any], export_dir: str = "export") -> list[OutputGroup]:
+    """A job's output files (paths relative to its outputs, files only) in four groups:
+    exported models (one item per version folder), checkpoints (one item per checkpoint,
+    with its index, data and meta pieces; TensorFlow's `checkpoint` index file with them),
+    summaries (one item per folder of event files) and the rest. Newest first within a
+    group; empty groups left out."""
+    exports: dict[str, OutputItem] = {}
+    checkpoints: dict[str, OutputItem] = {}
+    summaries: dict[str, OutputItem] = {}
+    other: list[OutputItem] = []
+
+    def add(bucket: dict[str, OutputItem], key: str, label: str, path: str, f: Any) -> None:
+        item = bucket.get(key)
+        if item is None:
+            item = bucket[key] = OutputItem(label, path, 0, 0, 0.0, is_dir=path != f.path)
+        item.size += f.size
+        item.files += 1
+        item.modified = max(item.modified, f.modified)
+        item.parts.append(f.path)
+
+    for f in files:
+        if getattr(f, "is_dir", False):
+            continue
+        parts = f.path.split("/")
+        name = parts[-1]
+        folder = "/".join(parts[:-1])
+        if parts[0] == export_dir and len(parts) > 2:
+            version = parts[1]
+            label = f"version {version}" if version.isdigit() else version
+            add(exports, version, label, f"{export_dir}/{version}", f)
+        elif m := _CHECKPOINT_PIECE.match(name):
+            prefix = f"{folder}/{m['prefix']}" if folder else m["prefix"]
+            add(checkpoints, prefix, prefix, prefix, f)
+        elif name == "checkpoint":
+            key = f"{folder}/checkpoint" if folder else "checkpoint"
+            add(checkpoints, key, f"{key} (the index of the newest)", f.path, f)
+        elif name.startswith("events.out.tfevents."):
+            run = folder or "."
+            add(summaries, run, f"{run}/" if folder else "the outputs' top folder", folder, f)
+        else:
+            other.append(OutputItem(f.path, f.path, f.size, 1, f.modified))
+    for bucket in (exports, checkpoints, summaries):
+        for item in bucket.values():
+            item.is_dir = item.is_dir or item.files > 1
+    groups = []
+    for key, items in (
+        ("exports", list(exports.values())),
+        ("checkpoints", list(checkpoints.values())),
+        ("summaries", list(summaries.values())),
+        ("other", other),
+    ):
+        if items:
+            title, help_text = OUTPUT_GROUPS[key]
+            ordered = sorted(items, key=lambda i: (-i.modified, i.label))
+            groups.append(OutputGroup(key, title, help_text, ordered))
+    return groups

@@ -108,6 +108,7 @@ ENV.filters.update(
     number=present.number,
     cpu=present.cpu,
     urlpart=lambda s: quote(str(s), safe=""),
+    metric=present.metric,
 )
 ENV.globals.update(
     query_url=present.query_url,
@@ -118,6 +119,7 @@ ENV.globals.update(
     state_summary=present.state_summary,
     running_of=present.running_of,
     is_active=present.is_active,
+    job_state=present.job_state,
 )
 _VERSION: dict[str, str] = {}
 

@@ -28,8 +28,9 @@ from tfkube.server.core.scopes import Scope, allowed
 from tfkube.server.core.security import SESSION_COOKIE
 from tfkube.server.core.tables import Job
 from tfkube.server.outputs.checkpoints import find_checkpoint
-from tfkube.server.outputs.files import NotInOutputs, list_folder
+from tfkube.server.outputs.files import NotInOutputs, every_file, list_folder
 from tfkube.server.outputs.logs import log_files
+from tfkube.server.outputs.results import current_result
 from tfkube.server.outputs.scalars import progress_hint, progress_of, total_steps
 from tfkube.server.web import _present as present
 from tfkube.server.web._context import PageUser, is_fragment, page_context
@@ -112,8 +113,15 @@ def jobs_page(
     owner: str = "",
     q: str = "",
     page: int = 1,
+    sort: str = "",
 ) -> Response:
+    try:
+        order = queries.jobs.Sort.parse(sort or None)
+    except queries.jobs.BadSort:
+        order = queries.jobs.Sort.parse(None)
     params = {"team": team, "phase": phase, "owner": owner, "q": q.strip()}
+    if order.text != "-created":
+        params["sort"] = order.text
     who = principal.user.name if owner == "me" else owner
 
     def fetch(at: int) -> JobList:
@@ -126,6 +134,7 @@ def jobs_page(
             q=params["q"] or None,
             limit=JOBS_PER_PAGE,
             offset=(at - 1) * JOBS_PER_PAGE,
+            sort=order,
         )
 
     listing = fetch(max(page, 1))
@@ -140,8 +149,20 @@ def jobs_page(
             row = queries.jobs.get(db, item.id)  # loaded by the list: no query
             progress[item.id] = job_progress(platform, row) if row else None
     all_phases = sum(listing.phases.values()) if not phase else None
+    current = order.text
+
+    def header(key: str, first: str = "desc") -> present.SortLink:
+        return present.sort_link(params, current, key, first)
+
     data = {
         "params": params,
+        "sorts": {
+            "name": header("name", "asc"),
+            "phase": header("phase", "asc"),
+            "created": header("created"),
+            **{f"result.{k}": header(f"result.{k}") for k in listing.result_keys},
+        },
+        "sort": current,
         "listing": listing,
         "progress": progress,
         "page": page,
@@ -236,13 +257,18 @@ def _summary_data(
     principal: Principal, platform: PlatformDep, row: Job, job: JobOut, db: SessionDep
 ) -> dict[str, Any]:
     active = present.is_active(job.phase, job.queued)
+    found = current_result(row)
     return {
         **job_serving(principal, db, platform, row),
         "job": job,
         "active": active,
+        "state": present.job_state(
+            job.phase, job.queued, job.reason, job.message, job.replicas or []
+        ),
+        "result": found.values,
+        "result_problem": found.problem,
         "progress": job_progress(platform, row),
         "checkpoint": find_checkpoint(row.output_dir),
-        "waiting": present.common_wait(job.replicas or []) if not job.queued else None,
         "can_write": allowed(principal.actor, Scope.JOBS_WRITE, row.team_id),
         "tensorboard": has_tensorboard(platform.engine.features, row),
         "now": time.time(),
@@ -275,10 +301,19 @@ def _events_data(db: SessionDep, job: JobOut) -> dict[str, Any]:
     }
 
 
-def _outputs_data(principal: Principal, row: Job, job: JobOut, path: str) -> dict[str, Any]:
+def _outputs_data(
+    principal: Principal, row: Job, job: JobOut, path: str, browse: bool = False
+) -> dict[str, Any]:
     files: list[OutputFile] = []
     missing = ""
-    if allowed(principal.actor, Scope.OUTPUTS_READ, row.team_id) and row.output_dir:
+    groups: list[present.OutputGroup] = []
+    partial = False
+    readable = allowed(principal.actor, Scope.OUTPUTS_READ, row.team_id)
+    if readable and not path and not browse:
+        # The top of the outputs: grouped by what they are, not one long list.
+        found, partial = every_file(row.output_dir)
+        groups = present.group_outputs(found, contract.EXPORT_SUBDIR)
+    elif readable and row.output_dir:
         # What GET /api/v1/jobs/{id}/outputs answers, its refusals as the page's words.
         try:
             if problem := control_problem(path):
@@ -295,6 +330,9 @@ def _outputs_data(principal: Principal, row: Job, job: JobOut, path: str) -> dic
         crumbs.append((part, "/".join(parts[: i + 1])))
     return {
         "job": job,
+        "groups": groups,
+        "partial": partial,
+        "browse": "1" if browse else "",
         "files": [f for f in files if f.path != contract.OWN_SUBDIR],
         "path": "/".join(parts),
         "crumbs": crumbs,
@@ -376,11 +414,17 @@ def job_events_part(request: Request, job_id: str, principal: PageUser, db: Sess
 
 @router.get("/jobs/{job_id}/part/outputs")
 def job_outputs_part(
-    request: Request, job_id: str, principal: PageUser, db: SessionDep, path: str = ""
+    request: Request,
+    job_id: str,
+    principal: PageUser,
+    db: SessionDep,
+    path: str = "",
+    browse: str = "",
 ) -> Response:
     row = _job_row(job_id, principal, db)
     job = queries.jobs.view(db, row, detail=False)
-    return render(request, "_outputs.html", _outputs_data(principal, row, job, path))
+    data = _outputs_data(principal, row, job, path, browse=browse == "1")
+    return render(request, "_outputs.html", data)
 
 
 # -- code and data, team, admin ---------------------------------------------------------------

@@ -30,6 +30,7 @@ from tfkube.server.artifacts import (
     MAX_UPLOAD_BYTES,
     BadArchive,
     BadForm,
+    Contents,
     TooLarge,
     archive_kind,
     check_tar,
@@ -168,7 +169,7 @@ async def upload(
             raw = blobs.temp()
             staged.append(raw)
             await receive(_stream(request), raw, _limit(kind))
-            final, files = await run_in_threadpool(
+            final, contents = await run_in_threadpool(
                 _check, raw, filename, needed, blobs.temp, staged
             )
         elif not uploads:
@@ -176,13 +177,13 @@ async def upload(
                 "file", "attach an archive as `file` or the folder's files as `files`"
             )
         elif len(uploads) == 1 and archive_kind(uploads[0][0]) != "file":
-            final, files = await run_in_threadpool(
+            final, contents = await run_in_threadpool(
                 _check, uploads[0][1], uploads[0][0], needed, blobs.temp, staged
             )
         else:
             out = blobs.temp()
             staged.append(out)
-            files = await run_in_threadpool(files_to_targz, uploads, out, needed)
+            contents = await run_in_threadpool(files_to_targz, uploads, out, needed)
             final = out
         sha, size = await run_in_threadpool(blobs.keep, final)
     except TooLarge as exc:
@@ -194,15 +195,16 @@ async def upload(
     finally:
         for path in staged:
             path.unlink(missing_ok=True)
-    artifact, new = record_artifact(db, team, principal.user, name, kind, sha, size, files)
+    artifact, new = record_artifact(db, team, principal.user, name, kind, sha, size, contents)
     busy = not new and queries.artifacts.in_use(db, artifact.id)
     return artifact_out(artifact, team.name, principal.user.name, busy)
 
 
 def _check(
     raw: Path, filename: str, entrypoint: str | None, temp: object, staged: list[Path]
-) -> tuple[Path, int]:
-    """Check an uploaded archive; a .zip is re-packed as .tar.gz. -> (file to keep, files)."""
+) -> tuple[Path, Contents]:
+    """Check an uploaded archive; a .zip is re-packed as .tar.gz. -> (file to keep, what
+    it holds)."""
     if archive_kind(filename) == "zip":
         out = temp()  # type: ignore[operator]
         staged.append(out)

@@ -121,9 +121,19 @@ def list_jobs(
     q: str | None = None,
     limit: int = 100,
     offset: int = 0,
+    sort: str | None = None,
 ) -> JobList:
     """The caller's teams' jobs, newest first; filter by team, owner, phase, exact name or
-    a text in the name (`q`). `phases` counts every phase under the other filters."""
+    a text in the name (`q`). `phases` counts every phase under the other filters.
+    `sort`: created, name, phase, started, duration or `result.<name>` (a number the jobs
+    reported in their result file; jobs without it last), `-` first for descending
+    (default `-created`); `result_keys` names the results these jobs report most."""
+    from tfkube.server.api.errors import field_error
+
+    try:
+        order = queries.jobs.Sort.parse(sort)
+    except queries.jobs.BadSort as exc:
+        raise field_error("sort", str(exc)) from None
     return queries.jobs.list_jobs(
         db,
         principal.actor,
@@ -134,17 +144,22 @@ def list_jobs(
         q=q,
         limit=limit,
         offset=offset,
+        sort=order,
     )
 
 
 @router.get("/jobs/{job_id}")
 def get_job(job: JobDep, db: SessionDep) -> JobOut:
     """One job with every replica (state, restarts, exit code, address/node, why it is
-    pending), its TFJob as it runs and the model versions it exported."""
+    pending), its TFJob as it runs, the model versions it exported and its result (kept
+    when it ended; read from its result file as it is now while it runs)."""
+    from tfkube.server.outputs.results import current_result
     from tfkube.server.workloads.model_servers import job_exports
 
     out = queries.jobs.view(db, job)
     out.exports = job_exports(job)
+    found = current_result(job)
+    out.result, out.result_problem = found.values, found.problem or None
     return out
 
 

@@ -149,6 +149,26 @@
     else (general || list)?.scrollIntoView({ block: "nearest" });
   }
 
+  // A field the API refused is cleared of its error as soon as someone changes it: the
+  // red mark and the message say "this is wrong", which stops being true once it is edited.
+  function fieldEdited(event) {
+    const input = event.target.closest("[aria-invalid]");
+    const form = input && input.closest("form[data-api-form], [data-upload]");
+    if (!form) return;
+    input.removeAttribute("aria-invalid");
+    const name = input.getAttribute("name") || input.dataset.name || "";
+    const candidates = [name, name.split(".")[0], name.split(".").slice(-1)[0]];
+    for (const key of candidates) {
+      const slot = key && $(`[data-error-for="${CSS.escape(key)}"]`, form);
+      if (slot) {
+        slot.textContent = "";
+        break;
+      }
+    }
+  }
+  document.addEventListener("input", fieldEdited);
+  document.addEventListener("change", fieldEdited);
+
   document.addEventListener("submit", async (event) => {
     const form = event.target.closest("form[data-api-form]");
     if (!form) return;
@@ -386,7 +406,11 @@
   }
 
   function uploaded(widget, artifact) {
-    toast(`Uploaded ${artifact.name} version ${artifact.version}`);
+    const unpacked = artifact.unpacked_size ?? null;
+    toast(
+      `Uploaded ${artifact.name} version ${artifact.version}: ${artifact.files} files` +
+        (unpacked === null ? "" : `, ${humanSize(unpacked)} (${humanSize(artifact.size)} compressed)`)
+    );
     if (widget.dataset.uploadThen !== "code-select") return location.reload();
     const select = $("#code");
     const ref = `${artifact.name}:${artifact.version}`;
@@ -394,7 +418,8 @@
     if (!option) {
       option = document.createElement("option");
       option.value = ref;
-      option.textContent = `${artifact.name} · version ${artifact.version} (just uploaded) · ${humanSize(artifact.size)}`;
+      const unpacked = artifact.unpacked_size ?? null;
+      option.textContent = `${artifact.name} · version ${artifact.version} (just uploaded) · ${artifact.files} files` + (unpacked === null ? "" : `, ${humanSize(unpacked)}`);
       select.append(option);
     }
     select.value = ref;
@@ -576,8 +601,9 @@
         const points = group.runs.reduce((n, r) => n + r.points.length, 0);
         const last = group.runs[0].points[group.runs[0].points.length - 1];
         entry.figure.dataset.points = String(points);
+        // Figures logged while training (often on one batch): never the job's result.
         entry.caption.textContent = last
-          ? `${group.title} — ${formatValue(last.value)} at step ${last.step.toLocaleString()}`
+          ? `${group.title}: ${formatValue(last.value)} at step ${last.step.toLocaleString()} (during training)`
           : group.title;
       }
       const order = groups.map((g) => g.tag);
@@ -619,7 +645,7 @@
   }
   const rank = (tag) => (PREFERRED.indexOf(tag) === -1 ? 99 : PREFERRED.indexOf(tag));
   const titleOf = (tag) =>
-    ({ loss: "Loss (lower is better)", accuracy: "Accuracy (higher is better)", "steps/s": "Training speed (steps/s)" })[tag] || tag;
+    ({ loss: "Loss (lower is better)", accuracy: "Accuracy", "steps/s": "Training speed (steps/s)" })[tag] || tag;
 
   function alignRuns(runs) {
     const steps = [...new Set(runs.flatMap((r) => r.points.map((p) => p.step)))].sort((a, b) => a - b);
