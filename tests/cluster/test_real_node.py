@@ -385,7 +385,11 @@ def test_without_a_logs_claim_a_deleted_ps_pod_restarts_the_job_from_scratch(
     pods' own, so losing the PS restarts the whole job from step 0, and it says so in its
     events and in `tfkube status` while it restarts; it still trains to the end."""
     kube, ns, name = operator.kube, kube_namespace, "mnist-between-graph"
-    path, _ = real_node_job(real_node, tmp_path, name, SLOW, backoffLimit=6)
+    # The restart waits 15 s (the example's own first delay is 1 s): `tfkube status` says
+    # what the restart will be while it waits, and a poll on a loaded machine missed a
+    # 1-second window in CI.
+    backoff = {"baseSeconds": 15, "capSeconds": 30}
+    path, _ = real_node_job(real_node, tmp_path, name, SLOW, backoffLimit=6, backoff=backoff)
     submit(real_node, kube, ns, path)
 
     def chief_step() -> int:

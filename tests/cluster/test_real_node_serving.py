@@ -135,6 +135,10 @@ def team(
     try:
         admin = first_admin(server)
         admin.new_team(name, {})  # no quota: the pods ask no CPU (2 cores)
+        # The real node is a pool kept by a taint: a site admin lets the team's jobs on it.
+        taints = sorted({t["key"] for t in real_node.TOLERATIONS})
+        allowances = f"/api/v1/teams/{name}/allowances"
+        admin.ok(admin.http.put(allowances, json={"toleration_keys": taints}))
         user = admin.new_user()
         admin.add_member(name, user, "member")
         member = api_for(server.url, user)
