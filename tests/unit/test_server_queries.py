@@ -286,3 +286,25 @@ def test_teams_where_the_actor_holds_a_scope(
 def test_usage_counts_running_and_queued(db: Session) -> None:
     usage = queries.teams.usage(db, 1)
     assert (usage.running, usage.queued) == (40, 0)
+
+
+@pytest.mark.parametrize(
+    ("team_id", "search", "names", "total"),
+    [
+        (1, "", ["bea", "root"], 2),  # not alice nor vic: members already
+        (2, "", ["alice", "root", "vic"], 3),
+        (2, "i", ["alice", "vic"], 2),
+        (2, "%", [], 0),  # a LIKE wildcard is a character like any other
+        (2, "nobody", [], 0),
+    ],
+)
+def test_the_people_a_team_admin_may_add(
+    db: Session, team_id: int, search: str, names: list[str], total: int
+) -> None:
+    assert queries.users.addable(db, team_id, search) == (names, total)
+
+
+def test_the_people_picker_shows_a_bounded_page_and_counts_the_rest(db: Session) -> None:
+    assert queries.users.addable(db, 2, "", limit=1) == (["alice"], 3)
+    db.get(User, 4).disabled = True  # type: ignore[union-attr]
+    assert queries.users.addable(db, 2, "") == (["alice", "vic"], 2)

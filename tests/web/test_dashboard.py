@@ -24,7 +24,7 @@ import pytest
 
 from server._server import PASSWORD
 
-from ._browser import LAPTOP, PHONE, poll, shot
+from ._browser import LAPTOP, PHONE, poll, shot, sign_in
 from ._scale import crowd
 from .conftest import Site
 
@@ -45,6 +45,27 @@ class People:
     """bob's signed-in browser state (member of team vision)."""
     carol: dict[str, Any]
     """carol's (member of team other only)."""
+
+
+def user_menu(page: Any) -> Any:
+    """The menu under the signed-in user's name, top right (its summary, to open it)."""
+    return page.get_by_role("banner").locator("details.who > summary")
+
+
+def search_people(page: Any, text: str) -> None:
+    """Type into the team page's picker and wait for the people it finds."""
+    page.get_by_label("Find a person").fill(text)
+    quoted = f"\N{LEFT DOUBLE QUOTATION MARK}{text}\N{RIGHT DOUBLE QUOTATION MARK}"
+    page.locator("#people-found legend", has_text=quoted).wait_for()
+
+
+def add_member(page: Any, team: str, user: str, role: str = "member") -> None:
+    """On a team page: find the person by part of their name, choose them, add them."""
+    search_people(page, user[:3])
+    page.locator("#people-found").get_by_role("radio", name=user, exact=True).check()
+    page.get_by_label("Role", exact=True).select_option(role)
+    page.get_by_role("button", name=f"Add to {team}").click()
+    page.locator("table.members").get_by_role("rowheader", name=re.compile(user)).wait_for()
 
 
 def words(locator: Any) -> str:
@@ -97,14 +118,13 @@ def people(browser: Any, site: Site) -> People:
     shot(page, "03-admin")
     for team, user in (("vision", "bob"), ("other", "carol")):
         page.goto(f"/team?team={team}")
-        page.get_by_label("Add user").fill(user)
-        page.get_by_role("button", name="Add", exact=True).click()
-        page.locator("table.members").get_by_role("rowheader", name=re.compile(user)).wait_for()
+        add_member(page, team, user)
     page.locator("summary", has_text="Change the quota").click()
     page.get_by_label("CPUs").fill("4")
     page.get_by_role("button", name="Save quota").click()
     poll("the new quota", lambda: "0 in use of 4" in words(page.locator(".quota")), 30)
     shot(page, "04-team")
+    user_menu(page).click()
     page.get_by_role("button", name="Sign out").click()
     page.wait_for_url(lambda url: url.endswith("/login"))
     context.close()
@@ -137,11 +157,18 @@ def test_first_admin_sets_up_a_team_and_a_user_who_signs_in(
     assert page.get_by_role("link", name="Admin").count() == 0  # bob is no site admin
     page.goto("/team")
     assert "vision" in page.inner_text("h1")
+    assert page.locator("#tokens-h").count() == 0  # tokens are the user's, not the team's
+    page.locator("main").get_by_role("link", name="your account").wait_for()
+    menu = user_menu(page)
+    assert "bob" in menu.inner_text()
+    menu.click()
+    page.get_by_role("link", name="Your API tokens").click()
+    page.wait_for_url("**/account")
     page.get_by_label("Name", exact=True).fill("laptop CLI")
     page.get_by_role("button", name="Create token").click()
     token = page.locator("[data-token-value]")
     poll("the new token", lambda: token.inner_text().startswith("tfk_"), 30)
-    shot(page, "06-team-token")
+    shot(page, "06-account-token")
     value = token.inner_text()
     with httpx.Client(base_url=site.url, headers={"Authorization": f"Bearer {value}"}) as api:
         assert api.get("/api/v1/users/me").json()["name"] == "bob"
@@ -152,6 +179,92 @@ def test_first_admin_sets_up_a_team_and_a_user_who_signs_in(
         ).click()
         poll("the token revoked", lambda: "revoked" in page.inner_text("table.tokens"), 30)
         assert api.get("/api/v1/users/me").status_code == 401
+    context.close()
+
+
+def test_members_are_added_with_a_picker(people: People, browser: Any, site: Site) -> None:
+    """A team admin finds people by part of their name (a labelled search, a list of the
+    people not in the team yet), chooses one and a role, and adds them."""
+    admin = site.api(site.admin)
+    try:
+        for name in ("erin", "eric"):
+            admin.new_user(name)
+    finally:
+        admin.close()
+    context = browser.new_context(viewport=LAPTOP, base_url=site.url)
+    page = context.new_page()
+    sign_in(page, site.url, site.admin, PASSWORD)
+    page.goto("/team?team=other")
+    found = page.locator("#people-found")
+
+    def offered() -> list[str]:
+        return sorted(found.get_by_role("radio").evaluate_all("(l) => l.map((e) => e.value)"))
+
+    assert "carol" not in offered()  # a member already
+    assert {"bob", "eric", "erin"} <= set(offered())
+    page.get_by_role("button", name="Add to other").click()  # nobody chosen yet
+    missing = page.locator('[data-error-for="user"]')
+    poll("asked to choose", lambda: "Choose a person" in missing.inner_text(), 10, 0.2)
+    page.get_by_label("Find a person").fill("eri")
+    poll("the search", lambda: offered() == ["eric", "erin"], 30)
+    assert "“eri”" in words(found.locator("legend"))
+    page.get_by_label("Find a person").fill("nobody-has-this")
+    poll("no match", lambda: "No one outside the team" in found.inner_text(), 30)
+    shot(page, "07-member-picker")
+    search_people(page, "er")
+    found.get_by_role("radio", name="erin").check()  # a choice clears the question at once
+    poll("the question cleared", lambda: missing.inner_text().strip() == "", 5, 0.1)
+    add_member(page, "other", "erin", "viewer")
+    row = page.locator("table.members").get_by_role("row", name=re.compile("erin"))
+    assert row.get_by_label("Role of erin").input_value() == "viewer"
+    assert "erin" not in offered()
+    context.close()
+
+
+def _on_screen(locator: Any, screen: dict[str, int]) -> bool:
+    """Whether the element lies wholly inside a screen of that size (no scrolling)."""
+    box = locator.bounding_box()
+    return box is not None and (
+        box["x"] >= 0
+        and box["y"] >= 0
+        and box["x"] + box["width"] <= screen["width"]
+        and box["y"] + box["height"] <= screen["height"]
+    )
+
+
+def test_phone_navigation_is_not_cut_off(people: People, browser: Any, site: Site) -> None:
+    """At a phone's width (390 px) every link of the top navigation and the user menu are
+    inside the screen: none hidden past the edge or behind a sideways scroll."""
+    context = browser.new_context(viewport=PHONE, base_url=site.url)
+    page = context.new_page()
+    sign_in(page, site.url, site.admin, PASSWORD)  # a site admin: the longest navigation
+    nav = page.get_by_role("navigation", name="Main")
+    links = nav.get_by_role("link")
+    assert links.count() == 7
+    shot(page, "23-phone-nav", full_page=False)
+    for i in range(links.count()):
+        link = links.nth(i)
+        name = link.inner_text()
+        assert link.is_visible(), name
+        assert _on_screen(link, PHONE), name
+        hidden = link.evaluate(
+            """(a) => { const r = a.getBoundingClientRect();
+                  const hit = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);
+                  return !(hit && a.contains(hit)); }"""
+        )
+        assert not hidden, f"{name} is covered"
+    assert nav.evaluate("(n) => n.scrollWidth <= n.clientWidth")
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= PHONE["width"] + 1, f"the page scrolls sideways on a phone ({width}px)"
+    menu = user_menu(page)
+    menu.click()
+    tokens = page.get_by_role("link", name="Your API tokens")
+    assert _on_screen(tokens, PHONE)
+    shot(page, "24-phone-user-menu", full_page=False)
+    page.keyboard.press("Escape")  # the menu closes and uncovers the navigation
+    assert not tokens.is_visible()
+    links.filter(has_text="Admin").click()
+    page.wait_for_url("**/admin")
     context.close()
 
 

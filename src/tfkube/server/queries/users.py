@@ -1,10 +1,10 @@
 """Users as the API and the pages read them: one by name (someone else is not found but
 for a site admin), the list, a user with their teams, the owners a job list can be
-filtered by."""
+filtered by, the people a team admin may add (searched by name)."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from tfkube.server.core.scopes import Actor
@@ -56,3 +56,15 @@ def owners(db: Session, actor: Actor) -> list[str]:
             User.id.in_(select(Membership.user_id).where(Membership.team_id.in_(list(actor.roles))))
         )
     return list(db.scalars(query))
+
+
+def addable(db: Session, team_id: int, search: str = "", limit: int = 20) -> tuple[list[str], int]:
+    """The enabled users who are not members of the team and whose name holds `search`
+    (a team admin's picker for adding members): the first `limit` names, sorted, and how
+    many match in all."""
+    members = select(Membership.user_id).where(Membership.team_id == team_id)
+    query = select(User.name).where(User.disabled.is_(False), User.id.not_in(members))
+    if search.strip():
+        query = query.where(User.name.contains(search.strip(), autoescape=True))
+    total = db.scalar(select(func.count()).select_from(query.subquery())) or 0
+    return list(db.scalars(query.order_by(User.name).limit(limit))), total

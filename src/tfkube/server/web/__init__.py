@@ -1,7 +1,8 @@
 """The web dashboard: server-rendered pages over the REST API.
 
     browser ── GET /jobs, /jobs/{id}, /code, /team, /admin, /login, /setup, /models,
-       │         /notebooks (serving_pages.py)
+       │         /notebooks (serving_pages.py), /account (account_pages.py: the user's
+       │         own API tokens)
        │         pages.py: read through tfkube.server.queries (the API's own reads; never a
        │         route handler) -> _present (pure: wording, filters, paging) -> Jinja
        │         templates (autoescape)
@@ -32,6 +33,7 @@ from tfkube.server.web._render import (
     sign_in_first,
     vendor_missing,
 )
+from tfkube.server.web.account_pages import router as account_router
 from tfkube.server.web.pages import router
 from tfkube.server.web.serving_pages import router as serving_router
 
@@ -49,6 +51,7 @@ class _Static(StaticFiles):
 def install(app: FastAPI) -> None:
     app.include_router(router)
     app.include_router(serving_router)
+    app.include_router(account_router)
     app.mount("/static", _Static(directory=STATIC), name="static")
     app.add_exception_handler(PageError, page_error)  # type: ignore[arg-type]
     app.add_exception_handler(SignInFirst, sign_in_first)  # type: ignore[arg-type]

@@ -464,7 +464,8 @@ def team_page(
     shown = chosen is not None and allowed(principal.actor, Scope.TEAM_READ, chosen.id)
     members = queries.teams.members(db, chosen.id) if chosen and shown else []
     usage = queries.teams.usage(db, chosen.id) if chosen else None
-    tokens = queries.tokens.list_tokens(db, principal.user.id)
+    team_admin = chosen is not None and allowed(principal.actor, Scope.TEAM_ADMIN, chosen.id)
+    found = queries.users.addable(db, chosen.id) if chosen and team_admin else ([], 0)
     return render(
         request,
         "team.html",
@@ -474,13 +475,29 @@ def team_page(
             "team": chosen,
             "members": members,
             "usage": usage,
-            "tokens": tokens,
-            "team_admin": bool(chosen) and allowed(principal.actor, Scope.TEAM_ADMIN, chosen.id),  # type: ignore[union-attr]
-            "base_url": platform.settings.base_url,
+            "team_admin": team_admin,
+            "found": found[0],
+            "found_total": found[1],
+            "search": "",
             "active": "team",
-            "now": time.time(),
         },
     )
+
+
+@router.get("/team/part/people")
+def team_people_part(
+    request: Request, principal: PageUser, db: SessionDep, team: str = "", q: str = ""
+) -> Response:
+    """The team admin's picker: the people not in the team whose name holds `q`."""
+    mine = queries.teams.list_teams(db, principal.actor)
+    chosen = next((t for t in mine if t.name == team), None)
+    if chosen is None:
+        raise _not_found("team")
+    if not allowed(principal.actor, Scope.TEAM_ADMIN, chosen.id):
+        raise PageError(403, "Not allowed", "Only a team admin adds members.")
+    names, total = queries.users.addable(db, chosen.id, q[:100])
+    context = {"team": chosen, "found": names, "found_total": total, "search": q.strip()}
+    return render(request, "_people.html", context)
 
 
 @router.get("/admin")

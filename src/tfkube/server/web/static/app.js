@@ -86,6 +86,7 @@
     const url = {};
     for (const el of form.elements) {
       if (!el.name || el.disabled || el.type === "submit" || el.type === "button") continue;
+      if (el.type === "radio" && !el.checked) continue;
       let value;
       if (el.type === "checkbox") value = el.checked;
       else if (el.type === "number" || el.dataset.number !== undefined) {
@@ -152,10 +153,12 @@
   // A field the API refused is cleared of its error as soon as someone changes it: the
   // red mark and the message say "this is wrong", which stops being true once it is edited.
   function fieldEdited(event) {
-    const input = event.target.closest("[aria-invalid]");
+    const input = event.target.closest("[aria-invalid], input[type=radio][name]");
     const form = input && input.closest("form[data-api-form], [data-upload]");
     if (!form) return;
     input.removeAttribute("aria-invalid");
+    if (input.type === "radio")  // one choice answers the whole group
+      $$(`input[type=radio][name="${CSS.escape(input.name)}"]`, form).forEach((el) => el.removeAttribute("aria-invalid"));
     const name = input.getAttribute("name") || input.dataset.name || "";
     const candidates = [name, name.split(".")[0], name.split(".").slice(-1)[0]];
     for (const key of candidates) {
@@ -174,6 +177,13 @@
     if (!form) return;
     event.preventDefault();
     clearErrors(form);
+    // A required choice (radio buttons) left open is asked for here: there is no field to send.
+    const open = [...form.querySelectorAll("input[type=radio][required]")].find(
+      (el) => !form.querySelector(`input[type=radio][name="${CSS.escape(el.name)}"]:checked`));
+    if (open) {
+      showErrors(form, { errors: [{ field: open.name, message: open.dataset.missing || "Choose one." }] });
+      return;
+    }
     const { body, url } = formValues(form);
     const button = form.querySelector('[type="submit"]');
     if (button) button.disabled = true;
@@ -215,6 +225,19 @@
       await api("POST", "/api/v1/auth/logout");
     } finally {
       location.assign("/login");
+    }
+  });
+
+  // The user menu (top right) closes on a click elsewhere and on Escape.
+  document.addEventListener("click", (event) => {
+    for (const menu of $$("details[data-menu][open]"))
+      if (!menu.contains(event.target)) menu.open = false;
+  });
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape") return;
+    for (const menu of $$("details[data-menu][open]")) {
+      menu.open = false;
+      menu.querySelector("summary").focus();
     }
   });
 
