@@ -268,6 +268,60 @@ def test_phone_navigation_is_not_cut_off(people: People, browser: Any, site: Sit
     context.close()
 
 
+WHERE_SCRIPT = (
+    "#!/bin/sh\n"
+    'echo "logs in $TFKUBE_LOG_DIR"\n'
+    'echo "data in $TFKUBE_DATA_DIR"\n'
+    'echo "working in $PWD"\n'
+    'echo "program $0"\n'
+    'ls "$TFKUBE_LOG_DIR/no-such-file" || true\n'
+)
+
+
+def test_a_log_names_the_jobs_folders_not_the_servers(
+    people: People, browser: Any, site: Site
+) -> None:
+    """A log page shows the job's folders as the job knows them ($TFKUBE_LOG_DIR, ...):
+    the server's data folder appears nowhere on the page; Download keeps the log as
+    written."""
+    from server.conftest import targz, upload, wait_job
+
+    bob = site.api("bob")
+    try:
+        bob.ok(upload(bob, "vision", "where", targz({"run.sh": WHERE_SCRIPT})), 201)
+        body = {"name": "where", "workers": 1, "code": "where"}
+        job_id = str(bob.ok(bob.post("/api/v1/teams/vision/jobs", json=body), 201)["id"])
+        wait_job(bob, job_id, {"Succeeded"}, timeout=300)
+    finally:
+        bob.close()
+    context = _open(browser, site, people.bob)
+    page = context.new_page()
+    page.goto(f"/jobs/{job_id}#logs")
+    log = page.locator("[data-log-text]")
+    poll("the log", lambda: "program" in log.inner_text(), 30)
+    text = log.inner_text()
+    assert "logs in $TFKUBE_LOG_DIR" in text
+    assert "working in $TFKUBE_WORK_DIR" in text
+    assert "$TFKUBE_LOG_DIR/no-such-file" in text
+    shot(page, "25-log-job-paths")
+    server_dirs = {str(site.server.data_dir), str(site.server.data_dir.resolve())}
+    for folder in server_dirs:
+        assert folder not in text
+        assert folder not in page.content()
+    written = page.request.get(page.locator("[data-log-download]").get_attribute("href") or "")
+    assert any(folder in written.text() for folder in server_dirs)  # as written
+    # Followed (SSE), each shown line carries where it ends in the file as written.
+    followed = page.request.get(
+        f"/api/v1/jobs/{job_id}/logs/worker-0?job_paths=true",
+        headers={"Accept": "text/event-stream"},
+    ).text()
+    assert "data: logs in $TFKUBE_LOG_DIR" in followed
+    ends = [int(line[4:]) for line in followed.splitlines() if line.startswith("id: ")]
+    assert ends == sorted(ends)
+    assert ends[-1] == len(written.body())
+    context.close()
+
+
 @pytest.fixture(scope="module")
 def trained(people: People, browser: Any, site: Site) -> Iterator[tuple[Any, Any, str]]:
     """bob uploads the example folder and submits 1 PS + 2 workers with the four fields;

@@ -178,6 +178,9 @@ class JobStorage:
     (None: data sets do not reach this engine's jobs)."""
     logs_claim: str | None = None
     """The job's `spec.storage.logs.claimName` (a cluster's outputs claim), if any."""
+    work_path: str | None = None
+    """Where the replicas' working folders are on this machine, `<work_path>/<replica>`
+    being a replica's TFKUBE_WORK_DIR (locally; None where the server cannot know)."""
     kept: bool = True
     """Whether the server can read `output_dir` (and removes it with the job)."""
 

@@ -169,7 +169,11 @@ class LocalEngine(RunnersByKind):
     def job_storage(self, tenant: Tenant, job_id: str, name: str) -> JobStorage:
         root = self.team_root(tenant)
         out = root / "outputs" / job_id
-        return JobStorage(out, log_path=str(out), data_path=str(root / "data" / job_id))
+        # The supervisor's JobDir(<home>/jobs/<name>).work, home being <root>/engine.
+        work = root / "engine" / "jobs" / name / "work"
+        return JobStorage(
+            out, log_path=str(out), data_path=str(root / "data" / job_id), work_path=str(work)
+        )
 
     def stage_data(self, tenant: Tenant, storage: JobStorage, archive: Path) -> None:
         if storage.data_path is None:

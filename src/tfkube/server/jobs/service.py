@@ -52,6 +52,7 @@ from tfkube.server.core.tables import Artifact, Job, JobEvent, JobMetric, Team
 from tfkube.server.jobs import admission, allowances
 from tfkube.server.jobs.fetched import fetch_code, release_fetched
 from tfkube.server.jobs.forms import ArtifactRef, parse_ref, place_job, server_problems
+from tfkube.server.outputs.logs import JobPaths, job_paths
 from tfkube.server.outputs.results import read_result
 from tfkube.server.tenants import tenant_of
 from tfkube.spec import FieldError, SpecError, TFJob, dump_job, load_job_text
@@ -125,6 +126,13 @@ class JobService:
     def storage(self, team: Team, job_id: str, name: str) -> JobStorage:
         """Where the job keeps its outputs and data: the engine's decision."""
         return self.engine.job_storage(tenant_of(team), job_id, name)
+
+    def paths(self, team: Team, job: Job, replica: str | None = None) -> JobPaths:
+        """Names the server's folders in a replica's (or the job's) text as the job knows
+        them (`outputs.logs.job_paths`): what the dashboard shows instead."""
+        data_dir = self.settings.data_dir
+        storage = self.storage(team, job.id, job.name)
+        return job_paths(storage, {data_dir, data_dir.resolve()}, replica)
 
     def resolve_data(self, db: Session, team: Team, reference: str) -> Artifact:
         """The team's data artifact a job names (`data`: NAME, NAME:VERSION, sha256:HEX)."""

@@ -1,15 +1,21 @@
 """Replica logs as the launcher keeps them in the job's output folder
 (`.tfkube/logs/<role>-<index>/<attempt>.log`, see `tfkube.launcher._tee`): listed, read
 from an offset, followed while the job runs. The server never asks a live process: the
-files are there during the job, after it ended, and after the engine forgot it (TTL)."""
+files are there during the job, after it ended, and after the engine forgot it (TTL).
+Shown to people, a log names the server's folders as the job knows them
+(`$TFKUBE_LOG_DIR`, ...: `job_paths`)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
 
 from tfkube import contract
+from tfkube.engines import JobStorage
 from tfkube.safefs import Entry, closing, entries, open_dir, open_file, open_root
 from tfkube.tfcluster import REPLICA_KEY, parse_replica_key, replica_order
 from tfkube.wire import LogFile
@@ -137,3 +143,50 @@ async def follow(
             await asyncio.sleep(interval)
     finally:
         os.close(fd)
+
+
+# -- the server's folders as the job's people know them ---------------------------------------
+
+SERVER_DIR = "\N{HORIZONTAL ELLIPSIS}"
+"""What stands for the rest of the server's data folder in a shown log."""
+_END = r"(?![^/\s'\"`:;,)\]}>|])"
+"""A folder ends there: at the end, a `/`, a space, a quote or punctuation (not inside a
+longer name that starts the same)."""
+_KEY = REPLICA.pattern.strip("^$").replace("?P<role>", "?:").replace("?P<index>", "?:")
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    """Names the server's folders in a job's text as the job knows them (pure)."""
+
+    pattern: re.Pattern[str] | None
+    names: tuple[str, ...]
+
+    def shown(self, text: str) -> str:
+        if self.pattern is None or not text:
+            return text
+        return self.pattern.sub(lambda m: self.names[int(m.lastgroup[1:])], text)  # type: ignore[index]
+
+
+def job_paths(
+    storage: JobStorage, server_dirs: Iterable[Path], replica: str | None = None
+) -> JobPaths:
+    """The job's output folder is `$TFKUBE_LOG_DIR`, its data folder `$TFKUBE_DATA_DIR`,
+    a replica's working folder `$TFKUBE_WORK_DIR` (`replica`'s own in its log; any
+    replica's in the job's text); the rest of the server's data folder (each of
+    `server_dirs`: as configured, resolved) loses that prefix (pure)."""
+    literal = [
+        (str(storage.output_dir), f"${contract.LOG_DIR}"),
+        (storage.log_path or "", f"${contract.LOG_DIR}"),
+        (storage.data_path or "", f"${contract.DATA_DIR}"),
+        *((str(folder), SERVER_DIR) for folder in server_dirs),
+    ]
+    found = {re.escape(f.rstrip("/")): name for f, name in literal if f.strip("/")}
+    if storage.work_path and storage.work_path.strip("/"):
+        key = re.escape(replica) if replica else _KEY
+        found[f"{re.escape(storage.work_path.rstrip('/'))}/{key}"] = f"${contract.WORK_DIR}"
+    if not found:
+        return JobPaths(None, ())
+    ordered = sorted(found.items(), key=lambda p: -len(p[0]))  # the longest folder first
+    pattern = "|".join(f"(?P<p{i}>{folder}){_END}" for i, (folder, _) in enumerate(ordered))
+    return JobPaths(re.compile(pattern), tuple(name for _, name in ordered))

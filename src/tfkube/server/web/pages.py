@@ -26,10 +26,10 @@ from tfkube.server.core.inputs import control_problem
 from tfkube.server.core.paths import UnsafePath, safe_parts
 from tfkube.server.core.scopes import Scope, allowed
 from tfkube.server.core.security import SESSION_COOKIE
-from tfkube.server.core.tables import Job
+from tfkube.server.core.tables import Job, Team
 from tfkube.server.outputs.checkpoints import find_checkpoint
 from tfkube.server.outputs.files import NotInOutputs, every_file, list_folder
-from tfkube.server.outputs.logs import log_files
+from tfkube.server.outputs.logs import JobPaths, log_files
 from tfkube.server.outputs.results import current_result
 from tfkube.server.outputs.scalars import progress_hint, progress_of, total_steps
 from tfkube.server.web import _present as present
@@ -290,8 +290,11 @@ def _replica_data(
     }
 
 
-def _events_data(db: SessionDep, job: JobOut) -> dict[str, Any]:
-    events = queries.jobs.events(db, job.id)
+def _events_data(db: SessionDep, job: JobOut, paths: JobPaths) -> dict[str, Any]:
+    events = [
+        e.model_copy(update={"message": paths.shown(e.message)})
+        for e in queries.jobs.events(db, job.id)
+    ]
     return {
         "job": job,
         "events": events[-EVENTS_SHOWN:],
@@ -341,6 +344,34 @@ def _outputs_data(
     }
 
 
+def _job_view(
+    platform: PlatformDep, db: SessionDep, row: Job, detail: bool = True
+) -> tuple[JobOut, JobPaths]:
+    """The job as its pages show it: the server's folders in its messages, its replicas'
+    last lines and its spec named as the job knows them (`$TFKUBE_LOG_DIR`, ...:
+    `JobService.paths`; the API answers them as written); and that naming, for events."""
+    job = queries.jobs.view(db, row, detail=detail)
+    team = db.get(Team, row.team_id)
+    assert team is not None
+    paths = platform.jobs.paths(team, row)
+    replicas = job.replicas
+    if replicas is not None:
+        replicas = [
+            r.model_copy(
+                update={"message": paths.shown(r.message), "last_line": paths.shown(r.last_line)}
+            )
+            if r.message or r.last_line
+            else r
+            for r in replicas
+        ]
+    update = {
+        "message": paths.shown(job.message) if job.message else job.message,
+        "spec": paths.shown(job.spec) if job.spec else job.spec,
+        "replicas": replicas,
+    }
+    return job.model_copy(update=update), paths
+
+
 @router.get("/jobs/{job_id}")
 def job_page(
     request: Request,
@@ -351,7 +382,7 @@ def job_page(
     replica: str = "",
 ) -> Response:
     row = _job_row(job_id, principal, db)
-    job = queries.jobs.view(db, row)
+    job, paths = _job_view(platform, db, row)
     ctx = page_context(principal, db, platform)
     logs = (
         log_files(row.output_dir) if allowed(principal.actor, Scope.LOGS_READ, row.team_id) else []
@@ -369,7 +400,7 @@ def job_page(
             **ctx,
             **_summary_data(principal, platform, row, job, db),
             **_replica_data(job, "", "", "", "", 1),
-            **_events_data(db, job),
+            **_events_data(db, job, paths),
             **_outputs_data(principal, row, job, ""),
             "log_attempts": attempts,
             "log_replica": chosen,
@@ -384,7 +415,7 @@ def job_summary_part(
     request: Request, job_id: str, principal: PageUser, db: SessionDep, platform: PlatformDep
 ) -> Response:
     row = _job_row(job_id, principal, db)
-    job = queries.jobs.view(db, row)
+    job, _ = _job_view(platform, db, row)
     return render(request, "_job_summary.html", _summary_data(principal, platform, row, job, db))
 
 
@@ -394,6 +425,7 @@ def job_replicas_part(
     job_id: str,
     principal: PageUser,
     db: SessionDep,
+    platform: PlatformDep,
     role: str = "",
     state: str = "",
     q: str = "",
@@ -401,15 +433,17 @@ def job_replicas_part(
     page: int = 1,
 ) -> Response:
     row = _job_row(job_id, principal, db)
-    job = queries.jobs.view(db, row)
+    job, _ = _job_view(platform, db, row)
     return render(request, "_replicas.html", _replica_data(job, role, state, q, problems, page))
 
 
 @router.get("/jobs/{job_id}/part/events")
-def job_events_part(request: Request, job_id: str, principal: PageUser, db: SessionDep) -> Response:
+def job_events_part(
+    request: Request, job_id: str, principal: PageUser, db: SessionDep, platform: PlatformDep
+) -> Response:
     row = _job_row(job_id, principal, db)
-    job = queries.jobs.view(db, row, detail=False)
-    return render(request, "_events.html", _events_data(db, job))
+    job, paths = _job_view(platform, db, row, detail=False)
+    return render(request, "_events.html", _events_data(db, job, paths))
 
 
 @router.get("/jobs/{job_id}/part/outputs")

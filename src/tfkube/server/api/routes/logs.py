@@ -26,7 +26,15 @@ from tfkube.server.outputs.files import (
     open_output,
     tar_folder,
 )
-from tfkube.server.outputs.logs import REPLICA, LogRef, NoSuchLog, log_files, log_path, read_all
+from tfkube.server.outputs.logs import (
+    REPLICA,
+    JobPaths,
+    LogRef,
+    NoSuchLog,
+    log_files,
+    log_path,
+    read_all,
+)
 from tfkube.server.outputs.logs import follow as follow_file
 from tfkube.server.outputs.scalars import progress_hint, progress_of, total_steps
 from tfkube.server.tenants import tenant_of
@@ -86,16 +94,26 @@ async def read_log(
     attempt: int | None = None,
     offset: int = 0,
     follow: bool = False,
+    job_paths: bool = False,
 ) -> StreamingResponse | PlainTextResponse:
     """One replica's log (the latest start, or `attempt`), from `offset` bytes. With
     `follow=true` the answer streams (chunked) until the job finished; with
-    `Accept: text/event-stream` it is SSE (`line` events, then `end`)."""
+    `Accept: text/event-stream` it is SSE (`line` events, each with the byte offset after
+    it as its id, then `end`). With `job_paths=true` the server's folders are named as the
+    job knows them (`$TFKUBE_LOG_DIR`, `$TFKUBE_DATA_DIR`, `$TFKUBE_WORK_DIR`; the rest of
+    the server's data folder as `…`): the dashboard's view; otherwise as written."""
     principal.require(Scope.LOGS_READ, job.team_id)
+    paths = await asyncio.to_thread(_paths, platform, db, job, replica) if job_paths else None
+
+    def show(raw: bytes) -> str:
+        text = raw.decode("utf-8", errors="replace")
+        return paths.shown(text) if paths else text
+
     try:
         ref = log_path(job.output_dir, replica, attempt)
     except NoSuchLog as exc:
         text = await asyncio.to_thread(_pod_log, platform, db, job, replica, str(exc))
-        return PlainTextResponse(text)
+        return PlainTextResponse(paths.shown(text) if paths else text)
     job_id = job.id
 
     async def running() -> bool:
@@ -113,11 +131,27 @@ async def read_log(
             data = await asyncio.to_thread(read_all, ref, offset)
         except OSError:  # replaced by a link (or removed) since it was found
             raise HTTPException(404, f"{replica} has no such log") from None
-        return PlainTextResponse(data.decode("utf-8", errors="replace"), headers=WORKLOAD_BYTES)
+        return PlainTextResponse(show(data), headers=WORKLOAD_BYTES)
+
+    async def lines() -> AsyncIterator[tuple[bytes, int]]:
+        """Each line (without its newline; the last one perhaps unfinished) and the byte
+        offset in the file after it."""
+        at, partial = offset, b""
+        async for chunk in _follow(ref, offset, running, request):
+            *whole, partial = (partial + chunk).split(b"\n")
+            for line in whole:
+                at += len(line) + 1
+                yield line, at
+        if partial:
+            yield partial, at + len(partial)
 
     async def chunks() -> AsyncIterator[bytes]:
-        async for chunk in _follow(ref, offset, running, request):
-            yield chunk
+        if paths is None:
+            async for chunk in _follow(ref, offset, running, request):
+                yield chunk
+            return
+        async for line, _ in lines():
+            yield (show(line) + "\n").encode()
 
     if not wants_sse:
         return StreamingResponse(
@@ -125,14 +159,8 @@ async def read_log(
         )
 
     async def events() -> AsyncIterator[str]:
-        partial = ""
-        async for chunk in chunks():
-            text = partial + chunk.decode("utf-8", errors="replace")
-            *lines, partial = text.split("\n")
-            for line in lines:
-                yield sse("line", line)
-        if partial:
-            yield sse("line", partial)
+        async for line, at in lines():
+            yield sse("line", show(line), str(at))
         yield sse("end", "{}")
 
     return StreamingResponse(
@@ -140,6 +168,12 @@ async def read_log(
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", **WORKLOAD_BYTES},
     )
+
+
+def _paths(platform: PlatformDep, db: SessionDep, job: Job, replica: str) -> JobPaths:
+    team = db.get(Team, job.team_id)
+    assert team is not None
+    return platform.jobs.paths(team, job, replica)
 
 
 async def _follow(

@@ -757,6 +757,11 @@
       const replica = encodeURIComponent(this.pick.value);
       return `${this.root.dataset.logs}/${replica}?attempt=${this.attempt.value}${extra}`;
     },
+    // What the page shows names the server's folders as the job knows them ($TFKUBE_LOG_DIR,
+    // ...); Download gives the log as written.
+    shown(extra = "") {
+      return this.url(`&job_paths=true${extra}`);
+    },
     stop() {
       if (this.source) this.source.close();
       this.source = null;
@@ -784,7 +789,7 @@
       const live = $(".job-page")?.dataset.live === "true" && this.follow.checked;
       if (live && window.EventSource) return this.followFrom(from, generation);
       try {
-        const response = await fetch(this.url(`&offset=${from}`), { credentials: "same-origin" });
+        const response = await fetch(this.shown(`&offset=${from}`), { credentials: "same-origin" });
         const body = await response.text();
         if (generation !== this.generation) return;
         if (!response.ok) {
@@ -801,18 +806,19 @@
     },
     followFrom(offset, generation) {
       this.offset = offset;
-      const source = new EventSource(this.url(`&offset=${offset}`));
+      const source = new EventSource(this.shown(`&offset=${offset}`));
       this.source = source;
       this.status.textContent = "Following: new lines appear as the replica writes them.";
       this.root.dataset.loaded = "true";
       let dropFirst = offset > 0;
       source.addEventListener("line", (e) => {
         if (generation !== this.generation) return source.close();
+        // Where the line ends in the file as written (its id): shown lines may differ.
+        this.offset = e.lastEventId ? Number(e.lastEventId) : this.offset + new TextEncoder().encode(e.data + "\n").length;
         if (dropFirst) {
           dropFirst = false; // a cut line from the middle of the file
           return;
         }
-        this.offset += new TextEncoder().encode(e.data + "\n").length;
         this.pushLines([e.data]);
       });
       source.addEventListener("end", () => {
@@ -826,7 +832,7 @@
         // (a pod's log on Kubernetes without a shared outputs folder): show it as it is.
         let response = null;
         try {
-          response = await fetch(this.url(`&offset=${this.offset}`), { credentials: "same-origin" });
+          response = await fetch(this.shown(`&offset=${this.offset}`), { credentials: "same-origin" });
         } catch (_) {
           response = null;
         }
