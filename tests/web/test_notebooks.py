@@ -10,6 +10,7 @@ browser)."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,6 @@ from server._server import PASSWORD, api_for
 from ._browser import LAPTOP, poll, shot, sign_in
 from .conftest import Site
 
-pytestmark = pytest.mark.tf
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist-between-graph"
 CELL = """import tfkube
 c = tfkube.Client()
@@ -64,8 +64,15 @@ def _context(browser: Any, site: Site, user: str) -> Any:
     return context
 
 
-def test_a_notebook_from_the_dashboard_submits_and_follows_a_job(browser: Any, site: Site) -> None:
+@pytest.fixture(scope="module")
+def ready(site: Site) -> Site:
     _set_up(site)
+    return site
+
+
+@pytest.mark.tf
+def test_a_notebook_from_the_dashboard_submits_and_follows_a_job(browser: Any, ready: Site) -> None:
+    site = ready
     context = _context(browser, site, "bob")
     try:
         page = context.pages[0]
@@ -121,6 +128,51 @@ def test_a_notebook_from_the_dashboard_submits_and_follows_a_job(browser: Any, s
         assert "none yet" in page.locator("table.notebooks tr[data-team='vision']").inner_text()
     finally:
         carol.close()
+
+
+NEWS = "@jupyterlab/apputils-extension:notification"
+"""JupyterLab's announcements: the news feed and the update check."""
+
+
+def test_a_notebook_asks_no_news_and_a_browser_leaving_it_is_quiet(
+    browser: Any, ready: Site
+) -> None:
+    """The notebook's JupyterLab never fetches news nor asks whether to (its setting says
+    Never, on an offline server), and a browser that closes a notebook with a running
+    kernel leaves no traceback in the server's log."""
+    site = ready
+    context = _context(browser, site, "bob")
+    closed = False
+    try:
+        page = context.pages[0]
+        page.goto("/notebooks")
+        page.locator("#nb-open-vision").click()
+        page.wait_for_url(re.compile(r".*/proxy/notebook/[0-9a-f]{16}/lab.*"), timeout=180_000)
+        lab = page.url.split("/lab")[0] + "/lab"
+        card = page.locator('.jp-LauncherCard[data-category="Notebook"]').first
+        card.wait_for(timeout=180_000)
+        # Asked from the page: its origin (notebook-<id>.localhost) is Chromium's to resolve.
+        answer = page.evaluate(
+            "async (url) => (await fetch(url)).json()", f"{lab}/api/settings/{NEWS}"
+        )
+        defaults = {k: v.get("default") for k, v in answer["schema"]["properties"].items()}
+        settings = {**defaults, **answer["settings"]}  # what JupyterLab goes by
+        assert settings["fetchNews"] == "false"
+        assert settings["checkForUpdates"] is False
+        card.click()  # a notebook: its kernel's WebSocket goes through the proxy
+        status = page.locator("#jp-main-statusbar").get_by_text(re.compile(r"\| Idle$"))
+        status.first.wait_for(timeout=180_000)
+        assert page.get_by_text(re.compile("Jupyter news", re.IGNORECASE)).count() == 0
+        shot(page, "33-notebook-quiet", full_page=False)
+        context.close()  # the browser leaves while the kernel's WebSocket is open
+        closed = True
+        time.sleep(5)  # the proxy notices the closed connections
+        log = site.server.log.read_text(errors="replace")
+        assert "Traceback" not in log, log[log.find("Traceback") - 500 :][:6000]
+        assert "Exception in ASGI application" not in log
+    finally:
+        if not closed:
+            context.close()
 
 
 def _diagnose(page: Any, site: Site) -> str:

@@ -34,10 +34,11 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import httpx
-from fastapi import APIRouter, HTTPException, Request, WebSocket
+from fastapi import APIRouter, HTTPException, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import JSONResponse, RedirectResponse, StreamingResponse
 from sqlalchemy.orm import Session
 from starlette.requests import HTTPConnection
+from starlette.websockets import WebSocketState
 
 from tfkube.engines import NotAvailable
 from tfkube.engines import Upstream as Target
@@ -388,5 +389,8 @@ async def proxy_websocket(websocket: WebSocket, kind: str, target_id: str, path:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await upstream.close()
-        with contextlib.suppress(RuntimeError):
-            await websocket.close()
+        # A browser that left (a closed tab, a page reloaded) is an ordinary end, not an
+        # error: close only a caller still there, and a race with its leaving is quiet.
+        if websocket.client_state != WebSocketState.DISCONNECTED:
+            with contextlib.suppress(RuntimeError, WebSocketDisconnect):
+                await websocket.close()
