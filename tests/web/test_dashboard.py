@@ -219,6 +219,17 @@ def test_members_are_added_with_a_picker(people: People, browser: Any, site: Sit
     assert row.get_by_label("Role of erin").input_value() == "viewer"
     assert "erin" not in offered()
     context.close()
+    # Only a team's admins are offered its picker: a member gets 403, someone of another
+    # team 404 (as for everything of that team), and the Team page shows them no picker.
+    member = _open(browser, site, people.bob)
+    try:
+        assert member.request.get("/team/part/people?team=vision&q=e").status == 403
+        assert member.request.get("/team/part/people?team=other&q=e").status == 404
+        page = member.new_page()
+        page.goto("/team?team=vision")
+        assert page.get_by_label("Find a person").count() == 0
+    finally:
+        member.close()
 
 
 def _on_screen(locator: Any, screen: dict[str, int]) -> bool:
