@@ -286,6 +286,8 @@ WHERE_SCRIPT = (
     'echo "working in $PWD"\n'
     'echo "program $0"\n'
     'ls "$TFKUBE_LOG_DIR/no-such-file" || true\n'
+    'echo "cannot read $TFKUBE_DATA_DIR/train.csv"\n'
+    "exit 2\n"
 )
 
 
@@ -300,9 +302,9 @@ def test_a_log_names_the_jobs_folders_not_the_servers(
     bob = site.api("bob")
     try:
         bob.ok(upload(bob, "vision", "where", targz({"run.sh": WHERE_SCRIPT})), 201)
-        body = {"name": "where", "workers": 1, "code": "where"}
+        body = {"name": "where", "workers": 1, "code": "where", "restart_policy": "Never"}
         job_id = str(bob.ok(bob.post("/api/v1/teams/vision/jobs", json=body), 201)["id"])
-        wait_job(bob, job_id, {"Succeeded"}, timeout=300)
+        wait_job(bob, job_id, {"Failed"}, timeout=300)
     finally:
         bob.close()
     context = _open(browser, site, people.bob)
@@ -330,6 +332,10 @@ def test_a_log_names_the_jobs_folders_not_the_servers(
     ends = [int(line[4:]) for line in followed.splitlines() if line.startswith("id: ")]
     assert ends == sorted(ends)
     assert ends[-1] == len(written.body())
+    page.goto("/jobs")  # the list, where its failure shows too
+    page.locator("table.jobs tbody tr").filter(has_text="where").wait_for()
+    for folder in server_dirs:
+        assert folder not in page.content()
     context.close()
 
 

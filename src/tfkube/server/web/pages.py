@@ -26,7 +26,7 @@ from tfkube.server.core.inputs import control_problem
 from tfkube.server.core.paths import UnsafePath, safe_parts
 from tfkube.server.core.scopes import Scope, allowed
 from tfkube.server.core.security import SESSION_COOKIE
-from tfkube.server.core.tables import Job, Team
+from tfkube.server.core.tables import Job
 from tfkube.server.outputs.checkpoints import find_checkpoint
 from tfkube.server.outputs.files import NotInOutputs, every_file, list_folder
 from tfkube.server.outputs.logs import JobPaths, log_files
@@ -351,9 +351,7 @@ def _job_view(
     last lines and its spec named as the job knows them (`$TFKUBE_LOG_DIR`, ...:
     `JobService.paths`; the API answers them as written); and that naming, for events."""
     job = queries.jobs.view(db, row, detail=detail)
-    team = db.get(Team, row.team_id)
-    assert team is not None
-    paths = platform.jobs.paths(team, row)
+    paths = platform.jobs.paths(queries.teams.get(db, row.team_id), row)
     replicas = job.replicas
     if replicas is not None:
         replicas = [
