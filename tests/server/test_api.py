@@ -89,7 +89,8 @@ def test_team_allowances_who_reads_and_who_changes(
     admin: Api, server: ServerProc, team: TeamCtx
 ) -> None:
     """What members' jobs may use in the team's namespace (tfkube.engines.admission_refusals): every
-    member reads it, team admins change the names, a site admin the Pod Security level;
+    member reads it, team admins change the names, a site admin the Pod Security level, the
+    priorities and the tolerations;
     entries are checked (a platform credential never), and a member's job naming a Secret
     nobody allowed is a 422 naming the field, on the local engine too."""
     from ._server import api_for
@@ -102,6 +103,8 @@ def test_team_allowances_who_reads_and_who_changes(
         "service_accounts": [],
         "tensorboard_images": [],
         "pod_security": "restricted",
+        "priority_classes": [],
+        "toleration_keys": [],
     }
     assert team.viewer.ok(team.viewer.get(path)) == none
     assert team.member.http.put(path, json={"secrets": ["db"]}).status_code == 403
@@ -112,7 +115,12 @@ def test_team_allowances_who_reads_and_who_changes(
         r = team_admin.http.put(path, json={"secrets": ["db", "notebook-0a1b"]})
         assert r.status_code == 422, r.text
         assert [e["field"] for e in r.json()["errors"]] == ["secrets[1]"]
-        assert team_admin.http.put(path, json={"pod_security": "baseline"}).status_code == 403
+        for site_admins in (
+            {"pod_security": "baseline"},
+            {"priority_classes": ["high"]},
+            {"toleration_keys": ["pool-a"]},
+        ):
+            assert team_admin.http.put(path, json=site_admins).status_code == 403, site_admins
         changed = team_admin.ok(team_admin.http.put(path, json={"secrets": ["team-*", "db"]}))
         assert changed["secrets"] == ["db", "team-*"]
         assert team.member.ok(team.member.get(path))["secrets"] == ["db", "team-*"]
