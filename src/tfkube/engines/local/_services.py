@@ -66,11 +66,6 @@ from tfkube.engines.local._tenants import TenantIdentity, hand_over
 
 START_TIMEOUT = 120.0
 """How long JupyterLab or TensorBoard may take to answer on its port."""
-JUPYTER_SETTINGS = Path(__file__).resolve().parent / "jupyter_settings"
-"""JupyterLab's settings folder for the notebooks started here (its `overrides.json`):
-never fetch news nor ask whether to, never check for updates (no call to the internet,
-no question its people cannot usefully answer). In tfkube's package: a confined notebook
-reads it like the rest of the package."""
 SH = "/bin/sh"
 COPY_ARTIFACTS = (
     'dest="$HOME/team-artifacts"; '
@@ -379,7 +374,6 @@ class LocalNotebooks(_Processes):
             # No calls to the internet from this machine's notebooks.
             "--LabApp.news_url=None",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-            f"--LabApp.app_settings_dir={JUPYTER_SETTINGS}",  # nor asks about news
             "--LabApp.extension_manager=readonly",
         ]
         if os.geteuid() == 0 and self.isolation is None:  # root unconfined (a container)
