@@ -353,7 +353,11 @@ def trained(people: People, browser: Any, site: Site) -> Iterator[tuple[Any, Any
     page.locator("table.artifacts").get_by_role("rowheader", name="mnist").wait_for()
     shot(page, "10-code")
 
-    page.locator("table.artifacts").get_by_role("link", name="New job").click()
+    # The mnist row's link: other tests of the module may have uploaded code too.
+    mnist = page.locator("table.artifacts tr").filter(
+        has=page.get_by_role("rowheader", name="mnist", exact=True)
+    )
+    mnist.get_by_role("link", name="New job").click()
     page.locator("#name").fill("mnist")
     page.get_by_label("Workers").fill("2")
     page.get_by_label("Parameter servers").fill("1")
