@@ -8,6 +8,7 @@ drives the same from the dashboard in tests/web."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import pytest
 from websockets.sync.client import connect
 
@@ -98,6 +100,17 @@ def run_cell(ws_url: str, token: str, code: str, timeout: float) -> str:
     raise AssertionError(f"the cell did not finish in {timeout:.0f} s; it printed {printed}")
 
 
+def jupyterlabs(tag: str) -> list[psutil.Process]:
+    """The server's JupyterLab processes (a process of the job's that ends between the
+    listing and the reading of its command line is none of them)."""
+    found = []
+    for proc in tagged_processes(tag):
+        with contextlib.suppress(psutil.Error):
+            if "jupyterlab" in " ".join(proc.cmdline()):
+                found.append(proc)
+    return found
+
+
 def test_a_notebook_submits_and_follows_a_job(nb_platform: tuple[ServerProc, Api, str]) -> None:
     server, admin, tag = nb_platform
     owner, teammate = admin.new_user(), admin.new_user()
@@ -126,7 +139,7 @@ def test_a_notebook_submits_and_follows_a_job(nb_platform: tuple[ServerProc, Api
             assert other.get(notebook.url).status_code == 404
             assert other.get(f"{base}/api/status").status_code == 404
             assert httpx.get(notebook.url).status_code == 401
-            rows = [p for p in tagged_processes(tag) if "jupyterlab" in " ".join(p.cmdline())]
+            rows = jupyterlabs(tag)
             assert len(rows) == 1
             port = next(
                 a.split("=")[1] for a in rows[0].cmdline() if a.startswith("--ServerApp.port=")
@@ -150,16 +163,12 @@ def test_a_notebook_submits_and_follows_a_job(nb_platform: tuple[ServerProc, Api
             assert mine[0]["revoked_at"] is None
             stopped = c.stop_notebook(notebook.id)
             assert stopped.state == "stopped"
-            assert not [p for p in tagged_processes(tag) if "jupyterlab" in " ".join(p.cmdline())]
+            assert not jupyterlabs(tag)
             tokens = api.get("/api/v1/tokens").json()
             assert next(t for t in tokens if t["id"] == mine[0]["id"])["revoked_at"] is not None
     finally:
         api.close()
         other.close()
-
-
-def _jupyters(tag: str) -> list[Any]:
-    return [p for p in tagged_processes(tag) if "jupyterlab" in " ".join(p.cmdline())]
 
 
 def test_an_idle_notebook_is_stopped_and_opening_it_starts_it_again(
@@ -171,7 +180,7 @@ def test_an_idle_notebook_is_stopped_and_opening_it_starts_it_again(
         with tfkube.Client(server.url, admin.token, team="default") as c:
             notebook = c.notebook()
             assert notebook.state == "running"
-            assert len(_jupyters(tag)) == 1
+            assert len(jupyterlabs(tag)) == 1
 
             def stopped() -> Any:
                 found = next(n for n in c.notebooks() if n.id == notebook.id)
@@ -179,7 +188,7 @@ def test_an_idle_notebook_is_stopped_and_opening_it_starts_it_again(
 
             idle = poll("the idle notebook to be stopped", stopped, 120)
             assert "idle" in (idle.message or ""), idle
-            assert not _jupyters(tag)
+            assert not jupyterlabs(tag)
             tokens = admin.get("/api/v1/tokens").json()
             mine = [t for t in tokens if t["name"] == f"notebook {notebook.id}"]
             assert mine

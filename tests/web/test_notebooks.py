@@ -132,14 +132,17 @@ def test_a_notebook_from_the_dashboard_submits_and_follows_a_job(browser: Any, r
 
 def test_a_browser_leaving_a_notebook_is_quiet(browser: Any, ready: Site) -> None:
     """A browser that closes a notebook with a running kernel leaves no traceback in the
-    server's log (the proxy closed a WebSocket whose caller had gone)."""
+    server's log (the proxy closed a WebSocket whose caller had gone). carol's own new
+    notebook: JupyterLab restores a user's last layout, and bob's shows his notebook rather
+    than the launcher."""
     site = ready
-    context = _context(browser, site, "bob")
+    context = _context(browser, site, "carol")
     closed = False
     try:
         page = context.pages[0]
         page.goto("/notebooks")
-        page.locator("#nb-open-vision").click()
+        row = page.locator("table.notebooks tr[data-team='vision']")
+        row.get_by_role("button", name="New notebook").click()
         page.wait_for_url(re.compile(r".*/proxy/notebook/[0-9a-f]{16}/lab.*"), timeout=180_000)
         card = page.locator('.jp-LauncherCard[data-category="Notebook"]').first
         card.wait_for(timeout=180_000)
