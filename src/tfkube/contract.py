@@ -87,6 +87,10 @@ the launcher puts its bin/ first on PATH."""
 VENV_CACHE: Final = "TFKUBE_VENV_CACHE"
 """Kubernetes: a folder (a volume) where the launcher installs the code's
 requirements.txt, one environment per requirements hash, shared by the pods that mount it."""
+PREPARE_ONLY: Final = "TFKUBE_PREPARE_ONLY"
+"""Local engine, confined jobs: "1" makes the launcher fetch the code and install its
+requirements.txt into TFKUBE_VENV_CACHE, then exit 0 without running anything (a step
+on the host's network before the replicas start in the job's own network namespace)."""
 
 HEARTBEAT_FILE: Final = "TFKUBE_HEARTBEAT_FILE"
 """Kubernetes with runPolicy.stallSeconds: a file the launcher touches whenever its replica

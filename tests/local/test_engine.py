@@ -77,7 +77,8 @@ def test_success_wires_replicas_and_ends_ps_within_seconds(
     assert view.phase in (JobPhase.PENDING, JobPhase.RUNNING)
     final = backend.wait(job.name, timeout=WAIT)
 
-    assert final.phase is JobPhase.SUCCEEDED
+    evs = [e["message"] for e in events(tfkube_home, "wired")]
+    assert final.phase is JobPhase.SUCCEEDED, (final.reason, final.message, evs)
     assert final.reason == "Succeeded"
     assert final.restarts == 0
     states = {r.key: r.state for r in final.replicas}

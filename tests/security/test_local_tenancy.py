@@ -69,6 +69,10 @@ class Tenancy:
     victim_output: str
     victim_code: str
     victim_job: str
+    victim_port: int
+    """Where the victim's job serves `victim_served` on its own loopback (as its
+    TensorFlow servers listen, without authentication)."""
+    victim_served: str
 
     @property
     def data(self) -> Path:
@@ -120,9 +124,22 @@ def tenancy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenancy]:
         admin.add_member(attacker, attacker_member, "member")
         member = api_for(server.url, attacker_member)
         output, code = f"VICTIM-OUTPUT-{tag}", f"VICTIM-CODE-{tag}"
+        served, port = f"VICTIM-SERVED-{tag}", free_port()
         folder = _code(
             tmp / "victim",
             f"""\
+            mkdir "$HOME/served" && echo "{served}" > "$HOME/served/secret.txt"
+            python3 -m http.server --bind 127.0.0.1 --directory "$HOME/served" {port} \
+              > /dev/null 2>&1 &
+            python3 -c '
+            import socket, time
+            for _ in range(300):
+                try:
+                    socket.create_connection(("127.0.0.1", {port}), timeout=1).close()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            '
             echo "{output}" > "$TFKUBE_LOG_DIR/victim-output.txt"
             echo victim up
             exec sleep 86399
@@ -139,7 +156,9 @@ def tenancy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenancy]:
         while not written.exists():
             assert time.monotonic() < deadline, server.log.read_text()[-3000:]
             time.sleep(0.2)
-        yield Tenancy(server, admin, secret, victim, attacker, member, output, code, job.id)
+        yield Tenancy(
+            server, admin, secret, victim, attacker, member, output, code, job.id, port, served
+        )
     finally:
         if member is not None:
             member.close()
@@ -226,6 +245,40 @@ def test_a_job_cannot_write_the_servers_database(tenancy: Tenancy, tmp_path: Pat
     assert t.member.get("/api/v1/users").status_code == 403
 
 
+def test_a_job_reaches_neither_other_jobs_nor_the_server_over_the_network(
+    tenancy: Tenancy, tmp_path: Path
+) -> None:
+    """Another team's job listens on its loopback (as TensorFlow's gRPC servers do, with
+    no authentication); the server listens on the host's. A job has a network namespace
+    of its own: it reaches neither, and sees no other listener."""
+    t = tenancy
+    server_port = int(t.server.url.rsplit(":", 1)[1].split("/")[0])
+    log = attack_log(
+        t,
+        tmp_path,
+        f"""\
+        python3 -c '
+        import urllib.request
+        for name, port, path in (("VICTIM", {t.victim_port}, "/secret.txt"),
+                                 ("SERVER", {server_port}, "/")):
+            try:
+                got = urllib.request.urlopen(f"http://127.0.0.1:{{port}}{{path}}", timeout=5)
+                print("REACHED", name, got.read(200))
+            except Exception as exc:
+                print("REFUSED", name, type(exc).__name__, exc)
+        '
+        grep -c " 0A " /proc/net/tcp /proc/net/tcp6 | sed 's/^/LISTENERS /'
+        true
+        """,
+    )
+    assert t.victim_served not in log
+    assert "REACHED" not in log, log
+    assert "REFUSED VICTIM" in log, log
+    assert "REFUSED SERVER" in log, log
+    # The job's own namespace: its TensorFlow server's port at most, not the host's.
+    assert "LISTENERS /proc/net/tcp:0" in log or "LISTENERS /proc/net/tcp:1" in log, log
+
+
 def test_a_job_sees_neither_other_processes_nor_their_environment(
     tenancy: Tenancy, tmp_path: Path
 ) -> None:
@@ -298,6 +351,29 @@ def test_a_jobs_requirements_install_into_the_teams_own_cache(
     assert f"IMPORTED {cache}/" in log
     assert cache.stat().st_uid != 0
     assert cache.stat().st_mode & 0o077 == 0
+
+
+def test_requirements_that_do_not_install_end_the_job_before_a_replica_runs(
+    tenancy: Tenancy, tmp_path: Path
+) -> None:
+    """The prepare step (on the host's network) fails: the job ends with the reason and
+    the installer's words, and its run.sh never ran."""
+    t = tenancy
+    name = f"baddeps-{uuid.uuid4().hex[:6]}"
+    folder = _code(
+        tmp_path / name,
+        "echo RAN\n",
+        {"requirements.txt": "tfkube-no-such-package-zz9==1.0\n"},
+    )
+    with tfkube.Client(t.server.url, t.member.token, team=t.attacker) as c:
+        c.upload(folder, name)
+        job = c.submit(_manifest(name))
+        done = c.wait(job.id, timeout=300, poll=0.5)
+        log = "\n".join(c.logs(job.id, "worker-0"))
+    assert done.phase == "Failed", (done.message, log)
+    assert done.reason == "RequirementsFailed", (done.reason, done.message)
+    assert "requirements.txt" in (done.message or ""), done.message
+    assert "RAN" not in log.replace("tfkube-no-such", "")
 
 
 @pytest.mark.tf

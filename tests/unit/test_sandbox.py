@@ -198,6 +198,14 @@ def test_sandbox_command_joins_cgroups_then_drops_to_the_team() -> None:
     assert "TFKUBE_JOB" not in " ".join(argv)  # values travel in the memfd, not argv
 
 
+def test_sandbox_command_enters_the_jobs_network_namespace_before_bwrap() -> None:
+    c = conf(netns="/run/netns/tfkube-0123456789ab")
+    argv = sandbox_command(c, ["python"], ["/cg/a/cgroup.procs"], 7)
+    # As root, after joining the cgroups: bwrap and the team's user never could.
+    assert argv[5:9] == ["--", "/usr/bin/nsenter", "--net=/run/netns/tfkube-0123456789ab", "--"]
+    assert argv[9] == "/usr/bin/bwrap"
+
+
 @pytest.mark.parametrize(
     ("paths", "already", "expected"),
     [

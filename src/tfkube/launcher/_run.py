@@ -268,6 +268,10 @@ def _supervise() -> int:
         contract = contract_from_env(os.environ)
     except ContractError as exc:
         raise LauncherFailure(c.EX_CONFIG, f"cannot start: {exc}") from None
+    if os.environ.get(c.PREPARE_ONLY) == "1":
+        _python_env(contract, _fetch(contract), dict(os.environ))
+        _say(f"{contract.job}: prepared (the code fetched, its {c.REQUIREMENTS_FILE} installed)")
+        return 0
     grace = float(os.environ.get(c.GRACE_SECONDS, "5"))
     # Stall detection on Kubernetes: a file kept fresh while there is progress (_progress).
     heartbeat = start_heartbeat(os.environ.get(c.HEARTBEAT_FILE), contract.log_dir)

@@ -13,7 +13,8 @@ How a confined process starts (`launch`):
                       tfkube and the caller's read-only folders; the read-write folders;
                       a private /tmp and /dev/shm; a new /proc in a new PID namespace; a
                       minimal /dev (+ the workload's GPUs); new IPC, UTS and cgroup
-                      namespaces; the network is shared
+                      namespaces; the network: the caller's, or (`netns`) a job's
+                      own namespace, entered first by nsenter (_netns)
                   setpriv: the team's uid/gid, no groups, no capabilities (no_new_privs)
                   env --default-signal=TERM: the workload's command, stoppable again
 
@@ -67,9 +68,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfkube import contract
+from tfkube.engines.local import _netns
 from tfkube.engines.local._cgroups import CgroupLayout, Limits, create, this_machine
 from tfkube.engines.local._cgroups import release as release_cgroup
 from tfkube.engines.local._cgroups import sweep as sweep_cgroups
+from tfkube.engines.local._netns import NSENTER
 from tfkube.engines.local._tenants import TenantIdentity
 
 BWRAP = "/usr/bin/bwrap"
@@ -151,6 +154,9 @@ class Confinement:
     added when there is one)."""
     die_with_parent: bool = True
     """SIGKILL the sandbox when the starting thread's process dies."""
+    netns: str | None = None
+    """The network namespace it runs in (a path under /run/netns: its job's own, see
+    `_netns`); None: the caller's network."""
 
     @property
     def environ(self) -> dict[str, str]:
@@ -288,7 +294,8 @@ def sandbox_command(
     c: Confinement, argv: Sequence[str], procs: Sequence[str], args_fd: int
 ) -> list[str]:
     """The argv that starts `argv` confined: join the cgroups (`procs`: their
-    cgroup.procs files), then bwrap with its options read from `args_fd`, setpriv, env."""
+    cgroup.procs files), enter its network namespace (if any), then bwrap with its
+    options read from `args_fd`, setpriv, env."""
     drop = [
         SETPRIV,
         f"--reuid={c.uid}",
@@ -299,6 +306,7 @@ def sandbox_command(
         "--",
     ]
     inner = [*drop, ENV, "--default-signal=TERM", *argv]
+    enter = [NSENTER, f"--net={c.netns}", "--"] if c.netns else []
     return [
         SH,
         "-c",
@@ -306,6 +314,7 @@ def sandbox_command(
         "tfkube-sandbox",
         *procs,
         "--",
+        *enter,
         BWRAP,
         "--args",
         str(args_fd),
@@ -375,6 +384,7 @@ def confinement_for(
     limits: Limits | None = None,
     devices: Iterable[str] = (),
     die_with_parent: bool = True,
+    netns: str | None = None,
 ) -> Confinement:
     """A confinement for a Python workload of `tenant`: tfkube's Python installation is
     added to what it reads; PATH (that Python first), HOME (`home`, default `cwd`), LANG,
@@ -400,6 +410,7 @@ def confinement_for(
         limits=limits or Limits(),
         devices=tuple(devices),
         die_with_parent=die_with_parent,
+        netns=netns,
     )
 
 
@@ -476,11 +487,23 @@ class Support:
 
 
 def _probe() -> str | None:
-    """Run `true` confined as nobody: None when it worked, else what went wrong."""
+    """Run `true` confined as nobody, in a network namespace of its own: None when it
+    worked, else what went wrong."""
     nobody = TenantIdentity("nobody", 65534, 65534)
     # With every kind of limit: a controller missing shows here, not at a job's start.
     limits = Limits(cpu=1.0, memory=256 * 2**20)
-    c = confinement_for(nobody, cgroup=f".probe-{os.getpid()}", cwd="/", env={}, limits=limits)
+    netns = f"{_netns.PREFIX}probe-{os.getpid()}"
+    try:
+        c = confinement_for(
+            nobody,
+            cgroup=f".probe-{os.getpid()}",
+            cwd="/",
+            env={},
+            limits=limits,
+            netns=_netns.create(netns),
+        )
+    except _netns.NetnsError as exc:
+        return f"a job cannot have a network of its own: {exc}"
     try:
         with launch(["/bin/true"], c) as start:
             result = subprocess.run(
@@ -496,6 +519,7 @@ def _probe() -> str | None:
         return str(exc)
     finally:
         release(c)
+        _netns.delete(netns)
     if result.returncode != 0:
         return (result.stderr.strip() or f"exit code {result.returncode}").splitlines()[-1]
     return None
@@ -505,14 +529,21 @@ def _probe() -> str | None:
 def isolation_support() -> Support:
     """Whether this machine can confine workloads (root; bubblewrap, setpriv and a
     coreutils env that resets signals; a writable cgroup hierarchy with memory, cpu and
-    pids; PID and mount namespaces), and if not, why. Probed once per process."""
+    pids; PID, mount and network namespaces), and if not, why. Probed once per process."""
     if os.geteuid() != 0:
         return Support(
             False,
             "the server does not run as root, so it cannot run each team's "
             "workloads as the team's own OS user",
         )
-    for program, package in ((BWRAP, "bubblewrap"), (SETPRIV, "util-linux"), (ENV, "coreutils")):
+    programs = (
+        (BWRAP, "bubblewrap"),
+        (SETPRIV, "util-linux"),
+        (ENV, "coreutils"),
+        (NSENTER, "util-linux"),
+        (_netns.IP, "iproute2"),
+    )
+    for program, package in programs:
         if not os.access(program, os.X_OK):
             return Support(
                 False,

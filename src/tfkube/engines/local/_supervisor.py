@@ -12,6 +12,14 @@ A confined job (its record names a tenant) starts each launcher in the sandbox
 allow-listed environment (the replica's TFKUBE_* contract, PATH, HOME, LANG, the code
 token) instead of this process's. A replica the kernel killed at its memory limit ends
 Failed with exit code 137 and the message OOMKilled, as on Kubernetes.
+
+A confined job's replicas share a network namespace of their own, holding only loopback
+(`_netns`): they reach each other and nothing else. Before the first start, the
+supervisor brings in what they would have fetched: the code (downloaded from the server
+with the job's token, verified, kept read-only in the job's folder; the replicas never
+see the token) and its requirements.txt (installed by a confined launcher in prepare-only
+mode on the host's network, into the team's cache). Either failing ends the job with the
+reason, before any replica starts.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from pathlib import Path
 from typing import BinaryIO, NoReturn
 
 from tfkube import contract
+from tfkube.engines.local import _netns
 from tfkube.engines.local._cgroups import limits_of
 from tfkube.engines.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
 from tfkube.engines.local._procs import alive, free_ports, ref_of, stop_trees
@@ -44,7 +53,7 @@ from tfkube.engines.local._sandbox import (
 )
 from tfkube.engines.local._store import JobDir, JobRecord, ReplicaRecord, tfkube_cache
 from tfkube.engines.local._tenants import TenantIdentity, hand_over
-from tfkube.launcher import file_lock, latest_write
+from tfkube.launcher import FetchError, check_archive, download, file_lock, latest_write
 from tfkube.planner import (
     Decision,
     DeleteJob,
@@ -72,6 +81,11 @@ PROGRESS_EVERY = 1.0
 _INHERITED_DROP = (contract.RESERVED_PREFIX, contract.TF_CONFIG, "VIRTUAL_ENV")
 OOM_EXIT_CODE = contract.signal_exit_code(signal.SIGKILL)
 MAX_MESSAGE_READ = contract.MAX_MESSAGE_BYTES
+FETCH_ATTEMPTS = 5
+"""Tries to download a confined job's code from the server (a transient error, e.g. the
+server restarting, waits 2 s between tries); then the job fails."""
+PREPARE_KEY = "prepare"
+"""The termination message's name of the confined prepare step."""
 
 
 def cgroup_prefix(record: JobRecord) -> str:
@@ -153,6 +167,8 @@ class Supervisor:
         self.code_token = job_dir.read_code_token()
         self.confined: dict[str, Confinement] = {}
         """Confined replicas that run, by key: their cgroups are released after."""
+        self.netns: str | None = None
+        """A confined job's network namespace (its path), made by `_isolate`."""
         # Plain processes inherit this process's environment; confined ones never do.
         self.base_env: dict[str, str] = {}
         if self.record.tenant is None:
@@ -182,6 +198,11 @@ class Supervisor:
         self.record.started_at = self.record.started_at or now
         self.dir.write(self.record)
         self.dir.event(f"supervisor {os.getpid()} started the job")
+        if self.record.tenant is not None and not self.record.phase.terminal:
+            failed = self._isolate()
+            if failed is not None:
+                self._finish(JobPhase.FAILED, *failed)
+                self.dir.write(self.record)
         while True:
             changed = self._reap()
             if self.dir.stop_requested.exists() and not self.stop_reason:
@@ -203,6 +224,7 @@ class Supervisor:
             if self.record.phase.terminal and not self.procs and not self._ttl_pending():
                 if self.record.tenant is not None:
                     sweep(self._cgroup_prefix())
+                    _netns.delete(_netns.name_for(self.record.uid))
                 self.dir.event("supervisor exits: nothing of the job runs")
                 return 0 if self.record.phase is JobPhase.SUCCEEDED else 1
             if select.select([wake_r], [], [], TICK_SECONDS)[0]:
@@ -214,6 +236,95 @@ class Supervisor:
 
     def _ttl_pending(self) -> bool:
         return self.job.spec.run_policy.ttl_seconds_after_finished is not None
+
+    # -- a confined job's network -----------------------------------------------------
+
+    def _isolate(self) -> tuple[str, str] | None:
+        """Make the job's network namespace and bring in the code and its requirements
+        (see the module's doc). None when ready, else (reason, message) to fail with."""
+        try:
+            self.netns = _netns.create(_netns.name_for(self.record.uid))
+        except _netns.NetnsError as exc:
+            return "NetworkUnavailable", str(exc)
+        self.dir.event("the job's replicas get a network namespace of their own")
+        if self.code_url is None:
+            return None
+        if not self.code_url.startswith("file://"):
+            fetched = self._stage_code(self.code_url)
+            if isinstance(fetched, str):
+                return "CodeUnavailable", fetched
+            self.code_url, self.code_token = fetched.as_uri(), None
+        archive = Path(self.code_url.removeprefix("file://"))
+        t = self.record.tenant
+        if self.record.venv or t is None or t.venv_cache is None:
+            return None  # made at submit, or the job has no cache to install into
+        try:
+            names = check_archive(archive).names
+        except FetchError as exc:
+            return "CodeUnavailable", f"bad code: {exc}"
+        if contract.REQUIREMENTS_FILE not in names:
+            return None
+        return self._prepare()
+
+    def _stage_code(self, url: str) -> Path | str:
+        """Download the code into the job's folder (root's; the replicas read it) and
+        verify it; the path, else why not."""
+        folder = self.dir.artifacts
+        folder.mkdir(mode=0o755, exist_ok=True)
+        archive = folder / "code.tar.gz"
+        problem = ""
+        for attempt in range(FETCH_ATTEMPTS):
+            if attempt:
+                time.sleep(2.0)
+            if self.stop_reason or self.dir.stop_requested.exists():
+                return "stopped before its code was fetched"
+            try:
+                digest = download(url, archive, token=self.code_token)
+            except FetchError as exc:
+                problem = str(exc)
+                if exc.permanent:
+                    break
+                continue
+            expected = self.record.artifact_sha256
+            if expected and digest != expected:
+                archive.unlink(missing_ok=True)
+                return f"the code at {url} has SHA-256 {digest}, expected {expected}"
+            archive.chmod(0o644)
+            self.dir.event("fetched the job's code for its replicas")
+            return archive
+        return f"cannot fetch the code: {problem}"
+
+    def _prepare(self) -> tuple[str, str] | None:
+        """Install the code's requirements.txt into the team's cache: the launcher in
+        prepare-only mode, confined as the team, on the host's network (the replicas'
+        namespace reaches no package index). None when done, else why it failed."""
+        first = self.record.replicas[0]
+        work = self.dir.work / PREPARE_KEY
+        env = self._replica_env(first, work, PREPARE_KEY)
+        env[contract.PREPARE_ONLY] = "1"
+        self.dir.event("installing the code's requirements.txt before the replicas start")
+        self.dir.logs.mkdir(exist_ok=True)
+        self.dir.termination_log(PREPARE_KEY).unlink(missing_ok=True)
+        with self.dir.log(first.key).open("ab") as log:
+            log.write(b"==== tfkube: installing requirements.txt for the job ====\n")
+            log.flush()
+            try:
+                proc = self._start_confined(first, env, work, work, log, cgroup=PREPARE_KEY)
+            except SandboxError as exc:
+                return "RequirementsFailed", f"cannot install requirements.txt: {exc}"
+            while proc.poll() is None:
+                if self.stop_reason or self.dir.stop_requested.exists():
+                    stop_trees([ref_of(proc.pid)], 2.0)
+                    proc.wait()
+                    break
+                time.sleep(TICK_SECONDS)
+        confinement = self.confined.pop(first.key, None)
+        if confinement is not None:
+            release(confinement)
+        if proc.returncode == 0:
+            return None
+        why = self._termination_message(PREPARE_KEY) or f"exit code {proc.returncode}"
+        return "RequirementsFailed", why
 
     # -- observing ------------------------------------------------------------------
 
@@ -397,10 +508,11 @@ class Supervisor:
         self.record.finished_at = self.clock()
         self.dir.event(f"job {phase.value} ({reason}): {message}")
 
-    def _start(self, replica: ReplicaRecord) -> None:
-        key = replica.key
-        work = self.dir.work / key
-        env = {
+    def _replica_env(
+        self, replica: ReplicaRecord, work: Path, termination: str | None = None
+    ) -> dict[str, str]:
+        """A replica's environment: its contract, on top of the job's base environment."""
+        return {
             **self.base_env,
             **replica_environment(
                 self.job,
@@ -411,7 +523,7 @@ class Supervisor:
                 data_dir=self.record.data_dir,
                 log_dir=self.record.log_dir,
                 work_dir=str(work),
-                termination_log=str(self.dir.termination_log(key)),
+                termination_log=str(self.dir.termination_log(termination or replica.key)),
                 index=replica.index,
                 venv=self.record.venv,
                 # Made at submit when the code was staged here; else (code fetched by
@@ -421,6 +533,11 @@ class Supervisor:
             contract.JOB_UID: self.record.uid,
             "CUDA_VISIBLE_DEVICES": ",".join(replica.gpus),
         }
+
+    def _start(self, replica: ReplicaRecord) -> None:
+        key = replica.key
+        work = self.dir.work / key
+        env = self._replica_env(replica, work)
         self.dir.logs.mkdir(exist_ok=True)
         self.dir.termination_log(key).unlink(missing_ok=True)
         # Without code a command runs where its launcher starts: workingDir (checked at
@@ -477,11 +594,18 @@ class Supervisor:
         )
 
     def _start_confined(
-        self, replica: ReplicaRecord, env: dict[str, str], work: Path, cwd: Path, log: BinaryIO
+        self,
+        replica: ReplicaRecord,
+        env: dict[str, str],
+        work: Path,
+        cwd: Path,
+        log: BinaryIO,
+        cgroup: str | None = None,
     ) -> subprocess.Popen[bytes]:
         """The launcher in its sandbox, as the team: its work folder (its HOME), the log
         folder and the data folder the team's (the data read-only when it came with
-        files). Raises SandboxError."""
+        files), in the job's network namespace (`cgroup` given: the prepare step, on
+        the host's network). Raises SandboxError."""
         t = self.record.tenant
         assert t is not None
         tenant = TenantIdentity(t.user, t.uid, t.gid)
@@ -507,7 +631,7 @@ class Supervisor:
             read_write.append(t.venv_cache)
         confinement = confinement_for(
             tenant,
-            cgroup=f"{self._cgroup_prefix()}{replica.key}.{replica.restarts}",
+            cgroup=f"{self._cgroup_prefix()}{cgroup or f'{replica.key}.{replica.restarts}'}",
             cwd=str(cwd if cwd != self.dir.root else work),
             read_only=read_only,
             read_write=read_write,
@@ -515,6 +639,7 @@ class Supervisor:
             env=env,
             limits=limits_of(self._resources(replica)),
             devices=[f"/dev/nvidia{gpu}" for gpu in replica.gpus],
+            netns=None if cgroup else self.netns,
         )
         with launch([sys.executable, "-m", "tfkube.launcher"], confinement) as start:
             try:
@@ -542,6 +667,7 @@ class Supervisor:
         self._reap()  # releases the confined replicas' cgroups
         if self.record.tenant is not None:
             sweep(self._cgroup_prefix())
+            _netns.delete(_netns.name_for(self.record.uid))
         self.dir.event("TTL passed: deleting the job")
         shutil.rmtree(self.dir.root, ignore_errors=True)
 
