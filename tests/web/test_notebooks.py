@@ -130,11 +130,18 @@ def test_a_notebook_from_the_dashboard_submits_and_follows_a_job(browser: Any, r
         carol.close()
 
 
-def test_a_browser_leaving_a_notebook_is_quiet(browser: Any, ready: Site) -> None:
-    """A browser that closes a notebook with a running kernel leaves no traceback in the
-    server's log (the proxy closed a WebSocket whose caller had gone). carol's own new
-    notebook: JupyterLab restores a user's last layout, and bob's shows his notebook rather
-    than the launcher."""
+NEWS = "@jupyterlab/apputils-extension:notification"
+"""JupyterLab's announcements: the news feed and the update check."""
+
+
+def test_a_notebook_asks_no_news_and_a_browser_leaving_it_is_quiet(
+    browser: Any, ready: Site
+) -> None:
+    """The notebook's JupyterLab never fetches news nor asks whether to (its setting says
+    Never, on an offline server), and a browser that closes a notebook with a running
+    kernel leaves no traceback in the server's log (the proxy closed a WebSocket whose
+    caller had gone). carol's own new notebook: JupyterLab restores a user's last layout,
+    and bob's shows his notebook rather than the launcher."""
     site = ready
     context = _context(browser, site, "carol")
     closed = False
@@ -144,11 +151,21 @@ def test_a_browser_leaving_a_notebook_is_quiet(browser: Any, ready: Site) -> Non
         row = page.locator("table.notebooks tr[data-team='vision']")
         row.get_by_role("button", name="New notebook").click()
         page.wait_for_url(re.compile(r".*/proxy/notebook/[0-9a-f]{16}/lab.*"), timeout=180_000)
+        lab = page.url.split("/lab")[0] + "/lab"
         card = page.locator('.jp-LauncherCard[data-category="Notebook"]').first
         card.wait_for(timeout=180_000)
+        # Asked from the page: its origin (notebook-<id>.localhost) is Chromium's to resolve.
+        answer = page.evaluate(
+            "async (url) => (await fetch(url)).json()", f"{lab}/api/settings/{NEWS}"
+        )
+        defaults = {k: v.get("default") for k, v in answer["schema"]["properties"].items()}
+        settings = {**defaults, **answer["settings"]}  # what JupyterLab goes by
+        assert settings["fetchNews"] == "false"
+        assert settings["checkForUpdates"] is False
         card.click()  # a notebook: its kernel's WebSocket goes through the proxy
         status = page.locator("#jp-main-statusbar").get_by_text(re.compile(r"\| Idle$"))
         status.first.wait_for(timeout=180_000)
+        assert page.get_by_text(re.compile("Jupyter news", re.IGNORECASE)).count() == 0
         shot(page, "33-notebook-quiet", full_page=False)
         context.close()  # the browser leaves while the kernel's WebSocket is open
         closed = True

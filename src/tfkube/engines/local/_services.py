@@ -67,16 +67,24 @@ from tfkube.engines.local._tenants import TenantIdentity, hand_over
 START_TIMEOUT = 120.0
 """How long JupyterLab or TensorBoard may take to answer on its port."""
 SH = "/bin/sh"
+NEWS_SETTINGS = "@jupyterlab/apputils-extension/notification.jupyterlab-settings"
+"""JupyterLab's user setting for its announcements (below JUPYTERLAB_SETTINGS_DIR)."""
+NO_NEWS = '{"fetchNews": "false", "checkForUpdates": false}'
 COPY_ARTIFACTS = (
     'dest="$HOME/team-artifacts"; '
     'if [ -e "$dest" ]; then chmod -R u+w "$dest"; rm -rf "$dest"; fi; '
     'cp -R "$1" "$dest" && chmod -R a-w "$dest" '
     '|| echo "tfkube: the team artifacts could not be copied into $dest" >&2; '
+    f'news="$JUPYTERLAB_SETTINGS_DIR/{NEWS_SETTINGS}"; '
+    'if [ ! -e "$news" ]; then mkdir -p "${news%/*}" '
+    f"&& echo '{NO_NEWS}' > \"$news\"; fi; "
     'shift; exec "$@"'
 )
 """A notebook's first step, as its own user: a fresh read-only copy of the team's
-artifacts in its home, then JupyterLab. (The server never writes inside a home: a link
-its user planted there would point the server's writes anywhere.)"""
+artifacts in its home; JupyterLab's news neither fetched nor asked about (an offline
+server: the question has no useful answer), unless the user chose otherwise; then
+JupyterLab. (The server never writes inside a home: a link its user planted there would
+point the server's writes anywhere.)"""
 PASSED_ENV = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "SSL_CERT_FILE", "SSL_CERT_DIR")
 """What a workload keeps of the server's environment (an allow-list); LC_* too."""
 
@@ -380,6 +388,7 @@ class LocalNotebooks(_Processes):
             argv.append("--allow-root")
         env = {
             "HOME": str(home),
+            "JUPYTERLAB_SETTINGS_DIR": str(home / ".jupyter" / "lab" / "user-settings"),
             contract.JUPYTER_TOKEN: workload.jupyter_token,
             contract.CLIENT_URL: workload.server_url,
             contract.CLIENT_TOKEN: workload.client_token,
