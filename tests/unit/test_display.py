@@ -80,3 +80,15 @@ def test_a_result_file_that_breaks_the_rules_is_no_result(tmp_path: Path) -> Non
     (logs / "result.json").symlink_to(tmp_path / "elsewhere.json")
     (tmp_path / "elsewhere.json").write_text('{"secret": 1}')
     assert "secret" not in _render(view, 120)
+
+
+def test_a_narrow_terminal_keeps_a_jobs_name_and_phase_whole(tmp_path: Path) -> None:
+    """At 80 columns, with result columns, the other columns give way (`tfkube list` in
+    a pipe, where rich assumes 80)."""
+    logs = tmp_path / "out"
+    logs.mkdir()
+    (logs / "result.json").write_text('{"test_accuracy": 0.93, "global_step": 3}')
+    done = replace(_view(), name="cli-job", phase=JobPhase.SUCCEEDED, log_dir=str(logs))
+    lines = _table([done], width=80).splitlines()
+    row = next(line for line in lines if line.startswith("cli-job"))
+    assert "Succeeded" in row

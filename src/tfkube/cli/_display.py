@@ -123,13 +123,21 @@ def result_columns(results: list[dict[str, contract.ResultValue] | None]) -> lis
     return sorted(counts, key=lambda n: -counts[n])[:LIST_RESULTS]
 
 
+NAME_WIDTH = 40
+"""The widest a job's name is kept whole in `tfkube list` (a longer one is cut)."""
+
+
 def jobs_table(views: list[JobView], now: float | None = None) -> Table:
     """A row per job; a column for each of the results the jobs report most."""
     now = time.time() if now is None else now
     table = Table(show_edge=False, pad_edge=False)
     results = [result_of(v) for v in views]
     shown = result_columns(results)
-    for col in ("name", "phase", "replicas", "running", "restarts", "age", "reason"):
+    # The name and phase whole, whatever the terminal: the other columns give way.
+    longest = max((len(v.name) for v in views), default=4)
+    table.add_column("name", no_wrap=True, min_width=min(max(longest, 4), NAME_WIDTH))
+    table.add_column("phase", no_wrap=True, min_width=9)
+    for col in ("replicas", "running", "restarts", "age", "reason"):
         table.add_column(col)
     for name in shown:
         table.add_column(name, justify="right", no_wrap=True)
