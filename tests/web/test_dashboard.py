@@ -404,6 +404,35 @@ def test_upload_submit_watch_until_succeeded(trained: tuple[Any, Any, str]) -> N
 
 
 @pytest.mark.tf
+def test_resource_charts_show_each_replicas_cpu_and_memory(trained: tuple[Any, Any, str]) -> None:
+    _context, page, job = trained
+    page.reload()
+    cpu = page.locator('figure.chart[data-usage="cpu"]')
+    memory = page.locator('figure.chart[data-usage="memory"]')
+    for chart in (cpu, memory):
+        poll(
+            "samples in the chart", lambda c=chart: int(c.get_attribute("data-points") or 0) > 3, 60
+        )
+    # A line per replica in each chart's legend, and the newest figures in its caption.
+    for key in ("ps-0", "worker-0", "worker-1"):
+        assert cpu.locator(".u-legend").get_by_text(key).count() == 1
+        assert key in memory.locator("figcaption").inner_text()
+    assert "CPU (cores)" in cpu.locator("figcaption").inner_text()
+    assert page.locator("[data-usage-empty]").is_hidden()
+    shot(page, "13-job-resources")
+
+    usage = page.request.get(f"/api/v1/jobs/{job}/usage").json()
+    assert usage["available"] is True
+    series = {s["replica"]: s["points"] for s in usage["replicas"]}
+    assert set(series) == {"ps-0", "worker-0", "worker-1"}
+    for points in series.values():
+        assert len(points) >= 3
+        assert all(0 <= cores < 8 and 10_000_000 < used < 8 << 30 for _, cores, used in points)
+    # TensorFlow trained: the workers used CPU.
+    assert max(cores for _, cores, _ in series["worker-0"]) > 0.1
+
+
+@pytest.mark.tf
 def test_worker_log_is_readable_after_the_end(trained: tuple[Any, Any, str]) -> None:
     _context, page, _job = trained
     page.reload()
