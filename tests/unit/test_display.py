@@ -80,3 +80,16 @@ def test_a_result_file_that_breaks_the_rules_is_no_result(tmp_path: Path) -> Non
     (logs / "result.json").symlink_to(tmp_path / "elsewhere.json")
     (tmp_path / "elsewhere.json").write_text('{"secret": 1}')
     assert "secret" not in _render(view, 120)
+
+
+def test_a_straggler_shows_with_its_rate() -> None:
+    view = _view(
+        Replica(role="worker", index=0, state=ReplicaState.RUNNING, step_rate=120.44),
+        Replica(role="worker", index=1, state=ReplicaState.RUNNING, step_rate=7.25, straggler=True),
+        Replica(role="ps", index=0, state=ReplicaState.RUNNING),
+    )
+    lines = _render(view, 80).splitlines()
+    worker_1 = next(line for line in lines if line.startswith("worker-1"))
+    assert "Straggler" in worker_1
+    assert "7.2" in worker_1
+    assert "120.4" in next(line for line in lines if line.startswith("worker-0"))

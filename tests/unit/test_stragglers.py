@@ -16,7 +16,17 @@ from tfkube.engines.local._usage import (
     sample_line,
     v2_usage_seconds,
 )
-from tfkube.planner import median_rate, step_rate, steps_in, stragglers, trim
+from tfkube.planner import (
+    Replica,
+    ReplicaState,
+    median_rate,
+    step_rate,
+    steps_in,
+    stragglers,
+    trim,
+)
+from tfkube.server.outputs.usage import parse_samples, thin
+from tfkube.server.web._present import has_problem, job_state
 
 
 @pytest.mark.parametrize(
@@ -125,3 +135,29 @@ def test_a_linked_usage_folder_is_never_followed(tmp_path: Path) -> None:
     (tmp_path / "logs" / contract.OWN_SUBDIR / "usage").symlink_to(elsewhere)
     assert not append_line(str(tmp_path / "logs"), "worker-0", b"[1.0,0.5,10]\n")
     assert list(elsewhere.iterdir()) == []
+
+
+def test_usage_files_are_parsed_whole_lines_only() -> None:
+    data = b'0.5,12]\n[10.0,0.5,1000]\n[12.0,true,5]\n"x"\n[14.0,1.25,2000]\n[16.0,'
+    assert parse_samples(data) == [(10.0, 0.5, 1000), (14.0, 1.25, 2000)]
+
+
+def test_usage_series_are_thinned_keeping_the_newest() -> None:
+    points = [(float(t), 0.0, t) for t in range(5000)]
+    thinned = thin(points, limit=1000)
+    assert len(thinned) <= 1000
+    assert thinned[-500:] == points[-500:]
+    assert thinned[0] == points[0]
+
+
+def test_the_job_summary_names_its_stragglers() -> None:
+    replicas = [
+        Replica(role="worker", index=0, state=ReplicaState.RUNNING, step_rate=100.0),
+        Replica(role="worker", index=1, state=ReplicaState.RUNNING, step_rate=3.0, straggler=True),
+    ]
+    state = job_state("Running", False, None, None, replicas)
+    assert state.tone == "warn"
+    assert "straggler" in state.sentence
+    assert "worker-1 at 3.0 steps/s" in state.detail
+    assert has_problem(replicas[1])
+    assert not has_problem(replicas[0])
