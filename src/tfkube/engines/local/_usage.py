@@ -119,8 +119,9 @@ def read_cgroup(layout: CgroupLayout, name: str, now: float) -> Reading | None:
 
 def append_line(log_dir: str, replica: str, line: bytes) -> bool:
     """Append to the replica's usage file below `log_dir` without following links; the
-    folders it makes belong to the log folder's owner (a confined job's team, whose
-    launchers make `.tfkube/logs` beside it). False when it could not (or is full)."""
+    folders and the file it makes belong to the log folder's owner (a confined job's team,
+    whose launchers make `.tfkube/logs` beside it: everything in its outputs is the
+    team's). False when it could not (or is full)."""
     try:
         with closing(open_root(log_dir)) as root:
             owner = os.fstat(root)
@@ -154,6 +155,8 @@ def append_line(log_dir: str, replica: str, line: bytes) -> bool:
                     return False
                 if st.st_size + len(line) > MAX_FILE_BYTES:
                     return False
+                if (st.st_uid, st.st_gid) != (owner.st_uid, owner.st_gid):
+                    os.fchown(fd, owner.st_uid, owner.st_gid)  # the team's, as its logs
                 os.write(fd, line)
         return True
     except OSError:

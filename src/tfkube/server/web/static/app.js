@@ -710,7 +710,7 @@
           {
             width: charts.width(figure),
             height: 200,
-            legend: { show: true },
+            legend: { show: true, live: false },
             cursor: { drag: { x: true, y: false } },
             axes: [{ size: 36 }, { size: 52 }],
             series,
