@@ -319,8 +319,9 @@ def test_training_works_confined(tenancy: Tenancy) -> None:
     for replica in ("ps-0", "worker-0", "worker-1"):
         assert (outputs / ".tfkube" / "usage" / f"{replica}.jsonl").is_file(), replica
     with tfkube.Client(t.server.url, t.member.token, team=t.attacker) as c:
-        usage = c.http.get(f"/api/v1/jobs/{job.id}/usage").json()
-    memory = {s["replica"]: max(p[2] for p in s["points"]) for s in usage["replicas"]}
+        usage = c.usage(job.id)
+    assert usage.available
+    memory = {s.replica: max(p[2] for p in s.points) for s in usage.replicas}
     assert all(used > 50_000_000 for used in memory.values()), memory
     owners = {p.stat().st_uid for p in outputs.rglob("*")}
     assert len(owners) == 1, owners  # all written by one user: the team's, not root
