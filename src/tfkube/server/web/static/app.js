@@ -712,6 +712,8 @@
             height: 200,
             legend: { show: true, live: false },
             cursor: { drag: { x: true, y: false } },
+            // One sample so far: a minute around it, not uPlot's years.
+            scales: { x: { time: true, range: (_u, min, max) => (max > min ? [min, max] : [min - 30, max + 30]) } },
             axes: [{ size: 36 }, { size: 52 }],
             series,
           },
