@@ -154,5 +154,5 @@ def check_flagged(backend: LocalBackend, name: str, procs: Path) -> None:
         assert len(usage_of(log_dir, replica)) >= 3, replica
     assert all(sample[2] > 50_000_000 for sample in usage_of(log_dir, "worker-0")[2:])
     recent = usage_of(log_dir, "worker-1")[-3:]
-    assert all(sample[1] < 0.15 for sample in recent), recent
-    assert max(s[1] for s in usage_of(log_dir, "worker-0")[-3:]) > 0.2
+    assert all(sample[1] < 0.15 for sample in recent), recent  # its quota: 0.03 cores
+    assert max(s[1] for s in usage_of(log_dir, "worker-0")) > max(s[1] for s in recent)

@@ -714,7 +714,7 @@
             cursor: { drag: { x: true, y: false } },
             // One sample so far: a minute around it, not uPlot's years.
             scales: { x: { time: true, range: (_u, min, max) => (max > min ? [min, max] : [min - 30, max + 30]) } },
-            axes: [{ size: 36 }, { size: 52 }],
+            axes: [{ size: 50 }, { size: 52 }],
             series,
           },
           data,
@@ -725,7 +725,7 @@
       } else entry.plot.setData(data);
       const newest = replicas.map((r) => `${r.replica} ${formatValue(value(r.points[r.points.length - 1]))}`);
       entry.figure.dataset.points = String(replicas.reduce((n, r) => n + r.points.length, 0));
-      entry.caption.textContent = `${title}, now: ${newest.join(", ")}`;
+      entry.caption.textContent = `${title}, latest: ${newest.join(", ")}`;
     },
   };
 
