@@ -423,7 +423,9 @@ class Supervisor:
         if cut == 0:
             return None
         self.step_offsets[key] = start + cut
-        return steps_in(data[:cut].decode(errors="replace"))
+        # Read from the middle of a line (output skipped): that line's end is no line.
+        skip = data.find(b"\n") + 1 if start > offset else 0
+        return steps_in(data[skip:cut].decode(errors="replace"))
 
     def _sample_usage(self) -> None:
         """Each running replica's CPU and memory, kept with the job's logs (`_usage.py`)."""
