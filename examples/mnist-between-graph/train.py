@@ -194,6 +194,7 @@ def main() -> None:
     hooks = [tf1.train.StopAtStepHook(last_step=args.train_steps)]
     started = time.time()
     steps_here = 0
+    said_steps_at = started
     if is_chief:
         restoring = tf1.train.latest_checkpoint(log_dir)
         if restoring:  # MonitoredTrainingSession restores the latest checkpoint
@@ -223,6 +224,11 @@ def main() -> None:
                 [train_op, global_step, loss], {x: train_x[idx], y: train_y[idx]}
             )
             steps_here += 1
+            if time.time() - said_steps_at >= 1.0:
+                # This replica's own steps, once a second: tfkube's step rate per replica
+                # (stragglers, tfkube.contract.STEP_LINE).
+                said_steps_at = time.time()
+                print(f"tfkube-steps: {steps_here}", flush=True)
             if steps_here % 100 == 0:
                 print(f"global_step={step} loss={loss_value:.4f}", flush=True)
             if is_chief and steps_here % 50 == 0:

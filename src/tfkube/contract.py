@@ -105,6 +105,13 @@ KEPT_LOGS_SUBDIR: Final = (OWN_SUBDIR, "logs")
 """Where the launcher keeps each replica's output inside TFKUBE_LOG_DIR:
 `<log dir>/.tfkube/logs/<role>-<index>/<attempt>.log`, one file per start. The platform
 server reads them there after the replicas are gone."""
+USAGE_SUBDIR: Final = (OWN_SUBDIR, "usage")
+"""Local engine: each replica's CPU and memory over time, sampled by the job's supervisor,
+`<role>-<index>.jsonl` below it, one `[time, cpu cores, memory bytes]` per line."""
+STEP_LINE: Final = "tfkube-steps:"
+"""A line of a replica's output `tfkube-steps: N` says it has taken N training steps of
+its own since it started (not the global step): the local supervisor turns these into the
+replica's step rate and flags stragglers (runPolicy.stragglerSeconds)."""
 LOG_MAX_BYTES: Final = "TFKUBE_LOG_MAX_BYTES"
 """Optional: the size at which the launcher's copy of a replica's output in the shared
 log folder stops growing (default 64 MiB)."""

@@ -218,6 +218,22 @@ class ScalarsOut(_Wire):
     progress: Progress
 
 
+class UsageSeries(_Wire):
+    replica: str
+    """`<role>-<index>`."""
+    points: list[list[float]]
+    """`[time, cpu cores, memory bytes]`, oldest first; cores are the CPU time used since
+    the sample before over the time between them."""
+
+
+class UsageOut(_Wire):
+    available: bool
+    """Whether the job's engine records what replicas use (the local engine does)."""
+    reason: str = ""
+    """Why not, when not available."""
+    replicas: list[UsageSeries] = []
+
+
 class SessionOut(_Wire):
     user: UserOut
     csrf_token: str

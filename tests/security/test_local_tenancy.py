@@ -390,6 +390,15 @@ def test_training_works_confined(tenancy: Tenancy) -> None:
         assert any(line.startswith("tfkube-example: result") for line in c.logs(job.id, "worker-0"))
     outputs = t.data / "teams" / t.attacker / "outputs" / job.id
     assert (outputs / ".tfkube" / "logs" / "worker-1" / "0.log").is_file()
+    # Each replica's CPU and memory, sampled from its cgroups by the supervisor (root),
+    # kept beside the logs as the team's files.
+    for replica in ("ps-0", "worker-0", "worker-1"):
+        assert (outputs / ".tfkube" / "usage" / f"{replica}.jsonl").is_file(), replica
+    with tfkube.Client(t.server.url, t.member.token, team=t.attacker) as c:
+        usage = c.usage(job.id)
+    assert usage.available
+    memory = {s.replica: max(p[2] for p in s.points) for s in usage.replicas}
+    assert all(used > 50_000_000 for used in memory.values()), memory
     owners = {p.stat().st_uid for p in outputs.rglob("*")}
     assert len(owners) == 1, owners  # all written by one user: the team's, not root
     assert 0 not in owners

@@ -3,6 +3,9 @@ tokens, teams, artifacts, jobs run on the local engine with small shell entrypoi
 
 from __future__ import annotations
 
+import re
+import time
+
 import httpx
 
 from ._server import PASSWORD, Api, ServerProc, login
@@ -207,3 +210,65 @@ def test_prometheus_metrics(server: ServerProc, admin: Api, team: TeamCtx) -> No
     assert "tfkube_api_request_seconds_bucket" in text
     assert 'route="/api/v1/jobs/{job_id}"' in text or "tfkube_jobs" in text
     assert "tfkube_submit_seconds_count" in text
+
+
+BURN = {
+    "run.sh": "#!/usr/bin/env bash\n"
+    'echo "$TFKUBE_ROLE-$TFKUBE_INDEX starts"\n'
+    # worker-0 keeps a core busy until the job is stopped; worker-1 idles.
+    'if [ "$TFKUBE_INDEX" = 0 ]; then while :; do :; done; fi\n'
+    "exec sleep 600\n",
+}
+GAUGE = re.compile(r"^(\w+)\{(.*)\} (\S+)$")
+
+
+def _gauges(text: str, name: str, job: str) -> dict[str, float]:
+    """`<role>-<index>` -> the value of gauge `name` for each replica of `job`."""
+    found = {}
+    for line in text.splitlines():
+        m = GAUGE.match(line)
+        if not m or m.group(1) != name:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+        if labels.get("job") == job:
+            found[f"{labels['role']}-{labels['index']}"] = float(m.group(3))
+    return found
+
+
+def test_replica_usage_in_the_api_and_metrics(admin: Api, team: TeamCtx) -> None:
+    api = team.member
+    api.ok(upload(api, team.name, "burn", targz(BURN)), 201)
+    job = api.ok(
+        api.post(
+            f"/api/v1/teams/{team.name}/jobs",
+            json={"name": "burn", "workers": 2, "ps": 0, "code": "burn"},
+        ),
+        201,
+    )
+    deadline = time.monotonic() + 120
+    while True:
+        text = admin.get("/metrics").text
+        cpu = _gauges(text, "tfkube_replica_cpu_cores", "burn")
+        memory = _gauges(text, "tfkube_replica_memory_bytes", "burn")
+        if set(cpu) == {"worker-0", "worker-1"} and cpu["worker-0"] > 0.2:
+            break
+        assert time.monotonic() < deadline, f"no usage gauges for both workers: {cpu}"
+        time.sleep(1)
+    assert set(memory) == {"worker-0", "worker-1"}
+    assert all(used > 100_000 for used in memory.values()), memory
+    assert cpu["worker-1"] < cpu["worker-0"]
+
+    usage = api.ok(api.get(f"/api/v1/jobs/{job['id']}/usage"))
+    assert usage["available"] is True
+    series = {s["replica"]: s["points"] for s in usage["replicas"]}
+    assert set(series) == {"worker-0", "worker-1"}
+    assert all(len(point) == 3 for points in series.values() for point in points)
+    outside = httpx.get(f"{admin.url}/api/v1/jobs/{job['id']}/usage")
+    assert outside.status_code == 401
+
+    api.post(f"/api/v1/jobs/{job['id']}/stop")
+    wait_job(api, job["id"], {"Failed", "Succeeded"})
+    # Kept with the job's logs after it ended; /metrics shows running replicas only.
+    after = api.ok(api.get(f"/api/v1/jobs/{job['id']}/usage"))
+    assert {s["replica"] for s in after["replicas"]} == {"worker-0", "worker-1"}
+    assert _gauges(admin.get("/metrics").text, "tfkube_replica_cpu_cores", "burn") == {}

@@ -99,6 +99,7 @@ def test_minimal_job_dump_fills_every_default():
                 "terminationGraceSeconds": 5.0,
                 "port": 2222,
                 "suspend": False,
+                "stragglerSeconds": 60,
                 "stallAction": "Report",
                 "nodeLostSeconds": 30,
             },

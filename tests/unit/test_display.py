@@ -92,3 +92,16 @@ def test_a_narrow_terminal_keeps_a_jobs_name_and_phase_whole(tmp_path: Path) -> 
     lines = _table([done], width=80).splitlines()
     row = next(line for line in lines if line.startswith("cli-job"))
     assert "Succeeded" in row
+
+
+def test_a_straggler_shows_with_its_rate() -> None:
+    view = _view(
+        Replica(role="worker", index=0, state=ReplicaState.RUNNING, step_rate=120.44),
+        Replica(role="worker", index=1, state=ReplicaState.RUNNING, step_rate=7.25, straggler=True),
+        Replica(role="ps", index=0, state=ReplicaState.RUNNING),
+    )
+    lines = _render(view, 80).splitlines()
+    worker_1 = next(line for line in lines if line.startswith("worker-1"))
+    assert "Straggler" in worker_1
+    assert "7.2" in worker_1
+    assert "120.4" in next(line for line in lines if line.startswith("worker-0"))

@@ -149,7 +149,7 @@ def test_the_database_and_the_api_hold_the_records_json() -> None:
         last_line="step 10",
     )
     stored = replicas_json([replica])
-    assert stored == [{**BEFORE, "stalled": False}]
+    assert stored == [{**BEFORE, "stalled": False, "step_rate": None, "straggler": False}]
     assert replicas_of(stored) == [replica]
     assert replicas_of([BEFORE]) == [replica], "rows written before read the same"
     answered = JobOut.model_validate(

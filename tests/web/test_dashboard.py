@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from server._server import PASSWORD
+from server.conftest import targz, upload, wait_job
 
 from ._browser import LAPTOP, PHONE, poll, shot, sign_in
 from ._scale import crowd
@@ -401,6 +402,88 @@ def test_upload_submit_watch_until_succeeded(trained: tuple[Any, Any, str]) -> N
     page.goto("/jobs")
     shot(page, "13-jobs-list")
     page.go_back()
+
+
+@pytest.mark.tf
+def test_resource_charts_show_each_replicas_cpu_and_memory(trained: tuple[Any, Any, str]) -> None:
+    _context, page, job = trained
+    page.reload()
+    cpu = page.locator('figure.chart[data-usage="cpu"]')
+    memory = page.locator('figure.chart[data-usage="memory"]')
+    for chart in (cpu, memory):
+        poll(
+            "samples in the chart", lambda c=chart: int(c.get_attribute("data-points") or 0) > 3, 60
+        )
+    # A line per replica in each chart's legend, and the newest figures in its caption.
+    for key in ("ps-0", "worker-0", "worker-1"):
+        assert cpu.locator(".u-legend").get_by_text(key).count() == 1
+        assert key in memory.locator("figcaption").inner_text()
+    assert "CPU (cores)" in cpu.locator("figcaption").inner_text()
+    assert page.locator("[data-usage-empty]").is_hidden()
+    shot(page, "13-job-resources")
+
+    usage = page.request.get(f"/api/v1/jobs/{job}/usage").json()
+    assert usage["available"] is True
+    series = {s["replica"]: s["points"] for s in usage["replicas"]}
+    assert set(series) == {"ps-0", "worker-0", "worker-1"}
+    for points in series.values():
+        assert len(points) >= 3
+        assert all(0 <= cores < 8 and 10_000_000 < used < 8 << 30 for _, cores, used in points)
+    # TensorFlow trained: the workers used CPU.
+    assert max(cores for _, cores, _ in series["worker-0"]) > 0.1
+
+
+PACED = (
+    "#!/bin/sh\n"
+    "# Each worker says its own steps twice a second: worker-0 takes 100 a tick, worker-1 5.\n"
+    'step=0; per=100; [ "$TFKUBE_INDEX" = 1 ] && per=5\n'
+    'while :; do step=$((step + per)); echo "tfkube-steps: $step"; sleep 0.5; done\n'
+)
+
+
+def test_a_straggler_is_flagged_on_the_job_page(people: People, browser: Any, site: Site) -> None:
+    """Two workers, one taking a twentieth of the other's steps: the replica table marks it
+    Straggler with its rate, the summary names it, and the events say it."""
+    api = site.api("bob")
+    api.ok(upload(api, "vision", "paced", targz({"run.sh": PACED})), 201)
+    manifest = {
+        "apiVersion": "tfkube.io/v1alpha1",
+        "kind": "TFJob",
+        "metadata": {"name": "paced"},
+        "spec": {
+            "replicas": {"worker": {"replicas": 2}},
+            "code": {"source": "artifact:paced"},
+            "runPolicy": {"stragglerSeconds": 4, "terminationGraceSeconds": 1},
+        },
+    }
+    job = api.ok(api.post("/api/v1/teams/vision/jobs", json={"manifest": manifest}), 201)
+    context = _open(browser, site, people.bob)
+    try:
+        page = context.new_page()
+        page.goto(f"/jobs/{job['id']}")
+        row = page.locator("table.replicas").get_by_role("row", name=re.compile("worker-1"))
+        poll("worker-1 shown a straggler", lambda: "Straggler" in row.inner_text(), 90)
+        rate = float(row.locator("[data-step-rate]").inner_text())
+        assert 0 < rate < 20, rate
+        fast = page.locator("table.replicas").get_by_role("row", name=re.compile("worker-0"))
+        assert "Straggler" not in fast.inner_text()
+        assert float(fast.locator("[data-step-rate]").inner_text()) > 100
+        poll(
+            "the summary naming it",
+            lambda: "worker-1 at" in page.locator("#job-summary").inner_text(),
+            30,
+        )
+        poll(
+            "the event",
+            lambda: "worker-1 is a straggler" in page.locator("#events").inner_text(),
+            30,
+        )
+        shot(page, "14-job-straggler")
+    finally:
+        context.close()
+        api.post(f"/api/v1/jobs/{job['id']}/stop")
+        wait_job(api, job["id"], {"Failed", "Succeeded"})
+        api.close()
 
 
 @pytest.mark.tf

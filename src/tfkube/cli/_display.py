@@ -78,20 +78,30 @@ def job_panel(view: JobView, now: float | None = None, width: int = 120) -> Grou
     )
     table = Table(show_edge=False, pad_edge=False, expand=False)
     wide = width >= 110
-    columns = ["replica", "state", *(["pid", "address"] if wide else []), "restarts", "exit"]
+    columns = [
+        "replica",
+        "state",
+        *(["pid", "address"] if wide else []),
+        "restarts",
+        "exit",
+        "steps/s",
+    ]
     for col in columns:
         table.add_column(col, no_wrap=True)
     table.add_column("message / last log line", no_wrap=True)
-    room = max(12, width - (82 if wide else 52))  # what the other columns leave
+    room = max(12, width - (90 if wide else 60))  # what the other columns leave
     cut: dict[str, list[str]] = {}  # a reason too long for its cell -> the replicas it is
     for r in view.replicas:
-        state = (
-            Text("Stalled", "bold red") if r.stalled else Text(r.state.value, _STATE_STYLE[r.state])
-        )
+        state = Text(r.state.value, _STATE_STYLE[r.state])
+        if r.stalled:
+            state = Text("Stalled", "bold red")
+        elif r.straggler:
+            state = Text("Straggler", "bold yellow")
         cells: list[str | Text] = [r.key, state]
         if wide:
             cells += [str(view.pids.get(r.key) or "-"), r.address or "-"]
         cells += [str(r.restarts), "-" if r.exit_code is None else str(r.exit_code)]
+        cells.append("-" if r.step_rate is None else f"{r.step_rate:.1f}")
         note = r.message or r.last_line  # why it is where it is, else what it last said
         line = note if len(note) <= room else note[: room - 1] + "…"
         if r.message and len(r.message) > room:

@@ -41,6 +41,7 @@ from tfkube.wire import (
     OutputFile,
     ScalarsOut,
     TeamOut,
+    UsageOut,
     UserOut,
 )
 
@@ -302,6 +303,11 @@ class Client:
 
     def scalars(self, job_id: str) -> ScalarsOut:
         return ScalarsOut.model_validate(self._json("GET", f"/api/v1/jobs/{job_id}/scalars"))
+
+    def usage(self, job_id: str) -> UsageOut:
+        """Each replica's CPU and memory over time (`available` False, with the reason, on
+        an engine that does not record it)."""
+        return UsageOut.model_validate(self._json("GET", f"/api/v1/jobs/{job_id}/usage"))
 
     def outputs(self, job_id: str, path: str = "") -> list[OutputFile]:
         data = self._json("GET", f"/api/v1/jobs/{job_id}/outputs", params={"path": path})

@@ -207,6 +207,10 @@ class Features:
     """Tenants are namespaces (the dashboard shows them)."""
     data_sets_hint: str = ""
     """What to do instead, where data sets do not reach jobs."""
+    replica_usage: bool = False
+    """Each replica's CPU and memory over time is kept with the job's logs
+    (`tfkube.contract.USAGE_SUBDIR`): the local engine samples its replicas' cgroups or
+    process trees. Kubernetes does not yet (its kubelet's resource metrics are not read)."""
 
 
 class NotAvailable(LookupError):

@@ -7,6 +7,14 @@ from tfkube.planner._plan import (
     stalled_replicas,
     success_reached,
 )
+from tfkube.planner._stragglers import (
+    TRAINING_ROLES,
+    median_rate,
+    step_rate,
+    steps_in,
+    stragglers,
+    trim,
+)
 from tfkube.planner._types import (
     Action,
     Decision,
@@ -23,6 +31,7 @@ from tfkube.planner._types import (
 )
 
 __all__ = [
+    "TRAINING_ROLES",
     "Action",
     "Decision",
     "DeleteJob",
@@ -35,9 +44,14 @@ __all__ = [
     "Start",
     "Stop",
     "is_retryable_exit",
+    "median_rate",
     "plan",
     "settled",
     "should_retry",
     "stalled_replicas",
+    "step_rate",
+    "steps_in",
+    "stragglers",
     "success_reached",
+    "trim",
 ]

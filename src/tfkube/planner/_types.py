@@ -108,6 +108,11 @@ class Replica(BaseModel):
     """The last line it wrote (where the engine can read it)."""
     stalled: bool = False
     """Running, but no progress for runPolicy.stallSeconds (shown as `Stalled`)."""
+    step_rate: float | None = None
+    """Its own training steps per second over runPolicy.stragglerSeconds, from its
+    `tfkube-steps: N` lines (where the engine observes them: locally); None unknown."""
+    straggler: bool = False
+    """Running, with a step rate below half the median of the job's training replicas."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -125,6 +130,8 @@ class Replica(BaseModel):
         node: str | None = None,
         last_line: str = "",
         stalled: bool = False,
+        step_rate: float | None = None,
+        straggler: bool = False,
     ) -> Replica:
         """The planner's state of a replica plus what people read about it."""
         return cls(
@@ -138,6 +145,8 @@ class Replica(BaseModel):
             message=message,
             last_line=last_line,
             stalled=stalled,
+            step_rate=step_rate,
+            straggler=straggler,
         )
 
 

@@ -404,6 +404,8 @@ class LocalBackend:
                     last_line=last_line(d.log(r.key)),
                     message=_replica_message(r, record, now_in, now) or "",
                     stalled=r.stalled and now_in is ReplicaState.RUNNING,
+                    step_rate=r.step_rate if now_in is ReplicaState.RUNNING else None,
+                    straggler=r.straggler and now_in is ReplicaState.RUNNING,
                 )
             )
         return JobView(

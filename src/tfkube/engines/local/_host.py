@@ -63,7 +63,9 @@ from tfkube.spec import FieldError, SpecError
 
 class LocalEngine(RunnersByKind):
     name = "local"
-    features = Features(data_sets=True, tensorboard_on_demand=True, namespaces=False)
+    features = Features(
+        data_sets=True, tensorboard_on_demand=True, namespaces=False, replica_usage=True
+    )
     keeps_running = False
     """Nothing of a team outlives the server here but its training jobs (their supervisors
     are daemons the next server finds again)."""

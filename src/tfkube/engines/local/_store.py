@@ -80,6 +80,9 @@ class ReplicaRecord(BaseModel):
     progress_at: float | None = None
     """When it last showed progress (observed only with runPolicy.stallSeconds)."""
     stalled: bool = False
+    step_rate: float | None = None
+    """Its own steps per second over runPolicy.stragglerSeconds (`tfkube.planner.step_rate`)."""
+    straggler: bool = False
 
     @property
     def key(self) -> str:

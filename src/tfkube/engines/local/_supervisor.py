@@ -39,7 +39,7 @@ from typing import BinaryIO, NoReturn
 
 from tfkube import contract
 from tfkube.engines.local import _netns
-from tfkube.engines.local._cgroups import limits_of
+from tfkube.engines.local._cgroups import CgroupLayout, limits_of, this_machine
 from tfkube.engines.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
 from tfkube.engines.local._procs import alive, free_ports, ref_of, stop_trees
 from tfkube.engines.local._sandbox import (
@@ -53,8 +53,10 @@ from tfkube.engines.local._sandbox import (
 )
 from tfkube.engines.local._store import JobDir, JobRecord, ReplicaRecord, tfkube_cache
 from tfkube.engines.local._tenants import TenantIdentity, hand_over
+from tfkube.engines.local._usage import Sampler, read_cgroup, read_tree
 from tfkube.launcher import FetchError, check_archive, download, file_lock, latest_write
 from tfkube.planner import (
+    TRAINING_ROLES,
     Decision,
     DeleteJob,
     JobPhase,
@@ -63,7 +65,12 @@ from tfkube.planner import (
     Restart,
     Start,
     Stop,
+    median_rate,
     plan,
+    step_rate,
+    steps_in,
+    stragglers,
+    trim,
 )
 from tfkube.safefs import read_file
 from tfkube.spec import (
@@ -86,6 +93,10 @@ FETCH_ATTEMPTS = 5
 server restarting, waits 2 s between tries); then the job fails."""
 PREPARE_KEY = "prepare"
 """The termination message's name of the confined prepare step."""
+STEPS_EVERY = 1.0
+"""How often each training replica's new output is read for `tfkube-steps: N` lines."""
+MAX_STEPS_READ = 64 * 1024
+"""New output read per replica and look; past it only the newest is read."""
 
 
 def cgroup_prefix(record: JobRecord) -> str:
@@ -169,6 +180,13 @@ class Supervisor:
         """Confined replicas that run, by key: their cgroups are released after."""
         self.netns: str | None = None
         """A confined job's network namespace (its path), made by `_isolate`."""
+        self.usage = Sampler(self.record.log_dir)
+        self.cgroups: CgroupLayout | None = this_machine() if self.record.tenant else None
+        self.steps_at = 0.0
+        self.step_offsets: dict[str, int] = {}
+        """Where each running training replica's output was read up to (its log file)."""
+        self.step_samples: dict[str, list[tuple[float, int]]] = {}
+        """(time, its own steps seen by then) of each running training replica's start."""
         # Plain processes inherit this process's environment; confined ones never do.
         self.base_env: dict[str, str] = {}
         if self.record.tenant is None:
@@ -210,6 +228,8 @@ class Supervisor:
                 # yet wrote this file first, so it cannot be missed.
                 self.stop_reason = "stopped on request (tfkube stop/delete, or Ctrl-C)"
             changed |= self._observe_progress()
+            changed |= self._observe_steps()
+            self._sample_usage()
             changed |= self._claim_gpus()
             if self.stop_reason and not self.record.phase.terminal:
                 self._finish(JobPhase.FAILED, "Stopped", self.stop_reason)
@@ -339,6 +359,11 @@ class Supervisor:
             replica.ended_at = self.clock()
             replica.process = None
             replica.stalled = False
+            replica.step_rate = None
+            replica.straggler = False
+            self.step_offsets.pop(key, None)
+            self.step_samples.pop(key, None)
+            self.usage.forget(key)
             confinement = self.confined.pop(key, None)
             oom_killed = confinement is not None and release(confinement) > 0
             if replica.state is not ReplicaState.RUNNING:
@@ -442,6 +467,92 @@ class Supervisor:
                 r.progress_at = latest
                 changed = True
         return changed
+
+    def _observe_steps(self) -> bool:
+        """Each running training replica's step rate from its `tfkube-steps: N` lines, and
+        which are stragglers (`tfkube.planner.stragglers`); an event when one becomes or
+        stops being one."""
+        now = self.clock()
+        if now - self.steps_at < STEPS_EVERY:
+            return False
+        self.steps_at = now
+        window = float(self.job.spec.run_policy.straggler_seconds)
+        rates: dict[str, float | None] = {}
+        for r in self.record.replicas:
+            if r.state is not ReplicaState.RUNNING or r.role not in TRAINING_ROLES:
+                continue
+            samples = self.step_samples.setdefault(r.key, [])
+            seen = self._new_steps(r.key)
+            last = samples[-1][1] if samples else 0
+            if seen is not None or samples:
+                samples.append((now, last if seen is None else seen))
+            trim(samples, now, window)
+            rates[r.key] = step_rate(samples, now, window)
+        slow = stragglers(rates)
+        median = median_rate(rates)
+        changed = False
+        for r in self.record.replicas:
+            rate = rates.get(r.key)
+            rounded = None if rate is None else round(rate, 2)
+            if rounded != r.step_rate:
+                r.step_rate = rounded
+                changed = True
+            flagged = r.key in slow
+            if flagged == r.straggler:
+                continue
+            r.straggler = flagged
+            changed = True
+            if flagged:
+                self.dir.event(
+                    f"{r.key} is a straggler: {slow[r.key]:.2f} steps/s over the last "
+                    f"{window:.0f}s, below half the training replicas' median of "
+                    f"{median or 0:.2f} steps/s",
+                    replica=r.key,
+                )
+            elif r.state is ReplicaState.RUNNING:
+                self.dir.event(
+                    f"{r.key} is no longer a straggler: {rate or 0:.2f} steps/s", replica=r.key
+                )
+        return changed
+
+    def _new_steps(self, key: str) -> int | None:
+        """The last `tfkube-steps: N` the replica printed since the last look."""
+        offset = self.step_offsets.get(key)
+        if offset is None:
+            return None
+        try:
+            with self.dir.log(key).open("rb") as log:
+                size = os.fstat(log.fileno()).st_size
+                if size <= offset:
+                    return None
+                start = max(offset, size - MAX_STEPS_READ)
+                log.seek(start)
+                data = log.read(size - start)
+        except OSError:
+            return None
+        cut = data.rfind(b"\n") + 1  # a line still being written waits for the next look
+        if cut == 0:
+            return None
+        self.step_offsets[key] = start + cut
+        # Read from the middle of a line (output skipped): that line's end is no line.
+        skip = data.find(b"\n") + 1 if start > offset else 0
+        return steps_in(data[skip:cut].decode(errors="replace"))
+
+    def _sample_usage(self) -> None:
+        """Each running replica's CPU and memory, kept with the job's logs (`_usage.py`)."""
+        now = self.clock()
+        if not self.usage.due(now):
+            return
+        self.usage.sampled_at = now
+        for r in self.record.replicas:
+            if r.state is not ReplicaState.RUNNING or r.process is None:
+                continue
+            confinement = self.confined.get(r.key)
+            if confinement is not None and self.cgroups is not None:
+                reading = read_cgroup(self.cgroups, confinement.cgroup, now)
+            else:
+                reading = read_tree(r.process.pid, now)
+            self.usage.record(r.key, reading)
 
     # -- acting ---------------------------------------------------------------------
 
@@ -562,6 +673,10 @@ class Supervisor:
                 self._not_started(replica, str(exc))
                 return
         self.procs[key] = proc
+        with contextlib.suppress(OSError):
+            self.step_offsets[key] = self.dir.log(key).stat().st_size
+        self.step_samples.pop(key, None)
+        self.usage.forget(key)
         replica.process = ref_of(proc.pid)
         replica.state = ReplicaState.RUNNING
         replica.started_at = self.clock()

@@ -9,6 +9,7 @@ names of its teams, owners and artifacts, one query each)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import ColumnElement, Select, and_, func, select
 from sqlalchemy.orm import Session, aliased
@@ -221,3 +222,14 @@ def counts_by_team(db: Session) -> list[tuple[str, str, int, int]]:
         .group_by(Team.name, Job.phase)
     ).all()
     return [(team, phase, int(count), int(restarts)) for team, phase, count, restarts in rows]
+
+
+def running_jobs_with_outputs(db: Session, phase: str) -> list[tuple[str, str, str, list[Any]]]:
+    """(team, job name, output folder, replicas as stored) of the jobs in `phase` that
+    keep outputs the server reads."""
+    rows = db.execute(
+        select(Team.name, Job.name, Job.output_dir, Job.replicas)
+        .join(Team, Team.id == Job.team_id)
+        .where(Job.phase == phase, Job.output_dir.is_not(None))
+    ).all()
+    return [(team, name, str(out), list(reps or [])) for team, name, out, reps in rows]

@@ -181,12 +181,19 @@ class ReplicaFilter:
 
 
 def has_problem(r: Replica) -> bool:
-    """Whether a replica needs someone's attention: it failed, restarted, stalls, or says
+    """Whether a replica needs someone's attention: it failed, restarted, stalls, lags
+    behind the others (a straggler), or says
     something while it runs. A pending replica saying why it waits (queued, scheduling,
     pulling its image) is not a problem: every replica of a starting job says that."""
     if r.state is ReplicaState.PENDING:
         return r.restarts > 0
-    return r.state is ReplicaState.FAILED or r.restarts > 0 or r.stalled or bool(r.message)
+    return (
+        r.state is ReplicaState.FAILED
+        or r.restarts > 0
+        or r.stalled
+        or r.straggler
+        or bool(r.message)
+    )
 
 
 @dataclass(frozen=True)
@@ -323,6 +330,9 @@ class JobState:
     detail: str = ""
 
 
+STRAGGLERS_NAMED = 3
+
+
 def job_state(
     phase: str, queued: bool, reason: str | None, message: str | None, replicas: Sequence[Replica]
 ) -> JobState:
@@ -350,6 +360,22 @@ def job_state(
                 "warn",
                 f"Training, but {stalled:,} replica{plural} made no progress lately",
                 text or waiting,
+            )
+        slow = [r for r in replicas if r.straggler]
+        if slow:
+            named = ", ".join(
+                f"{r.key} at {r.step_rate or 0:.1f} steps/s" for r in slow[:STRAGGLERS_NAMED]
+            )
+            more = (
+                f" and {len(slow) - STRAGGLERS_NAMED:,} more"
+                if len(slow) > STRAGGLERS_NAMED
+                else ""
+            )
+            return JobState(
+                "Running",
+                "warn",
+                "Training, with a straggler" + ("s" if len(slow) > 1 else ""),
+                f"below half the median step rate: {named}{more}",
             )
         return JobState("Running", "run", "Training", waiting)
     if phase == JobPhase.RESTARTING:

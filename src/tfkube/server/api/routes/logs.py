@@ -37,9 +37,10 @@ from tfkube.server.outputs.logs import (
 )
 from tfkube.server.outputs.logs import follow as follow_file
 from tfkube.server.outputs.scalars import progress_hint, progress_of, total_steps
+from tfkube.server.outputs.usage import read_usage
 from tfkube.server.tenants import tenant_of
 from tfkube.spec import load_job_text
-from tfkube.wire import LogFile, OutputFile, Progress, ScalarsOut
+from tfkube.wire import LogFile, OutputFile, Progress, ScalarsOut, UsageOut
 
 router = APIRouter(prefix="/api/v1/jobs/{job_id}", tags=["logs and outputs"])
 
@@ -260,3 +261,20 @@ async def scalars(job: JobDep, principal: CurrentUser, platform: PlatformDep) ->
     spec = load_job_text(job.spec, "job")
     hint = await asyncio.to_thread(progress_hint, output_dir)
     return ScalarsOut(series=series, progress=progress_of(series, total_steps(spec), hint))
+
+
+USAGE_NOT_AVAILABLE = (
+    "CPU and memory per replica are recorded by the local engine only; on Kubernetes "
+    "the kubelet's resource metrics are not read yet (kubectl top pods shows them)"
+)
+
+
+@router.get("/usage")
+async def usage(job: JobDep, principal: CurrentUser, platform: PlatformDep) -> UsageOut:
+    """What each replica used over time: `[time, cpu cores, memory bytes]` per sample,
+    during the job and after it."""
+    principal.require(Scope.METRICS_READ, job.team_id)
+    if not platform.engine.features.replica_usage:
+        return UsageOut(available=False, reason=USAGE_NOT_AVAILABLE)
+    series = await asyncio.to_thread(read_usage, job.output_dir)
+    return UsageOut(available=True, replicas=series)

@@ -637,6 +637,98 @@
     },
   };
 
+  // -- resources: CPU and memory per replica over time (uPlot) ------------------------------------
+
+  const usage = {
+    root: null,
+    plots: new Map(),
+    start(root) {
+      this.root = root;
+      this.refresh();
+      setInterval(() => {
+        if (document.visibilityState === "visible" && $(".job-page")?.dataset.live === "true") this.refresh();
+      }, 5000);
+      window.addEventListener("resize", () => {
+        for (const { plot, figure } of this.plots.values()) plot.setSize({ width: charts.width(figure), height: 200 });
+      });
+    },
+    async refresh() {
+      if (!this.root) return;
+      let data;
+      try {
+        data = await api("GET", this.root.dataset.usage);
+      } catch (_) {
+        this.root.dataset.loaded = "true";
+        return;
+      }
+      const empty = $("[data-usage-empty]", this.root);
+      const replicas = (data.replicas || []).filter((r) => r.points.length);
+      if (!data.available && empty) empty.textContent = data.reason;
+      if (empty) empty.hidden = replicas.length > 0;
+      if (replicas.length && window.uPlot) {
+        this.draw("cpu", "CPU (cores)", replicas, (p) => p[1]);
+        this.draw("memory", "Memory (MiB)", replicas, (p) => p[2] / 1048576);
+      }
+      this.root.dataset.loaded = "true";
+    },
+    // One chart per measure, a line per replica, against time (the supervisor samples every
+    // replica at the same moments, so their times line up).
+    draw(key, title, replicas, value) {
+      const times = [...new Set(replicas.flatMap((r) => r.points.map((p) => p[0])))].sort((a, b) => a - b);
+      const index = new Map(times.map((t, i) => [t, i]));
+      const data = [times].concat(
+        replicas.map((r) => {
+          const column = new Array(times.length).fill(null);
+          for (const p of r.points) column[index.get(p[0])] = value(p);
+          return column;
+        })
+      );
+      let entry = this.plots.get(key);
+      const names = replicas.map((r) => r.replica).join();
+      if (entry && entry.names !== names) {
+        entry.figure.remove();
+        this.plots.delete(key);
+        entry = null;
+      }
+      if (!entry) {
+        const figure = document.createElement("figure");
+        figure.className = "chart";
+        figure.dataset.usage = key;
+        const caption = document.createElement("figcaption");
+        figure.append(caption);
+        this.root.append(figure);
+        const series = [{ label: "time" }].concat(
+          replicas.map((r, i) => ({
+            label: r.replica,
+            stroke: COLORS[i % COLORS.length],
+            width: 2,
+            spanGaps: false,
+            points: { show: false },
+          }))
+        );
+        const plot = new uPlot(
+          {
+            width: charts.width(figure),
+            height: 200,
+            legend: { show: true, live: false },
+            cursor: { drag: { x: true, y: false } },
+            // One sample so far: a minute around it, not uPlot's years.
+            scales: { x: { time: true, range: (_u, min, max) => (max > min ? [min, max] : [min - 30, max + 30]) } },
+            axes: [{ size: 50 }, { size: 52 }],
+            series,
+          },
+          data,
+          figure
+        );
+        entry = { figure, plot, caption, names };
+        this.plots.set(key, entry);
+      } else entry.plot.setData(data);
+      const newest = replicas.map((r) => `${r.replica} ${formatValue(value(r.points[r.points.length - 1]))}`);
+      entry.figure.dataset.points = String(replicas.reduce((n, r) => n + r.points.length, 0));
+      entry.caption.textContent = `${title}, latest: ${newest.join(", ")}`;
+    },
+  };
+
   const formatValue = (v) => (Math.abs(v) >= 100 ? v.toFixed(0) : Math.abs(v) >= 1 ? v.toFixed(2) : v.toPrecision(3));
 
   // Series from the API -> chart groups: one chart per tag (a line per run), plus
@@ -894,6 +986,8 @@
     if (page) watchJob(page);
     const chartRoot = $("[data-charts]");
     if (chartRoot) charts.start(chartRoot);
+    const usageRoot = $("[data-usage]");
+    if (usageRoot) usage.start(usageRoot);
     const logRoot = $("[data-logs]");
     if (logRoot) logs.start(logRoot);
     document.body.addEventListener("htmx:responseError", (e) => {
