@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-pytest_plugins = ["cluster.fixtures"]
+pytest_plugins = ["cluster.fixtures", "s3store"]
 """The test control plane's fixtures (tests/cluster/fixtures.py), for every test that asks:
 one control plane and one real node per session, whichever folder the test is in."""
 
