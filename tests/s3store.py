@@ -6,28 +6,17 @@ is a failure (`make test` builds it first: the Makefile's `s3-bins`)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-_NAME = "tfkube_tools_s3"
-if _NAME not in sys.modules:
-    _spec = importlib.util.spec_from_file_location(
-        _NAME, Path(__file__).resolve().parents[1] / "tools" / "s3" / "seaweed.py"
-    )
-    assert _spec is not None
-    assert _spec.loader is not None
-    sys.modules[_NAME] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules[_NAME])
-_seaweed = sys.modules[_NAME]
+from tooling import load_tool
 
+_seaweed = load_tool("tfkube_tools_s3", "s3", "seaweed.py")
 Seaweed = _seaweed.Seaweed
 S3Unavailable = _seaweed.S3Unavailable
 IN_CI = os.environ.get("CI", "").lower() == "true"
