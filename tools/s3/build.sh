@@ -20,4 +20,4 @@ VERSION="v0.0.0-20261109003541-7506e5f91cd6"   # keep in step with seaweedfs/go.
 source "$HERE/../go-binary.sh"
 go_binary seaweedfs "$HERE/seaweedfs" github.com/seaweedfs/seaweedfs "$VERSION" \
   github.com/seaweedfs/seaweedfs/weed "seaweedfs-${VERSION:0:21}" weed "" \
-  "about 10 minutes with a warm module cache" "$@"
+  "about 20 minutes on 2 busy cores with a warm module cache" "$@"

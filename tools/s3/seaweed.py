@@ -29,6 +29,7 @@ from pathlib import Path
 
 BUILD = Path(__file__).resolve().parent / "build.sh"
 START_TIMEOUT = 90.0
+STOP_GRACE = 3.0
 
 
 class S3Unavailable(RuntimeError):
@@ -71,6 +72,9 @@ class Seaweed:
     access_key: str = field(default_factory=lambda: "tfkube-" + secrets.token_hex(4))
     secret_key: str = field(default_factory=lambda: secrets.token_hex(16))
     process: subprocess.Popen[bytes] | None = None
+    grpc_sockets: list[Path] = field(default_factory=list)
+    """The unix sockets weed makes beside its gRPC ports, at a fixed place in /tmp: removed
+    after it stops (a killed weed leaves them)."""
 
     @property
     def endpoint(self) -> str:
@@ -82,6 +86,14 @@ class Seaweed:
 
     def start(self) -> None:
         master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3_grpc = _free_ports(7)
+        self.grpc_sockets = [
+            Path(f"/tmp/seaweedfs-{kind}-grpc-{port}.sock")
+            for kind, port in (
+                ("master", master_grpc),
+                ("volume", volume_grpc),
+                ("filer", filer_grpc),
+            )
+        ]
         data = self.workdir / "data"
         data.mkdir(parents=True, exist_ok=True)
         argv = [
@@ -93,7 +105,10 @@ class Seaweed:
             "-master.telemetry=false",
             f"-master.port={master}",
             f"-master.port.grpc={master_grpc}",
-            "-master.volumeSizeLimitMB=256",
+            # Every bucket is a collection of its own, which grows 7 volumes at its first
+            # write: room for many buckets (a test makes its own), small sparse files.
+            "-master.volumeSizeLimitMB=64",
+            "-volume.max=400",
             f"-volume.port={volume}",
             f"-volume.port.grpc={volume_grpc}",
             f"-filer.port={filer}",
@@ -146,15 +161,19 @@ class Seaweed:
             return False
 
     def stop(self) -> None:
-        """SIGTERM the server's session (by its PID, which leads it), SIGKILL after 10 s."""
+        """SIGTERM the server's session (by its PID, which leads it), SIGKILL after
+        STOP_GRACE (its orderly shutdown takes some 25 s, flushing what a throwaway store
+        does not keep); then its folder and sockets are removed."""
         proc = self.process
         if proc is not None and proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=STOP_GRACE)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+        for sock in self.grpc_sockets:
+            sock.unlink(missing_ok=True)
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 
