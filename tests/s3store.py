@@ -19,6 +19,7 @@ from tooling import load_tool
 _seaweed = load_tool("tfkube_tools_s3", "s3", "seaweed.py")
 Seaweed = _seaweed.Seaweed
 S3Unavailable = _seaweed.S3Unavailable
+start_seaweed = _seaweed.start_seaweed
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 

@@ -21,10 +21,11 @@ from typing import Any
 import pytest
 import yaml
 
-from s3store import S3Store
+from s3store import S3Store, start_seaweed
 from tfkube.engines.local import LocalBackend
 from tfkube.engines.local._procs import ref_of
 from tfkube.engines.local._store import DataRecord, JobDir, JobRecord
+from tfkube.engines.local._supervisor import spawn
 from tfkube.planner import JobPhase
 from tfkube.spec import SpecError, TFJob, parse_job
 
@@ -150,7 +151,17 @@ def test_a_second_job_with_the_same_data_reads_nothing_from_the_store(
     # A deleted job's read-only data folder goes with it; the cache stays.
     backend.delete("first")
     assert not (tfkube_home / "jobs" / "first").exists()
-    assert Path(backend.get("second").data_dir or "", "a.bin").exists()
+    cached = Path(backend.get("second").data_dir or "", "a.bin")
+    assert cached.exists()
+    # A cached copy written to since (root ignores the read-only bits) is fetched again.
+    with cached.open("r+b") as f:
+        f.write(b"X")
+    backend.submit(data_job("third", s3_store, f"s3://{bucket}/ds"), tmp_path)
+    view = backend.wait("third", timeout=180)
+    assert view.phase is JobPhase.SUCCEEDED, view.message
+    third = record(backend, "third").data
+    assert third is not None
+    assert (third.fetched_objects, third.fetched_bytes) == (1, len(objects["ds/a.bin"]))
 
 
 def free_port() -> int:
@@ -291,3 +302,34 @@ def test_status_shows_the_staging_progress(tfkube_home: Path, tmp_path: Path) ->
         r"StagingData: staging data: 3\.0 of 8\.0 MiB, [0-9.]+ MiB/s, \d+ s left", shown.stdout
     ), shown.stdout
     assert "(s3://bkt/ds/)" in shown.stdout
+
+
+def test_a_store_gone_before_staging_ends_the_job_with_the_reason(
+    s3_store: S3Store, tfkube_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Listed at submit, gone when the supervisor fetches (a store of this test's own,
+    stopped between the two): the job ends Failed (DataStagingFailed) naming the source,
+    no replica started, never retried."""
+    own = S3Store(start_seaweed())
+    try:
+        bucket = own.bucket()
+        own.put(bucket, "ds/a.bin", os.urandom(1024))
+        for key, value in own.env.items():
+            monkeypatch.setenv(key, value)
+        code_folder(tmp_path)
+
+        def stop_store_then_spawn(job_dir: JobDir, fork: bool) -> None:
+            own.server.stop()
+            spawn(job_dir, fork)
+
+        backend = LocalBackend(tfkube_home, cache=tmp_path / "cache", spawner=stop_store_then_spawn)
+        backend.submit(data_job("gone", own, f"s3://{bucket}/ds"), tmp_path)
+        view = backend.wait("gone", timeout=120)
+    finally:
+        own.server.stop()
+    assert view.phase is JobPhase.FAILED
+    assert view.reason == "DataStagingFailed"
+    assert f"s3://{bucket}/ds" in (view.message or "")
+    assert "cannot be reached" in (view.message or "")
+    assert all(r.restarts == 0 and r.exit_code is None for r in view.replicas)
+    assert not any(e.message.startswith("started ") for e in backend.events("gone"))
