@@ -139,3 +139,12 @@ def test_progress_line() -> None:
 def test_the_server_refuses_data_sources_until_it_keeps_credentials() -> None:
     job = job_with({"source": "s3://bkt/p"})
     assert [p.field for p in server_problems(job)] == ["spec.storage.data.source"]
+
+
+def test_a_cluster_refuses_data_sources_until_it_can_stage_them() -> None:
+    from tfkube.render import RenderOptions, render_job
+
+    with pytest.raises(SpecError) as caught:
+        render_job(job_with({"source": "s3://bkt/p"}), RenderOptions(namespace="team-a"))
+    assert [e.field for e in caught.value.errors] == ["spec.storage.data.source"]
+    assert "claimName" in str(caught.value)

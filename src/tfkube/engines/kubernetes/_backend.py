@@ -235,19 +235,6 @@ class KubernetesBackend:
             raise SubmitDeferred(wait) from exc
 
     def _submit(self, job: TFJob, base_dir: Path, code_token: str | None) -> JobView:
-        if job.spec.storage.data.source is not None:
-            # Staging into a per-node cache is issue 19's next step: refused, never run
-            # without its data.
-            raise SpecError(
-                [
-                    FieldError(
-                        "spec.storage.data.source",
-                        "data sources are staged by the local engine only so far; on "
-                        "Kubernetes give the data in a claim (spec.storage.data.claimName)",
-                    )
-                ],
-                f"job {job.name!r}",
-            )
         code_archive = None
         if job.spec.code is not None and not job.spec.code.is_url:
             with tempfile.TemporaryDirectory(prefix="tfkube-submit-") as tmp:
