@@ -62,7 +62,8 @@ class S3Store:
 @pytest.fixture(scope="session")
 def s3_store() -> Iterator[S3Store]:
     try:
-        server = _seaweed.start_seaweed()
+        # Outside CI a missing binary is a skip with the hint, not a 20-minute build.
+        server = _seaweed.start_seaweed(build=IN_CI)
     except S3Unavailable as exc:
         if IN_CI:
             pytest.fail(f"CI=true and the S3 store is unavailable: {exc}", pytrace=False)

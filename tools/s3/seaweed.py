@@ -51,16 +51,18 @@ def _free_ports(n: int) -> list[int]:
 
 
 def weed_binary(build: bool = True) -> Path:
-    """The built `weed` (building it first when `build` and it is missing or stale)."""
-    if build:
-        done = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise S3Unavailable(f"{BUILD} failed: {done.stderr[-2000:]}")
+    """The built `weed`: built first when `build` and it is missing or stale; else
+    S3Unavailable when it is."""
+    argv = ["bash", str(BUILD)] if build else ["bash", str(BUILD), "--check"]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        what = "failed" if build else "says SeaweedFS is missing or out of date (make s3-bins)"
+        raise S3Unavailable(f"{BUILD} {what}: {done.stderr[-2000:]}")
     path = subprocess.run(
         ["bash", str(BUILD), "--print-bin"], capture_output=True, text=True, check=False
     ).stdout.strip()
     if not path or not Path(path).is_file():
-        raise S3Unavailable(f"SeaweedFS is not built; run {BUILD}")
+        raise S3Unavailable(f"SeaweedFS is not built; run `make s3-bins` ({BUILD})")
     return Path(path)
 
 
