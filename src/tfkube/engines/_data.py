@@ -395,24 +395,29 @@ def _show(cached: Path, target: Path) -> None:
         target.chmod(0o444)
 
 
+def _folders(folder: Path) -> list[Path]:
+    """The folder and every real folder below it (never a link: chmod would follow it)."""
+    out = [folder]
+    for root, dirs, _files in os.walk(folder):
+        out += [p for d in dirs if not (p := Path(root, d)).is_symlink()]
+    return out
+
+
 def read_only_tree(folder: Path) -> None:
     """Folders 0555 (files are 0444 already): nothing added, removed or renamed in it."""
-    for root, dirs, _files in os.walk(folder):
-        for d in dirs:
-            Path(root, d).chmod(0o555)
-    folder.chmod(0o555)
+    for path in reversed(_folders(folder)):
+        path.chmod(0o555)
 
 
 def writable_tree(folder: Path) -> None:
     """Undo `read_only_tree` for the folders (so the job's folder can be deleted)."""
-    if not folder.is_dir():
+    if folder.is_symlink() or not folder.is_dir():
         return
     with contextlib.suppress(OSError):
         folder.chmod(0o755)
-    for root, dirs, _files in os.walk(folder):
-        for d in dirs:
-            with contextlib.suppress(OSError):
-                Path(root, d).chmod(0o755)
+    for path in _folders(folder):
+        with contextlib.suppress(OSError):
+            path.chmod(0o755)
 
 
 def stage(

@@ -608,7 +608,10 @@ class LocalBackend:
 
     def delete(self, name: str) -> JobView:
         view = self.stop(name)
-        writable_tree(self._dir(name).root / "data")  # a staged data source is read-only
+        d = self._dir(name)
+        with contextlib.suppress(OSError, ValueError):
+            if d.read().data is not None:  # a staged data source is read-only
+                writable_tree(d.root / "data")
         shutil.rmtree(self._dir(name).root, ignore_errors=True)
         return view
 

@@ -614,7 +614,8 @@ class Supervisor:
         if self.record.tenant is not None:
             sweep(self._cgroup_prefix())
         self.dir.event("TTL passed: deleting the job")
-        writable_tree(self.dir.root / "data")  # a staged data source is read-only
+        if self.record.data is not None:  # a staged data source is read-only
+            writable_tree(self.dir.root / "data")
         shutil.rmtree(self.dir.root, ignore_errors=True)
 
 
