@@ -6,12 +6,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.tfkube-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test test-stress lint unit bench clean web chromium sandbox
+.PHONY: install demo test test-stress lint unit bench clean web chromium sandbox s3-bins
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[tf,kubernetes,server,serving,notebook,dev]'
+	$(BIN)/python -m pip install -q -e '.[tf,kubernetes,server,serving,notebook,s3,dev]'
 	# The client a TensorFlow Serving user writes (tests, benchmarks/serving). Without its
 	# dependencies: it requires `tensorflow`, which would install TensorFlow a second time
 	# beside tensorflow-cpu; what it imports (grpcio, protobuf, TensorFlow's protos) is here.
@@ -35,6 +35,11 @@ chromium:
 sandbox:
 	@bash tools/sandbox/ensure-bwrap.sh
 
+## s3-bins: SeaweedFS's `weed`, the S3-compatible store the data-source tests start
+## (tools/s3/build.sh: from the Go module proxy into ~/.cache/tfkube, once per version).
+s3-bins:
+	bash tools/s3/build.sh
+
 install: $(STAMP) $(WEB_STAMP) sandbox
 
 ## demo: a real distributed training run on this machine (1 PS + 2 workers, between-graph).
@@ -49,8 +54,9 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 
 ## test: everything: lint, unit tests, real TensorFlow tests, tests against a real control plane
-## and real TensorFlow pods on its real kubelet node, the dashboard in Chromium.
-test: install chromium kube-bins kube-node
+## and real TensorFlow pods on its real kubelet node, the dashboard in Chromium, data sources
+## staged from a real S3-compatible store (SeaweedFS).
+test: install chromium kube-bins kube-node s3-bins
 	$(MAKE) lint
 	$(BIN)/pytest
 

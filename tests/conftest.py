@@ -14,9 +14,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-pytest_plugins = ["cluster.fixtures"]
+pytest_plugins = ["cluster.fixtures", "s3store"]
 """The test control plane's fixtures (tests/cluster/fixtures.py), for every test that asks:
-one control plane and one real node per session, whichever folder the test is in."""
+one control plane and one real node per session, whichever folder the test is in; and the
+S3 store (tests/s3store.py: SeaweedFS, started once per session by the first test that
+asks for `s3_store`)."""
 
 TAG = "TFK_TEST_TAG"
 """Every process a test starts inherits this variable (engines pass the environment on)."""

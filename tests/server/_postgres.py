@@ -3,20 +3,9 @@ imported by path: tools/ is not a package."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from tooling import load_tool
 
-_NAME = "tfkube_tools_postgres"
-if _NAME not in sys.modules:
-    _spec = importlib.util.spec_from_file_location(
-        _NAME, Path(__file__).resolve().parents[2] / "tools" / "postgres" / "throwaway.py"
-    )
-    assert _spec is not None
-    assert _spec.loader is not None
-    sys.modules[_NAME] = importlib.util.module_from_spec(_spec)
-    _spec.loader.exec_module(sys.modules[_NAME])
-_module = sys.modules[_NAME]
+_module = load_tool("tfkube_tools_postgres", "postgres", "throwaway.py")
 
 Postgres = _module.Postgres
 PostgresUnavailable = _module.PostgresUnavailable

@@ -27,10 +27,18 @@ from tfkube.cli._common import (
 )
 from tfkube.cli._display import job_panel, jobs_table, summary
 from tfkube.cli._lifetime import describe, exit_code, foreground, run_service, stop_then_exit
-from tfkube.engines import Backend, JobExists, JobNotFound, JobView
+from tfkube.engines import (
+    Backend,
+    JobExists,
+    JobNotFound,
+    JobView,
+    S3Credentials,
+    parse_credentials,
+)
 from tfkube.engines.local import LocalBackend
 from tfkube.spec import (
     MAX_DOCUMENT_BYTES,
+    FieldError,
     JobForm,
     RestartPolicy,
     SpecError,
@@ -38,6 +46,7 @@ from tfkube.spec import (
     dump_job,
     form_job,
     load_job_text,
+    parse_job,
     read_form,
 )
 
@@ -194,6 +203,43 @@ def _job_from_args(job_file: Path | None, quick: dict[str, Any]) -> tuple[TFJob,
     return form_job(form, "command line", _flag), Path.cwd()
 
 
+_DATA_FLAGS = {
+    "spec.storage.data.source": "--data",
+    "spec.storage.data.endpoint": "--data-endpoint",
+    "spec.storage.data": "--data",
+}
+
+
+def _with_data(job: TFJob, source: str | None, endpoint: str | None) -> TFJob:
+    """The job with `--data`/`--data-endpoint` as its data source (checked as in a job
+    file; errors name the flags)."""
+    if source is None and endpoint is None:
+        return job
+    raw = job.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data = raw["spec"].setdefault("storage", {}).setdefault("data", {})
+    if source is not None:
+        data["source"] = source
+    if endpoint is not None:
+        data["endpoint"] = endpoint
+    try:
+        return parse_job(raw, "command line")
+    except SpecError as exc:
+        errors = [FieldError(_DATA_FLAGS.get(e.field, e.field), e.message) for e in exc.errors]
+        raise SpecError(errors, exc.source) from None
+
+
+def _credentials(path: Path | None) -> S3Credentials | None:
+    """`--data-credentials FILE` read (None: the environment's, at submit)."""
+    if path is None:
+        return None
+    try:
+        return parse_credentials(path.read_text(), str(path))
+    except OSError as exc:
+        raise fail(f"--data-credentials: cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise fail(f"--data-credentials: {exc}") from None
+
+
 def _form_help(field: str) -> str:
     """A quick-form option's help: the form field's own docstring."""
     text = JobForm.model_fields[field].description or field
@@ -231,6 +277,33 @@ DeadlineOpt = Annotated[
     int | None, typer.Option("--deadline-seconds", help=_form_help("deadline_seconds"))
 ]
 TensorBoardOpt = Annotated[bool, typer.Option("--tensorboard", help=_form_help("tensorboard"))]
+DataOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--data",
+        metavar="s3://BUCKET/PREFIX",
+        help="Train on the data under this S3 prefix: staged (and cached) before any replica "
+        "starts, read-only at $TFKUBE_DATA_DIR (spec.storage.data.source).",
+    ),
+]
+DataEndpointOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--data-endpoint",
+        metavar="URL",
+        help="The S3-compatible store's URL, e.g. http://127.0.0.1:8333 "
+        "(spec.storage.data.endpoint; default AWS).",
+    ),
+]
+DataCredentialsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--data-credentials",
+        metavar="FILE",
+        help="The store's credentials (aws_access_key_id, aws_secret_access_key), instead of "
+        "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY; never stored with the job.",
+    ),
+]
 
 
 @app.command(cls=_TrainingArgs)
@@ -251,6 +324,9 @@ def run(
     restart_policy: RestartOpt = None,
     deadline_seconds: DeadlineOpt = None,
     tensorboard: TensorBoardOpt = False,
+    data: DataOpt = None,
+    data_endpoint: DataEndpointOpt = None,
+    data_credentials: DataCredentialsOpt = None,
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Start the job and return at once.")
     ] = False,
@@ -290,7 +366,10 @@ def run(
         try:
             try:
                 job, base = _job_from_args(job_file, quick)
-                view = backend.submit(job, base, replace=replace)
+                job = _with_data(job, data, data_endpoint)
+                view = backend.submit(
+                    job, base, replace=replace, data_credentials=_credentials(data_credentials)
+                )
             except (SpecError, JobExists) as exc:
                 raise fail(str(exc)) from None
             if detach:

@@ -17,6 +17,7 @@ from tfkube.engines._base import (
     JobView,
     SubmitDeferred,
 )
+from tfkube.engines._data import S3Credentials, parse_credentials
 from tfkube.engines._open import KINDS, EngineSettings, open_engine
 from tfkube.engines._workloads import (
     ArtifactCopy,
@@ -56,6 +57,7 @@ __all__ = [
     "ModelServerWorkload",
     "NotAvailable",
     "NotebookWorkload",
+    "S3Credentials",
     "SubmitDeferred",
     "Submitter",
     "Tenant",
@@ -65,5 +67,6 @@ __all__ = [
     "WorkloadStatus",
     "admission_refusals",
     "open_engine",
+    "parse_credentials",
     "prepare_artifact",
 ]

@@ -959,6 +959,20 @@ def render_job(job: TFJob, options: RenderOptions) -> list[dict[str, Any]]:
     e.g. local code without `options.code_archive`. No owner references: the operator adds
     them; rendered for `kubectl apply` the objects have none.
     """
+    if job.spec.storage.data.source is not None:
+        # Staging into a per-node cache is issue 19's next step: refused (by
+        # `tfkube submit`, `tfkube render` and the operator alike), never run without
+        # its data.
+        raise SpecError(
+            [
+                FieldError(
+                    "spec.storage.data.source",
+                    "data sources are staged by the local engine only so far; in a cluster "
+                    "give the data in a claim (spec.storage.data.claimName)",
+                )
+            ],
+            f"job {job.name!r} (for a cluster)",
+        )
     ctx = _context(job, options)
     objects: list[Object] = []
     if options.include_namespace:

@@ -1,5 +1,6 @@
 """The job format: typed models, defaults, validation, parsing. No I/O."""
 
+from tfkube.spec._data import S3Source, parse_source
 from tfkube.spec._environment import replica_environment
 from tfkube.spec._errors import FieldError, SpecError, errors_from
 from tfkube.spec._form import FORM_FIELDS, JobForm, form_job, read_form
@@ -23,6 +24,7 @@ from tfkube.spec._models import (
     CodeSpec,
     ConfigMapKeyRef,
     Container,
+    DataVolumeSpec,
     EmptyDir,
     EnvFromCommand,
     EnvFromConfigMap,
@@ -74,6 +76,7 @@ __all__ = [
     "CodeSpec",
     "ConfigMapKeyRef",
     "Container",
+    "DataVolumeSpec",
     "EmptyDir",
     "EnvFromCommand",
     "EnvFromConfigMap",
@@ -95,6 +98,7 @@ __all__ = [
     "RestartPolicy",
     "Role",
     "RunPolicy",
+    "S3Source",
     "SchedulingSpec",
     "SecretKeyRef",
     "ServiceType",
@@ -119,6 +123,7 @@ __all__ = [
     "load_yaml",
     "memory_bytes",
     "parse_job",
+    "parse_source",
     "read_form",
     "replica_environment",
 ]

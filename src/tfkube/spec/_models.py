@@ -24,6 +24,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel, to_snake
 
 from tfkube.contract import DEFAULT_ENTRYPOINT, RESERVED_PREFIX, TF_CONFIG
+from tfkube.spec._data import S3Source, check_endpoint, parse_source
 
 API_VERSION = "tfkube.io/v1alpha1"
 KIND = "TFJob"
@@ -684,10 +685,67 @@ class VolumeSpec(_Model):
         return any(v is not None for v in (self.claim_name, self.storage_class_name, self.size))
 
 
+class DataVolumeSpec(VolumeSpec):
+    """The training data's folder, and where its contents come from when they already live
+    in a store (`source`): staged before any replica starts (docs/architecture.md, "Data
+    sources")."""
+
+    source: str | None = None
+    """Where the data lives: `s3://bucket/prefix` (every object under the prefix, on any
+    S3-compatible store with `endpoint`). Local engine: fetched into a content-keyed cache
+    before any replica starts (a later job with the same data fetches nothing) and shown
+    read-only at TFKUBE_DATA_DIR. Credentials come from the environment
+    (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or `tfkube run --data-credentials FILE`,
+    never from here."""
+    endpoint: str | None = None
+    """The S3-compatible store's URL, e.g. `http://127.0.0.1:8333` (default: AWS)."""
+    region: str | None = None
+    """The store's region, when it needs one (default us-east-1)."""
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_source(value)
+        return value
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        return None if value is None else check_endpoint(value)
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[a-z0-9-]{1,32}", value):
+            raise ValueError(f"{value!r} is not a region; write e.g. 'us-east-1'")
+        return value
+
+    @model_validator(mode="after")
+    def _source_alone(self) -> Self:
+        if self.source is None:
+            for name, value in (("endpoint", self.endpoint), ("region", self.region)):
+                if value is not None:
+                    raise ValueError(f"{name} goes with source (s3://bucket/prefix); add it")
+            return self
+        if self.path is not None or self.asks_for_claim:
+            raise ValueError(
+                "source is staged into the job's own data folder: remove path, claimName, "
+                "storageClassName and size, or remove source"
+            )
+        return self
+
+    @property
+    def s3(self) -> S3Source | None:
+        """The parsed source (None: no source)."""
+        return None if self.source is None else parse_source(self.source)
+
+
 class StorageSpec(_Model):
-    data: VolumeSpec = VolumeSpec()
-    """Training data, read by workers (each its own shard). In a cluster: a claim when
-    asked (a dataset's existing claim), else an empty folder in each pod."""
+    data: DataVolumeSpec = DataVolumeSpec()
+    """Training data, read by workers (each its own shard). From a store when `source`
+    says so. In a cluster: a claim when asked (a dataset's existing claim), else an empty
+    folder in each pod."""
     logs: VolumeSpec = VolumeSpec()
     """Logs, checkpoints and TensorBoard summaries. Shared by every replica when it is a
     claim, so a restarted replica resumes from the last checkpoint; in a cluster without

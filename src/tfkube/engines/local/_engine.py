@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -34,6 +35,16 @@ from pathlib import Path
 from tfkube.contract import REQUIREMENTS_FILE
 from tfkube.engines._artifact import Artifact, prepare_artifact
 from tfkube.engines._base import JobEvent, JobExists, JobNotFound, JobView
+from tfkube.engines._data import (
+    DataSourceError,
+    S3Credentials,
+    StoreRef,
+    credentials_from_env,
+    list_objects,
+    open_store,
+    progress_text,
+    writable_tree,
+)
 from tfkube.engines.local._commands import command_problems
 from tfkube.engines.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
 from tfkube.engines.local._interrupts import interrupts_held
@@ -46,6 +57,7 @@ from tfkube.engines.local._sandbox import (
     sweep,
 )
 from tfkube.engines.local._store import (
+    DataRecord,
     JobDir,
     JobRecord,
     ReplicaRecord,
@@ -127,6 +139,8 @@ def _replica_message(
             return None
         if record.supervisor is None:
             return "waiting for the job's supervisor to start"
+        if record.data is not None and record.data.staging:
+            return "waiting for the job's data"
         return r.held or r.message or "starting"
     if state is ReplicaState.BACKOFF and r.next_start_at is not None:
         why = f" after exit code {r.exit_code}" if r.exit_code is not None else ""
@@ -173,7 +187,12 @@ class LocalBackend:
         replace: bool = False,
         *,
         code_token: str | None = None,
+        data_credentials: S3Credentials | None = None,
     ) -> JobView:
+        """`data_credentials`: the store's credentials for `spec.storage.data.source`
+        (default: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY of this process's environment,
+        else boto3's own chain). Never written anywhere but a 0600 file of the job that
+        its supervisor reads and removes."""
         target = self._dir(job.name)
         if target.root.exists():
             if target.exists() and replace:
@@ -195,7 +214,7 @@ class LocalBackend:
         staging = JobDir(self.home / "jobs" / f".staging-{job.name}-{uuid.uuid4().hex[:8]}")
         staging.root.mkdir(parents=True)
         try:
-            self._stage(job, base_dir, staging, target, code_token)
+            self._stage(job, base_dir, staging, target, code_token, data_credentials)
             with interrupts_held():
                 try:
                     staging.root.rename(target.root)
@@ -223,6 +242,7 @@ class LocalBackend:
         staging: JobDir,
         target: JobDir,
         code_token: str | None = None,
+        data_credentials: S3Credentials | None = None,
     ) -> JobRecord:
         storage = job.spec.storage
         if self.tenant is not None:
@@ -263,6 +283,7 @@ class LocalBackend:
         )
         if problems:
             raise SpecError(problems, f"job {job.name!r} (for this machine)")
+        data_record = self._check_data(job, staging, data_credentials)
         if names is not None:
             venv = self._python_env(job, artifact, staging)
         # No replicas yet: the supervisor makes them from job.yaml, the one count.
@@ -275,6 +296,7 @@ class LocalBackend:
             artifact=code_url,
             artifact_sha256=code_sha,
             venv=venv,
+            data=data_record,
         )
         if self.tenant is not None:
             record.tenant = self._confine(
@@ -289,6 +311,47 @@ class LocalBackend:
         staging.write(record)
         staging.event(f"job submitted with {len(job.replica_keys())} replicas")
         return record
+
+    def _check_data(
+        self, job: TFJob, staging: JobDir, credentials: S3Credentials | None
+    ) -> DataRecord | None:
+        """A data source is listed now, before anything starts: a missing bucket or
+        prefix, refused credentials or an unreachable store is an error on
+        `spec.storage.data.source`. What was listed is what the supervisor stages."""
+        data = job.spec.storage.data
+        if data.s3 is None:
+            return None
+        if self.tenant is not None:  # the server refuses it first (forms.server_problems)
+            raise SpecError(
+                [FieldError("spec.storage.data.source", "not for confined jobs yet")],
+                f"job {job.name!r}",
+            )
+        store = StoreRef(data.s3, data.endpoint, data.region)
+        credentials = credentials or credentials_from_env(os.environ)
+        try:
+            objects = list_objects(open_store(store, credentials), store)
+        except DataSourceError as exc:
+            raise SpecError(
+                [FieldError("spec.storage.data.source", f"{exc}; nothing was started")],
+                f"job {job.name!r}",
+            ) from None
+        staging.data_source.write_text(
+            json.dumps(
+                {
+                    "store": store.to_json(),
+                    "objects": [o.to_json() for o in objects],
+                    # One cache per team (here: this machine's user), keyed by content.
+                    "cache": str(self.cache / "data" / "local"),
+                }
+            )
+        )
+        if credentials is not None:
+            staging.write_data_credentials(credentials.to_json())
+        return DataRecord(
+            source=str(data.s3),
+            objects=len(objects),
+            total_bytes=sum(o.size for o in objects),
+        )
 
     def _confine(self, staging: JobDir, data: Path, logs: Path, own_venvs: bool) -> TenantRecord:
         """Hand the job's folders to its team: the log and data folders become the team's
@@ -394,6 +457,11 @@ class LocalBackend:
             return r.state.after_stop if lost and alive(r.process) is None else r.state
 
         now = time.time()
+        if record.data is not None and record.data.staging and not phase.terminal:
+            data = record.data
+            reason = "StagingData"
+            elapsed = now - data.started_at if data.started_at else 0.0
+            message = f"{progress_text(data.done_bytes, data.total_bytes, elapsed)} ({data.source})"
         replicas = []
         for r in record.replicas:
             now_in = state(r)
@@ -542,6 +610,10 @@ class LocalBackend:
 
     def delete(self, name: str) -> JobView:
         view = self.stop(name)
+        d = self._dir(name)
+        with contextlib.suppress(OSError, ValueError):
+            if d.read().data is not None:  # a staged data source is read-only
+                writable_tree(d.root / "data")
         shutil.rmtree(self._dir(name).root, ignore_errors=True)
         return view
 

@@ -13,6 +13,10 @@
     data/, output/   the default data and log/checkpoint folders (shared by replicas)
     stop             present once a stop was asked for (the supervisor polls it, so a
                      stop cannot be missed while the supervisor is still starting)
+    data-source.json a data source's objects as listed at submit (no credentials); the
+                     supervisor stages them into data/ before any replica starts
+    data-credentials the store's credentials when the user gave some (0600), read and
+                     removed by the supervisor as it starts
 
 Any shell can read these; only the job's supervisor writes `state.json` once it runs.
 A confined job's folder is root's alone (0700): its replicas never see it, only their
@@ -124,6 +128,26 @@ class TenantRecord(BaseModel):
     (never the machine-wide cache, which other teams' jobs read)."""
 
 
+class DataRecord(BaseModel):
+    """A data source being staged (or staged) into the job's data folder."""
+
+    source: str
+    """`s3://bucket/prefix` as the job gives it (no credentials in it)."""
+    objects: int
+    total_bytes: int
+    done_bytes: int = 0
+    """In the data folder so far: reused from the cache or fetched."""
+    fetched_bytes: int = 0
+    """Read from the store (0 for a job whose data was all in the cache)."""
+    fetched_objects: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    @property
+    def staging(self) -> bool:
+        return self.finished_at is None
+
+
 class JobRecord(BaseModel):
     name: str
     uid: str
@@ -149,6 +173,8 @@ class JobRecord(BaseModel):
     """The environment made at submit from the code's requirements.txt, if it has one."""
     tenant: TenantRecord | None = None
     """Confined: the team whose identity its replicas take (None: plain processes)."""
+    data: DataRecord | None = None
+    """The job's data source (`spec.storage.data.source`), staged before any replica."""
 
     def replica(self, key: str) -> ReplicaRecord:
         for r in self.replicas:
@@ -206,6 +232,29 @@ class JobDir:
             return self.code_token.read_text().strip() or None
         except FileNotFoundError:
             return None
+
+    @property
+    def data_source(self) -> Path:
+        return self.root / "data-source.json"
+
+    @property
+    def data_credentials(self) -> Path:
+        return self.root / "data-credentials"
+
+    def write_data_credentials(self, credentials: dict[str, str]) -> None:
+        fd = os.open(self.data_credentials, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(credentials, f)
+
+    def take_data_credentials(self) -> dict[str, str] | None:
+        """The credentials, removed from the disk as they are read (None: none given)."""
+        try:
+            text = self.data_credentials.read_text()
+        except FileNotFoundError:
+            return None
+        self.data_credentials.unlink(missing_ok=True)
+        loaded = json.loads(text)
+        return {str(k): str(v) for k, v in loaded.items()}
 
     @property
     def supervisor_log(self) -> Path:

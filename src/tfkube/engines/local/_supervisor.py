@@ -25,6 +25,7 @@ reason, before any replica starts.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import select
 import shutil
@@ -38,6 +39,17 @@ from pathlib import Path
 from typing import BinaryIO, NoReturn
 
 from tfkube import contract
+from tfkube.engines._data import (
+    Cancelled,
+    DataSourceError,
+    RemoteObject,
+    S3Credentials,
+    StageResult,
+    StoreRef,
+    open_store,
+    stage,
+    writable_tree,
+)
 from tfkube.engines.local import _netns
 from tfkube.engines.local._cgroups import CgroupLayout, limits_of, this_machine
 from tfkube.engines.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
@@ -176,6 +188,8 @@ class Supervisor:
         if artifact:
             self.code_url = artifact if "://" in artifact else Path(artifact).as_uri()
         self.code_token = job_dir.read_code_token()
+        taken = job_dir.take_data_credentials()  # off the disk at once
+        self.data_credentials = S3Credentials.from_json(taken) if taken else None
         self.confined: dict[str, Confinement] = {}
         """Confined replicas that run, by key: their cgroups are released after."""
         self.netns: str | None = None
@@ -216,6 +230,9 @@ class Supervisor:
         self.record.started_at = self.record.started_at or now
         self.dir.write(self.record)
         self.dir.event(f"supervisor {os.getpid()} started the job")
+        data = self.record.data
+        if data is not None and data.staging and not self.record.phase.terminal:
+            self._stage_data()
         if self.record.tenant is not None and not self.record.phase.terminal:
             failed = self._isolate()
             if failed is not None:
@@ -250,6 +267,60 @@ class Supervisor:
             if select.select([wake_r], [], [], TICK_SECONDS)[0]:
                 with contextlib.suppress(BlockingIOError):
                     os.read(wake_r, 512)
+
+    def _stage_data(self) -> None:
+        """Fetch the job's data source (as listed at submit) into the team's cache and show
+        it at the data folder, before any replica starts. A store failing now ends the job
+        (DataStagingFailed, its reason); a stop ends staging at the next chunk."""
+        data = self.record.data
+        assert data is not None
+        listing = json.loads(self.dir.data_source.read_text())
+        store = StoreRef.from_json(listing["store"])
+        objects = [RemoteObject.from_json(o) for o in listing["objects"]]
+        data.started_at = self.clock()
+        self.dir.write(self.record)
+        self.dir.event(
+            f"staging data from {data.source}: {data.objects} objects, "
+            f"{data.total_bytes / 2**20:.1f} MiB"
+        )
+
+        def progress(done: int, _total: int, result: StageResult) -> None:
+            data.done_bytes, data.fetched_bytes = done, result.fetched_bytes
+            self.dir.write(self.record)
+
+        def cancelled() -> bool:
+            return bool(self.stop_reason) or self.dir.stop_requested.exists()
+
+        try:
+            result = stage(
+                open_store(store, self.data_credentials),
+                store,
+                objects,
+                Path(listing["cache"]),
+                Path(self.record.data_dir),
+                on_progress=progress,
+                cancelled=cancelled,
+            )
+        except Cancelled:
+            return  # the loop ends the job: Stopped
+        except (DataSourceError, OSError) as exc:
+            data.finished_at = self.clock()
+            self._finish(JobPhase.FAILED, "DataStagingFailed", f"staging {data.source}: {exc}")
+            self.dir.write(self.record)
+            return
+        finally:
+            self.data_credentials = None
+        data.finished_at = self.clock()
+        data.fetched_objects = result.fetched_objects
+        data.done_bytes, data.fetched_bytes = result.total_bytes, result.fetched_bytes
+        took = data.finished_at - (data.started_at or data.finished_at)
+        self.dir.write(self.record)
+        self.dir.event(
+            f"data staged from {data.source} in {took:.1f}s: {result.fetched_objects} of "
+            f"{result.objects} objects fetched ({result.fetched_bytes / 2**20:.1f} MiB read "
+            "from the store), the rest from the cache",
+            fetched_bytes=result.fetched_bytes,
+        )
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.stop_reason = f"stopped by signal {signal.Signals(signum).name}"
@@ -784,6 +855,8 @@ class Supervisor:
             sweep(self._cgroup_prefix())
             _netns.delete(_netns.name_for(self.record.uid))
         self.dir.event("TTL passed: deleting the job")
+        if self.record.data is not None:  # a staged data source is read-only
+            writable_tree(self.dir.root / "data")
         shutil.rmtree(self.dir.root, ignore_errors=True)
 
 

@@ -70,6 +70,16 @@ def server_problems(job: TFJob) -> list[FieldError]:
                     "and downloaded through the server)",
                 )
             )
+    if job.spec.storage.data.source is not None:
+        # Staging needs the store's credentials, which the server would keep as the team's
+        # secrets: not built yet (issue 19). Refused rather than run without its data.
+        problems.append(
+            FieldError(
+                "spec.storage.data.source",
+                "data sources are not yet supported through the server (only `tfkube run` "
+                "on this machine); upload the data as a data set, or run it locally",
+            )
+        )
     return problems
 
 

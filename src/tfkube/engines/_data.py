@@ -1,0 +1,483 @@
+"""Data sources: a job's `spec.storage.data.source` checked at submit and staged before any
+replica starts (issue 19; the local engine so far).
+
+    check (submit)   list the objects under the source: a missing bucket or prefix, refused
+                     credentials or an unreachable store is a SpecError naming
+                     `spec.storage.data.source` (exit 2, 4xx), before anything starts
+    stage            fetch what the cache lacks, in parallel, into a content-keyed cache
+                     (key = store + bucket + object key + ETag + size), then show every
+                     object at the job's data folder as a hard link to its cached copy,
+                     files and folders read-only: a later job with the same data fetches
+                     0 bytes
+    progress         `progress_text`: "staging data: 3.1 of 8.0 MiB, 2.1 MiB/s, 3 s left"
+
+Pure decisions (`cache_key`, `relative_path`, `progress_text`, `parse_credentials`) apart
+from the acting shell (boto3: docs/architecture.md, "Data sources", says why). Credentials
+are held in memory, written only to a 0600 file of the job that its supervisor reads and
+removes; they never reach a log, an event, the status or the stored spec, and an error
+never quotes them.
+"""
+
+from __future__ import annotations
+
+import configparser
+import contextlib
+import hashlib
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from tfkube.spec import S3Source
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+CHUNK = 1 * MiB
+DEFAULT_WORKERS = 8
+"""Objects fetched at once: enough to fill a link to a store, few enough for 2 cores."""
+MAX_OBJECTS = 100_000
+"""More objects than this under one source is refused at submit (say a narrower prefix)."""
+CONNECT_TIMEOUT = 5.0
+READ_TIMEOUT = 60.0
+
+
+class DataSourceError(Exception):
+    """The store said no (or could not be reached): the message names the source and
+    never quotes a credential."""
+
+
+@dataclass(frozen=True)
+class S3Credentials:
+    access_key: str
+    secret_key: str = field(repr=False)
+    session_token: str | None = field(default=None, repr=False)
+
+    def to_json(self) -> dict[str, str]:
+        out = {"access_key": self.access_key, "secret_key": self.secret_key}
+        if self.session_token:
+            out["session_token"] = self.session_token
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> S3Credentials:
+        return cls(
+            access_key=str(data["access_key"]),
+            secret_key=str(data["secret_key"]),
+            session_token=str(data["session_token"]) if data.get("session_token") else None,
+        )
+
+
+def credentials_from_env(environ: Mapping[str, str]) -> S3Credentials | None:
+    """AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN), or None."""
+    key, secret = environ.get("AWS_ACCESS_KEY_ID"), environ.get("AWS_SECRET_ACCESS_KEY")
+    if not key or not secret:
+        return None
+    return S3Credentials(key, secret, environ.get("AWS_SESSION_TOKEN") or None)
+
+
+def parse_credentials(text: str, where: str) -> S3Credentials:
+    """A credentials file's text (pure): AWS's own format (`[default]` or one section,
+    `aws_access_key_id = ...`, `aws_secret_access_key = ...`, optional
+    `aws_session_token`), or the same names as plain `NAME=VALUE` lines (upper or lower
+    case, as in an env file). ValueError names the file and what is missing, never a
+    value."""
+    parser = configparser.ConfigParser(interpolation=None)
+    body = text if text.lstrip().startswith("[") else "[default]\n" + text
+    try:
+        parser.read_string(body)
+    except configparser.Error:
+        raise ValueError(
+            f"{where} is not a credentials file; write aws_access_key_id = ... and "
+            "aws_secret_access_key = ... (AWS's format, or NAME=VALUE lines)"
+        ) from None
+    sections = parser.sections()
+    name = "default" if "default" in sections else (sections[0] if len(sections) == 1 else "")
+    if not name:
+        raise ValueError(f"{where} has several profiles and no [default]; keep one")
+    values = {k.lower().removeprefix("export "): v.strip() for k, v in parser[name].items()}
+    key, secret = values.get("aws_access_key_id"), values.get("aws_secret_access_key")
+    if not key or not secret:
+        raise ValueError(f"{where} needs both aws_access_key_id and aws_secret_access_key")
+    return S3Credentials(key, secret, values.get("aws_session_token") or None)
+
+
+@dataclass(frozen=True)
+class RemoteObject:
+    key: str
+    size: int
+    etag: str
+    mtime: float
+    """The store's LastModified (seconds): the cached copy keeps it, so a copy written to
+    since (a replica running as root ignores the read-only bits) is not reused."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "size": self.size, "etag": self.etag, "mtime": self.mtime}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RemoteObject:
+        return cls(str(data["key"]), int(data["size"]), str(data["etag"]), float(data["mtime"]))
+
+
+@dataclass(frozen=True)
+class StoreRef:
+    """Which store: what the cache key and the client need (no credentials)."""
+
+    source: S3Source
+    endpoint: str | None = None
+    region: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bucket": self.source.bucket,
+            "prefix": self.source.prefix,
+            "endpoint": self.endpoint,
+            "region": self.region,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StoreRef:
+        return cls(
+            S3Source(str(data["bucket"]), str(data["prefix"])),
+            data.get("endpoint") or None,
+            data.get("region") or None,
+        )
+
+
+# -- pure decisions -----------------------------------------------------------------------
+
+
+def cache_key(store: StoreRef, obj: RemoteObject) -> str:
+    """The cache's name for one object's content: the same store, bucket, key, ETag and size
+    are the same bytes (an S3 ETag changes with every new content of a key)."""
+    ident = "\0".join(
+        [store.endpoint or "aws", store.source.bucket, obj.key, obj.etag, str(obj.size)]
+    )
+    return hashlib.sha256(ident.encode()).hexdigest()
+
+
+def relative_path(prefix: str, key: str) -> PurePosixPath | None:
+    """Where an object goes inside the data folder: its key below the prefix. None for a
+    folder marker (a key ending in '/'); ValueError for a key that would leave the folder
+    or is not a plain path."""
+    rest = key[len(prefix) :]
+    if not rest or rest.endswith("/"):
+        return None
+    parts = rest.split("/")
+    if any(p in ("", ".", "..") for p in parts) or "\0" in rest:
+        raise ValueError(f"object {key!r} is not a plain path below the prefix")
+    return PurePosixPath(*parts)
+
+
+def _amount(n: float, unit: int) -> str:
+    return f"{n / unit:.1f}"
+
+
+def progress_text(done: int, total: int, elapsed: float) -> str:
+    """ "staging data: 3.1 of 8.0 MiB, 2.1 MiB/s, 3 s left" (GiB from 1 GiB on)."""
+    unit, name = (GiB, "GiB") if total >= GiB else (MiB, "MiB")
+    text = f"staging data: {_amount(done, unit)} of {_amount(total, unit)} {name}"
+    if elapsed > 0 and done > 0:
+        rate = done / elapsed
+        text += f", {rate / MiB:.1f} MiB/s"
+        if done < total:
+            text += f", {max(0, round((total - done) / rate))} s left"
+    return text
+
+
+# -- the store (boto3) ----------------------------------------------------------------------
+
+
+def open_store(store: StoreRef, credentials: S3Credentials | None) -> Any:
+    """A boto3 S3 client for the store. Without credentials boto3's own chain applies
+    (its environment, ~/.aws). Few retries and short connect timeouts: an unreachable
+    store is reported in seconds, not retried forever."""
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        raise DataSourceError(
+            "reading data sources needs boto3: pip install 'tfkube[s3]'"
+        ) from None
+    kwargs: dict[str, Any] = {}
+    if credentials is not None:
+        kwargs = {
+            "aws_access_key_id": credentials.access_key,
+            "aws_secret_access_key": credentials.secret_key,
+            "aws_session_token": credentials.session_token,
+        }
+    session = boto3.session.Session(**kwargs)
+    return session.client(
+        "s3",
+        endpoint_url=store.endpoint,
+        region_name=store.region or "us-east-1",
+        config=Config(
+            connect_timeout=CONNECT_TIMEOUT,
+            read_timeout=READ_TIMEOUT,
+            retries={"max_attempts": 2, "mode": "standard"},
+            max_pool_connections=DEFAULT_WORKERS * 2,
+            s3={"addressing_style": "path"},
+        ),
+    )
+
+
+def _why(exc: Exception, store: StoreRef) -> str:
+    """What the store said, for a person (no credentials in it)."""
+    from botocore.exceptions import (
+        ClientError,
+        EndpointConnectionError,
+        NoCredentialsError,
+    )
+    from botocore.exceptions import (
+        ConnectionError as BotoConnectionError,
+    )
+
+    where = store.endpoint or "AWS S3"
+    if isinstance(exc, NoCredentialsError):
+        return (
+            "no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or pass "
+            "--data-credentials FILE"
+        )
+    if isinstance(exc, EndpointConnectionError | BotoConnectionError):
+        return f"the store at {where} cannot be reached; check spec.storage.data.endpoint"
+    if isinstance(exc, ClientError):
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        if code in ("NoSuchBucket", "404", "NotFound"):
+            return f"bucket {store.source.bucket!r} does not exist at {where}"
+        if code in (
+            "InvalidAccessKeyId",
+            "SignatureDoesNotMatch",
+            "AccessDenied",
+            "403",
+            "InvalidToken",
+            "ExpiredToken",
+        ):
+            return (
+                f"the store at {where} refused the credentials ({code}); check "
+                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the --data-credentials file"
+            )
+        return f"the store at {where} answered {code or 'an error'}"
+    return f"reading the store at {where} failed: {type(exc).__name__}"
+
+
+def list_objects(client: Any, store: StoreRef) -> list[RemoteObject]:
+    """Every object under the source (folder markers left out). DataSourceError when the
+    store refuses, cannot be reached, or holds nothing there."""
+    src = store.source
+    out: list[RemoteObject] = []
+    try:
+        pages = client.get_paginator("list_objects_v2").paginate(
+            Bucket=src.bucket, Prefix=src.prefix
+        )
+        for page in pages:
+            for item in page.get("Contents", []):
+                key = str(item["Key"])
+                if relative_path(src.prefix, key) is None:
+                    continue
+                out.append(
+                    RemoteObject(
+                        key=key,
+                        size=int(item["Size"]),
+                        etag=str(item.get("ETag", "")).strip('"'),
+                        mtime=float(item["LastModified"].timestamp()),
+                    )
+                )
+                if len(out) > MAX_OBJECTS:
+                    raise DataSourceError(
+                        f"{src} holds more than {MAX_OBJECTS:,} objects; give a narrower prefix"
+                    )
+    except DataSourceError:
+        raise
+    except ValueError as exc:
+        raise DataSourceError(f"{src}: {exc}") from None
+    except Exception as exc:
+        raise DataSourceError(f"{src}: {_why(exc, store)}") from None
+    if not out:
+        raise DataSourceError(
+            f"{src}: nothing there (no object under the prefix "
+            f"{src.prefix or '(whole bucket)'!r}); check the bucket and prefix"
+        )
+    return out
+
+
+@dataclass
+class StageResult:
+    objects: int = 0
+    total_bytes: int = 0
+    fetched_objects: int = 0
+    fetched_bytes: int = 0
+    """Bytes read from the store (0 when every object was in the cache)."""
+
+
+@dataclass
+class _Counter:
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    done: int = 0
+    fetched: int = 0
+    fetched_objects: int = 0
+
+    def add(self, n: int, fetched: bool) -> None:
+        with self.lock:
+            self.done += n
+            if fetched:
+                self.fetched += n
+
+
+class Cancelled(Exception):
+    """Staging stopped on request."""
+
+
+def _cached(path: Path, obj: RemoteObject) -> bool:
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return st.st_size == obj.size and int(st.st_mtime) == int(obj.mtime)
+
+
+def _fetch(
+    client: Any,
+    store: StoreRef,
+    obj: RemoteObject,
+    dest: Path,
+    counter: _Counter,
+    cancelled: Callable[[], bool],
+) -> None:
+    """One object into the cache: a temporary name, checked (size, ETag), renamed into
+    place read-only with the store's mtime."""
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.part")
+    got = 0
+    try:
+        try:
+            answer = client.get_object(Bucket=store.source.bucket, Key=obj.key)
+            etag = str(answer.get("ETag", "")).strip('"')
+            body = answer["Body"]
+            with tmp.open("wb") as f:
+                while chunk := body.read(CHUNK):
+                    if cancelled():
+                        raise Cancelled
+                    f.write(chunk)
+                    got += len(chunk)
+                    counter.add(len(chunk), fetched=True)
+        except (Cancelled, DataSourceError):
+            raise
+        except Exception as exc:
+            raise DataSourceError(
+                f"s3://{store.source.bucket}/{obj.key}: {_why(exc, store)}"
+            ) from None
+        if got != obj.size or (obj.etag and etag and etag != obj.etag):
+            raise DataSourceError(
+                f"s3://{store.source.bucket}/{obj.key} changed while staging "
+                f"({got} bytes, {obj.size} listed); submit the job again"
+            )
+        tmp.chmod(0o444)
+        os.utime(tmp, (obj.mtime, obj.mtime))
+        tmp.replace(dest)
+        with counter.lock:
+            counter.fetched_objects += 1
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _show(cached: Path, target: Path) -> None:
+    """The cached copy at `target`: a hard link (no copy, no space), else a copy."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        target.unlink()
+    try:
+        os.link(cached, target)
+    except OSError:  # another file system, or links not allowed: a read-only copy
+        import shutil
+
+        shutil.copyfile(cached, target)
+        target.chmod(0o444)
+
+
+def _folders(folder: Path) -> list[Path]:
+    """The folder and every real folder below it (never a link: chmod would follow it)."""
+    out = [folder]
+    for root, dirs, _files in os.walk(folder):
+        out += [p for d in dirs if not (p := Path(root, d)).is_symlink()]
+    return out
+
+
+def read_only_tree(folder: Path) -> None:
+    """Folders 0555 (files are 0444 already): nothing added, removed or renamed in it."""
+    for path in reversed(_folders(folder)):
+        path.chmod(0o555)
+
+
+def writable_tree(folder: Path) -> None:
+    """Undo `read_only_tree` for the folders (so the job's folder can be deleted)."""
+    if folder.is_symlink() or not folder.is_dir():
+        return
+    with contextlib.suppress(OSError):
+        folder.chmod(0o755)
+    for path in _folders(folder):
+        with contextlib.suppress(OSError):
+            path.chmod(0o755)
+
+
+def stage(
+    client: Any,
+    store: StoreRef,
+    objects: Sequence[RemoteObject],
+    cache: Path,
+    dest: Path,
+    *,
+    on_progress: Callable[[int, int, StageResult], None] = lambda _d, _t, _r: None,
+    cancelled: Callable[[], bool] = lambda: False,
+    workers: int = DEFAULT_WORKERS,
+    progress_every: float = 0.5,
+) -> StageResult:
+    """Every object into `cache/objects` (what is there already is reused), then shown at
+    `dest` read-only. `on_progress(done, total, result)` is called from this thread at
+    most every `progress_every` seconds and once at the end. Raises DataSourceError (the
+    store failed: its reason) or Cancelled."""
+    objects_dir = cache / "objects"
+    objects_dir.mkdir(parents=True, exist_ok=True)
+    result = StageResult(objects=len(objects), total_bytes=sum(o.size for o in objects))
+    counter = _Counter()
+    placed: list[tuple[RemoteObject, Path]] = []
+    missing: list[tuple[RemoteObject, Path]] = []
+    for obj in objects:
+        path = objects_dir / cache_key(store, obj)[:2] / cache_key(store, obj)
+        placed.append((obj, path))
+        if _cached(path, obj):
+            counter.add(obj.size, fetched=False)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            missing.append((obj, path))
+    failed = threading.Event()
+
+    def stop() -> bool:
+        return failed.is_set() or cancelled()
+
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="stage") as pool:
+        futures = [pool.submit(_fetch, client, store, o, p, counter, stop) for o, p in missing]
+        pending = set(futures)
+        while pending:
+            _done, pending = wait(pending, timeout=progress_every, return_when=FIRST_EXCEPTION)
+            if any(f.done() and f.exception() is not None for f in futures) or cancelled():
+                failed.set()
+            result.fetched_bytes = counter.fetched
+            on_progress(counter.done, result.total_bytes, result)
+        errors = [f.exception() for f in futures if f.exception() is not None]
+    if cancelled():
+        raise Cancelled
+    for exc in errors:
+        if isinstance(exc, DataSourceError):
+            raise exc
+    if errors:
+        raise errors[0]  # type: ignore[misc]
+    for obj, path in placed:
+        rel = relative_path(store.source.prefix, obj.key)
+        assert rel is not None  # folder markers were left out when listing
+        _show(path, dest.joinpath(*rel.parts))
+    read_only_tree(dest)
+    result.fetched_bytes = counter.fetched
+    result.fetched_objects = counter.fetched_objects
+    on_progress(counter.done, result.total_bytes, result)
+    return result
