@@ -218,6 +218,42 @@ class ScalarsOut(_Wire):
     progress: Progress
 
 
+class ResultRow(_Wire):
+    """One result name across compared jobs."""
+
+    name: str
+    values: list[float | int | None]
+    """One per job, in the order compared (None: that job does not report it)."""
+    best: int | None = None
+    """The index of the best value (None: fewer than two report it, or all the same)."""
+    lower_is_better: bool = False
+    """Judged from the name (loss, error, time, ...): otherwise higher is better."""
+
+
+class DiffRow(_Wire):
+    """One setting across compared jobs."""
+
+    name: str
+    """`worker --learning_rate` for an argument, a dotted path for the rest of the TFJob."""
+    values: list[str | None]
+    """One per job (None: that job does not set it)."""
+    differs: bool
+
+
+class CompareOut(_Wire):
+    """2 to 10 jobs side by side (`GET /api/v1/compare?jobs=ID1,ID2,...`)."""
+
+    jobs: list[JobOut]
+    """In the order asked, each with its result (no replicas, no spec)."""
+    results: list[ResultRow]
+    arguments: list[DiffRow]
+    """Each role's arguments, flag by flag (`--lr=0.1` and `--lr 0.1` are one setting)."""
+    settings: list[DiffRow]
+    """The rest of each TFJob as dotted paths (its name and the server's folders left out)."""
+    scalars: list[ScalarsOut] | None = None
+    """With `scalars=true`: each job's training curves, in the jobs' order."""
+
+
 class SessionOut(_Wire):
     user: UserOut
     csrf_token: str

@@ -19,6 +19,7 @@ Nothing here writes, and nothing here knows HTTP (no fastapi): writes are the do
 
 from tfkube.server.queries import (
     artifacts,
+    compare,
     jobs,
     model_servers,
     notebooks,
@@ -30,6 +31,7 @@ from tfkube.server.queries import (
 
 __all__ = [
     "artifacts",
+    "compare",
     "jobs",
     "model_servers",
     "notebooks",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
 from tfkube import contract
@@ -27,6 +27,7 @@ from tfkube.server.core.paths import UnsafePath, safe_parts
 from tfkube.server.core.scopes import Scope, allowed
 from tfkube.server.core.security import SESSION_COOKIE
 from tfkube.server.core.tables import Job
+from tfkube.server.jobs.compare import BadSelection, parse_ids
 from tfkube.server.outputs.checkpoints import find_checkpoint
 from tfkube.server.outputs.files import NotInOutputs, every_file, list_folder
 from tfkube.server.outputs.logs import JobPaths, log_files
@@ -457,6 +458,48 @@ def job_outputs_part(
     job = queries.jobs.view(db, row, detail=False)
     data = _outputs_data(principal, row, job, path, browse=browse == "1")
     return render(request, "_outputs.html", data)
+
+
+@router.get("/compare")
+def compare_page(
+    request: Request,
+    principal: PageUser,
+    db: SessionDep,
+    platform: PlatformDep,
+    jobs: list[str] = Query(default=[]),
+) -> Response:
+    """2 to 10 jobs side by side (what `GET /api/v1/compare` answers): results, curves
+    overlaid (drawn from that API with `scalars=true`), arguments and settings diffed.
+    The address (`/compare?jobs=ID1,ID2`) is the comparison: shareable with the team."""
+    try:
+        ids = parse_ids(jobs)
+    except BadSelection as exc:
+        why = f"{exc}. Tick them on the jobs list."
+        raise PageError(400, "Choose 2 to 10 jobs to compare", why) from None
+    try:
+        found = queries.compare.compare(db, principal.actor, ids)
+    except queries.compare.UnknownJob as exc:
+        raise _not_found(f"job {exc.args[0]!r}") from None
+    except queries.compare.NotAllowed:
+        raise PageError(403, "Not allowed", "Your role in this team does not show jobs.") from None
+    ctx = page_context(principal, db, platform)
+    joined = ",".join(ids)
+    return render(
+        request,
+        "compare.html",
+        {
+            **ctx,
+            "cmp": found,
+            "ids": joined,
+            "states": [
+                present.job_state(j.phase, j.queued, j.reason, j.message, []) for j in found.jobs
+            ],
+            "differing": [r for r in found.settings if r.differs],
+            "same": [r for r in found.settings if not r.differs],
+            "now": time.time(),
+            "active": "jobs",
+        },
+    )
 
 
 # -- code and data, team, admin ---------------------------------------------------------------

@@ -598,7 +598,7 @@
           this.root.append(figure);
           const series = [{ label: "step" }].concat(
             group.runs.map((r, i) => ({
-              label: r.run === "." ? group.tag : `${group.tag} (${r.run})`,
+              label: r.label || (r.run === "." ? group.tag : `${group.tag} (${r.run})`),
               stroke: COLORS[i % COLORS.length],
               width: 2,
               spanGaps: true,
@@ -625,9 +625,11 @@
         const last = group.runs[0].points[group.runs[0].points.length - 1];
         entry.figure.dataset.points = String(points);
         // Figures logged while training (often on one batch): never the job's result.
-        entry.caption.textContent = last
-          ? `${group.title}: ${formatValue(last.value)} at step ${last.step.toLocaleString()} (during training)`
-          : group.title;
+        entry.caption.textContent = group.caption
+          ? group.caption
+          : last
+            ? `${group.title}: ${formatValue(last.value)} at step ${last.step.toLocaleString()} (during training)`
+            : group.title;
       }
       const order = groups.map((g) => g.tag);
       for (const tag of order) {
@@ -669,6 +671,50 @@
   const rank = (tag) => (PREFERRED.indexOf(tag) === -1 ? 99 : PREFERRED.indexOf(tag));
   const titleOf = (tag) =>
     ({ loss: "Loss (lower is better)", accuracy: "Accuracy", "steps/s": "Training speed (steps/s)" })[tag] || tag;
+
+  // -- comparing jobs: one chart per summary, one line per job (the compare API's curves) --------
+
+  const compareCharts = Object.assign(Object.create(charts), {
+    plots: new Map(),
+    start(root) {
+      this.root = root;
+      this.refresh();
+      window.addEventListener("resize", () => this.resize());
+    },
+    async refresh() {
+      let data;
+      try {
+        data = await api("GET", this.root.dataset.compareCharts);
+      } catch (error) {
+        const empty = $("[data-charts-empty]", this.root);
+        if (empty) empty.textContent = `Could not read the jobs' summaries: ${error.detail || error}`;
+        this.root.dataset.loaded = "true";
+        return;
+      }
+      const byTag = new Map();
+      data.jobs.forEach((job, i) => {
+        const curves = (data.scalars || [])[i];
+        for (const group of chartSeries((curves && curves.series) || [])) {
+          if (!byTag.has(group.tag)) byTag.set(group.tag, { tag: group.tag, title: group.title, runs: [] });
+          for (const run of group.runs) {
+            const label = run.run === "." ? job.name : `${job.name} (${run.run})`;
+            byTag.get(group.tag).runs.push({ run: `${job.id}/${run.run}`, label, points: run.points });
+          }
+        }
+      });
+      const groups = [...byTag.values()]
+        .sort((a, b) => rank(a.tag) - rank(b.tag) || a.tag.localeCompare(b.tag))
+        .slice(0, 12);
+      for (const group of groups) {
+        const jobs = new Set(group.runs.map((r) => r.run.split("/")[0])).size;
+        group.caption = `${group.title}: ${jobs} of ${data.jobs.length} jobs`;
+      }
+      const empty = $("[data-charts-empty]", this.root);
+      if (empty) empty.textContent = "None of these jobs wrote TensorBoard summaries (loss, accuracy, …) to its log folder.";
+      this.draw(groups);
+      this.root.dataset.loaded = "true";
+    },
+  });
 
   function alignRuns(runs) {
     const steps = [...new Set(runs.flatMap((r) => r.points.map((p) => p.step)))].sort((a, b) => a - b);
@@ -886,6 +932,40 @@
     logs.show(link.dataset.showLog);
   });
 
+  // -- the jobs list: the jobs ticked to compare, kept across the list's live refreshes ----------
+
+  const picked = new Set();
+  function showPicked() {
+    for (const box of $$("[data-pick]")) box.checked = picked.has(box.value);
+    const go = $("[data-compare-go]");
+    const hint = $("[data-compare-hint]");
+    if (!go || !hint) return;
+    go.disabled = picked.size < 2 || picked.size > 10;
+    hint.textContent =
+      picked.size === 0
+        ? "Tick 2 to 10 jobs to compare their results, curves and settings."
+        : picked.size === 1
+          ? "1 job ticked: tick at least one more."
+          : picked.size > 10
+            ? `${picked.size} jobs ticked: compare at most 10.`
+            : `${picked.size} jobs ticked.`;
+  }
+  document.addEventListener("change", (event) => {
+    const box = event.target.closest("[data-pick]");
+    if (!box) return;
+    if (box.checked) picked.add(box.value);
+    else picked.delete(box.value);
+    showPicked();
+  });
+  document.addEventListener("submit", (event) => {
+    const form = event.target.closest("form[data-compare-form]");
+    if (!form) return;
+    event.preventDefault();
+    // One short address to share: /compare?jobs=a,b,c in the order ticked.
+    if (picked.size >= 2 && picked.size <= 10)
+      location.assign(`/compare?jobs=${[...picked].map(encodeURIComponent).join(",")}`);
+  });
+
   // -- start ---------------------------------------------------------------------------------------
 
   function init() {
@@ -894,6 +974,12 @@
     if (page) watchJob(page);
     const chartRoot = $("[data-charts]");
     if (chartRoot) charts.start(chartRoot);
+    const compareRoot = $("[data-compare-charts]");
+    if (compareRoot) compareCharts.start(compareRoot);
+    if ($("[data-compare-form]")) showPicked();
+    document.body.addEventListener("htmx:afterSwap", (e) => {
+      if (e.target.id === "job-list") showPicked();
+    });
     const logRoot = $("[data-logs]");
     if (logRoot) logs.start(logRoot);
     document.body.addEventListener("htmx:responseError", (e) => {
