@@ -218,6 +218,34 @@ class ScalarsOut(_Wire):
     progress: Progress
 
 
+class LogHit(_Wire):
+    """One line of a job's kept logs that holds the searched text."""
+
+    replica: str
+    attempt: int
+    line: int
+    """Its line number in that log, from 1."""
+    offset: int
+    """The byte offset where the line starts: `GET .../logs/{replica}?attempt=&offset=`
+    reads the log from it."""
+    text: str
+    """The line (at most 500 characters of it, around the match)."""
+
+
+class LogSearchOut(_Wire):
+    """A page of hits across every replica's and every restart's log, in replica order
+    (chief, PS, workers, evaluator; each replica's starts oldest first)."""
+
+    hits: list[LogHit]
+    next: str | None = None
+    """Pass as `cursor` for the next page; None when every log was searched."""
+    searched_files: int
+    """Logs searched to their end so far (this page and the pages before it)."""
+    total_files: int
+    searched_bytes: int
+    """Bytes read for this page (bounded per request)."""
+
+
 class ResultRow(_Wire):
     """One result name across compared jobs."""
 

@@ -20,11 +20,11 @@ from typing import Any
 import httpx
 import pytest
 
-from server._server import Api, api_for, first_admin
+from server._server import Api
 from server.conftest import targz, upload, wait_job
 
 from ._browser import LAPTOP, poll, shot, sign_in
-from .conftest import PASSWORD, Site
+from .conftest import PASSWORD, Site, two_teams
 
 RUN = """#!/bin/sh
 set -e
@@ -82,16 +82,7 @@ JOBS = {
 
 @pytest.fixture(scope="module")
 def world(site: Site) -> Iterator[World]:
-    admin = first_admin(site.server, site.admin)
-    try:
-        for team in ("vision", "other"):
-            admin.new_team(team)
-        for user, team in (("bob", "vision"), ("carol", "other")):
-            admin.new_user(user)
-            admin.add_member(team, user, "member")
-    finally:
-        admin.close()
-    bob, carol = api_for(site.url, "bob"), api_for(site.url, "carol")
+    bob, carol = two_teams(site)
     code = targz(
         {
             "run.sh": RUN,

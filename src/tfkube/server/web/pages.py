@@ -379,7 +379,12 @@ def job_page(
     db: SessionDep,
     platform: PlatformDep,
     replica: str = "",
+    attempt: int | None = None,
+    at: int | None = None,
+    line: int | None = None,
 ) -> Response:
+    """A job's page; `replica` opens that replica's log, and with `attempt`, `at` (a byte
+    offset) and `line` (its number) at that line: where a log search's hit links."""
     row = _job_row(job_id, principal, db)
     job, paths = _job_view(platform, db, row)
     ctx = page_context(principal, db, platform)
@@ -391,7 +396,9 @@ def job_page(
         attempts.setdefault(f.replica, []).append(f.attempt)
     replicas: list[Replica] = job.replicas or []
     keys = [r.key for r in sorted(replicas, key=present.role_key)]
-    chosen = replica if replica in keys else present.log_replica(replicas, attempts)
+    known = replica in keys or replica in attempts
+    chosen = replica if known else present.log_replica(replicas, attempts)
+    open_at = present.log_position(replica if known else None, attempt, at, line)
     return render(
         request,
         "job.html",
@@ -404,6 +411,7 @@ def job_page(
             "log_attempts": attempts,
             "log_replica": chosen,
             "log_replicas": present.log_choices(keys, attempts, chosen),
+            "log_open_at": open_at,
             "active_nav": "jobs",
         },
     )

@@ -729,6 +729,8 @@
 
   const MAX_LINES = 20000;
   const TAIL_BYTES = 1 << 20;
+  const WINDOW_BEFORE = 32 * 1024;
+  const WINDOW_AFTER = 96 * 1024;
 
   const logs = {
     root: null,
@@ -751,7 +753,62 @@
       this.follow.addEventListener("change", () => this.load());
       this.search.addEventListener("input", () => this.render());
       this.fillAttempts();
-      this.load();
+      const at = root.dataset.openAt ? JSON.parse(root.dataset.openAt) : null;
+      if (at) this.openAt(this.pick.value, at.attempt, at.at, at.line, false);
+      else this.load();
+    },
+    // One line of one start of a replica (a search hit): the log around it, that line
+    // marked and scrolled to. Only a window of the file is read, however long the log.
+    async openAt(replica, attempt, at, line, scroll = true) {
+      this.stop();
+      const generation = ++this.generation;
+      this.choose(replica);
+      if (!$$("option", this.attempt).some((o) => o.value === String(attempt))) {
+        const option = document.createElement("option");
+        option.value = String(attempt);
+        option.textContent = `#${attempt + 1}`;
+        this.attempt.append(option);
+        this.attempt.closest(".field").hidden = false;
+      }
+      this.attempt.value = String(attempt);
+      this.follow.checked = false;
+      this.search.value = "";
+      this.download.href = this.url();
+      this.download.setAttribute("download", `${replica}-${attempt + 1}.log`);
+      this.status.textContent = "Loading…";
+      const from = Math.max(0, at - WINDOW_BEFORE);
+      const read = async (offset, limit) => {
+        if (limit <= 0) return "";
+        const response = await fetch(this.shown(`&offset=${offset}&limit=${limit}`), { credentials: "same-origin" });
+        if (!response.ok) throw new Error(`${response.status}`);
+        return response.text();
+      };
+      let before, after;
+      try {
+        [before, after] = await Promise.all([read(from, at - from), read(at, WINDOW_AFTER)]);
+      } catch (_) {
+        if (generation === this.generation) this.status.textContent = "Could not read this log.";
+        return;
+      }
+      if (generation !== this.generation) return;
+      const head = before ? before.split("\n") : [];
+      head.pop(); // what follows the last newline before the hit: nothing
+      if (from > 0) head.shift(); // a line cut by the window
+      const tail = after.split("\n");
+      if (tail[tail.length - 1] === "") tail.pop();
+      else if (new TextEncoder().encode(after).length >= WINDOW_AFTER && tail.length > 1) tail.pop();
+      this.lines = head.concat(tail);
+      this.partial = "";
+      this.mark = { index: head.length, line };
+      this.render();
+      this.root.dataset.loaded = "true";
+      this.root.dataset.openedAt = `${replica}:${attempt}:${line}`;
+      this.status.textContent = `Line ${line.toLocaleString()} of ${replica}, start #${attempt + 1}, with the lines around it: Download for the whole log.`;
+      const marked = $("[data-log-mark]", this.text);
+      if (marked) {
+        this.text.scrollTop = Math.max(0, marked.offsetTop - this.text.offsetTop - this.text.clientHeight / 3);
+        if (scroll) this.root.scrollIntoView({ block: "start" });
+      }
     },
     fillAttempts() {
       const option = this.pick.selectedOptions[0];
@@ -787,7 +844,8 @@
         if ($$("option", this.attempt).some((o) => o.value === keep)) this.attempt.value = keep;
       }
     },
-    show(replica) {
+    // Pick a replica in the panel (offered even where a big job's list leaves it out).
+    choose(replica) {
       if (!$$("option", this.pick).some((o) => o.value === replica)) {
         const option = document.createElement("option");
         option.value = replica;
@@ -796,6 +854,9 @@
       }
       this.pick.value = replica;
       this.fillAttempts();
+    },
+    show(replica) {
+      this.choose(replica);
       this.load();
       this.root.scrollIntoView({ block: "start" });
     },
@@ -815,6 +876,8 @@
     async load() {
       this.stop();
       const generation = ++this.generation;
+      this.mark = null;
+      delete this.root.dataset.openedAt;
       this.lines = [];
       this.partial = "";
       this.offset = 0;
@@ -919,11 +982,101 @@
       const query = this.search.value.trim().toLowerCase();
       const shown = query ? this.lines.filter((l) => l.toLowerCase().includes(query)) : this.lines;
       const atBottom = this.text.scrollTop + this.text.clientHeight >= this.text.scrollHeight - 30;
+      if (this.mark && !query && this.mark.index < this.lines.length) {
+        // A search hit's line, marked (as text: the log's own words never become markup).
+        const at = this.mark.index;
+        const line = document.createElement("mark");
+        line.dataset.logMark = String(this.mark.line);
+        line.title = `line ${this.mark.line.toLocaleString()}`;
+        line.textContent = this.lines[at];
+        const before = this.lines.slice(0, at).join("\n");
+        const after = this.lines.slice(at + 1).join("\n");
+        this.text.replaceChildren(
+          document.createTextNode(at ? before + "\n" : ""),
+          line,
+          document.createTextNode(after ? "\n" + after : "")
+        );
+        return;
+      }
       this.text.textContent = shown.join("\n");
       if (query) this.status.textContent = `${shown.length.toLocaleString()} of ${this.lines.length.toLocaleString()} lines contain “${this.search.value.trim()}”.`;
       if (this.follow.checked && (atBottom || !query)) this.text.scrollTop = this.text.scrollHeight;
     },
   };
+
+  // -- searching every replica's every start on the server, each hit linked to its line ----------
+
+  const HITS_PER_ANSWER = 50;
+  const finder = {
+    start(form) {
+      this.form = form;
+      this.box = $("[data-log-hits]");
+      this.list = $("[data-log-hits-list]");
+      this.status = $("[data-log-hits-status]");
+      this.more = $("[data-log-hits-more]");
+      this.generation = 0;
+      form.addEventListener("submit", (event) => {
+        event.preventDefault();
+        const q = form.elements.q.value.trim();
+        if (!q) return;
+        this.query = q;
+        this.cursor = null;
+        this.found = 0;
+        this.list.replaceChildren();
+        this.box.hidden = false;
+        this.go(++this.generation);
+      });
+      this.more.addEventListener("click", () => this.go(this.generation));
+    },
+    // Answers are bounded on the server (about 16 MiB read, 50 hits each): ask again from
+    // where the last one stopped while it found little, then let the user ask for more.
+    async go(generation) {
+      this.more.hidden = true;
+      this.status.textContent = "Searching…";
+      for (let asked = 0; asked < 8; asked++) {
+        const params = new URLSearchParams({ q: this.query, limit: String(HITS_PER_ANSWER), job_paths: "true" });
+        if (this.cursor) params.set("cursor", this.cursor);
+        let answer;
+        try {
+          answer = await api("GET", `${this.form.dataset.logFind}?${params}`);
+        } catch (error) {
+          if (generation === this.generation) this.status.textContent = error.detail || String(error);
+          return;
+        }
+        if (generation !== this.generation) return;
+        for (const hit of answer.hits) this.list.append(this.item(hit));
+        this.found += answer.hits.length;
+        this.cursor = answer.next;
+        const where = `${answer.searched_files.toLocaleString()} of ${answer.total_files.toLocaleString()} logs searched`;
+        const lines = `${this.found.toLocaleString()} ${this.found === 1 ? "line holds" : "lines hold"} “${this.query}”`;
+        this.status.textContent = answer.next ? `${lines} so far (${where}).` : `${lines} (every log searched: ${answer.total_files.toLocaleString()}).`;
+        this.box.dataset.done = answer.next ? "false" : "true";
+        if (!answer.next || answer.hits.length) break;
+      }
+      this.more.hidden = !this.cursor;
+    },
+    item(hit) {
+      const li = document.createElement("li");
+      const link = document.createElement("a");
+      const params = new URLSearchParams({ replica: hit.replica, attempt: String(hit.attempt), at: String(hit.offset), line: String(hit.line) });
+      link.href = `${this.form.dataset.jobPage}?${params}#logs`;
+      link.dataset.hit = JSON.stringify([hit.replica, hit.attempt, hit.offset, hit.line]);
+      link.textContent = `${hit.replica} · start #${hit.attempt + 1} · line ${hit.line.toLocaleString()}`;
+      const text = document.createElement("code");
+      text.textContent = hit.text;
+      li.append(link, " ", text);
+      return li;
+    },
+  };
+
+  document.addEventListener("click", (event) => {
+    const link = event.target.closest("[data-hit]");
+    if (!link || !logs.root || event.ctrlKey || event.metaKey || event.shiftKey) return;
+    event.preventDefault();
+    const [replica, attempt, offset, line] = JSON.parse(link.dataset.hit);
+    history.replaceState(null, "", link.href); // the address opens the same line
+    logs.openAt(replica, attempt, offset, line);
+  });
 
   document.addEventListener("click", (event) => {
     const link = event.target.closest("[data-show-log]");
@@ -982,6 +1135,8 @@
     });
     const logRoot = $("[data-logs]");
     if (logRoot) logs.start(logRoot);
+    const findForm = $("[data-log-find]");
+    if (findForm) finder.start(findForm);
     document.body.addEventListener("htmx:responseError", (e) => {
       if (e.detail.xhr.status === 404 && $(".job-page")) toast("This job no longer exists.", true);
     });
