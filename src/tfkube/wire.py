@@ -246,6 +246,51 @@ class LogSearchOut(_Wire):
     """Bytes read for this page (bounded per request)."""
 
 
+class NotificationPrefsIn(_Wire):
+    """`PUT /api/v1/users/me/notifications`: what to be told about one's own jobs, where."""
+
+    events: list[str] = []
+    """Of succeeded, failed (not when someone stopped it), stalled (a replica made no
+    progress lately)."""
+    webhook_url: str | None = None
+    """POSTed to, signed (`X-Tfkube-Signature`); None: no webhook."""
+    webhook_format: str = "json"
+    """json (tfkube's body) or slack (Slack's incoming-webhook `{"text": ...}`)."""
+    email: str | None = None
+    """Sent through the server's SMTP server when it has one; None: no e-mail."""
+
+
+class NotificationPrefsOut(NotificationPrefsIn):
+    email_available: bool
+    """Whether this server sends e-mail (`tfkube server --smtp-server`)."""
+    secret_made: bool
+    """Whether a signing secret was made (`POST .../notifications/secret`); webhooks are
+    signed with the first one until then, so make one to check signatures."""
+
+
+class NotificationSecretOut(_Wire):
+    secret: str
+    """The new signing secret, shown this once (the previous one stops signing)."""
+
+
+class NotificationOut(_Wire):
+    """One message about a job's event to one channel, and how its delivery went."""
+
+    id: int
+    job_id: str
+    job: str
+    """The job's name when it happened."""
+    event: str
+    channel: str
+    """webhook or email."""
+    state: str
+    """pending (being tried, or waiting to be tried again), sent, failed (given up)."""
+    attempts: int
+    last_error: str | None = None
+    created_at: float
+    sent_at: float | None = None
+
+
 class ResultRow(_Wire):
     """One result name across compared jobs."""
 

@@ -69,6 +69,7 @@
     if (how === "reload") location.reload();
     else if (how === "refresh") refreshLive(true);
     else if (how === "show-token") showToken(result);
+    else if (how === "show-secret") showSecret(result);
     else location.assign(fill(how, result || {}));
   }
 
@@ -87,6 +88,12 @@
     for (const el of form.elements) {
       if (!el.name || el.disabled || el.type === "submit" || el.type === "button") continue;
       if (el.type === "radio" && !el.checked) continue;
+      if (el.type === "checkbox" && el.dataset.list !== undefined) {
+        // Checkboxes sharing a name, each a value of one list (e.g. events to be told of).
+        body[el.name] = body[el.name] || [];
+        if (el.checked) body[el.name].push(el.value);
+        continue;
+      }
       let value;
       if (el.type === "checkbox") value = el.checked;
       else if (el.type === "number" || el.dataset.number !== undefined) {
@@ -256,6 +263,13 @@
     const auto = event.target.closest("[data-autosubmit]");
     if (auto) auto.form.submit();
   });
+
+  function showSecret(result) {
+    const box = $("[data-new-secret]");
+    if (!box || !result) return location.reload();
+    $("[data-secret-value]", box).textContent = result.secret;
+    box.hidden = false;
+  }
 
   function showToken(result) {
     const box = $("[data-new-token]");
