@@ -1064,6 +1064,8 @@
         const where = `${answer.searched_files.toLocaleString()} of ${answer.total_files.toLocaleString()} logs searched`;
         const lines = `${this.found.toLocaleString()} ${this.found === 1 ? "line holds" : "lines hold"} “${this.query}”`;
         this.status.textContent = answer.next ? `${lines} so far (${where}).` : `${lines} (every log searched: ${answer.total_files.toLocaleString()}).`;
+        if (!answer.total_files)
+          this.status.textContent = "This job keeps no logs on the server yet, so there is nothing to search.";
         this.box.dataset.done = answer.next ? "false" : "true";
         if (!answer.next || answer.hits.length) break;
       }
