@@ -106,6 +106,17 @@ def server_command(
             "although it is loopback, link-local or private (repeatable).",
         ),
     ] = None,
+    smtp_server: Annotated[
+        str | None,
+        typer.Option(
+            "--smtp-server",
+            help="HOST:PORT of an SMTP relay to e-mail job notifications through "
+            "(plain SMTP, no login). Without it notifications go to webhooks only.",
+        ),
+    ] = None,
+    smtp_from: Annotated[
+        str, typer.Option("--smtp-from", help="The sender of notification e-mails.")
+    ] = "tfkube@localhost",
 ) -> None:
     """Run the platform server: REST API, accounts and teams, artifacts, kept logs.
 
@@ -127,11 +138,13 @@ def server_command(
         raise fail(f"--serving-runtime: {exc}") from None
     from tfkube.server.core.forwarded import parse_networks
     from tfkube.server.core.origins import parse_workload_url
+    from tfkube.server.notifications import parse_smtp
 
     checks: list[tuple[str, Callable[[], object]]] = [
         ("--trusted-proxy", lambda: parse_networks(trusted_proxy or [])),
         ("--allow-fetch-from", lambda: parse_networks(allow_fetch_from or [])),
         ("--workload-url", lambda: workload_url and parse_workload_url(workload_url)),
+        ("--smtp-server", lambda: smtp_server and parse_smtp(smtp_server)),
     ]
     for option, check in checks:
         try:
@@ -155,6 +168,8 @@ def server_command(
         trusted_proxies=tuple(trusted_proxy or ()),
         workload_url=workload_url,
         allow_fetch_from=tuple(allow_fetch_from or ()),
+        smtp_server=smtp_server,
+        smtp_from=smtp_from,
     )
     run_service(lambda: serve(settings))
 

@@ -234,6 +234,115 @@ class UsageOut(_Wire):
     replicas: list[UsageSeries] = []
 
 
+class LogHit(_Wire):
+    """One line of a job's kept logs that holds the searched text."""
+
+    replica: str
+    attempt: int
+    line: int
+    """Its line number in that log, from 1."""
+    offset: int
+    """The byte offset where the line starts: `GET .../logs/{replica}?attempt=&offset=`
+    reads the log from it."""
+    text: str
+    """The line (at most 500 characters of it, around the match)."""
+
+
+class LogSearchOut(_Wire):
+    """A page of hits across every replica's and every restart's log, in replica order
+    (chief, PS, workers, evaluator; each replica's starts oldest first)."""
+
+    hits: list[LogHit]
+    next: str | None = None
+    """Pass as `cursor` for the next page; None when every log was searched."""
+    searched_files: int
+    """Logs searched to their end so far (this page and the pages before it)."""
+    total_files: int
+    searched_bytes: int
+    """Bytes read for this page (bounded per request)."""
+
+
+class NotificationPrefsIn(_Wire):
+    """`PUT /api/v1/users/me/notifications`: what to be told about one's own jobs, where."""
+
+    events: list[str] = []
+    """Of succeeded, failed (not when someone stopped it), stalled (a replica made no
+    progress lately)."""
+    webhook_url: str | None = None
+    """POSTed to, signed (`X-Tfkube-Signature`); None: no webhook."""
+    webhook_format: str = "json"
+    """json (tfkube's body) or slack (Slack's incoming-webhook `{"text": ...}`)."""
+    email: str | None = None
+    """Sent through the server's SMTP server when it has one; None: no e-mail."""
+
+
+class NotificationPrefsOut(NotificationPrefsIn):
+    email_available: bool
+    """Whether this server sends e-mail (`tfkube server --smtp-server`)."""
+    secret_made: bool
+    """Whether a signing secret was made (`POST .../notifications/secret`); webhooks are
+    signed with the first one until then, so make one to check signatures."""
+
+
+class NotificationSecretOut(_Wire):
+    secret: str
+    """The new signing secret, shown this once (the previous one stops signing)."""
+
+
+class NotificationOut(_Wire):
+    """One message about a job's event to one channel, and how its delivery went."""
+
+    id: int
+    job_id: str
+    job: str
+    """The job's name when it happened."""
+    event: str
+    channel: str
+    """webhook or email."""
+    state: str
+    """pending (being tried, or waiting to be tried again), sent, failed (given up)."""
+    attempts: int
+    last_error: str | None = None
+    created_at: float
+    sent_at: float | None = None
+
+
+class ResultRow(_Wire):
+    """One result name across compared jobs."""
+
+    name: str
+    values: list[float | int | None]
+    """One per job, in the order compared (None: that job does not report it)."""
+    best: int | None = None
+    """The index of the best value (None: fewer than two report it, or all the same)."""
+    lower_is_better: bool = False
+    """Judged from the name (loss, error, time, ...): otherwise higher is better."""
+
+
+class DiffRow(_Wire):
+    """One setting across compared jobs."""
+
+    name: str
+    """`worker --learning_rate` for an argument, a dotted path for the rest of the TFJob."""
+    values: list[str | None]
+    """One per job (None: that job does not set it)."""
+    differs: bool
+
+
+class CompareOut(_Wire):
+    """2 to 10 jobs side by side (`GET /api/v1/compare?jobs=ID1,ID2,...`)."""
+
+    jobs: list[JobOut]
+    """In the order asked, each with its result (no replicas, no spec)."""
+    results: list[ResultRow]
+    arguments: list[DiffRow]
+    """Each role's arguments, flag by flag (`--lr=0.1` and `--lr 0.1` are one setting)."""
+    settings: list[DiffRow]
+    """The rest of each TFJob as dotted paths (its name and the server's folders left out)."""
+    scalars: list[ScalarsOut] | None = None
+    """With `scalars=true`: each job's training curves, in the jobs' order."""
+
+
 class SessionOut(_Wire):
     user: UserOut
     csrf_token: str

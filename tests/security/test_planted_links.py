@@ -186,6 +186,13 @@ def test_logs_do_not_follow_planted_links(world: dict[str, Any]) -> None:
     assert r.status_code == 200
     assert "planted" in r.text
     assert not _leaks(r.content)
+    # The search across every log reads none of them either (nor hangs on the FIFO).
+    url = f"/api/v1/jobs/{job}/logs/search"
+    for text in ("root:x", "SQLite format", B_LOG):
+        found = a.ok(a.get(url, params={"q": text}, timeout=20))
+        assert found["hits"] == [], (text, found["hits"])
+    found = a.ok(a.get(url, params={"q": "planted"}, timeout=20))
+    assert [(h["replica"], h["attempt"]) for h in found["hits"]] == [("worker-0", 0)]
 
 
 def test_outputs_listing_and_downloads_do_not_follow_links(world: dict[str, Any]) -> None:
@@ -247,6 +254,8 @@ def test_an_output_folder_replaced_by_a_link_is_not_read(world: dict[str, Any]) 
         r = a.get(f"/api/v1/jobs/{job}/outputs/{path}")
         assert r.status_code == 404, (path, r.status_code, _leaks(r.content))
     assert a.ok(a.get(f"/api/v1/jobs/{job}/logs")) == []
+    found = a.ok(a.get(f"/api/v1/jobs/{job}/logs/search", params={"q": B_LOG}))
+    assert (found["hits"], found["total_files"]) == ([], 0)
     r = a.get(f"/api/v1/jobs/{job}/logs/worker-0")  # the engine's own log, if any
     assert not _leaks(r.content), _leaks(r.content)
     scalars = a.ok(a.get(f"/api/v1/jobs/{job}/scalars"))

@@ -266,3 +266,22 @@ def test_log_choices() -> None:
 )
 def test_safe_next(target: str, safe: str) -> None:
     assert p.safe_next(target) == safe
+
+
+@pytest.mark.parametrize(
+    ("args", "opened"),
+    [
+        (("worker-1", 0, 120, 7), {"attempt": 0, "at": 120, "line": 7}),
+        ((None, 0, 120, 7), None),  # not a replica of the job
+        (("worker-1", None, 120, 7), None),
+        (("worker-1", 0, None, 7), None),
+        (("worker-1", 0, 120, None), None),
+        (("worker-1", -1, 120, 7), None),
+        (("worker-1", 0, -5, 7), None),
+        (("worker-1", 0, 120, 0), None),
+    ],
+)
+def test_log_position_from_a_search_hits_link(
+    args: tuple[str | None, int | None, int | None, int | None], opened: dict[str, int] | None
+) -> None:
+    assert p.log_position(*args) == opened

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from conftest import TAG  # tests/conftest.py
-from server._server import PASSWORD, Api, ServerProc, api_for, env_with, free_port
+from server._server import PASSWORD, Api, ServerProc, api_for, env_with, first_admin, free_port
 from server.conftest import stop_server
 
 from ._browser import LAPTOP, chromium
@@ -77,4 +77,19 @@ def laptop(browser: Any, site: Site) -> Iterator[Any]:
         context.close()
 
 
-__all__ = ["PASSWORD", "Site"]
+def two_teams(site: Site) -> tuple[Api, Api]:
+    """Set the server up through the API (its admin is `site.admin`): team vision with
+    bob, team other with carol, both members; -> their API clients (the caller closes)."""
+    admin = first_admin(site.server, site.admin)
+    try:
+        for team in ("vision", "other"):
+            admin.new_team(team)
+        for user, team in (("bob", "vision"), ("carol", "other")):
+            admin.new_user(user)
+            admin.add_member(team, user, "member")
+    finally:
+        admin.close()
+    return api_for(site.url, "bob"), api_for(site.url, "carol")
+
+
+__all__ = ["PASSWORD", "Site", "two_teams"]

@@ -1,7 +1,7 @@
 """Shrink the browser tests' screenshots into the small PNGs the README shows.
 
     .venv/bin/pytest tests/web tests/cluster/test_dashboard_scale.py   # makes .test-artifacts/
-    .venv/bin/python tools/web/readme_shots.py                         # -> docs/screenshots/
+    .venv/bin/python tools/web/readme_shots.py [NAME.png ...]          # -> docs/screenshots/
 
 Each picture: (source in .test-artifacts/screenshots, width, the height to keep from the
 top in source pixels or None for all), saved as a palette PNG (small, still sharp)."""
@@ -23,12 +23,17 @@ PICTURES = {
     "new-job.png": ("11-new-job", 900, 860),
     "replicas-1000.png": ("51-job-1000-pending", 900, 1500),
     "phone-job.png": ("21-phone-job", 300, 1700),
+    "result.png": ("50-job-result", 900, 640),
+    "compare.png": ("61-compare", 900, None),
+    "log-search.png": ("72-log-search-1000-replicas", 900, 1650),
 }
 
 
-def main() -> int:
+def main(names: list[str]) -> int:
     TARGET.mkdir(parents=True, exist_ok=True)
     for name, (source, width, keep) in PICTURES.items():
+        if names and name not in names:
+            continue
         path = SOURCE / f"{source}.png"
         if not path.exists():
             print(f"missing {path}: run the browser tests first", file=sys.stderr)
@@ -46,4 +51,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

@@ -32,6 +32,7 @@ from tfkube.server.api.routes import (
     jobs,
     logs,
     notebooks,
+    notifications,
     proxy,
     serving,
     teams,
@@ -48,6 +49,7 @@ from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.db import database_url, make_engine, migrate, session_factory
 from tfkube.server.jobs.service import JobService
 from tfkube.server.metrics import Metrics
+from tfkube.server.notifications import Notifier
 from tfkube.server.platform import Platform
 from tfkube.server.workloads.model_servers import ModelServers
 from tfkube.server.workloads.notebooks import Notebooks
@@ -73,6 +75,8 @@ def build_platform(settings: ServerSettings) -> Platform:
     jobs_service = JobService(settings, runs_on, sessions, blobs, key)
     model_servers = ModelServers(settings, runs_on, sessions, key)
     notebooks = Notebooks(settings, runs_on, sessions, blobs, key)
+    notifier = Notifier(settings, sessions, key)
+    jobs_service.on_event = notifier.enqueue
     return Platform(
         settings,
         database,
@@ -84,6 +88,7 @@ def build_platform(settings: ServerSettings) -> Platform:
         model_servers,
         notebooks,
         TensorBoards(runs_on, settings.tensorboard_idle_seconds),
+        notifier,
     )
 
 
@@ -159,12 +164,14 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
         built.jobs.start_loop()
         built.model_servers.start_loop()
         built.notebooks.start_loop()
+        built.notifier.start_loop()
         app.state.proxy_client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, read=None))
         try:
             yield
         finally:
             await app.state.proxy_client.aclose()
             built.jobs.stop_loop()
+            built.notifier.stop_loop()
             built.notebooks.close()
             built.model_servers.close()
             built.tensorboards.close()
@@ -217,6 +224,7 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
         metrics_route,
         serving,
         notebooks,
+        notifications,
         proxy,
         workload_origin,
     ):

@@ -16,6 +16,7 @@ from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.ratelimit import LoginGuard
 from tfkube.server.jobs.service import JobService
 from tfkube.server.metrics import Metrics
+from tfkube.server.notifications import Notifier
 from tfkube.server.outputs.scalars import ScalarReader
 from tfkube.server.workloads.model_servers import ModelServers
 from tfkube.server.workloads.notebooks import Notebooks
@@ -41,6 +42,8 @@ class Platform:
     """The users' notebooks (routes/notebooks.py, the proxy's `notebook` kind)."""
     tensorboards: TensorBoards
     """The jobs' TensorBoards behind the proxy, on demand (routes/proxy.py)."""
+    notifier: Notifier
+    """The users' notifications: queued on their jobs' events, delivered (notifications.py)."""
     logins: LoginGuard = field(default_factory=LoginGuard)
     """Failed sign-ins per name and address (core/ratelimit.py)."""
     scalars: ScalarReader = field(default_factory=ScalarReader)

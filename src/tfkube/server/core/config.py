@@ -70,6 +70,12 @@ class ServerSettings:
     """Address ranges (CIDR) the server may fetch members' code URLs from although they
     are loopback, link-local or private (`core/fetch.py` refuses those otherwise)."""
 
+    smtp_server: str | None = None
+    """`HOST:PORT` of the SMTP server notifications are e-mailed through (`--smtp-server`;
+    plain SMTP, no login: a relay that trusts this machine). None: no e-mail."""
+    smtp_from: str = "tfkube@localhost"
+    """The sender of those e-mails (`--smtp-from`)."""
+
     @property
     def engine_settings(self) -> EngineSettings:
         return EngineSettings(

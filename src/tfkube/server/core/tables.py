@@ -205,6 +205,52 @@ class JobMetric(Base):
     value: Mapped[float] = mapped_column(Float)
 
 
+class NotificationPrefs(Base):
+    """A user's choices of what to be told about their own jobs, and where."""
+
+    __tablename__ = "notification_prefs"
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True
+    )
+    events: Mapped[list[str]] = mapped_column(JSON, default=list)
+    """Of succeeded, failed, stalled."""
+    webhook_url: Mapped[str | None] = mapped_column(String(2048), nullable=True)
+    webhook_format: Mapped[str] = mapped_column(String(16), default="json")
+    """json (tfkube's own body) or slack (Slack's incoming-webhook `{"text": ...}`)."""
+    email: Mapped[str | None] = mapped_column(String(254), nullable=True)
+    secret_generation: Mapped[int] = mapped_column(Integer, default=0)
+    """The user's signing secret is derived from the server's key and this number
+    (`notifications.user_secret`): a new secret is a new number; none is stored."""
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class Notification(Base):
+    """One message to one channel of a user about one job's event: its delivery, retried
+    with backoff until sent or given up."""
+
+    __tablename__ = "notifications"
+    __table_args__ = (
+        UniqueConstraint("user_id", "job_id", "event", "channel", name="uq_notification_once"),
+        Index("ix_notifications_due", "state", "next_at"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    job_id: Mapped[str] = mapped_column(String(32))
+    """No foreign key: what was told stays listed after the job is deleted."""
+    event: Mapped[str] = mapped_column(String(16))
+    channel: Mapped[str] = mapped_column(String(16))
+    """webhook or email."""
+    state: Mapped[str] = mapped_column(String(16), default="pending")
+    """pending, sent or failed (given up)."""
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_at: Mapped[float] = mapped_column(Float)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    body: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    """What the message says (the job's facts when the event happened)."""
+    created_at: Mapped[float] = mapped_column(Float)
+    sent_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
 class JobEvent(Base):
     __tablename__ = "job_events"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)

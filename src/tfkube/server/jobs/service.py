@@ -52,6 +52,7 @@ from tfkube.server.core.tables import Artifact, Job, JobEvent, JobMetric, Team
 from tfkube.server.jobs import admission, allowances
 from tfkube.server.jobs.fetched import fetch_code, release_fetched
 from tfkube.server.jobs.forms import ArtifactRef, parse_ref, place_job, server_problems
+from tfkube.server.notifications import job_events
 from tfkube.server.outputs.logs import JobPaths, job_paths
 from tfkube.server.outputs.results import read_result
 from tfkube.server.tenants import tenant_of
@@ -91,6 +92,11 @@ def pending_replicas(job: TFJob, message: str) -> list[Replica]:
     return [Replica(role=role.value, index=i, message=message) for role, i in job.replica_keys()]
 
 
+def _stalled(row: Job) -> bool:
+    """Whether any of the job's replicas stalls, as last recorded."""
+    return any(isinstance(r, dict) and r.get("stalled") for r in row.replicas or [])
+
+
 def _with_message(row: Job, message: str) -> None:
     """Every replica of a job that waits says why (the message of the whole job)."""
     row.replicas = replicas_json(
@@ -114,6 +120,9 @@ class JobService:
         self.blobs = blobs
         self.key = key
         self.on_change = on_change
+        self.on_event: Callable[[Session, Job, str], None] | None = None
+        """Told each event of a job its owner may be notified of (`notifications.
+        job_events`), in the sync's transaction: `Notifier.enqueue`."""
         self.poke = threading.Event()
         self._retry_at: dict[str, float] = {}
         """Job id -> when to submit again a job the engine deferred."""
@@ -529,6 +538,7 @@ class JobService:
             for row in rows:
                 view = views.get(row.name)
                 before = (row.phase, row.restarts, row.replicas, row.state)
+                was_stalled = _stalled(row)
                 if view is None:
                     if JobPhase(row.phase).terminal:
                         row.state = ENDED
@@ -551,6 +561,11 @@ class JobService:
                 self._changed(db, row)
                 if (row.phase, row.restarts, row.replicas, row.state) != before:
                     self.on_change(row)
+                    if self.on_event is not None:
+                        for event in job_events(
+                            before[0], was_stalled, row.phase, row.reason, _stalled(row)
+                        ):
+                            self.on_event(db, row, event)
         db.commit()
 
     @staticmethod

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from tfkube import contract
 from tfkube.engines import JobStorage
 from tfkube.safefs import Entry, closing, entries, open_dir, open_file, open_root
 from tfkube.tfcluster import REPLICA_KEY, parse_replica_key, replica_order
-from tfkube.wire import LogFile
+from tfkube.wire import LogFile, LogHit, LogSearchOut
 
 REPLICA = REPLICA_KEY
 CHUNK = 256 * 1024
@@ -105,10 +105,16 @@ def read_chunk(fd: int, offset: int, limit: int = CHUNK) -> bytes:
     return os.pread(fd, limit, offset)
 
 
-def read_all(ref: LogRef, offset: int) -> bytes:
+def read_all(ref: LogRef, offset: int, limit: int | None = None) -> bytes:
+    """The log from `offset` to its end, or at most `limit` bytes of it (a window around
+    a search hit)."""
     with closing(open_log(ref)) as fd:
         out = bytearray()
-        while chunk := read_chunk(fd, offset + len(out)):
+        while limit is None or len(out) < limit:
+            want = CHUNK if limit is None else min(CHUNK, limit - len(out))
+            chunk = read_chunk(fd, offset + len(out), want)
+            if not chunk:
+                break
             out += chunk
         return bytes(out)
 
@@ -143,6 +149,208 @@ async def follow(
             await asyncio.sleep(interval)
     finally:
         os.close(fd)
+
+
+# -- searching every replica's every start ---------------------------------------------------
+
+SEARCH_BUDGET = 16 * 2**20
+"""Bytes one search request reads, about (then its answer says where to go on)."""
+SEARCH_MAX_FILES = 2000
+"""Logs one search request opens at most."""
+SEARCH_READ = 2**20
+"""Bytes read at a time: whole lines of it are searched (a longer line, in pieces)."""
+MAX_HIT_CHARS = 500
+"""Of a long line, a hit shows this much around the match."""
+MAX_QUERY = 200
+
+
+class BadCursor(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class SearchCursor:
+    """Where a search goes on: `replica`'s start `attempt`, from byte `offset` (the start
+    of its line number `line`), with `done` logs searched to their end before it. Logs
+    are searched in replica order, so one added meanwhile (a restart) is found in its
+    place if it comes after the cursor."""
+
+    replica: str
+    attempt: int
+    offset: int
+    line: int
+    done: int
+
+    def text(self) -> str:
+        return f"{self.replica}:{self.attempt}:{self.offset}:{self.line}:{self.done}"
+
+    @classmethod
+    def parse(cls, text: str) -> SearchCursor:
+        parts = text.split(":")
+        bad = BadCursor("not a cursor a search answered: pass its `next` as it is")
+        if len(parts) != 5 or not REPLICA.fullmatch(parts[0]):
+            raise bad
+        if not all(p.isdigit() and len(p) <= 18 for p in parts[1:]):
+            raise bad
+        attempt, offset, line, done = (int(p) for p in parts[1:])
+        if line < 1:
+            raise bad
+        return cls(parts[0], attempt, offset, line, done)
+
+
+def _order(replica: str, attempt: int) -> tuple[int, int, int]:
+    return (*replica_order(*parse_replica_key(replica)), attempt)
+
+
+class _Needle:
+    """Finds the lines holding a text, ignoring case: an ASCII text in the bytes as
+    they are (lowered: same length, so offsets hold), another line by line, casefolded."""
+
+    def __init__(self, query: str) -> None:
+        self.ascii = query.isascii()
+        self.raw = query.encode().lower()
+        self.folded = query.casefold()
+
+    def lines(self, block: bytes, most: int) -> Iterator[tuple[int, int, int]]:
+        """(where each matching line starts in `block`, its number in the block from 0,
+        where the match is in the line) for at most `most` lines."""
+        found = 0
+        if self.ascii:
+            low = block.lower()
+            at = low.find(self.raw)
+            number, counted = 0, 0
+            while at >= 0 and found < most:
+                start = block.rfind(b"\n", 0, at) + 1
+                number += block.count(b"\n", counted, start)
+                counted = start
+                yield start, number, at - start
+                found += 1
+                end = block.find(b"\n", at)
+                at = -1 if end < 0 else low.find(self.raw, end + 1)
+            return
+        start = 0
+        for number, raw in enumerate(block.split(b"\n")):
+            if found >= most:
+                return
+            text = raw.decode("utf-8", errors="replace").casefold()
+            if (where := text.find(self.folded)) >= 0:
+                yield start, number, len(text[:where].encode("utf-8", errors="replace"))
+                found += 1
+            start += len(raw) + 1
+
+
+def _excerpt(line: bytes, at: int) -> str:
+    """The line as text, or MAX_HIT_CHARS of it around byte `at` (with … where cut)."""
+    if len(line) <= MAX_HIT_CHARS:
+        return line.decode("utf-8", errors="replace").rstrip("\r")
+    begin = max(0, at - MAX_HIT_CHARS // 3)
+    piece = line[begin : begin + MAX_HIT_CHARS].decode("utf-8", errors="replace")
+    end = begin + MAX_HIT_CHARS < len(line)
+    return (
+        ("\N{HORIZONTAL ELLIPSIS}" if begin else "")
+        + piece
+        + ("\N{HORIZONTAL ELLIPSIS}" if end else "")
+    )
+
+
+def search_logs(
+    output_dir: str | None,
+    query: str,
+    cursor: SearchCursor | None = None,
+    *,
+    max_hits: int = 100,
+    budget: int = SEARCH_BUDGET,
+    max_files: int = SEARCH_MAX_FILES,
+    read: int = SEARCH_READ,
+) -> LogSearchOut:
+    """The lines of a job's kept logs that hold `query` (ignoring case): every replica's
+    every start, in replica order, from `cursor` on. Bounded per call: at most
+    `max_hits` hits, about `budget` bytes read (whole reads of `read` bytes) and
+    `max_files` logs opened; then `next` says where to go on. A log is streamed, `read`
+    bytes at a time, never held whole; each is opened through `tfkube.safefs` from the
+    output folder's descriptor down (a log the job replaced by a link is skipped)."""
+    files = log_files(output_dir)
+    total = len(files)
+    start = _order(cursor.replica, cursor.attempt) if cursor else None
+    todo = [f for f in files if start is None or _order(f.replica, f.attempt) >= start]
+    done = cursor.done if cursor else 0
+    hits: list[LogHit] = []
+    spent = 0
+    needle = _Needle(query)
+
+    def answer(nxt: SearchCursor | None) -> LogSearchOut:
+        return LogSearchOut(
+            hits=hits,
+            next=nxt.text() if nxt else None,
+            searched_files=done,
+            total_files=total,
+            searched_bytes=spent,
+        )
+
+    if not todo or output_dir is None:
+        return answer(None)
+    try:
+        root = open_root(output_dir)
+    except OSError:
+        return answer(None)
+    with closing(root):
+        try:
+            logs = open_dir(root, contract.KEPT_LOGS_SUBDIR)
+        except OSError:
+            return answer(None)
+        with closing(logs):
+            for opened, f in enumerate(todo):
+                here = cursor is not None and (f.replica, f.attempt) == (
+                    cursor.replica,
+                    cursor.attempt,
+                )
+                offset, line = (cursor.offset, cursor.line) if cursor and here else (0, 1)
+                if opened >= max_files or spent >= budget or len(hits) >= max_hits:
+                    return answer(SearchCursor(f.replica, f.attempt, offset, line, done))
+                try:
+                    fd = open_file(logs, (f.replica, f"{f.attempt}.log"))
+                except OSError:  # replaced by a link, or removed, since it was listed
+                    done += 1
+                    continue
+                with closing(fd):
+                    while True:
+                        if spent >= budget or len(hits) >= max_hits:
+                            return answer(SearchCursor(f.replica, f.attempt, offset, line, done))
+                        chunk = os.pread(fd, read, offset)
+                        if not chunk:
+                            break
+                        # Whole lines; or the file's last line without its newline; or a
+                        # piece of a line longer than one read (it keeps its number).
+                        block = chunk[: chunk.rfind(b"\n") + 1 or len(chunk)]
+                        spent += len(block)
+                        for begin, number, at in needle.lines(block, max_hits - len(hits)):
+                            end = block.find(b"\n", begin)
+                            text = block[begin : len(block) if end < 0 else end]
+                            hits.append(
+                                LogHit(
+                                    replica=f.replica,
+                                    attempt=f.attempt,
+                                    line=line + number,
+                                    offset=offset + begin,
+                                    text=_excerpt(text, at),
+                                )
+                            )
+                        if len(hits) >= max_hits:
+                            # Go on after the last hit's line.
+                            last = hits[-1].offset - offset
+                            end = block.find(b"\n", last)
+                            after = len(block) if end < 0 else end + 1
+                            line += block.count(b"\n", 0, after)
+                            offset += after
+                            if after < len(block) or os.pread(fd, 1, offset):
+                                return answer(
+                                    SearchCursor(f.replica, f.attempt, offset, line, done)
+                                )
+                            break
+                        line += block.count(b"\n")
+                        offset += len(block)
+                done += 1
+    return answer(None)
 
 
 # -- the server's folders as the job's people know them ---------------------------------------

@@ -19,9 +19,11 @@ Nothing here writes, and nothing here knows HTTP (no fastapi): writes are the do
 
 from tfkube.server.queries import (
     artifacts,
+    compare,
     jobs,
     model_servers,
     notebooks,
+    notifications,
     teams,
     tokens,
     users,
@@ -30,9 +32,11 @@ from tfkube.server.queries import (
 
 __all__ = [
     "artifacts",
+    "compare",
     "jobs",
     "model_servers",
     "notebooks",
+    "notifications",
     "teams",
     "tokens",
     "users",

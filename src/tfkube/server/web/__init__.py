@@ -1,15 +1,16 @@
 """The web dashboard: server-rendered pages over the REST API.
 
-    browser ── GET /jobs, /jobs/{id}, /code, /team, /admin, /login, /setup, /models,
-       │         /notebooks (serving_pages.py), /account (account_pages.py: the user's
-       │         own API tokens)
+    browser ── GET /jobs, /jobs/{id}, /compare, /code, /team, /admin, /login, /setup,
+       │         /models, /notebooks (serving_pages.py), /account (account_pages.py: the
+       │         user's own API tokens and notifications)
        │         pages.py: read through tfkube.server.queries (the API's own reads; never a
        │         route handler) -> _present (pure: wording, filters, paging) -> Jinja
        │         templates (autoescape)
        ├─ htmx: GET the same pages' fragments (the job list, a job's summary, replicas,
        │        events, outputs) when a live page refreshes a piece of itself
        ├─ EventSource: /api/v1/jobs/{id}/watch (refresh on change), /logs/{replica} (follow)
-       ├─ fetch: /api/v1/jobs/{id}/scalars -> uPlot charts
+       ├─ fetch: /api/v1/jobs/{id}/scalars, /api/v1/compare?scalars=true -> uPlot charts;
+       │        /api/v1/jobs/{id}/logs/search -> a job page's log search
        └─ fetch/XHR: every change (submit, stop, upload, tokens, users) goes to /api/v1/...
                 with the session's X-CSRF-Token: the pages themselves never change anything
     static/  app.css, app.js (ours); vendor/ (htmx, uPlot: from npm by tools/web/build.sh)

@@ -282,6 +282,19 @@ def log_replica(replicas: Iterable[Replica], with_logs: Iterable[str]) -> str | 
     return sorted(have)[0] if have else None
 
 
+def log_position(
+    replica: str | None, attempt: int | None, at: int | None, line: int | None
+) -> dict[str, int] | None:
+    """Where a job page opens its log panel from a search hit's link (`?replica=&attempt=
+    &at=&line=`): the start, the byte offset and the line number, or None when the link
+    does not say all of them sensibly (the page then opens as usual)."""
+    if replica is None or attempt is None or at is None or line is None:
+        return None
+    if attempt < 0 or at < 0 or line < 1:
+        return None
+    return {"attempt": attempt, "at": at, "line": line}
+
+
 def common_wait(replicas: Iterable[Replica]) -> tuple[str, int] | None:
     """Why most waiting replicas wait: (the most common message of the pending replicas,
     how many say it), so a job page can say it once instead of 451 times."""

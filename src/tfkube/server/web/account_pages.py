@@ -1,6 +1,7 @@
 """A user's own page, `/account` (the menu under their name, top right): their personal
-API tokens. Read only, through the API's reads (`queries.tokens`); creating and revoking
-a token go to the REST API from the browser (`/api/v1/tokens`) with the CSRF token."""
+API tokens and their notifications. Read only, through the API's reads (`queries.tokens`,
+`queries.notifications`); every change goes to the REST API from the browser
+(`/api/v1/tokens`, `/api/v1/users/me/notifications`) with the CSRF token."""
 
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ def account_page(
         {
             **page_context(principal, db, platform),
             "tokens": queries.tokens.list_tokens(db, principal.user.id),
+            "notify": queries.notifications.prefs(
+                db, principal.user.id, platform.notifier.smtp is not None
+            ),
+            "sent": queries.notifications.recent(db, principal.user.id),
             "base_url": platform.settings.base_url,
             "active": "account",
             "now": time.time(),

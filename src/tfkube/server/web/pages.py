@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
 from tfkube import contract
@@ -27,6 +27,7 @@ from tfkube.server.core.paths import UnsafePath, safe_parts
 from tfkube.server.core.scopes import Scope, allowed
 from tfkube.server.core.security import SESSION_COOKIE
 from tfkube.server.core.tables import Job
+from tfkube.server.jobs.compare import BadSelection, parse_ids
 from tfkube.server.outputs.checkpoints import find_checkpoint
 from tfkube.server.outputs.files import NotInOutputs, every_file, list_folder
 from tfkube.server.outputs.logs import JobPaths, log_files
@@ -378,7 +379,12 @@ def job_page(
     db: SessionDep,
     platform: PlatformDep,
     replica: str = "",
+    attempt: int | None = None,
+    at: int | None = None,
+    line: int | None = None,
 ) -> Response:
+    """A job's page; `replica` opens that replica's log, and with `attempt`, `at` (a byte
+    offset) and `line` (its number) at that line: where a log search's hit links."""
     row = _job_row(job_id, principal, db)
     job, paths = _job_view(platform, db, row)
     ctx = page_context(principal, db, platform)
@@ -390,7 +396,9 @@ def job_page(
         attempts.setdefault(f.replica, []).append(f.attempt)
     replicas: list[Replica] = job.replicas or []
     keys = [r.key for r in sorted(replicas, key=present.role_key)]
-    chosen = replica if replica in keys else present.log_replica(replicas, attempts)
+    known = replica in keys or replica in attempts
+    chosen = replica if known else present.log_replica(replicas, attempts)
+    open_at = present.log_position(replica if known else None, attempt, at, line)
     return render(
         request,
         "job.html",
@@ -403,6 +411,7 @@ def job_page(
             "log_attempts": attempts,
             "log_replica": chosen,
             "log_replicas": present.log_choices(keys, attempts, chosen),
+            "log_open_at": open_at,
             "active_nav": "jobs",
         },
     )
@@ -457,6 +466,48 @@ def job_outputs_part(
     job = queries.jobs.view(db, row, detail=False)
     data = _outputs_data(principal, row, job, path, browse=browse == "1")
     return render(request, "_outputs.html", data)
+
+
+@router.get("/compare")
+def compare_page(
+    request: Request,
+    principal: PageUser,
+    db: SessionDep,
+    platform: PlatformDep,
+    jobs: list[str] = Query(default=[]),
+) -> Response:
+    """2 to 10 jobs side by side (what `GET /api/v1/compare` answers): results, curves
+    overlaid (drawn from that API with `scalars=true`), arguments and settings diffed.
+    The address (`/compare?jobs=ID1,ID2`) is the comparison: shareable with the team."""
+    try:
+        ids = parse_ids(jobs)
+    except BadSelection as exc:
+        why = f"{exc}. Tick them on the jobs list."
+        raise PageError(400, "Choose 2 to 10 jobs to compare", why) from None
+    try:
+        found = queries.compare.compare(db, principal.actor, ids)
+    except queries.compare.UnknownJob as exc:
+        raise _not_found(f"job {exc.args[0]!r}") from None
+    except queries.compare.NotAllowed:
+        raise PageError(403, "Not allowed", "Your role in this team does not show jobs.") from None
+    ctx = page_context(principal, db, platform)
+    joined = ",".join(ids)
+    return render(
+        request,
+        "compare.html",
+        {
+            **ctx,
+            "cmp": found,
+            "ids": joined,
+            "states": [
+                present.job_state(j.phase, j.queued, j.reason, j.message, []) for j in found.jobs
+            ],
+            "differing": [r for r in found.settings if r.differs],
+            "same": [r for r in found.settings if not r.differs],
+            "now": time.time(),
+            "active": "jobs",
+        },
+    )
 
 
 # -- code and data, team, admin ---------------------------------------------------------------

@@ -8,7 +8,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Body, HTTPException, Request
+from fastapi import APIRouter, Body, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
@@ -20,7 +20,7 @@ from tfkube.server.api.deps import CurrentUser, JobDep, PlatformDep, SessionDep,
 from tfkube.server.core.scopes import Scope
 from tfkube.server.jobs.forms import artifact_job
 from tfkube.spec import FieldError, SpecError, TFJob, load_job_text, parse_job, read_form
-from tfkube.wire import EventOut, JobList, JobOut
+from tfkube.wire import CompareOut, EventOut, JobList, JobOut
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
 
@@ -146,6 +146,39 @@ def list_jobs(
         offset=offset,
         sort=order,
     )
+
+
+@router.get("/compare")
+def compare_jobs(
+    principal: CurrentUser,
+    db: SessionDep,
+    platform: PlatformDep,
+    jobs: list[str] = Query(
+        description="2 to 10 job ids: comma-separated (jobs=ID1,ID2) or repeated"
+    ),
+    scalars: bool = False,
+) -> CompareOut:
+    """2 to 10 jobs side by side, in the order given: each job (with its result), the
+    results row by row (the best of each marked; lower is better for a loss, an error or
+    a time), each role's arguments flag by flag and the rest of the TFJobs as dotted
+    paths, each row saying whether the jobs differ. `scalars=true` adds each job's
+    training curves (as `/jobs/{id}/scalars`). The dashboard's `/compare?jobs=...` shows
+    the same. A job another team owns is 404, as everywhere."""
+    from tfkube.server.api.errors import field_error
+    from tfkube.server.jobs.compare import BadSelection, parse_ids
+
+    try:
+        ids = parse_ids(jobs)
+    except BadSelection as exc:
+        raise field_error("jobs", str(exc)) from None
+    try:
+        return queries.compare.compare(
+            db, principal.actor, ids, platform.scalars if scalars else None
+        )
+    except queries.compare.UnknownJob as exc:
+        raise HTTPException(404, f"job {exc.args[0]!r} not found") from None
+    except queries.compare.NotAllowed as exc:
+        raise HTTPException(403, str(exc)) from None
 
 
 @router.get("/jobs/{job_id}")

@@ -27,20 +27,24 @@ from tfkube.server.outputs.files import (
     tar_folder,
 )
 from tfkube.server.outputs.logs import (
+    MAX_QUERY,
     REPLICA,
+    BadCursor,
     JobPaths,
     LogRef,
     NoSuchLog,
+    SearchCursor,
     log_files,
     log_path,
     read_all,
+    search_logs,
 )
 from tfkube.server.outputs.logs import follow as follow_file
 from tfkube.server.outputs.scalars import progress_hint, progress_of, total_steps
 from tfkube.server.outputs.usage import read_usage
 from tfkube.server.tenants import tenant_of
 from tfkube.spec import load_job_text
-from tfkube.wire import LogFile, OutputFile, Progress, ScalarsOut, UsageOut
+from tfkube.wire import LogFile, LogSearchOut, OutputFile, Progress, ScalarsOut, UsageOut
 
 router = APIRouter(prefix="/api/v1/jobs/{job_id}", tags=["logs and outputs"])
 
@@ -50,6 +54,46 @@ def list_logs(job: JobDep, principal: CurrentUser) -> list[LogFile]:
     """Every replica's log files, one per start (attempt 0, 1, ...)."""
     principal.require(Scope.LOGS_READ, job.team_id)
     return log_files(job.output_dir)
+
+
+MAX_SEARCH_HITS = 500
+
+
+@router.get("/logs/search")
+async def search_logs_route(
+    job: JobDep,
+    principal: CurrentUser,
+    db: SessionDep,
+    platform: PlatformDep,
+    q: str,
+    cursor: str | None = None,
+    limit: int = 100,
+    job_paths: bool = False,
+) -> LogSearchOut:
+    """The lines holding `q` (ignoring case) in every replica's kept log, every start of
+    it, in replica order (chief, PS, workers, evaluator; starts oldest first), each with
+    its replica, start (`attempt`), line number and byte offset. One answer reads about
+    16 MiB and opens at most 2,000 logs, streaming each, and holds at most `limit` hits
+    (1-500); its `next`, passed as `cursor`, goes on where it stopped. `job_paths=true`
+    names the server's folders in the lines as the job knows them (as `/logs/{replica}`
+    does; the search itself is in the log as written)."""
+    principal.require(Scope.LOGS_READ, job.team_id)
+    text = q.strip()
+    if not text or len(text) > MAX_QUERY:
+        raise field_error("q", f"give 1 to {MAX_QUERY} characters to search for")
+    if problem := control_problem(text):
+        raise field_error("q", problem)
+    if not 1 <= limit <= MAX_SEARCH_HITS:
+        raise field_error("limit", f"give 1 to {MAX_SEARCH_HITS} hits per answer")
+    try:
+        at = SearchCursor.parse(cursor) if cursor else None
+    except BadCursor as exc:
+        raise field_error("cursor", str(exc)) from None
+    found = await asyncio.to_thread(search_logs, job.output_dir, text, at, max_hits=limit)
+    if job_paths and found.hits:
+        paths = await asyncio.to_thread(_paths, platform, db, job, None)
+        found.hits = [h.model_copy(update={"text": paths.shown(h.text)}) for h in found.hits]
+    return found
 
 
 def _pod_log(platform: PlatformDep, db: SessionDep, job: Job, replica: str, why: str) -> str:
@@ -96,13 +140,16 @@ async def read_log(
     offset: int = 0,
     follow: bool = False,
     job_paths: bool = False,
+    limit: int | None = None,
 ) -> StreamingResponse | PlainTextResponse:
     """One replica's log (the latest start, or `attempt`), from `offset` bytes. With
     `follow=true` the answer streams (chunked) until the job finished; with
     `Accept: text/event-stream` it is SSE (`line` events, each with the byte offset after
     it as its id, then `end`). With `job_paths=true` the server's folders are named as the
     job knows them (`$TFKUBE_LOG_DIR`, `$TFKUBE_DATA_DIR`, `$TFKUBE_WORK_DIR`; the rest of
-    the server's data folder as `…`): the dashboard's view; otherwise as written."""
+    the server's data folder as `…`): the dashboard's view; otherwise as written. `limit`:
+    at most that many bytes from `offset` (a window around a search hit; not with
+    `follow`)."""
     principal.require(Scope.LOGS_READ, job.team_id)
     paths = await asyncio.to_thread(_paths, platform, db, job, replica) if job_paths else None
 
@@ -126,10 +173,12 @@ async def read_log(
         return await asyncio.to_thread(check)
 
     offset = max(offset, 0)
+    if limit is not None and limit < 1:
+        raise field_error("limit", "give a number of bytes of at least 1, or leave it out")
     wants_sse = "text/event-stream" in request.headers.get("accept", "")
     if not (follow or wants_sse):
         try:
-            data = await asyncio.to_thread(read_all, ref, offset)
+            data = await asyncio.to_thread(read_all, ref, offset, limit)
         except OSError:  # replaced by a link (or removed) since it was found
             raise HTTPException(404, f"{replica} has no such log") from None
         return PlainTextResponse(show(data), headers=WORKLOAD_BYTES)
@@ -171,7 +220,7 @@ async def read_log(
     )
 
 
-def _paths(platform: PlatformDep, db: SessionDep, job: Job, replica: str) -> JobPaths:
+def _paths(platform: PlatformDep, db: SessionDep, job: Job, replica: str | None) -> JobPaths:
     team = db.get(Team, job.team_id)
     assert team is not None
     return platform.jobs.paths(team, job, replica)

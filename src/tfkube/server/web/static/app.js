@@ -69,6 +69,7 @@
     if (how === "reload") location.reload();
     else if (how === "refresh") refreshLive(true);
     else if (how === "show-token") showToken(result);
+    else if (how === "show-secret") showSecret(result);
     else location.assign(fill(how, result || {}));
   }
 
@@ -87,6 +88,12 @@
     for (const el of form.elements) {
       if (!el.name || el.disabled || el.type === "submit" || el.type === "button") continue;
       if (el.type === "radio" && !el.checked) continue;
+      if (el.type === "checkbox" && el.dataset.list !== undefined) {
+        // Checkboxes sharing a name, each a value of one list (e.g. events to be told of).
+        body[el.name] = body[el.name] || [];
+        if (el.checked) body[el.name].push(el.value);
+        continue;
+      }
       let value;
       if (el.type === "checkbox") value = el.checked;
       else if (el.type === "number" || el.dataset.number !== undefined) {
@@ -256,6 +263,13 @@
     const auto = event.target.closest("[data-autosubmit]");
     if (auto) auto.form.submit();
   });
+
+  function showSecret(result) {
+    const box = $("[data-new-secret]");
+    if (!box || !result) return location.reload();
+    $("[data-secret-value]", box).textContent = result.secret;
+    box.hidden = false;
+  }
 
   function showToken(result) {
     const box = $("[data-new-token]");
@@ -598,7 +612,7 @@
           this.root.append(figure);
           const series = [{ label: "step" }].concat(
             group.runs.map((r, i) => ({
-              label: r.run === "." ? group.tag : `${group.tag} (${r.run})`,
+              label: r.label || (r.run === "." ? group.tag : `${group.tag} (${r.run})`),
               stroke: COLORS[i % COLORS.length],
               width: 2,
               spanGaps: true,
@@ -625,9 +639,11 @@
         const last = group.runs[0].points[group.runs[0].points.length - 1];
         entry.figure.dataset.points = String(points);
         // Figures logged while training (often on one batch): never the job's result.
-        entry.caption.textContent = last
-          ? `${group.title}: ${formatValue(last.value)} at step ${last.step.toLocaleString()} (during training)`
-          : group.title;
+        entry.caption.textContent = group.caption
+          ? group.caption
+          : last
+            ? `${group.title}: ${formatValue(last.value)} at step ${last.step.toLocaleString()} (during training)`
+            : group.title;
       }
       const order = groups.map((g) => g.tag);
       for (const tag of order) {
@@ -762,6 +778,50 @@
   const titleOf = (tag) =>
     ({ loss: "Loss (lower is better)", accuracy: "Accuracy", "steps/s": "Training speed (steps/s)" })[tag] || tag;
 
+  // -- comparing jobs: one chart per summary, one line per job (the compare API's curves) --------
+
+  const compareCharts = Object.assign(Object.create(charts), {
+    plots: new Map(),
+    start(root) {
+      this.root = root;
+      this.refresh();
+      window.addEventListener("resize", () => this.resize());
+    },
+    async refresh() {
+      let data;
+      try {
+        data = await api("GET", this.root.dataset.compareCharts);
+      } catch (error) {
+        const empty = $("[data-charts-empty]", this.root);
+        if (empty) empty.textContent = `Could not read the jobs' summaries: ${error.detail || error}`;
+        this.root.dataset.loaded = "true";
+        return;
+      }
+      const byTag = new Map();
+      data.jobs.forEach((job, i) => {
+        const curves = (data.scalars || [])[i];
+        for (const group of chartSeries((curves && curves.series) || [])) {
+          if (!byTag.has(group.tag)) byTag.set(group.tag, { tag: group.tag, title: group.title, runs: [] });
+          for (const run of group.runs) {
+            const label = run.run === "." ? job.name : `${job.name} (${run.run})`;
+            byTag.get(group.tag).runs.push({ run: `${job.id}/${run.run}`, label, points: run.points });
+          }
+        }
+      });
+      const groups = [...byTag.values()]
+        .sort((a, b) => rank(a.tag) - rank(b.tag) || a.tag.localeCompare(b.tag))
+        .slice(0, 12);
+      for (const group of groups) {
+        const jobs = new Set(group.runs.map((r) => r.run.split("/")[0])).size;
+        group.caption = `${group.title}: ${jobs} of ${data.jobs.length} jobs`;
+      }
+      const empty = $("[data-charts-empty]", this.root);
+      if (empty) empty.textContent = "None of these jobs wrote TensorBoard summaries (loss, accuracy, …) to its log folder.";
+      this.draw(groups);
+      this.root.dataset.loaded = "true";
+    },
+  });
+
   function alignRuns(runs) {
     const steps = [...new Set(runs.flatMap((r) => r.points.map((p) => p.step)))].sort((a, b) => a - b);
     const columns = runs.map((r) => {
@@ -775,6 +835,8 @@
 
   const MAX_LINES = 20000;
   const TAIL_BYTES = 1 << 20;
+  const WINDOW_BEFORE = 32 * 1024;
+  const WINDOW_AFTER = 96 * 1024;
 
   const logs = {
     root: null,
@@ -797,7 +859,62 @@
       this.follow.addEventListener("change", () => this.load());
       this.search.addEventListener("input", () => this.render());
       this.fillAttempts();
-      this.load();
+      const at = root.dataset.openAt ? JSON.parse(root.dataset.openAt) : null;
+      if (at) this.openAt(this.pick.value, at.attempt, at.at, at.line, false);
+      else this.load();
+    },
+    // One line of one start of a replica (a search hit): the log around it, that line
+    // marked and scrolled to. Only a window of the file is read, however long the log.
+    async openAt(replica, attempt, at, line, scroll = true) {
+      this.stop();
+      const generation = ++this.generation;
+      this.choose(replica);
+      if (!$$("option", this.attempt).some((o) => o.value === String(attempt))) {
+        const option = document.createElement("option");
+        option.value = String(attempt);
+        option.textContent = `#${attempt + 1}`;
+        this.attempt.append(option);
+        this.attempt.closest(".field").hidden = false;
+      }
+      this.attempt.value = String(attempt);
+      this.follow.checked = false;
+      this.search.value = "";
+      this.download.href = this.url();
+      this.download.setAttribute("download", `${replica}-${attempt + 1}.log`);
+      this.status.textContent = "Loading…";
+      const from = Math.max(0, at - WINDOW_BEFORE);
+      const read = async (offset, limit) => {
+        if (limit <= 0) return "";
+        const response = await fetch(this.shown(`&offset=${offset}&limit=${limit}`), { credentials: "same-origin" });
+        if (!response.ok) throw new Error(`${response.status}`);
+        return response.text();
+      };
+      let before, after;
+      try {
+        [before, after] = await Promise.all([read(from, at - from), read(at, WINDOW_AFTER)]);
+      } catch (_) {
+        if (generation === this.generation) this.status.textContent = "Could not read this log.";
+        return;
+      }
+      if (generation !== this.generation) return;
+      const head = before ? before.split("\n") : [];
+      head.pop(); // what follows the last newline before the hit: nothing
+      if (from > 0) head.shift(); // a line cut by the window
+      const tail = after.split("\n");
+      if (tail[tail.length - 1] === "") tail.pop();
+      else if (new TextEncoder().encode(after).length >= WINDOW_AFTER && tail.length > 1) tail.pop();
+      this.lines = head.concat(tail);
+      this.partial = "";
+      this.mark = { index: head.length, line };
+      this.render();
+      this.root.dataset.loaded = "true";
+      this.root.dataset.openedAt = `${replica}:${attempt}:${line}`;
+      this.status.textContent = `Line ${line.toLocaleString()} of ${replica}, start #${attempt + 1}, with the lines around it: Download for the whole log.`;
+      const marked = $("[data-log-mark]", this.text);
+      if (marked) {
+        this.text.scrollTop = Math.max(0, marked.offsetTop - this.text.offsetTop - this.text.clientHeight / 3);
+        if (scroll) this.root.scrollIntoView({ block: "start" });
+      }
     },
     fillAttempts() {
       const option = this.pick.selectedOptions[0];
@@ -833,7 +950,8 @@
         if ($$("option", this.attempt).some((o) => o.value === keep)) this.attempt.value = keep;
       }
     },
-    show(replica) {
+    // Pick a replica in the panel (offered even where a big job's list leaves it out).
+    choose(replica) {
       if (!$$("option", this.pick).some((o) => o.value === replica)) {
         const option = document.createElement("option");
         option.value = replica;
@@ -842,6 +960,9 @@
       }
       this.pick.value = replica;
       this.fillAttempts();
+    },
+    show(replica) {
+      this.choose(replica);
       this.load();
       this.root.scrollIntoView({ block: "start" });
     },
@@ -861,6 +982,8 @@
     async load() {
       this.stop();
       const generation = ++this.generation;
+      this.mark = null;
+      delete this.root.dataset.openedAt;
       this.lines = [];
       this.partial = "";
       this.offset = 0;
@@ -965,17 +1088,143 @@
       const query = this.search.value.trim().toLowerCase();
       const shown = query ? this.lines.filter((l) => l.toLowerCase().includes(query)) : this.lines;
       const atBottom = this.text.scrollTop + this.text.clientHeight >= this.text.scrollHeight - 30;
+      if (this.mark && !query && this.mark.index < this.lines.length) {
+        // A search hit's line, marked (as text: the log's own words never become markup).
+        const at = this.mark.index;
+        const line = document.createElement("mark");
+        line.dataset.logMark = String(this.mark.line);
+        line.title = `line ${this.mark.line.toLocaleString()}`;
+        line.textContent = this.lines[at];
+        const before = this.lines.slice(0, at).join("\n");
+        const after = this.lines.slice(at + 1).join("\n");
+        this.text.replaceChildren(
+          document.createTextNode(at ? before + "\n" : ""),
+          line,
+          document.createTextNode(after ? "\n" + after : "")
+        );
+        return;
+      }
       this.text.textContent = shown.join("\n");
       if (query) this.status.textContent = `${shown.length.toLocaleString()} of ${this.lines.length.toLocaleString()} lines contain “${this.search.value.trim()}”.`;
       if (this.follow.checked && (atBottom || !query)) this.text.scrollTop = this.text.scrollHeight;
     },
   };
 
+  // -- searching every replica's every start on the server, each hit linked to its line ----------
+
+  const HITS_PER_ANSWER = 50;
+  const finder = {
+    start(form) {
+      this.form = form;
+      this.box = $("[data-log-hits]");
+      this.list = $("[data-log-hits-list]");
+      this.status = $("[data-log-hits-status]");
+      this.more = $("[data-log-hits-more]");
+      this.generation = 0;
+      form.addEventListener("submit", (event) => {
+        event.preventDefault();
+        const q = form.elements.q.value.trim();
+        if (!q) return;
+        this.query = q;
+        this.cursor = null;
+        this.found = 0;
+        this.list.replaceChildren();
+        this.box.hidden = false;
+        this.go(++this.generation);
+      });
+      this.more.addEventListener("click", () => this.go(this.generation));
+    },
+    // Answers are bounded on the server (about 16 MiB read, 50 hits each): ask again from
+    // where the last one stopped while it found little, then let the user ask for more.
+    async go(generation) {
+      this.more.hidden = true;
+      this.status.textContent = "Searching…";
+      for (let asked = 0; asked < 8; asked++) {
+        const params = new URLSearchParams({ q: this.query, limit: String(HITS_PER_ANSWER), job_paths: "true" });
+        if (this.cursor) params.set("cursor", this.cursor);
+        let answer;
+        try {
+          answer = await api("GET", `${this.form.dataset.logFind}?${params}`);
+        } catch (error) {
+          if (generation === this.generation) this.status.textContent = error.detail || String(error);
+          return;
+        }
+        if (generation !== this.generation) return;
+        for (const hit of answer.hits) this.list.append(this.item(hit));
+        this.found += answer.hits.length;
+        this.cursor = answer.next;
+        const where = `${answer.searched_files.toLocaleString()} of ${answer.total_files.toLocaleString()} logs searched`;
+        const lines = `${this.found.toLocaleString()} ${this.found === 1 ? "line holds" : "lines hold"} “${this.query}”`;
+        this.status.textContent = answer.next ? `${lines} so far (${where}).` : `${lines} (every log searched: ${answer.total_files.toLocaleString()}).`;
+        if (!answer.total_files)
+          this.status.textContent = "This job keeps no logs on the server yet, so there is nothing to search.";
+        this.box.dataset.done = answer.next ? "false" : "true";
+        if (!answer.next || answer.hits.length) break;
+      }
+      this.more.hidden = !this.cursor;
+    },
+    item(hit) {
+      const li = document.createElement("li");
+      const link = document.createElement("a");
+      const params = new URLSearchParams({ replica: hit.replica, attempt: String(hit.attempt), at: String(hit.offset), line: String(hit.line) });
+      link.href = `${this.form.dataset.jobPage}?${params}#logs`;
+      link.dataset.hit = JSON.stringify([hit.replica, hit.attempt, hit.offset, hit.line]);
+      link.textContent = `${hit.replica} · start #${hit.attempt + 1} · line ${hit.line.toLocaleString()}`;
+      const text = document.createElement("code");
+      text.textContent = hit.text;
+      li.append(link, " ", text);
+      return li;
+    },
+  };
+
+  document.addEventListener("click", (event) => {
+    const link = event.target.closest("[data-hit]");
+    if (!link || !logs.root || event.ctrlKey || event.metaKey || event.shiftKey) return;
+    event.preventDefault();
+    const [replica, attempt, offset, line] = JSON.parse(link.dataset.hit);
+    history.replaceState(null, "", link.href); // the address opens the same line
+    logs.openAt(replica, attempt, offset, line);
+  });
+
   document.addEventListener("click", (event) => {
     const link = event.target.closest("[data-show-log]");
     if (!link || !logs.root) return;
     event.preventDefault();
     logs.show(link.dataset.showLog);
+  });
+
+  // -- the jobs list: the jobs ticked to compare, kept across the list's live refreshes ----------
+
+  const picked = new Set();
+  function showPicked() {
+    for (const box of $$("[data-pick]")) box.checked = picked.has(box.value);
+    const go = $("[data-compare-go]");
+    const hint = $("[data-compare-hint]");
+    if (!go || !hint) return;
+    go.disabled = picked.size < 2 || picked.size > 10;
+    hint.textContent =
+      picked.size === 0
+        ? "Tick 2 to 10 jobs to compare their results, curves and settings."
+        : picked.size === 1
+          ? "1 job ticked: tick at least one more."
+          : picked.size > 10
+            ? `${picked.size} jobs ticked: compare at most 10.`
+            : `${picked.size} jobs ticked.`;
+  }
+  document.addEventListener("change", (event) => {
+    const box = event.target.closest("[data-pick]");
+    if (!box) return;
+    if (box.checked) picked.add(box.value);
+    else picked.delete(box.value);
+    showPicked();
+  });
+  document.addEventListener("submit", (event) => {
+    const form = event.target.closest("form[data-compare-form]");
+    if (!form) return;
+    event.preventDefault();
+    // One short address to share: /compare?jobs=a,b,c in the order ticked.
+    if (picked.size >= 2 && picked.size <= 10)
+      location.assign(`/compare?jobs=${[...picked].map(encodeURIComponent).join(",")}`);
   });
 
   // -- start ---------------------------------------------------------------------------------------
@@ -988,8 +1237,16 @@
     if (chartRoot) charts.start(chartRoot);
     const usageRoot = $("[data-usage]");
     if (usageRoot) usage.start(usageRoot);
+    const compareRoot = $("[data-compare-charts]");
+    if (compareRoot) compareCharts.start(compareRoot);
+    if ($("[data-compare-form]")) showPicked();
+    document.body.addEventListener("htmx:afterSwap", (e) => {
+      if (e.target.id === "job-list") showPicked();
+    });
     const logRoot = $("[data-logs]");
     if (logRoot) logs.start(logRoot);
+    const findForm = $("[data-log-find]");
+    if (findForm) finder.start(findForm);
     document.body.addEventListener("htmx:responseError", (e) => {
       if (e.detail.xhr.status === 404 && $(".job-page")) toast("This job no longer exists.", true);
     });
