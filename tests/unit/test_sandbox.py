@@ -199,10 +199,10 @@ def test_sandbox_command_joins_cgroups_then_drops_to_the_team() -> None:
 
 
 def test_sandbox_command_enters_the_jobs_network_namespace_before_bwrap() -> None:
-    c = conf(netns="/run/netns/tfkube-0123456789ab")
+    c = conf(netns=9)
     argv = sandbox_command(c, ["python"], ["/cg/a/cgroup.procs"], 7)
     # As root, after joining the cgroups: bwrap and the team's user never could.
-    assert argv[5:9] == ["--", "/usr/bin/nsenter", "--net=/run/netns/tfkube-0123456789ab", "--"]
+    assert argv[5:9] == ["--", "/usr/bin/nsenter", "--net=/proc/self/fd/9", "--"]
     assert argv[9] == "/usr/bin/bwrap"
 
 

@@ -9,62 +9,66 @@ the network. What a replica needs from outside comes in as files, prepared befor
 starts: its code (downloaded by the supervisor, verified, shown read-only) and its
 `requirements.txt` (installed by a confined step on the host's network, `_supervisor`).
 
-The namespace is named like `ip netns` names them (`/run/netns/tfkube-<job uid>`), made
-and removed with iproute2's `ip`, and entered by `nsenter` before bubblewrap
-(`_sandbox.sandbox_command`).
+The namespace has no name and no mount: it is held by a file descriptor of the job's
+supervisor (`create`) and by the replicas inside it, so it goes when they have all ended,
+whatever ended them (a supervisor killed by SIGKILL included): nothing is left behind.
+A replica enters it with `nsenter --net=/proc/self/fd/N` before bubblewrap
+(`_sandbox.sandbox_command`), the descriptor passed to that process only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import subprocess
-from pathlib import Path
 
 IP = "/usr/sbin/ip"
 NSENTER = "/usr/bin/nsenter"
-NETNS_DIR = Path("/run/netns")
-PREFIX = "tfkube-"
+UNSHARE = "/usr/bin/unshare"
+SH = "/bin/sh"
+READY_SECONDS = 30.0
 
 
 class NetnsError(Exception):
     """A network namespace could not be made."""
 
 
-def name_for(job_uid: str) -> str:
-    """The namespace of a job (by its record's uid). Pure."""
-    return f"{PREFIX}{job_uid[:12]}"
+def enter_path(fd: int) -> str:
+    """What `nsenter --net=` is given in the process that inherited `fd`. Pure."""
+    return f"/proc/self/fd/{fd}"
 
 
-def path_of(name: str) -> str:
-    return str(NETNS_DIR / name)
+def create() -> int:
+    """A new network namespace with its loopback up, held by the returned descriptor
+    (close-on-exec: pass it to the processes that enter it; close it to let go). A
+    short-lived `unshare` process makes it; this process opens it and ends that one.
+    Raises NetnsError."""
+    try:
+        holder = subprocess.Popen(
+            [UNSHARE, "--net", "--", SH, "-c", f"{IP} link set lo up && echo up && exec sleep 60"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+    except OSError as exc:
+        raise NetnsError(f"cannot make a network namespace: {exc}") from None
+    assert holder.stdout is not None
+    assert holder.stderr is not None
+    try:
+        ready, _, _ = select.select([holder.stdout], [], [], READY_SECONDS)
+        line = holder.stdout.readline() if ready else b""
+        if line.strip() != b"up":
+            holder.kill()
+            why = holder.stderr.read().decode(errors="replace").strip() or "it did not start"
+            raise NetnsError(f"cannot make a network namespace: {why}")
+        return os.open(f"/proc/{holder.pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            holder.kill()
+        holder.wait()
+        holder.stdout.close()
+        holder.stderr.close()
 
 
-def _ip(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [IP, *args], capture_output=True, text=True, timeout=30, check=False,
-        stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-
-
-def create(name: str) -> str:
-    """Make the namespace `name` with its loopback up (one left by an earlier supervisor
-    of the same job is replaced); returns its path. Raises NetnsError."""
-    delete(name)
-    made = _ip("netns", "add", name)
-    if made.returncode != 0:
-        raise NetnsError(f"cannot make the network namespace {name}: {made.stderr.strip()}")
-    up = _ip("-n", name, "link", "set", "lo", "up")
-    if up.returncode != 0:
-        delete(name)
-        raise NetnsError(f"cannot bring up loopback in {name}: {up.stderr.strip()}")
-    return path_of(name)
-
-
-def delete(name: str) -> None:
-    """Remove the namespace `name` if it exists (the processes still in it keep it alive
-    until they end; nothing can enter it any more)."""
-    if os.path.exists(path_of(name)):
-        _ip("netns", "delete", name)
-
-
-__all__ = ["NetnsError", "create", "delete", "name_for", "path_of"]
+__all__ = ["NSENTER", "NetnsError", "create", "enter_path"]

@@ -154,9 +154,9 @@ class Confinement:
     added when there is one)."""
     die_with_parent: bool = True
     """SIGKILL the sandbox when the starting thread's process dies."""
-    netns: str | None = None
-    """The network namespace it runs in (a path under /run/netns: its job's own, see
-    `_netns`); None: the caller's network."""
+    netns: int | None = None
+    """A descriptor of the network namespace it runs in (its job's own, held by the
+    supervisor: `_netns.create`), passed to it alone; None: the caller's network."""
 
     @property
     def environ(self) -> dict[str, str]:
@@ -306,7 +306,7 @@ def sandbox_command(
         "--",
     ]
     inner = [*drop, ENV, "--default-signal=TERM", *argv]
-    enter = [NSENTER, f"--net={c.netns}", "--"] if c.netns else []
+    enter = [] if c.netns is None else [NSENTER, f"--net={_netns.enter_path(c.netns)}", "--"]
     return [
         SH,
         "-c",
@@ -384,7 +384,7 @@ def confinement_for(
     limits: Limits | None = None,
     devices: Iterable[str] = (),
     die_with_parent: bool = True,
-    netns: str | None = None,
+    netns: int | None = None,
 ) -> Confinement:
     """A confinement for a Python workload of `tenant`: tfkube's Python installation is
     added to what it reads; PATH (that Python first), HOME (`home`, default `cwd`), LANG,
@@ -450,7 +450,8 @@ def launch(argv: Sequence[str], c: Confinement) -> Iterator[Launch]:
     try:
         os.write(fd, b"".join(o.encode() + b"\0" for o in options))
         os.lseek(fd, 0, os.SEEK_SET)
-        yield Launch(sandbox_command(c, argv, [str(p) for p in procs], fd), (fd,))
+        passed = (fd,) if c.netns is None else (fd, c.netns)
+        yield Launch(sandbox_command(c, argv, [str(p) for p in procs], fd), passed)
     finally:
         os.close(fd)
 
@@ -492,18 +493,13 @@ def _probe() -> str | None:
     nobody = TenantIdentity("nobody", 65534, 65534)
     # With every kind of limit: a controller missing shows here, not at a job's start.
     limits = Limits(cpu=1.0, memory=256 * 2**20)
-    netns = f"{_netns.PREFIX}probe-{os.getpid()}"
     try:
-        c = confinement_for(
-            nobody,
-            cgroup=f".probe-{os.getpid()}",
-            cwd="/",
-            env={},
-            limits=limits,
-            netns=_netns.create(netns),
-        )
+        netns = _netns.create()
     except _netns.NetnsError as exc:
         return f"a job cannot have a network of its own: {exc}"
+    c = confinement_for(
+        nobody, cgroup=f".probe-{os.getpid()}", cwd="/", env={}, limits=limits, netns=netns
+    )
     try:
         with launch(["/bin/true"], c) as start:
             result = subprocess.run(
@@ -519,7 +515,7 @@ def _probe() -> str | None:
         return str(exc)
     finally:
         release(c)
-        _netns.delete(netns)
+        os.close(netns)
     if result.returncode != 0:
         return (result.stderr.strip() or f"exit code {result.returncode}").splitlines()[-1]
     return None
@@ -542,6 +538,7 @@ def isolation_support() -> Support:
         (ENV, "coreutils"),
         (NSENTER, "util-linux"),
         (_netns.IP, "iproute2"),
+        (_netns.UNSHARE, "util-linux"),
     )
     for program, package in programs:
         if not os.access(program, os.X_OK):

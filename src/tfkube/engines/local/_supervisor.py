@@ -192,8 +192,9 @@ class Supervisor:
         self.data_credentials = S3Credentials.from_json(taken) if taken else None
         self.confined: dict[str, Confinement] = {}
         """Confined replicas that run, by key: their cgroups are released after."""
-        self.netns: str | None = None
-        """A confined job's network namespace (its path), made by `_isolate`."""
+        self.netns: int | None = None
+        """A confined job's network namespace (a descriptor holding it), made by
+        `_isolate`; it goes when this process and the replicas in it have ended."""
         self.usage = Sampler(self.record.log_dir)
         self.cgroups: CgroupLayout | None = this_machine() if self.record.tenant else None
         self.steps_at = 0.0
@@ -261,7 +262,6 @@ class Supervisor:
             if self.record.phase.terminal and not self.procs and not self._ttl_pending():
                 if self.record.tenant is not None:
                     sweep(self._cgroup_prefix())
-                    _netns.delete(_netns.name_for(self.record.uid))
                 self.dir.event("supervisor exits: nothing of the job runs")
                 return 0 if self.record.phase is JobPhase.SUCCEEDED else 1
             if select.select([wake_r], [], [], TICK_SECONDS)[0]:
@@ -334,7 +334,7 @@ class Supervisor:
         """Make the job's network namespace and bring in the code and its requirements
         (see the module's doc). None when ready, else (reason, message) to fail with."""
         try:
-            self.netns = _netns.create(_netns.name_for(self.record.uid))
+            self.netns = _netns.create()
         except _netns.NetnsError as exc:
             return "NetworkUnavailable", str(exc)
         self.dir.event("the job's replicas get a network namespace of their own")
@@ -853,7 +853,6 @@ class Supervisor:
         self._reap()  # releases the confined replicas' cgroups
         if self.record.tenant is not None:
             sweep(self._cgroup_prefix())
-            _netns.delete(_netns.name_for(self.record.uid))
         self.dir.event("TTL passed: deleting the job")
         if self.record.data is not None:  # a staged data source is read-only
             writable_tree(self.dir.root / "data")
