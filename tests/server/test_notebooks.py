@@ -74,7 +74,9 @@ def _message(session: str, code: str) -> dict[str, Any]:
 
 
 def run_cell(ws_url: str, token: str, code: str, timeout: float) -> str:
-    """Execute `code` in the kernel over its WebSocket; -> everything it printed."""
+    """Execute `code` in the kernel over its WebSocket; -> everything it printed. Done
+    at the kernel's `idle` status for the request (on iopub, after all its output):
+    `execute_reply` comes on the shell channel and may pass output still on its way."""
     session = uuid.uuid4().hex
     printed: list[str] = []
     with connect(
@@ -95,7 +97,7 @@ def run_cell(ws_url: str, token: str, code: str, timeout: float) -> str:
                 printed.append(reply["content"]["text"])
             elif kind == "error":
                 printed.append("\n".join(reply["content"]["traceback"]))
-            elif kind == "execute_reply":
+            elif kind == "status" and reply["content"].get("execution_state") == "idle":
                 return "".join(printed)
     raise AssertionError(f"the cell did not finish in {timeout:.0f} s; it printed {printed}")
 
