@@ -64,6 +64,8 @@ class TeamOut(_Wire):
     name: str
     namespace: str
     quota: dict[str, Any] = {}
+    priority: int = 0
+    """Local engine: a higher priority's jobs are queued first and may preempt lower ones."""
     created_at: float
     role: str | None = None
     """The caller's role in the team (None for a site admin who is not a member)."""
@@ -119,6 +121,8 @@ class JobOut(_Wire):
     reason: str | None = None
     message: str | None = None
     restarts: int = 0
+    preemptions: int = 0
+    """Times it was stopped for a job of higher priority and queued again (not restarts)."""
     created_at: float
     started_at: float | None = None
     finished_at: float | None = None

@@ -129,6 +129,9 @@ class Api:
     def post(self, path: str, **kw: Any) -> httpx.Response:
         return self.http.post(path, **kw)
 
+    def patch(self, path: str, **kw: Any) -> httpx.Response:
+        return self.http.patch(path, **kw)
+
     def delete(self, path: str, **kw: Any) -> httpx.Response:
         return self.http.delete(path, **kw)
 

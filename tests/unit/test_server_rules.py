@@ -18,7 +18,16 @@ from tfkube.server.core.security import (
     sign_claim,
     verify_claim,
 )
-from tfkube.server.jobs.admission import Amount, Quota, Running, Waiting, admit, bytes_of, cpu_of
+from tfkube.server.jobs.admission import (
+    Amount,
+    Quota,
+    Running,
+    Waiting,
+    admit,
+    bytes_of,
+    cpu_of,
+    preemptions,
+)
 from tfkube.server.jobs.forms import ArtifactRef, parse_ref, server_problems
 
 TEAM, OTHER = 1, 2
@@ -186,6 +195,41 @@ def test_queue_messages_give_the_position() -> None:
     assert "position 3 of 3" in decision.messages["c"]
     quota = admit(MACHINE, [Running(1, Amount(1.0))], [w("a", 1, 1.0)], {1: Quota(cpu=1.0)})
     assert "quota" in quota.messages["a"]
+
+
+def test_a_team_of_higher_priority_offers_its_jobs_first() -> None:
+    urgent = Waiting("urgent", 2, Amount(1.0), priority=10)
+    decision = admit(MACHINE, [Running(1, Amount(1.0))], [w("old", 1, 1.0), urgent], {})
+    assert decision.start == ("urgent",)
+    blocked = admit(MACHINE, [Running(1, Amount(2.0))], [w("old", 1, 1.0), urgent], {})
+    assert blocked.head == "urgent"  # the one a preemption would be for
+
+
+def r(job: str, cpu: float, priority: int = 0, started: float = 0.0) -> Running:
+    return Running(1, Amount(cpu), job=job, priority=priority, started_at=started)
+
+
+@pytest.mark.parametrize(
+    ("running", "need", "priority", "stopped"),
+    [
+        # The newest of the lowest priority goes first, and only as many as needed.
+        ([r("a", 1.0, started=1), r("b", 1.0, started=2)], 1.0, 5, ("b",)),
+        ([r("a", 1.0, started=1), r("b", 1.0, started=2)], 2.0, 5, ("b", "a")),
+        # The lowest priority before the newest.
+        ([r("low", 1.0, 0, started=1), r("mid", 1.0, 3, started=2)], 1.0, 5, ("low",)),
+        # Never an equal or a higher priority; none when stopping all would not do.
+        ([r("same", 2.0, 5)], 1.0, 5, ()),
+        ([r("low", 0.5, 0), r("high", 1.5, 9)], 1.0, 5, ()),
+        # It fits already, or fits no machine: nothing is stopped.
+        ([r("a", 1.0)], 1.0, 5, ()),
+        ([r("a", 2.0)], 3.0, 5, ()),
+    ],
+)
+def test_preemptions(
+    running: list[Running], need: float, priority: int, stopped: tuple[str, ...]
+) -> None:
+    waiting = Waiting("w", 2, Amount(need), priority=priority)
+    assert preemptions(MACHINE, running, waiting) == stopped
 
 
 @pytest.mark.parametrize(

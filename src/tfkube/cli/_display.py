@@ -74,7 +74,9 @@ def job_panel(view: JobView, now: float | None = None, width: int = 120) -> Grou
         (view.name, "bold"),
         "  ",
         (view.phase.value, _PHASE_STYLE[view.phase]),
-        f"  restarts {view.restarts}  elapsed {_age(view, now)}",
+        f"  restarts {view.restarts}",
+        f"  preempted {view.extra['preemptions']}x" if "preemptions" in view.extra else "",
+        f"  elapsed {_age(view, now)}",
     )
     table = Table(show_edge=False, pad_edge=False, expand=False)
     wide = width >= 110

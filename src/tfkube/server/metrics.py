@@ -1,6 +1,7 @@
 """Prometheus metrics (`/metrics`, prometheus-client), one registry per app.
 
-- `tfkube_jobs{phase, team}` and `tfkube_replica_restarts{team}`: read from the database
+- `tfkube_jobs{phase, team}`, `tfkube_replica_restarts{team}` and
+  `tfkube_job_preemptions{team}`: read from the database
   at scrape time (a custom collector), so they are right after a restart of the server
   and the same from every server process sharing the database;
 - `tfkube_replica_cpu_cores` and `tfkube_replica_memory_bytes{team, job, role, index}`: each
@@ -45,16 +46,27 @@ class _JobsCollector(Collector):
             "Replica restarts of the jobs the server knows",
             labels=["team"],
         )
+        preemptions = GaugeMetricFamily(
+            "tfkube_job_preemptions",
+            "Times the jobs the server knows were stopped for a job of higher priority "
+            "(not restarts, not failures)",
+            labels=["team"],
+        )
         with self.sessions() as db:
             rows = counts_by_team(db)
         per_team: dict[str, float] = {}
-        for team, phase, count, restart_sum in rows:
+        preempted: dict[str, float] = {}
+        for team, phase, count, restart_sum, preemption_sum in rows:
             jobs.add_metric([phase, team], count)
             per_team[team] = per_team.get(team, 0.0) + float(restart_sum)
+            preempted[team] = preempted.get(team, 0.0) + float(preemption_sum)
         for team, total in per_team.items():
             restarts.add_metric([team], total)
+        for team, total in preempted.items():
+            preemptions.add_metric([team], total)
         yield jobs
         yield restarts
+        yield preemptions
 
 
 class _UsageCollector(Collector):

@@ -67,6 +67,9 @@ class Team(Base):
     """What members' jobs may use on Kubernetes beyond their own (`tfkube.engines.
     Allowances`: Secrets, ConfigMaps, claims, service accounts, TensorBoard images) and
     the namespace's Pod Security level; {} is none of it, and `restricted`."""
+    priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Local engine: the queue offers a higher priority's jobs first and stops jobs of a
+    lower one to make room for them (a site admin's; 0 by default)."""
     created_at: Mapped[float] = mapped_column(Float)
 
 
@@ -182,6 +185,9 @@ class Job(Base):
     reason: Mapped[str | None] = mapped_column(String(64), nullable=True)
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
     restarts: Mapped[int] = mapped_column(Integer, default=0)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Times the queue stopped it for a job of higher priority (never counted as restarts
+    or failures: it resumes from its checkpoint)."""
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     replicas: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)

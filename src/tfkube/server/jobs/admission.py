@@ -11,6 +11,13 @@ not fit, nothing jumps past it (small jobs overtaking forever would starve big o
 A team's quota caps what its own jobs may hold together; a job held back by its quota
 does not block other teams. A job larger than the whole machine starts when nothing else
 runs (alone), rather than waiting forever.
+
+Priority (a site admin's, per team; 0 by default) comes before fairness: a team of higher
+priority offers its jobs first. When the job at the head of the queue does not fit and
+jobs of lower priority run, `preemptions` names the fewest of them to stop so that it
+fits (lowest priority first, then the newest: the least work lost); the server stops
+them and queues them again, to resume from their checkpoints. Equal priorities never
+preempt each other.
 """
 
 from __future__ import annotations
@@ -97,12 +104,19 @@ class Waiting:
     """The job's id."""
     team: int
     need: Amount
+    priority: int = 0
+    """Its team's."""
 
 
 @dataclass(frozen=True)
 class Running:
     team: int
     holds: Amount
+    job: str = ""
+    """The job's id."""
+    priority: int = 0
+    """Its team's."""
+    started_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -111,6 +125,9 @@ class Admission:
     """Jobs to start now, in order."""
     messages: Mapping[str, str] = field(default_factory=dict)
     """Why each job that keeps waiting waits (its place in the queue included)."""
+    head: str | None = None
+    """The first job that waits for room (not for its quota): the one a preemption
+    would be for."""
 
 
 def _share(held: Amount, capacity: Amount) -> float:
@@ -160,10 +177,11 @@ def admit(
                     )
                 queue.clear()
                 continue
-            candidates.append((_share(held.get(team, Amount()), capacity), order[head.job], team))
+            share = _share(held.get(team, Amount()), capacity)
+            candidates.append((-head.priority, share, order[head.job], team))
         if not candidates:
             break
-        _, _, team = min(candidates)
+        *_, team = min(candidates)
         head = queues[team].pop(0)
         nothing_runs = not held and not start
         if not blocked and (
@@ -184,7 +202,29 @@ def admit(
             f"queued: position {place} of {total}; needs {w.need.describe()}{short}, "
             f"free now {_clip(free).describe()}"
         )
-    return Admission(tuple(start), messages)
+    return Admission(tuple(start), messages, ranked[0].job if ranked else None)
+
+
+def preemptions(capacity: Amount, running: Sequence[Running], waiting: Waiting) -> tuple[str, ...]:
+    """The running jobs to stop so that `waiting` fits: only jobs of a lower priority,
+    the lowest first and among equals the newest; the fewest such that it fits, or none
+    when even stopping them all would not make room (or it fits already)."""
+    free = capacity
+    for r in running:
+        free = free - r.holds
+    if waiting.need.fits(free) or not waiting.need.fits(capacity):
+        return ()
+    lower = sorted(
+        (r for r in running if r.priority < waiting.priority),
+        key=lambda r: (r.priority, -r.started_at),
+    )
+    chosen: list[str] = []
+    for r in lower:
+        chosen.append(r.job)
+        free = free + r.holds
+        if waiting.need.fits(free):
+            return tuple(chosen)
+    return ()
 
 
 def _clip(a: Amount) -> Amount:
@@ -206,4 +246,5 @@ __all__ = [
     "cpu_of",
     "job_request",
     "machine_capacity",
+    "preemptions",
 ]

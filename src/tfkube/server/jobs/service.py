@@ -42,7 +42,7 @@ from tfkube.engines import (
     NotAvailable,
     SubmitDeferred,
 )
-from tfkube.planner import JobPhase, Replica
+from tfkube.planner import JobPhase, Replica, ReplicaState
 from tfkube.server.artifacts import BlobStore
 from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.fetch import FetchPolicy
@@ -598,11 +598,18 @@ class JobService:
                 int(r.request.get("gpu", 0)),
             )
 
+        def priority(r: Job) -> int:
+            team = teams.get(r.team_id)
+            return team.priority or 0 if team is not None else 0
+
+        machine = admission.machine_capacity(capacity.cpus, capacity.memory, capacity.gpus)
+        running = [
+            admission.Running(r.team_id, amount(r), r.id, priority(r), r.started_at or 0.0)
+            for r in live
+        ]
+        waiting = [admission.Waiting(r.id, r.team_id, amount(r), priority(r)) for r in queued]
         decision = admission.admit(
-            admission.machine_capacity(capacity.cpus, capacity.memory, capacity.gpus),
-            [admission.Running(r.team_id, amount(r)) for r in live],
-            [admission.Waiting(r.id, r.team_id, amount(r)) for r in queued],
-            {t.id: admission.Quota(**t.quota) for t in teams.values()},
+            machine, running, waiting, {t.id: admission.Quota(**t.quota) for t in teams.values()}
         )
         by_id = {r.id: r for r in queued}
         for job_id, message in decision.messages.items():
@@ -615,6 +622,44 @@ class JobService:
         for job_id in decision.start:
             row = by_id[job_id]
             self.start(db, row, teams[row.team_id])
+        if decision.start or decision.head is None:
+            return
+        head = next(w for w in waiting if w.job == decision.head)
+        live_by_id = {r.id: r for r in live}
+        for job_id in admission.preemptions(machine, running, head):
+            victim = live_by_id[job_id]
+            self.preempt(db, victim, teams[victim.team_id], by_id[head.job], teams[head.team])
+        self.poke.set()  # the room it made: the waiting job starts on the next pass
+
+    def preempt(self, db: Session, row: Job, team: Team, by: Job, by_team: Team) -> None:
+        """Stop a running job for one of higher priority and queue it again: it starts
+        anew later, from its checkpoints (same output folder). Counted as a preemption,
+        never as a restart or a failure."""
+        backend = self.engine.jobs(tenant_of(team))
+        now = time.time()
+        why = (
+            f"preempted by job {by.name} of team {by_team.name} (priority "
+            f"{by_team.priority or 0} over {team.priority or 0}); it waits to resume from "
+            "its last checkpoint"
+        )
+        try:
+            self._copy_events(db, row, backend)
+            backend.delete(row.name)  # stops it (its grace period), then forgets it
+        except JobNotFound:
+            pass
+        row.state = QUEUED
+        row.phase = JobPhase.PENDING.value
+        row.reason = "Preempted"
+        row.message = why
+        row.preemptions = (row.preemptions or 0) + 1
+        row.replicas = replicas_json(
+            r.model_copy(update={"state": ReplicaState.PENDING, "message": "preempted"})
+            for r in replicas_of(row.replicas)
+        )
+        row.updated_at = now
+        db.add(JobEvent(job_id=row.id, time=now, message=why))
+        db.commit()
+        self.on_change(row)
 
     def run(self) -> None:
         while not self._stop.is_set():

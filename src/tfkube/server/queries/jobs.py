@@ -214,14 +214,23 @@ def events(db: Session, job_id: str, after: int = 0) -> list[EventOut]:
     return [event_out(e) for e in rows]
 
 
-def counts_by_team(db: Session) -> list[tuple[str, str, int, int]]:
-    """(team, phase, jobs, their replicas' restarts) for every team and phase with jobs."""
+def counts_by_team(db: Session) -> list[tuple[str, str, int, int, int]]:
+    """(team, phase, jobs, their replicas' restarts, their preemptions) for every team and
+    phase with jobs."""
     rows = db.execute(
-        select(Team.name, Job.phase, func.count(), func.coalesce(func.sum(Job.restarts), 0))
+        select(
+            Team.name,
+            Job.phase,
+            func.count(),
+            func.coalesce(func.sum(Job.restarts), 0),
+            func.coalesce(func.sum(Job.preemptions), 0),
+        )
         .join(Team, Team.id == Job.team_id)
         .group_by(Team.name, Job.phase)
     ).all()
-    return [(team, phase, int(count), int(restarts)) for team, phase, count, restarts in rows]
+    return [
+        (team, phase, int(n), int(restarts), int(pre)) for team, phase, n, restarts, pre in rows
+    ]
 
 
 def running_jobs_with_outputs(db: Session, phase: str) -> list[tuple[str, str, str, list[Any]]]:

@@ -53,6 +53,7 @@ def job_out(
         reason=row.reason,
         message=row.message,
         restarts=row.restarts,
+        preemptions=row.preemptions or 0,
         created_at=row.created_at,
         started_at=row.started_at,
         finished_at=row.finished_at,
@@ -85,6 +86,7 @@ def team_out(team: Team, role: str | None) -> TeamOut:
         name=team.name,
         namespace=team.namespace,
         quota=dict(team.quota or {}),
+        priority=team.priority or 0,
         created_at=team.created_at,
         role=role,
     )

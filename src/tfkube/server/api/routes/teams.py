@@ -42,13 +42,22 @@ class QuotaIn(BaseModel):
     """Jobs running at once."""
 
 
+PRIORITY = Field(None, ge=-1000, le=1000)
+"""Local engine: a higher priority's jobs are queued first, and a job that does not fit
+stops running jobs of lower priority (they resume from their checkpoints later)."""
+
+
 class TeamIn(BaseModel):
     name: str
     quota: QuotaIn = QuotaIn()
+    priority: int | None = PRIORITY
 
 
 class TeamPatch(BaseModel):
-    quota: QuotaIn
+    quota: QuotaIn | None = None
+    """Absent: unchanged."""
+    priority: int | None = PRIORITY
+    """Absent: unchanged."""
 
 
 class MemberIn(BaseModel):
@@ -68,6 +77,7 @@ def add_team(body: TeamIn, _: SiteAdmin, db: SessionDep, platform: PlatformDep) 
         raise HTTPException(409, f"a team named {body.name!r} exists already")
     team = create_team(db, body.name)
     team.quota = body.quota.model_dump(exclude_none=True)
+    team.priority = body.priority or 0
     prepare_team(platform.engine, db, team)
     return team_out(team, None)
 
@@ -81,7 +91,10 @@ def get_team(team: TeamDep, principal: CurrentUser) -> TeamOut:
 def change_team(
     team: TeamDep, body: TeamPatch, _: SiteAdmin, db: SessionDep, platform: PlatformDep
 ) -> TeamOut:
-    team.quota = body.quota.model_dump(exclude_none=True)
+    if body.quota is not None:
+        team.quota = body.quota.model_dump(exclude_none=True)
+    if body.priority is not None:
+        team.priority = body.priority
     prepare_team(platform.engine, db, team)
     platform.jobs.poke.set()
     return team_out(team, None)
