@@ -21,6 +21,15 @@ from tfkube.cli import app, fail, run_service
 def server_command(
     host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8470,
+    grpc_port: Annotated[
+        int | None,
+        typer.Option(
+            "--grpc-port",
+            help="Also serve TensorFlow Serving's gRPC API for the teams' model servers on "
+            "this port (metadata: authorization: Bearer <API token>, tfkube-model-server: "
+            "<id>). Default: not served.",
+        ),
+    ] = None,
     data_dir: Annotated[
         Path | None,
         typer.Option("--data-dir", help="Where the server keeps its state (~/.tfkube/server)."),
@@ -155,6 +164,7 @@ def server_command(
         data_dir=(data_dir or default_data_dir()).resolve(),
         host=host,
         port=port,
+        grpc_port=grpc_port,
         engine=engine,
         database_url=database_url,
         public_url=public_url,

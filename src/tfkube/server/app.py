@@ -166,9 +166,17 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
         built.notebooks.start_loop()
         built.notifier.start_loop()
         app.state.proxy_client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, read=None))
+        grpc_proxy = None
+        if settings.grpc_port is not None:
+            from tfkube.server.api.grpc_proxy import GrpcProxy
+
+            grpc_proxy = GrpcProxy(built, settings.host, settings.grpc_port)
+            grpc_proxy.start()
         try:
             yield
         finally:
+            if grpc_proxy is not None:
+                grpc_proxy.stop()
             await app.state.proxy_client.aclose()
             built.jobs.stop_loop()
             built.notifier.stop_loop()

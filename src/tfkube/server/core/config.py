@@ -23,6 +23,9 @@ class ServerSettings:
     host: str = "127.0.0.1"
     """Loopback by default: put a TLS-terminating proxy in front to serve a network."""
     port: int = DEFAULT_PORT
+    grpc_port: int | None = None
+    """Where TensorFlow Serving's gRPC API is served through the server (on `host`), for
+    the model servers a caller's API token may use (`api/grpc_proxy.py`); None: not."""
     engine: str = "local"
     """local (processes on this machine) or kubernetes (TFJobs in each team's namespace)."""
     database_url: str | None = None

@@ -110,7 +110,13 @@ def _tensorboard(db: Session, job_id: str, principal: Principal, platform: Platf
     return _target(found)
 
 
-def _model(db: Session, server_id: str, principal: Principal, platform: Platform) -> Upstream:
+def model_target(
+    db: Session, server_id: str, principal: Principal, platform: Platform
+) -> tuple[Target, Callable[[int], None]]:
+    """A running model server the caller may use (`serving:read` in its team; anyone else
+    is told it does not exist) -> where the engine serves it, and what counts an answer's
+    status. Raises HTTPException (404, 403, 503). The REST proxy's and the gRPC proxy's
+    (`api/grpc_proxy.py`) one check."""
     row = db.get(ModelServer, server_id)
     if row is None or not visible(principal.actor, row.team_id) or row.state != "running":
         raise HTTPException(404, f"model server {server_id!r} not found")
@@ -121,9 +127,13 @@ def _model(db: Session, server_id: str, principal: Principal, platform: Platform
         servers.count(row.id, status)
 
     try:
-        return _target(servers.upstream(db, row), counted)
+        return servers.upstream(db, row), counted
     except NotAvailable as exc:
         raise HTTPException(503, f"the model server is not running: {exc}") from None
+
+
+def _model(db: Session, server_id: str, principal: Principal, platform: Platform) -> Upstream:
+    return _target(*model_target(db, server_id, principal, platform))
 
 
 def _notebook(db: Session, notebook_id: str, principal: Principal, platform: Platform) -> Upstream:
