@@ -76,6 +76,15 @@ class MemberOut(_Wire):
     role: str
 
 
+class SecretOut(_Wire):
+    """A team secret as anyone is told of it: its name, kind and times, never its value."""
+
+    name: str
+    kind: str
+    created_at: float
+    updated_at: float
+
+
 class TokenOut(_Wire):
     id: str
     """Random: ids cannot be enumerated."""

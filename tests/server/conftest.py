@@ -98,8 +98,10 @@ def platform(
     tmp_path_factory: pytest.TempPathFactory,
     postgres: Postgres | None,
 ) -> Iterator[tuple[ServerProc, Api]]:
+    """The module's server; a module may give its own arguments as `SERVER_ARGS`."""
     tmp = tmp_path_factory.mktemp(f"server-{request.param}")
-    server, admin, tag = start_server(tmp, request.param, postgres, ["--cpus", "2"])
+    extra = list(getattr(request.module, "SERVER_ARGS", ["--cpus", "2"]))
+    server, admin, tag = start_server(tmp, request.param, postgres, extra)
     try:
         yield server, admin
     finally:

@@ -1,7 +1,7 @@
 """Data sources (issue 19), the pure parts: the job file's `spec.storage.data.source` and
 `endpoint` rules (errors naming the field and the fix), credentials files, the cache key,
-where an object lands, the progress line; and the refusals where staging is not built yet
-(the server, Kubernetes)."""
+where an object lands, the progress line; a server's job naming its team's secret; and
+the refusal where staging is not built yet (Kubernetes)."""
 
 from __future__ import annotations
 
@@ -136,9 +136,24 @@ def test_progress_line() -> None:
     assert progress_text(8 * MiB, 8 * MiB, 4.0) == "staging data: 8.0 of 8.0 MiB, 2.0 MiB/s"
 
 
-def test_the_server_refuses_data_sources_until_it_keeps_credentials() -> None:
+def test_through_the_server_a_source_names_its_team_secret() -> None:
     job = job_with({"source": "s3://bkt/p"})
-    assert [p.field for p in server_problems(job)] == ["spec.storage.data.source"]
+    assert [p.field for p in server_problems(job)] == ["spec.storage.data.credentials"]
+    named = job_with({"source": "s3://bkt/p", "credentials": "store-keys"})
+    assert server_problems(named) == []
+    assert dump_job(named).count("store-keys") == 1  # the name, never a value
+    # An engine that does not stage sources (a cluster) refuses the source itself.
+    refused = server_problems(named, data_sources=False)
+    assert [p.field for p in refused] == ["spec.storage.data.source"]
+
+
+def test_a_secret_name_is_checked_and_goes_with_a_source() -> None:
+    with pytest.raises(SpecError) as caught:
+        job_with({"source": "s3://bkt/p", "credentials": "Bad Name"})
+    assert [e.field for e in caught.value.errors] == ["spec.storage.data.credentials"]
+    assert "secret's name" in str(caught.value)
+    with pytest.raises(SpecError, match="credentials goes with source"):
+        job_with({"credentials": "keys"})
 
 
 def test_a_cluster_refuses_data_sources_until_it_can_stage_them() -> None:

@@ -17,7 +17,13 @@ from tfkube.engines._base import (
     JobView,
     SubmitDeferred,
 )
-from tfkube.engines._data import S3Credentials, parse_credentials
+from tfkube.engines._data import (
+    DataSourceError,
+    S3Credentials,
+    StoreRef,
+    check_source,
+    parse_credentials,
+)
 from tfkube.engines._open import KINDS, EngineSettings, open_engine
 from tfkube.engines._workloads import (
     ArtifactCopy,
@@ -44,6 +50,7 @@ __all__ = [
     "ArtifactCopy",
     "Backend",
     "Capacity",
+    "DataSourceError",
     "Engine",
     "EngineSettings",
     "Features",
@@ -58,6 +65,7 @@ __all__ = [
     "NotAvailable",
     "NotebookWorkload",
     "S3Credentials",
+    "StoreRef",
     "SubmitDeferred",
     "Submitter",
     "Tenant",
@@ -66,6 +74,7 @@ __all__ = [
     "Workload",
     "WorkloadStatus",
     "admission_refusals",
+    "check_source",
     "open_engine",
     "parse_credentials",
     "prepare_artifact",

@@ -11,10 +11,13 @@ import builtins
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tfkube.planner import JobPhase, Replica, settled
 from tfkube.spec import TFJob
+
+if TYPE_CHECKING:
+    from tfkube.engines._data import S3Credentials
 
 
 class JobNotFound(LookupError):
@@ -80,8 +83,18 @@ class JobView:
 class Backend(Protocol):
     """An engine that runs TFJobs."""
 
-    def submit(self, job: TFJob, base_dir: Path, *, code_token: str | None = None) -> JobView:
+    def submit(
+        self,
+        job: TFJob,
+        base_dir: Path,
+        *,
+        code_token: str | None = None,
+        data_credentials: S3Credentials | None = None,
+    ) -> JobView:
         """Check the job fully, then start it. `base_dir` resolves relative paths.
+
+        `data_credentials`: the store's credentials for `spec.storage.data.source` (a
+        server's team secret); never in the spec, a log, an event or the status.
 
         `code_token`: a bearer token every replica sends when it fetches an http(s)
         `spec.code.source` (the server's job-scoped claim). The engine hands it to the

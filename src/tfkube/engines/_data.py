@@ -223,7 +223,11 @@ def open_store(store: StoreRef, credentials: S3Credentials | None) -> Any:
     )
 
 
-def _why(exc: Exception, store: StoreRef) -> str:
+LOCAL_CREDENTIALS = "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the --data-credentials file"
+"""Where `tfkube run`'s credentials come from (what a refusal tells to check)."""
+
+
+def _why(exc: Exception, store: StoreRef, credentials_from: str = LOCAL_CREDENTIALS) -> str:
     """What the store said, for a person (no credentials in it)."""
     from botocore.exceptions import (
         ClientError,
@@ -255,14 +259,24 @@ def _why(exc: Exception, store: StoreRef) -> str:
             "ExpiredToken",
         ):
             return (
-                f"the store at {where} refused the credentials ({code}); check "
-                "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the --data-credentials file"
+                f"the store at {where} refused the credentials ({code}); check {credentials_from}"
             )
         return f"the store at {where} answered {code or 'an error'}"
     return f"reading the store at {where} failed: {type(exc).__name__}"
 
 
-def list_objects(client: Any, store: StoreRef) -> list[RemoteObject]:
+def check_source(
+    store: StoreRef, credentials: S3Credentials, credentials_from: str
+) -> list[RemoteObject]:
+    """Whether a source can be staged, asked of the store now (a server's submit): its
+    listing, or DataSourceError naming the source and, on refused credentials,
+    `credentials_from` (where they came from)."""
+    return list_objects(open_store(store, credentials), store, credentials_from)
+
+
+def list_objects(
+    client: Any, store: StoreRef, credentials_from: str = LOCAL_CREDENTIALS
+) -> list[RemoteObject]:
     """Every object under the source (folder markers left out). DataSourceError when the
     store refuses, cannot be reached, or holds nothing there."""
     src = store.source
@@ -293,7 +307,7 @@ def list_objects(client: Any, store: StoreRef) -> list[RemoteObject]:
     except ValueError as exc:
         raise DataSourceError(f"{src}: {exc}") from None
     except Exception as exc:
-        raise DataSourceError(f"{src}: {_why(exc, store)}") from None
+        raise DataSourceError(f"{src}: {_why(exc, store, credentials_from)}") from None
     if not out:
         raise DataSourceError(
             f"{src}: nothing there (no object under the prefix "

@@ -207,6 +207,9 @@ class Features:
     """Tenants are namespaces (the dashboard shows them)."""
     data_sets_hint: str = ""
     """What to do instead, where data sets do not reach jobs."""
+    data_sources: bool = False
+    """A job's `spec.storage.data.source` is staged before it starts (the local engine);
+    elsewhere the server refuses it at submit."""
     replica_usage: bool = False
     """Each replica's CPU and memory over time is kept with the job's logs
     (`tfkube.contract.USAGE_SUBDIR`): the local engine samples its replicas' cgroups or

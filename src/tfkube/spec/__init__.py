@@ -1,6 +1,6 @@
 """The job format: typed models, defaults, validation, parsing. No I/O."""
 
-from tfkube.spec._data import S3Source, parse_source
+from tfkube.spec._data import S3Source, check_secret_name, parse_source
 from tfkube.spec._environment import replica_environment
 from tfkube.spec._errors import FieldError, SpecError, errors_from
 from tfkube.spec._form import FORM_FIELDS, JobForm, form_job, read_form
@@ -114,6 +114,7 @@ __all__ = [
     "TolerationOperator",
     "VolumeMount",
     "VolumeSpec",
+    "check_secret_name",
     "cpu_cores",
     "dump_job",
     "errors_from",

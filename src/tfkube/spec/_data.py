@@ -17,6 +17,7 @@ S3_SCHEME = "s3://"
 HDFS_SCHEME = "hdfs://"
 
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_SECRET_NAME = re.compile(r"[a-z0-9]([-a-z0-9_.]{0,62}[a-z0-9])?")
 _HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]")
 
 
@@ -83,3 +84,14 @@ def check_endpoint(value: str) -> str:
     if port == 0:
         raise ValueError(f"{value!r}: port 0 is no port")
     return value.rstrip("/")
+
+
+def check_secret_name(value: str) -> str:
+    """A team secret's name (pure): what `spec.storage.data.credentials` names and what a
+    team admin stores it under."""
+    if not _SECRET_NAME.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a secret's name; use 1-64 lower-case letters, digits, '.', "
+            "'_' or '-', starting and ending with a letter or digit"
+        )
+    return value

@@ -24,7 +24,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel, to_snake
 
 from tfkube.contract import DEFAULT_ENTRYPOINT, RESERVED_PREFIX, TF_CONFIG
-from tfkube.spec._data import S3Source, check_endpoint, parse_source
+from tfkube.spec._data import S3Source, check_endpoint, check_secret_name, parse_source
 
 API_VERSION = "tfkube.io/v1alpha1"
 KIND = "TFJob"
@@ -696,11 +696,16 @@ class DataVolumeSpec(VolumeSpec):
     before any replica starts (a later job with the same data fetches nothing) and shown
     read-only at TFKUBE_DATA_DIR. Credentials come from the environment
     (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or `tfkube run --data-credentials FILE`,
-    never from here."""
+    or, through a server, from the team's secret `credentials` names; never from here."""
     endpoint: str | None = None
     """The S3-compatible store's URL, e.g. `http://127.0.0.1:8333` (default: AWS)."""
     region: str | None = None
     """The store's region, when it needs one (default us-east-1)."""
+    credentials: str | None = None
+    """Through a tfkube server: the name of the team's secret that holds the store's
+    credentials (a team admin stores it: `POST /api/v1/teams/{team}/secrets`). Only the
+    name is in the job; `tfkube run` on this machine ignores it (it takes
+    --data-credentials or the environment)."""
 
     @field_validator("source")
     @classmethod
@@ -721,10 +726,22 @@ class DataVolumeSpec(VolumeSpec):
             raise ValueError(f"{value!r} is not a region; write e.g. 'us-east-1'")
         return value
 
+    @field_validator("credentials")
+    @classmethod
+    def _credentials(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_secret_name(value)
+        return value
+
     @model_validator(mode="after")
     def _source_alone(self) -> Self:
         if self.source is None:
-            for name, value in (("endpoint", self.endpoint), ("region", self.region)):
+            named = (
+                ("endpoint", self.endpoint),
+                ("region", self.region),
+                ("credentials", self.credentials),
+            )
+            for name, value in named:
                 if value is not None:
                     raise ValueError(f"{name} goes with source (s3://bucket/prefix); add it")
             return self

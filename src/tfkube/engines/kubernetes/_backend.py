@@ -26,6 +26,7 @@ from tfkube.engines._base import (
     JobView,
     SubmitDeferred,
 )
+from tfkube.engines._data import S3Credentials
 from tfkube.kube.errors import (
     AlreadyExists,
     ApiError,
@@ -222,8 +223,16 @@ class KubernetesBackend:
 
     # -- the Backend protocol ---------------------------------------------------------
 
-    def submit(self, job: TFJob, base_dir: Path, *, code_token: str | None = None) -> JobView:
-        """Raises SubmitDeferred when the cluster turned the job away for a while only."""
+    def submit(
+        self,
+        job: TFJob,
+        base_dir: Path,
+        *,
+        code_token: str | None = None,
+        data_credentials: S3Credentials | None = None,
+    ) -> JobView:
+        """Raises SubmitDeferred when the cluster turned the job away for a while only.
+        `data_credentials` go unused: `render_job` refuses a data source here."""
         try:
             return self._submit(job, base_dir, code_token)
         except (SpecError, JobExists):

@@ -321,9 +321,17 @@ class LocalBackend:
         data = job.spec.storage.data
         if data.s3 is None:
             return None
-        if self.tenant is not None:  # the server refuses it first (forms.server_problems)
+        if credentials is None and self.tenant is not None:
+            # A team's job reads with its team's secret (the server hands it over), never
+            # with whatever credentials the server's own environment holds.
             raise SpecError(
-                [FieldError("spec.storage.data.source", "not for confined jobs yet")],
+                [
+                    FieldError(
+                        "spec.storage.data.credentials",
+                        "a team's job needs the team's secret for its data source; name it "
+                        "in credentials",
+                    )
+                ],
                 f"job {job.name!r}",
             )
         store = StoreRef(data.s3, data.endpoint, data.region)
@@ -340,8 +348,9 @@ class LocalBackend:
                 {
                     "store": store.to_json(),
                     "objects": [o.to_json() for o in objects],
-                    # One cache per team (here: this machine's user), keyed by content.
-                    "cache": str(self.cache / "data" / "local"),
+                    # One cache per team (without one: this machine's user), keyed by
+                    # content: no team's job is shown another team's cached objects.
+                    "cache": str(self.cache / "data" / self._cache_owner()),
                 }
             )
         )
@@ -352,6 +361,9 @@ class LocalBackend:
             objects=len(objects),
             total_bytes=sum(o.size for o in objects),
         )
+
+    def _cache_owner(self) -> str:
+        return "local" if self.tenant is None else self.tenant.identity.name
 
     def _confine(self, staging: JobDir, data: Path, logs: Path, own_venvs: bool) -> TenantRecord:
         """Hand the job's folders to its team: the log and data folders become the team's

@@ -64,7 +64,11 @@ from tfkube.spec import FieldError, SpecError
 class LocalEngine(RunnersByKind):
     name = "local"
     features = Features(
-        data_sets=True, tensorboard_on_demand=True, namespaces=False, replica_usage=True
+        data_sets=True,
+        tensorboard_on_demand=True,
+        namespaces=False,
+        replica_usage=True,
+        data_sources=True,
     )
     keeps_running = False
     """Nothing of a team outlives the server here but its training jobs (their supervisors

@@ -328,3 +328,24 @@ class Notebook(Base):
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     stopped_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     message: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class TeamSecret(Base):
+    """A team's named secret (a data source's credentials): its value encrypted by the
+    server (`team_secrets.SecretBox`, the key kept beside the database, not in it), given
+    only to that team's jobs that name it, never in an answer."""
+
+    __tablename__ = "team_secrets"
+    __table_args__ = (UniqueConstraint("team_id", "name", name="uq_team_secret_name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    team_id: Mapped[int] = mapped_column(ForeignKey("teams.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(16))
+    """What the value holds: `s3` (an access key id and a secret access key)."""
+    value: Mapped[str] = mapped_column(Text)
+    """The Fernet token of the value's JSON (never the value itself)."""
+    created_by: Mapped[int | None] = mapped_column(
+        ForeignKey("users.id", ondelete="SET NULL"), nullable=True
+    )
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)

@@ -56,9 +56,12 @@ def artifact_job(form: JobForm) -> TFJob:
     return form_job(form.model_copy(update={"code": ARTIFACT_SCHEME + form.code}))
 
 
-def server_problems(job: TFJob) -> list[FieldError]:
+def server_problems(job: TFJob, data_sources: bool = True) -> list[FieldError]:
     """Fields a job submitted to the server may not set: the server chooses the folders
-    on its own machine (a user naming one could read or overwrite the server's files)."""
+    on its own machine (a user naming one could read or overwrite the server's files).
+    A data source must name the team's secret its store's credentials are in (the
+    server's own never serve a team's job), and needs an engine that stages it
+    (`data_sources`: the local engine)."""
     problems = []
     for which in ("data", "logs"):
         volume = getattr(job.spec.storage, which)
@@ -70,14 +73,21 @@ def server_problems(job: TFJob) -> list[FieldError]:
                     "and downloaded through the server)",
                 )
             )
-    if job.spec.storage.data.source is not None:
-        # Staging needs the store's credentials, which the server would keep as the team's
-        # secrets: not built yet (issue 19). Refused rather than run without its data.
+    data = job.spec.storage.data
+    if data.source is not None and not data_sources:
         problems.append(
             FieldError(
                 "spec.storage.data.source",
-                "data sources are not yet supported through the server (only `tfkube run` "
-                "on this machine); upload the data as a data set, or run it locally",
+                "this server's engine does not stage data sources yet (the local engine "
+                "does); upload the data as a data set, or use a claim",
+            )
+        )
+    elif data.source is not None and data.credentials is None:
+        problems.append(
+            FieldError(
+                "spec.storage.data.credentials",
+                "name the team's secret that holds the store's credentials (a team admin "
+                "stores it: the team's secrets)",
             )
         )
     return problems
@@ -100,7 +110,8 @@ def place_job(
     if code_url is not None and spec.code is not None:
         changes["code"] = spec.code.model_copy(update={"source": code_url, "sha256": code_sha256})
     data, logs = spec.storage.data, spec.storage.logs
-    if data_dir is not None:
+    if data_dir is not None and data.source is None:
+        # A data source is staged by the engine into the job's own data folder.
         data = data.model_copy(update={"path": data_dir})
     if log_dir is not None:
         logs = logs.model_copy(update={"path": log_dir})

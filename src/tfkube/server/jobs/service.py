@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 from sqlalchemy import CursorResult, delete, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -34,18 +35,23 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from tfkube.engines import (
     Capacity,
+    DataSourceError,
     Engine,
     JobExists,
     JobNotFound,
     JobStorage,
     JobView,
     NotAvailable,
+    S3Credentials,
+    StoreRef,
     SubmitDeferred,
+    check_source,
 )
 from tfkube.planner import JobPhase, Replica, ReplicaState
+from tfkube.server import team_secrets
 from tfkube.server.artifacts import BlobStore
 from tfkube.server.core.config import ServerSettings
-from tfkube.server.core.fetch import FetchPolicy
+from tfkube.server.core.fetch import FetchPolicy, refused
 from tfkube.server.core.forwarded import parse_networks
 from tfkube.server.core.security import CodeClaim, sign_claim
 from tfkube.server.core.tables import Artifact, Job, JobEvent, JobMetric, Team
@@ -55,6 +61,7 @@ from tfkube.server.jobs.forms import ArtifactRef, parse_ref, place_job, server_p
 from tfkube.server.notifications import job_events
 from tfkube.server.outputs.logs import JobPaths, job_paths
 from tfkube.server.outputs.results import read_result
+from tfkube.server.team_secrets import SecretBox
 from tfkube.server.tenants import tenant_of
 from tfkube.spec import FieldError, SpecError, TFJob, dump_job, load_job_text
 from tfkube.wire import replicas_json, replicas_of
@@ -129,6 +136,8 @@ class JobService:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.fetch_policy = FetchPolicy(allowed=parse_networks(settings.allow_fetch_from))
+        self.secret_box = SecretBox.open(settings.data_dir)
+        """The teams' secrets' key (`team_secrets`): a data source's credentials."""
 
     # -- submit -------------------------------------------------------------------------
 
@@ -234,7 +243,8 @@ class JobService:
         data: str | None = None,
     ) -> Job:
         """Pin, record and queue (or start) a job. Raises SpecError or JobExists."""
-        problems = server_problems(job) + allowances.refusals(db, team, user_id, job)
+        problems = server_problems(job, self.engine.features.data_sources)
+        problems += allowances.refusals(db, team, user_id, job)
         if problems:
             raise SpecError(problems, f"job {job.name!r}")
         same_name = select(Job).where(Job.team_id == team.id, Job.name == job.name)
@@ -257,6 +267,7 @@ class JobService:
                 )
         artifact, _ = self.resolve_code(db, team, job, code_field)
         data_set = self.resolve_data(db, team, data) if data else None
+        self.check_data_source(db, team, job)
         fetched = None
         if artifact is None and job.spec.code is not None and job.spec.code.is_url:
             # Here, in the member's own request, never in the sync loop that starts every
@@ -304,6 +315,45 @@ class JobService:
         self.poke.set()
         return row
 
+    def check_data_source(self, db: Session, team: Team, job: TFJob) -> None:
+        """A job's data source, asked of its store now with the team's secret (in the
+        member's own request, no transaction held): a missing secret, an endpoint the
+        server may not reach for a member, a missing bucket or prefix, refused
+        credentials or an unreachable store is a SpecError naming the field; nothing is
+        queued."""
+        data = job.spec.storage.data
+        if data.s3 is None or data.credentials is None:
+            return
+        where = f"job {job.name!r}"
+        credentials = self.data_credentials(db, team, job)
+        assert credentials is not None  # a source that names a secret
+        if data.endpoint is not None:
+            problem = endpoint_problem(data.endpoint, self.fetch_policy)
+            if problem:
+                raise SpecError([FieldError("spec.storage.data.endpoint", problem)], where)
+        db.commit()  # no transaction held while the store answers
+        store = StoreRef(data.s3, data.endpoint, data.region)
+        try:
+            check_source(store, credentials, f"the team's secret {data.credentials!r}")
+        except DataSourceError as exc:
+            raise SpecError(
+                [FieldError("spec.storage.data.source", f"{exc}; nothing was queued")], where
+            ) from None
+
+    def data_credentials(self, db: Session, team: Team, job: TFJob) -> S3Credentials | None:
+        """The job's team's secret its data source names, decrypted (None: no source).
+        SpecError on `spec.storage.data.credentials` when the team has none of that name
+        (another team's secret is never looked at)."""
+        name = job.spec.storage.data.credentials
+        if job.spec.storage.data.source is None or name is None:
+            return None
+        try:
+            return team_secrets.credentials_for(db, self.secret_box, team, name)
+        except LookupError as exc:
+            raise SpecError(
+                [FieldError("spec.storage.data.credentials", str(exc))], f"job {job.name!r}"
+            ) from None
+
     def claim(self, job: Job, sha256: str) -> str:
         return sign_claim(self.key, CodeClaim(job.id, sha256, time.time() + CODE_CLAIM_SECONDS))
 
@@ -325,7 +375,8 @@ class JobService:
             if row.data_sha256:
                 self.unpack_data(row, team)
             base = Path(row.output_dir or self.settings.data_dir).parent
-            view = backend.submit(job, base, code_token=token)
+            credentials = self.data_credentials(db, team, job)
+            view = backend.submit(job, base, code_token=token, data_credentials=credentials)
         except (SpecError, JobExists) as exc:
             self._end(row, JobPhase.FAILED.value, "SubmitFailed", str(exc), now)
             db.add(JobEvent(job_id=row.id, time=now, message=f"the engine refused it: {exc}"))
@@ -679,3 +730,24 @@ class JobService:
         self.poke.set()
         if self._thread is not None:
             self._thread.join(30)
+
+
+def endpoint_problem(endpoint: str, policy: FetchPolicy) -> str | None:
+    """Why the server will not connect to a data source's endpoint for a member, or None:
+    as for code it fetches (`core.fetch`), every address the host resolves to must be a
+    public one, or in a range a site admin allowed (`--allow-fetch-from`); a member must
+    not reach the server's own loopback services or private network through it."""
+    url = urlsplit(endpoint)
+    host = url.hostname or ""
+    port = url.port or (443 if url.scheme == "https" else 80)
+    addresses = policy.resolver(host, port)
+    if not addresses:
+        return f"{host!r} does not resolve to an address; check the endpoint"
+    for address in addresses:
+        if refused(address, policy.allowed):
+            return (
+                f"the server does not connect to {host} ({address}) for a team: a loopback, "
+                "private or link-local address; a site admin can allow its range with "
+                "`tfkube server --allow-fetch-from`"
+            )
+    return None

@@ -1,0 +1,188 @@
+"""Team secrets and data sources through the server (issue 19), against a real `tfkube
+server` (SQLite and PostgreSQL, as root: its jobs run confined) and a real S3-compatible
+store (SeaweedFS on loopback, tests/s3store.py; `--allow-fetch-from 127.0.0.1/32` lets
+the server reach it for a member):
+
+- team admins store and remove a team's secrets; members list names and times only;
+  another team's members are told 404; no answer ever holds a value;
+- a job naming the team's secret is checked against the store at submit (a missing
+  prefix, a missing secret: 422 naming the field), then staged by its supervisor and read
+  by its confined replica from TFKUBE_DATA_DIR (files the team's user can read, never
+  write); the secret's value is in no answer, the stored spec, the job's logs and events,
+  nor the server's log."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from s3store import S3Store
+from server._server import Api, ServerProc, api_for
+
+from .conftest import TeamCtx, targz, upload, wait_job
+
+# The replica lists what it sees, checks it cannot write there, and checksums a file.
+RUN = """#!/bin/sh
+set -eu
+cd "$TFKUBE_DATA_DIR"
+find . -type f | sort | sed 's/^/file: /'
+echo "uid: $(id -u)"
+if ( : > new-file ) 2>/dev/null; then echo "wrote: yes"; else echo "wrote: no"; fi
+if ( echo x >> a.bin ) 2>/dev/null; then echo "changed: yes"; else echo "changed: no"; fi
+sha256sum a.bin | sed 's/^/sum: /'
+"""
+
+
+SERVER_ARGS = ["--cpus", "2", "--allow-fetch-from", "127.0.0.1/32"]
+"""This module's server may reach the store on 127.0.0.1 for members."""
+
+
+def team_admin(server: ServerProc, admin: Api, team: str) -> Api:
+    name = admin.new_user()
+    admin.add_member(team, name, "admin")
+    return api_for(server.url, name)
+
+
+def secret_body(store: S3Store, name: str = "store-keys") -> dict[str, str]:
+    return {
+        "name": name,
+        "access_key_id": store.access_key,
+        "secret_access_key": store.secret_key,
+    }
+
+
+def test_team_admins_keep_secrets_members_see_only_names(
+    server: ServerProc, admin: Api, team: TeamCtx
+) -> None:
+    boss = team_admin(server, admin, team.name)
+    value = "s3cr3t-" + os.urandom(8).hex()
+    body = {"name": "keys", "access_key_id": "AKIDEXAMPLE", "secret_access_key": value}
+    path = f"/api/v1/teams/{team.name}/secrets"
+    try:
+        refused = team.member.post(path, json=body)
+        assert refused.status_code == 403, refused.text
+        made = boss.post(path, json=body)
+        assert made.status_code == 201, made.text
+        assert set(made.json()) == {"name", "kind", "created_at", "updated_at"}
+        again = boss.post(path, json={**body, "secret_access_key": value + "2"})
+        assert again.status_code == 200, again.text  # replaced
+        listed = team.viewer.ok(team.viewer.get(path))
+        assert [s["name"] for s in listed] == ["keys"]
+        assert listed[0]["kind"] == "s3"
+        bad = boss.post(path, json={**body, "name": "Not A Name", "secret_access_key": ""})
+        assert bad.status_code == 422
+        assert {e["field"] for e in bad.json()["errors"]} == {"name", "secret_access_key"}
+        bad_value = boss.post(path, json={**body, "name": "ok", "secret_access_key": value + "\n"})
+        assert bad_value.status_code == 422
+        for answer in (made, again, team.viewer.get(path), bad, bad_value):
+            assert value not in answer.text
+            assert "AKIDEXAMPLE" not in answer.text
+
+        # Another team's member: the team's secrets do not exist for them.
+        other_team = admin.new_team()
+        outsider_name = admin.new_user()
+        admin.add_member(other_team, outsider_name, "admin")
+        outsider = api_for(server.url, outsider_name)
+        try:
+            assert outsider.get(path).status_code == 404
+            assert outsider.post(path, json=body).status_code == 404
+            assert outsider.delete(f"{path}/keys").status_code == 404
+        finally:
+            outsider.close()
+
+        assert team.member.delete(f"{path}/keys").status_code == 403
+        assert boss.delete(f"{path}/keys").status_code == 204
+        assert boss.delete(f"{path}/keys").status_code == 404
+        assert team.viewer.ok(team.viewer.get(path)) == []
+    finally:
+        boss.close()
+    # Nothing of the value reached the server's log, nor the database file in clear.
+    assert value not in server.log.read_text()
+    database = server.data_dir / "tfkube.db"
+    if database.exists():
+        assert value.encode() not in database.read_bytes()
+
+
+def data_manifest(name: str, bucket: str, store: S3Store, secret: str | None) -> str:
+    credentials = f"\n        credentials: {secret}" if secret else ""
+    return f"""apiVersion: tfkube.io/v1alpha1
+kind: TFJob
+metadata:
+  name: {name}
+spec:
+  replicas:
+    worker:
+      replicas: 1
+  code:
+    source: artifact:reader
+  storage:
+    data:
+        source: s3://{bucket}/ds/
+        endpoint: {store.endpoint}{credentials}
+  runPolicy:
+    backoffLimit: 0
+"""
+
+
+def test_a_job_reads_s3_data_with_its_team_secret(
+    server: ServerProc, admin: Api, team: TeamCtx, s3_store: S3Store
+) -> None:
+    bucket = s3_store.bucket()
+    body = os.urandom(256 * 1024 + 3)
+    s3_store.put(bucket, "ds/a.bin", body)
+    s3_store.put(bucket, "ds/sub/b.txt", b"hello\n")
+    boss = team_admin(server, admin, team.name)
+    try:
+        boss.ok(boss.post(f"/api/v1/teams/{team.name}/secrets", json=secret_body(s3_store)), 201)
+    finally:
+        boss.close()
+    api = team.member
+    api.ok(upload(api, team.name, "reader", targz({"run.sh": RUN})), 201)
+    jobs = f"/api/v1/teams/{team.name}/jobs"
+
+    # Refused before anything is queued, naming the field.
+    no_secret = api.post(jobs, json={"manifest": data_manifest("r0", bucket, s3_store, None)})
+    assert no_secret.status_code == 422, no_secret.text
+    assert no_secret.json()["errors"][0]["field"] == "spec.storage.data.credentials"
+    unknown = api.post(jobs, json={"manifest": data_manifest("r1", bucket, s3_store, "nope")})
+    assert unknown.status_code == 422, unknown.text
+    assert unknown.json()["errors"][0]["field"] == "spec.storage.data.credentials"
+    assert "no secret named 'nope'" in unknown.text
+    missing = data_manifest("r2", bucket, s3_store, "store-keys").replace("/ds/", "/nothing/")
+    empty = api.post(jobs, json={"manifest": missing})
+    assert empty.status_code == 422, empty.text
+    assert empty.json()["errors"][0]["field"] == "spec.storage.data.source"
+    assert f"s3://{bucket}/nothing/" in empty.text
+    assert "nothing there" in empty.text
+
+    job = api.ok(
+        api.post(jobs, json={"manifest": data_manifest("reads", bucket, s3_store, "store-keys")}),
+        201,
+    )
+    done = wait_job(api, job["id"], {"Succeeded", "Failed"}, timeout=180)
+    assert done["phase"] == "Succeeded", done
+    log = api.get(f"/api/v1/jobs/{job['id']}/logs/worker-0").text
+    assert "file: ./a.bin" in log, log
+    assert "file: ./sub/b.txt" in log, log
+    assert "uid: 0" not in log, log  # confined: the team's user, not root
+    assert "wrote: no" in log, log  # the data folder is read-only for the team's user
+    assert "changed: no" in log, log
+    assert f"sum: {hashlib.sha256(body).hexdigest()}" in log, log
+
+    # The secret's value is nowhere a member or the server's log could show it.
+    answers = [
+        api.get(f"/api/v1/jobs/{job['id']}").text,
+        api.get(f"/api/v1/jobs/{job['id']}/events").text,
+        api.get("/api/v1/jobs", params={"team": team.name}).text,
+        log,
+        no_secret.text,
+        unknown.text,
+        empty.text,
+    ]
+    for text in answers:
+        assert s3_store.secret_key not in text
+    assert s3_store.secret_key not in server.log.read_text()
+    for path in Path(server.data_dir).rglob("*"):
+        if path.is_file() and path.suffix in {".yaml", ".json", ".log", ".txt"}:
+            assert s3_store.secret_key.encode() not in path.read_bytes(), path
