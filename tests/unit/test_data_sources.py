@@ -21,7 +21,7 @@ from tfkube.engines._data import (
     relative_path,
 )
 from tfkube.server.jobs.forms import server_problems
-from tfkube.spec import S3Source, SpecError, TFJob, dump_job, parse_job, parse_source
+from tfkube.spec import FieldError, S3Source, SpecError, TFJob, dump_job, parse_job, parse_source
 
 
 def job_with(data: dict[str, Any]) -> TFJob:
@@ -163,3 +163,37 @@ def test_a_cluster_refuses_data_sources_until_it_can_stage_them() -> None:
         render_job(job_with({"source": "s3://bkt/p"}), RenderOptions(namespace="team-a"))
     assert [e.field for e in caught.value.errors] == ["spec.storage.data.source"]
     assert "claimName" in str(caught.value)
+
+
+def test_the_form_takes_a_source_its_endpoint_and_the_team_secret() -> None:
+    from tfkube.spec import JobForm, form_errors, form_job
+
+    form = JobForm(
+        name="f",
+        workers=1,
+        code="c",
+        data_source="s3://bkt/p",
+        data_endpoint="http://127.0.0.1:8333",
+        data_secret="store-keys",
+    )
+    data = form_job(form).spec.storage.data
+    assert (data.source, data.endpoint, data.credentials) == (
+        "s3://bkt/p",
+        "http://127.0.0.1:8333",
+        "store-keys",
+    )
+    assert (
+        form_job(JobForm(name="f", workers=1, code="c", data_source=" ")).spec.storage.data.source
+        is None
+    )
+    with pytest.raises(SpecError) as caught:
+        form_job(
+            JobForm(name="f", workers=1, code="c", data_source="s3://bkt/p", data_secret="A B")
+        )
+    assert [e.field for e in caught.value.errors] == ["data_secret"]
+    with pytest.raises(SpecError) as caught:
+        form_job(JobForm(name="f", workers=1, code="c", data_source="ftp://x"))
+    assert [e.field for e in caught.value.errors] == ["data_source"]
+    # A server's refusal after the job was made is named in the form's fields too.
+    later = SpecError([FieldError("spec.storage.data.endpoint", "no")], "job 'f'")
+    assert [e.field for e in form_errors(later).errors] == ["data_endpoint"]

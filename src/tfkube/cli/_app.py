@@ -281,6 +281,7 @@ DataOpt = Annotated[
     str | None,
     typer.Option(
         "--data",
+        "--data-source",
         metavar="s3://BUCKET/PREFIX",
         help="Train on the data under this S3 prefix: staged (and cached) before any replica "
         "starts, read-only at $TFKUBE_DATA_DIR (spec.storage.data.source).",

@@ -106,6 +106,17 @@ def listing(db: Session, team: Team) -> list[SecretInfo]:
     return [info(r) for r in rows]
 
 
+def names_in(db: Session, team_name: str) -> list[str]:
+    """The secrets' names of a team (by name), for a form to offer."""
+    query = (
+        select(TeamSecret.name)
+        .join(Team, Team.id == TeamSecret.team_id)
+        .where(Team.name == team_name)
+        .order_by(TeamSecret.name)
+    )
+    return list(db.scalars(query))
+
+
 def find(db: Session, team: Team, name: str) -> TeamSecret | None:
     return db.scalars(
         select(TeamSecret).where(TeamSecret.team_id == team.id, TeamSecret.name == name)

@@ -3,7 +3,7 @@
 from tfkube.spec._data import S3Source, check_secret_name, parse_source
 from tfkube.spec._environment import replica_environment
 from tfkube.spec._errors import FieldError, SpecError, errors_from
-from tfkube.spec._form import FORM_FIELDS, JobForm, form_job, read_form
+from tfkube.spec._form import FORM_FIELDS, JobForm, form_errors, form_job, read_form
 from tfkube.spec._kubeflow import KUBEFLOW_API_VERSION, from_kubeflow
 from tfkube.spec._load import (
     MAX_DOCUMENT_BYTES,
@@ -118,6 +118,7 @@ __all__ = [
     "cpu_cores",
     "dump_job",
     "errors_from",
+    "form_errors",
     "form_job",
     "from_kubeflow",
     "load_job_text",

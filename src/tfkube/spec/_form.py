@@ -65,6 +65,14 @@ class JobForm(BaseModel):
     """Fail the job when it has run this long."""
     tensorboard: bool = False
     """A TensorBoard for the job (on Kubernetes a Deployment; locally on demand anyway)."""
+    data_source: str | None = None
+    """Training data where it lives, `s3://bucket/prefix`: staged into the job's data
+    folder before it starts (`spec.storage.data.source`)."""
+    data_endpoint: str | None = None
+    """The S3-compatible store's URL, e.g. `http://127.0.0.1:8333` (default: AWS)."""
+    data_secret: str | None = None
+    """On a server: the team's secret holding the store's credentials
+    (`spec.storage.data.credentials`)."""
 
     @field_validator("code")
     @classmethod
@@ -90,12 +98,22 @@ FORM_FIELDS = (  # the most specific first: the first one contained in a path wi
     ("spec.runPolicy.activeDeadlineSeconds", "deadline_seconds"),
     ("spec.runPolicy.restartPolicy", "restart_policy"),
     ("spec.tensorboard", "tensorboard"),
+    ("spec.storage.data.endpoint", "data_endpoint"),
+    ("spec.storage.data.credentials", "data_secret"),
+    ("spec.storage.data", "data_source"),
 )
 """A job's field (a dotted path) -> the form field it came from."""
 
 
 def _form_field(path: str) -> str:
     return next((f for inside, f in FORM_FIELDS if inside in path), path)
+
+
+def form_errors(exc: SpecError, name: Callable[[str], str] = str) -> SpecError:
+    """A job's errors as the form's fields (once each), for a job made from a form and
+    refused after it was made (a server's checks)."""
+    renamed = {FieldError(name(_form_field(e.field)), e.message): None for e in exc.errors}
+    return SpecError(list(renamed), exc.source)
 
 
 def read_form(
@@ -146,9 +164,19 @@ def form_job(form: JobForm, source: str = "form", name: Callable[[str], str] = s
     }
     if form.tensorboard:
         raw["spec"]["tensorboard"] = {}
+    data = {
+        k: v.strip()
+        for k, v in (
+            ("source", form.data_source),
+            ("endpoint", form.data_endpoint),
+            ("credentials", form.data_secret),
+        )
+        if v and v.strip()
+    }
+    if data:
+        raw["spec"]["storage"] = {"data": data}
     try:
         return parse_job(raw, source)
     except SpecError as exc:
         # Once per form field: a value given to every role fails once, not per role.
-        renamed = {FieldError(name(_form_field(e.field)), e.message): None for e in exc.errors}
-        raise SpecError(list(renamed), source) from None
+        raise form_errors(exc, name) from None

@@ -19,7 +19,7 @@ from fastapi.responses import RedirectResponse, Response
 from tfkube import contract
 from tfkube.engines import Features
 from tfkube.planner import Replica
-from tfkube.server import queries
+from tfkube.server import queries, team_secrets
 from tfkube.server.accounts import needs_setup, session_user
 from tfkube.server.api.deps import PlatformDep, Principal, SessionDep
 from tfkube.server.core.inputs import control_problem
@@ -209,6 +209,8 @@ def new_job_page(
             "team": chosen,
             "code_versions": code_versions,
             "data_versions": data_versions,
+            # Names only (the chosen team's), offered for the data source's secret.
+            "secret_names": team_secrets.names_in(db, chosen) if chosen else [],
             "code": code,
             "upload_teams": queries.teams.names_allowed(db, principal.actor, Scope.ARTIFACTS_WRITE),
             "features": platform.engine.features,

@@ -19,7 +19,15 @@ from tfkube.server import queries
 from tfkube.server.api.deps import CurrentUser, JobDep, PlatformDep, SessionDep, TeamDep
 from tfkube.server.core.scopes import Scope
 from tfkube.server.jobs.forms import artifact_job
-from tfkube.spec import FieldError, SpecError, TFJob, load_job_text, parse_job, read_form
+from tfkube.spec import (
+    FieldError,
+    SpecError,
+    TFJob,
+    form_errors,
+    load_job_text,
+    parse_job,
+    read_form,
+)
 from tfkube.wire import CompareOut, EventOut, JobList, JobOut
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
@@ -100,11 +108,15 @@ def submit(
     data = body.pop("data", None) or None
     try:
         job, code_field = _parse_submission(body)
+    except SpecError as exc:
+        raise _spec_error(exc) from None
+    try:
         row = platform.jobs.submit(
             db, team, principal.user.id, job, code_field, description, data=_data_ref(data)
         )
     except SpecError as exc:
-        raise _spec_error(exc) from None
+        # A form's job is refused in the form's own fields (data_source, data_secret, ...).
+        raise _spec_error(form_errors(exc) if "manifest" not in body else exc) from None
     except JobExists as exc:
         raise HTTPException(409, str(exc)) from None
     return queries.jobs.view(db, row)
