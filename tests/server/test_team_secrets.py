@@ -170,10 +170,21 @@ def test_a_job_reads_s3_data_with_its_team_secret(
     assert "changed: no" in log, log
     assert f"sum: {hashlib.sha256(body).hexdigest()}" in log, log
 
+    # A copy keeps the source and the secret's name; the data comes from the cache.
+    copy = api.ok(api.post(f"/api/v1/jobs/{job['id']}/copy"), 201)
+    assert "credentials: store-keys" in copy["spec"]
+    copied = wait_job(api, copy["id"], {"Succeeded", "Failed"}, timeout=180)
+    assert copied["phase"] == "Succeeded", copied
+    events = api.ok(api.get(f"/api/v1/jobs/{copy['id']}/events"))
+    staged = [e["message"] for e in events if "data staged" in e["message"]]
+    assert staged, events
+    assert "0 of 2 objects fetched (0.0 MiB read from the store)" in staged[0]
+
     # The secret's value is nowhere a member or the server's log could show it.
     answers = [
         api.get(f"/api/v1/jobs/{job['id']}").text,
         api.get(f"/api/v1/jobs/{job['id']}/events").text,
+        api.get(f"/api/v1/jobs/{copy['id']}").text,
         api.get("/api/v1/jobs", params={"team": team.name}).text,
         log,
         no_secret.text,

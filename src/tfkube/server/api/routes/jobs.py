@@ -246,7 +246,11 @@ def copy_job(
     raw = original.model_dump(mode="json", by_alias=True, exclude_none=True)
     name = body.name if body and body.name else _next_name(db, team.id, job.name)
     raw["metadata"]["name"] = name
-    raw["spec"].pop("storage", None)
+    # The server's folders go; a data source (with its secret's name) stays with the job.
+    data_source = raw["spec"].pop("storage", {}).get("data", {})
+    kept = ("source", "endpoint", "region", "credentials")
+    if data_source.get("source"):
+        raw["spec"]["storage"] = {"data": {k: data_source[k] for k in kept if k in data_source}}
     if job.code_sha256 and job.artifact_id:
         raw["spec"]["code"]["source"] = f"sha256:{job.code_sha256}"
         raw["spec"]["code"].pop("sha256", None)
