@@ -8,14 +8,19 @@ the server reach it for a member):
 - a job naming the team's secret is checked against the store at submit (a missing
   prefix, a missing secret: 422 naming the field), then staged by its supervisor and read
   by its confined replica from TFKUBE_DATA_DIR (files the team's user can read, never
-  write); the secret's value is in no answer, the stored spec, the job's logs and events,
-  nor the server's log."""
+  write); a copy reads it all from the team's cache; the secret's value is in no answer,
+  the stored spec, the job's logs and events, nor the server's log;
+- the between-graph example (1 PS, 2 workers, submitted with the form's data fields)
+  trains on its shards from the store to its usual accuracy (SQLite only)."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 from pathlib import Path
+
+import pytest
 
 from s3store import S3Store
 from server._server import Api, ServerProc, api_for
@@ -34,6 +39,8 @@ sha256sum a.bin | sed 's/^/sum: /'
 """
 
 
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist-between-graph"
+MIN_ACCURACY = 0.90  # what tests/tf/test_examples.py asks of the example (1,000 steps)
 SERVER_ARGS = ["--cpus", "2", "--allow-fetch-from", "127.0.0.1/32"]
 """This module's server may reach the store on 127.0.0.1 for members."""
 
@@ -197,3 +204,69 @@ def test_a_job_reads_s3_data_with_its_team_secret(
     for path in Path(server.data_dir).rglob("*"):
         if path.is_file() and path.suffix in {".yaml", ".json", ".log", ".txt"}:
             assert s3_store.secret_key.encode() not in path.read_bytes(), path
+
+
+def digits_npz() -> dict[str, bytes]:
+    """The between-graph example's own files (its shards for 2 workers and its test
+    split, as it would write them itself), as the store holds them."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    order = np.random.default_rng(0).permutation(len(x))
+    x, y = (x[order] / 16.0).astype(np.float32), y[order].astype(np.int64)
+    n_test = len(x) // 5
+    arrays = {"digits-test.npz": (x[:n_test], y[:n_test])}
+    for shard in range(2):
+        train_x, train_y = x[n_test:][shard::2], y[n_test:][shard::2]
+        arrays[f"digits-train-{shard}-of-2.npz"] = (train_x, train_y)
+    out = {}
+    for name, (xs, ys) in arrays.items():
+        buffer = io.BytesIO()
+        np.savez(buffer, x=xs, y=ys)
+        out[name] = buffer.getvalue()
+    return out
+
+
+def test_the_between_graph_example_trains_on_s3_data(
+    request: pytest.FixtureRequest,
+    server: ServerProc,
+    admin: Api,
+    team: TeamCtx,
+    s3_store: S3Store,
+) -> None:
+    """TensorFlow once (on SQLite), submitted with the form's fields: 1 PS and 2 workers,
+    confined, each worker reading its shard from the staged data (the example writes its
+    files only when they are missing: the folder is read-only), to the usual accuracy."""
+    if "postgresql" in request.node.name:
+        pytest.skip("TensorFlow runs once, on the SQLite server")
+    bucket = s3_store.bucket()
+    files = digits_npz()
+    for name, data in files.items():
+        s3_store.put(bucket, f"digits/{name}", data)
+    boss = team_admin(server, admin, team.name)
+    try:
+        boss.ok(boss.post(f"/api/v1/teams/{team.name}/secrets", json=secret_body(s3_store)), 201)
+    finally:
+        boss.close()
+    api = team.member
+    code = {p.name: p.read_text() for p in EXAMPLE.iterdir() if p.suffix in {".sh", ".py"}}
+    api.ok(upload(api, team.name, "mnist", targz(code)), 201)
+    body = {
+        "name": "mnist-s3",
+        "workers": 2,
+        "ps": 1,
+        "code": "mnist",
+        "data_source": f"s3://{bucket}/digits/",
+        "data_endpoint": s3_store.endpoint,
+        "data_secret": "store-keys",
+    }
+    job = api.ok(api.post(f"/api/v1/teams/{team.name}/jobs", json=body), 201)
+    done = wait_job(api, job["id"], {"Succeeded", "Failed"}, timeout=600)
+    assert done["phase"] == "Succeeded", done
+    for worker in (0, 1):
+        log = api.get(f"/api/v1/jobs/{job['id']}/logs/worker-{worker}").text
+        assert f"worker {worker}: shard {worker}/2" in log, log
+    result = done["result"]
+    assert isinstance(result, dict), done
+    assert result["test_accuracy"] >= MIN_ACCURACY, result
