@@ -111,6 +111,15 @@ def test_team_admins_keep_secrets_members_see_only_names(
         assert value.encode() not in database.read_bytes()
 
 
+def store_secret(server: ServerProc, admin: Api, team: str, store: S3Store) -> None:
+    """A team admin of `team` stores the store's credentials as `store-keys`."""
+    boss = team_admin(server, admin, team)
+    try:
+        boss.ok(boss.post(f"/api/v1/teams/{team}/secrets", json=secret_body(store)), 201)
+    finally:
+        boss.close()
+
+
 def data_manifest(name: str, bucket: str, store: S3Store, secret: str | None) -> str:
     credentials = f"\n        credentials: {secret}" if secret else ""
     return f"""apiVersion: tfkube.io/v1alpha1
@@ -139,11 +148,7 @@ def test_a_job_reads_s3_data_with_its_team_secret(
     body = os.urandom(256 * 1024 + 3)
     s3_store.put(bucket, "ds/a.bin", body)
     s3_store.put(bucket, "ds/sub/b.txt", b"hello\n")
-    boss = team_admin(server, admin, team.name)
-    try:
-        boss.ok(boss.post(f"/api/v1/teams/{team.name}/secrets", json=secret_body(s3_store)), 201)
-    finally:
-        boss.close()
+    store_secret(server, admin, team.name, s3_store)
     api = team.member
     api.ok(upload(api, team.name, "reader", targz({"run.sh": RUN})), 201)
     jobs = f"/api/v1/teams/{team.name}/jobs"
@@ -244,11 +249,7 @@ def test_the_between_graph_example_trains_on_s3_data(
     files = digits_npz()
     for name, data in files.items():
         s3_store.put(bucket, f"digits/{name}", data)
-    boss = team_admin(server, admin, team.name)
-    try:
-        boss.ok(boss.post(f"/api/v1/teams/{team.name}/secrets", json=secret_body(s3_store)), 201)
-    finally:
-        boss.close()
+    store_secret(server, admin, team.name, s3_store)
     api = team.member
     code = {p.name: p.read_text() for p in EXAMPLE.iterdir() if p.suffix in {".sh", ".py"}}
     api.ok(upload(api, team.name, "mnist", targz(code)), 201)
