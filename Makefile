@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.tfkube-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test test-stress lint unit bench clean web chromium sandbox s3-bins
+.PHONY: install demo test test-stress lint unit bench clean web chromium sandbox s3-bins hdfs-bins
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ sandbox:
 s3-bins:
 	bash tools/s3/build.sh
 
+## hdfs-bins: Apache Hadoop's MiniDFSCluster, the HDFS the data-source tests start
+## (tools/hdfs/build.sh: from Maven Central through mvn into ~/.cache/tfkube, once).
+hdfs-bins:
+	bash tools/hdfs/build.sh
+
 install: $(STAMP) $(WEB_STAMP) sandbox
 
 ## demo: a real distributed training run on this machine (1 PS + 2 workers, between-graph).
@@ -56,7 +61,7 @@ lint: $(STAMP)
 ## test: everything: lint, unit tests, real TensorFlow tests, tests against a real control plane
 ## and real TensorFlow pods on its real kubelet node, the dashboard in Chromium, data sources
 ## staged from a real S3-compatible store (SeaweedFS).
-test: install chromium kube-bins kube-node s3-bins
+test: install chromium kube-bins kube-node s3-bins hdfs-bins
 	$(MAKE) lint
 	$(BIN)/pytest
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-pytest_plugins = ["cluster.fixtures", "s3store"]
+pytest_plugins = ["cluster.fixtures", "s3store", "hdfsstore"]
 """The test control plane's fixtures (tests/cluster/fixtures.py), for every test that asks:
 one control plane and one real node per session, whichever folder the test is in; and the
 S3 store (tests/s3store.py: SeaweedFS, started once per session by the first test that

@@ -1,0 +1,33 @@
+"""The HDFS the data-source tests read from: Apache Hadoop's MiniDFSCluster started once
+per test session, only when a test asks for `hdfs_store` (tools/hdfs/minihdfs.py: built
+into ~/.cache/tfkube by tools/hdfs/build.sh, every port a free loopback one, stopped by
+PID). Outside CI a missing build is a skip with the hint; under CI=true it is built first
+(Maven Central through mvn, some 20 s with a warm cache) and a failure fails."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tooling import load_tool
+
+_minihdfs = load_tool("tfkube_tools_hdfs", "hdfs", "minihdfs.py")
+HdfsUnavailable = _minihdfs.HdfsUnavailable
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+@pytest.fixture(scope="session")
+def hdfs_store() -> Iterator[Any]:
+    try:
+        hdfs = _minihdfs.start_minihdfs(build=IN_CI)
+    except HdfsUnavailable as exc:
+        if IN_CI:
+            pytest.fail(f"CI=true and HDFS is unavailable: {exc}", pytrace=False)
+        pytest.skip(f"HDFS is unavailable: {exc}")
+    try:
+        yield hdfs
+    finally:
+        hdfs.stop()
