@@ -25,6 +25,7 @@ from tfkube.serving._batching import (
     parse_parameters,
     plan_batch,
 )
+from tfkube.serving._calls import LONE_BELOW, next_concurrency, runs_here
 from tfkube.serving._rest import (
     Code,
     ModelInfo,
@@ -362,6 +363,77 @@ def test_batcher_reports_a_failed_call_to_each_request() -> None:
                 f.result(5)
     finally:
         batcher.close()
+
+
+def test_a_lone_request_runs_on_the_callers_thread() -> None:
+    """submit(here=True) with no batch running: the caller runs it, no batch thread."""
+    ran_on: list[str] = []
+
+    def run(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        ran_on.append(threading.current_thread().name)
+        return {"y": batch["x"] + 1}
+
+    batcher = Batcher(BatchingParameters(max_batch_size=4))
+    try:
+        done = batcher.submit("k", run, {"x": np.array([[1.0]])}, here=True)
+        assert done.done()
+        assert done.result()["y"].tolist() == [[2.0]]
+        assert ran_on == [threading.current_thread().name]
+        handed = batcher.submit("k", run, {"x": np.array([[2.0]])})
+        assert handed.result(5)["y"].tolist() == [[3.0]]
+        assert ran_on[-1].startswith("tfkube-batch-")
+    finally:
+        batcher.close()
+
+
+def test_a_caller_waits_for_the_running_batch_and_a_batch_thread_takes_its_request() -> None:
+    """With num_batch_threads batches running, here=True only queues; the batch thread
+    merges what queued meanwhile into one call once the running batch is done."""
+    gate = threading.Event()
+    sizes: list[int] = []
+
+    def run(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        gate.wait(5)
+        sizes.append(len(batch["x"]))
+        return {"y": batch["x"] * 2}
+
+    batcher = Batcher(BatchingParameters(max_batch_size=8))
+    try:
+        first = batcher.submit("k", run, {"x": np.array([[1.0]])})
+        time.sleep(0.2)  # the batch thread is busy with `first`
+        queued = [batcher.submit("k", run, {"x": np.array([[2.0]])}, here=True) for _ in range(3)]
+        assert not any(f.done() for f in queued)
+        gate.set()
+        assert first.result(5)["y"].tolist() == [[2.0]]
+        assert [f.result(5)["y"].tolist() for f in queued] == [[[4.0]]] * 3
+        assert sizes == [1, 3]
+    finally:
+        batcher.close()
+
+
+@pytest.mark.parametrize(
+    ("in_flight", "mean", "quick", "here"),
+    [
+        (1, 1.0, True, True),
+        (1, 1.0, False, False),  # a slow (or not yet measured) model call: a batch thread
+        (2, 1.0, True, False),  # another request waits: batch them
+        (1, LONE_BELOW + 0.5, True, False),  # clients overlap lately: keep the loop free
+    ],
+)
+def test_a_request_runs_on_the_loop_only_when_alone_and_quick(
+    in_flight: int, mean: float, quick: bool, here: bool
+) -> None:
+    assert runs_here(in_flight, mean, quick) is here
+
+
+def test_the_running_mean_of_requests_in_flight_follows_the_clients() -> None:
+    mean = 1.0
+    for _ in range(20):
+        mean = next_concurrency(mean, 16)
+    assert mean > LONE_BELOW  # 16 overlapping clients: batched
+    for _ in range(40):
+        mean = next_concurrency(mean, 1)
+    assert mean < LONE_BELOW  # then one client at a time again: run at once
 
 
 # -- the fast REST parse -------------------------------------------------------------------------
