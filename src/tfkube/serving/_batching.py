@@ -6,7 +6,9 @@ oldest request waited `batch_timeout_micros`; the rows are padded up to the next
 
     decide   plan_batch(queued sizes, waited, params) -> how many to take now, or wait
              padded_size(rows, params); check(params); parse_parameters(text) (pure)
-    act      Batcher: the queues, `num_batch_threads` threads, each request's Future
+    act      Batcher: the queues, `num_batch_threads` threads, each request's Future;
+             at most `num_batch_threads` batches run at once, on batch threads or on a
+             caller's own thread (`submit(here=True)`: a lone request makes no hop)
 
 The default (`BatchingParameters()`) is measured (docs/benchmarks.md, serving): on a CPU,
 a batch thread that takes whatever is queued the moment it is free (timeout 0) loses no
