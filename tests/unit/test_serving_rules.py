@@ -37,7 +37,7 @@ from tfkube.serving._rest import (
     predict_answer,
     predict_body,
 )
-from tfkube.serving._store import ModelStore
+from tfkube.serving._store import ModelStore, _direct_run
 from tfkube.serving._versions import (
     VersionPolicy,
     parse_pairs,
@@ -434,6 +434,61 @@ def test_the_running_mean_of_requests_in_flight_follows_the_clients() -> None:
     for _ in range(40):
         mean = next_concurrency(mean, 1)
     assert mean < LONE_BELOW  # then one client at a time again: run at once
+
+
+class _Dtype:
+    def __init__(self, numpy: type) -> None:
+        self.as_numpy_dtype = numpy
+
+
+class _Tensor:
+    def __init__(self, name: str, numpy: type = np.float32) -> None:
+        self.name = name
+        self.dtype = _Dtype(numpy)
+
+    def _as_tf_output(self) -> str:
+        return f"out:{self.name}"
+
+
+class _Session:
+    """A stand-in for TensorFlow's session: records what its run entry point is given."""
+
+    def __init__(self) -> None:
+        self.extended = 0
+        self.runs: list[tuple[dict[str, np.ndarray], list[str]]] = []
+
+    def _extend_graph(self) -> None:
+        self.extended += 1
+
+    def _call_tf_sessionrun(
+        self,
+        options: None,
+        feeds: dict[str, np.ndarray],
+        fetches: list[str],
+        targets: list[str],
+        meta: None,
+    ) -> list[np.ndarray]:
+        self.runs.append((feeds, fetches))
+        return [np.zeros(1) for _ in fetches]
+
+
+def test_the_direct_run_resolves_once_and_casts_feeds_as_session_run_does() -> None:
+    session = _Session()
+    call = _direct_run(session, [_Tensor("x"), _Tensor("ids", np.int64)], [_Tensor("y")])
+    assert call is not None
+    assert session.extended == 1
+    out = call(np.array([[1.0]], np.float64), [3, 4])
+    assert len(out) == 1
+    feeds, fetches = session.runs[0]
+    assert fetches == ["out:y"]
+    assert feeds["out:x"].dtype == np.float32
+    assert feeds["out:ids"].dtype == np.int64
+    assert feeds["out:ids"].tolist() == [3, 4]
+
+
+def test_without_the_entry_point_the_direct_run_steps_aside() -> None:
+    assert _direct_run(object(), [_Tensor("x")], [_Tensor("y")]) is None
+    assert _direct_run(_Session(), [object()], [_Tensor("y")]) is None
 
 
 # -- the fast REST parse -------------------------------------------------------------------------

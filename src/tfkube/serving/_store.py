@@ -150,7 +150,7 @@ def _direct_run(session: Any, feeds: list[Any], fetches: list[Any]) -> Any | Non
         feed_outputs = [t._as_tf_output() for t in feeds]
         fetch_outputs = [t._as_tf_output() for t in fetches]
         dtypes = [t.dtype.as_numpy_dtype for t in feeds]
-    except AttributeError:
+    except (AttributeError, TypeError):  # not TensorFlow's, or a dtype numpy cannot hold
         return None
     if run is None or extend is None:
         return None
