@@ -10,8 +10,8 @@ and gRPC, `--enable_batching`), then, alternating per round, batch size and clie
               in-process (`tf.saved_model.load(path).signatures["serving_default"](x=...)`,
               outputs `.numpy()`), on a numpy batch: the limit the issue set. Shown beside
               it, not compared: the model server's own call path in-process
-              (`tfkube.serving._store.load_saved_model(...).run(...)`: a session callable,
-              as TensorFlow Serving runs a SignatureDef);
+              (`tfkube.serving._store.load_saved_model(...).run(...)`: the session's run
+              on the SignatureDef's feeds and fetches, as TensorFlow Serving runs one);
   REST        N keep-alive connections in one asyncio client, each sending `POST
               /v1/models/digits:predict` with `{"instances": ...}` (the body encoded once:
               a client's own encoding is not the server's cost) and reading the JSON answer

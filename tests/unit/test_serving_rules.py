@@ -25,6 +25,7 @@ from tfkube.serving._batching import (
     parse_parameters,
     plan_batch,
 )
+from tfkube.serving._calls import LONE_BELOW, next_concurrency, runs_here
 from tfkube.serving._rest import (
     Code,
     ModelInfo,
@@ -36,7 +37,7 @@ from tfkube.serving._rest import (
     predict_answer,
     predict_body,
 )
-from tfkube.serving._store import ModelStore
+from tfkube.serving._store import ModelStore, _direct_run
 from tfkube.serving._versions import (
     VersionPolicy,
     parse_pairs,
@@ -362,6 +363,132 @@ def test_batcher_reports_a_failed_call_to_each_request() -> None:
                 f.result(5)
     finally:
         batcher.close()
+
+
+def test_a_lone_request_runs_on_the_callers_thread() -> None:
+    """submit(here=True) with no batch running: the caller runs it, no batch thread."""
+    ran_on: list[str] = []
+
+    def run(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        ran_on.append(threading.current_thread().name)
+        return {"y": batch["x"] + 1}
+
+    batcher = Batcher(BatchingParameters(max_batch_size=4))
+    try:
+        done = batcher.submit("k", run, {"x": np.array([[1.0]])}, here=True)
+        assert done.done()
+        assert done.result()["y"].tolist() == [[2.0]]
+        assert ran_on == [threading.current_thread().name]
+        handed = batcher.submit("k", run, {"x": np.array([[2.0]])})
+        assert handed.result(5)["y"].tolist() == [[3.0]]
+        assert ran_on[-1].startswith("tfkube-batch-")
+    finally:
+        batcher.close()
+
+
+def test_a_caller_waits_for_the_running_batch_and_a_batch_thread_takes_its_request() -> None:
+    """With num_batch_threads batches running, here=True only queues; the batch thread
+    merges what queued meanwhile into one call once the running batch is done."""
+    gate = threading.Event()
+    sizes: list[int] = []
+
+    def run(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        gate.wait(5)
+        sizes.append(len(batch["x"]))
+        return {"y": batch["x"] * 2}
+
+    batcher = Batcher(BatchingParameters(max_batch_size=8))
+    try:
+        first = batcher.submit("k", run, {"x": np.array([[1.0]])})
+        time.sleep(0.2)  # the batch thread is busy with `first`
+        queued = [batcher.submit("k", run, {"x": np.array([[2.0]])}, here=True) for _ in range(3)]
+        assert not any(f.done() for f in queued)
+        gate.set()
+        assert first.result(5)["y"].tolist() == [[2.0]]
+        assert [f.result(5)["y"].tolist() for f in queued] == [[[4.0]]] * 3
+        assert sizes == [1, 3]
+    finally:
+        batcher.close()
+
+
+@pytest.mark.parametrize(
+    ("in_flight", "mean", "quick", "here"),
+    [
+        (1, 1.0, True, True),
+        (1, 1.0, False, False),  # a slow (or not yet measured) model call: a batch thread
+        (2, 1.0, True, False),  # another request waits: batch them
+        (1, LONE_BELOW + 0.5, True, False),  # clients overlap lately: keep the loop free
+    ],
+)
+def test_a_request_runs_on_the_loop_only_when_alone_and_quick(
+    in_flight: int, mean: float, quick: bool, here: bool
+) -> None:
+    assert runs_here(in_flight, mean, quick) is here
+
+
+def test_the_running_mean_of_requests_in_flight_follows_the_clients() -> None:
+    mean = 1.0
+    for _ in range(20):
+        mean = next_concurrency(mean, 16)
+    assert mean > LONE_BELOW  # 16 overlapping clients: batched
+    for _ in range(40):
+        mean = next_concurrency(mean, 1)
+    assert mean < LONE_BELOW  # then one client at a time again: run at once
+
+
+class _Dtype:
+    def __init__(self, numpy: type) -> None:
+        self.as_numpy_dtype = numpy
+
+
+class _Tensor:
+    def __init__(self, name: str, numpy: type = np.float32) -> None:
+        self.name = name
+        self.dtype = _Dtype(numpy)
+
+    def _as_tf_output(self) -> str:
+        return f"out:{self.name}"
+
+
+class _Session:
+    """A stand-in for TensorFlow's session: records what its run entry point is given."""
+
+    def __init__(self) -> None:
+        self.extended = 0
+        self.runs: list[tuple[dict[str, np.ndarray], list[str]]] = []
+
+    def _extend_graph(self) -> None:
+        self.extended += 1
+
+    def _call_tf_sessionrun(
+        self,
+        options: None,
+        feeds: dict[str, np.ndarray],
+        fetches: list[str],
+        targets: list[str],
+        meta: None,
+    ) -> list[np.ndarray]:
+        self.runs.append((feeds, fetches))
+        return [np.zeros(1) for _ in fetches]
+
+
+def test_the_direct_run_resolves_once_and_casts_feeds_as_session_run_does() -> None:
+    session = _Session()
+    call = _direct_run(session, [_Tensor("x"), _Tensor("ids", np.int64)], [_Tensor("y")])
+    assert call is not None
+    assert session.extended == 1
+    out = call(np.array([[1.0]], np.float64), [3, 4])
+    assert len(out) == 1
+    feeds, fetches = session.runs[0]
+    assert fetches == ["out:y"]
+    assert feeds["out:x"].dtype == np.float32
+    assert feeds["out:ids"].dtype == np.int64
+    assert feeds["out:ids"].tolist() == [3, 4]
+
+
+def test_without_the_entry_point_the_direct_run_steps_aside() -> None:
+    assert _direct_run(object(), [_Tensor("x")], [_Tensor("y")]) is None
+    assert _direct_run(_Session(), [object()], [_Tensor("y")]) is None
 
 
 # -- the fast REST parse -------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """The model server's REST door: TensorFlow Serving's REST API as a bare ASGI application on
 uvicorn (httptools, uvloop where installed): authenticate, route, parse (`_rest`, straight
-to arrays), run (`_calls`: batched), answer (orjson, straight from the arrays). Every
-error, including a crash inside TensorFlow, goes out in TensorFlow Serving's `{"error":
-...}` shape with its status code.
+to arrays), run (`_calls`: batched; a lone request whose model call is quick runs on the
+loop's own thread, with no hop to a batch thread and back), answer (orjson, straight from
+the arrays). Every error, including a crash inside TensorFlow, goes out in TensorFlow
+Serving's `{"error": ...}` shape with its status code.
 
 When the platform starts a model server it gives it a secret (`TFKUBE_SERVING_TOKEN`):
 every request must carry it as `Authorization: Bearer`, which only the platform's
@@ -16,14 +17,13 @@ a framework adds cost more than the JSON of a batch-1 request (docs/benchmarks.m
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from tfkube import contract
-from tfkube.serving._calls import Calls
+from tfkube.serving._calls import Calls, LoopCalls
 from tfkube.serving._rest import (
     Code,
     ServingError,
@@ -73,6 +73,7 @@ def create_app(
 ) -> ASGIApp:
     expected = f"Bearer {token}".encode() if token is not None else None
     store = calls.store
+    loop_calls = LoopCalls(calls)
 
     async def lifespan(receive: Receive, send: Send) -> None:
         while True:
@@ -97,8 +98,7 @@ def create_app(
             return 200, dumps(metadata_answer(store.name, servable.info))
         body = await _body(receive)
         request = parse_predict(body, servable.info.signatures)
-        future = calls.run(version, servable, request.signature_name, request.inputs)
-        outputs = await asyncio.wrap_future(future)
+        outputs = await loop_calls.run(version, servable, request.signature_name, request.inputs)
         return 200, predict_body(outputs, request.row_format)
 
     async def _answer_ready(send: Send) -> None:

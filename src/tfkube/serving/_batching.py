@@ -6,7 +6,9 @@ oldest request waited `batch_timeout_micros`; the rows are padded up to the next
 
     decide   plan_batch(queued sizes, waited, params) -> how many to take now, or wait
              padded_size(rows, params); check(params); parse_parameters(text) (pure)
-    act      Batcher: the queues, `num_batch_threads` threads, each request's Future
+    act      Batcher: the queues, `num_batch_threads` threads, each request's Future;
+             at most `num_batch_threads` batches run at once, on batch threads or on a
+             caller's own thread (`submit(here=True)`: a lone request makes no hop)
 
 The default (`BatchingParameters()`) is measured (docs/benchmarks.md, serving): on a CPU,
 a batch thread that takes whatever is queued the moment it is free (timeout 0) loses no
@@ -212,6 +214,8 @@ class Batcher:
         self._queues: dict[Any, _Queue] = {}
         self._cond = threading.Condition()
         self._closed = False
+        self._running = 0
+        """Batches running now, on batch threads or on callers' (`submit(here=True)`)."""
         self._threads = [
             threading.Thread(target=self._work, name=f"tfkube-batch-{i}", daemon=True)
             for i in range(params.num_batch_threads)
@@ -220,10 +224,15 @@ class Batcher:
             t.start()
 
     def submit(
-        self, key: Any, run: Run, inputs: Mapping[str, np.ndarray]
+        self, key: Any, run: Run, inputs: Mapping[str, np.ndarray], here: bool = False
     ) -> Future[dict[str, np.ndarray]]:
         """Queue a request; its Future gets its own rows of the outputs. `key` names the
-        model call (version, signature): only requests with the same key are merged."""
+        model call (version, signature): only requests with the same key are merged.
+
+        `here`: when fewer than `num_batch_threads` batches are running and a batch is
+        ready now (this request and whatever else is queued, by `plan_batch`), the caller
+        runs it on its own thread before this returns, so a lone request makes no hop to
+        a batch thread and back; otherwise a batch thread runs it as usual."""
         future: Future[dict[str, np.ndarray]] = Future()
         shape_key = batch_key(inputs)
         if shape_key is None:  # not batchable: runs alone, still on a batch thread
@@ -253,14 +262,19 @@ class Batcher:
                 return future
             queue.tasks.append(Task(inputs, max(rows, 1), future))
             queue.rows += rows
-            self._cond.notify()
+            found = self._take() if here else None
+            if found is None:
+                self._cond.notify()
+                return future
+        self._run_counted(*found)
         return future
 
-    def _next(self) -> tuple[_Queue, list[Task]] | None:
-        """Under the lock: a ready batch (the oldest queue first), or None after waiting
-        until the next one may be ready."""
+    def _take(self) -> tuple[Run, list[Task]] | None:
+        """Under the lock: a batch to run now (the oldest ready queue first) if a batch may
+        start (fewer than `num_batch_threads` running), counted as running; else None."""
+        if self._running >= self.params.num_batch_threads:
+            return None
         now = time.monotonic()
-        wait = 1.0
         for key, queue in sorted(self._queues.items(), key=lambda kv: kv[1].tasks[0].queued):
             decision = plan_batch(
                 [t.rows for t in queue.tasks], now - queue.tasks[0].queued, self.params
@@ -270,23 +284,45 @@ class Batcher:
                 queue.rows -= sum(t.rows for t in taken)
                 if not queue.tasks:
                     del self._queues[key]
-                return queue, taken
-            wait = min(wait, decision)
-        self._cond.wait(wait)
+                self._running += 1
+                return queue.run, taken
         return None
+
+    def _wait_time(self) -> float:
+        """Under the lock: how long until a queued batch may be ready (at most 1 s)."""
+        now = time.monotonic()
+        wait = 1.0
+        for queue in self._queues.values():
+            decision = plan_batch(
+                [t.rows for t in queue.tasks], now - queue.tasks[0].queued, self.params
+            )
+            if not isinstance(decision, int):
+                wait = min(wait, decision)
+        return wait
 
     def _work(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and not self._queues:
+                while not self._closed and (
+                    not self._queues or self._running >= self.params.num_batch_threads
+                ):
                     self._cond.wait()
                 if self._closed:
                     return
-                found = self._next()
-            if found is None:
-                continue
-            queue, tasks = found
-            self._run(queue.run, tasks)
+                found = self._take()
+                if found is None:
+                    self._cond.wait(self._wait_time())
+                    continue
+            self._run_counted(*found)
+
+    def _run_counted(self, run: Run, tasks: list[Task]) -> None:
+        try:
+            self._run(run, tasks)
+        finally:
+            with self._cond:
+                self._running -= 1
+                if self._queues:
+                    self._cond.notify()
 
     def _run(self, run: Run, tasks: list[Task]) -> None:
         try:

@@ -2,15 +2,18 @@
 means (`ModelStore.resolve`), its signature, inputs checked against it, the call run
 through the batcher (or a thread of its own when batching is off), outputs back.
 
-    Calls.predict(version, label, signature, inputs) -> Future[(version, outputs)]
-    Calls.examples(kind, spec, serialized tf.Examples) -> Future[(version, outputs)]
+    Calls.servable(model, version, label) -> (version, Servable)
+    Calls.run(version, servable, signature, inputs, here) -> Future[outputs]
+    LoopCalls(calls).run(version, servable, signature, inputs) -> outputs  (awaited)
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,6 +32,10 @@ from tfkube.serving._store import ModelStore, Servable
 
 CLASSIFY = "tensorflow/serving/classify"
 REGRESS = "tensorflow/serving/regress"
+QUICK_CALL_SECONDS = 0.002
+"""A model call this short may run on the REST door's event loop when it is the only
+request waiting (`_app`): the loop is then blocked no longer than a request's own
+parsing takes, and the request makes no thread hop."""
 
 
 def signature_of(servable: Servable, name: str) -> Signature:
@@ -87,6 +94,8 @@ class Calls:
     batcher: Batcher | None
     """None: batching is off; each call runs on a thread of `pool`."""
     pool: ThreadPoolExecutor
+    took: dict[tuple[int, int, str], float] = field(default_factory=dict)
+    """How long each model call (version, servable, signature) last ran, in seconds."""
 
     def servable(self, model: str, version: int | None, label: str | None) -> tuple[int, Servable]:
         if model != self.store.name:
@@ -95,18 +104,95 @@ class Calls:
         return chosen, self.store.servable(chosen)
 
     def run(
-        self, version: int, servable: Servable, signature: str, inputs: Mapping[str, np.ndarray]
+        self,
+        version: int,
+        servable: Servable,
+        signature: str,
+        inputs: Mapping[str, np.ndarray],
+        here: bool = False,
     ) -> Future[dict[str, np.ndarray]]:
-        """The model call, batched with others of the same version and signature."""
-        if self.batcher is None:
-            return self.pool.submit(servable.run, signature, inputs)
+        """The model call, batched with others of the same version and signature.
+
+        `here`: the caller's thread may run it (with whatever is queued beside it) when
+        no batch is running, instead of handing it to a batch thread and waiting: a
+        thread hop less (`Batcher.submit`). Without batching it then simply runs here."""
+        key = (version, id(servable), signature)
 
         def call(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-            return servable.run(signature, batch)
+            started = time.perf_counter()
+            try:
+                return servable.run(signature, batch)
+            finally:
+                self.took[key] = time.perf_counter() - started
 
-        return self.batcher.submit((version, id(servable), signature), call, inputs)
+        if self.batcher is None:
+            if not here:
+                return self.pool.submit(call, inputs)
+            done: Future[dict[str, np.ndarray]] = Future()
+            try:
+                done.set_result(call(inputs))
+            except Exception as exc:
+                done.set_exception(exc)
+            return done
+        return self.batcher.submit(key, call, inputs, here=here)
+
+    def quick(self, version: int, servable: Servable, signature: str) -> bool:
+        """Whether this model call's last run took under `QUICK_CALL_SECONDS` (False
+        before its first): short enough to run on an event loop's thread."""
+        took = self.took.get((version, id(servable), signature))
+        return took is not None and took < QUICK_CALL_SECONDS
 
     def close(self) -> None:
         if self.batcher is not None:
             self.batcher.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+CONCURRENCY_WEIGHT = 0.125
+"""How much one request moves a door's running mean of requests in flight."""
+LONE_BELOW = 1.5
+"""A door whose running mean of requests in flight is below this serves one client at a
+time: its requests may run on its loop's thread."""
+
+
+def next_concurrency(mean: float, in_flight: int) -> float:
+    """The running mean of requests in flight after a request that found `in_flight`."""
+    return mean + CONCURRENCY_WEIGHT * (in_flight - mean)
+
+
+def runs_here(in_flight: int, mean: float, quick: bool) -> bool:
+    """Whether a request runs on its loop's thread at once (pure): it is the only one in
+    flight, the door has lately served one at a time, and the model call is quick. When
+    clients overlap, the loop must stay free to read them while a batch thread runs their
+    merged batch: that is what batching is for."""
+    return quick and in_flight == 1 and mean < LONE_BELOW
+
+
+class LoopCalls:
+    """One event loop's way to the model (each door has one): the call handed to the
+    batcher and awaited, or (`runs_here`) run on the loop's thread at once: no thread hop
+    there and back, which on a busy machine costs more than a small model's call."""
+
+    def __init__(self, calls: Calls) -> None:
+        self.calls = calls
+        self.in_flight = 0
+        self.concurrency = 1.0
+        """The running mean of requests in flight as requests arrive."""
+
+    async def run(
+        self, version: int, servable: Servable, signature: str, inputs: Mapping[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        self.in_flight += 1
+        try:
+            # one turn of the loop: requests that arrived together all count as in flight
+            await asyncio.sleep(0)
+            self.concurrency = next_concurrency(self.concurrency, self.in_flight)
+            here = runs_here(
+                self.in_flight, self.concurrency, self.calls.quick(version, servable, signature)
+            )
+            future = self.calls.run(version, servable, signature, inputs, here=here)
+            if future.done():
+                return future.result()
+            return await asyncio.wrap_future(future)
+        finally:
+            self.in_flight -= 1

@@ -43,8 +43,10 @@ def _malformed(what: str) -> ServingError:
 
 def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     """The varint at `pos` -> (value, the position after it)."""
-    result = shift = 0
     end = len(buf)
+    if pos < end and buf[pos] < 0x80:  # one byte: most tags and lengths
+        return buf[pos], pos + 1
+    result = shift = 0
     while True:
         if pos >= end or shift > 63:
             raise _malformed("a truncated varint")
@@ -112,8 +114,14 @@ def _signed64(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
+_ONE_BYTE = [bytes([v]) for v in range(0x80)]
+"""The varints of 0-127 (most tags, lengths and dims of a small message): made once."""
+
+
 def varint(value: int) -> bytes:
     """`value` as a varint (a negative one as its 64-bit two's complement: 10 bytes)."""
+    if 0 <= value < 0x80:
+        return _ONE_BYTE[value]
     if value < 0:
         value += 1 << 64
     out = bytearray()

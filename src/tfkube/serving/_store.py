@@ -96,8 +96,12 @@ def tensor_info(proto: Any) -> TensorInfo | None:
 class TFServable:
     """A SavedModel version in a TensorFlow session, as TensorFlow Serving holds one: its
     MetaGraph tagged `serve`, each SignatureDef run by feeding and fetching the tensors it
-    names (one `Session.make_callable` per signature: the shortest path from numpy
-    arrays to TensorFlow and back, which lets go of the GIL while the graph runs)."""
+    names. The shortest path from numpy arrays to TensorFlow and back: the session's own
+    run call with the feeds and fetches resolved once per signature (what
+    `Session.make_callable` does for a step without feeds; with feeds it falls back to
+    `Session.run`, whose per-call Python bookkeeping cost as much as the graph of a small
+    model, measured in docs/benchmarks.md); it lets go of the GIL while the graph runs.
+    Without that entry point (another TensorFlow) it uses `make_callable`."""
 
     info: ModelInfo
     session: Any
@@ -113,11 +117,16 @@ class TFServable:
             sig = self.info.signatures[signature]
             feeds = sorted(sig.inputs)
             fetches = sorted(sig.outputs)
-            call = self.session.make_callable(
-                [self.graph.get_tensor_by_name(sig.outputs[k].tensor_name) for k in fetches],
-                feed_list=[self.graph.get_tensor_by_name(sig.inputs[k].tensor_name) for k in feeds],
+            feed_tensors = [self.graph.get_tensor_by_name(sig.inputs[k].tensor_name) for k in feeds]
+            fetch_tensors = [
+                self.graph.get_tensor_by_name(sig.outputs[k].tensor_name) for k in fetches
+            ]
+            found = self._callables[signature] = (
+                feeds,
+                fetches,
+                _direct_run(self.session, feed_tensors, fetch_tensors)
+                or self.session.make_callable(fetch_tensors, feed_list=feed_tensors),
             )
-            found = self._callables[signature] = (feeds, fetches, call)
         return found
 
     def run(self, signature: str, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -129,6 +138,30 @@ class TFServable:
         except (tf.errors.OpError, ValueError, TypeError) as exc:
             raise tf_error(exc) from None
         return dict(zip(fetches, out, strict=True))
+
+
+def _direct_run(session: Any, feeds: list[Any], fetches: list[Any]) -> Any | None:
+    """A callable(*arrays) -> [arrays] on the session's run entry point, the feeds and
+    fetches resolved once; the arrays cast to the feeds' dtypes as `Session.run` does.
+    None when this TensorFlow has no such entry point."""
+    run = getattr(session, "_call_tf_sessionrun", None)
+    extend = getattr(session, "_extend_graph", None)
+    try:
+        feed_outputs = [t._as_tf_output() for t in feeds]
+        fetch_outputs = [t._as_tf_output() for t in fetches]
+        dtypes = [t.dtype.as_numpy_dtype for t in feeds]
+    except (AttributeError, TypeError):  # not TensorFlow's, or a dtype numpy cannot hold
+        return None
+    if run is None or extend is None:
+        return None
+    extend()
+    pairs = list(zip(feed_outputs, dtypes, strict=True))
+
+    def call(*arrays: np.ndarray) -> list[np.ndarray]:
+        feed = {out: np.asarray(a, dtype=dt) for (out, dt), a in zip(pairs, arrays, strict=True)}
+        return run(None, feed, fetch_outputs, [], None)  # type: ignore[no-any-return]
+
+    return call
 
 
 def load_saved_model(path: Path, version: int) -> TFServable:
