@@ -54,9 +54,19 @@ def kind_of(output_dir: str, parts: Sequence[str]) -> str:
 
 
 def list_folder(output_dir: str, parts: Sequence[str]) -> list[OutputFile]:
-    """The plain files and folders in one folder of the outputs (links left out)."""
+    """The plain files and folders in one folder of the outputs (links left out). The top
+    of outputs nothing has written to yet (a job still starting) is an empty folder, not a
+    missing one."""
     try:
-        with closing(open_root(output_dir)) as root, closing(open_dir(root, parts)) as folder:
+        root = open_root(output_dir)
+    except FileNotFoundError:
+        if parts:
+            raise NotInOutputs("/".join(parts)) from None
+        return []
+    except OSError:
+        raise NotInOutputs("/".join(parts)) from None
+    try:
+        with closing(root), closing(open_dir(root, parts)) as folder:
             found = entries(folder)
     except OSError:
         raise NotInOutputs("/".join(parts)) from None
