@@ -249,10 +249,10 @@ def test_the_cli_takes_the_source_and_a_credentials_file(
     assert f"s3://{bucket}/nope" in bad.stderr
     assert "spec.storage.data.source" in bad.stderr
     # A bad flag names the flag.
-    flag = tfkube("run", str(job_file), "--data", "hdfs://nn:8020/x", env=env)
+    flag = tfkube("run", str(job_file), "--data", "hdfs://nn/x", env=env)
     assert flag.returncode == 2
     assert "--data: " in flag.stderr
-    assert "HDFS" in flag.stderr
+    assert "hdfs://namenode:port/path" in flag.stderr
     # Good: the job runs on the staged data; the credentials file was the only source.
     good = tfkube(
         "run", str(job_file), "--data", f"s3://{bucket}/ds", "--data-endpoint",

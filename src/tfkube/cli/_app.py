@@ -29,10 +29,10 @@ from tfkube.cli._display import job_panel, jobs_table, summary
 from tfkube.cli._lifetime import describe, exit_code, foreground, run_service, stop_then_exit
 from tfkube.engines import (
     Backend,
+    Credentials,
     JobExists,
     JobNotFound,
     JobView,
-    S3Credentials,
     parse_credentials,
 )
 from tfkube.engines.local import LocalBackend
@@ -228,7 +228,7 @@ def _with_data(job: TFJob, source: str | None, endpoint: str | None) -> TFJob:
         raise SpecError(errors, exc.source) from None
 
 
-def _credentials(path: Path | None) -> S3Credentials | None:
+def _credentials(path: Path | None) -> Credentials | None:
     """`--data-credentials FILE` read (None: the environment's, at submit)."""
     if path is None:
         return None

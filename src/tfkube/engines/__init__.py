@@ -18,7 +18,9 @@ from tfkube.engines._base import (
     SubmitDeferred,
 )
 from tfkube.engines._data import (
+    Credentials,
     DataSourceError,
+    HdfsCredentials,
     S3Credentials,
     StoreRef,
     check_source,
@@ -50,11 +52,13 @@ __all__ = [
     "ArtifactCopy",
     "Backend",
     "Capacity",
+    "Credentials",
     "DataSourceError",
     "Engine",
     "EngineSettings",
     "Features",
     "Handle",
+    "HdfsCredentials",
     "Health",
     "JobEvent",
     "JobExists",

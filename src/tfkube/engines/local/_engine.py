@@ -36,10 +36,11 @@ from tfkube.contract import REQUIREMENTS_FILE
 from tfkube.engines._artifact import Artifact, prepare_artifact
 from tfkube.engines._base import JobEvent, JobExists, JobNotFound, JobView
 from tfkube.engines._data import (
+    Credentials,
     DataSourceError,
-    S3Credentials,
     StoreRef,
     credentials_from_env,
+    hdfs_user_from_env,
     list_objects,
     open_store,
     progress_text,
@@ -71,7 +72,7 @@ from tfkube.engines.local._tenants import hand_over
 from tfkube.launcher import DepsError, ensure_venv
 from tfkube.planner import JobPhase, Replica, ReplicaState
 from tfkube.safefs import closing, open_last, pread_all
-from tfkube.spec import FieldError, SpecError, TFJob, dump_job, load_job_text
+from tfkube.spec import FieldError, HdfsSource, SpecError, TFJob, dump_job, load_job_text
 from tfkube.tfcluster import replica_key
 
 SUPERVISOR_START_TIMEOUT = 20.0
@@ -187,7 +188,7 @@ class LocalBackend:
         replace: bool = False,
         *,
         code_token: str | None = None,
-        data_credentials: S3Credentials | None = None,
+        data_credentials: Credentials | None = None,
     ) -> JobView:
         """`data_credentials`: the store's credentials for `spec.storage.data.source`
         (default: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY of this process's environment,
@@ -242,7 +243,7 @@ class LocalBackend:
         staging: JobDir,
         target: JobDir,
         code_token: str | None = None,
-        data_credentials: S3Credentials | None = None,
+        data_credentials: Credentials | None = None,
     ) -> JobRecord:
         storage = job.spec.storage
         if self.tenant is not None:
@@ -313,13 +314,14 @@ class LocalBackend:
         return record
 
     def _check_data(
-        self, job: TFJob, staging: JobDir, credentials: S3Credentials | None
+        self, job: TFJob, staging: JobDir, credentials: Credentials | None
     ) -> DataRecord | None:
         """A data source is listed now, before anything starts: a missing bucket or
         prefix, refused credentials or an unreachable store is an error on
         `spec.storage.data.source`. What was listed is what the supervisor stages."""
         data = job.spec.storage.data
-        if data.s3 is None:
+        source = data.parsed_source
+        if source is None:
             return None
         if credentials is None and self.tenant is not None:
             # A team's job reads with its team's secret (the server hands it over), never
@@ -334,8 +336,11 @@ class LocalBackend:
                 ],
                 f"job {job.name!r}",
             )
-        store = StoreRef(data.s3, data.endpoint, data.region)
-        credentials = credentials or credentials_from_env(os.environ)
+        store = StoreRef(source, data.endpoint, data.region)
+        if isinstance(source, HdfsSource):
+            credentials = credentials or hdfs_user_from_env(os.environ)
+        else:
+            credentials = credentials or credentials_from_env(os.environ)
         try:
             objects = list_objects(open_store(store, credentials), store)
         except DataSourceError as exc:
@@ -351,13 +356,15 @@ class LocalBackend:
                     # One cache per team (without one: this machine's user), keyed by
                     # content: no team's job is shown another team's cached objects.
                     "cache": str(self.cache / "data" / self._cache_owner()),
+                    "shard": data.shard,
                 }
             )
         )
         if credentials is not None:
             staging.write_data_credentials(credentials.to_json())
         return DataRecord(
-            source=str(data.s3),
+            source=str(source),
+            shard=data.shard,
             objects=len(objects),
             total_bytes=sum(o.size for o in objects),
         )

@@ -43,10 +43,11 @@ from tfkube.engines._data import (
     Cancelled,
     DataSourceError,
     RemoteObject,
-    S3Credentials,
     StageResult,
     StoreRef,
+    credentials_from_json,
     open_store,
+    placements,
     stage,
     writable_tree,
 )
@@ -63,7 +64,13 @@ from tfkube.engines.local._sandbox import (
     release,
     sweep,
 )
-from tfkube.engines.local._store import JobDir, JobRecord, ReplicaRecord, tfkube_cache
+from tfkube.engines.local._store import (
+    JobDir,
+    JobRecord,
+    ReplicaRecord,
+    ShareRecord,
+    tfkube_cache,
+)
 from tfkube.engines.local._tenants import TenantIdentity, hand_over
 from tfkube.engines.local._usage import Sampler, read_cgroup, read_tree
 from tfkube.launcher import FetchError, check_archive, download, file_lock, latest_write
@@ -189,7 +196,7 @@ class Supervisor:
             self.code_url = artifact if "://" in artifact else Path(artifact).as_uri()
         self.code_token = job_dir.read_code_token()
         taken = job_dir.take_data_credentials()  # off the disk at once
-        self.data_credentials = S3Credentials.from_json(taken) if taken else None
+        self.data_credentials = credentials_from_json(taken) if taken else None
         self.confined: dict[str, Confinement] = {}
         """Confined replicas that run, by key: their cgroups are released after."""
         self.netns: int | None = None
@@ -277,6 +284,15 @@ class Supervisor:
         listing = json.loads(self.dir.data_source.read_text())
         store = StoreRef.from_json(listing["store"])
         objects = [RemoteObject.from_json(o) for o in listing["objects"]]
+        layout = placements(
+            objects,
+            store,
+            listing.get("shard"),
+            [(r.role, r.index) for r in self.record.replicas],
+            self.job.spec.replicas.count(Role.WORKER),
+        )
+        needed = {o.key for shown in layout.values() for o in shown}
+        objects = [o for o in objects if o.key in needed]  # a PS-only job's shard: none
         data.started_at = self.clock()
         self.dir.write(self.record)
         self.dir.event(
@@ -300,6 +316,7 @@ class Supervisor:
                 Path(self.record.data_dir),
                 on_progress=progress,
                 cancelled=cancelled,
+                layout=layout,
             )
         except Cancelled:
             return  # the loop ends the job: Stopped
@@ -313,6 +330,10 @@ class Supervisor:
         data.finished_at = self.clock()
         data.fetched_objects = result.fetched_objects
         data.done_bytes, data.fetched_bytes = result.total_bytes, result.fetched_bytes
+        data.shares = {
+            k: ShareRecord(files=v.files, bytes=v.bytes, fetched_bytes=v.fetched_bytes)
+            for k, v in result.shares.items()
+        }
         took = data.finished_at - (data.started_at or data.finished_at)
         self.dir.write(self.record)
         self.dir.event(
@@ -702,7 +723,7 @@ class Supervisor:
                 self.cluster,
                 code_url=self.code_url,
                 code_sha256=self.record.artifact_sha256 or None,
-                data_dir=self.record.data_dir,
+                data_dir=self._data_dir_of(replica),
                 log_dir=self.record.log_dir,
                 work_dir=str(work),
                 termination_log=str(self.dir.termination_log(termination or replica.key)),
@@ -715,6 +736,14 @@ class Supervisor:
             contract.JOB_UID: self.record.uid,
             "CUDA_VISIBLE_DEVICES": ",".join(replica.gpus),
         }
+
+    def _data_dir_of(self, replica: ReplicaRecord) -> str:
+        """TFKUBE_DATA_DIR: the job's data folder, or with a shard rule the replica's own
+        folder in it (its shard only)."""
+        data = self.record.data
+        if data is not None and data.shard is not None:
+            return str(Path(self.record.data_dir) / replica.key)
+        return self.record.data_dir
 
     def _start(self, replica: ReplicaRecord) -> None:
         key = replica.key
