@@ -179,6 +179,18 @@ def test_a_missing_path_or_an_unreachable_namenode_is_refused_before_anything_st
     assert done.returncode == 2, done.stderr
     assert source in done.stderr
     assert "spec.storage.data.source" in done.stderr
+    # There: it runs on its shard (--data-shard), the user taken from HADOOP_USER_NAME.
+    done = subprocess.run(
+        [sys.executable, "-m", "tfkube", "run", str(job_file), "--data",
+         f"{hdfs_store.uri}{root}", "--data-endpoint", endpoint, "--data-shard", "byWorker"],
+        capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "COLUMNS": "200", "TFKUBE_CACHE": str(tmp_path / "cache")},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    data = record(backend, "cli").data
+    assert data is not None
+    assert (data.shard, data.shares["worker-0"].files) == ("byWorker", 1)
+    assert USER not in done.stdout + done.stderr
 
 
 def test_a_file_gone_mid_staging_ends_the_job_with_the_reason(

@@ -245,6 +245,11 @@ def test_through_the_server_a_source_names_its_team_secret() -> None:
     # An engine that does not stage sources (a cluster) refuses the source itself.
     refused = server_problems(named, data_sources=False)
     assert [p.field for p in refused] == ["spec.storage.data.source"]
+    # HDFS through a server: refused by name until DataNode redirects meet the fetch policy.
+    hdfs = job_with({"source": "hdfs://nn:8020/d", "credentials": "store-keys"})
+    problems = server_problems(hdfs)
+    assert [p.field for p in problems] == ["spec.storage.data.source"]
+    assert "tfkube run" in problems[0].message
 
 
 def test_a_secret_name_is_checked_and_goes_with_a_source() -> None:
