@@ -79,7 +79,11 @@ def reader(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_an_hdfs_source_is_staged_read_and_a_second_job_reads_nothing(
     hdfs_store: Any, reader: None, tfkube_home: Path, tmp_path: Path
 ) -> None:
-    files = {"a.bin": os.urandom(2 * 1024 * 1024 + 3), "sub/b.txt": b"hello from hdfs\n"}
+    files = {
+        "a.bin": os.urandom(2 * 1024 * 1024 + 3),
+        "sub/b.txt": b"hello from hdfs\n",
+        "sub/empty": b"",
+    }
     root = put_tree(hdfs_store, files)
     backend = LocalBackend(tfkube_home, cache=tmp_path / "cache")
     total = sum(len(b) for b in files.values())
@@ -91,7 +95,7 @@ def test_an_hdfs_source_is_staged_read_and_a_second_job_reads_nothing(
         data = record(backend, name).data
         assert data is not None
         assert data.source == f"{hdfs_store.uri}{root}"
-        assert (data.objects, data.total_bytes, data.done_bytes) == (2, total, total)
+        assert (data.objects, data.total_bytes, data.done_bytes) == (3, total, total)
         assert data.shares[""].bytes == total
         reads.append(data.fetched_bytes)
         for worker in ("worker-0", "worker-1"):
@@ -100,7 +104,7 @@ def test_an_hdfs_source_is_staged_read_and_a_second_job_reads_nothing(
                 assert f"{hashlib.sha256(body).hexdigest()}  ./{rel}" in log
     assert reads == [total, 0], "the second job read from the store"
     events = [e.message for e in backend.events("second")]
-    assert any("0 of 2 objects fetched (0.0 MiB read from the store)" in m for m in events)
+    assert any("0 of 3 objects fetched (0.0 MiB read from the store)" in m for m in events)
     for name in ("first", "second"):
         assert USER not in everything_written(tfkube_home / "jobs" / name)
         assert not (tfkube_home / "jobs" / name / "data-credentials").exists()

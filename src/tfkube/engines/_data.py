@@ -310,6 +310,9 @@ def _why(exc: Exception, store: StoreRef, credentials_from: str = LOCAL_CREDENTI
     """What the store said, for a person (no credentials in it)."""
     if isinstance(exc, HdfsError):
         return str(exc)
+    if isinstance(store.source, HdfsSource):  # a read cut short, a timeout: no boto3 here
+        where = store.source.webhdfs_url(store.endpoint).removesuffix("/webhdfs/v1")
+        return f"reading WebHDFS at {where} failed: {type(exc).__name__}"
     from botocore.exceptions import (
         ClientError,
         EndpointConnectionError,
