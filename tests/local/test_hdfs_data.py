@@ -140,6 +140,10 @@ def test_with_the_shard_rule_each_worker_gets_only_its_shard(
         ]
         assert listed == mine
     assert (data.shares["ps-0"].files, data.shares["ps-0"].bytes) == (0, 0)
+    events = {e.replica: e.message for e in backend.events("sharded") if "shard (" in e.message}
+    assert (
+        events["ps-0"] == "ps-0's shard (byWorker): 0 files, 0.0 MiB (0.0 MiB read from the store)"
+    )
     assert data.fetched_bytes == sum(len(b) for b in files.values())  # each file once
 
 

@@ -342,6 +342,14 @@ class Supervisor:
             "from the store), the rest from the cache",
             fetched_bytes=result.fetched_bytes,
         )
+        if data.shard is not None:
+            for key, share in sorted(data.shares.items()):
+                self.dir.event(
+                    f"{key}'s shard ({data.shard}): {share.files} files, "
+                    f"{share.bytes / 2**20:.1f} MiB ({share.fetched_bytes / 2**20:.1f} MiB "
+                    "read from the store)",
+                    replica=key,
+                )
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.stop_reason = f"stopped by signal {signal.Signals(signum).name}"
