@@ -47,11 +47,12 @@ from tfkube.engines import (
     SubmitDeferred,
     check_source,
 )
+from tfkube.netguard import refused
 from tfkube.planner import JobPhase, Replica, ReplicaState
 from tfkube.server import team_secrets
 from tfkube.server.artifacts import BlobStore
 from tfkube.server.core.config import ServerSettings
-from tfkube.server.core.fetch import FetchPolicy, refused
+from tfkube.server.core.fetch import FetchPolicy
 from tfkube.server.core.forwarded import parse_networks
 from tfkube.server.core.security import CodeClaim, sign_claim
 from tfkube.server.core.tables import Artifact, Job, JobEvent, JobMetric, Team
