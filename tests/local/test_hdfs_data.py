@@ -10,10 +10,13 @@ shell command, no TensorFlow (tests/tf/test_data_sources.py trains from a store)
 from __future__ import annotations
 
 import hashlib
+import http.server
+import ipaddress
 import os
 import socket
 import subprocess
 import sys
+import threading
 import urllib.parse
 import urllib.request
 import uuid
@@ -23,6 +26,7 @@ from typing import Any
 import pytest
 
 from local.test_data_sources import everything_written
+from tfkube.engines._webhdfs import HdfsError, WebHdfs
 from tfkube.engines.local import LocalBackend
 from tfkube.engines.local._store import JobDir, JobRecord
 from tfkube.engines.local._supervisor import spawn
@@ -220,3 +224,52 @@ def test_a_file_gone_mid_staging_ends_the_job_with_the_reason(
     assert f"{hdfs_store.uri}{root}" in (view.message or "")
     assert "does not exist" in (view.message or "")
     assert all(r.started_at is None for r in record(backend, "gone").replicas)
+
+
+def test_a_servers_job_reads_only_from_hosts_its_fetch_policy_allows(
+    hdfs_store: Any, reader: None, tfkube_home: Path, tmp_path: Path
+) -> None:
+    """A server's team backend (`fetch_allowed`, its --allow-fetch-from) judges the
+    NameNode and every DataNode it redirects to: loopback refused unless allowed."""
+    root = put_tree(hdfs_store, {"x.bin": b"x" * 100})
+    strict = LocalBackend(tfkube_home / "strict", cache=tmp_path / "cache", fetch_allowed=())
+    with pytest.raises(SpecError, match="does not fetch from") as caught:
+        strict.submit(hdfs_job("strict", hdfs_store, root), tmp_path)
+    assert [e.field for e in caught.value.errors] == ["spec.storage.data.source"]
+    assert strict.list() == []
+    allowed = LocalBackend(
+        tfkube_home / "allowed", cache=tmp_path / "cache", fetch_allowed=("127.0.0.1/32",)
+    )
+    allowed.submit(hdfs_job("allowed", hdfs_store, root), tmp_path)
+    view = allowed.wait("allowed", timeout=60)
+    assert view.phase is JobPhase.SUCCEEDED, view.message
+    # A NameNode that redirects a read to an address not allowed: refused before any
+    # connection to it (127.0.0.2 is loopback, outside 127.0.0.1/32).
+    redirected: list[str] = []
+
+    class Redirect(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            redirected.append(self.path)
+            self.send_response(307)
+            self.send_header("Location", "http://127.0.0.2:9/webhdfs/v1/x?op=OPEN")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *_args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}/webhdfs/v1"
+        client = WebHdfs(base, USER, (ipaddress.ip_network("127.0.0.1/32"),))
+        with pytest.raises(HdfsError, match=r"127\.0\.0\.2 is an address") as refusal:
+            client.open("/x")
+        assert refusal.value.kind == "refused"
+        assert redirected
+        assert USER not in str(refusal.value)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

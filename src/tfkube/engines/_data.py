@@ -32,6 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from tfkube.engines._webhdfs import HdfsError, WebHdfs
+from tfkube.netguard import IPNetwork
 from tfkube.spec import DataSource, HdfsSource, S3Source, ShardRule, shard_of
 
 MiB = 1024 * 1024
@@ -263,14 +264,19 @@ def progress_text(done: int, total: int, elapsed: float) -> str:
 # -- the store (boto3) ----------------------------------------------------------------------
 
 
-def open_store(store: StoreRef, credentials: Credentials | None) -> Any:
+def open_store(
+    store: StoreRef,
+    credentials: Credentials | None,
+    allowed: tuple[IPNetwork, ...] | None = None,
+) -> Any:
     """A client for the store: WebHDFS for HDFS (with the user, when given), else a boto3
     S3 client. Without credentials boto3's own chain applies (its environment, ~/.aws). Few
     retries and short connect timeouts: an unreachable store is reported in seconds, not
-    retried forever."""
+    retried forever. `allowed`: a server's team job, whose NameNode and DataNodes are
+    judged by the server's fetch policy (`_webhdfs.judge`)."""
     if isinstance(store.source, HdfsSource):
         user = credentials.user if isinstance(credentials, HdfsCredentials) else None
-        return WebHdfs(store.source.webhdfs_url(store.endpoint), user)
+        return WebHdfs(store.source.webhdfs_url(store.endpoint), user, allowed)
     if isinstance(credentials, HdfsCredentials):
         credentials = None
     try:
@@ -350,12 +356,15 @@ def _why(exc: Exception, store: StoreRef, credentials_from: str = LOCAL_CREDENTI
 
 
 def check_source(
-    store: StoreRef, credentials: Credentials, credentials_from: str
+    store: StoreRef,
+    credentials: Credentials,
+    credentials_from: str,
+    allowed: tuple[IPNetwork, ...] | None = None,
 ) -> list[RemoteObject]:
     """Whether a source can be staged, asked of the store now (a server's submit): its
     listing, or DataSourceError naming the source and, on refused credentials,
     `credentials_from` (where they came from)."""
-    return list_objects(open_store(store, credentials), store, credentials_from)
+    return list_objects(open_store(store, credentials, allowed), store, credentials_from)
 
 
 def list_objects(

@@ -8,16 +8,27 @@ and nothing more (docs/architecture.md, "Data sources", says why not a PyPI clie
 Simple authentication: `user.name` on every request when a user is given (HADOOP_USER_NAME
 or the job's credentials). The user travels in the query string only: an error never
 quotes a URL, so it never reaches a log, an event or the status.
+
+A server's team job gives `allowed` (the server's `--allow-fetch-from` ranges): then every
+host asked, the NameNode and each DataNode it redirects to, is resolved and judged by
+`tfkube.netguard.refused` before any connection, so a member's NameNode cannot point the
+server at its own loopback services or private network. (The name is resolved again when
+urllib connects: a rebinding DNS name could answer differently, as for an S3 endpoint.)
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import socket
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
+
+from tfkube.netguard import IPNetwork, refused
 
 CONNECT_TIMEOUT = 5.0
 """The NameNode not answering within this is "unreachable" (urllib has one timeout for
@@ -43,11 +54,55 @@ class HdfsFile:
     """Milliseconds since the epoch, as the NameNode keeps it."""
 
 
+REFUSED = (
+    "is an address this server does not fetch from for a team (loopback, link-local or "
+    "private, unless an administrator allows its range: --allow-fetch-from), or it does "
+    "not resolve"
+)
+
+
+def judge(url: str, allowed: Sequence[IPNetwork]) -> None:
+    """HdfsError("refused") unless every address of the URL's host may be fetched from."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        found = socket.getaddrinfo(host, parts.port or 80, type=socket.SOCK_STREAM)
+        addresses = {ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in found}
+    except (OSError, UnicodeError, ValueError):
+        addresses = set()
+    if not addresses or any(refused(a, allowed) for a in addresses):
+        raise HdfsError("refused", f"WebHDFS's host {host} {REFUSED}")
+
+
+class _Guarded(urllib.request.HTTPRedirectHandler):
+    """Follows a redirect (the NameNode's to a DataNode) only to a host `judge` allows."""
+
+    def __init__(self, allowed: Sequence[IPNetwork]) -> None:
+        self.allowed = allowed
+
+    def redirect_request(
+        self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> urllib.request.Request | None:
+        try:
+            judge(newurl, self.allowed)
+        except HdfsError:
+            fp.close()  # the NameNode's answer, not followed
+            raise
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
 @dataclass
 class WebHdfs:
     base: str
     """`http://namenode:9870/webhdfs/v1`."""
     user: str | None = field(default=None, repr=False)
+    allowed: tuple[IPNetwork, ...] | None = None
+    """A server's team job: the ranges allowed beside public addresses (every host asked
+    is judged); None (`tfkube run`): the user's own machine, nothing judged."""
+
+    def __post_init__(self) -> None:
+        handlers = [] if self.allowed is None else [_Guarded(self.allowed)]
+        self._opener = urllib.request.build_opener(*handlers)
 
     def _url(self, path: str, op: str, **params: str) -> str:
         query = {"op": op, **params}
@@ -56,8 +111,10 @@ class WebHdfs:
         return f"{self.base}{urllib.parse.quote(path)}?{urllib.parse.urlencode(query)}"
 
     def _get(self, path: str, op: str, timeout: float, **params: str) -> Any:
+        if self.allowed is not None:
+            judge(self.base, self.allowed)
         try:
-            return urllib.request.urlopen(self._url(path, op, **params), timeout=timeout)
+            return self._opener.open(self._url(path, op, **params), timeout=timeout)
         except urllib.error.HTTPError as exc:
             raise _refusal(exc, path) from None
         except (urllib.error.URLError, OSError) as exc:

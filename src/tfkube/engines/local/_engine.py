@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import ipaddress
 import json
 import os
 import shutil
@@ -161,17 +162,22 @@ class LocalBackend:
         cache: Path | None = None,
         spawner: Callable[[JobDir, bool], None] = spawn,
         tenant: TenantIsolation | None = None,
+        fetch_allowed: tuple[str, ...] | None = None,
     ) -> None:
         """`fork_supervisor`: start supervisors by forking this process (see `spawn`);
         only for single-threaded callers such as the CLI. `cache`: where the jobs'
         Python environments are kept (default `tfkube_cache()`). `spawner`: what starts
         a supervisor (a seam for tests that interrupt the start). `tenant`: run every
-        replica confined, as this team's OS user (root only; see `_sandbox.py`)."""
+        replica confined, as this team's OS user (root only; see `_sandbox.py`).
+        `fetch_allowed`: a server's team backend: the ranges (CIDRs) its data sources'
+        hosts may lie in beside public ones (`--allow-fetch-from`; a NameNode's redirects
+        are judged by them); None: `tfkube run`, the user's own, nothing judged."""
         self.home = home or tfkube_home()
         self.fork_supervisor = fork_supervisor
         self.cache = cache or tfkube_cache()
         self.spawner = spawner
         self.tenant = tenant
+        self.fetch_allowed = fetch_allowed
         self.submitted: builtins.list[str] = []
         """Names of the jobs this object started, in order (for a caller that must stop
         them on Ctrl-C: the name alone could be another job's after a replace)."""
@@ -341,8 +347,11 @@ class LocalBackend:
             credentials = credentials or hdfs_user_from_env(os.environ)
         else:
             credentials = credentials or credentials_from_env(os.environ)
+        allowed = None
+        if self.fetch_allowed is not None:
+            allowed = tuple(ipaddress.ip_network(n, strict=False) for n in self.fetch_allowed)
         try:
-            objects = list_objects(open_store(store, credentials), store)
+            objects = list_objects(open_store(store, credentials, allowed), store)
         except DataSourceError as exc:
             raise SpecError(
                 [FieldError("spec.storage.data.source", f"{exc}; nothing was started")],
@@ -357,6 +366,7 @@ class LocalBackend:
                     # content: no team's job is shown another team's cached objects.
                     "cache": str(self.cache / "data" / self._cache_owner()),
                     "shard": data.shard,
+                    "allowed": None if allowed is None else [str(n) for n in allowed],
                 }
             )
         )

@@ -25,6 +25,7 @@ reason, before any replica starts.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import select
@@ -308,8 +309,13 @@ class Supervisor:
             return bool(self.stop_reason) or self.dir.stop_requested.exists()
 
         try:
+            allowed = listing.get("allowed")
             result = stage(
-                open_store(store, self.data_credentials),
+                open_store(
+                    store,
+                    self.data_credentials,
+                    None if allowed is None else tuple(ipaddress.ip_network(n) for n in allowed),
+                ),
                 store,
                 objects,
                 Path(listing["cache"]),
