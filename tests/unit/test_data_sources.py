@@ -245,11 +245,26 @@ def test_through_the_server_a_source_names_its_team_secret() -> None:
     # An engine that does not stage sources (a cluster) refuses the source itself.
     refused = server_problems(named, data_sources=False)
     assert [p.field for p in refused] == ["spec.storage.data.source"]
-    # HDFS through a server: refused by name until DataNode redirects meet the fetch policy.
-    hdfs = job_with({"source": "hdfs://nn:8020/d", "credentials": "store-keys"})
-    problems = server_problems(hdfs)
-    assert [p.field for p in problems] == ["spec.storage.data.source"]
-    assert "tfkube run" in problems[0].message
+    # HDFS alike: the team's secret holds the user it reads as.
+    hdfs = job_with({"source": "hdfs://nn:8020/d"})
+    assert [p.field for p in server_problems(hdfs)] == ["spec.storage.data.credentials"]
+    assert server_problems(job_with({"source": "hdfs://nn:8020/d", "credentials": "u"})) == []
+
+
+def test_a_secret_of_the_wrong_kind_is_named() -> None:
+    from tfkube.engines import S3Credentials, credentials_problem
+    from tfkube.server.team_secrets import value_problems
+
+    hdfs, s3 = parse_source("hdfs://nn:8020/d"), parse_source("s3://bkt/p")
+    keys, user = S3Credentials("AK", "SK"), HdfsCredentials("alice")
+    assert credentials_problem(hdfs, user) is None
+    assert credentials_problem(s3, keys) is None
+    assert "hadoop_user_name" in (credentials_problem(hdfs, keys) or "")
+    assert "access keys" in (credentials_problem(s3, user) or "")
+    assert value_problems("hdfs-user", "", "", "alice") == []
+    assert [f for f, _m in value_problems("x-y", "AK", "", "alice")] == ["hadoop_user_name"]
+    assert [f for f, _m in value_problems("x-y", "", "", " ")] == ["hadoop_user_name"]
+    assert [f for f, _m in value_problems("x-y", "AK", "", None)] == ["secret_access_key"]
 
 
 def test_a_secret_name_is_checked_and_goes_with_a_source() -> None:

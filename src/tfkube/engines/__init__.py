@@ -24,6 +24,8 @@ from tfkube.engines._data import (
     S3Credentials,
     StoreRef,
     check_source,
+    credentials_from_json,
+    credentials_problem,
     parse_credentials,
 )
 from tfkube.engines._open import KINDS, EngineSettings, open_engine
@@ -79,6 +81,8 @@ __all__ = [
     "WorkloadStatus",
     "admission_refusals",
     "check_source",
+    "credentials_from_json",
+    "credentials_problem",
     "open_engine",
     "parse_credentials",
     "prepare_artifact",

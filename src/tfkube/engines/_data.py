@@ -92,6 +92,15 @@ def credentials_from_json(data: Mapping[str, Any]) -> Credentials:
     return S3Credentials.from_json(data)
 
 
+def credentials_problem(source: DataSource, credentials: Credentials | None) -> str | None:
+    """Why these credentials do not fit the source's store (pure), or None."""
+    if isinstance(source, HdfsSource) and isinstance(credentials, S3Credentials):
+        return "it holds S3 keys; an hdfs:// source needs an HDFS user (hadoop_user_name)"
+    if isinstance(source, S3Source) and isinstance(credentials, HdfsCredentials):
+        return "it holds an HDFS user; an s3:// source needs the store's access keys"
+    return None
+
+
 def hdfs_user_from_env(environ: Mapping[str, str]) -> HdfsCredentials | None:
     """HADOOP_USER_NAME (Hadoop's own variable for simple authentication), or None."""
     user = environ.get("HADOOP_USER_NAME")

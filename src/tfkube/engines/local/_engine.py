@@ -41,6 +41,7 @@ from tfkube.engines._data import (
     DataSourceError,
     StoreRef,
     credentials_from_env,
+    credentials_problem,
     hdfs_user_from_env,
     list_objects,
     open_store,
@@ -340,6 +341,12 @@ class LocalBackend:
                         "in credentials",
                     )
                 ],
+                f"job {job.name!r}",
+            )
+        mismatch = credentials_problem(source, credentials)
+        if mismatch:
+            raise SpecError(
+                [FieldError("spec.storage.data.credentials", f"the credentials given: {mismatch}")],
                 f"job {job.name!r}",
             )
         store = StoreRef(source, data.endpoint, data.region)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tfkube.spec import FieldError, HdfsSource, JobForm, TFJob, form_job
+from tfkube.spec import FieldError, JobForm, TFJob, form_job
 
 ARTIFACT_SCHEME = "artifact:"
 _REF = re.compile(r"^(?P<name>[a-z0-9]([-a-z0-9_.]{0,62}[a-z0-9])?)(?::(?P<version>[1-9][0-9]*))?$")
@@ -80,16 +80,6 @@ def server_problems(job: TFJob, data_sources: bool = True) -> list[FieldError]:
                 "spec.storage.data.source",
                 "this server's engine does not stage data sources yet (the local engine "
                 "does); upload the data as a data set, or use a claim",
-            )
-        )
-    elif isinstance(data.parsed_source, HdfsSource):
-        problems.append(
-            FieldError(
-                "spec.storage.data.source",
-                "a server does not stage hdfs:// sources yet (a NameNode redirects every "
-                "read to a DataNode it names, and those addresses are not yet held to the "
-                "server's fetch policy); run it with `tfkube run`, or copy the data to an "
-                "S3-compatible store",
             )
         )
     elif data.source is not None and data.credentials is None:
