@@ -158,8 +158,12 @@ def test_an_hdfs_source_is_a_namenode_and_a_path_read_over_webhdfs() -> None:
 def test_the_hdfs_cache_key_is_namenode_path_length_and_modification_time() -> None:
     store = StoreRef(HdfsSource("nn", 8020, "/d"), "http://127.0.0.1:9870")
     obj = RemoteObject("/d/x.bin", 10, "mtime:1700000000000", 1700000000.0)
-    # The WebHDFS address is not the data's name: another gateway, the same key.
-    assert cache_key(store, obj) == cache_key(StoreRef(HdfsSource("nn", 8020, "/d")), obj)
+    assert cache_key(store, obj) == cache_key(
+        StoreRef(HdfsSource("nn", 8020, "/d"), "http://127.0.0.1:9870"), obj
+    )
+    # Another WebHDFS address is another key: a gateway of one's own answering for the
+    # NameNode's name never fills the cache for the real one.
+    assert cache_key(store, obj) != cache_key(StoreRef(HdfsSource("nn", 8020, "/d")), obj)
     changed = [
         RemoteObject("/d/x.bin", 10, "mtime:1700000000001", 1700000000.0),  # rewritten
         RemoteObject("/d/x.bin", 11, "mtime:1700000000000", 1700000000.0),

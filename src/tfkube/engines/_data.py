@@ -200,11 +200,14 @@ class StoreRef:
 def cache_key(store: StoreRef, obj: RemoteObject) -> str:
     """The cache's name for one object's content: the same store, bucket, key, ETag and size
     are the same bytes (an S3 ETag changes with every new content of a key). HDFS: the
-    NameNode (its RPC address, the name HDFS users know it by), the file's path, its
-    length and modificationTime (in `etag`; docs/architecture.md says why no checksum)."""
+    NameNode (its RPC address) and the WebHDFS address the bytes came from (as an S3
+    endpoint is: a member's own gateway answering for a NameNode's name never fills the
+    cache for the real one), the file's path, its length and modificationTime (in
+    `etag`; docs/architecture.md says why no checksum)."""
     src = store.source
     if isinstance(src, HdfsSource):
-        ident = "\0".join(["hdfs", f"{src.host}:{src.port}", obj.key, obj.etag, str(obj.size)])
+        where = [f"hdfs://{src.host}:{src.port}", src.webhdfs_url(store.endpoint)]
+        ident = "\0".join([*where, obj.key, obj.etag, str(obj.size)])
     else:
         ident = "\0".join([store.endpoint or "aws", src.bucket, obj.key, obj.etag, str(obj.size)])
     return hashlib.sha256(ident.encode()).hexdigest()
