@@ -249,10 +249,10 @@ def test_the_cli_takes_the_source_and_a_credentials_file(
     assert f"s3://{bucket}/nope" in bad.stderr
     assert "spec.storage.data.source" in bad.stderr
     # A bad flag names the flag.
-    flag = tfkube("run", str(job_file), "--data", "hdfs://nn:8020/x", env=env)
+    flag = tfkube("run", str(job_file), "--data", "hdfs://nn/x", env=env)
     assert flag.returncode == 2
     assert "--data: " in flag.stderr
-    assert "HDFS" in flag.stderr
+    assert "hdfs://namenode:port/path" in flag.stderr
     # Good: the job runs on the staged data; the credentials file was the only source.
     good = tfkube(
         "run", str(job_file), "--data", f"s3://{bucket}/ds", "--data-endpoint",
@@ -333,3 +333,35 @@ def test_a_store_gone_before_staging_ends_the_job_with_the_reason(
     assert "cannot be reached" in (view.message or "")
     assert all(r.restarts == 0 and r.exit_code is None for r in view.replicas)
     assert not any(e.message.startswith("started ") for e in backend.events("gone"))
+
+
+def test_with_the_shard_rule_each_worker_gets_only_its_objects(
+    s3_store: S3Store,
+    dataset: tuple[str, dict[str, bytes]],
+    tfkube_home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`shard: byWorker`: worker i of n sees `sorted(objects)[i::n]` at its own
+    TFKUBE_DATA_DIR (tests/local/test_hdfs_data.py does the same for HDFS, with a PS)."""
+    bucket, objects = dataset
+    for key, value in s3_store.env.items():
+        monkeypatch.setenv(key, value)
+    raw = raw_job("shards", {"source": f"s3://{bucket}/ds", "endpoint": s3_store.endpoint})
+    raw["spec"]["storage"]["data"]["shard"] = "byWorker"
+    del raw["spec"]["code"]
+    lister = 'cd "$TFKUBE_DATA_DIR" && pwd && find . -type f | sort'
+    raw["spec"]["replicas"]["worker"]["command"] = ["sh", "-c", lister]
+    backend = LocalBackend(tfkube_home, cache=tmp_path / "cache")
+    backend.submit(parse_job(raw), tmp_path)
+    view = backend.wait("shards", timeout=120)
+    assert view.phase is JobPhase.SUCCEEDED, view.message
+    data = record(backend, "shards").data
+    assert data is not None
+    for i, key in enumerate(["ds/a.bin", "ds/sub/b.txt"]):
+        log = list(backend.logs("shards", f"worker-{i}"))
+        assert any(line.endswith(f"/data/worker-{i}") for line in log), log
+        assert [line for line in log if line.startswith("./")] == ["./" + key.removeprefix("ds/")]
+        share = data.shares[f"worker-{i}"]
+        size = len(objects[key])
+        assert (share.files, share.bytes, share.fetched_bytes) == (1, size, size)

@@ -12,16 +12,30 @@ import pytest
 
 from tfkube.engines._data import (
     GiB,
+    HdfsCredentials,
     MiB,
     RemoteObject,
     StoreRef,
     cache_key,
+    credentials_from_json,
+    object_path,
     parse_credentials,
+    placements,
     progress_text,
     relative_path,
 )
 from tfkube.server.jobs.forms import server_problems
-from tfkube.spec import FieldError, S3Source, SpecError, TFJob, dump_job, parse_job, parse_source
+from tfkube.spec import (
+    FieldError,
+    HdfsSource,
+    S3Source,
+    SpecError,
+    TFJob,
+    dump_job,
+    parse_job,
+    parse_source,
+    shard_of,
+)
 
 
 def job_with(data: dict[str, Any]) -> TFJob:
@@ -54,7 +68,12 @@ def test_an_s3_source_with_its_endpoint_is_a_job_field() -> None:
 @pytest.mark.parametrize(
     ("data", "field", "says"),
     [
-        ({"source": "hdfs://nn:8020/data"}, "spec.storage.data.source", "HDFS"),
+        ({"source": "hdfs://nn/data"}, "spec.storage.data.source", "hdfs://namenode:port"),
+        ({"source": "hdfs://nn:8020/a/../b"}, "spec.storage.data.source", "plain"),
+        ({"source": "hdfs://nn:8020"}, "spec.storage.data.source", "absolute"),
+        ({"source": "hdfs://nn:8020/d", "region": "us-east-1"}, "spec.storage.data", "S3"),
+        ({"source": "s3://bkt/p", "shard": "byRow"}, "spec.storage.data.shard", "byWorker"),
+        ({"shard": "byWorker"}, "spec.storage.data", "goes with source"),
         ({"source": "gs://b/p"}, "spec.storage.data.source", "s3://bucket/prefix"),
         ({"source": "s3://Bad_Bucket/p"}, "spec.storage.data.source", "bucket name"),
         ({"source": "s3://bucket/../etc"}, "spec.storage.data.source", "plain prefix"),
@@ -119,6 +138,91 @@ def test_the_cache_key_is_the_content_not_the_job() -> None:
     )
 
 
+def test_an_hdfs_source_is_a_namenode_and_a_path_read_over_webhdfs() -> None:
+    job = job_with({"source": "hdfs://nn.example:8020/data/train/", "shard": "byWorker"})
+    data = job.spec.storage.data
+    assert data.parsed_source == HdfsSource("nn.example", 8020, "/data/train")
+    assert (data.s3, data.shard) == (None, "byWorker")
+    assert str(data.parsed_source) == "hdfs://nn.example:8020/data/train"
+    assert parse_source("hdfs://[::1]:9000/").path == "/"  # type: ignore[union-attr]
+    source = HdfsSource("nn", 8020, "/d")
+    assert source.webhdfs_url(None) == "http://nn:9870/webhdfs/v1"
+    assert source.webhdfs_url("https://gw:8443") == "https://gw:8443/webhdfs/v1"
+    store = StoreRef(source, "http://127.0.0.1:9870")
+    assert StoreRef.from_json(store.to_json()) == store
+    assert StoreRef.from_json(StoreRef(S3Source("b", "p/")).to_json()) == StoreRef(
+        S3Source("b", "p/")
+    )
+
+
+def test_the_hdfs_cache_key_is_namenode_path_length_and_modification_time() -> None:
+    store = StoreRef(HdfsSource("nn", 8020, "/d"), "http://127.0.0.1:9870")
+    obj = RemoteObject("/d/x.bin", 10, "mtime:1700000000000", 1700000000.0)
+    assert cache_key(store, obj) == cache_key(
+        StoreRef(HdfsSource("nn", 8020, "/d"), "http://127.0.0.1:9870"), obj
+    )
+    # Another WebHDFS address is another key: a gateway of one's own answering for the
+    # NameNode's name never fills the cache for the real one.
+    assert cache_key(store, obj) != cache_key(StoreRef(HdfsSource("nn", 8020, "/d")), obj)
+    changed = [
+        RemoteObject("/d/x.bin", 10, "mtime:1700000000001", 1700000000.0),  # rewritten
+        RemoteObject("/d/x.bin", 11, "mtime:1700000000000", 1700000000.0),
+        RemoteObject("/d/y.bin", 10, "mtime:1700000000000", 1700000000.0),
+    ]
+    assert len({cache_key(store, o) for o in [obj, *changed]}) == 4
+    other = StoreRef(HdfsSource("nn2", 8020, "/d"))
+    assert cache_key(other, obj) != cache_key(store, obj)
+    assert object_path(store, "/d/sub/x.bin") == PurePosixPath("sub/x.bin")
+    one_file = StoreRef(HdfsSource("nn", 8020, "/d/x.bin"))
+    assert object_path(one_file, "/d/x.bin") == PurePosixPath("x.bin")
+
+
+def test_worker_i_of_n_gets_every_nth_file_by_name() -> None:
+    files = ["e", "a", "d", "c", "b"]
+    assert shard_of(files, None, "worker", 1, 2) == ["a", "b", "c", "d", "e"]
+    assert shard_of(files, "byWorker", "worker", 0, 2) == ["a", "c", "e"]
+    assert shard_of(files, "byWorker", "worker", 1, 2) == ["b", "d"]
+    assert shard_of(files, "byWorker", "worker", 4, 5) == ["e"]
+    assert shard_of(files, "byWorker", "worker", 2, 6) == ["c"]
+    assert shard_of(files, "byWorker", "worker", 5, 6) == []  # more workers than files
+    assert shard_of(files, "byWorker", "ps", 0, 2) == []
+    assert shard_of(files, "byWorker", "chief", 0, 2) == sorted(files)
+    assert shard_of(files, "byWorker", "evaluator", 0, 2) == sorted(files)
+    # Every file goes to exactly one worker.
+    for n in range(1, 7):
+        shards = [shard_of(files, "byWorker", "worker", i, n) for i in range(n)]
+        assert sorted(f for shard in shards for f in shard) == sorted(files)
+
+
+def test_placements_give_each_replica_its_shard_of_s3_and_hdfs_alike() -> None:
+    s3 = StoreRef(S3Source("b", "p/"))
+    objects = [RemoteObject(f"p/{n}", 1, "e", 0.0) for n in ("b/2", "a", "b/1")]
+    assert placements(objects, s3, None, [("worker", 0)], 1) == {"": objects}
+    laid = placements(objects, s3, "byWorker", [("worker", 0), ("worker", 1), ("ps", 0)], 2)
+    assert {k: [o.key for o in v] for k, v in laid.items()} == {
+        "worker-0": ["p/a", "p/b/2"],
+        "worker-1": ["p/b/1"],
+        "ps-0": [],
+    }
+    hdfs = StoreRef(HdfsSource("nn", 8020, "/d"))
+    files = [RemoteObject(f"/d/{n}", 1, "mtime:1", 0.0) for n in ("x", "y", "z")]
+    laid = placements(files, hdfs, "byWorker", [("chief", 0), ("worker", 0), ("worker", 1)], 2)
+    assert {k: [o.key for o in v] for k, v in laid.items()} == {
+        "chief-0": ["/d/x", "/d/y", "/d/z"],
+        "worker-0": ["/d/x", "/d/z"],
+        "worker-1": ["/d/y"],
+    }
+
+
+def test_an_hdfs_user_comes_from_a_file_or_the_credentials_json() -> None:
+    user = parse_credentials("HADOOP_USER_NAME=alice\n", "creds")
+    assert user == HdfsCredentials("alice")
+    assert "alice" not in repr(user)
+    assert credentials_from_json(user.to_json()) == user
+    s3 = parse_credentials("aws_access_key_id = AK\naws_secret_access_key = SK\n", "c")
+    assert credentials_from_json(s3.to_json()) == s3
+
+
 def test_objects_land_below_the_data_folder_only() -> None:
     assert relative_path("p/", "p/a/b.npz") == PurePosixPath("a/b.npz")
     assert relative_path("p/", "p/dir/") is None  # a folder marker
@@ -145,6 +249,26 @@ def test_through_the_server_a_source_names_its_team_secret() -> None:
     # An engine that does not stage sources (a cluster) refuses the source itself.
     refused = server_problems(named, data_sources=False)
     assert [p.field for p in refused] == ["spec.storage.data.source"]
+    # HDFS alike: the team's secret holds the user it reads as.
+    hdfs = job_with({"source": "hdfs://nn:8020/d"})
+    assert [p.field for p in server_problems(hdfs)] == ["spec.storage.data.credentials"]
+    assert server_problems(job_with({"source": "hdfs://nn:8020/d", "credentials": "u"})) == []
+
+
+def test_a_secret_of_the_wrong_kind_is_named() -> None:
+    from tfkube.engines import S3Credentials, credentials_problem
+    from tfkube.server.team_secrets import value_problems
+
+    hdfs, s3 = parse_source("hdfs://nn:8020/d"), parse_source("s3://bkt/p")
+    keys, user = S3Credentials("AK", "SK"), HdfsCredentials("alice")
+    assert credentials_problem(hdfs, user) is None
+    assert credentials_problem(s3, keys) is None
+    assert "hadoop_user_name" in (credentials_problem(hdfs, keys) or "")
+    assert "access keys" in (credentials_problem(s3, user) or "")
+    assert value_problems("hdfs-user", "", "", "alice") == []
+    assert [f for f, _m in value_problems("x-y", "AK", "", "alice")] == ["hadoop_user_name"]
+    assert [f for f, _m in value_problems("x-y", "", "", " ")] == ["hadoop_user_name"]
+    assert [f for f, _m in value_problems("x-y", "AK", "", None)] == ["secret_access_key"]
 
 
 def test_a_secret_name_is_checked_and_goes_with_a_source() -> None:

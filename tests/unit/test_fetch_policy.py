@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tfkube.server.core.fetch import FetchPolicy, refused, verdict
+from tfkube.netguard import refused
+from tfkube.server.core.fetch import FetchPolicy, verdict
 from tfkube.server.core.forwarded import parse_networks
 
 REFUSED = [

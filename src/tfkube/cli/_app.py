@@ -29,10 +29,10 @@ from tfkube.cli._display import job_panel, jobs_table, summary
 from tfkube.cli._lifetime import describe, exit_code, foreground, run_service, stop_then_exit
 from tfkube.engines import (
     Backend,
+    Credentials,
     JobExists,
     JobNotFound,
     JobView,
-    S3Credentials,
     parse_credentials,
 )
 from tfkube.engines.local import LocalBackend
@@ -206,14 +206,17 @@ def _job_from_args(job_file: Path | None, quick: dict[str, Any]) -> tuple[TFJob,
 _DATA_FLAGS = {
     "spec.storage.data.source": "--data",
     "spec.storage.data.endpoint": "--data-endpoint",
+    "spec.storage.data.shard": "--data-shard",
     "spec.storage.data": "--data",
 }
 
 
-def _with_data(job: TFJob, source: str | None, endpoint: str | None) -> TFJob:
-    """The job with `--data`/`--data-endpoint` as its data source (checked as in a job
-    file; errors name the flags)."""
-    if source is None and endpoint is None:
+def _with_data(
+    job: TFJob, source: str | None, endpoint: str | None, shard: str | None = None
+) -> TFJob:
+    """The job with `--data`/`--data-endpoint`/`--data-shard` as its data source (checked
+    as in a job file; errors name the flags)."""
+    if source is None and endpoint is None and shard is None:
         return job
     raw = job.model_dump(mode="json", by_alias=True, exclude_none=True)
     data = raw["spec"].setdefault("storage", {}).setdefault("data", {})
@@ -221,6 +224,8 @@ def _with_data(job: TFJob, source: str | None, endpoint: str | None) -> TFJob:
         data["source"] = source
     if endpoint is not None:
         data["endpoint"] = endpoint
+    if shard is not None:
+        data["shard"] = shard
     try:
         return parse_job(raw, "command line")
     except SpecError as exc:
@@ -228,7 +233,7 @@ def _with_data(job: TFJob, source: str | None, endpoint: str | None) -> TFJob:
         raise SpecError(errors, exc.source) from None
 
 
-def _credentials(path: Path | None) -> S3Credentials | None:
+def _credentials(path: Path | None) -> Credentials | None:
     """`--data-credentials FILE` read (None: the environment's, at submit)."""
     if path is None:
         return None
@@ -282,9 +287,10 @@ DataOpt = Annotated[
     typer.Option(
         "--data",
         "--data-source",
-        metavar="s3://BUCKET/PREFIX",
-        help="Train on the data under this S3 prefix: staged (and cached) before any replica "
-        "starts, read-only at $TFKUBE_DATA_DIR (spec.storage.data.source).",
+        metavar="s3://BUCKET/PREFIX|hdfs://NAMENODE:PORT/PATH",
+        help="Train on the data under this S3 prefix or HDFS path (read over WebHDFS): "
+        "staged (and cached) before any replica starts, read-only at $TFKUBE_DATA_DIR "
+        "(spec.storage.data.source).",
     ),
 ]
 DataEndpointOpt = Annotated[
@@ -292,8 +298,17 @@ DataEndpointOpt = Annotated[
     typer.Option(
         "--data-endpoint",
         metavar="URL",
-        help="The S3-compatible store's URL, e.g. http://127.0.0.1:8333 "
-        "(spec.storage.data.endpoint; default AWS).",
+        help="The S3-compatible store's URL, e.g. http://127.0.0.1:8333 (default AWS), or "
+        "the NameNode's WebHDFS address (default port 9870) (spec.storage.data.endpoint).",
+    ),
+]
+DataShardOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--data-shard",
+        metavar="byWorker",
+        help="Worker i of n gets only every n-th file (by name) of the source, in a folder "
+        "of its own; PS none, chief all (spec.storage.data.shard).",
     ),
 ]
 DataCredentialsOpt = Annotated[
@@ -301,8 +316,9 @@ DataCredentialsOpt = Annotated[
     typer.Option(
         "--data-credentials",
         metavar="FILE",
-        help="The store's credentials (aws_access_key_id, aws_secret_access_key), instead of "
-        "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY; never stored with the job.",
+        help="The store's credentials (aws_access_key_id, aws_secret_access_key; for HDFS "
+        "hadoop_user_name), instead of AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
+        "(HADOOP_USER_NAME); never stored with the job.",
     ),
 ]
 
@@ -327,6 +343,7 @@ def run(
     tensorboard: TensorBoardOpt = False,
     data: DataOpt = None,
     data_endpoint: DataEndpointOpt = None,
+    data_shard: DataShardOpt = None,
     data_credentials: DataCredentialsOpt = None,
     detach: Annotated[
         bool, typer.Option("--detach", "-d", help="Start the job and return at once.")
@@ -367,7 +384,7 @@ def run(
         try:
             try:
                 job, base = _job_from_args(job_file, quick)
-                job = _with_data(job, data, data_endpoint)
+                job = _with_data(job, data, data_endpoint, data_shard)
                 view = backend.submit(
                     job, base, replace=replace, data_credentials=_credentials(data_credentials)
                 )

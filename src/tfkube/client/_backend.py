@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tfkube.client._client import Client, ServerError
-from tfkube.engines import JobEvent, JobExists, JobNotFound, JobView, S3Credentials
+from tfkube.engines import Credentials, JobEvent, JobExists, JobNotFound, JobView
 from tfkube.planner import JobPhase
 from tfkube.spec import FieldError, SpecError, TFJob, parse_job
 from tfkube.wire import JobOut
@@ -64,7 +64,7 @@ class ServerBackend:
         base_dir: Path,
         *,
         code_token: str | None = None,
-        data_credentials: S3Credentials | None = None,
+        data_credentials: Credentials | None = None,
     ) -> JobView:
         """`data_credentials` go unused: a server's job reads with its team's secret
         (`spec.storage.data.credentials`)."""

@@ -18,10 +18,14 @@ from tfkube.engines._base import (
     SubmitDeferred,
 )
 from tfkube.engines._data import (
+    Credentials,
     DataSourceError,
+    HdfsCredentials,
     S3Credentials,
     StoreRef,
     check_source,
+    credentials_from_json,
+    credentials_problem,
     parse_credentials,
 )
 from tfkube.engines._open import KINDS, EngineSettings, open_engine
@@ -50,11 +54,13 @@ __all__ = [
     "ArtifactCopy",
     "Backend",
     "Capacity",
+    "Credentials",
     "DataSourceError",
     "Engine",
     "EngineSettings",
     "Features",
     "Handle",
+    "HdfsCredentials",
     "Health",
     "JobEvent",
     "JobExists",
@@ -75,6 +81,8 @@ __all__ = [
     "WorkloadStatus",
     "admission_refusals",
     "check_source",
+    "credentials_from_json",
+    "credentials_problem",
     "open_engine",
     "parse_credentials",
     "prepare_artifact",

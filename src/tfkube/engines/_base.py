@@ -17,7 +17,7 @@ from tfkube.planner import JobPhase, Replica, settled
 from tfkube.spec import TFJob
 
 if TYPE_CHECKING:
-    from tfkube.engines._data import S3Credentials
+    from tfkube.engines._data import Credentials
 
 
 class JobNotFound(LookupError):
@@ -89,7 +89,7 @@ class Backend(Protocol):
         base_dir: Path,
         *,
         code_token: str | None = None,
-        data_credentials: S3Credentials | None = None,
+        data_credentials: Credentials | None = None,
     ) -> JobView:
         """Check the job fully, then start it. `base_dir` resolves relative paths.
 

@@ -31,7 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from tfkube.spec import S3Source
+from tfkube.engines._webhdfs import HdfsError, WebHdfs
+from tfkube.netguard import IPNetwork
+from tfkube.spec import DataSource, HdfsSource, S3Source, ShardRule, shard_of
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -70,6 +72,41 @@ class S3Credentials:
         )
 
 
+@dataclass(frozen=True)
+class HdfsCredentials:
+    """HDFS simple authentication: the user WebHDFS requests name (`user.name`). Not a
+    secret to HDFS, but who a job reads as: kept like one (never logged or shown)."""
+
+    user: str = field(repr=False)
+
+    def to_json(self) -> dict[str, str]:
+        return {"hadoop_user_name": self.user}
+
+
+Credentials = S3Credentials | HdfsCredentials
+
+
+def credentials_from_json(data: Mapping[str, Any]) -> Credentials:
+    if "hadoop_user_name" in data:
+        return HdfsCredentials(str(data["hadoop_user_name"]))
+    return S3Credentials.from_json(data)
+
+
+def credentials_problem(source: DataSource, credentials: Credentials | None) -> str | None:
+    """Why these credentials do not fit the source's store (pure), or None."""
+    if isinstance(source, HdfsSource) and isinstance(credentials, S3Credentials):
+        return "it holds S3 keys; an hdfs:// source needs an HDFS user (hadoop_user_name)"
+    if isinstance(source, S3Source) and isinstance(credentials, HdfsCredentials):
+        return "it holds an HDFS user; an s3:// source needs the store's access keys"
+    return None
+
+
+def hdfs_user_from_env(environ: Mapping[str, str]) -> HdfsCredentials | None:
+    """HADOOP_USER_NAME (Hadoop's own variable for simple authentication), or None."""
+    user = environ.get("HADOOP_USER_NAME")
+    return HdfsCredentials(user) if user else None
+
+
 def credentials_from_env(environ: Mapping[str, str]) -> S3Credentials | None:
     """AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN), or None."""
     key, secret = environ.get("AWS_ACCESS_KEY_ID"), environ.get("AWS_SECRET_ACCESS_KEY")
@@ -78,12 +115,12 @@ def credentials_from_env(environ: Mapping[str, str]) -> S3Credentials | None:
     return S3Credentials(key, secret, environ.get("AWS_SESSION_TOKEN") or None)
 
 
-def parse_credentials(text: str, where: str) -> S3Credentials:
+def parse_credentials(text: str, where: str) -> Credentials:
     """A credentials file's text (pure): AWS's own format (`[default]` or one section,
     `aws_access_key_id = ...`, `aws_secret_access_key = ...`, optional
     `aws_session_token`), or the same names as plain `NAME=VALUE` lines (upper or lower
-    case, as in an env file). ValueError names the file and what is missing, never a
-    value."""
+    case, as in an env file); for HDFS `hadoop_user_name = ...` alone. ValueError names
+    the file and what is missing, never a value."""
     parser = configparser.ConfigParser(interpolation=None)
     body = text if text.lstrip().startswith("[") else "[default]\n" + text
     try:
@@ -99,8 +136,13 @@ def parse_credentials(text: str, where: str) -> S3Credentials:
         raise ValueError(f"{where} has several profiles and no [default]; keep one")
     values = {k.lower().removeprefix("export "): v.strip() for k, v in parser[name].items()}
     key, secret = values.get("aws_access_key_id"), values.get("aws_secret_access_key")
+    if values.get("hadoop_user_name") and not key and not secret:
+        return HdfsCredentials(values["hadoop_user_name"])
     if not key or not secret:
-        raise ValueError(f"{where} needs both aws_access_key_id and aws_secret_access_key")
+        raise ValueError(
+            f"{where} needs both aws_access_key_id and aws_secret_access_key (or, for "
+            "HDFS, hadoop_user_name)"
+        )
     return S3Credentials(key, secret, values.get("aws_session_token") or None)
 
 
@@ -125,11 +167,14 @@ class RemoteObject:
 class StoreRef:
     """Which store: what the cache key and the client need (no credentials)."""
 
-    source: S3Source
+    source: DataSource
     endpoint: str | None = None
     region: str | None = None
 
     def to_json(self) -> dict[str, Any]:
+        if isinstance(self.source, HdfsSource):
+            where = {"host": self.source.host, "port": self.source.port, "path": self.source.path}
+            return {"kind": "hdfs", **where, "endpoint": self.endpoint}
         return {
             "bucket": self.source.bucket,
             "prefix": self.source.prefix,
@@ -139,6 +184,9 @@ class StoreRef:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StoreRef:
+        if data.get("kind") == "hdfs":
+            source = HdfsSource(str(data["host"]), int(data["port"]), str(data["path"]))
+            return cls(source, data.get("endpoint") or None)
         return cls(
             S3Source(str(data["bucket"]), str(data["prefix"])),
             data.get("endpoint") or None,
@@ -151,11 +199,49 @@ class StoreRef:
 
 def cache_key(store: StoreRef, obj: RemoteObject) -> str:
     """The cache's name for one object's content: the same store, bucket, key, ETag and size
-    are the same bytes (an S3 ETag changes with every new content of a key)."""
-    ident = "\0".join(
-        [store.endpoint or "aws", store.source.bucket, obj.key, obj.etag, str(obj.size)]
-    )
+    are the same bytes (an S3 ETag changes with every new content of a key). HDFS: the
+    NameNode (its RPC address) and the WebHDFS address the bytes came from (as an S3
+    endpoint is: a member's own gateway answering for a NameNode's name never fills the
+    cache for the real one), the file's path, its length and modificationTime (in
+    `etag`; docs/architecture.md says why no checksum)."""
+    src = store.source
+    if isinstance(src, HdfsSource):
+        where = [f"hdfs://{src.host}:{src.port}", src.webhdfs_url(store.endpoint)]
+        ident = "\0".join([*where, obj.key, obj.etag, str(obj.size)])
+    else:
+        ident = "\0".join([store.endpoint or "aws", src.bucket, obj.key, obj.etag, str(obj.size)])
     return hashlib.sha256(ident.encode()).hexdigest()
+
+
+def object_path(store: StoreRef, key: str) -> PurePosixPath | None:
+    """Where an object goes inside the data folder (pure): its key below the source. An
+    HDFS source that is one file: the file's name."""
+    src = store.source
+    if isinstance(src, HdfsSource):
+        if key == src.path:
+            return PurePosixPath(PurePosixPath(key).name)
+        return relative_path(src.path.rstrip("/") + "/", key)
+    return relative_path(src.prefix, key)
+
+
+def placements(
+    objects: Sequence[RemoteObject],
+    store: StoreRef,
+    rule: ShardRule | None,
+    replicas: Sequence[tuple[str, int]],
+    workers: int,
+) -> dict[str, list[RemoteObject]]:
+    """Which objects each folder of the data folder shows (pure). Without a rule one
+    folder, the data folder itself (""), with everything; with one, a folder per replica
+    (its key, "worker-1") with its shard (`tfkube.spec.shard_of`, by the objects' names
+    below the source)."""
+    if rule is None:
+        return {"": list(objects)}
+    by_name = {str(object_path(store, o.key)): o for o in objects}
+    return {
+        f"{role}-{index}": [by_name[n] for n in shard_of(list(by_name), rule, role, index, workers)]
+        for role, index in replicas
+    }
 
 
 def relative_path(prefix: str, key: str) -> PurePosixPath | None:
@@ -190,10 +276,21 @@ def progress_text(done: int, total: int, elapsed: float) -> str:
 # -- the store (boto3) ----------------------------------------------------------------------
 
 
-def open_store(store: StoreRef, credentials: S3Credentials | None) -> Any:
-    """A boto3 S3 client for the store. Without credentials boto3's own chain applies
-    (its environment, ~/.aws). Few retries and short connect timeouts: an unreachable
-    store is reported in seconds, not retried forever."""
+def open_store(
+    store: StoreRef,
+    credentials: Credentials | None,
+    allowed: tuple[IPNetwork, ...] | None = None,
+) -> Any:
+    """A client for the store: WebHDFS for HDFS (with the user, when given), else a boto3
+    S3 client. Without credentials boto3's own chain applies (its environment, ~/.aws). Few
+    retries and short connect timeouts: an unreachable store is reported in seconds, not
+    retried forever. `allowed`: a server's team job, whose NameNode and DataNodes are
+    judged by the server's fetch policy (`_webhdfs.judge`)."""
+    if isinstance(store.source, HdfsSource):
+        user = credentials.user if isinstance(credentials, HdfsCredentials) else None
+        return WebHdfs(store.source.webhdfs_url(store.endpoint), user, allowed)
+    if isinstance(credentials, HdfsCredentials):
+        credentials = None
     try:
         import boto3
         from botocore.config import Config
@@ -229,6 +326,11 @@ LOCAL_CREDENTIALS = "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or the --data-crede
 
 def _why(exc: Exception, store: StoreRef, credentials_from: str = LOCAL_CREDENTIALS) -> str:
     """What the store said, for a person (no credentials in it)."""
+    if isinstance(exc, HdfsError):
+        return str(exc)
+    if isinstance(store.source, HdfsSource):  # a read cut short, a timeout: no boto3 here
+        where = store.source.webhdfs_url(store.endpoint).removesuffix("/webhdfs/v1")
+        return f"reading WebHDFS at {where} failed: {type(exc).__name__}"
     from botocore.exceptions import (
         ClientError,
         EndpointConnectionError,
@@ -249,7 +351,7 @@ def _why(exc: Exception, store: StoreRef, credentials_from: str = LOCAL_CREDENTI
     if isinstance(exc, ClientError):
         code = str(exc.response.get("Error", {}).get("Code", ""))
         if code in ("NoSuchBucket", "404", "NotFound"):
-            return f"bucket {store.source.bucket!r} does not exist at {where}"
+            return f"bucket {getattr(store.source, 'bucket', '')!r} does not exist at {where}"
         if code in (
             "InvalidAccessKeyId",
             "SignatureDoesNotMatch",
@@ -266,12 +368,15 @@ def _why(exc: Exception, store: StoreRef, credentials_from: str = LOCAL_CREDENTI
 
 
 def check_source(
-    store: StoreRef, credentials: S3Credentials, credentials_from: str
+    store: StoreRef,
+    credentials: Credentials,
+    credentials_from: str,
+    allowed: tuple[IPNetwork, ...] | None = None,
 ) -> list[RemoteObject]:
     """Whether a source can be staged, asked of the store now (a server's submit): its
     listing, or DataSourceError naming the source and, on refused credentials,
     `credentials_from` (where they came from)."""
-    return list_objects(open_store(store, credentials), store, credentials_from)
+    return list_objects(open_store(store, credentials, allowed), store, credentials_from)
 
 
 def list_objects(
@@ -280,6 +385,8 @@ def list_objects(
     """Every object under the source (folder markers left out). DataSourceError when the
     store refuses, cannot be reached, or holds nothing there."""
     src = store.source
+    if isinstance(src, HdfsSource):
+        return _list_hdfs(client, store)
     out: list[RemoteObject] = []
     try:
         pages = client.get_paginator("list_objects_v2").paginate(
@@ -316,6 +423,57 @@ def list_objects(
     return out
 
 
+def _list_hdfs(client: WebHdfs, store: StoreRef) -> list[RemoteObject]:
+    """Every file at or below an HDFS source's path: its key is the file's path, `etag`
+    its modificationTime (ms), with its length the cache key's content."""
+    src = store.source
+    try:
+        files = client.walk(src.path, MAX_OBJECTS) if isinstance(src, HdfsSource) else []
+        out = [
+            RemoteObject(
+                key=f.path,
+                size=f.length,
+                etag=f"mtime:{f.modification_time}",
+                mtime=f.modification_time / 1000,
+            )
+            for f in files
+        ]
+        for obj in out:
+            object_path(store, obj.key)  # a name that would leave the folder: refused
+    except HdfsError as exc:
+        raise DataSourceError(f"{src}: {exc}") from None
+    except ValueError as exc:
+        raise DataSourceError(f"{src}: {exc}") from None
+    if not out:
+        raise DataSourceError(f"{src}: nothing there (an empty folder); check the path")
+    return out
+
+
+def _open_object(client: Any, store: StoreRef, obj: RemoteObject) -> tuple[Any, str]:
+    """An object's body (`.read(n)`) and the ETag the store gives now ("" when none)."""
+    if isinstance(store.source, HdfsSource):
+        return client.open(obj.key), ""
+    answer = client.get_object(Bucket=store.source.bucket, Key=obj.key)
+    return answer["Body"], str(answer.get("ETag", "")).strip('"')
+
+
+def _name(store: StoreRef, obj: RemoteObject) -> str:
+    src = store.source
+    if isinstance(src, HdfsSource):
+        return f"hdfs://{src.host}:{src.port}{obj.key}"
+    return f"s3://{src.bucket}/{obj.key}"
+
+
+@dataclass
+class ReplicaShare:
+    """What one folder (a replica's, when sharded) of the data folder shows."""
+
+    files: int = 0
+    bytes: int = 0
+    fetched_bytes: int = 0
+    """Of its files' bytes, those this staging read from the store (not the cache)."""
+
+
 @dataclass
 class StageResult:
     objects: int = 0
@@ -323,6 +481,8 @@ class StageResult:
     fetched_objects: int = 0
     fetched_bytes: int = 0
     """Bytes read from the store (0 when every object was in the cache)."""
+    shares: dict[str, ReplicaShare] = field(default_factory=dict)
+    """By folder ("" unsharded, else the replica's key)."""
 
 
 @dataclass
@@ -365,10 +525,8 @@ def _fetch(
     got = 0
     try:
         try:
-            answer = client.get_object(Bucket=store.source.bucket, Key=obj.key)
-            etag = str(answer.get("ETag", "")).strip('"')
-            body = answer["Body"]
-            with tmp.open("wb") as f:
+            body, etag = _open_object(client, store, obj)
+            with contextlib.closing(body), tmp.open("wb") as f:
                 while chunk := body.read(CHUNK):
                     if cancelled():
                         raise Cancelled
@@ -378,12 +536,10 @@ def _fetch(
         except (Cancelled, DataSourceError):
             raise
         except Exception as exc:
-            raise DataSourceError(
-                f"s3://{store.source.bucket}/{obj.key}: {_why(exc, store)}"
-            ) from None
+            raise DataSourceError(f"{_name(store, obj)}: {_why(exc, store)}") from None
         if got != obj.size or (obj.etag and etag and etag != obj.etag):
             raise DataSourceError(
-                f"s3://{store.source.bucket}/{obj.key} changed while staging "
+                f"{_name(store, obj)} changed while staging "
                 f"({got} bytes, {obj.size} listed); submit the job again"
             )
         tmp.chmod(0o444)
@@ -445,11 +601,15 @@ def stage(
     cancelled: Callable[[], bool] = lambda: False,
     workers: int = DEFAULT_WORKERS,
     progress_every: float = 0.5,
+    layout: Mapping[str, Sequence[RemoteObject]] | None = None,
 ) -> StageResult:
     """Every object into `cache/objects` (what is there already is reused), then shown at
-    `dest` read-only. `on_progress(done, total, result)` is called from this thread at
-    most every `progress_every` seconds and once at the end. Raises DataSourceError (the
-    store failed: its reason) or Cancelled."""
+    `dest` read-only: all of them, or with a `layout` (`placements`) each folder's below
+    `dest` (`objects` then is what any folder shows, each fetched once).
+    `on_progress(done, total, result)` is called from this thread at most every
+    `progress_every` seconds and once at the end. Raises DataSourceError (the store
+    failed: its reason) or Cancelled."""
+    layout = {"": list(objects)} if layout is None else layout
     objects_dir = cache / "objects"
     objects_dir.mkdir(parents=True, exist_ok=True)
     result = StageResult(objects=len(objects), total_bytes=sum(o.size for o in objects))
@@ -486,10 +646,18 @@ def stage(
             raise exc
     if errors:
         raise errors[0]  # type: ignore[misc]
-    for obj, path in placed:
-        rel = relative_path(store.source.prefix, obj.key)
-        assert rel is not None  # folder markers were left out when listing
-        _show(path, dest.joinpath(*rel.parts))
+    cached_at = dict(placed)
+    fetched_keys = {o.key for o, _p in missing}
+    for folder, shown in layout.items():
+        share = result.shares[folder] = ReplicaShare()
+        (dest / folder).mkdir(parents=True, exist_ok=True)
+        for obj in shown:
+            rel = object_path(store, obj.key)
+            assert rel is not None  # folder markers were left out when listing
+            _show(cached_at[obj], dest.joinpath(folder, *rel.parts))
+            share.files += 1
+            share.bytes += obj.size
+            share.fetched_bytes += obj.size if obj.key in fetched_keys else 0
     read_only_tree(dest)
     result.fetched_bytes = counter.fetched
     result.fetched_objects = counter.fetched_objects

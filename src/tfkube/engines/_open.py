@@ -33,6 +33,9 @@ class EngineSettings:
     workload_env: tuple[str, ...] = ()
     """Local: variables of the server's environment its workloads get too (an allow-list:
     never the whole environment, which may hold the database's password)."""
+    fetch_allowed: tuple[str, ...] = ()
+    """Local: the ranges (`--allow-fetch-from`) a team's data source's hosts may lie in
+    beside public addresses (a NameNode's redirects to DataNodes are judged by them)."""
 
 
 def open_engine(settings: EngineSettings) -> Engine:
@@ -41,7 +44,11 @@ def open_engine(settings: EngineSettings) -> Engine:
         from tfkube.engines.local import LocalEngine
 
         return LocalEngine(
-            settings.data_dir, settings.cpus, settings.memory, workload_env=settings.workload_env
+            settings.data_dir,
+            settings.cpus,
+            settings.memory,
+            workload_env=settings.workload_env,
+            fetch_allowed=settings.fetch_allowed,
         )
     if settings.kind == "kubernetes":
         from tfkube.engines.kubernetes import KubernetesEngine

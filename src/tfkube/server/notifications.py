@@ -39,8 +39,9 @@ from urllib.parse import urlsplit
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from tfkube.netguard import IPNetwork, refused
 from tfkube.server.core.config import ServerSettings
-from tfkube.server.core.fetch import IPNetwork, refused, resolve
+from tfkube.server.core.fetch import resolve
 from tfkube.server.core.forwarded import parse_networks
 from tfkube.server.core.tables import Job, Notification, NotificationPrefs, Team
 

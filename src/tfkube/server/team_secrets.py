@@ -1,5 +1,6 @@
-"""Team secrets: a team's named values (a data source's credentials), kept encrypted by
-the server and given only to that team's jobs that name them.
+"""Team secrets: a team's named values (a data source's credentials: an S3 store's keys,
+kind "s3", or the user an HDFS is read as, kind "hdfs"), kept encrypted by the server and
+given only to that team's jobs that name them.
 
     POST /api/v1/teams/{team}/secrets     a team admin stores (or replaces) one
     GET  /api/v1/teams/{team}/secrets     members see names, kinds and times, never values
@@ -29,11 +30,12 @@ from cryptography.fernet import Fernet, InvalidToken
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tfkube.engines import S3Credentials
+from tfkube.engines import Credentials, HdfsCredentials, credentials_from_json
 from tfkube.server.core.tables import Team, TeamSecret
 from tfkube.spec import check_secret_name
 
 KIND_S3 = "s3"
+KIND_HDFS = "hdfs"
 KEY_FILE = "secrets.key"
 MAX_VALUE = 4096
 """Characters of one credential's part: far more than any store's key needs."""
@@ -59,13 +61,13 @@ class SecretBox:
                 out.write(Fernet.generate_key())
         return cls(path.read_bytes().strip())
 
-    def seal(self, credentials: S3Credentials) -> str:
+    def seal(self, credentials: Credentials) -> str:
         return self._fernet.encrypt(json.dumps(credentials.to_json()).encode()).decode()
 
-    def open_value(self, token: str) -> S3Credentials:
+    def open_value(self, token: str) -> Credentials:
         """ValueError when the token was not sealed with this key (a new key file)."""
         try:
-            return S3Credentials.from_json(json.loads(self._fernet.decrypt(token.encode())))
+            return credentials_from_json(json.loads(self._fernet.decrypt(token.encode())))
         except InvalidToken:
             raise ValueError("it cannot be decrypted with this server's secrets.key") from None
 
@@ -80,14 +82,23 @@ class SecretInfo:
     updated_at: float
 
 
-def value_problems(name: object, access_key: object, secret_key: object) -> list[tuple[str, str]]:
-    """Every problem of a secret to store, as (field, message) (pure); never a value."""
+def value_problems(
+    name: object, access_key: object, secret_key: object, hadoop_user: object = None
+) -> list[tuple[str, str]]:
+    """Every problem of a secret to store, as (field, message) (pure); never a value. An
+    HDFS user (`hadoop_user_name`) stands alone; else both S3 keys are needed."""
     problems = []
     try:
         check_secret_name(str(name))
     except ValueError as exc:
         problems.append(("name", str(exc)))
-    for field, value in (("access_key_id", access_key), ("secret_access_key", secret_key)):
+    if hadoop_user is not None:
+        if access_key or secret_key:
+            problems.append(("hadoop_user_name", "an HDFS user alone, or S3 keys alone: not both"))
+        values: tuple[tuple[str, object], ...] = (("hadoop_user_name", hadoop_user),)
+    else:
+        values = (("access_key_id", access_key), ("secret_access_key", secret_key))
+    for field, value in values:
         if not isinstance(value, str) or not value.strip():
             problems.append((field, "give the store's credential (a non-empty string)"))
         elif len(value) > MAX_VALUE or any(ord(c) < 0x20 for c in value):
@@ -128,7 +139,7 @@ def store(
     box: SecretBox,
     team: Team,
     name: str,
-    credentials: S3Credentials,
+    credentials: Credentials,
     user_id: int | None,
 ) -> tuple[SecretInfo, bool]:
     """Store or replace a secret -> (what it is, whether it is new)."""
@@ -138,6 +149,7 @@ def store(
     if row is None:
         row = TeamSecret(team_id=team.id, name=name, kind=KIND_S3, created_at=now)
         db.add(row)
+    row.kind = KIND_HDFS if isinstance(credentials, HdfsCredentials) else KIND_S3
     row.value = box.seal(credentials)
     row.created_by = user_id if created else row.created_by
     row.updated_at = now
@@ -154,7 +166,7 @@ def remove(db: Session, team: Team, name: str) -> bool:
     return True
 
 
-def credentials_for(db: Session, box: SecretBox, team: Team, name: str) -> S3Credentials:
+def credentials_for(db: Session, box: SecretBox, team: Team, name: str) -> Credentials:
     """The job's team's secret `name`, decrypted. LookupError names what is missing (in
     the job's team only: another team's secret of that name is not found)."""
     row = find(db, team, name)

@@ -1,6 +1,14 @@
 """The job format: typed models, defaults, validation, parsing. No I/O."""
 
-from tfkube.spec._data import S3Source, check_secret_name, parse_source
+from tfkube.spec._data import (
+    DataSource,
+    HdfsSource,
+    S3Source,
+    ShardRule,
+    check_secret_name,
+    parse_source,
+    shard_of,
+)
 from tfkube.spec._environment import replica_environment
 from tfkube.spec._errors import FieldError, SpecError, errors_from
 from tfkube.spec._form import FORM_FIELDS, JobForm, form_errors, form_job, read_form
@@ -76,6 +84,7 @@ __all__ = [
     "CodeSpec",
     "ConfigMapKeyRef",
     "Container",
+    "DataSource",
     "DataVolumeSpec",
     "EmptyDir",
     "EnvFromCommand",
@@ -86,6 +95,7 @@ __all__ = [
     "FieldError",
     "FieldRef",
     "GangScheduler",
+    "HdfsSource",
     "JobForm",
     "JobSpec",
     "LimitRangeSpec",
@@ -102,6 +112,7 @@ __all__ = [
     "SchedulingSpec",
     "SecretKeyRef",
     "ServiceType",
+    "ShardRule",
     "SpecError",
     "StallAction",
     "StorageSpec",
@@ -128,4 +139,5 @@ __all__ = [
     "parse_source",
     "read_form",
     "replica_environment",
+    "shard_of",
 ]

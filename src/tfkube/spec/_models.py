@@ -24,7 +24,15 @@ from pydantic import (
 from pydantic.alias_generators import to_camel, to_snake
 
 from tfkube.contract import DEFAULT_ENTRYPOINT, RESERVED_PREFIX, TF_CONFIG
-from tfkube.spec._data import S3Source, check_endpoint, check_secret_name, parse_source
+from tfkube.spec._data import (
+    DataSource,
+    HdfsSource,
+    S3Source,
+    ShardRule,
+    check_endpoint,
+    check_secret_name,
+    parse_source,
+)
 
 API_VERSION = "tfkube.io/v1alpha1"
 KIND = "TFJob"
@@ -692,13 +700,16 @@ class DataVolumeSpec(VolumeSpec):
 
     source: str | None = None
     """Where the data lives: `s3://bucket/prefix` (every object under the prefix, on any
-    S3-compatible store with `endpoint`). Local engine: fetched into a content-keyed cache
-    before any replica starts (a later job with the same data fetches nothing) and shown
-    read-only at TFKUBE_DATA_DIR. Credentials come from the environment
-    (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or `tfkube run --data-credentials FILE`,
-    or, through a server, from the team's secret `credentials` names; never from here."""
+    S3-compatible store with `endpoint`) or `hdfs://namenode:port/path` (the file, or every
+    file below the folder, read over WebHDFS). Local engine: fetched into a content-keyed
+    cache before any replica starts (a later job with the same data fetches nothing) and
+    shown read-only at TFKUBE_DATA_DIR. Credentials come from the environment
+    (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; HADOOP_USER_NAME for HDFS) or `tfkube run
+    --data-credentials FILE`, or, through a server, from the team's secret `credentials`
+    names; never from here."""
     endpoint: str | None = None
-    """The S3-compatible store's URL, e.g. `http://127.0.0.1:8333` (default: AWS)."""
+    """The S3-compatible store's URL, e.g. `http://127.0.0.1:8333` (default: AWS); for
+    HDFS the NameNode's HTTP (WebHDFS) address (default: port 9870 of its host)."""
     region: str | None = None
     """The store's region, when it needs one (default us-east-1)."""
     credentials: str | None = None
@@ -706,6 +717,10 @@ class DataVolumeSpec(VolumeSpec):
     credentials (a team admin stores it: `POST /api/v1/teams/{team}/secrets`). Only the
     name is in the job; `tfkube run` on this machine ignores it (it takes
     --data-credentials or the environment)."""
+    shard: ShardRule | None = None
+    """`byWorker`: worker i of n gets only `sorted(files)[i::n]` of the source (staged into
+    a folder of its own, its TFKUBE_DATA_DIR); PS replicas get none, the chief and an
+    evaluator every file. Without it every replica sees every file."""
 
     @field_validator("source")
     @classmethod
@@ -740,6 +755,7 @@ class DataVolumeSpec(VolumeSpec):
                 ("endpoint", self.endpoint),
                 ("region", self.region),
                 ("credentials", self.credentials),
+                ("shard", self.shard),
             )
             for name, value in named:
                 if value is not None:
@@ -750,12 +766,20 @@ class DataVolumeSpec(VolumeSpec):
                 "source is staged into the job's own data folder: remove path, claimName, "
                 "storageClassName and size, or remove source"
             )
+        if isinstance(self.parsed_source, HdfsSource) and self.region is not None:
+            raise ValueError("region is for S3 sources; remove it for hdfs://")
         return self
 
     @property
-    def s3(self) -> S3Source | None:
+    def parsed_source(self) -> DataSource | None:
         """The parsed source (None: no source)."""
         return None if self.source is None else parse_source(self.source)
+
+    @property
+    def s3(self) -> S3Source | None:
+        """The parsed source when it is S3's (None: no source, or another store)."""
+        parsed = self.parsed_source
+        return parsed if isinstance(parsed, S3Source) else None
 
 
 class StorageSpec(_Model):

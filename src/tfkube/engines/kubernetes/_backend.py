@@ -26,7 +26,7 @@ from tfkube.engines._base import (
     JobView,
     SubmitDeferred,
 )
-from tfkube.engines._data import S3Credentials
+from tfkube.engines._data import Credentials
 from tfkube.kube.errors import (
     AlreadyExists,
     ApiError,
@@ -229,7 +229,7 @@ class KubernetesBackend:
         base_dir: Path,
         *,
         code_token: str | None = None,
-        data_credentials: S3Credentials | None = None,
+        data_credentials: Credentials | None = None,
     ) -> JobView:
         """Raises SubmitDeferred when the cluster turned the job away for a while only.
         `data_credentials` go unused: `render_job` refuses a data source here."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import ipaddress
 import json
 import os
 import shutil
@@ -36,10 +37,12 @@ from tfkube.contract import REQUIREMENTS_FILE
 from tfkube.engines._artifact import Artifact, prepare_artifact
 from tfkube.engines._base import JobEvent, JobExists, JobNotFound, JobView
 from tfkube.engines._data import (
+    Credentials,
     DataSourceError,
-    S3Credentials,
     StoreRef,
     credentials_from_env,
+    credentials_problem,
+    hdfs_user_from_env,
     list_objects,
     open_store,
     progress_text,
@@ -71,7 +74,7 @@ from tfkube.engines.local._tenants import hand_over
 from tfkube.launcher import DepsError, ensure_venv
 from tfkube.planner import JobPhase, Replica, ReplicaState
 from tfkube.safefs import closing, open_last, pread_all
-from tfkube.spec import FieldError, SpecError, TFJob, dump_job, load_job_text
+from tfkube.spec import FieldError, HdfsSource, SpecError, TFJob, dump_job, load_job_text
 from tfkube.tfcluster import replica_key
 
 SUPERVISOR_START_TIMEOUT = 20.0
@@ -160,17 +163,22 @@ class LocalBackend:
         cache: Path | None = None,
         spawner: Callable[[JobDir, bool], None] = spawn,
         tenant: TenantIsolation | None = None,
+        fetch_allowed: tuple[str, ...] | None = None,
     ) -> None:
         """`fork_supervisor`: start supervisors by forking this process (see `spawn`);
         only for single-threaded callers such as the CLI. `cache`: where the jobs'
         Python environments are kept (default `tfkube_cache()`). `spawner`: what starts
         a supervisor (a seam for tests that interrupt the start). `tenant`: run every
-        replica confined, as this team's OS user (root only; see `_sandbox.py`)."""
+        replica confined, as this team's OS user (root only; see `_sandbox.py`).
+        `fetch_allowed`: a server's team backend: the ranges (CIDRs) its data sources'
+        hosts may lie in beside public ones (`--allow-fetch-from`; a NameNode's redirects
+        are judged by them); None: `tfkube run`, the user's own, nothing judged."""
         self.home = home or tfkube_home()
         self.fork_supervisor = fork_supervisor
         self.cache = cache or tfkube_cache()
         self.spawner = spawner
         self.tenant = tenant
+        self.fetch_allowed = fetch_allowed
         self.submitted: builtins.list[str] = []
         """Names of the jobs this object started, in order (for a caller that must stop
         them on Ctrl-C: the name alone could be another job's after a replace)."""
@@ -187,7 +195,7 @@ class LocalBackend:
         replace: bool = False,
         *,
         code_token: str | None = None,
-        data_credentials: S3Credentials | None = None,
+        data_credentials: Credentials | None = None,
     ) -> JobView:
         """`data_credentials`: the store's credentials for `spec.storage.data.source`
         (default: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY of this process's environment,
@@ -242,7 +250,7 @@ class LocalBackend:
         staging: JobDir,
         target: JobDir,
         code_token: str | None = None,
-        data_credentials: S3Credentials | None = None,
+        data_credentials: Credentials | None = None,
     ) -> JobRecord:
         storage = job.spec.storage
         if self.tenant is not None:
@@ -313,13 +321,14 @@ class LocalBackend:
         return record
 
     def _check_data(
-        self, job: TFJob, staging: JobDir, credentials: S3Credentials | None
+        self, job: TFJob, staging: JobDir, credentials: Credentials | None
     ) -> DataRecord | None:
         """A data source is listed now, before anything starts: a missing bucket or
         prefix, refused credentials or an unreachable store is an error on
         `spec.storage.data.source`. What was listed is what the supervisor stages."""
         data = job.spec.storage.data
-        if data.s3 is None:
+        source = data.parsed_source
+        if source is None:
             return None
         if credentials is None and self.tenant is not None:
             # A team's job reads with its team's secret (the server hands it over), never
@@ -334,10 +343,22 @@ class LocalBackend:
                 ],
                 f"job {job.name!r}",
             )
-        store = StoreRef(data.s3, data.endpoint, data.region)
-        credentials = credentials or credentials_from_env(os.environ)
+        mismatch = credentials_problem(source, credentials)
+        if mismatch:
+            raise SpecError(
+                [FieldError("spec.storage.data.credentials", f"the credentials given: {mismatch}")],
+                f"job {job.name!r}",
+            )
+        store = StoreRef(source, data.endpoint, data.region)
+        if isinstance(source, HdfsSource):
+            credentials = credentials or hdfs_user_from_env(os.environ)
+        else:
+            credentials = credentials or credentials_from_env(os.environ)
+        allowed = None
+        if self.fetch_allowed is not None:
+            allowed = tuple(ipaddress.ip_network(n, strict=False) for n in self.fetch_allowed)
         try:
-            objects = list_objects(open_store(store, credentials), store)
+            objects = list_objects(open_store(store, credentials, allowed), store)
         except DataSourceError as exc:
             raise SpecError(
                 [FieldError("spec.storage.data.source", f"{exc}; nothing was started")],
@@ -351,13 +372,16 @@ class LocalBackend:
                     # One cache per team (without one: this machine's user), keyed by
                     # content: no team's job is shown another team's cached objects.
                     "cache": str(self.cache / "data" / self._cache_owner()),
+                    "shard": data.shard,
+                    "allowed": None if allowed is None else [str(n) for n in allowed],
                 }
             )
         )
         if credentials is not None:
             staging.write_data_credentials(credentials.to_json())
         return DataRecord(
-            source=str(data.s3),
+            source=str(source),
+            shard=data.shard,
             objects=len(objects),
             total_bytes=sum(o.size for o in objects),
         )

@@ -80,8 +80,10 @@ class LocalEngine(RunnersByKind):
         cpus: float | None = None,
         memory: int | None = None,
         workload_env: tuple[str, ...] = (),
+        fetch_allowed: tuple[str, ...] = (),
     ) -> None:
         self.data_dir = data_dir
+        self.fetch_allowed = fetch_allowed
         self.cpus = cpus
         self.memory = memory
         self._backends: dict[str, LocalBackend] = {}
@@ -167,7 +169,9 @@ class LocalEngine(RunnersByKind):
             found = self._backends.get(tenant.name)
             if found is None:
                 found = LocalBackend(
-                    home=self.team_root(tenant) / "engine", tenant=self._isolation(tenant)
+                    home=self.team_root(tenant) / "engine",
+                    tenant=self._isolation(tenant),
+                    fetch_allowed=self.fetch_allowed,
                 )
                 self._backends[tenant.name] = found
             return found

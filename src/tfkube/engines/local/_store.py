@@ -128,11 +128,25 @@ class TenantRecord(BaseModel):
     (never the machine-wide cache, which other teams' jobs read)."""
 
 
+class ShareRecord(BaseModel):
+    """What one replica's folder shows (a sharded source; "" the whole job's otherwise)."""
+
+    files: int = 0
+    bytes: int = 0
+    fetched_bytes: int = 0
+    """Of its files' bytes, those its staging read from the store (not the cache)."""
+
+
 class DataRecord(BaseModel):
     """A data source being staged (or staged) into the job's data folder."""
 
     source: str
-    """`s3://bucket/prefix` as the job gives it (no credentials in it)."""
+    """`s3://bucket/prefix` or `hdfs://namenode:port/path` as the job gives it (no
+    credentials in it)."""
+    shard: str | None = None
+    """The shard rule (`byWorker`): each replica its own folder below the data folder."""
+    shares: dict[str, ShareRecord] = {}
+    """Once staged: by replica key when sharded, else "" for the data folder."""
     objects: int
     total_bytes: int
     done_bytes: int = 0

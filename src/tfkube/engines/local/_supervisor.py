@@ -25,6 +25,7 @@ reason, before any replica starts.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import select
@@ -43,10 +44,11 @@ from tfkube.engines._data import (
     Cancelled,
     DataSourceError,
     RemoteObject,
-    S3Credentials,
     StageResult,
     StoreRef,
+    credentials_from_json,
     open_store,
+    placements,
     stage,
     writable_tree,
 )
@@ -63,7 +65,13 @@ from tfkube.engines.local._sandbox import (
     release,
     sweep,
 )
-from tfkube.engines.local._store import JobDir, JobRecord, ReplicaRecord, tfkube_cache
+from tfkube.engines.local._store import (
+    JobDir,
+    JobRecord,
+    ReplicaRecord,
+    ShareRecord,
+    tfkube_cache,
+)
 from tfkube.engines.local._tenants import TenantIdentity, hand_over
 from tfkube.engines.local._usage import Sampler, read_cgroup, read_tree
 from tfkube.launcher import FetchError, check_archive, download, file_lock, latest_write
@@ -189,7 +197,7 @@ class Supervisor:
             self.code_url = artifact if "://" in artifact else Path(artifact).as_uri()
         self.code_token = job_dir.read_code_token()
         taken = job_dir.take_data_credentials()  # off the disk at once
-        self.data_credentials = S3Credentials.from_json(taken) if taken else None
+        self.data_credentials = credentials_from_json(taken) if taken else None
         self.confined: dict[str, Confinement] = {}
         """Confined replicas that run, by key: their cgroups are released after."""
         self.netns: int | None = None
@@ -277,6 +285,15 @@ class Supervisor:
         listing = json.loads(self.dir.data_source.read_text())
         store = StoreRef.from_json(listing["store"])
         objects = [RemoteObject.from_json(o) for o in listing["objects"]]
+        layout = placements(
+            objects,
+            store,
+            listing.get("shard"),
+            [(r.role, r.index) for r in self.record.replicas],
+            self.job.spec.replicas.count(Role.WORKER),
+        )
+        needed = {o.key for shown in layout.values() for o in shown}
+        objects = [o for o in objects if o.key in needed]  # a PS-only job's shard: none
         data.started_at = self.clock()
         self.dir.write(self.record)
         self.dir.event(
@@ -292,14 +309,20 @@ class Supervisor:
             return bool(self.stop_reason) or self.dir.stop_requested.exists()
 
         try:
+            allowed = listing.get("allowed")
             result = stage(
-                open_store(store, self.data_credentials),
+                open_store(
+                    store,
+                    self.data_credentials,
+                    None if allowed is None else tuple(ipaddress.ip_network(n) for n in allowed),
+                ),
                 store,
                 objects,
                 Path(listing["cache"]),
                 Path(self.record.data_dir),
                 on_progress=progress,
                 cancelled=cancelled,
+                layout=layout,
             )
         except Cancelled:
             return  # the loop ends the job: Stopped
@@ -313,6 +336,10 @@ class Supervisor:
         data.finished_at = self.clock()
         data.fetched_objects = result.fetched_objects
         data.done_bytes, data.fetched_bytes = result.total_bytes, result.fetched_bytes
+        data.shares = {
+            k: ShareRecord(files=v.files, bytes=v.bytes, fetched_bytes=v.fetched_bytes)
+            for k, v in result.shares.items()
+        }
         took = data.finished_at - (data.started_at or data.finished_at)
         self.dir.write(self.record)
         self.dir.event(
@@ -321,6 +348,14 @@ class Supervisor:
             "from the store), the rest from the cache",
             fetched_bytes=result.fetched_bytes,
         )
+        if data.shard is not None:
+            for key, share in sorted(data.shares.items()):
+                self.dir.event(
+                    f"{key}'s shard ({data.shard}): {share.files} files, "
+                    f"{share.bytes / 2**20:.1f} MiB ({share.fetched_bytes / 2**20:.1f} MiB "
+                    "read from the store)",
+                    replica=key,
+                )
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         self.stop_reason = f"stopped by signal {signal.Signals(signum).name}"
@@ -702,7 +737,7 @@ class Supervisor:
                 self.cluster,
                 code_url=self.code_url,
                 code_sha256=self.record.artifact_sha256 or None,
-                data_dir=self.record.data_dir,
+                data_dir=self._data_dir_of(replica),
                 log_dir=self.record.log_dir,
                 work_dir=str(work),
                 termination_log=str(self.dir.termination_log(termination or replica.key)),
@@ -715,6 +750,14 @@ class Supervisor:
             contract.JOB_UID: self.record.uid,
             "CUDA_VISIBLE_DEVICES": ",".join(replica.gpus),
         }
+
+    def _data_dir_of(self, replica: ReplicaRecord) -> str:
+        """TFKUBE_DATA_DIR: the job's data folder, or with a shard rule the replica's own
+        folder in it (its shard only)."""
+        data = self.record.data
+        if data is not None and data.shard is not None:
+            return str(Path(self.record.data_dir) / replica.key)
+        return self.record.data_dir
 
     def _start(self, replica: ReplicaRecord) -> None:
         key = replica.key

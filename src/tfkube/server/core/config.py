@@ -90,6 +90,7 @@ class ServerSettings:
             cpus=self.cpus,
             memory=self.memory,
             workload_env=self.workload_env,
+            fetch_allowed=self.allow_fetch_from,
         )
 
     @property

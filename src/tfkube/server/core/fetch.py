@@ -23,18 +23,16 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import http.client
-import ipaddress
 import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urljoin, urlsplit
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+from tfkube.netguard import IPNetwork, refused
 
 REFUSED = (
     "the server does not fetch from this address, or it does not answer (loopback, "
@@ -42,8 +40,6 @@ REFUSED = (
 )
 """The one text for every refused or unreachable target."""
 MAX_REDIRECTS = 5
-_CGNAT = ipaddress.ip_network("100.64.0.0/10")
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _REDIRECTS = {301, 302, 303, 307, 308}
 
 
@@ -56,46 +52,6 @@ class FetchRefused(Exception):
 
 class FetchFailed(Exception):
     """The target answered, but not with the file (an HTTP error, too slow, too big)."""
-
-
-def _views(address: IPAddress) -> list[IPAddress]:
-    """The address, or the IPv4 address it stands for (pure): an IPv4-mapped or NAT64
-    address is its IPv4 address; a 6to4 address is judged as both."""
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return [address.ipv4_mapped]
-        if address in _NAT64:
-            return [ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)]
-        if address.sixtofour is not None:
-            return [address, address.sixtofour]
-    return [address]
-
-
-def _internal(address: IPAddress) -> bool:
-    return (
-        not address.is_global
-        or address.is_private
-        or address.is_loopback
-        or address.is_link_local
-        or address.is_multicast
-        or address.is_unspecified
-        or address.is_reserved
-        or (isinstance(address, ipaddress.IPv6Address) and address.is_site_local)
-        or (isinstance(address, ipaddress.IPv4Address) and address in _CGNAT)
-    )
-
-
-def _within(address: IPAddress, allowed: Sequence[IPNetwork]) -> bool:
-    return any(address.version == net.version and address in net for net in allowed)
-
-
-def refused(address: str | IPAddress, allowed: Sequence[IPNetwork] = ()) -> bool:
-    """Whether the server refuses to fetch from `address` for a member (pure): anything
-    but a public unicast address, unless it lies in a range an admin allowed."""
-    ip = ipaddress.ip_address(address) if isinstance(address, str) else address
-    if _within(ip, allowed):
-        return False
-    return any(_internal(v) and not _within(v, allowed) for v in _views(ip))
 
 
 def resolve(host: str, port: int) -> list[str]:

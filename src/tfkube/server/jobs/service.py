@@ -35,6 +35,7 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from tfkube.engines import (
     Capacity,
+    Credentials,
     DataSourceError,
     Engine,
     JobExists,
@@ -42,16 +43,17 @@ from tfkube.engines import (
     JobStorage,
     JobView,
     NotAvailable,
-    S3Credentials,
     StoreRef,
     SubmitDeferred,
     check_source,
+    credentials_problem,
 )
+from tfkube.netguard import refused
 from tfkube.planner import JobPhase, Replica, ReplicaState
 from tfkube.server import team_secrets
 from tfkube.server.artifacts import BlobStore
 from tfkube.server.core.config import ServerSettings
-from tfkube.server.core.fetch import FetchPolicy, refused
+from tfkube.server.core.fetch import FetchPolicy
 from tfkube.server.core.forwarded import parse_networks
 from tfkube.server.core.security import CodeClaim, sign_claim
 from tfkube.server.core.tables import Artifact, Job, JobEvent, JobMetric, Team
@@ -63,7 +65,7 @@ from tfkube.server.outputs.logs import JobPaths, job_paths
 from tfkube.server.outputs.results import read_result
 from tfkube.server.team_secrets import SecretBox
 from tfkube.server.tenants import tenant_of
-from tfkube.spec import FieldError, SpecError, TFJob, dump_job, load_job_text
+from tfkube.spec import FieldError, HdfsSource, SpecError, TFJob, dump_job, load_job_text
 from tfkube.wire import replicas_json, replicas_of
 
 log = logging.getLogger("tfkube.server")
@@ -322,25 +324,42 @@ class JobService:
         credentials or an unreachable store is a SpecError naming the field; nothing is
         queued."""
         data = job.spec.storage.data
-        if data.s3 is None or data.credentials is None:
+        source = data.parsed_source
+        if source is None or data.credentials is None:
             return
         where = f"job {job.name!r}"
         credentials = self.data_credentials(db, team, job)
         assert credentials is not None  # a source that names a secret
-        if data.endpoint is not None:
-            problem = endpoint_problem(data.endpoint, self.fetch_policy)
+        mismatch = credentials_problem(source, credentials)
+        if mismatch:
+            message = f"the team's secret {data.credentials!r}: {mismatch}"
+            raise SpecError([FieldError("spec.storage.data.credentials", message)], where)
+        # An HDFS without an endpoint is asked at its NameNode's port 9870: judged too.
+        endpoint = data.endpoint
+        if endpoint is None and isinstance(source, HdfsSource):
+            endpoint = source.webhdfs_url(None).removesuffix("/webhdfs/v1")
+        if endpoint is not None:
+            problem = endpoint_problem(endpoint, self.fetch_policy)
             if problem:
-                raise SpecError([FieldError("spec.storage.data.endpoint", problem)], where)
+                field = (
+                    "spec.storage.data.endpoint" if data.endpoint else "spec.storage.data.source"
+                )
+                raise SpecError([FieldError(field, problem)], where)
         db.commit()  # no transaction held while the store answers
-        store = StoreRef(data.s3, data.endpoint, data.region)
+        store = StoreRef(source, data.endpoint, data.region)
         try:
-            check_source(store, credentials, f"the team's secret {data.credentials!r}")
+            check_source(
+                store,
+                credentials,
+                f"the team's secret {data.credentials!r}",
+                self.fetch_policy.allowed,
+            )
         except DataSourceError as exc:
             raise SpecError(
                 [FieldError("spec.storage.data.source", f"{exc}; nothing was queued")], where
             ) from None
 
-    def data_credentials(self, db: Session, team: Team, job: TFJob) -> S3Credentials | None:
+    def data_credentials(self, db: Session, team: Team, job: TFJob) -> Credentials | None:
         """The job's team's secret its data source names, decrypted (None: no source).
         SpecError on `spec.storage.data.credentials` when the team has none of that name
         (another team's secret is never looked at)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from pydantic import BaseModel
 
-from tfkube.engines import S3Credentials
+from tfkube.engines import Credentials, HdfsCredentials, S3Credentials
 from tfkube.server import team_secrets
 from tfkube.server.api.deps import CurrentUser, PlatformDep, SessionDep, TeamDep, not_found
 from tfkube.server.api.errors import FieldHTTPError
@@ -18,13 +18,15 @@ router = APIRouter(prefix="/api/v1/teams", tags=["secrets"])
 
 
 class SecretIn(BaseModel):
-    """An S3-compatible store's credentials, under a name the team's jobs give in
+    """An S3-compatible store's credentials, or the user an HDFS is read as
+    (`hadoop_user_name`, simple authentication), under a name the team's jobs give in
     `spec.storage.data.credentials`."""
 
     name: str
     access_key_id: str = ""
     secret_access_key: str = ""
     session_token: str | None = None
+    hadoop_user_name: str | None = None
 
     def __repr__(self) -> str:  # never a value in a traceback or a log
         return f"SecretIn(name={self.name!r})"
@@ -56,14 +58,18 @@ def put_secret(
 ) -> SecretOut:
     """Store a secret, or replace the one of that name (200 then)."""
     principal.require(Scope.TEAM_ADMIN, team.id)
-    problems = team_secrets.value_problems(body.name, body.access_key_id, body.secret_access_key)
+    problems = team_secrets.value_problems(
+        body.name, body.access_key_id, body.secret_access_key, body.hadoop_user_name
+    )
     if body.session_token is not None and not body.session_token.strip():
         problems.append(("session_token", "leave it out, or give the store's session token"))
     if problems:
         raise FieldHTTPError(problems, f"{problems[0][0]}: {problems[0][1]}")
-    credentials = S3Credentials(
+    credentials: Credentials = S3Credentials(
         body.access_key_id.strip(), body.secret_access_key.strip(), body.session_token
     )
+    if body.hadoop_user_name is not None:
+        credentials = HdfsCredentials(body.hadoop_user_name.strip())
     found, created = team_secrets.store(
         db, platform.jobs.secret_box, team, body.name, credentials, principal.actor.user_id
     )
