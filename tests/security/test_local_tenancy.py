@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import textwrap
 import time
 import uuid
@@ -520,6 +521,9 @@ def test_a_notebook_reaches_nothing_on_the_hosts_loopback_but_the_servers_api(
     ]
     assert boards, "the victim's TensorBoard is not running"
     board = int(next(a.split("=", 1)[1] for a in boards[0] if a.startswith("--port=")))
+    # The TensorBoard has a network of its own too: not even the host reaches its port.
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", board), timeout=5).close()
     secret = f"HOST-SECRET-{uuid.uuid4().hex}"
     httpd, host = _served_on_host_loopback(secret, tmp_path / "served")
     try:

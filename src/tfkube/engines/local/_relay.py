@@ -185,7 +185,6 @@ async def _serve(o: argparse.Namespace) -> None:
             listening.bind(("127.0.0.1", o.api_port))
             listening.listen(64)
             servers.append(await asyncio.start_server(outward, sock=listening))
-        print("relay up", flush=True)
         await done.wait()
     finally:
         for server in servers:
