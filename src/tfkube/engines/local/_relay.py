@@ -28,6 +28,15 @@ is single-threaded (asyncio, numeric addresses only, so no resolver thread), so 
 thread can run while it is inside; it makes a socket and returns, nothing else. A socket
 stays in the namespace it was made in.
 
+Why this and not another way: a Unix socket behind file permissions is the simplest door
+a proxy written for TCP can take (httpx's `uds`, websockets' `unix_connect`, gRPC's
+`unix:` target), it keeps streaming and WebSockets as they are, and it leaves no port
+anyone on the host may dial (a TCP relay on the host's loopback would: a job's
+requirements step runs there). Passing descriptors connected inside (SCM_RIGHTS) would
+need a helper in the namespace per connection or a protocol of our own; moving a thread
+of the server between namespaces risks the server's other sockets being made in the
+wrong one.
+
 Lifetime: it watches the service's first process (a pidfd) and ends with it, removing
 its socket; it holds the namespace's descriptor too, so the namespace goes when both
 have ended. The engine stops it with the service (`stop_tree` by PID) and removes the
