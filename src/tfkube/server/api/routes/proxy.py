@@ -258,18 +258,21 @@ def _enter(
     return RedirectResponse(location, status_code=303)
 
 
-def _client(
-    request: Request, verify: ssl.SSLContext | bool, unix: str | None = None
-) -> tuple[httpx.AsyncClient, bool]:
+def _client(request: Request, target: Upstream) -> tuple[httpx.AsyncClient, bool]:
     """The app's shared client (kept-alive connections to loopback targets), or a new one
     for a target with its own TLS settings or behind a Unix socket (-> (client, close it
     after))."""
     shared: httpx.AsyncClient | None = getattr(request.app.state, "proxy_client", None)
-    if verify is True and unix is None and shared is not None:
-        return shared, False
-    transport = None if unix is None else httpx.AsyncHTTPTransport(uds=unix, verify=verify)
     timeout = httpx.Timeout(60.0, read=None)
-    return httpx.AsyncClient(timeout=timeout, verify=verify, transport=transport), True
+    if target.unix is not None:
+        # Plain HTTP over a relay's socket makes no TLS context (some 80 ms a request);
+        # an https prefix would keep the target's verification.
+        verify = target.verify if target.prefix.startswith("https:") else False
+        transport = httpx.AsyncHTTPTransport(uds=target.unix, verify=verify)
+        return httpx.AsyncClient(timeout=timeout, verify=verify, transport=transport), True
+    if target.verify is True and shared is not None:
+        return shared, False
+    return httpx.AsyncClient(timeout=timeout, verify=target.verify), True
 
 
 @router.api_route(
@@ -303,7 +306,7 @@ async def proxy(
         k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP | NOT_FORWARDED
     }
     headers.update(upstream_at.headers)
-    client, own = _client(request, upstream_at.verify, upstream_at.unix)
+    client, own = _client(request, upstream_at)
     try:
         upstream = await client.send(
             client.build_request(
