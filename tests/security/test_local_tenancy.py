@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import textwrap
 import time
 import uuid
@@ -454,6 +455,95 @@ def test_a_notebook_kernel_is_confined_as_its_team(tenancy: Tenancy) -> None:
     ), names
     uid = int(printed.split("UID ", 1)[1].split()[0])
     assert uid not in (0, os.getuid()), uid
+    t.member.post(f"/api/v1/notebooks/{opened['id']}/stop")
+
+
+NOTEBOOK_REACH = """
+import socket, urllib.request
+import tfkube
+for name, port in (("BOARD", {board}), ("HOST", {host})):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        print("REACHED", name, flush=True)
+    except OSError as exc:
+        print("REFUSED", name, type(exc).__name__, exc, flush=True)
+try:
+    got = urllib.request.urlopen("http://127.0.0.1:{host}/secret.txt", timeout=5)
+    print("READ", got.read(300), flush=True)
+except OSError as exc:
+    print("NOT READ", type(exc).__name__, flush=True)
+with tfkube.Client() as c:
+    print("API", c.me().name, flush=True)
+listening = sum(
+    1 for f in ("/proc/net/tcp", "/proc/net/tcp6") for line in open(f) if line.split()[3] == "0A"
+)
+print("LISTENERS", listening, flush=True)
+"""
+
+
+def _served_on_host_loopback(secret: str, folder: Path) -> tuple[Any, int]:
+    """An HTTP server of the test's own on the host's loopback, serving `secret` (as
+    another team's TensorBoard, a database or any local service listens): -> (it, port)."""
+    import functools
+    import http.server
+    import threading
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "secret.txt").write_text(secret)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd, int(httpd.server_address[1])
+
+
+def test_a_notebook_reaches_nothing_on_the_hosts_loopback_but_the_servers_api(
+    tenancy: Tenancy, tmp_path: Path
+) -> None:
+    """A member's notebook runs code of their choosing as its team. Another team's
+    TensorBoard (which trusts the server's proxy to check who asks) and any other service
+    on the host's loopback (here one of the test's own, serving a secret) are out of its
+    reach: it has a network namespace of its own, holding only loopback. What it does
+    reach is the server's API, through its relay, with its user's token (its
+    `tfkube.Client()`); and it is reached only through the server's proxy."""
+    import psutil
+
+    from server.test_notebooks import run_cell
+
+    t = tenancy
+    # The victim team's TensorBoard, opened by a site admin (a Bearer call, as the CLI).
+    page = t.admin.get(f"/proxy/tensorboard/{t.victim_job}/", timeout=180)
+    assert page.status_code == 200, page.text[:300]
+    boards = [
+        p.info["cmdline"]
+        for p in psutil.process_iter(["cmdline"])
+        if "tensorboard.main" in " ".join(p.info["cmdline"] or [])
+        and t.victim_job in " ".join(p.info["cmdline"] or [])
+    ]
+    assert boards, "the victim's TensorBoard is not running"
+    board = int(next(a.split("=", 1)[1] for a in boards[0] if a.startswith("--port=")))
+    # The TensorBoard has a network of its own too: not even the host reaches its port.
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", board), timeout=5).close()
+    secret = f"HOST-SECRET-{uuid.uuid4().hex}"
+    httpd, host = _served_on_host_loopback(secret, tmp_path / "served")
+    try:
+        opened = t.member.ok(t.member.post(f"/api/v1/teams/{t.attacker}/notebook", timeout=180))
+        base = opened["url"].removesuffix("/lab")
+        kernel = t.member.post(f"{base}/api/kernels", json={"name": "python3"}, timeout=120)
+        assert kernel.status_code == 201, kernel.text
+        ws = base.replace("http", "ws", 1) + f"/api/kernels/{kernel.json()['id']}/channels"
+        printed = run_cell(ws, t.member.token, NOTEBOOK_REACH.format(board=board, host=host), 300)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert secret not in printed, printed
+    assert "REACHED" not in printed, printed
+    assert "REFUSED BOARD" in printed, printed
+    assert "REFUSED HOST" in printed, printed
+    assert f"API {t.member.name}" in printed, printed  # its own client still works
+    # Its own loopback: JupyterLab, its kernel's few ports and the API's relay; not the
+    # host's listeners.
+    assert int(printed.split("LISTENERS ", 1)[1].split()[0]) <= 10, printed
     t.member.post(f"/api/v1/notebooks/{opened['id']}/stop")
 
 

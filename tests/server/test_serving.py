@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import psutil
 import pytest
 import yaml
 
@@ -58,6 +59,21 @@ def served_platform(
 
 def _model_servers(tag: str) -> list[int]:
     return [p.pid for p in tagged_processes(tag) if "tfkube.serving" in " ".join(p.cmdline())]
+
+
+def _ports_alone_reach_nothing(pids: list[int]) -> None:
+    """Where a model server has a network of its own (confined), its REST and gRPC ports
+    are not even reachable from the host: only the server's proxy gets in (its relay)."""
+    import socket
+
+    for pid in pids:
+        if os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net"):
+            continue  # unconfined: on the host's loopback, answering nothing without its secret
+        argv = psutil.Process(pid).cmdline()
+        for flag in ("--rest_api_port=", "--port="):
+            port = int(next(a.removeprefix(flag) for a in argv if a.startswith(flag)))
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", port), timeout=5).close()
 
 
 def _result(c: tfkube.Client, job_id: str, tmp: Path) -> dict[str, Any]:
@@ -193,6 +209,7 @@ def test_train_serve_predict_both_examples(
             assert signature["inputs"]["x"]["tensor_shape"]["dim"][1]["size"] == "64"
 
             pids = _model_servers(tag)
+            _ports_alone_reach_nothing(pids)
             _wrong_requests_answer_like_tensorflow_serving(http, url)
             assert http.get(url).status_code == 200  # still serving: nothing crashed
             assert _model_servers(tag) == pids

@@ -11,7 +11,7 @@ import yaml
 
 from tfkube.engines import Health, WorkloadStatus
 from tfkube.engines.kubernetes._services import observe_deployment
-from tfkube.engines.local._services import observe_model_server, service_env
+from tfkube.engines.local._services import ApiRoute, api_route, observe_model_server, service_env
 from tfkube.server.core.scopes import Actor, Role, Scope, allowed
 from tfkube.server.workloads.model_servers import name_problem
 from tfkube.server.workloads.notebooks import idle_for
@@ -158,3 +158,26 @@ def test_workloads_get_an_allow_list_of_the_servers_environment() -> None:
 def test_scopes(role: Role, scope: Scope, granted: bool) -> None:
     assert allowed(Actor(user_id=1, roles={7: role}), scope, 7) is granted
     assert not allowed(Actor(user_id=1, roles={8: role}), scope, 7)
+
+
+@pytest.mark.parametrize(
+    ("url", "route"),
+    [
+        ("http://127.0.0.1:8080", ApiRoute("http://127.0.0.1:8080", 8080, "127.0.0.1")),
+        ("http://localhost:9000/", ApiRoute("http://localhost:9000/", 9000, "localhost")),
+        ("http://10.1.2.3", ApiRoute("http://127.0.0.1:80", 80, "10.1.2.3")),
+        (
+            "https://tfkube.example.org/base",
+            ApiRoute("https://127.0.0.1:443/base", 443, "tfkube.example.org"),
+        ),
+    ],
+)
+def test_a_notebook_in_its_own_namespace_finds_the_api_on_its_loopback(
+    url: str, route: ApiRoute
+) -> None:
+    assert api_route(url) == route
+
+
+def test_a_server_url_that_is_not_http_is_refused() -> None:
+    with pytest.raises(ValueError, match="not an http"):
+        api_route("ftp://127.0.0.1:21")

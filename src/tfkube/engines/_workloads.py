@@ -158,10 +158,15 @@ class Upstream:
     params: dict[str, str] = field(default_factory=dict)
     """Query parameters added to the caller's."""
     grpc: str | None = None
-    """`host:port` of the workload's gRPC door, when it has one the server can reach (a
-    local model server's TensorFlow Serving gRPC API); `headers`, lower-cased, go with each
+    """`host:port` (or `unix:<path>`, its relay's socket) of the workload's gRPC door, when
+    it has one the server can reach (a local model server's TensorFlow Serving gRPC API);
+    `headers`, lower-cased, go with each
     call as metadata. None on Kubernetes: the API server's service proxy carries HTTP/1.1
     only, not gRPC."""
+    unix: str | None = None
+    """A Unix socket to connect to instead of `prefix`'s host and port (whose URL still
+    names the request, Host header included): the workload is in a network namespace of
+    its own, reached through its relay (locally, where teams are isolated)."""
 
 
 @dataclass(frozen=True)

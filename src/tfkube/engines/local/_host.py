@@ -50,6 +50,7 @@ from tfkube.engines.local._gpus import available_gpus
 from tfkube.engines.local._sandbox import TenantIsolation, isolation_support
 from tfkube.engines.local._services import (
     PASSED_ENV,
+    RELAYS,
     LocalModelServers,
     LocalNotebooks,
     LocalTensorBoards,
@@ -105,7 +106,7 @@ class LocalEngine(RunnersByKind):
         services: ServiceIsolation | None = None
         if support.ok:
             self._starter = ThreadPoolExecutor(1, thread_name_prefix="tfkube-sandbox-starter")
-            services = ServiceIsolation(self.identity, self._hidden(), self._starter)
+            services = ServiceIsolation(self.identity, self._hidden(), self._starter, relays=RELAYS)
         env = os.environ
         self._runners: dict[type, Runner] = {
             ModelServerWorkload: LocalModelServers(data_dir, env, workload_env, services),

@@ -14,6 +14,10 @@ supervisor (`create`) and by the replicas inside it, so it goes when they have a
 whatever ended them (a supervisor killed by SIGKILL included): nothing is left behind.
 A replica enters it with `nsenter --net=/proc/self/fd/N` before bubblewrap
 (`_sandbox.sandbox_command`), the descriptor passed to that process only.
+
+A confined notebook, model server or TensorBoard gets one of its own the same way
+(`_services`), held by the engine only while it starts the service and its relay
+(`_relay`, the proxy's way in), then by those two.
 """
 
 from __future__ import annotations

@@ -22,13 +22,25 @@ server's data dir or another team's folders. Confined processes are started from
 long-lived thread (the sandbox dies with the thread that started it, so a server that
 dies leaves none behind) and stopped as a tree, then their cgroups are released.
 
+Confined, each also runs in a network namespace of its own holding only loopback
+(`_netns`, as a job's replicas): it reaches nothing on the host's loopback and nothing
+there reaches it. Its relay (`_relay`, started beside it with the namespace's
+descriptor) is the way in: a Unix socket per door in `RELAYS` (root's, 0700), which
+`upstream` names (`Upstream.unix`, and `Upstream.grpc` as `unix:<path>`), so the proxy
+connects there whatever the service; for a notebook also the way out to the server's
+API (`api_route`, on its own loopback). The handle keeps the sockets and the relay's
+PID; `stop` ends both and removes the sockets. Unconfined (the machine cannot isolate)
+services stay on the host's loopback ports, as jobs stay on the host's network.
+
 Decisions (`observe_model_server`, `service_env`) are pure functions.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import socket
 import sys
 import tarfile
 import time
@@ -37,6 +49,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -52,6 +65,7 @@ from tfkube.engines._workloads import (
     Upstream,
     WorkloadStatus,
 )
+from tfkube.engines.local import _netns
 from tfkube.engines.local._cgroups import Limits, limits_of
 from tfkube.engines.local._procs import alive, free_ports, spawn, stop_tree, wait_port
 from tfkube.engines.local._sandbox import (
@@ -101,6 +115,39 @@ def service_env(
     env["PATH"] = os.pathsep.join(p for p in (python_bin, env.get("PATH", "")) if p)
     env.update(extra)
     return env
+
+
+RELAYS = Path("/run/tfkube-relays")
+"""Where services' relays put their Unix sockets: root's, 0700, out of every sandbox's
+sight; short, as a socket's path must be (a data dir can be deep)."""
+SOCKET_PATH_MAX = 107
+"""The longest path a Unix socket may have (sun_path, less its NUL)."""
+
+
+@dataclass(frozen=True)
+class ApiRoute:
+    """How a service in a network namespace of its own reaches the server's API."""
+
+    url: str
+    """TFKUBE_URL inside: the same URL when its host is loopback, else
+    `<scheme>://127.0.0.1:<port><path>`."""
+    port: int
+    """Where the relay listens inside (127.0.0.1) and the server listens outside."""
+    host: str
+    """The server's host as the URL names it (resolved by the engine, outside)."""
+
+
+def api_route(server_url: str) -> ApiRoute:
+    """Where a notebook in its own namespace finds the server's API (pure)."""
+    parts = urlsplit(server_url)
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        raise ValueError(f"the server's URL {server_url!r} is not an http(s) URL")
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host = parts.hostname
+    if host in {"127.0.0.1", "localhost"}:
+        return ApiRoute(server_url, port, host)
+    inside = urlunsplit((parts.scheme, f"127.0.0.1:{port}", parts.path, "", ""))
+    return ApiRoute(inside, port, host)
 
 
 def observe_model_server(alive_now: bool, answer: Mapping[str, Any] | None) -> WorkloadStatus:
@@ -159,6 +206,13 @@ def _port(handle: Handle) -> int:
     return int(port)
 
 
+def _socket(handle: Handle, door: str = "http") -> str | None:
+    """The Unix socket of the workload's relay for `door` (None: it listens on the host's
+    network)."""
+    path = (handle.data.get("sockets") or {}).get(door)
+    return str(path) if path else None
+
+
 def _handle(ref: ProcessRef, port: int, extra: Mapping[str, Any] | None = None) -> Handle:
     return Handle({"pid": ref.pid, "started": ref.create_time, "port": port, **(extra or {})})
 
@@ -173,6 +227,9 @@ class ServiceIsolation:
     """Never visible: the server's data dir."""
     starter: ThreadPoolExecutor
     """One long-lived thread every confined process is started from."""
+    relays: Path | None = None
+    """Where services' relays put their Unix sockets (`RELAYS`, made 0700). None:
+    services run on the host's network."""
 
 
 class _Processes:
@@ -204,10 +261,12 @@ class _Processes:
         read_only: Sequence[Path] = (),
         read_write: Sequence[Path] = (),
         limits: Limits | None = None,
+        netns: int | None = None,
     ) -> tuple[ProcessRef, dict[str, Any]]:
         """Start `argv` for the tenant -> its reference and what its handle keeps besides.
         Confined: as the team's user, seeing the system, tfkube's Python and the folders
-        named here only; `read_write` folders become the team's."""
+        named here only; `read_write` folders become the team's; in the network
+        namespace `netns` if given."""
         if self.isolation is None:
             _, ref = spawn(argv, env=self.env(extra), cwd=cwd, log=log)
             return ref, {}
@@ -226,6 +285,7 @@ class _Processes:
             hidden=iso.hidden,
             env={**passed_environment(self.server_env, (*PASSED_ENV, *self.workload_env)), **extra},
             limits=limits,
+            netns=netns,
         )
 
         def start() -> ProcessRef:
@@ -240,17 +300,113 @@ class _Processes:
 
         return iso.starter.submit(start).result(), {"cgroup": cgroup}
 
+    def networked(self) -> bool:
+        """Whether services get a network namespace of their own (where they are
+        confined)."""
+        return self.isolation is not None and self.isolation.relays is not None
+
+    def launch_networked(
+        self,
+        tenant: Tenant,
+        name: str,
+        argv: Sequence[str],
+        extra: Mapping[str, str],
+        *,
+        doors: Mapping[str, int],
+        api: ApiRoute | None = None,
+        **options: Any,
+    ) -> tuple[ProcessRef, dict[str, Any]]:
+        """`launch`, and where services are confined: in a network namespace of its own
+        holding only loopback, listening inside on the ports of `doors` (`"http"`, and a
+        model server's `"grpc"`), behind a relay (`_relay`) with a Unix socket per door
+        (kept in the handle as `"sockets"`, with `"relay"`: its PID and start time);
+        `api`: the relay offers the server's API inside too."""
+        iso = self.isolation
+        if iso is None or iso.relays is None:
+            return self.launch(tenant, name, argv, extra, **options)
+        iso.relays.mkdir(mode=0o700, parents=True, exist_ok=True)
+        iso.relays.chmod(0o700)
+        sockets = {door: str(iso.relays / f"{name}.{door}.sock") for door in doors}
+        for path in sockets.values():
+            if len(os.fsencode(path)) > SOCKET_PATH_MAX:
+                raise RuntimeError(
+                    f"the relay socket {path} is longer than {SOCKET_PATH_MAX} bytes: "
+                    "the relays' folder must be shorter"
+                )
+        relay_argv = [sys.executable, "-m", "tfkube.engines.local._relay"]
+        relay_argv += [f"--forward={sockets[door]}={port}" for door, port in doors.items()]
+        if api is not None:
+            info = socket.getaddrinfo(api.host, api.port, type=socket.SOCK_STREAM)
+            relay_argv += [
+                f"--api-port={api.port}",
+                f"--api-host={info[0][4][0]}",
+                f"--api-to-port={api.port}",
+            ]
+        try:
+            netns = _netns.create()
+        except _netns.NetnsError as exc:
+            raise RuntimeError(str(exc)) from None
+        try:
+            ref, data = self.launch(tenant, name, argv, extra, netns=netns, **options)
+            try:
+                _, relay = spawn(
+                    [*relay_argv, f"--netns-fd={netns}", f"--watch={ref.pid}"],
+                    env=self.env({}),
+                    log=options.get("log"),  # the service's, if it keeps one
+                    pass_fds=(netns,),
+                )
+            except OSError:
+                self.stop(tenant, None, _handle(ref, doors["http"], data))
+                raise
+        finally:
+            os.close(netns)
+        relay_data = {"pid": relay.pid, "started": relay.create_time}
+        return ref, {**data, "sockets": sockets, "relay": relay_data}
+
+    def wait_ready(self, handle: Handle, url: str, timeout: float) -> bool:
+        """Until the service answers: on its port, or through its relay (any HTTP answer
+        to `url`). False: it ended or time ran out."""
+        ref = _ref(handle)
+        assert ref is not None
+        path = _socket(handle)
+        if path is None:
+            return wait_port(ref, _port(handle), timeout)
+        transport = httpx.HTTPTransport(uds=path)
+        with httpx.Client(transport=transport, timeout=2.0) as client:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if not self.running(handle):
+                    return False
+                with contextlib.suppress(httpx.HTTPError):
+                    client.get(url)
+                    return True
+                time.sleep(0.2)
+        return False
+
     @staticmethod
     def stop(tenant: Tenant, workload: object, handle: Handle) -> None:
         stop_tree(_ref(handle))
+        relay = handle.data.get("relay")
+        if relay:
+            stop_tree(ProcessRef(pid=int(relay["pid"]), create_time=float(relay["started"])))
+        for path in (handle.data.get("sockets") or {}).values():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(str(path))
         cgroup = handle.data.get("cgroup")
         if cgroup:
             release_cgroup_named(str(cgroup))
 
     @staticmethod
     def running(handle: Handle) -> bool:
+        """Its process, and its relay if it has one."""
         ref = _ref(handle)
-        return ref is not None and alive(ref) is not None
+        if ref is None or alive(ref) is None:
+            return False
+        relay = handle.data.get("relay")
+        if not relay:
+            return True
+        relay_ref = ProcessRef(pid=int(relay["pid"]), create_time=float(relay["started"]))
+        return alive(relay_ref) is not None
 
 
 class LocalModelServers(_Processes):
@@ -285,11 +441,12 @@ class LocalModelServers(_Processes):
         if workload.version is not None:
             argv.append(f"--model_version={workload.version}")
         resources = workload.resources
-        ref, extra = self.launch(
+        ref, extra = self.launch_networked(
             tenant,
             f"model-{workload.id}",
             argv,
             {contract.SERVING_TOKEN: workload.secret},
+            doors={"http": port, "grpc": grpc_port},
             log=self.log(workload),
             read_only=[workload.export_dir],
             limits=limits_of(resources) if resources else None,
@@ -307,8 +464,10 @@ class LocalModelServers(_Processes):
         self, tenant: Tenant, workload: ModelServerWorkload, handle: Handle
     ) -> dict[str, Any] | None:
         up = self.upstream(tenant, workload, handle)
+        transport = None if up.unix is None else httpx.HTTPTransport(uds=up.unix)
         try:
-            r = httpx.get(f"{up.prefix}/v1/models/{workload.name}", headers=up.headers, timeout=2)
+            with httpx.Client(transport=transport, timeout=2) as client:
+                r = client.get(f"{up.prefix}/v1/models/{workload.name}", headers=up.headers)
         except httpx.HTTPError:
             return None
         if r.status_code == 404 and "error" in r.text:
@@ -319,10 +478,13 @@ class LocalModelServers(_Processes):
     def upstream(tenant: Tenant, workload: ModelServerWorkload, handle: Handle) -> Upstream:
         # A model server started before gRPC was offered has no gRPC port in its handle.
         grpc_port = handle.data.get("grpc_port")
+        grpc_socket = _socket(handle, "grpc")
+        grpc = f"127.0.0.1:{int(grpc_port)}" if grpc_port else None
         return Upstream(
             f"http://127.0.0.1:{_port(handle)}",
             {"Authorization": f"Bearer {workload.secret}"},
-            grpc=f"127.0.0.1:{int(grpc_port)}" if grpc_port else None,
+            grpc=f"unix:{grpc_socket}" if grpc_socket else grpc,
+            unix=_socket(handle),
         )
 
 
@@ -386,28 +548,32 @@ class LocalNotebooks(_Processes):
         ]
         if os.geteuid() == 0 and self.isolation is None:  # root unconfined (a container)
             argv.append("--allow-root")
+        api = api_route(workload.server_url) if self.networked() else None
         env = {
             "HOME": str(home),
             "JUPYTERLAB_SETTINGS_DIR": str(home / ".jupyter" / "lab" / "user-settings"),
             contract.JUPYTER_TOKEN: workload.jupyter_token,
-            contract.CLIENT_URL: workload.server_url,
+            contract.CLIENT_URL: api.url if api is not None else workload.server_url,
             contract.CLIENT_TOKEN: workload.client_token,
             contract.CLIENT_TEAM: tenant.name,
         }
         log_file = home.parent / f".{home.name}-notebook.log"
         log_file.unlink(missing_ok=True)  # this start's output only
-        ref, extra = self.launch(
+        ref, extra = self.launch_networked(
             tenant,
             f"notebook-{workload.id}",
             [SH, "-c", COPY_ARTIFACTS, "tfkube-notebook", str(staged), *argv],
             env,
+            doors={"http": port},
+            api=api,
             cwd=home,
             log=log_file,
             read_only=[staged],
             read_write=[home],
         )
         handle = _handle(ref, port, extra)
-        if not wait_port(ref, port, START_TIMEOUT):
+        up = self.upstream(tenant, workload, handle)
+        if not self.wait_ready(handle, f"{up.prefix}/api/status", START_TIMEOUT):
             self.stop(tenant, workload, handle)
             tail = log_file.read_text(errors="replace")[-2000:]
             raise RuntimeError(f"JupyterLab did not start: {tail}")
@@ -423,6 +589,7 @@ class LocalNotebooks(_Processes):
         return Upstream(
             f"http://127.0.0.1:{_port(handle)}{workload.base_url.rstrip('/')}",
             {"Authorization": f"token {workload.jupyter_token}"},
+            unix=_socket(handle),
         )
 
 
@@ -441,11 +608,17 @@ class LocalTensorBoards(_Processes):
             f"--path_prefix={workload.base_url}",
             "--reload_interval=5",
         ]
-        ref, extra = self.launch(
-            tenant, f"tensorboard-{workload.job_id}", argv, {}, read_only=[workload.logdir]
+        ref, extra = self.launch_networked(
+            tenant,
+            f"tensorboard-{workload.job_id}",
+            argv,
+            {},
+            doors={"http": port},
+            read_only=[workload.logdir],
         )
         handle = _handle(ref, port, extra)
-        if not wait_port(ref, port, START_TIMEOUT):
+        up = self.upstream(tenant, workload, handle)
+        if not self.wait_ready(handle, f"{up.prefix}/", START_TIMEOUT):
             self.stop(tenant, workload, handle)
             raise RuntimeError("TensorBoard did not start in time (or exited at start)")
         return handle
@@ -459,4 +632,6 @@ class LocalTensorBoards(_Processes):
 
     @staticmethod
     def upstream(tenant: Tenant, workload: TensorBoardWorkload, handle: Handle) -> Upstream:
-        return Upstream(f"http://127.0.0.1:{_port(handle)}{workload.base_url}")
+        return Upstream(
+            f"http://127.0.0.1:{_port(handle)}{workload.base_url}", unix=_socket(handle)
+        )

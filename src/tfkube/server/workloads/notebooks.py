@@ -224,13 +224,11 @@ class Notebooks:
         """Jupyter's own record of when its kernels or terminals were last busy."""
         with contextlib.suppress(Exception):
             up = self.upstream(db, row)
-            r = httpx.get(
-                f"{up.prefix}/api/status",
-                headers=up.headers,
-                params=up.params,
-                timeout=5.0,
-                verify=up.verify,
-            )
+            transport = None if up.unix is None else httpx.HTTPTransport(uds=up.unix)
+            with httpx.Client(verify=up.verify, transport=transport) as client:
+                r = client.get(
+                    f"{up.prefix}/api/status", headers=up.headers, params=up.params, timeout=5.0
+                )
             if r.status_code == 200:
                 return iso_seconds(r.json().get("last_activity"))
         return None

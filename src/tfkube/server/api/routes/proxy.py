@@ -84,13 +84,18 @@ class Upstream:
     """Query parameters added to the caller's."""
     on_response: Callable[[int], None] | None = None
     """Told each answer's status (a model server's request counts)."""
+    unix: str | None = None
+    """A Unix socket the connection goes to instead of `prefix`'s host and port (a
+    workload in a network namespace of its own, behind its relay)."""
 
 
 Resolver = Callable[[Session, str, Principal, Platform], Upstream]
 
 
 def _target(found: Target, on_response: Callable[[int], None] | None = None) -> Upstream:
-    return Upstream(found.prefix, found.headers, found.verify, found.params, on_response)
+    return Upstream(
+        found.prefix, found.headers, found.verify, found.params, on_response, found.unix
+    )
 
 
 def _tensorboard(db: Session, job_id: str, principal: Principal, platform: Platform) -> Upstream:
@@ -253,13 +258,21 @@ def _enter(
     return RedirectResponse(location, status_code=303)
 
 
-def _client(request: Request, verify: ssl.SSLContext | bool) -> tuple[httpx.AsyncClient, bool]:
+def _client(request: Request, target: Upstream) -> tuple[httpx.AsyncClient, bool]:
     """The app's shared client (kept-alive connections to loopback targets), or a new one
-    for a target with its own TLS settings (-> (client, close it after))."""
+    for a target with its own TLS settings or behind a Unix socket (-> (client, close it
+    after))."""
     shared: httpx.AsyncClient | None = getattr(request.app.state, "proxy_client", None)
-    if verify is True and shared is not None:
+    timeout = httpx.Timeout(60.0, read=None)
+    if target.unix is not None:
+        # Plain HTTP over a relay's socket makes no TLS context (some 80 ms a request);
+        # an https prefix would keep the target's verification.
+        verify = target.verify if target.prefix.startswith("https:") else False
+        transport = httpx.AsyncHTTPTransport(uds=target.unix, verify=verify)
+        return httpx.AsyncClient(timeout=timeout, verify=verify, transport=transport), True
+    if target.verify is True and shared is not None:
         return shared, False
-    return httpx.AsyncClient(timeout=httpx.Timeout(60.0, read=None), verify=verify), True
+    return httpx.AsyncClient(timeout=timeout, verify=target.verify), True
 
 
 @router.api_route(
@@ -293,7 +306,7 @@ async def proxy(
         k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP | NOT_FORWARDED
     }
     headers.update(upstream_at.headers)
-    client, own = _client(request, upstream_at.verify)
+    client, own = _client(request, upstream_at)
     try:
         upstream = await client.send(
             client.build_request(
@@ -338,7 +351,7 @@ async def proxy(
 async def proxy_websocket(websocket: WebSocket, kind: str, target_id: str, path: str) -> None:
     """A WebSocket through the same checks (a notebook's kernels talk over these); a
     cookie-authenticated one must come from this origin (no cross-site hijacking)."""
-    from websockets.asyncio.client import connect
+    from websockets.asyncio.client import connect, unix_connect
     from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
     platform: Platform = websocket.app.state.platform
@@ -358,15 +371,18 @@ async def proxy_websocket(websocket: WebSocket, kind: str, target_id: str, path:
         url += "?" + urlencode(query)
     wanted = list(websocket.scope.get("subprotocols") or [])
     tls = upstream_at.verify if isinstance(upstream_at.verify, ssl.SSLContext) else None
+    options: dict[str, Any] = {
+        "additional_headers": upstream_at.headers,
+        "subprotocols": wanted or None,
+        "ssl": tls,
+        "max_size": None,
+        "open_timeout": 30,
+    }
     try:
-        upstream = await connect(
-            url,
-            additional_headers=upstream_at.headers,
-            subprotocols=wanted or None,
-            ssl=tls,
-            max_size=None,
-            open_timeout=30,
-        )
+        if upstream_at.unix is not None:
+            upstream = await unix_connect(upstream_at.unix, url, **options)
+        else:
+            upstream = await connect(url, **options)
     except (OSError, InvalidHandshake, TimeoutError) as exc:
         await websocket.close(code=1011, reason=f"upstream: {exc}"[:120])
         return
