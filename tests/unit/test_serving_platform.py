@@ -4,6 +4,8 @@ render are render's (tests/unit/test_render_serving.py)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,7 +13,14 @@ import yaml
 
 from tfkube.engines import Health, WorkloadStatus
 from tfkube.engines.kubernetes._services import observe_deployment
-from tfkube.engines.local._services import ApiRoute, api_route, observe_model_server, service_env
+from tfkube.engines.local._services import (
+    RELAYS,
+    ApiRoute,
+    api_route,
+    observe_model_server,
+    relays_for,
+    service_env,
+)
 from tfkube.server.core.scopes import Actor, Role, Scope, allowed
 from tfkube.server.workloads.model_servers import name_problem
 from tfkube.server.workloads.notebooks import idle_for
@@ -181,3 +190,13 @@ def test_a_notebook_in_its_own_namespace_finds_the_api_on_its_loopback(
 def test_a_server_url_that_is_not_http_is_refused() -> None:
     with pytest.raises(ValueError, match="not an http"):
         api_route("ftp://127.0.0.1:21")
+
+
+def test_each_server_has_a_relay_folder_of_its_own(tmp_path: Path) -> None:
+    # Two servers on one machine both number their workloads from 1: "notebook-1" of one
+    # must not take the other's socket.
+    one, two = relays_for(tmp_path / "a"), relays_for(tmp_path / "b")
+    assert one != two
+    assert one.parent == two.parent == RELAYS
+    assert relays_for(tmp_path / "a") == one
+    assert len(os.fsencode(one / "notebook-123456.http.sock")) < 100

@@ -50,11 +50,11 @@ from tfkube.engines.local._gpus import available_gpus
 from tfkube.engines.local._sandbox import TenantIsolation, isolation_support
 from tfkube.engines.local._services import (
     PASSED_ENV,
-    RELAYS,
     LocalModelServers,
     LocalNotebooks,
     LocalTensorBoards,
     ServiceIsolation,
+    relays_for,
 )
 from tfkube.engines.local._tenants import TenantIdentity, ensure_identity
 from tfkube.launcher import FetchError, unpack
@@ -106,7 +106,9 @@ class LocalEngine(RunnersByKind):
         services: ServiceIsolation | None = None
         if support.ok:
             self._starter = ThreadPoolExecutor(1, thread_name_prefix="tfkube-sandbox-starter")
-            services = ServiceIsolation(self.identity, self._hidden(), self._starter, relays=RELAYS)
+            services = ServiceIsolation(
+                self.identity, self._hidden(), self._starter, relays=relays_for(data_dir)
+            )
         env = os.environ
         self._runners: dict[type, Runner] = {
             ModelServerWorkload: LocalModelServers(data_dir, env, workload_env, services),

@@ -11,7 +11,8 @@ parses nothing):
     notebook's tfkube.Client ──127.0.0.1:<api port> inside──> relay ──> server's API
 
 - In (the proxy): the relay listens on a Unix socket in a folder only root can open
-  (`<data dir>/relays`, 0700; the data dir is hidden from every sandbox). A path socket
+  (`/run/tfkube-relays/<the server's key>`, 0700, hidden from every sandbox,
+  `_services.relays_for`). A path socket
   ignores network namespaces, so the server reaches it from its own; file permissions,
   not ports, say who may connect. Each connection is joined to a TCP connection made
   inside the namespace. HTTP, streaming answers and WebSockets are byte streams: they

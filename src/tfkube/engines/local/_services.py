@@ -38,6 +38,7 @@ Decisions (`observe_model_server`, `service_env`) are pure functions.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import socket
@@ -119,7 +120,17 @@ def service_env(
 
 RELAYS = Path("/run/tfkube-relays")
 """Where services' relays put their Unix sockets: root's, 0700, out of every sandbox's
-sight; short, as a socket's path must be (a data dir can be deep)."""
+sight; short, as a socket's path must be (a data dir can be deep). Each server has a
+folder of its own below it (`relays_for`): two servers on one machine number their
+workloads alike."""
+
+
+def relays_for(data_dir: Path) -> Path:
+    """The folder of one server's relay sockets: named by its data dir, short. Pure."""
+    key = hashlib.sha256(os.fsencode(os.path.abspath(data_dir))).hexdigest()[:12]
+    return RELAYS / key
+
+
 SOCKET_PATH_MAX = 107
 """The longest path a Unix socket may have (sun_path, less its NUL)."""
 
@@ -324,8 +335,9 @@ class _Processes:
         iso = self.isolation
         if iso is None or iso.relays is None:
             return self.launch(tenant, name, argv, extra, **options)
-        iso.relays.mkdir(mode=0o700, parents=True, exist_ok=True)
-        iso.relays.chmod(0o700)
+        for folder in (iso.relays.parent, iso.relays):
+            folder.mkdir(mode=0o700, exist_ok=True)
+            folder.chmod(0o700)
         sockets = {door: str(iso.relays / f"{name}.{door}.sock") for door in doors}
         for path in sockets.values():
             if len(os.fsencode(path)) > SOCKET_PATH_MAX:
