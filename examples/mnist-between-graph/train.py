@@ -8,6 +8,12 @@ model for serving: a SavedModel in `$TFKUBE_EXPORT_DIR/<global step>` whose
 `serving_default` signature takes `x` (the 64 pixel values, scaled to [0, 1]) and answers
 `probabilities` and `classes`.
 The PS serves until the platform ends it (`server.join()` never returns).
+
+Workers may be added or removed while it trains (`tfkube scale JOB --workers N`): a worker
+gives the PS only the cluster its session needs (the PS and itself), so the PS serves a
+worker it did not know at start. A worker started after a resize reads shard i of the
+new size (`TFKUBE_SHARD_INDEX`/`TFKUBE_NUM_SHARDS`); the running ones keep theirs, so
+shards may overlap for a while, which asynchronous SGD does not mind.
 """
 
 from __future__ import annotations
@@ -151,12 +157,19 @@ def main() -> None:
     cluster = tf1.train.ClusterSpec(
         {"ps": args.ps_hosts.split(","), "worker": args.worker_hosts.split(",")}
     )
-    server = tf1.train.Server(cluster, job_name=args.job_name, task_index=args.task_index)
     if args.job_name == "ps":
+        server = tf1.train.Server(cluster, job_name="ps", task_index=args.task_index)
         print(f"ps {args.task_index} serving at {server.target}", flush=True)
         server.join()  # never returns: tfkube ends the PS when the job ends
         return
 
+    # A worker may join a running job (`tfkube scale`): the PS started knowing fewer
+    # workers, and a PS does dial its workers (it pulls their gradients). So each worker
+    # hands the PS the cluster it needs with its session (ClusterSpec propagation: the
+    # PS and this worker only, the PS's variables shared between the workers' sessions),
+    # and its own server boots under a job name of its own, as propagation requires.
+    me = cluster.task_address("worker", args.task_index)
+    server = tf1.train.Server(tf1.train.ClusterSpec({"boot": [me]}), job_name="boot")
     is_chief = args.task_index == 0
     log_dir = os.environ["TFKUBE_LOG_DIR"]
     shard = int(os.environ.get("TFKUBE_SHARD_INDEX", args.task_index))
@@ -187,9 +200,13 @@ def main() -> None:
 
     config = tf1.ConfigProto(
         device_filters=["/job:ps", f"/job:worker/task:{args.task_index}"],
+        cluster_def=tf1.train.ClusterSpec(
+            {"ps": cluster.job_tasks("ps"), "worker": {args.task_index: me}}
+        ).as_cluster_def(),
         inter_op_parallelism_threads=1,
         intra_op_parallelism_threads=1,
     )
+    config.experimental.share_session_state_in_clusterspec_propagation = True
     rng = np.random.default_rng(1000 + args.task_index)
     hooks = [tf1.train.StopAtStepHook(last_step=args.train_steps)]
     started = time.time()

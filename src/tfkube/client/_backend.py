@@ -129,6 +129,20 @@ class ServerBackend:
     def stop(self, name: str) -> JobView:
         return job_view(self.client.stop(self._find(name).id))
 
+    def scale(self, name: str, workers: int) -> JobView:
+        """Not through a server yet (the server's API has no resize)."""
+        self._find(name)
+        raise SpecError(
+            [
+                FieldError(
+                    "engine",
+                    "scaling a running job through a server is not supported yet; run "
+                    "`tfkube scale` on the local engine where the job runs",
+                )
+            ],
+            f"scaling job {name!r}",
+        )
+
     def wait(self, name: str, timeout: float | None = None) -> JobView:
         deadline = None if timeout is None else time.monotonic() + timeout
         job = self._find(name)
