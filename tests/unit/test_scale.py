@@ -16,6 +16,7 @@ from tfkube.planner import (
     scaled_job,
     success_reached,
 )
+from tfkube.server.jobs.admission import Amount, Quota, resize_refusal
 from tfkube.spec import TFJob, dump_job, load_job_text
 
 from .test_planner import job
@@ -104,3 +105,30 @@ def test_all_workers_success_is_judged_over_the_current_size() -> None:
     assert success_reached(scaled_job(four, 2), status) == "all workers succeeded"
     grown = _status(("ps-0", run), ("worker-0", ok), ("worker-1", ok), ("worker-2", run))
     assert success_reached(scaled_job(four, 3), grown) is None
+
+
+GiB = 2**30
+
+
+@pytest.mark.parametrize(
+    ("quota", "holds", "extra", "free", "refused"),
+    [
+        (Quota(), Amount(2), Amount(2), None, None),
+        (Quota(cpu=4), Amount(2), Amount(2), None, None),
+        (Quota(cpu=4), Amount(3), Amount(2), None, "past the team's quota"),
+        (Quota(memory=4 * GiB), Amount(1, 3 * GiB), Amount(1, 2 * GiB), None, "team's quota"),
+        (Quota(gpu=1), Amount(1, 0, 1), Amount(1, 0, 1), None, "team's quota"),
+        # A resize is no new job: a team at its job limit may still grow one.
+        (Quota(jobs=1), Amount(2), Amount(2), None, None),
+        (Quota(), Amount(2), Amount(2), Amount(1.5), "the machine has 1.5 CPU free"),
+        (Quota(), Amount(2), Amount(1), Amount(1), None),
+        # Shrinking always may, whatever is free.
+        (Quota(cpu=1), Amount(8), Amount(-2, -GiB), Amount(-3), None),
+    ],
+)
+def test_growing_counts_against_the_quota_and_the_free_machine(
+    quota: Quota, holds: Amount, extra: Amount, free: Amount | None, refused: str | None
+) -> None:
+    why = resize_refusal(quota, holds, extra, free)
+    assert (why is None) == (refused is None), why
+    assert refused is None or refused in (why or "")
