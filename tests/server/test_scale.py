@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import time
 
-from ._server import Api
+import pytest
+
+import tfkube
+from tfkube.client import ServerBackend
+from tfkube.spec import SpecError
+
+from ._server import Api, ServerProc
 from .conftest import TeamCtx, targz, upload, wait_job
 
 IDLE = {"run.sh": '#!/usr/bin/env bash\necho "$TFKUBE_ROLE-$TFKUBE_INDEX up"\nexec sleep 600\n'}
@@ -71,7 +77,7 @@ def test_a_running_ps_job_is_scaled_through_the_api(team: TeamCtx) -> None:
     api.ok(api.post(f"/api/v1/jobs/{job_id}/stop"))
 
 
-def test_a_job_without_ps_is_refused_naming_the_field(team: TeamCtx) -> None:
+def test_a_job_without_ps_is_refused_naming_the_field(server: ServerProc, team: TeamCtx) -> None:
     api = team.member
     api.ok(upload(api, team.name, "idle", targz(IDLE)), 201)
     job_id = str(_submit(api, team.name, "fixed", ps=0)["id"])
@@ -81,4 +87,10 @@ def test_a_job_without_ps_is_refused_naming_the_field(team: TeamCtx) -> None:
     errors = refused.json()["errors"]
     assert [e["field"] for e in errors] == ["spec.replicas.ps"]
     assert "no parameter servers" in errors[0]["message"]
+    with (
+        tfkube.Client(server.url, api.token, team=team.name) as client,
+        pytest.raises(SpecError) as caught,
+    ):
+        ServerBackend(client).scale("fixed", 3)
+    assert [e.field for e in caught.value.errors] == ["spec.replicas.ps"]
     api.ok(api.post(f"/api/v1/jobs/{job_id}/stop"))
