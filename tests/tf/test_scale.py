@@ -17,7 +17,15 @@ from local.test_cli import tfkube, write_job
 from tfkube.engines.local import LocalBackend
 from tfkube.planner import JobPhase, ReplicaState
 
-from .test_examples import EXAMPLES, MIN_ACCURACY, events, example, result_of, wait_for_log
+from .test_examples import (
+    EXAMPLES,
+    MIN_ACCURACY,
+    event_time,
+    events,
+    example,
+    result_of,
+    wait_for_log,
+)
 
 pytestmark = pytest.mark.tf
 
@@ -63,7 +71,9 @@ def test_a_job_scaled_2_4_1_while_it_trains_succeeds_without_a_restart(
     joined = time.monotonic() - started
     assert backend.get(name).phase is JobPhase.RUNNING
 
+    shrinking = time.monotonic()
     down = tfkube("scale", name, "--workers", "1")
+    shrunk = time.monotonic() - shrinking
     assert down.returncode == 0, down.stderr
     view = backend.get(name)
     assert [r.key for r in view.replicas] == ["ps-0", "worker-0"]
@@ -81,7 +91,9 @@ def test_a_job_scaled_2_4_1_while_it_trains_succeeds_without_a_restart(
     assert result["test_accuracy"] >= MIN_ACCURACY
     assert result["global_step"] >= 800
 
-    messages = [str(e["message"]) for e in events(backend, name)]
+    evs = events(backend, name)
+    messages = [str(e["message"]) for e in evs]
+    stopped = event_time(evs, "scaled from 4 to 1") - event_time(evs, "stopping worker-1")
     assert "scaled from 2 to 4 workers: added worker-2, worker-3" in messages
     assert "scaled from 4 to 1 workers: stopped worker-1, worker-2, worker-3" in messages
     for key in ("worker-1", "worker-2", "worker-3"):
@@ -93,7 +105,12 @@ def test_a_job_scaled_2_4_1_while_it_trains_succeeds_without_a_restart(
     assert not any("restart" in m and "restart 0" not in m for m in messages), messages
     ps_log = _log(tfkube_home, name, "ps-0")
     assert ps_log.count("start (restart") == 1, "the PS was started more than once"
-    print(f"2 -> 4: both new workers trained within {joined:.1f}s of `tfkube scale`")
+    print(
+        f"[scale] 2 -> 4: both new workers trained within {joined:.1f}s of `tfkube scale`; "
+        f"4 -> 1: `tfkube scale` returned after {shrunk:.1f}s, the 3 workers stopped in "
+        f"{stopped:.2f}s; "
+        f"global_step {result['global_step']}, accuracy {result['test_accuracy']}"
+    )
 
 
 def test_a_job_without_ps_is_not_scaled_and_the_field_is_named(
