@@ -13,7 +13,9 @@ Workers may be added or removed while it trains (`tfkube scale JOB --workers N`)
 gives the PS only the cluster its session needs (the PS and itself), so the PS serves a
 worker it did not know at start. A worker started after a resize reads shard i of the
 new size (`TFKUBE_SHARD_INDEX`/`TFKUBE_NUM_SHARDS`); the running ones keep theirs, so
-shards may overlap for a while, which asynchronous SGD does not mind.
+shards may overlap for a while, which asynchronous SGD does not mind. A worker stopped
+(SIGTERM: removed by a resize, or its job stopped) finishes the step it is in and leaves
+between steps.
 """
 
 from __future__ import annotations
@@ -21,13 +23,40 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 
-import numpy as np
-import tensorflow as tf
+# SIGTERM is taken by a thread of its own (`on_stop`): blocked here, before TensorFlow
+# starts any thread, so that every thread TensorFlow starts has it blocked too.
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 tf1 = tf.compat.v1
+STOPPING = threading.Event()
+"""Set on SIGTERM: tfkube stops this replica (a worker removed by `tfkube scale`, a job
+stopped or preempted)."""
+STUCK_SECONDS = 2.0
+"""How long a worker stopping gets to finish its step before it exits anyway (a step
+waiting on a PS that is gone would never end)."""
+
+
+def on_stop(at_once: bool) -> None:
+    """On SIGTERM a worker finishes the step it is in and leaves between steps (the main
+    loop sees `STOPPING`), exiting 143 as if the signal had ended it, after
+    STUCK_SECONDS at the latest; a PS exits at once."""
+
+    def wait() -> None:
+        signal.sigwait({signal.SIGTERM})
+        STOPPING.set()
+        if not at_once:
+            time.sleep(STUCK_SECONDS)
+        os._exit(128 + signal.SIGTERM)
+
+    threading.Thread(target=wait, name="on-sigterm", daemon=True).start()
 
 
 def parse_args() -> argparse.Namespace:
@@ -153,6 +182,7 @@ class WorkerSessionCreator(tf1.train.SessionCreator):
 
 def main() -> None:
     args = parse_args()
+    on_stop(at_once=args.job_name == "ps")
     tf1.disable_eager_execution()
     cluster = tf1.train.ClusterSpec(
         {"ps": args.ps_hosts.split(","), "worker": args.worker_hosts.split(",")}
@@ -235,7 +265,7 @@ def main() -> None:
         step = sess.run_step_fn(lambda step_context: step_context.session.run(global_step))
         first_step = step
         print(f"tfkube-example: session ready at global_step={step}", flush=True)
-        while not sess.should_stop():
+        while not sess.should_stop() and not STOPPING.is_set():
             idx = rng.integers(0, len(train_x), args.batch_size)
             _, step, loss_value = sess.run(
                 [train_op, global_step, loss], {x: train_x[idx], y: train_y[idx]}
@@ -253,6 +283,13 @@ def main() -> None:
             if args.step_sleep:
                 time.sleep(args.step_sleep)
     elapsed = time.time() - started
+    if STOPPING.is_set():
+        print(
+            f"worker {args.task_index}: stopped between steps after {steps_here} steps "
+            f"in {elapsed:.1f}s",
+            flush=True,
+        )
+        os._exit(128 + signal.SIGTERM)
     print(f"worker {args.task_index}: {steps_here} steps in {elapsed:.1f}s", flush=True)
     if is_chief:
         write_progress(log_dir, int(step), args.train_steps)

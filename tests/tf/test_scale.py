@@ -1,8 +1,8 @@
 """`tfkube scale` for real: the between-graph example trains on the local engine and is
 resized 2 -> 4 -> 1 workers while it trains, through the CLI. The added workers join the
-running job (their own logs show their steps), the removed ones stop without a failure
-or a restart, the PS keeps serving, and the job succeeds with its accuracy. A job that
-cannot be resized (no PS) is refused with the field named."""
+running job (their own logs show their steps), the removed ones stop between steps
+without a failure or a restart, the PS keeps serving, and the job succeeds with its
+accuracy. A job that cannot be resized (no PS) is refused with the field named."""
 
 from __future__ import annotations
 
@@ -101,7 +101,10 @@ def test_a_job_scaled_2_4_1_while_it_trains_succeeds_without_a_restart(
         # Stopped on request: no exit reported as news, nothing restarted.
         assert not any(m.startswith(f"{key} exited") for m in messages), messages
         assert not any(f"{key} failed" in m for m in messages), messages
-        assert _steps(_log(tfkube_home, name, key)) > 0, f"{key} trained no step"
+        log = _log(tfkube_home, name, key)
+        assert _steps(log) > 0, f"{key} trained no step"
+        # The example leaves between steps on SIGTERM (its `on_stop`).
+        assert re.search(rf"^worker {key[-1]}: stopped between steps after \d+ steps", log, re.M)
     assert not any("restart" in m and "restart 0" not in m for m in messages), messages
     ps_log = _log(tfkube_home, name, "ps-0")
     assert ps_log.count("start (restart") == 1, "the PS was started more than once"
