@@ -8,6 +8,14 @@ model for serving: a SavedModel in `$TFKUBE_EXPORT_DIR/<global step>` whose
 `serving_default` signature takes `x` (the 64 pixel values, scaled to [0, 1]) and answers
 `probabilities` and `classes`.
 The PS serves until the platform ends it (`server.join()` never returns).
+
+Workers may be added or removed while it trains (`tfkube scale JOB --workers N`): a worker
+gives the PS only the cluster its session needs (the PS and itself), so the PS serves a
+worker it did not know at start. A worker started after a resize reads shard i of the
+new size (`TFKUBE_SHARD_INDEX`/`TFKUBE_NUM_SHARDS`); the running ones keep theirs, so
+shards may overlap for a while, which asynchronous SGD does not mind. A worker stopped
+(SIGTERM: removed by a resize, or its job stopped) finishes the step it is in and leaves
+between steps.
 """
 
 from __future__ import annotations
@@ -15,13 +23,40 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
+import threading
 import time
 from pathlib import Path
 
-import numpy as np
-import tensorflow as tf
+# SIGTERM is taken by a thread of its own (`on_stop`): blocked here, before TensorFlow
+# starts any thread, so that every thread TensorFlow starts has it blocked too.
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
 
 tf1 = tf.compat.v1
+STOPPING = threading.Event()
+"""Set on SIGTERM: tfkube stops this replica (a worker removed by `tfkube scale`, a job
+stopped or preempted)."""
+STUCK_SECONDS = 2.0
+"""How long a worker stopping gets to finish its step before it exits anyway (a step
+waiting on a PS that is gone would never end)."""
+
+
+def on_stop(at_once: bool) -> None:
+    """On SIGTERM a worker finishes the step it is in and leaves between steps (the main
+    loop sees `STOPPING`), exiting 143 as if the signal had ended it, after
+    STUCK_SECONDS at the latest; a PS exits at once."""
+
+    def wait() -> None:
+        signal.sigwait({signal.SIGTERM})
+        STOPPING.set()
+        if not at_once:
+            time.sleep(STUCK_SECONDS)
+        os._exit(128 + signal.SIGTERM)
+
+    threading.Thread(target=wait, name="on-sigterm", daemon=True).start()
 
 
 def parse_args() -> argparse.Namespace:
@@ -147,16 +182,24 @@ class WorkerSessionCreator(tf1.train.SessionCreator):
 
 def main() -> None:
     args = parse_args()
+    on_stop(at_once=args.job_name == "ps")
     tf1.disable_eager_execution()
     cluster = tf1.train.ClusterSpec(
         {"ps": args.ps_hosts.split(","), "worker": args.worker_hosts.split(",")}
     )
-    server = tf1.train.Server(cluster, job_name=args.job_name, task_index=args.task_index)
     if args.job_name == "ps":
+        server = tf1.train.Server(cluster, job_name="ps", task_index=args.task_index)
         print(f"ps {args.task_index} serving at {server.target}", flush=True)
         server.join()  # never returns: tfkube ends the PS when the job ends
         return
 
+    # A worker may join a running job (`tfkube scale`): the PS started knowing fewer
+    # workers, and a PS does dial its workers (it pulls their gradients). So each worker
+    # hands the PS the cluster it needs with its session (ClusterSpec propagation: the
+    # PS and this worker only, the PS's variables shared between the workers' sessions),
+    # and its own server boots under a job name of its own, as propagation requires.
+    me = cluster.task_address("worker", args.task_index)
+    server = tf1.train.Server(tf1.train.ClusterSpec({"boot": [me]}), job_name="boot")
     is_chief = args.task_index == 0
     log_dir = os.environ["TFKUBE_LOG_DIR"]
     shard = int(os.environ.get("TFKUBE_SHARD_INDEX", args.task_index))
@@ -187,9 +230,13 @@ def main() -> None:
 
     config = tf1.ConfigProto(
         device_filters=["/job:ps", f"/job:worker/task:{args.task_index}"],
+        cluster_def=tf1.train.ClusterSpec(
+            {"ps": cluster.job_tasks("ps"), "worker": {args.task_index: me}}
+        ).as_cluster_def(),
         inter_op_parallelism_threads=1,
         intra_op_parallelism_threads=1,
     )
+    config.experimental.share_session_state_in_clusterspec_propagation = True
     rng = np.random.default_rng(1000 + args.task_index)
     hooks = [tf1.train.StopAtStepHook(last_step=args.train_steps)]
     started = time.time()
@@ -218,7 +265,7 @@ def main() -> None:
         step = sess.run_step_fn(lambda step_context: step_context.session.run(global_step))
         first_step = step
         print(f"tfkube-example: session ready at global_step={step}", flush=True)
-        while not sess.should_stop():
+        while not sess.should_stop() and not STOPPING.is_set():
             idx = rng.integers(0, len(train_x), args.batch_size)
             _, step, loss_value = sess.run(
                 [train_op, global_step, loss], {x: train_x[idx], y: train_y[idx]}
@@ -236,6 +283,13 @@ def main() -> None:
             if args.step_sleep:
                 time.sleep(args.step_sleep)
     elapsed = time.time() - started
+    if STOPPING.is_set():
+        print(
+            f"worker {args.task_index}: stopped between steps after {steps_here} steps "
+            f"in {elapsed:.1f}s",
+            flush=True,
+        )
+        os._exit(128 + signal.SIGTERM)
     print(f"worker {args.task_index}: {steps_here} steps in {elapsed:.1f}s", flush=True)
     if is_chief:
         write_progress(log_dir, int(step), args.train_steps)

@@ -529,6 +529,30 @@ def logs(
 
 
 @app.command()
+def scale(
+    name: Annotated[str, typer.Argument(help="The job's name.")],
+    workers: Annotated[int, typer.Option("--workers", help="How many workers from now on.")],
+    engine: EngineOpt = "local",
+    namespace: NamespaceOpt = None,
+    kubeconfig: KubeconfigOpt = None,
+) -> None:
+    """Change a running job's number of workers (asynchronous PS training): added workers
+    join the running job, removed ones (the highest indexes) stop; the PS keep serving and
+    nothing restarts."""
+    try:
+        view = _engine(engine, namespace, kubeconfig).scale(name, workers)
+    except JobNotFound as exc:
+        raise fail(str(exc), 1) from None
+    except SpecError as exc:
+        lines = [f"cannot scale job {name}:"] + [f"  {e.field}: {e.message}" for e in exc.errors]
+        raise fail("\n".join(lines)) from None
+    except TimeoutError as exc:
+        raise fail(str(exc), 1) from None
+    count = sum(1 for r in view.replicas if r.role == "worker")
+    out.print(f"job {name} now has {count} workers ({view.phase.value})", highlight=False)
+
+
+@app.command()
 def stop(
     name: Annotated[str, typer.Argument(help="The job's name.")],
     engine: EngineOpt = "local",

@@ -129,6 +129,16 @@ class ServerBackend:
     def stop(self, name: str) -> JobView:
         return job_view(self.client.stop(self._find(name).id))
 
+    def scale(self, name: str, workers: int) -> JobView:
+        """The server's resize (`POST /api/v1/jobs/{id}/scale`); its refusals name the
+        field (a 422 becomes a SpecError, as the CLI shows it)."""
+        try:
+            return job_view(self.client.scale(self._find(name).id, workers))
+        except ServerError as exc:
+            if exc.status == 422 and exc.errors:
+                raise SpecError(exc.errors, f"scaling job {name!r}") from None
+            raise
+
     def wait(self, name: str, timeout: float | None = None) -> JobView:
         deadline = None if timeout is None else time.monotonic() + timeout
         job = self._find(name)

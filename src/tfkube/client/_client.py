@@ -258,6 +258,12 @@ class Client:
     def stop(self, job_id: str) -> JobOut:
         return JobOut.model_validate(self._json("POST", f"/api/v1/jobs/{job_id}/stop"))
 
+    def scale(self, job_id: str, workers: int) -> JobOut:
+        """Run the job with `workers` workers from now on (asynchronous PS training)."""
+        return JobOut.model_validate(
+            self._json("POST", f"/api/v1/jobs/{job_id}/scale", json={"workers": workers})
+        )
+
     def delete(self, job_id: str) -> None:
         self._json("DELETE", f"/api/v1/jobs/{job_id}")
 

@@ -117,5 +117,10 @@ class Backend(Protocol):
     def stop(self, name: str) -> JobView:
         """Stop every replica; the job ends Failed (Stopped) and stays listed."""
 
+    def scale(self, name: str, workers: int) -> JobView:
+        """Run the job with `workers` workers from now on, without restarting anything
+        (asynchronous PS training only: `tfkube.planner.scale_problems`). Raises
+        `SpecError` naming the field when the job, or the engine, cannot."""
+
     def wait(self, name: str, timeout: float | None = None) -> JobView:
         """Block until the job is finished and nothing of it runs."""

@@ -219,6 +219,9 @@ class Features:
     """Each replica's CPU and memory over time is kept with the job's logs
     (`tfkube.contract.USAGE_SUBDIR`): the local engine samples its replicas' cgroups or
     process trees. Kubernetes does not yet (its kubelet's resource metrics are not read)."""
+    resize: bool = False
+    """A running asynchronous PS job changes its number of workers (`Backend.scale`): the
+    local engine; Kubernetes refuses it for now."""
 
 
 class NotAvailable(LookupError):

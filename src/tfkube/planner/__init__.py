@@ -7,6 +7,7 @@ from tfkube.planner._plan import (
     stalled_replicas,
     success_reached,
 )
+from tfkube.planner._scale import MAX_WORKERS, Resize, scale_problems, scaled_job
 from tfkube.planner._stragglers import (
     TRAINING_ROLES,
     median_rate,
@@ -31,6 +32,7 @@ from tfkube.planner._types import (
 )
 
 __all__ = [
+    "MAX_WORKERS",
     "TRAINING_ROLES",
     "Action",
     "Decision",
@@ -40,12 +42,15 @@ __all__ = [
     "Replica",
     "ReplicaState",
     "ReplicaStatus",
+    "Resize",
     "Restart",
     "Start",
     "Stop",
     "is_retryable_exit",
     "median_rate",
     "plan",
+    "scale_problems",
+    "scaled_job",
     "settled",
     "should_retry",
     "stalled_replicas",

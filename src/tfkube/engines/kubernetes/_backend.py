@@ -468,6 +468,21 @@ class KubernetesBackend:
         self.kube.merge_patch(TFJOB.url(self.namespace, name), patch)
         return self.get(name)
 
+    def scale(self, name: str, workers: int) -> JobView:
+        """Not on this engine yet: the operator would have to resize the worker Indexed
+        Job and its Service's members while the PS keep serving."""
+        self._read(name)
+        raise SpecError(
+            [
+                FieldError(
+                    "engine",
+                    "scaling a running job is not supported on the Kubernetes engine yet; "
+                    "it works on the local engine (--engine local)",
+                )
+            ],
+            f"scaling job {name!r}",
+        )
+
     def wait(self, name: str, timeout: float | None = None) -> JobView:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:

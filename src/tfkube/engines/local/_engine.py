@@ -72,9 +72,9 @@ from tfkube.engines.local._store import (
 from tfkube.engines.local._supervisor import cgroup_prefix, spawn
 from tfkube.engines.local._tenants import hand_over
 from tfkube.launcher import DepsError, ensure_venv
-from tfkube.planner import JobPhase, Replica, ReplicaState
+from tfkube.planner import JobPhase, Replica, ReplicaState, scale_problems
 from tfkube.safefs import closing, open_last, pread_all
-from tfkube.spec import FieldError, HdfsSource, SpecError, TFJob, dump_job, load_job_text
+from tfkube.spec import FieldError, HdfsSource, Role, SpecError, TFJob, dump_job, load_job_text
 from tfkube.tfcluster import replica_key
 
 SUPERVISOR_START_TIMEOUT = 20.0
@@ -597,6 +597,47 @@ class LocalBackend:
                         yield f"[{key}] {rest}" if prefix else rest
                 return
             time.sleep(0.2)
+
+    # -- resizing ---------------------------------------------------------------------
+
+    def scale(self, name: str, workers: int) -> JobView:
+        """Run the job with `workers` workers from now on (`tfkube.planner.scale_problems`
+        says which jobs can). The job's supervisor does it: this writes the request and
+        waits until the supervisor has taken it and the job's replicas show the new size.
+        Raises `SpecError` naming the field when the job cannot be resized."""
+        d = self._dir(name)
+        if not d.exists():
+            raise JobNotFound(name)
+        job = load_job_text(d.spec.read_text(), str(d.spec))
+        record = d.read()
+        problems = scale_problems(job, record.phase, workers)
+        if not problems and alive(record.supervisor) is None:
+            problems = [FieldError("status", "the job's supervisor does not run: nothing to scale")]
+        if problems:
+            raise SpecError(problems, f"scaling job {name!r}")
+        asked_at = time.time()
+        tmp = d.scale_requested.with_name(f".scale.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"workers": workers}))
+        tmp.replace(d.scale_requested)
+        deadline = time.monotonic() + job.spec.run_policy.termination_grace_seconds + 15.0
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            if d.scale_requested.exists():
+                continue
+            record = d.read()
+            now = sum(1 for r in record.replicas if r.role == Role.WORKER.value)
+            if now == workers:
+                return self._view(d, record)
+            refused = [
+                str(e["message"])
+                for e in d.read_events()
+                if float(str(e["time"])) >= asked_at
+                and str(e["message"]).startswith("scale refused")
+            ]
+            if refused or record.phase.terminal:
+                why = refused[0] if refused else f"the job ended ({record.phase.value})"
+                raise SpecError([FieldError("workers", why)], f"scaling job {name!r}")
+        raise TimeoutError(f"job {name!r}: its supervisor did not resize it in time")
 
     # -- ending -----------------------------------------------------------------------
 

@@ -70,6 +70,7 @@ class LocalEngine(RunnersByKind):
         namespaces=False,
         replica_usage=True,
         data_sources=True,
+        resize=True,
     )
     keeps_running = False
     """Nothing of a team outlives the server here but its training jobs (their supervisors

@@ -278,6 +278,12 @@ class JobDir:
     def stop_requested(self) -> Path:
         return self.root / "stop"
 
+    @property
+    def scale_requested(self) -> Path:
+        """`{"workers": N}`, written whole by `tfkube scale`; the supervisor reads it,
+        removes it and resizes the job (`Supervisor._resize`)."""
+        return self.root / "scale"
+
     def log(self, key: str) -> Path:
         return self.logs / f"{key}.log"
 

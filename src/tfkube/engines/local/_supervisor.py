@@ -82,11 +82,14 @@ from tfkube.planner import (
     JobPhase,
     JobStatus,
     ReplicaState,
+    Resize,
     Restart,
     Start,
     Stop,
     median_rate,
     plan,
+    scale_problems,
+    scaled_job,
     step_rate,
     steps_in,
     stragglers,
@@ -97,10 +100,17 @@ from tfkube.spec import (
     Resources,
     Role,
     TFJob,
+    dump_job,
     load_job_text,
     replica_environment,
 )
-from tfkube.tfcluster import CLUSTER_ROLES, cluster_spec, local_address
+from tfkube.tfcluster import (
+    CLUSTER_ROLES,
+    cluster_spec,
+    local_address,
+    replica_key,
+    replica_order,
+)
 
 TICK_SECONDS = 0.1
 PROGRESS_EVERY = 1.0
@@ -186,11 +196,7 @@ class Supervisor:
         if not self.record.replicas:  # first start: written when it registers (run)
             members = sum(self.job.spec.replicas.count(Role(r)) for r in CLUSTER_ROLES)
             self.record.replicas = replica_records(self.job, free_ports(members))
-        ports = {
-            role.value: [r.port for r in self.record.replicas if r.role == role.value]
-            for role in Role
-        }
-        self.cluster = cluster_spec(self.job.spec.replicas.counts(), local_address(ports))
+        self.cluster = self._cluster()
         artifact = self.record.artifact
         self.code_url: str | None = None  # no code: every role runs its own command
         if artifact:
@@ -221,6 +227,14 @@ class Supervisor:
             # Replicas run with tfkube's Python: `python3` in run.sh finds it first.
             python_bin = str(Path(sys.executable).parent)
             self.base_env["PATH"] = python_bin + os.pathsep + self.base_env.get("PATH", "")
+
+    def _cluster(self) -> dict[str, list[str]]:
+        """The TensorFlow cluster of the job's current replicas, on their ports."""
+        ports = {
+            role.value: [r.port for r in self.record.replicas if r.role == role.value]
+            for role in Role
+        }
+        return cluster_spec(self.job.spec.replicas.counts(), local_address(ports))
 
     # -- the loop -------------------------------------------------------------------
 
@@ -257,6 +271,7 @@ class Supervisor:
             changed |= self._observe_steps()
             self._sample_usage()
             changed |= self._claim_gpus()
+            changed |= self._resize()
             if self.stop_reason and not self.record.phase.terminal:
                 self._finish(JobPhase.FAILED, "Stopped", self.stop_reason)
                 changed = True
@@ -717,6 +732,68 @@ class Supervisor:
                 self._start(record.replica(start.key))
                 changed = True
         return changed
+
+    def _resize(self) -> bool:
+        """A `tfkube scale` request (the job folder's `scale` file): the new count goes to
+        job.yaml (still the one place it is written), added workers become pending
+        replicas on free ports (the planner starts them; their cluster lists every current
+        worker), removed ones (the highest indexes) are stopped, their trees all at once,
+        and dropped from the job's replicas. Neither is a failure nor a restart. The PS and
+        the other workers are not touched (`tfkube.planner.Resize`)."""
+        path = self.dir.scale_requested
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return False
+        path.unlink(missing_ok=True)
+        try:
+            workers = int(json.loads(text)["workers"])
+        except (ValueError, KeyError, TypeError) as exc:
+            self.dir.event(f"scale refused: unreadable request {text[:80]!r} ({exc})")
+            return False
+        problems = scale_problems(self.job, self.record.phase, workers)
+        if problems:
+            self.dir.event(
+                "scale refused: " + "; ".join(f"{e.field}: {e.message}" for e in problems)
+            )
+            return False
+        resize = Resize(self.job.spec.replicas.count(Role.WORKER), workers)
+        if not resize.added and not resize.removed:
+            self.dir.event(resize.text())
+            return False
+        job = scaled_job(self.job, workers)
+        tmp = self.dir.spec.with_name(f".job.{os.getpid()}.tmp")
+        tmp.write_text(dump_job(job))
+        tmp.replace(self.dir.spec)
+        self.job = job
+        record = self.record
+        leaving = [record.replica(replica_key(Role.WORKER.value, i)) for i in resize.removed]
+        refs = []
+        for replica in leaving:
+            if replica.state is ReplicaState.RUNNING:
+                self.dir.event(f"stopping {replica.key}: scaled down", replica=replica.key)
+            replica.state = replica.state.after_stop
+            if replica.process is not None:
+                refs.append(replica.process)
+        if refs:
+            stop_trees(refs, self.job.spec.run_policy.termination_grace_seconds)
+        self._reap()
+        gone = {r.key for r in leaving if r.key not in self.procs}
+        record.replicas = [r for r in record.replicas if r.key not in gone]
+        spec = job.spec.replicas.get(Role.WORKER)
+        for index, port in zip(resize.added, free_ports(len(resize.added)), strict=True):
+            record.replicas.append(
+                ReplicaRecord(
+                    role=Role.WORKER.value,
+                    index=index,
+                    port=port,
+                    gpu_request=spec.resources.gpu if spec else 0,
+                )
+            )
+        record.replicas.sort(key=lambda r: replica_order(r.role, r.index))
+        self.cluster = self._cluster()
+        self.dir.event(resize.text(), workers=workers)
+        return True
 
     def _finish(self, phase: JobPhase, reason: str, message: str) -> None:
         self.record.phase = phase

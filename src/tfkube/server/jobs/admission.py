@@ -227,6 +227,30 @@ def preemptions(capacity: Amount, running: Sequence[Running], waiting: Waiting) 
     return ()
 
 
+def resize_refusal(
+    quota: Quota, team_holds: Amount, extra: Amount, machine_free: Amount | None
+) -> str | None:
+    """Why a running job may not grow by `extra` (`tfkube scale`): past its team's quota
+    (`team_holds`: what the team's running jobs, this one included, hold now), or past what
+    the machine has free (None: the engine queues itself, e.g. a cluster). None when it
+    may; a job that shrinks always may. A resize is no new job: `jobs` is not counted."""
+    if extra.cpu <= 1e-9 and extra.memory <= 0 and extra.gpu <= 0:
+        return None
+    limit = Quota(quota.cpu, quota.memory, quota.gpu)
+    if not limit.allows(team_holds, 0, extra):
+        return (
+            f"the added workers need {extra.describe()}, past the team's quota "
+            f"(its running jobs hold {team_holds.describe()}); ask for fewer workers, or "
+            "an admin for a larger quota"
+        )
+    if machine_free is not None and not extra.fits(_clip(machine_free)):
+        return (
+            f"the added workers need {extra.describe()} and the machine has "
+            f"{_clip(machine_free).describe()} free; ask for fewer workers"
+        )
+    return None
+
+
 def _clip(a: Amount) -> Amount:
     return Amount(max(a.cpu, 0.0), max(a.memory, 0), max(a.gpu, 0))
 
@@ -247,4 +271,5 @@ __all__ = [
     "job_request",
     "machine_capacity",
     "preemptions",
+    "resize_refusal",
 ]

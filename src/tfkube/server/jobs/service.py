@@ -49,7 +49,7 @@ from tfkube.engines import (
     credentials_problem,
 )
 from tfkube.netguard import refused
-from tfkube.planner import JobPhase, Replica, ReplicaState
+from tfkube.planner import JobPhase, Replica, ReplicaState, scale_problems, scaled_job
 from tfkube.server import team_secrets
 from tfkube.server.artifacts import BlobStore
 from tfkube.server.core.config import ServerSettings
@@ -65,7 +65,7 @@ from tfkube.server.outputs.logs import JobPaths, job_paths
 from tfkube.server.outputs.results import read_result
 from tfkube.server.team_secrets import SecretBox
 from tfkube.server.tenants import tenant_of
-from tfkube.spec import FieldError, HdfsSource, SpecError, TFJob, dump_job, load_job_text
+from tfkube.spec import FieldError, HdfsSource, Role, SpecError, TFJob, dump_job, load_job_text
 from tfkube.wire import replicas_json, replicas_of
 
 log = logging.getLogger("tfkube.server")
@@ -524,6 +524,62 @@ class JobService:
             except JobNotFound:
                 self._end(row, row.phase, row.reason or "", row.message or "", now)
         db.add(JobEvent(job_id=row.id, time=now, message="stop requested through the server"))
+        self._changed(db, row)
+        db.commit()
+        self.on_change(row)
+        self.poke.set()
+
+    def scale(self, db: Session, row: Job, team: Team, workers: int, who: str) -> None:
+        """Run a running job with `workers` workers from now on (`tfkube scale`): the
+        engine's rules (`tfkube.planner.scale_problems`), then, when it grows, the team's
+        quota and the machine's free room (`admission.resize_refusal`); the engine resizes
+        it; the stored spec and request follow. Raises SpecError naming the field."""
+        job = load_job_text(row.spec, "the job's spec")
+        problems = scale_problems(job, JobPhase(row.phase), workers)
+        if row.state == QUEUED:
+            problems = [
+                FieldError(
+                    "status",
+                    "the job is queued, not running yet: stop it and submit it again with "
+                    "the size you want",
+                )
+            ]
+        if problems:
+            raise SpecError(problems, "scale")
+        scaled = scaled_job(job, workers)
+        need = admission.job_request(scaled)
+        held = db.scalars(select(Job).where(Job.state == LIVE)).all()
+
+        def amount(r: Job) -> admission.Amount:
+            return admission.Amount(
+                float(r.request.get("cpu", 0)),
+                int(r.request.get("memory", 0)),
+                int(r.request.get("gpu", 0)),
+            )
+
+        extra = need - amount(row)
+        team_holds = sum((amount(r) for r in held if r.team_id == team.id), admission.Amount())
+        capacity = self.engine.capacity()
+        free = None
+        if capacity is not None:
+            machine = admission.machine_capacity(capacity.cpus, capacity.memory, capacity.gpus)
+            free = machine - sum((amount(r) for r in held), admission.Amount())
+        quota = admission.Quota(**team.quota)
+        if (why := admission.resize_refusal(quota, team_holds, extra, free)) is not None:
+            raise SpecError([FieldError("workers", why)], "scale")
+        before = job.spec.replicas.count(Role.WORKER)
+        view = self.engine.jobs(tenant_of(team)).scale(row.name, workers)
+        row.spec = dump_job(scaled)
+        row.request = {"cpu": need.cpu, "memory": need.memory, "gpu": need.gpu}
+        self._apply_view(row, view)
+        db.add(
+            JobEvent(
+                job_id=row.id,
+                time=time.time(),
+                message=f"{who} scaled the job from {before} to {workers} workers "
+                "through the server",
+            )
+        )
         self._changed(db, row)
         db.commit()
         self.on_change(row)

@@ -18,7 +18,7 @@ from fastapi.responses import RedirectResponse, Response
 
 from tfkube import contract
 from tfkube.engines import Features
-from tfkube.planner import Replica
+from tfkube.planner import JobPhase, Replica, scale_problems
 from tfkube.server import queries, team_secrets
 from tfkube.server.accounts import needs_setup, session_user
 from tfkube.server.api.deps import PlatformDep, Principal, SessionDep
@@ -37,7 +37,7 @@ from tfkube.server.web import _present as present
 from tfkube.server.web._context import PageUser, is_fragment, page_context
 from tfkube.server.web._render import PageError, render
 from tfkube.server.web.serving_pages import job_serving
-from tfkube.spec import SpecError, load_job_text
+from tfkube.spec import Role, SpecError, load_job_text
 from tfkube.wire import ArtifactOut, JobList, JobOut, OutputFile, Progress
 
 router = APIRouter(include_in_schema=False)
@@ -256,6 +256,20 @@ def has_tensorboard(features: Features, row: Job) -> bool:
     return board is not None and board.enabled
 
 
+def resizable_workers(features: Features, row: Job, job: JobOut) -> int | None:
+    """The job's number of workers when its page offers to change it (an engine that
+    resizes, a running job the rules allow: `tfkube.planner.scale_problems`), else None."""
+    if not features.resize or job.queued or not present.is_active(job.phase, job.queued):
+        return None
+    try:
+        spec = load_job_text(row.spec, "job")
+    except SpecError:
+        return None
+    if scale_problems(spec, JobPhase(job.phase), 1):
+        return None
+    return spec.spec.replicas.count(Role.WORKER)
+
+
 def _summary_data(
     principal: Principal, platform: PlatformDep, row: Job, job: JobOut, db: SessionDep
 ) -> dict[str, Any]:
@@ -274,6 +288,7 @@ def _summary_data(
         "checkpoint": find_checkpoint(row.output_dir),
         "can_write": allowed(principal.actor, Scope.JOBS_WRITE, row.team_id),
         "tensorboard": has_tensorboard(platform.engine.features, row),
+        "workers": resizable_workers(platform.engine.features, row, job),
         "now": time.time(),
     }
 

@@ -1,5 +1,6 @@
 """Jobs: submit (four fields or a TFJob document), list and filter, detail with every
-replica, stop, delete, re-submit a copy, events (JSON or a live SSE stream)."""
+replica, stop, scale (the number of workers), delete, re-submit a copy, events (JSON or a
+live SSE stream)."""
 
 from __future__ import annotations
 
@@ -214,6 +215,27 @@ def stop_job(job: JobDep, principal: CurrentUser, db: SessionDep, platform: Plat
     principal.require(Scope.JOBS_WRITE, job.team_id)
     team = queries.teams.get(db, job.team_id)
     platform.jobs.stop(db, job, team)
+    return queries.jobs.view(db, job)
+
+
+class ScaleIn(BaseModel):
+    workers: int
+    """How many workers the job runs with from now on."""
+
+
+@router.post("/jobs/{job_id}/scale")
+def scale_job(
+    job: JobDep, body: ScaleIn, principal: CurrentUser, db: SessionDep, platform: PlatformDep
+) -> JobOut:
+    """Change a running job's number of workers (asynchronous PS training: a PS, no
+    chief): added workers join it, removed ones (the highest indexes) stop; nothing
+    restarts. Growing counts against the team's quota and the machine's free room."""
+    principal.require(Scope.JOBS_WRITE, job.team_id)
+    team = queries.teams.get(db, job.team_id)
+    try:
+        platform.jobs.scale(db, job, team, body.workers, principal.user.name)
+    except SpecError as exc:
+        raise _spec_error(exc) from None
     return queries.jobs.view(db, job)
 
 
