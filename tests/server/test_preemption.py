@@ -23,6 +23,10 @@ from .conftest import start_server, stop_server
 
 pytestmark = pytest.mark.tf
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist-between-graph"
+STEPS = 1000
+"""The lower job's steps: at --step_sleep=0.02, at least 19 s of training are left after
+its first checkpoint (step 50) for the urgent job to preempt it (it was 1,500: 10 s more
+of sleeping that proved nothing more)."""
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +63,7 @@ def test_a_higher_priority_preempts_and_the_lower_job_resumes_from_its_checkpoin
 
         with tfkube.Client(server.url, low_api.token, team=low) as c:
             c.upload(EXAMPLE, "mnist")
-            args = ["--train_steps=1500", "--step_sleep=0.02", "--checkpoint_steps=50"]
+            args = [f"--train_steps={STEPS}", "--step_sleep=0.02", "--checkpoint_steps=50"]
             training = c.submit(name="mnist", workers=1, ps=1, code="mnist", args=args)
             # 1 PS + 1 worker hold 1 of the 2 CPUs; wait for its first checkpoint.
             deadline = time.monotonic() + 300
@@ -102,7 +106,7 @@ def test_a_higher_priority_preempts_and_the_lower_job_resumes_from_its_checkpoin
             log = "\n".join(c.logs(training.id, "worker-0"))
             assert re.search(r"tfkube-example: restoring model\.ckpt-\d+", log), log[-3000:]
             assert resumed.result is not None
-            assert float(resumed.result["global_step"]) >= 1500
+            assert float(resumed.result["global_step"]) >= STEPS
             timeline = c.events(training.id)
         preempted = next(e.time for e in timeline if "preempted by job" in e.message)
         back = min(
