@@ -301,8 +301,8 @@ spec:
 """
 
 
+@pytest.mark.parametrize("platform", ["sqlite"], indirect=True)
 def test_a_job_reads_its_hdfs_shard_with_its_team_secret(
-    request: pytest.FixtureRequest,
     server: ServerProc,
     admin: Api,
     team: TeamCtx,
@@ -311,8 +311,6 @@ def test_a_job_reads_its_hdfs_shard_with_its_team_secret(
     """An HDFS user as a team secret (kind hdfs); a job naming it is listed at submit (a
     missing path, an S3 secret for an hdfs:// source: 422 naming the field), then each
     confined worker reads its shard (SQLite only: the database plays no part here)."""
-    if "postgresql" in request.node.name:
-        pytest.skip("the HDFS path runs once, on the SQLite server")
     root = f"/server-tests/{team.name}"
     for i in range(3):
         hdfs_store.put(f"{root}/part-{i}", f"part {i}\n".encode())
