@@ -60,6 +60,17 @@ from tfkube.wire import ErrorBody
 log = logging.getLogger("tfkube.server")
 
 
+def open_blobs(settings: ServerSettings) -> BlobStore:
+    """The artifact store: `<data-dir>/blobs`, or the `--store` bucket (checked by the
+    command before the server starts: `s3blobs.check_store`)."""
+    if settings.store is None:
+        return BlobStore(settings.data_dir / "blobs")
+    from tfkube.server.s3blobs import S3BlobStore, open_client
+
+    cache = settings.data_dir / "s3-cache" / "blobs"
+    return S3BlobStore(cache, open_client(settings.store), settings.store)
+
+
 def build_platform(settings: ServerSettings) -> Platform:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     # Not ours to change when it is a volume's root (in a pod: root's, our group's).
@@ -71,7 +82,7 @@ def build_platform(settings: ServerSettings) -> Platform:
     with sessions() as db:
         key = secret_key(db)
     runs_on = open_engine(settings.engine_settings)
-    blobs = BlobStore(settings.data_dir / "blobs")
+    blobs = open_blobs(settings)
     blobs.clear_incoming()
     jobs_service = JobService(settings, runs_on, sessions, blobs, key)
     model_servers = ModelServers(settings, runs_on, sessions, key)
