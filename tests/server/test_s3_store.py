@@ -90,10 +90,14 @@ def test_artifacts_live_in_the_bucket_and_replicas_fetch_them(
     assert "reader-1.tar.gz" in download.headers["content-disposition"]
 
     # A job's replica fetches the code through the server's code URL, as always; its data
-    # set comes from the bucket into the job's data folder.
+    # set comes from the bucket into the job's data folder (after a restart, which empties
+    # the local cache: the bucket is the truth).
     data = api.ok(
         upload(api, team.name, "greeting", targz({"hello.txt": "hi\n"}), kind="data"), 201
     )
+    server.stop()
+    server.start()
+    assert not list((server.data_dir / "s3-cache" / "blobs").glob("??/*"))
     job = api.ok(
         api.post(
             f"/api/v1/teams/{team.name}/jobs",
