@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from tfkube.server.core.store import (
     ENV_ACCESS_KEY,
     ENV_SECRET_KEY,
+    StoreConfig,
     StoreConfigError,
     blob_key,
     parse_credentials_file,
@@ -100,3 +105,65 @@ def test_workloads_never_get_the_store_credentials() -> None:
     assert message is not None
     assert message.startswith("--workload-env:")
     assert ENV_SECRET_KEY in message
+
+
+def client_error(status: int, code: str) -> Exception:
+    from botocore.exceptions import ClientError
+
+    return ClientError(
+        {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "HeadBucket"
+    )
+
+
+CONFIG = StoreConfig("site-bucket", "p/", "http://127.0.0.1:9", "us-east-1", "AK", "SECRETKEY")
+
+
+@pytest.mark.parametrize(
+    ("exc", "says"),
+    [
+        (lambda: client_error(404, ""), "bucket 'site-bucket' does not exist"),
+        (lambda: client_error(403, ""), "refused the credentials (403); check --store-credentials"),
+        (lambda: client_error(403, "SignatureDoesNotMatch"), "(SignatureDoesNotMatch)"),
+        (lambda: client_error(500, "InternalError"), "answered InternalError"),
+    ],
+)
+def test_the_stores_refusals_name_the_flag_never_the_key(
+    exc: Callable[[], Exception], says: str
+) -> None:
+    pytest.importorskip("botocore")
+    from tfkube.server.s3blobs import explain
+
+    message = explain(exc(), CONFIG)
+    assert message.startswith("--store s3://site-bucket/p/:")
+    assert says in message
+    assert "SECRETKEY" not in message
+
+
+class _Down:
+    """A client whose store cannot be reached (what botocore raises then)."""
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        from botocore.exceptions import EndpointConnectionError
+
+        def call(*_args: Any, **_kw: Any) -> Any:
+            raise EndpointConnectionError(endpoint_url="http://127.0.0.1:9")
+
+        return call
+
+
+def test_a_store_that_fails_later_answers_503_and_keeps_nothing(tmp_path: Path) -> None:
+    pytest.importorskip("botocore")
+    from tfkube.server.artifacts import BlobStoreError
+    from tfkube.server.s3blobs import S3BlobStore
+
+    blobs = S3BlobStore(tmp_path / "cache", _Down(), CONFIG)
+    staged = blobs.temp()
+    staged.write_bytes(b"code")
+    with pytest.raises(BlobStoreError, match="artifact store failed keeping an upload") as err:
+        blobs.keep(staged)
+    assert not staged.exists()
+    assert "127.0.0.1" not in str(err.value)
+    with pytest.raises(BlobStoreError, match="reading a blob"):
+        blobs.stream(SHA)
+    with pytest.raises(BlobStoreError, match="deleting a blob"):
+        blobs.remove(SHA)

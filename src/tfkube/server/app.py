@@ -45,7 +45,7 @@ from tfkube.server.api.routes import (
     metrics as metrics_route,
 )
 from tfkube.server.api.routes.workload_origin import WorkloadHosts
-from tfkube.server.artifacts import BlobStore
+from tfkube.server.artifacts import BlobStore, BlobStoreError
 from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.db import database_url, make_engine, migrate, session_factory
 from tfkube.server.jobs.service import JobService
@@ -219,6 +219,10 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
             loc = [str(p) for p in e.get("loc", ()) if p not in {"body", "query", "path"}]
             errors.append((".".join(loc) or "(request)", str(e.get("msg"))))
         return error_answer(422, "; ".join(f"{f}: {m}" for f, m in errors), errors)
+
+    @app.exception_handler(BlobStoreError)
+    async def _store_down(_request: Request, exc: BlobStoreError) -> JSONResponse:
+        return error_answer(503, str(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -81,6 +81,11 @@ class BadForm(BadArchive):
         self.field = field
 
 
+class BlobStoreError(RuntimeError):
+    """The blob store cannot be used now (`--store s3://` unreachable, say): 503, the
+    message for members (the details go to the server's log)."""
+
+
 @dataclass(frozen=True)
 class Contents:
     """What an upload holds once checked: its files and their bytes unpacked."""

@@ -17,14 +17,17 @@ credentials live in this process only: never in argv, logs or any workload's env
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tfkube.server.artifacts import CHUNK, BlobStore, blob_path, sha256_of
+from tfkube.server.artifacts import CHUNK, BlobStore, BlobStoreError, blob_path, sha256_of
 from tfkube.server.core.store import CREDENTIALS_FROM, StoreConfig, blob_key
 
+log = logging.getLogger("tfkube.server")
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 60.0
 
@@ -121,6 +124,21 @@ class S3BlobStore(BlobStore):
         self.client = client
         self.config = config
 
+    @contextlib.contextmanager
+    def _calling(self, what: str) -> Iterator[None]:
+        """A failing store as BlobStoreError: the admin's reason logged, the member's
+        answer naming no endpoint or key."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            yield
+        except (BotoCoreError, ClientError) as exc:
+            log.error("the store failed %s: %s", what, explain(exc, self.config))
+            raise BlobStoreError(
+                f"the server's artifact store failed {what}; try again later, or tell the "
+                "site admin (the server's log says why)"
+            ) from None
+
     def _key(self, sha256: str) -> str:
         return blob_key(self.config.prefix, sha256)
 
@@ -140,13 +158,14 @@ class S3BlobStore(BlobStore):
 
         sha, size = sha256_of(staged)
         try:
-            if not self._exists(sha):
-                self.client.upload_file(
-                    str(staged),
-                    self.config.bucket,
-                    self._key(sha),
-                    Config=TransferConfig(multipart_chunksize=8 * CHUNK, max_concurrency=4),
-                )
+            with self._calling("keeping an upload"):
+                if not self._exists(sha):
+                    self.client.upload_file(
+                        str(staged),
+                        self.config.bucket,
+                        self._key(sha),
+                        Config=TransferConfig(multipart_chunksize=8 * CHUNK, max_concurrency=4),
+                    )
         finally:
             staged.unlink(missing_ok=True)
         return sha, size
@@ -154,12 +173,13 @@ class S3BlobStore(BlobStore):
     def stream(self, sha256: str) -> tuple[int, Iterator[bytes]] | None:
         from botocore.exceptions import ClientError
 
-        try:
-            got = self.client.get_object(Bucket=self.config.bucket, Key=self._key(sha256))
-        except ClientError as exc:
-            if str(exc.response.get("Error", {}).get("Code", "")) in {"404", "NoSuchKey"}:
-                return None
-            raise
+        with self._calling("reading a blob"):
+            try:
+                got = self.client.get_object(Bucket=self.config.bucket, Key=self._key(sha256))
+            except ClientError as exc:
+                if str(exc.response.get("Error", {}).get("Code", "")) in {"404", "NoSuchKey"}:
+                    return None
+                raise
         body = got["Body"]
 
         def chunks() -> Iterator[bytes]:
@@ -182,7 +202,7 @@ class S3BlobStore(BlobStore):
         _, chunks = found
         staged = self.temp()
         try:
-            with staged.open("wb") as out:
+            with staged.open("wb") as out, self._calling("reading a blob"):
                 for chunk in chunks:
                     out.write(chunk)
             local.parent.mkdir(parents=True, exist_ok=True)
@@ -193,7 +213,8 @@ class S3BlobStore(BlobStore):
         return local
 
     def remove(self, sha256: str) -> None:
-        self.client.delete_object(Bucket=self.config.bucket, Key=self._key(sha256))
+        with self._calling("deleting a blob"):
+            self.client.delete_object(Bucket=self.config.bucket, Key=self._key(sha256))
         blob_path(self.root, sha256).unlink(missing_ok=True)
 
     def clear_incoming(self) -> None:
