@@ -6,8 +6,11 @@ with the flag named, and the secret key is never printed."""
 from __future__ import annotations
 
 import hashlib
+import io
 import subprocess
 import sys
+import tarfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +25,31 @@ RUN = """#!/bin/sh
 echo "code from the store"
 read -r line < "$TFKUBE_DATA_DIR/hello.txt"
 echo "data: $line"
+echo "kept" > "$TFKUBE_LOG_DIR/result.txt"
+ln -s /etc/passwd "$TFKUBE_LOG_DIR/planted.txt"
+ln -s /etc "$TFKUBE_LOG_DIR/planted-dir"
 """
+
+
+def archived(store: S3Store, bucket: str, key: str, timeout: float = 60) -> dict[str, bytes]:
+    """The members of a job's outputs archive once it is in the bucket: name -> bytes
+    (b"" for a folder); every member a plain file or folder."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            body = store.client.get_object(Bucket=bucket, Key=key)["Body"].read()
+            break
+        except store.client.exceptions.NoSuchKey:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    members: dict[str, bytes] = {}
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r:gz") as tar:
+        for member in tar:
+            assert member.isfile() or member.isdir(), member.name  # no link, no device
+            extracted = tar.extractfile(member) if member.isfile() else None
+            members[member.name] = extracted.read() if extracted else b""
+    return members
 
 
 def credentials_file(path: Path, access: str, secret: str) -> Path:
@@ -111,7 +138,17 @@ def test_artifacts_live_in_the_bucket_and_replicas_fetch_them(
     assert "code from the store" in log, log
     assert "data: hi" in log, log
 
-    # Deleting the job and then the artifact removes the object from the bucket.
+    # Once it ended, its outputs and logs are archived to the bucket: plain files only,
+    # the planted links left out (the same no-follow reads as every read of outputs).
+    members = archived(s3_store, bucket, f"tfk/site/outputs/{team.name}/{job['id']}.tar.gz")
+    assert members["result.txt"] == b"kept\n"
+    logs = [n for n in members if n.startswith(".tfkube/logs/worker-0/")]
+    assert logs, sorted(members)
+    assert any(b"code from the store" in members[n] for n in logs)
+    assert not any(n.startswith("planted") for n in members), sorted(members)
+    assert not any(b"root:" in data for data in members.values())
+
+    # Deleting the job (its archive) and then the artifacts removes every object.
     assert api.delete(f"/api/v1/jobs/{job['id']}").status_code in {200, 204}
     assert api.delete(f"/api/v1/artifacts/{artifact['id']}").status_code == 204
     assert api.delete(f"/api/v1/artifacts/{data['id']}").status_code == 204

@@ -167,3 +167,54 @@ def test_a_store_that_fails_later_answers_503_and_keeps_nothing(tmp_path: Path) 
         blobs.stream(SHA)
     with pytest.raises(BlobStoreError, match="deleting a blob"):
         blobs.remove(SHA)
+
+
+def test_outputs_keys() -> None:
+    from tfkube.server.outputs.archive import outputs_key
+
+    assert outputs_key("site/", "team-a", "06ae22e0") == "site/outputs/team-a/06ae22e0.tar.gz"
+    for team, job in [("../x", "1"), ("a", "x/y"), ("a", ""), ("a..b", "1")]:
+        with pytest.raises(ValueError, match="fit for a key"):
+            outputs_key("", team, job)
+
+
+def test_archives_are_read_in_pieces_and_cut_off_past_the_bound() -> None:
+    from tfkube.server.outputs.archive import ArchiveTooLarge, BoundedReader
+
+    reader = BoundedReader(iter([b"abc", b"defg", b"h"]), limit=8)
+    assert reader.read(2) == b"ab"
+    assert reader.read(4) == b"cdef"
+    assert reader.read() == b"gh"
+    assert reader.read(3) == b""
+    over = BoundedReader(iter([b"12345", b"6789"]), limit=8)
+    assert over.read(4) == b"1234"
+    with pytest.raises(ArchiveTooLarge, match="larger than 8 bytes"):
+        over.read(4)
+
+
+def test_an_archive_holds_no_link_a_workload_planted(tmp_path: Path) -> None:
+    import io
+    import os
+    import tarfile
+
+    from tfkube.server.outputs.archive import archive_reader
+
+    out = tmp_path / "out"
+    (out / ".tfkube" / "logs" / "worker-0").mkdir(parents=True)
+    (out / ".tfkube" / "logs" / "worker-0" / "1.log").write_text("trained\n")
+    (out / "model.txt").write_text("weights\n")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not theirs\n")
+    os.symlink(secret, out / "link.txt")
+    os.symlink(tmp_path, out / "link-dir")
+    os.link(secret, out / "hard.txt")
+    body = archive_reader(str(out)).read()
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r:gz") as tar:
+        names = {m.name: m for m in tar}
+        assert names[".tfkube/logs/worker-0/1.log"].isfile()
+        assert "link.txt" not in names
+        assert "link-dir" not in names
+        assert "hard.txt" not in names  # a hard link to a file outside is left out too
+        for member in names.values():
+            data = tar.extractfile(member) if member.isfile() else None
+            assert data is None or b"not theirs" not in data.read()

@@ -217,7 +217,66 @@ class S3BlobStore(BlobStore):
             self.client.delete_object(Bucket=self.config.bucket, Key=self._key(sha256))
         blob_path(self.root, sha256).unlink(missing_ok=True)
 
+    def delete_key(self, key: str) -> None:
+        with self._calling("deleting an archive"):
+            self.client.delete_object(Bucket=self.config.bucket, Key=key)
+
+    def put_archive(self, key: str, reader: Any) -> None:
+        """Upload a readable stream (multipart, 8 MiB parts) under `key`; an exception
+        while reading aborts the upload, so nothing partial is kept."""
+        from boto3.s3.transfer import TransferConfig
+
+        with self._calling("archiving outputs"):
+            self.client.upload_fileobj(
+                reader,
+                self.config.bucket,
+                key,
+                Config=TransferConfig(multipart_chunksize=8 * CHUNK, max_concurrency=1),
+            )
+
     def clear_incoming(self) -> None:
         """Uploads cut off by a crash, and the whole cache (the store is the truth)."""
         shutil.rmtree(self.root, ignore_errors=True)
         self.incoming.mkdir(parents=True, exist_ok=True)
+
+
+class OutputArchiver:
+    """Archives an ended job's outputs and logs into the store, one job at a time on a
+    thread of its own (the sync loop never waits for an upload). The local copy is kept:
+    reading archives back once it is gone is not built yet (docs/architecture.md)."""
+
+    def __init__(self, blobs: S3BlobStore) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.blobs = blobs
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="tfkube-archive")
+
+    def submit(self, team: str, job_id: str, output_dir: str | None) -> None:
+        if output_dir:
+            self.pool.submit(self.archive, team, job_id, output_dir)
+
+    def archive(self, team: str, job_id: str, output_dir: str) -> str | None:
+        """-> the key written, or None (logged) when the outputs could not be archived."""
+        from tfkube.server.outputs.archive import archive_reader, outputs_key
+
+        key = outputs_key(self.blobs.config.prefix, team, job_id)
+        try:
+            self.blobs.put_archive(key, archive_reader(output_dir))
+        except (OSError, BlobStoreError) as exc:
+            log.error("archiving the outputs of job %s failed: %s", job_id, exc)
+            return None
+        log.info("archived the outputs of job %s", job_id)
+        return key
+
+    def remove(self, team: str, job_id: str) -> None:
+        """A deleted job's archive (none is fine)."""
+        from tfkube.server.outputs.archive import outputs_key
+
+        key = outputs_key(self.blobs.config.prefix, team, job_id)
+        self.blobs.delete_key(key)
+        log.info("removed the archived outputs of job %s", job_id)
+
+    def close(self) -> None:
+        """Stop: what is archiving now finishes, what waits is dropped (archived again
+        when the next start sees the job ended)."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
