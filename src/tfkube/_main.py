@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tfkube import contract
 from tfkube.cli import app, fail, run_service
+
+if TYPE_CHECKING:
+    from tfkube.server.core.store import StoreConfig
 
 
 @app.command("server")
@@ -126,6 +129,33 @@ def server_command(
     smtp_from: Annotated[
         str, typer.Option("--smtp-from", help="The sender of notification e-mails.")
     ] = "tfkube@localhost",
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            help="s3://bucket/prefix: keep artifacts in this S3-compatible bucket (it must "
+            "exist) instead of under --data-dir. Credentials: --store-credentials or "
+            "TFKUBE_STORE_ACCESS_KEY_ID/TFKUBE_STORE_SECRET_ACCESS_KEY.",
+        ),
+    ] = None,
+    store_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--store-endpoint",
+            help="The S3-compatible store's URL (default: AWS S3).",
+        ),
+    ] = None,
+    store_region: Annotated[
+        str | None, typer.Option("--store-region", help="The store's region (us-east-1).")
+    ] = None,
+    store_credentials: Annotated[
+        Path | None,
+        typer.Option(
+            "--store-credentials",
+            help="A file (keep it 0600) with the lines 'access_key_id = ...' and "
+            "'secret_access_key = ...' for --store.",
+        ),
+    ] = None,
 ) -> None:
     """Run the platform server: REST API, accounts and teams, artifacts, kept logs.
 
@@ -160,7 +190,11 @@ def server_command(
             check()
         except ValueError as exc:
             raise fail(f"{option}: {exc}") from None
+    store_config = _store_config(
+        store, store_endpoint, store_region, store_credentials, tuple(workload_env or ())
+    )
     settings = ServerSettings(
+        store=store_config,
         data_dir=(data_dir or default_data_dir()).resolve(),
         host=host,
         port=port,
@@ -182,6 +216,46 @@ def server_command(
         smtp_from=smtp_from,
     )
     run_service(lambda: serve(settings))
+
+
+def _store_config(
+    url: str | None,
+    endpoint: str | None,
+    region: str | None,
+    credentials: Path | None,
+    workload_env: tuple[str, ...],
+) -> StoreConfig | None:
+    """`--store` and its options, checked against the store itself (the bucket exists,
+    the credentials may write): refused here, the server does not start."""
+    import os
+
+    from tfkube.server.core.store import StoreConfigError, refused_workload_env, store_config
+    from tfkube.server.s3blobs import StoreUnavailable, check_store
+
+    if url is None:
+        if endpoint or region or credentials:
+            raise fail(
+                "--store-endpoint, --store-region and --store-credentials go with "
+                "--store s3://bucket/prefix; add it or drop them"
+            )
+        return None
+    try:
+        text = None
+        if credentials is not None:
+            try:
+                text = credentials.read_text()
+            except OSError as exc:
+                raise StoreConfigError(
+                    f"--store-credentials: cannot read {credentials}: {exc.strerror}"
+                ) from None
+        config = store_config(url, endpoint, region, text, os.environ)
+        refused = refused_workload_env(workload_env)
+        if refused:
+            raise StoreConfigError(refused)
+        check_store(config)
+    except (StoreConfigError, StoreUnavailable) as exc:
+        raise fail(str(exc)) from None
+    return config
 
 
 def main(argv: list[str] | None = None) -> None:

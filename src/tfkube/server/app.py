@@ -45,19 +45,34 @@ from tfkube.server.api.routes import (
     metrics as metrics_route,
 )
 from tfkube.server.api.routes.workload_origin import WorkloadHosts
-from tfkube.server.artifacts import BlobStore
+from tfkube.server.artifacts import BlobStore, BlobStoreError
 from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.db import database_url, make_engine, migrate, session_factory
 from tfkube.server.jobs.service import JobService
 from tfkube.server.metrics import Metrics
 from tfkube.server.notifications import Notifier
 from tfkube.server.platform import Platform
+from tfkube.server.s3blobs import OutputArchiver, S3BlobStore, open_client
 from tfkube.server.workloads.model_servers import ModelServers
 from tfkube.server.workloads.notebooks import Notebooks
 from tfkube.server.workloads.tensorboards import TensorBoards
 from tfkube.wire import ErrorBody
 
 log = logging.getLogger("tfkube.server")
+
+
+def open_blobs(settings: ServerSettings) -> BlobStore:
+    """The artifact store: `<data-dir>/blobs`, or the `--store` bucket (checked by the
+    command before the server starts: `s3blobs.check_store`)."""
+    if settings.store is None:
+        return BlobStore(settings.data_dir / "blobs")
+    cache = settings.data_dir / "s3-cache" / "blobs"
+    return S3BlobStore(cache, open_client(settings.store), settings.store)
+
+
+def open_archiver(blobs: BlobStore) -> OutputArchiver | None:
+    """With `--store s3://`: what archives an ended job's outputs and logs there."""
+    return OutputArchiver(blobs) if isinstance(blobs, S3BlobStore) else None
 
 
 def build_platform(settings: ServerSettings) -> Platform:
@@ -71,14 +86,18 @@ def build_platform(settings: ServerSettings) -> Platform:
     with sessions() as db:
         key = secret_key(db)
     runs_on = open_engine(settings.engine_settings)
-    blobs = BlobStore(settings.data_dir / "blobs")
+    blobs = open_blobs(settings)
     blobs.clear_incoming()
     jobs_service = JobService(settings, runs_on, sessions, blobs, key)
+    archiver = open_archiver(blobs)
+    if archiver is not None:
+        jobs_service.on_ended = lambda row, team: archiver.submit(team.name, row.id, row.output_dir)
+        jobs_service.on_deleted = lambda row, team: archiver.remove(team.name, row.id)
     model_servers = ModelServers(settings, runs_on, sessions, key)
     notebooks = Notebooks(settings, runs_on, sessions, blobs, key)
     notifier = Notifier(settings, sessions, key)
     jobs_service.on_event = notifier.enqueue
-    return Platform(
+    platform = Platform(
         settings,
         database,
         sessions,
@@ -91,6 +110,9 @@ def build_platform(settings: ServerSettings) -> Platform:
         TensorBoards(runs_on, settings.tensorboard_idle_seconds),
         notifier,
     )
+    if archiver is not None:
+        platform.closing.append(archiver.close)
+    return platform
 
 
 def announce_setup(platform: Platform) -> str | None:
@@ -180,6 +202,8 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
                 grpc_proxy.stop()
             await app.state.proxy_client.aclose()
             built.jobs.stop_loop()
+            for close in built.closing:
+                close()
             built.notifier.stop_loop()
             built.notebooks.close()
             built.model_servers.close()
@@ -208,6 +232,10 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
             loc = [str(p) for p in e.get("loc", ()) if p not in {"body", "query", "path"}]
             errors.append((".".join(loc) or "(request)", str(e.get("msg"))))
         return error_answer(422, "; ".join(f"{f}: {m}" for f, m in errors), errors)
+
+    @app.exception_handler(BlobStoreError)
+    async def _store_down(_request: Request, exc: BlobStoreError) -> JSONResponse:
+        return error_answer(503, str(exc))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -35,7 +35,7 @@ import tarfile
 import tempfile
 import time
 import zipfile
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO
@@ -81,6 +81,11 @@ class BadForm(BadArchive):
         self.field = field
 
 
+class BlobStoreError(RuntimeError):
+    """The blob store cannot be used now (`--store s3://` unreachable, say): 503, the
+    message for members (the details go to the server's log)."""
+
+
 @dataclass(frozen=True)
 class Contents:
     """What an upload holds once checked: its files and their bytes unpacked."""
@@ -95,6 +100,15 @@ class Stored:
     size: int
     files: int
     path: Path
+
+
+def sha256_of(path: Path) -> tuple[str, int]:
+    """A file's sha256 (read in CHUNK pieces) and size."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest(), path.stat().st_size
 
 
 def blob_path(root: Path, sha256: str) -> Path:
@@ -407,7 +421,11 @@ def archive_kind(filename: str) -> str:
 
 
 class BlobStore:
-    """Content-addressed files under `root`."""
+    """Content-addressed files under `root` (the default; `s3blobs.S3BlobStore` keeps
+    them in an S3-compatible store behind the same methods)."""
+
+    is_local = True
+    """Whether `path` is where the blob lives (so a response may serve the file)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -421,12 +439,7 @@ class BlobStore:
 
     def keep(self, staged: Path) -> tuple[str, int]:
         """Move a checked file into place under its sha256 (once); -> (sha256, size)."""
-        digest = hashlib.sha256()
-        with staged.open("rb") as f:
-            for chunk in iter(lambda: f.read(CHUNK), b""):
-                digest.update(chunk)
-        sha = digest.hexdigest()
-        size = staged.stat().st_size
+        sha, size = sha256_of(staged)
         final = blob_path(self.root, sha)
         if final.exists():
             staged.unlink()
@@ -437,7 +450,20 @@ class BlobStore:
         return sha, size
 
     def path(self, sha256: str) -> Path:
+        """The blob as a file here (a path that is not a file when there is none)."""
         return blob_path(self.root, sha256)
+
+    def stream(self, sha256: str) -> tuple[int, Iterator[bytes]] | None:
+        """(size, its bytes in CHUNK pieces), or None when there is no such blob."""
+        path = self.path(sha256)
+        if not path.is_file():
+            return None
+
+        def chunks() -> Iterator[bytes]:
+            with path.open("rb") as f:
+                yield from iter(lambda: f.read(CHUNK), b"")
+
+        return path.stat().st_size, chunks()
 
     def remove(self, sha256: str) -> None:
         self.path(sha256).unlink(missing_ok=True)

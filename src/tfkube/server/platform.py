@@ -5,6 +5,7 @@ the workloads behind the proxy (TensorBoards, model servers, notebooks)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import Engine as Database
@@ -48,6 +49,8 @@ class Platform:
     """Failed sign-ins per name and address (core/ratelimit.py)."""
     scalars: ScalarReader = field(default_factory=ScalarReader)
     metrics: Metrics | None = None
+    closing: list[Callable[[], None]] = field(default_factory=list)
+    """Called at shutdown after the job loop stopped (the outputs' archiver)."""
 
     def __post_init__(self) -> None:
         if self.metrics is None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tfkube import contract
 from tfkube.engines import EngineSettings
+from tfkube.server.core.store import StoreConfig
 
 DEFAULT_PORT = 8470
 
@@ -78,6 +79,9 @@ class ServerSettings:
     plain SMTP, no login: a relay that trusts this machine). None: no e-mail."""
     smtp_from: str = "tfkube@localhost"
     """The sender of those e-mails (`--smtp-from`)."""
+    store: StoreConfig | None = None
+    """Where artifacts' blobs live (`--store s3://bucket/prefix`, `core/store.py`); None:
+    `<data-dir>/blobs`."""
 
     @property
     def engine_settings(self) -> EngineSettings:

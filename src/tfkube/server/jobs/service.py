@@ -132,6 +132,13 @@ class JobService:
         self.on_event: Callable[[Session, Job, str], None] | None = None
         """Told each event of a job its owner may be notified of (`notifications.
         job_events`), in the sync's transaction: `Notifier.enqueue`."""
+        self.on_ended: Callable[[Job, Team], None] | None = None
+        """Told once per job (per server process) when the sync first sees it in a
+        terminal phase: the outputs' archiver with `--store s3://`."""
+        self._ended_seen: set[str] = set()
+        self.on_deleted: Callable[[Job, Team], None] | None = None
+        """Told when a job is deleted, before its row goes: the archiver drops its
+        archive."""
         self.poke = threading.Event()
         self._retry_at: dict[str, float] = {}
         """Job id -> when to submit again a job the engine deferred."""
@@ -609,6 +616,8 @@ class JobService:
                 if folder:
                     shutil.rmtree(folder, ignore_errors=True)
         release_fetched(db, self.blobs, row)
+        if self.on_deleted is not None:
+            self.on_deleted(row, team)
         db.execute(delete(JobEvent).where(JobEvent.job_id == row.id))
         db.execute(delete(JobMetric).where(JobMetric.job_id == row.id))
         db.delete(row)
@@ -685,6 +694,13 @@ class JobService:
                     self._apply_view(row, view)
                     self._copy_events(db, row, backend)
                 self._changed(db, row)
+                if (
+                    self.on_ended is not None
+                    and JobPhase(row.phase).terminal
+                    and row.id not in self._ended_seen
+                ):
+                    self._ended_seen.add(row.id)
+                    self.on_ended(row, team)
                 if (row.phase, row.restarts, row.replicas, row.state) != before:
                     self.on_change(row)
                     if self.on_event is not None:

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request
-from fastapi.responses import FileResponse
+from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from tfkube import contract
 from tfkube.server import queries
+from tfkube.server.api.blobs import blob_response
 from tfkube.server.api.deps import (
     ArtifactDep,
     CurrentUser,
@@ -69,14 +70,14 @@ def get_artifact(artifact: ArtifactDep, db: SessionDep) -> ArtifactOut:
 
 
 @router.get("/artifacts/{artifact_id}/download")
-def download(artifact: ArtifactDep, platform: PlatformDep) -> FileResponse:
-    return FileResponse(
-        platform.blobs.path(artifact.sha256),
-        media_type="application/gzip",
-        headers={
-            "Content-Disposition": content_disposition(f"{artifact.name}-{artifact.version}.tar.gz")
-        },
+def download(artifact: ArtifactDep, platform: PlatformDep) -> Response:
+    name = f"{artifact.name}-{artifact.version}.tar.gz"
+    response = blob_response(
+        platform.blobs, artifact.sha256, {"Content-Disposition": content_disposition(name)}
     )
+    if response is None:
+        raise HTTPException(404, f"the bytes of {artifact.name}:{artifact.version} are missing")
+    return response
 
 
 @router.delete("/artifacts/{artifact_id}", status_code=204)

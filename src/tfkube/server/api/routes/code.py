@@ -7,9 +7,10 @@ from __future__ import annotations
 import time
 
 from fastapi import APIRouter, HTTPException, Request
-from fastapi.responses import FileResponse
+from fastapi.responses import Response
 
 from tfkube.server import queries
+from tfkube.server.api.blobs import blob_response
 from tfkube.server.api.deps import PlatformDep, SessionDep
 from tfkube.server.core.security import ClaimError, verify_claim
 
@@ -17,9 +18,7 @@ router = APIRouter(prefix="/api/v1", tags=["code"])
 
 
 @router.get("/code/{sha256}")
-def fetch_code(
-    sha256: str, request: Request, db: SessionDep, platform: PlatformDep
-) -> FileResponse:
+def fetch_code(sha256: str, request: Request, db: SessionDep, platform: PlatformDep) -> Response:
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     denied = HTTPException(404, "no such code (or the claim does not open it)")
     if scheme.lower() != "bearer" or not token:
@@ -31,7 +30,7 @@ def fetch_code(
     job = queries.jobs.get(db, claim.job)
     if job is None or job.state == "ended" or job.code_sha256 != sha256:
         raise denied
-    path = platform.blobs.path(sha256)
-    if not path.is_file():
+    response = blob_response(platform.blobs, sha256)
+    if response is None:
         raise denied
-    return FileResponse(path, media_type="application/gzip")
+    return response
