@@ -83,9 +83,11 @@ class LocalEngine(RunnersByKind):
         memory: int | None = None,
         workload_env: tuple[str, ...] = (),
         fetch_allowed: tuple[str, ...] = (),
+        package_indexes: tuple[str, ...] = (),
     ) -> None:
         self.data_dir = data_dir
         self.fetch_allowed = fetch_allowed
+        self.package_indexes = package_indexes
         self.cpus = cpus
         self.memory = memory
         self._backends: dict[str, LocalBackend] = {}
@@ -176,6 +178,7 @@ class LocalEngine(RunnersByKind):
                     home=self.team_root(tenant) / "engine",
                     tenant=self._isolation(tenant),
                     fetch_allowed=self.fetch_allowed,
+                    package_indexes=self.package_indexes,
                 )
                 self._backends[tenant.name] = found
             return found

@@ -103,6 +103,21 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         writer.close()
 
 
+async def splice(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sock: socket.socket
+) -> None:
+    """Copy both ways between an accepted connection and a connected socket until both
+    ends have closed; then close both."""
+    up_reader, up_writer = await asyncio.open_connection(sock=sock)
+    try:
+        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+    finally:
+        for w in (up_writer, writer):
+            w.close()
+            with contextlib.suppress(OSError, RuntimeError):
+                await w.wait_closed()
+
+
 async def _join(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
@@ -123,14 +138,7 @@ async def _join(
         sock.close()
         writer.close()
         return
-    up_reader, up_writer = await asyncio.open_connection(sock=sock)
-    try:
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
-    finally:
-        for w in (up_writer, writer):
-            w.close()
-            with contextlib.suppress(OSError, RuntimeError):
-                await w.wait_closed()
+    await splice(reader, writer, sock)
 
 
 def _options(argv: Sequence[str]) -> argparse.Namespace:
