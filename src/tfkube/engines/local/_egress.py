@@ -24,7 +24,7 @@ to (a mirror on the machine or the site's network): that, and only that, address
 loopback is reachable.
 
 How it holds both sides: as `_relay`, it starts in the host's namespace with a
-descriptor of the job's, makes its one listening socket inside (`_relay.Namespaces`)
+descriptor of the job's, makes its one listening socket inside (`_netns.Namespaces`)
 and every other socket in the host's. After a plain GET is forwarded the connection
 carries bytes to that target only; a CONNECT tunnel likewise: whatever the client sends
 later on it goes to the same allowed host and port.
@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from tfkube.engines.local._relay import Namespaces, splice
+from tfkube.engines.local._netns import Namespaces, splice
 from tfkube.netguard import IPNetwork, index_target, refused
 
 DEFAULT_INDEX = "https://pypi.org/simple/"
@@ -98,6 +98,11 @@ def address_problem(policy: Policy, host: str, address: str) -> str | None:
         f"{host} resolves to {address}, an internal address: refused "
         "(an admin allows a range with --allow-fetch-from)"
     )
+
+
+def parse_ranges(ranges: Sequence[str]) -> list[IPNetwork]:
+    """`--allow-fetch-from` ranges as networks (pure; checked when the server started)."""
+    return [ipaddress.ip_network(n, strict=False) for n in ranges]
 
 
 def package_env(indexes: Sequence[str], port: int) -> dict[str, str]:
@@ -185,7 +190,7 @@ async def _open(policy: Policy, host: str, port: int) -> tuple[socket.socket | N
     return None, why
 
 
-async def _serve_one(
+async def serve_one(
     policy: Policy, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
     try:
@@ -237,7 +242,7 @@ def _options(argv: Sequence[str]) -> argparse.Namespace:
 
 
 async def _serve(o: argparse.Namespace) -> None:
-    policy = policy_for(o.index, [ipaddress.ip_network(n, strict=False) for n in o.allow_range])
+    policy = policy_for(o.index, parse_ranges(o.allow_range))
     loop = asyncio.get_running_loop()
     done = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -248,7 +253,7 @@ async def _serve(o: argparse.Namespace) -> None:
     listening.listen(64)
 
     async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await _serve_one(policy, r, w)
+        await serve_one(policy, r, w)
 
     server = await asyncio.start_server(serve, sock=listening)
     print("ready", flush=True)
@@ -273,7 +278,9 @@ __all__ = [
     "Policy",
     "address_problem",
     "package_env",
+    "parse_ranges",
     "parse_request_line",
     "policy_for",
+    "serve_one",
     "target_problem",
 ]

@@ -53,6 +53,7 @@ from tfkube.engines.local._services import (
     LocalModelServers,
     LocalNotebooks,
     LocalTensorBoards,
+    PackageAccess,
     ServiceIsolation,
     relays_for,
 )
@@ -116,7 +117,12 @@ class LocalEngine(RunnersByKind):
         self._runners: dict[type, Runner] = {
             ModelServerWorkload: LocalModelServers(data_dir, env, workload_env, services),
             NotebookWorkload: LocalNotebooks(
-                self.notebook_home, self.notebook_artifacts, env, workload_env, services
+                self.notebook_home,
+                self.notebook_artifacts,
+                env,
+                workload_env,
+                services,
+                PackageAccess(package_indexes, fetch_allowed),
             ),
             TensorBoardWorkload: LocalTensorBoards(env, workload_env, services),
         }
