@@ -90,3 +90,5 @@ def test_the_environment_names_the_proxy_and_the_first_index() -> None:
     assert env["NO_PROXY"] == ""
     assert env["UV_DEFAULT_INDEX"] == env["PIP_INDEX_URL"] == "http://127.0.0.1:8123/simple/"
     assert "UV_DEFAULT_INDEX" not in package_env([], 3128)
+    direct = package_env([], 3128, ["http://127.0.0.1:8000"])
+    assert direct["NO_PROXY"] == direct["no_proxy"] == "http://127.0.0.1:8000"

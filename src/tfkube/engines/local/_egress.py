@@ -105,17 +105,19 @@ def parse_ranges(ranges: Sequence[str]) -> list[IPNetwork]:
     return [ipaddress.ip_network(n, strict=False) for n in ranges]
 
 
-def package_env(indexes: Sequence[str], port: int) -> dict[str, str]:
+def package_env(indexes: Sequence[str], port: int, direct: Sequence[str] = ()) -> dict[str, str]:
     """The variables that send uv and pip through the proxy at 127.0.0.1:`port` (and to
-    the first configured index), for the prepare step's environment only (pure)."""
+    the first configured index), for the prepare step's or a notebook's environment only
+    (pure). `direct`: origins (`scheme://host:port`) reached without it (a notebook's
+    API relay, which the proxy would refuse)."""
     proxy = f"http://127.0.0.1:{port}"
     env = {
         "HTTPS_PROXY": proxy,
         "HTTP_PROXY": proxy,
         "https_proxy": proxy,
         "http_proxy": proxy,
-        "NO_PROXY": "",
-        "no_proxy": "",
+        "NO_PROXY": ",".join(direct),
+        "no_proxy": ",".join(direct),
     }
     if indexes:
         env["UV_DEFAULT_INDEX"] = env["PIP_INDEX_URL"] = indexes[0]

@@ -592,7 +592,9 @@ class LocalNotebooks(_Processes):
             contract.CLIENT_TEAM: tenant.name,
         }
         if api is not None:  # its own network: the package index through the relay
-            env.update(_egress.package_env(self.packages.indexes, _egress.PORT))
+            parts = urlsplit(api.url)
+            direct = [f"{parts.scheme}://{parts.netloc}"]  # its tfkube.Client: the relay's API
+            env.update(_egress.package_env(self.packages.indexes, _egress.PORT, direct))
         log_file = home.parent / f".{home.name}-notebook.log"
         log_file.unlink(missing_ok=True)  # this start's output only
         ref, extra = self.launch_networked(
