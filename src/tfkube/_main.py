@@ -118,6 +118,16 @@ def server_command(
             "although it is loopback, link-local or private (repeatable).",
         ),
     ] = None,
+    package_index: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--package-index",
+            help="Local engine: a package index URL (PEP 503 simple API) a confined job's "
+            "requirements.txt installs from, the only host and port its install step may "
+            "reach (repeatable; the first is the index, the others e.g. where it keeps its "
+            "files). Default: PyPI (pypi.org and files.pythonhosted.org on 443).",
+        ),
+    ] = None,
     smtp_server: Annotated[
         str | None,
         typer.Option(
@@ -175,6 +185,7 @@ def server_command(
         runtime = parse_runtime(serving_runtime, ServingRuntime.TENSORFLOW_SERVING)
     except ValueError as exc:
         raise fail(f"--serving-runtime: {exc}") from None
+    from tfkube.netguard import index_target
     from tfkube.server.core.forwarded import parse_networks
     from tfkube.server.core.origins import parse_workload_url
     from tfkube.server.notifications import parse_smtp
@@ -182,6 +193,7 @@ def server_command(
     checks: list[tuple[str, Callable[[], object]]] = [
         ("--trusted-proxy", lambda: parse_networks(trusted_proxy or [])),
         ("--allow-fetch-from", lambda: parse_networks(allow_fetch_from or [])),
+        ("--package-index", lambda: [index_target(u) for u in package_index or []]),
         ("--workload-url", lambda: workload_url and parse_workload_url(workload_url)),
         ("--smtp-server", lambda: smtp_server and parse_smtp(smtp_server)),
     ]
@@ -212,6 +224,7 @@ def server_command(
         trusted_proxies=tuple(trusted_proxy or ()),
         workload_url=workload_url,
         allow_fetch_from=tuple(allow_fetch_from or ()),
+        package_indexes=tuple(package_index or ()),
         smtp_server=smtp_server,
         smtp_from=smtp_from,
     )

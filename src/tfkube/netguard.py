@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -53,3 +54,20 @@ def refused(address: str | IPAddress, allowed: Sequence[IPNetwork] = ()) -> bool
     if _within(ip, allowed):
         return False
     return any(_internal(v) and not _within(v, allowed) for v in _views(ip))
+
+
+def index_target(url: str) -> tuple[str, int]:
+    """(host, port) of a package index URL (`--package-index`: the one host and port a
+    confined install step may reach besides PyPI's) (pure). Raises ValueError naming the
+    fix."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"package index {url!r}: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            f"package index {url!r}: give an http:// or https:// URL with a host, "
+            "e.g. https://pypi.org/simple/"
+        )
+    return parts.hostname.lower(), port or (443 if parts.scheme == "https" else 80)

@@ -31,6 +31,7 @@ import pytest
 
 import tfkube
 from conftest import TAG  # tests/conftest.py
+from pyindex import PROBE, TINY, PackageIndex, probing_sdist, tiny_index
 from server._server import Api, ServerProc, api_for, env_with, first_admin, free_port
 from server.conftest import stop_server
 
@@ -74,6 +75,9 @@ class Tenancy:
     """Where the victim's job serves `victim_served` on its own loopback (as its
     TensorFlow servers listen, without authentication)."""
     victim_served: str
+    index: PackageIndex
+    """The package index (the test's own, on 127.0.0.1) the server is given with
+    `--package-index`: the one place a job's requirements.txt step may reach."""
 
     @property
     def data(self) -> Path:
@@ -112,7 +116,10 @@ def tenancy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenancy]:
     tag = uuid.uuid4().hex
     secret = f"hunter2-{uuid.uuid4().hex}"
     env = {**env_with(TAG, tag, tmp / "home"), SECRET_VAR: secret}
-    server = ServerProc(tmp / "data", free_port(), None, env, extra=["--cpus", "8"])
+    index = tiny_index(tmp / "index")
+    server = ServerProc(
+        tmp / "data", free_port(), None, env, extra=["--cpus", "8", "--package-index", index.url]
+    )
     server.start()
     admin = first_admin(server)
     member = None
@@ -158,12 +165,24 @@ def tenancy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenancy]:
             assert time.monotonic() < deadline, server.log.read_text()[-3000:]
             time.sleep(0.2)
         yield Tenancy(
-            server, admin, secret, victim, attacker, member, output, code, job.id, port, served
+            server,
+            admin,
+            secret,
+            victim,
+            attacker,
+            member,
+            output,
+            code,
+            job.id,
+            port,
+            served,
+            index,
         )
     finally:
         if member is not None:
             member.close()
         stop_server(server, admin, tag)
+        index.stop()
 
 
 def attack(
@@ -332,15 +351,15 @@ def test_a_job_over_its_memory_limit_is_oom_killed(tenancy: Tenancy, tmp_path: P
 def test_a_jobs_requirements_install_into_the_teams_own_cache(
     tenancy: Tenancy, tmp_path: Path
 ) -> None:
-    """Fetched code's requirements.txt (here `humanize`, from PyPI) is installed by the
-    first launcher, confined, into the team's own cache: never the machine-wide one that
-    every team's jobs would read."""
+    """Fetched code's requirements.txt (a tiny wheel, from the server's package index) is
+    installed by the prepare step, confined, into the team's own cache: never the
+    machine-wide one that every team's jobs would read."""
     t = tenancy
     name = f"deps-{uuid.uuid4().hex[:6]}"
     folder = _code(
         tmp_path / name,
-        "python3 -c 'import humanize, sys; print(\"IMPORTED\", sys.prefix)'\n",
-        {"requirements.txt": "humanize\n"},
+        "python3 -c 'import tfkube_test_tiny, sys; print(\"IMPORTED\", sys.prefix)'\n",
+        {"requirements.txt": f"{TINY}\n"},
     )
     with tfkube.Client(t.server.url, t.member.token, team=t.attacker) as c:
         c.upload(folder, name)
@@ -357,7 +376,7 @@ def test_a_jobs_requirements_install_into_the_teams_own_cache(
 def test_requirements_that_do_not_install_end_the_job_before_a_replica_runs(
     tenancy: Tenancy, tmp_path: Path
 ) -> None:
-    """The prepare step (on the host's network) fails: the job ends with the reason and
+    """The prepare step fails (the index has no such package): the job ends with the reason and
     the installer's words, and its run.sh never ran."""
     t = tenancy
     name = f"baddeps-{uuid.uuid4().hex[:6]}"
@@ -375,6 +394,60 @@ def test_requirements_that_do_not_install_end_the_job_before_a_replica_runs(
     assert done.reason == "RequirementsFailed", (done.reason, done.message)
     assert "requirements.txt" in (done.message or ""), done.message
     assert "RAN" not in log.replace("tfkube-no-such", "")
+
+
+PROBED = """\
+python3 -c '
+import tfkube_test_probe, tfkube_test_tiny
+print("INSTALLED", tfkube_test_tiny.GREETING)
+for label, got in tfkube_test_probe.RESULT.items():
+    print("PROBE", label, "=", got)
+'
+"""
+
+
+def test_a_packages_build_code_reaches_only_the_package_index(
+    tenancy: Tenancy, tmp_path: Path
+) -> None:
+    """requirements.txt names a package built from source: its build code runs in the
+    prepare step and tries to fetch a secret from a service of the test's on the host's
+    loopback and to reach the server's API, directly and through the step's proxy. The
+    step runs in the job's network namespace, whose one way out is the package-index
+    proxy: each attempt is refused (no listener inside, 403 from the proxy), while the
+    packages it asked for install from the index. On the host's network (the code
+    before) the build read the secret."""
+    t = tenancy
+    secret = f"BUILD-SECRET-{uuid.uuid4().hex}"
+    httpd, host_port = _served_on_host_loopback(secret, tmp_path / "served")
+    api_port = int(t.server.url.rsplit(":", 1)[1].split("/")[0])
+    probing_sdist(
+        t.index.folder, PROBE, [("secret", "127.0.0.1", host_port), ("api", "127.0.0.1", api_port)]
+    )
+    name = f"probe-{uuid.uuid4().hex[:6]}"
+    # The index named in requirements.txt too, as an attacker would to get the build run
+    # wherever the step runs.
+    folder = _code(
+        tmp_path / name,
+        PROBED,
+        {"requirements.txt": f"--index-url {t.index.url}\n{TINY}\n{PROBE}\n"},
+    )
+    try:
+        with tfkube.Client(t.server.url, t.member.token, team=t.attacker) as c:
+            c.upload(folder, name)
+            job = c.submit(_manifest(name))
+            done = c.wait(job.id, timeout=300, poll=0.5)
+            log = "\n".join(c.logs(job.id, "worker-0"))
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert done.phase == "Succeeded", (done.message, log)
+    assert secret not in log, log
+    assert "INSTALLED hello from the index" in log, log
+    assert f"/files/{PROBE.replace('-', '_')}-1.0.tar.gz" in t.index.requests
+    for label in ("secret", "api"):
+        assert f"PROBE {label} = UNREACHABLE" in log, log
+        assert f"PROBE {label} via proxy = PROXY SAID HTTP/1.1 403" in log, log
+    assert "REACHED" not in log, log
 
 
 @pytest.mark.tf
@@ -481,6 +554,19 @@ print("LISTENERS", listening, flush=True)
 """
 
 
+def _in_a_notebook(t: Tenancy, cell: str) -> tuple[dict[str, Any], str]:
+    """Run `cell` in the attacker member's notebook (opened, started if need be): ->
+    (the notebook as the API answered, what the cell printed)."""
+    from server.test_notebooks import run_cell
+
+    opened = t.member.ok(t.member.post(f"/api/v1/teams/{t.attacker}/notebook", timeout=180))
+    base = opened["url"].removesuffix("/lab")
+    kernel = t.member.post(f"{base}/api/kernels", json={"name": "python3"}, timeout=120)
+    assert kernel.status_code == 201, kernel.text
+    ws = base.replace("http", "ws", 1) + f"/api/kernels/{kernel.json()['id']}/channels"
+    return opened, run_cell(ws, t.member.token, cell, 300)
+
+
 def _served_on_host_loopback(secret: str, folder: Path) -> tuple[Any, int]:
     """An HTTP server of the test's own on the host's loopback, serving `secret` (as
     another team's TensorBoard, a database or any local service listens): -> (it, port)."""
@@ -507,8 +593,6 @@ def test_a_notebook_reaches_nothing_on_the_hosts_loopback_but_the_servers_api(
     `tfkube.Client()`); and it is reached only through the server's proxy."""
     import psutil
 
-    from server.test_notebooks import run_cell
-
     t = tenancy
     # The victim team's TensorBoard, opened by a site admin (a Bearer call, as the CLI).
     page = t.admin.get(f"/proxy/tensorboard/{t.victim_job}/", timeout=180)
@@ -527,12 +611,7 @@ def test_a_notebook_reaches_nothing_on_the_hosts_loopback_but_the_servers_api(
     secret = f"HOST-SECRET-{uuid.uuid4().hex}"
     httpd, host = _served_on_host_loopback(secret, tmp_path / "served")
     try:
-        opened = t.member.ok(t.member.post(f"/api/v1/teams/{t.attacker}/notebook", timeout=180))
-        base = opened["url"].removesuffix("/lab")
-        kernel = t.member.post(f"{base}/api/kernels", json={"name": "python3"}, timeout=120)
-        assert kernel.status_code == 201, kernel.text
-        ws = base.replace("http", "ws", 1) + f"/api/kernels/{kernel.json()['id']}/channels"
-        printed = run_cell(ws, t.member.token, NOTEBOOK_REACH.format(board=board, host=host), 300)
+        opened, printed = _in_a_notebook(t, NOTEBOOK_REACH.format(board=board, host=host))
     finally:
         httpd.shutdown()
         httpd.server_close()
@@ -544,6 +623,70 @@ def test_a_notebook_reaches_nothing_on_the_hosts_loopback_but_the_servers_api(
     # Its own loopback: JupyterLab, its kernel's few ports and the API's relay; not the
     # host's listeners.
     assert int(printed.split("LISTENERS ", 1)[1].split()[0]) <= 10, printed
+    t.member.post(f"/api/v1/notebooks/{opened['id']}/stop")
+
+
+NOTEBOOK_PIP = """
+import os, socket, subprocess, sys, urllib.request
+home = os.environ["HOME"]
+done = subprocess.run(
+    [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+     "--target", home + "/pkgs", "TINY"],
+    capture_output=True, text=True,
+)
+print("PIP", done.returncode, done.stderr[-800:].replace("\\n", " "), flush=True)
+sys.path.insert(0, home + "/pkgs")
+import tfkube_test_tiny
+print("IMPORTED", tfkube_test_tiny.GREETING, flush=True)
+for name, port in (("HOST", HOST_PORT), ("API", API_PORT)):
+    with socket.create_connection(("127.0.0.1", PROXY_PORT), timeout=5) as s:
+        s.sendall(("CONNECT 127.0.0.1:%d HTTP/1.1\\r\\n\\r\\n" % port).encode())
+        print("PROXY", name, s.recv(300).decode(errors="replace").split("\\r\\n")[0], flush=True)
+try:
+    socket.create_connection(("127.0.0.1", HOST_PORT), timeout=5).close()
+    print("REACHED HOST", flush=True)
+except OSError as exc:
+    print("REFUSED HOST", type(exc).__name__, flush=True)
+try:
+    got = urllib.request.urlopen("http://127.0.0.1:%d/secret.txt" % HOST_PORT, timeout=5)
+    print("READ", got.read(300), flush=True)
+except OSError as exc:
+    print("NOT READ", exc, flush=True)
+"""
+
+
+def test_a_notebook_installs_from_the_package_index_and_reaches_nothing_else(
+    tenancy: Tenancy, tmp_path: Path
+) -> None:
+    """A notebook's `pip install` goes through its relay's package proxy (HTTPS_PROXY and
+    PIP_INDEX_URL in its environment) to the server's `--package-index` (here the test's
+    own on 127.0.0.1); the same proxy answers 403 for the host's loopback secret and the
+    server's port, and nothing on the host's loopback is reached directly either. On
+    the code before, `pip install` reached no index at all."""
+    from tfkube.engines.local._egress import PORT
+
+    t = tenancy
+    secret = f"NOTEBOOK-SECRET-{uuid.uuid4().hex}"
+    httpd, host = _served_on_host_loopback(secret, tmp_path / "served")
+    api_port = int(t.server.url.rsplit(":", 1)[1].split("/")[0])
+    cell = (
+        NOTEBOOK_PIP.replace("TINY", TINY)
+        .replace("HOST_PORT", str(host))
+        .replace("API_PORT", str(api_port))
+        .replace("PROXY_PORT", str(PORT))
+    )
+    try:
+        opened, printed = _in_a_notebook(t, cell)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert "PIP 0" in printed, printed
+    assert "IMPORTED hello from the index" in printed, printed
+    assert secret not in printed, printed
+    assert "PROXY HOST HTTP/1.1 403" in printed, printed
+    assert "PROXY API HTTP/1.1 403" in printed, printed
+    assert "REFUSED HOST" in printed, printed
+    assert "NOT READ" in printed, printed
     t.member.post(f"/api/v1/notebooks/{opened['id']}/stop")
 
 

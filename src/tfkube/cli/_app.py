@@ -36,6 +36,7 @@ from tfkube.engines import (
     parse_credentials,
 )
 from tfkube.engines.local import LocalBackend
+from tfkube.netguard import index_target
 from tfkube.spec import (
     MAX_DOCUMENT_BYTES,
     FieldError,
@@ -354,6 +355,14 @@ def run(
     show_summary: Annotated[
         bool, typer.Option("--summary", help="Print what the job achieved when it ends.")
     ] = False,
+    package_index: Annotated[
+        str | None,
+        typer.Option(
+            "--package-index",
+            help="The package index URL (PEP 503 simple API) the code's requirements.txt "
+            "installs from (default: PyPI).",
+        ),
+    ] = None,
 ) -> None:
     """Run a job on this machine, showing its replicas live. Ctrl-C (or SIGTERM, or a
     closed terminal: SIGHUP) stops every replica; --detach leaves the job running.
@@ -376,7 +385,12 @@ def run(
         "deadline_seconds": deadline_seconds,
         "tensorboard": tensorboard,
     }
-    backend = local_backend()
+    if package_index is not None:
+        try:
+            index_target(package_index)
+        except ValueError as exc:
+            raise fail(f"--package-index: {exc}") from None
+    backend = local_backend((package_index,) if package_index else ())
     # A signal may come at any moment: while staging (nothing runs yet), while the job
     # starts (submit stops what it started), while it runs, or twice. Each way every
     # replica is stopped and the exit code is 128+N (`_lifetime.py`).

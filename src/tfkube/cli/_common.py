@@ -35,9 +35,10 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> typer.Exit:
     return typer.Exit(code)
 
 
-def local_backend() -> LocalBackend:
-    """The local engine; it forks its supervisors (the CLI is single-threaded)."""
-    return LocalBackend(fork_supervisor=True)
+def local_backend(package_indexes: tuple[str, ...] = ()) -> LocalBackend:
+    """The local engine; it forks its supervisors (the CLI is single-threaded).
+    `package_indexes`: where a code's requirements.txt installs from (`--package-index`)."""
+    return LocalBackend(fork_supervisor=True, package_indexes=package_indexes)
 
 
 EngineOpt = Annotated[

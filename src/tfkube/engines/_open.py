@@ -36,6 +36,9 @@ class EngineSettings:
     fetch_allowed: tuple[str, ...] = ()
     """Local: the ranges (`--allow-fetch-from`) a team's data source's hosts may lie in
     beside public addresses (a NameNode's redirects to DataNodes are judged by them)."""
+    package_indexes: tuple[str, ...] = ()
+    """Local: the package indexes a confined job's requirements.txt step may reach
+    (`--package-index`); empty: PyPI."""
 
 
 def open_engine(settings: EngineSettings) -> Engine:
@@ -49,6 +52,7 @@ def open_engine(settings: EngineSettings) -> Engine:
             settings.memory,
             workload_env=settings.workload_env,
             fetch_allowed=settings.fetch_allowed,
+            package_indexes=settings.package_indexes,
         )
     if settings.kind == "kubernetes":
         from tfkube.engines.kubernetes import KubernetesEngine

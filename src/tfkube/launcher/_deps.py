@@ -124,7 +124,7 @@ def _run(argv: list[str], what: str, env: dict[str, str]) -> None:
         raise DepsError(f"{what} failed (exit {result.returncode}): {tail}")
 
 
-def _build(target: Path, requirements: Path, uv: str | None) -> None:
+def _build(target: Path, requirements: Path, uv: str | None, index_url: str | None) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     python = str(target / "bin" / "python")
     if uv:
@@ -174,6 +174,8 @@ def _build(target: Path, requirements: Path, uv: str | None) -> None:
             "--excludes",
             str(excludes),
         ]
+        if index_url:
+            argv += ["--default-index", index_url]
     else:
         argv = [
             sys.executable,
@@ -187,14 +189,20 @@ def _build(target: Path, requirements: Path, uv: str | None) -> None:
             "-r",
             str(requirements),
         ]
+        if index_url:
+            argv += ["--index-url", index_url]
     _run(argv, f"installing {requirements.name}", env)
 
 
-def ensure_venv(requirements: Path, cache: Path, uv: str | None = None) -> Path:
+def ensure_venv(
+    requirements: Path, cache: Path, uv: str | None = None, index_url: str | None = None
+) -> Path:
     """The environment for `requirements` under `cache`, built if need be.
 
     `uv`: the uv binary to install with; None falls back to `python -m venv` and pip
-    (stock TensorFlow images have pip, not uv). Raises DepsError."""
+    (stock TensorFlow images have pip, not uv). `index_url`: the package index to
+    install from (`--package-index`; default: the installer's, PyPI, or its
+    environment's UV_DEFAULT_INDEX / PIP_INDEX_URL). Raises DepsError."""
     key = requirements_key(requirements.read_bytes())
     final = cache / key
     if (final / READY).is_file():
@@ -208,7 +216,7 @@ def ensure_venv(requirements: Path, cache: Path, uv: str | None = None) -> Path:
             return final  # another job built it while we waited
         shutil.rmtree(final, ignore_errors=True)  # debris of a build that died
         try:
-            _build(final, requirements, uv)
+            _build(final, requirements, uv, index_url)
             marker = final / f"{READY}.{os.getpid()}"
             marker.write_text(requirements.read_text(errors="replace"))
             marker.replace(final / READY)

@@ -164,6 +164,7 @@ class LocalBackend:
         spawner: Callable[[JobDir, bool], None] = spawn,
         tenant: TenantIsolation | None = None,
         fetch_allowed: tuple[str, ...] | None = None,
+        package_indexes: tuple[str, ...] = (),
     ) -> None:
         """`fork_supervisor`: start supervisors by forking this process (see `spawn`);
         only for single-threaded callers such as the CLI. `cache`: where the jobs'
@@ -172,13 +173,17 @@ class LocalBackend:
         replica confined, as this team's OS user (root only; see `_sandbox.py`).
         `fetch_allowed`: a server's team backend: the ranges (CIDRs) its data sources'
         hosts may lie in beside public ones (`--allow-fetch-from`; a NameNode's redirects
-        are judged by them); None: `tfkube run`, the user's own, nothing judged."""
+        are judged by them); None: `tfkube run`, the user's own, nothing judged.
+        `package_indexes`: where requirements.txt installs from (the first is uv's
+        index); confined, the only hosts its prepare step reaches (`_egress`); empty:
+        PyPI."""
         self.home = home or tfkube_home()
         self.fork_supervisor = fork_supervisor
         self.cache = cache or tfkube_cache()
         self.spawner = spawner
         self.tenant = tenant
         self.fetch_allowed = fetch_allowed
+        self.package_indexes = package_indexes
         self.submitted: builtins.list[str] = []
         """Names of the jobs this object started, in order (for a caller that must stop
         them on Ctrl-C: the name alone could be another job's after a replace)."""
@@ -413,6 +418,8 @@ class LocalBackend:
             passed_env=list(self.tenant.passed_env),
             data_read_only=data_read_only,
             venv_cache=str(venvs) if venvs else None,
+            package_indexes=list(self.package_indexes),
+            fetch_allowed=list(self.fetch_allowed or ()),
         )
 
     def _python_env(self, job: TFJob, artifact: Artifact, staging: JobDir) -> str | None:
@@ -423,7 +430,12 @@ class LocalBackend:
         requirements = staging.root / REQUIREMENTS_FILE
         requirements.write_bytes(artifact.requirements)
         try:
-            venv = ensure_venv(requirements, self.cache / "venvs", uv=_uv())
+            venv = ensure_venv(
+                requirements,
+                self.cache / "venvs",
+                uv=_uv(),
+                index_url=self.package_indexes[0] if self.package_indexes else None,
+            )
         except DepsError as exc:
             raise SpecError(
                 [

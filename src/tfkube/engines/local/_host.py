@@ -53,6 +53,7 @@ from tfkube.engines.local._services import (
     LocalModelServers,
     LocalNotebooks,
     LocalTensorBoards,
+    PackageAccess,
     ServiceIsolation,
     relays_for,
 )
@@ -83,9 +84,11 @@ class LocalEngine(RunnersByKind):
         memory: int | None = None,
         workload_env: tuple[str, ...] = (),
         fetch_allowed: tuple[str, ...] = (),
+        package_indexes: tuple[str, ...] = (),
     ) -> None:
         self.data_dir = data_dir
         self.fetch_allowed = fetch_allowed
+        self.package_indexes = package_indexes
         self.cpus = cpus
         self.memory = memory
         self._backends: dict[str, LocalBackend] = {}
@@ -114,7 +117,12 @@ class LocalEngine(RunnersByKind):
         self._runners: dict[type, Runner] = {
             ModelServerWorkload: LocalModelServers(data_dir, env, workload_env, services),
             NotebookWorkload: LocalNotebooks(
-                self.notebook_home, self.notebook_artifacts, env, workload_env, services
+                self.notebook_home,
+                self.notebook_artifacts,
+                env,
+                workload_env,
+                services,
+                PackageAccess(package_indexes, fetch_allowed),
             ),
             TensorBoardWorkload: LocalTensorBoards(env, workload_env, services),
         }
@@ -176,6 +184,7 @@ class LocalEngine(RunnersByKind):
                     home=self.team_root(tenant) / "engine",
                     tenant=self._isolation(tenant),
                     fetch_allowed=self.fetch_allowed,
+                    package_indexes=self.package_indexes,
                 )
                 self._backends[tenant.name] = found
             return found

@@ -7,7 +7,8 @@ anything outside: other teams' TensorFlow servers, notebooks, model servers and
 TensorBoards on the host's loopback, the server's API, the machine's other services or
 the network. What a replica needs from outside comes in as files, prepared before it
 starts: its code (downloaded by the supervisor, verified, shown read-only) and its
-`requirements.txt` (installed by a confined step on the host's network, `_supervisor`).
+`requirements.txt` (installed by a confined step inside the namespace whose one way out
+is a proxy to the package index, `_egress`; `_supervisor`).
 
 The namespace has no name and no mount: it is held by a file descriptor of the job's
 supervisor (`create`) and by the replicas inside it, so it goes when they have all ended,
@@ -22,9 +23,12 @@ A confined notebook, model server or TensorBoard gets one of its own the same wa
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import ctypes
 import os
 import select
+import socket
 import subprocess
 
 IP = "/usr/sbin/ip"
@@ -75,4 +79,63 @@ def create() -> int:
         holder.stderr.close()
 
 
-__all__ = ["NSENTER", "NetnsError", "create", "enter_path"]
+# -- a process that holds sockets on both sides (`_relay`, `_egress`) ------------------
+
+CLONE_NEWNET = 0x40000000
+CHUNK = 65536
+
+
+class Namespaces:
+    """This process's own network namespace and a service's, and the switch between
+    them for the making of one socket (this thread only; the relay has no other)."""
+
+    def __init__(self, inner_fd: int) -> None:
+        self.inner = inner_fd
+        self.host = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        self._libc = ctypes.CDLL(None, use_errno=True)
+
+    def _enter(self, fd: int) -> None:
+        if self._libc.setns(fd, CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"setns: {os.strerror(err)}")
+
+    def inside(self, family: int = socket.AF_INET) -> socket.socket:
+        """A new TCP socket in the service's namespace."""
+        self._enter(self.inner)
+        try:
+            return socket.socket(family, socket.SOCK_STREAM)
+        finally:
+            try:
+                self._enter(self.host)
+            except OSError:  # never carry on in the wrong namespace
+                os._exit(3)
+
+
+async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy until end of stream, then pass the end on (half-close)."""
+    try:
+        while data := await reader.read(CHUNK):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (OSError, RuntimeError):
+        writer.close()
+
+
+async def splice(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sock: socket.socket
+) -> None:
+    """Copy both ways between an accepted connection and a connected socket until both
+    ends have closed; then close both."""
+    up_reader, up_writer = await asyncio.open_connection(sock=sock)
+    try:
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+    finally:
+        for w in (up_writer, writer):
+            w.close()
+            with contextlib.suppress(OSError, RuntimeError):
+                await w.wait_closed()
+
+
+__all__ = ["NSENTER", "Namespaces", "NetnsError", "create", "enter_path", "pipe", "splice"]

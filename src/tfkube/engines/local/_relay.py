@@ -22,21 +22,26 @@ parses nothing):
   URL's port> inside the namespace and joins each connection to the server's address,
   made in the host's namespace. This is the API (every call with the user's token), not
   the host's loopback: nothing else is forwarded.
+- Out to the package index (a notebook's `pip install`, `--package-port`): the package
+  proxy of `_egress` on 127.0.0.1:<port> inside, joining HTTP CONNECT / GET only to the
+  package index's hosts (the admin's `--index` URLs, else PyPI's), 403 otherwise.
 
 How it holds both: it starts in the host's namespace with a descriptor of the service's,
-and makes each socket meant for the inside between two `setns` calls (`Namespaces`). It
-is single-threaded (asyncio, numeric addresses only, so no resolver thread), so no other
-thread can run while it is inside; it makes a socket and returns, nothing else. A socket
+and makes each socket meant for the inside between two `setns` calls (`_netns.Namespaces`). It
+runs its sockets on one thread (asyncio), so no other socket is made while it is inside
+(it makes a socket and returns, nothing else); the package proxy resolves names in
+asyncio's resolver threads, which never enter the namespace (`setns` moves only the
+thread that calls it). A socket
 stays in the namespace it was made in.
 
 Why this and not another way: a Unix socket behind file permissions is the simplest door
 a proxy written for TCP can take (httpx's `uds`, websockets' `unix_connect`, gRPC's
 `unix:` target), it keeps streaming and WebSockets as they are, and it leaves no port
-anyone on the host may dial (a TCP relay on the host's loopback would: a job's
-requirements step runs there). Passing descriptors connected inside (SCM_RIGHTS) would
-need a helper in the namespace per connection or a protocol of our own; moving a thread
-of the server between namespaces risks the server's other sockets being made in the
-wrong one.
+anyone on the host may dial (a TCP relay on the host's loopback would: any process of
+the host's network, an unconfined `tfkube run` job included, could). Passing descriptors
+connected inside (SCM_RIGHTS) would need a helper in the namespace per connection or a
+protocol of our own; moving a thread of the server between namespaces risks the server's
+other sockets being made in the wrong one.
 
 Lifetime: it watches the service's first process (a pidfd) and ends with it, removing
 its socket; it holds the namespace's descriptor too, so the namespace goes when both
@@ -53,7 +58,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import ctypes
 import os
 import signal
 import socket
@@ -61,46 +65,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-CLONE_NEWNET = 0x40000000
-CHUNK = 65536
-
-
-class Namespaces:
-    """This process's own network namespace and a service's, and the switch between
-    them for the making of one socket (this thread only; the relay has no other)."""
-
-    def __init__(self, inner_fd: int) -> None:
-        self.inner = inner_fd
-        self.host = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        self._libc = ctypes.CDLL(None, use_errno=True)
-
-    def _enter(self, fd: int) -> None:
-        if self._libc.setns(fd, CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"setns: {os.strerror(err)}")
-
-    def inside(self, family: int = socket.AF_INET) -> socket.socket:
-        """A new TCP socket in the service's namespace."""
-        self._enter(self.inner)
-        try:
-            return socket.socket(family, socket.SOCK_STREAM)
-        finally:
-            try:
-                self._enter(self.host)
-            except OSError:  # never carry on in the wrong namespace
-                os._exit(3)
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Copy until end of stream, then pass the end on (half-close)."""
-    try:
-        while data := await reader.read(CHUNK):
-            writer.write(data)
-            await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-    except (OSError, RuntimeError):
-        writer.close()
+from tfkube.engines.local import _egress
+from tfkube.engines.local._netns import Namespaces, splice
 
 
 async def _join(
@@ -123,14 +89,21 @@ async def _join(
         sock.close()
         writer.close()
         return
-    up_reader, up_writer = await asyncio.open_connection(sock=sock)
-    try:
-        await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
-    finally:
-        for w in (up_writer, writer):
-            w.close()
-            with contextlib.suppress(OSError, RuntimeError):
-                await w.wait_closed()
+    await splice(reader, writer, sock)
+
+
+async def _package_proxy(ns: Namespaces, o: argparse.Namespace) -> asyncio.Server:
+    """The package-index proxy (`_egress`) on 127.0.0.1:<package port> inside."""
+    policy = _egress.policy_for(o.index, _egress.parse_ranges(o.allow_range))
+    listening = ns.inside()
+    listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listening.bind(("127.0.0.1", o.package_port))
+    listening.listen(64)
+
+    async def serve(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await _egress.serve_one(policy, r, w)
+
+    return await asyncio.start_server(serve, sock=listening)
 
 
 def _options(argv: Sequence[str]) -> argparse.Namespace:
@@ -147,6 +120,9 @@ def _options(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--api-port", type=int, help="where the API is offered inside")
     p.add_argument("--api-host", help="the server's address (numeric) in the host's namespace")
     p.add_argument("--api-to-port", type=int, help="the server's port")
+    p.add_argument("--package-port", type=int, help="where the package proxy listens inside")
+    p.add_argument("--index", action="append", default=[], help="a package index URL")
+    p.add_argument("--allow-range", action="append", default=[], metavar="CIDR")
     return p.parse_args(argv)
 
 
@@ -195,6 +171,8 @@ async def _serve(o: argparse.Namespace) -> None:
             listening.bind(("127.0.0.1", o.api_port))
             listening.listen(64)
             servers.append(await asyncio.start_server(outward, sock=listening))
+        if o.package_port:
+            servers.append(await _package_proxy(ns, o))
         await done.wait()
     finally:
         for server in servers:

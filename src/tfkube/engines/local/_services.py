@@ -27,10 +27,13 @@ Confined, each also runs in a network namespace of its own holding only loopback
 there reaches it. Its relay (`_relay`, started beside it with the namespace's
 descriptor) is the way in: a Unix socket per door in `RELAYS` (root's, 0700), which
 `upstream` names (`Upstream.unix`, and `Upstream.grpc` as `unix:<path>`), so the proxy
-connects there whatever the service; for a notebook also the way out to the server's
-API (`api_route`, on its own loopback). The handle keeps the sockets and the relay's
-PID; `stop` ends both and removes the sockets. Unconfined (the machine cannot isolate)
-services stay on the host's loopback ports, as jobs stay on the host's network.
+connects there whatever the service; for a notebook also the way out to the server's API
+(`api_route`, on its own loopback) and to the package index (`PackageAccess`: the
+relay's package proxy, `_egress`, on 127.0.0.1:3128 inside, named by HTTPS_PROXY and
+PIP_INDEX_URL in the notebook's environment, so `pip install --target` works). The
+handle keeps the sockets and the relay's PID; `stop` ends both and removes the sockets.
+Unconfined (the machine cannot isolate) services stay on the host's loopback ports, as
+jobs stay on the host's network.
 
 Decisions (`observe_model_server`, `service_env`) are pure functions.
 """
@@ -66,7 +69,7 @@ from tfkube.engines._workloads import (
     Upstream,
     WorkloadStatus,
 )
-from tfkube.engines.local import _netns
+from tfkube.engines.local import _egress, _netns
 from tfkube.engines.local._cgroups import Limits, limits_of
 from tfkube.engines.local._procs import alive, free_ports, spawn, stop_tree, wait_port
 from tfkube.engines.local._sandbox import (
@@ -146,6 +149,16 @@ class ApiRoute:
     """Where the relay listens inside (127.0.0.1) and the server listens outside."""
     host: str
     """The server's host as the URL names it (resolved by the engine, outside)."""
+
+
+@dataclass(frozen=True)
+class PackageAccess:
+    """A notebook's way to the package index: the relay's package proxy (`_egress`)."""
+
+    indexes: tuple[str, ...] = ()
+    """The admin's `--package-index` URLs; empty: PyPI."""
+    ranges: tuple[str, ...] = ()
+    """`--allow-fetch-from`: ranges a default index's addresses may lie in."""
 
 
 def api_route(server_url: str) -> ApiRoute:
@@ -325,13 +338,15 @@ class _Processes:
         *,
         doors: Mapping[str, int],
         api: ApiRoute | None = None,
+        packages: PackageAccess | None = None,
         **options: Any,
     ) -> tuple[ProcessRef, dict[str, Any]]:
         """`launch`, and where services are confined: in a network namespace of its own
         holding only loopback, listening inside on the ports of `doors` (`"http"`, and a
         model server's `"grpc"`), behind a relay (`_relay`) with a Unix socket per door
         (kept in the handle as `"sockets"`, with `"relay"`: its PID and start time);
-        `api`: the relay offers the server's API inside too."""
+        `api`: the relay offers the server's API inside too; `packages`: and the
+        package-index proxy (`_egress`) on 127.0.0.1:`_egress.PORT` inside."""
         iso = self.isolation
         if iso is None or iso.relays is None:
             return self.launch(tenant, name, argv, extra, **options)
@@ -354,6 +369,10 @@ class _Processes:
                 f"--api-host={info[0][4][0]}",
                 f"--api-to-port={api.port}",
             ]
+        if packages is not None:
+            relay_argv.append(f"--package-port={_egress.PORT}")
+            relay_argv += [f"--index={url}" for url in packages.indexes]
+            relay_argv += [f"--allow-range={net}" for net in packages.ranges]
         try:
             netns = _netns.create()
         except _netns.NetnsError as exc:
@@ -510,8 +529,11 @@ class LocalNotebooks(_Processes):
         server_env: Mapping[str, str],
         workload_env: tuple[str, ...],
         isolation: ServiceIsolation | None = None,
+        packages: PackageAccess | None = None,
     ) -> None:
         super().__init__(server_env, workload_env, isolation)
+        self.packages = packages or PackageAccess()
+        """Where a confined notebook's `pip install` may fetch from."""
         self.homes = homes
         """(tenant, user) -> the notebook's home (JupyterLab's root; the user's own)."""
         self.staged = staged
@@ -569,6 +591,10 @@ class LocalNotebooks(_Processes):
             contract.CLIENT_TOKEN: workload.client_token,
             contract.CLIENT_TEAM: tenant.name,
         }
+        if api is not None:  # its own network: the package index through the relay
+            parts = urlsplit(api.url)
+            direct = [f"{parts.scheme}://{parts.netloc}"]  # its tfkube.Client: the relay's API
+            env.update(_egress.package_env(self.packages.indexes, _egress.PORT, direct))
         log_file = home.parent / f".{home.name}-notebook.log"
         log_file.unlink(missing_ok=True)  # this start's output only
         ref, extra = self.launch_networked(
@@ -578,6 +604,7 @@ class LocalNotebooks(_Processes):
             env,
             doors={"http": port},
             api=api,
+            packages=self.packages if api is not None else None,
             cwd=home,
             log=log_file,
             read_only=[staged],

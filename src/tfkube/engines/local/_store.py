@@ -126,6 +126,11 @@ class TenantRecord(BaseModel):
     venv_cache: str | None = None
     """The team's own folder where launchers install a fetched code's requirements.txt
     (never the machine-wide cache, which other teams' jobs read)."""
+    package_indexes: list[str] = []
+    """The package indexes the prepare step may reach through its proxy (`_egress`; the
+    server's `--package-index`, the first one uv's index); empty: PyPI."""
+    fetch_allowed: list[str] = []
+    """Ranges (`--allow-fetch-from`) a package index's addresses may lie in."""
 
 
 class ShareRecord(BaseModel):

@@ -18,7 +18,8 @@ A confined job's replicas share a network namespace of their own, holding only l
 supervisor brings in what they would have fetched: the code (downloaded from the server
 with the job's token, verified, kept read-only in the job's folder; the replicas never
 see the token) and its requirements.txt (installed by a confined launcher in prepare-only
-mode on the host's network, into the team's cache). Either failing ends the job with the
+mode, into the team's cache, in the job's namespace with one way out: a proxy to the
+package index, `_egress`). Either failing ends the job with the
 reason, before any replica starts.
 """
 
@@ -52,7 +53,7 @@ from tfkube.engines._data import (
     stage,
     writable_tree,
 )
-from tfkube.engines.local import _netns
+from tfkube.engines.local import _egress, _netns
 from tfkube.engines.local._cgroups import CgroupLayout, limits_of, this_machine
 from tfkube.engines.local._gpus import NotEnoughGpus, assign_gpus, available_gpus
 from tfkube.engines.local._procs import alive, free_ports, ref_of, stop_trees
@@ -437,28 +438,41 @@ class Supervisor:
 
     def _prepare(self) -> tuple[str, str] | None:
         """Install the code's requirements.txt into the team's cache: the launcher in
-        prepare-only mode, confined as the team, on the host's network (the replicas'
-        namespace reaches no package index). None when done, else why it failed."""
+        prepare-only mode, confined as the team, in the job's network namespace with one
+        way out, the package-index proxy (`_egress`), for this step only. None when
+        done, else why it failed."""
+        t = self.record.tenant
+        assert t is not None
+        assert self.netns is not None
         first = self.record.replicas[0]
         work = self.dir.work / PREPARE_KEY
         env = self._replica_env(first, work, PREPARE_KEY)
         env[contract.PREPARE_ONLY] = "1"
+        env.update(_egress.package_env(t.package_indexes, _egress.PORT))
         self.dir.event("installing the code's requirements.txt before the replicas start")
         self.dir.logs.mkdir(exist_ok=True)
         self.dir.termination_log(PREPARE_KEY).unlink(missing_ok=True)
-        with self.dir.log(first.key).open("ab") as log:
-            log.write(b"==== tfkube: installing requirements.txt for the job ====\n")
-            log.flush()
-            try:
-                proc = self._start_confined(first, env, work, work, log, cgroup=PREPARE_KEY)
-            except SandboxError as exc:
-                return "RequirementsFailed", f"cannot install requirements.txt: {exc}"
-            while proc.poll() is None:
-                if self.stop_reason or self.dir.stop_requested.exists():
-                    stop_trees([ref_of(proc.pid)], 2.0)
-                    proc.wait()
-                    break
-                time.sleep(TICK_SECONDS)
+        try:
+            proxy = self._start_egress(t.package_indexes, t.fetch_allowed)
+        except OSError as exc:
+            return "RequirementsFailed", f"cannot start the package index proxy: {exc}"
+        try:
+            with self.dir.log(first.key).open("ab") as log:
+                log.write(b"==== tfkube: installing requirements.txt for the job ====\n")
+                log.flush()
+                try:
+                    proc = self._start_confined(first, env, work, work, log, cgroup=PREPARE_KEY)
+                except SandboxError as exc:
+                    return "RequirementsFailed", f"cannot install requirements.txt: {exc}"
+                while proc.poll() is None:
+                    if self.stop_reason or self.dir.stop_requested.exists():
+                        stop_trees([ref_of(proc.pid)], 2.0)
+                        proc.wait()
+                        break
+                    time.sleep(TICK_SECONDS)
+        finally:
+            stop_trees([ref_of(proxy.pid)], 2.0)
+            proxy.wait()
         confinement = self.confined.pop(first.key, None)
         if confinement is not None:
             release(confinement)
@@ -466,6 +480,34 @@ class Supervisor:
             return None
         why = self._termination_message(PREPARE_KEY) or f"exit code {proc.returncode}"
         return "RequirementsFailed", why
+
+    def _start_egress(self, indexes: list[str], ranges: list[str]) -> subprocess.Popen[bytes]:
+        """The package-index proxy, listening inside the job's namespace once this
+        returns. Raises OSError."""
+        assert self.netns is not None
+        argv = [sys.executable, "-m", "tfkube.engines.local._egress"]
+        argv += ["--netns-fd", str(self.netns), "--port", str(_egress.PORT)]
+        for url in indexes:
+            argv += ["--index", url]
+        for net in ranges:
+            argv += ["--allow-range", net]
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=None,
+            pass_fds=(self.netns,),
+            process_group=0,
+        )
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 30.0)
+        line = proc.stdout.readline() if ready else b""
+        proc.stdout.close()
+        if line.strip() != b"ready":
+            stop_trees([ref_of(proc.pid)], 2.0)
+            proc.wait()
+            raise OSError("it did not start")
+        return proc
 
     # -- observing ------------------------------------------------------------------
 
@@ -910,8 +952,8 @@ class Supervisor:
     ) -> subprocess.Popen[bytes]:
         """The launcher in its sandbox, as the team: its work folder (its HOME), the log
         folder and the data folder the team's (the data read-only when it came with
-        files), in the job's network namespace (`cgroup` given: the prepare step, on
-        the host's network). Raises SandboxError."""
+        files), in the job's network namespace (`cgroup` given: the prepare step).
+        Raises SandboxError."""
         t = self.record.tenant
         assert t is not None
         tenant = TenantIdentity(t.user, t.uid, t.gid)
@@ -945,7 +987,7 @@ class Supervisor:
             env=env,
             limits=limits_of(self._resources(replica)),
             devices=[f"/dev/nvidia{gpu}" for gpu in replica.gpus],
-            netns=None if cgroup else self.netns,
+            netns=self.netns,
         )
         with launch([sys.executable, "-m", "tfkube.launcher"], confinement) as start:
             try:

@@ -73,6 +73,10 @@ class ServerSettings:
     allow_fetch_from: tuple[str, ...] = ()
     """Address ranges (CIDR) the server may fetch members' code URLs from although they
     are loopback, link-local or private (`core/fetch.py` refuses those otherwise)."""
+    package_indexes: tuple[str, ...] = ()
+    """Local engine: the package indexes a confined job's requirements.txt step may
+    reach through its proxy (`--package-index`; the first one is uv's index); empty:
+    PyPI (pypi.org and files.pythonhosted.org on 443)."""
 
     smtp_server: str | None = None
     """`HOST:PORT` of the SMTP server notifications are e-mailed through (`--smtp-server`;
@@ -95,6 +99,7 @@ class ServerSettings:
             memory=self.memory,
             workload_env=self.workload_env,
             fetch_allowed=self.allow_fetch_from,
+            package_indexes=self.package_indexes,
         )
 
     @property
