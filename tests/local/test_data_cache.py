@@ -1,0 +1,92 @@
+"""The data cache against a real S3-compatible store (SeaweedFS, tests/s3store.py):
+a staging cut short leaves its object's first bytes, and the next staging fetches only
+the rest (a ranged GET), counted in the bytes read from the store; past its bound the
+least recently used objects that no job's data folder shows are evicted."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+from s3store import S3Store
+from tfkube.engines._data import (
+    Cancelled,
+    MiB,
+    S3Credentials,
+    StoreRef,
+    list_objects,
+    open_store,
+    stage,
+    writable_tree,
+)
+from tfkube.spec import S3Source
+
+
+def test_a_staging_cut_short_is_resumed_not_fetched_again_from_byte_0(
+    s3_store: S3Store, tmp_path: Path
+) -> None:
+    bucket = s3_store.bucket()
+    body = os.urandom(8 * MiB + 123)
+    s3_store.put(bucket, "ds/big.bin", body)
+    store = StoreRef(S3Source(bucket, "ds/"), s3_store.endpoint)
+    client = open_store(store, S3Credentials(s3_store.access_key, s3_store.secret_key))
+    objects = list_objects(client, store)
+    cache = tmp_path / "cache"
+
+    def parts() -> list[Path]:
+        return list((cache / "objects").rglob("*.part"))
+
+    def cut_short() -> bool:  # the supervisor stopped once 3 MiB had landed
+        return any(p.stat().st_size >= 3 * MiB for p in parts())
+
+    try:
+        stage(client, store, objects, cache, tmp_path / "first", workers=1, cancelled=cut_short)
+        raise AssertionError("staging was not cut short")
+    except Cancelled:
+        pass
+    (part,) = parts()
+    kept = part.stat().st_size
+    assert 3 * MiB <= kept < len(body)
+
+    result = stage(client, store, objects, cache, tmp_path / "second", workers=1)
+    assert result.fetched_bytes == len(body) - kept  # the rest only, not from byte 0
+    assert result.fetched_objects == 1
+    assert (tmp_path / "second" / "big.bin").read_bytes() == body
+    assert parts() == []
+    writable_tree(tmp_path / "second")
+
+
+def test_the_least_recently_used_data_no_job_shows_is_evicted_past_the_bound(
+    s3_store: S3Store, tmp_path: Path
+) -> None:
+    bucket = s3_store.bucket()
+    for key in ("a/1.bin", "a/2.bin", "b/1.bin"):
+        s3_store.put(bucket, key, os.urandom(MiB))
+    creds = S3Credentials(s3_store.access_key, s3_store.secret_key)
+    cache = tmp_path / "cache"
+
+    def staged(prefix: str, dest: str, limit: int | None = None) -> int:
+        store = StoreRef(S3Source(bucket, prefix), s3_store.endpoint)
+        client = open_store(store, creds)
+        objects = list_objects(client, store)
+        return stage(client, store, objects, cache, tmp_path / dest, limit=limit).fetched_bytes
+
+    def cached() -> int:
+        return sum(p.stat().st_size for p in (cache / "objects").glob("*/*"))
+
+    assert staged("a/", "job-a") == 2 * MiB
+    hour_ago = time.time() - 3600
+    for path in (cache / "objects").glob("*/*"):  # job a's data was last used an hour ago
+        os.utime(path, (hour_ago, path.stat().st_mtime))
+    assert staged("b/", "job-b", limit=MiB) == MiB
+    assert cached() == 3 * MiB  # over the bound, but job a still shows its data
+
+    writable_tree(tmp_path / "job-a")
+    shutil.rmtree(tmp_path / "job-a")  # job a deleted
+    assert staged("b/", "job-b2", limit=MiB) == 0  # b from the cache; a evicted
+    assert cached() == MiB
+    assert staged("a/", "job-a2") == 2 * MiB  # fetched again
+    for dest in ("job-b", "job-b2", "job-a2"):
+        writable_tree(tmp_path / dest)
