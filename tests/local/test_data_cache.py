@@ -1,6 +1,7 @@
-"""The data cache against a real S3-compatible store (SeaweedFS, tests/s3store.py):
-a staging cut short leaves its object's first bytes, and the next staging fetches only
-the rest (a ranged GET), counted in the bytes read from the store; past its bound the
+"""The data cache against real stores (SeaweedFS, tests/s3store.py; MiniDFSCluster,
+tests/hdfsstore.py): a staging cut short leaves its object's first bytes, and the next
+staging fetches only the rest (an S3 ranged GET, a WebHDFS OPEN at an offset), counted in
+the bytes read from the store; past its bound the
 least recently used objects that no job's data folder shows are evicted."""
 
 from __future__ import annotations
@@ -8,11 +9,14 @@ from __future__ import annotations
 import os
 import shutil
 import time
+import uuid
 from pathlib import Path
+from typing import Any
 
 from s3store import S3Store
 from tfkube.engines._data import (
     Cancelled,
+    HdfsCredentials,
     MiB,
     S3Credentials,
     StoreRef,
@@ -21,7 +25,7 @@ from tfkube.engines._data import (
     stage,
     writable_tree,
 )
-from tfkube.spec import S3Source
+from tfkube.spec import S3Source, parse_source
 
 
 def test_a_staging_cut_short_is_resumed_not_fetched_again_from_byte_0(
@@ -32,6 +36,24 @@ def test_a_staging_cut_short_is_resumed_not_fetched_again_from_byte_0(
     s3_store.put(bucket, "ds/big.bin", body)
     store = StoreRef(S3Source(bucket, "ds/"), s3_store.endpoint)
     client = open_store(store, S3Credentials(s3_store.access_key, s3_store.secret_key))
+    cut_short_then_completed(client, store, body, tmp_path)
+
+
+def test_an_hdfs_staging_cut_short_is_resumed_at_its_offset(
+    hdfs_store: Any, tmp_path: Path
+) -> None:
+    body = os.urandom(8 * MiB + 123)
+    root = f"/tests/{uuid.uuid4().hex[:10]}"
+    hdfs_store.put(f"{root}/big.bin", body)
+    source = parse_source(f"{hdfs_store.uri}{root}")
+    store = StoreRef(source, hdfs_store.webhdfs.removesuffix("/webhdfs/v1"))
+    client = open_store(store, HdfsCredentials("tfkube-test"))
+    cut_short_then_completed(client, store, body, tmp_path)
+
+
+def cut_short_then_completed(client: Any, store: StoreRef, body: bytes, tmp_path: Path) -> None:
+    """Staging stopped once 3 MiB of the one object landed, then run again: the second
+    reads only the rest from the store, and the copy is whole."""
     objects = list_objects(client, store)
     cache = tmp_path / "cache"
 
