@@ -13,6 +13,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from local.test_data_sources import code_folder, data_job
 from s3store import S3Store
 from tfkube.engines._data import (
     Cancelled,
@@ -25,7 +28,8 @@ from tfkube.engines._data import (
     stage,
     writable_tree,
 )
-from tfkube.spec import S3Source, parse_source
+from tfkube.engines.local import LocalBackend
+from tfkube.spec import S3Source, SpecError, parse_source
 
 
 def test_a_staging_cut_short_is_resumed_not_fetched_again_from_byte_0(
@@ -112,3 +116,20 @@ def test_the_least_recently_used_data_no_job_shows_is_evicted_past_the_bound(
     assert staged("a/", "job-a2") == 2 * MiB  # fetched again
     for dest in ("job-b", "job-b2", "job-a2"):
         writable_tree(tmp_path / dest)
+
+
+def test_a_bad_cache_bound_is_refused_at_submit_naming_the_setting(
+    s3_store: S3Store, tfkube_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bucket = s3_store.bucket()
+    s3_store.put(bucket, "ds/a.bin", b"x")
+    code_folder(tmp_path)
+    for key, value in s3_store.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("TFKUBE_DATA_CACHE_LIMIT", "lots")
+    backend = LocalBackend(tfkube_home, cache=tmp_path / "cache")
+    job = data_job("bounded", s3_store, f"s3://{bucket}/ds")
+    with pytest.raises(SpecError, match=r"TFKUBE_DATA_CACHE_LIMIT='lots'.*\"20%\"") as caught:
+        backend.submit(job, tmp_path)
+    assert [e.field for e in caught.value.errors] == ["TFKUBE_DATA_CACHE_LIMIT"]
+    assert backend.list() == []

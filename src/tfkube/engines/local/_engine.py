@@ -359,6 +359,7 @@ class LocalBackend:
         allowed = None
         if self.fetch_allowed is not None:
             allowed = tuple(ipaddress.ip_network(n, strict=False) for n in self.fetch_allowed)
+        limit = self._data_cache_limit()  # a bad setting refused before the store is asked
         try:
             objects = list_objects(open_store(store, credentials, allowed), store)
         except DataSourceError as exc:
@@ -376,7 +377,7 @@ class LocalBackend:
                     "cache": str(self.cache / "data" / self._cache_owner()),
                     # Its bound (TFKUBE_DATA_CACHE_LIMIT): least recently used objects
                     # no job shows are evicted after each staging.
-                    "cache_limit": self._data_cache_limit(),
+                    "cache_limit": limit,
                     "shard": data.shard,
                     "allowed": None if allowed is None else [str(n) for n in allowed],
                 }
