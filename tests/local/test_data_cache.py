@@ -109,10 +109,14 @@ def test_the_least_recently_used_data_no_job_shows_is_evicted_past_the_bound(
     assert staged("b/", "job-b", limit=MiB) == MiB
     assert cached() == 3 * MiB  # over the bound, but job a still shows its data
 
+    stale = next((cache / "objects").glob("*/*")).with_name("0" * 64 + ".part")
+    stale.write_bytes(b"cut short a day ago")  # what a staging killed long ago left
+    os.utime(stale, (time.time() - 86400, time.time() - 86400))
     writable_tree(tmp_path / "job-a")
     shutil.rmtree(tmp_path / "job-a")  # job a deleted
     assert staged("b/", "job-b2", limit=MiB) == 0  # b from the cache; a evicted
     assert cached() == MiB
+    assert not stale.exists()
     assert staged("a/", "job-a2") == 2 * MiB  # fetched again
     for dest in ("job-b", "job-b2", "job-a2"):
         writable_tree(tmp_path / dest)

@@ -346,8 +346,10 @@ def evictions(
 
 def evict(cache: Path, limit: int) -> tuple[int, int]:
     """Bring a team's cache under `limit` (`evictions`), one evictor at a time (a lock
-    file): (objects removed, bytes freed). Partial copies (`*.part`) are left alone: a
-    staging may be writing one, and the next resumes it."""
+    file): (files removed, bytes freed). A partial copy (`*.part`) counts as used when
+    last written: one a staging is writing now is recent (and locked: never removed),
+    one a staging cut short left waits for the next to resume it, and goes like any
+    other object once it is the least recently used."""
     objects_dir = cache / "objects"
     if not objects_dir.is_dir():
         return 0, 0
@@ -355,22 +357,41 @@ def evict(cache: Path, limit: int) -> tuple[int, int]:
         fcntl.flock(lock, fcntl.LOCK_EX)
         entries: dict[str, tuple[Path, CacheEntry]] = {}
         for path in objects_dir.glob("*/*"):
-            if path.name.endswith(".part"):
-                continue
             try:
                 st = path.lstat()
             except FileNotFoundError:
                 continue
-            entry = CacheEntry(path.name, st.st_size, st.st_atime, st.st_nlink > 1)
+            part = path.name.endswith(".part")
+            used = st.st_mtime if part else st.st_atime
+            entry = CacheEntry(path.name, st.st_size, used, not part and st.st_nlink > 1)
             entries[path.name] = (path, entry)
         freed = removed = 0
         for name in evictions([e for _p, e in entries.values()], limit, time.time()):
             path, entry = entries[name]
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+            if _remove(path, locked=name.endswith(".part")):
                 freed += entry.size
                 removed += 1
         return removed, freed
+
+
+def _remove(path: Path, locked: bool) -> bool:
+    """Remove a cached file; a partial copy only under its lock (a staging resuming it
+    now holds it: kept)."""
+    try:
+        if not locked:
+            path.unlink()
+            return True
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        path.unlink(missing_ok=True)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
 
 
 # -- the store (boto3) ----------------------------------------------------------------------
