@@ -40,11 +40,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests"))  # tests/tooling.py: load a tools/ script by path
 
 from tfkube.engines._data import (  # noqa: E402
+    CACHE_LIMIT_ENV,
     CHUNK,
     DEFAULT_WORKERS,
     MiB,
     S3Credentials,
     StoreRef,
+    cache_limit,
     list_objects,
     open_store,
     placements,
@@ -102,10 +104,14 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 def supervisor_stage(
     store: StoreRef, creds: S3Credentials, objects: list[Any], cache: Path, dest: Path, w: int
 ) -> Any:
-    """What `_stage_data` runs: the layout (byWorker for several workers), then `stage`."""
+    """What `_stage_data` runs: the layout (byWorker for several workers), then `stage`
+    with the cache's bound as a submit reads it (TFKUBE_DATA_CACHE_LIMIT, default 20% of
+    the disk: the eviction scan after staging is timed too)."""
     rule = "byWorker" if w > 1 else None
     layout = placements(objects, store, rule, [("worker", i) for i in range(w)], w)
-    return stage(open_store(store, creds), store, objects, cache, dest, layout=layout)
+    cache.mkdir(parents=True, exist_ok=True)
+    limit = cache_limit(os.environ.get(CACHE_LIMIT_ENV), shutil.disk_usage(cache).total)
+    return stage(open_store(store, creds), store, objects, cache, dest, layout=layout, limit=limit)
 
 
 def run_size(server: Any, client: Any, gib: float, work: Path, rounds: int) -> dict[str, Any]:
