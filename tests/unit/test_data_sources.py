@@ -11,18 +11,22 @@ from typing import Any
 import pytest
 
 from tfkube.engines._data import (
+    CacheEntry,
     GiB,
     HdfsCredentials,
     MiB,
     RemoteObject,
     StoreRef,
     cache_key,
+    cache_limit,
     credentials_from_json,
+    evictions,
     object_path,
     parse_credentials,
     placements,
     progress_text,
     relative_path,
+    resume_from,
 )
 from tfkube.server.jobs.forms import server_problems
 from tfkube.spec import (
@@ -321,3 +325,41 @@ def test_the_form_takes_a_source_its_endpoint_and_the_team_secret() -> None:
     # A server's refusal after the job was made is named in the form's fields too.
     later = SpecError([FieldError("spec.storage.data.endpoint", "no")], "job 'f'")
     assert [e.field for e in form_errors(later).errors] == ["data_endpoint"]
+
+
+def test_a_fetch_resumes_after_the_bytes_a_staging_cut_short_left() -> None:
+    assert resume_from(0, 10 * MiB) == 0  # nothing there: from the start
+    assert resume_from(3 * MiB, 10 * MiB) == 3 * MiB  # goes on after what landed
+    assert resume_from(10 * MiB, 10 * MiB) == 0  # whole but never checked: again
+    assert resume_from(11 * MiB, 10 * MiB) == 0  # longer than the object: not its bytes
+
+
+def test_the_cache_bound_is_a_share_of_the_disk_a_size_or_off() -> None:
+    disk = 100 * GiB
+    assert cache_limit(None, disk) == 20 * GiB  # the default: a fifth of the disk
+    assert cache_limit("50%", disk) == 50 * GiB
+    assert cache_limit("500MiB", disk) == 500 * MiB
+    assert cache_limit("1.5 GiB", disk) == int(1.5 * GiB)
+    assert cache_limit("off", disk) is None
+    for bad in ("lots", "0%", "150%", "-1GiB", "5GB"):
+        with pytest.raises(ValueError, match=r"TFKUBE_DATA_CACHE_LIMIT.*20%"):
+            cache_limit(bad, disk)
+
+
+def test_eviction_takes_the_least_recently_used_that_no_job_shows() -> None:
+    now = 10_000.0
+
+    def entry(name: str, used: float, in_use: bool = False) -> CacheEntry:
+        return CacheEntry(name, MiB, used, in_use)
+
+    entries = [
+        entry("new", now - 700),
+        entry("oldest-but-shown", now - 5000, in_use=True),
+        entry("old", now - 3000),
+        entry("older", now - 4000),
+        entry("just-found-cached", now - 10),  # a staging now is about to show it
+    ]
+    assert evictions(entries, 5 * MiB, now) == []  # under the bound: nothing
+    assert evictions(entries, 3 * MiB, now) == ["older", "old"]
+    # Everything else is shown or recent: fewer than asked, never those.
+    assert evictions(entries, 0, now) == ["older", "old", "new"]

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import configparser
 import contextlib
+import fcntl
 import hashlib
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -44,6 +46,11 @@ MAX_OBJECTS = 100_000
 """More objects than this under one source is refused at submit (say a narrower prefix)."""
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 60.0
+CACHE_LIMIT_ENV = "TFKUBE_DATA_CACHE_LIMIT"
+"""The bound on a team's data cache: bytes with a unit ("50GiB", "500MiB") or a share of
+the cache's disk ("20%"); "off" for none."""
+DEFAULT_CACHE_SHARE = 0.2
+"""Without the setting: a team's cache keeps at most this share of its disk."""
 
 
 class DataSourceError(Exception):
@@ -273,6 +280,120 @@ def progress_text(done: int, total: int, elapsed: float) -> str:
     return text
 
 
+_UNITS = {"": 1, "b": 1, "kib": 1024, "mib": MiB, "gib": GiB, "tib": 1024 * GiB}
+
+
+def cache_limit(setting: str | None, disk_bytes: int) -> int | None:
+    """The data cache's bound in bytes (pure) from `TFKUBE_DATA_CACHE_LIMIT`: unset, the
+    default share of the disk; "20%" a share; "50GiB", "500MiB", "1TiB" or plain bytes;
+    "off" none. ValueError names the variable and the forms it takes."""
+    text = (setting or "").strip().lower().replace(" ", "")
+    if not text:
+        return int(disk_bytes * DEFAULT_CACHE_SHARE)
+    if text == "off":
+        return None
+    try:
+        if text.endswith("%"):
+            share = float(text[:-1])
+            if not 0 < share <= 100:
+                raise ValueError
+            return int(disk_bytes * share / 100)
+        number = text.rstrip("kmgtib")
+        value = float(number) * _UNITS[text[len(number) :]]
+        if value <= 0:
+            raise ValueError
+        return int(value)
+    except (ValueError, KeyError):
+        raise ValueError(
+            f"{CACHE_LIMIT_ENV}={setting!r} is not a bound; give a share of the disk "
+            '("20%"), a size ("50GiB", "500MiB") or "off"'
+        ) from None
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    name: str
+    size: int
+    last_used: float
+    """When a staging last showed it (its atime, set by `stage`)."""
+    in_use: bool
+    """Shown in a job's data folder now (a hard link: the job is running, or finished
+    and not deleted yet): removing the cache's name would free nothing."""
+
+
+EVICT_GRACE = 600.0
+"""An object used this recently is kept whatever the bound: a staging running now found it
+cached and is about to show it."""
+
+
+def evictions(
+    entries: Sequence[CacheEntry], limit: int, now: float, grace: float = EVICT_GRACE
+) -> list[str]:
+    """Which cached objects to remove so the cache holds at most `limit` bytes (pure):
+    the least recently used first, never one in use or used within `grace` seconds of
+    `now`; fewer than needed when the rest are kept."""
+    total = sum(e.size for e in entries)
+    out: list[str] = []
+    for entry in sorted(entries, key=lambda e: (e.last_used, e.name)):
+        if total <= limit:
+            break
+        if entry.in_use or entry.last_used > now - grace:
+            continue
+        out.append(entry.name)
+        total -= entry.size
+    return out
+
+
+def evict(cache: Path, limit: int) -> tuple[int, int]:
+    """Bring a team's cache under `limit` (`evictions`), one evictor at a time (a lock
+    file): (files removed, bytes freed). A partial copy (`*.part`) counts as used when
+    last written: one a staging is writing now is recent (and locked: never removed),
+    one a staging cut short left waits for the next to resume it, and goes like any
+    other object once it is the least recently used."""
+    objects_dir = cache / "objects"
+    if not objects_dir.is_dir():
+        return 0, 0
+    with (cache / ".evict.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        entries: dict[str, tuple[Path, CacheEntry]] = {}
+        for path in objects_dir.glob("*/*"):
+            try:
+                st = path.lstat()
+            except FileNotFoundError:
+                continue
+            part = path.name.endswith(".part")
+            used = st.st_mtime if part else st.st_atime
+            entry = CacheEntry(path.name, st.st_size, used, not part and st.st_nlink > 1)
+            entries[path.name] = (path, entry)
+        freed = removed = 0
+        for name in evictions([e for _p, e in entries.values()], limit, time.time()):
+            path, entry = entries[name]
+            if _remove(path, locked=name.endswith(".part")):
+                freed += entry.size
+                removed += 1
+        return removed, freed
+
+
+def _remove(path: Path, locked: bool) -> bool:
+    """Remove a cached file; a partial copy only under its lock (a staging resuming it
+    now holds it: kept)."""
+    try:
+        if not locked:
+            path.unlink()
+            return True
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        path.unlink(missing_ok=True)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
 # -- the store (boto3) ----------------------------------------------------------------------
 
 
@@ -449,11 +570,21 @@ def _list_hdfs(client: WebHdfs, store: StoreRef) -> list[RemoteObject]:
     return out
 
 
-def _open_object(client: Any, store: StoreRef, obj: RemoteObject) -> tuple[Any, str]:
-    """An object's body (`.read(n)`) and the ETag the store gives now ("" when none)."""
+def _open_object(
+    client: Any, store: StoreRef, obj: RemoteObject, start: int = 0
+) -> tuple[Any, str]:
+    """An object's body (`.read(n)`) from byte `start` on, and the ETag the store gives now
+    ("" when none). From a later byte: S3 a ranged GET that only this ETag's content
+    answers (`If-Match`: a changed object is a 412, not other bytes spliced on), WebHDFS
+    an OPEN at that offset (the cache key holds the file's modificationTime)."""
     if isinstance(store.source, HdfsSource):
-        return client.open(obj.key), ""
-    answer = client.get_object(Bucket=store.source.bucket, Key=obj.key)
+        return client.open(obj.key, start), ""
+    extra: dict[str, str] = {}
+    if start:
+        extra["Range"] = f"bytes={start}-"
+        if obj.etag:
+            extra["IfMatch"] = f'"{obj.etag}"'
+    answer = client.get_object(Bucket=store.source.bucket, Key=obj.key, **extra)
     return answer["Body"], str(answer.get("ETag", "")).strip('"')
 
 
@@ -503,6 +634,31 @@ class Cancelled(Exception):
     """Staging stopped on request."""
 
 
+def resume_from(part_size: int, size: int) -> int:
+    """Where a fetch picks up (pure): a partial copy left by a staging cut short (the
+    supervisor died or was stopped, the store failed) holds the object's first bytes, so
+    the fetch goes on after them; a partial copy as long as the object or longer is not
+    trusted (it was never checked) and the fetch starts at byte 0."""
+    return part_size if 0 < part_size < size else 0
+
+
+def _part(dest: Path) -> tuple[int, Path, bool]:
+    """The file a fetch writes, open and locked: `<key>.part` beside the cached copy (its
+    name is the content's, so what a staging cut short left there is this object's first
+    bytes), or a name of this thread's when another stager holds that one (two jobs of a
+    team staging the same data at once: this one does not resume). (fd, path,
+    resumable)."""
+    part = dest.with_name(dest.name + ".part")
+    fd = os.open(part, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return fd, part, True
+    except BlockingIOError:
+        os.close(fd)
+    own = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.part")
+    return os.open(own, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600), own, False
+
+
 def _cached(path: Path, obj: RemoteObject) -> bool:
     try:
         st = path.stat()
@@ -519,14 +675,21 @@ def _fetch(
     counter: _Counter,
     cancelled: Callable[[], bool],
 ) -> None:
-    """One object into the cache: a temporary name, checked (size, ETag), renamed into
-    place read-only with the store's mtime."""
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.part")
-    got = 0
+    """One object into the cache: written to `<key>.part` (resumed from where a staging
+    cut short left it: `resume_from`), checked (size, ETag), renamed into place read-only
+    with the store's mtime. A fetch that fails or is cancelled leaves its part for the
+    next staging; one whose object changed removes it."""
+    fd, part, resumable = _part(dest)
+    keep = resumable
     try:
+        start = resume_from(os.fstat(fd).st_size, obj.size) if resumable else 0
+        os.ftruncate(fd, start)
+        os.lseek(fd, start, os.SEEK_SET)
+        counter.add(start, fetched=False)
+        got = start
         try:
-            body, etag = _open_object(client, store, obj)
-            with contextlib.closing(body), tmp.open("wb") as f:
+            body, etag = _open_object(client, store, obj, start)
+            with contextlib.closing(body), os.fdopen(os.dup(fd), "wb") as f:
                 while chunk := body.read(CHUNK):
                     if cancelled():
                         raise Cancelled
@@ -536,19 +699,36 @@ def _fetch(
         except (Cancelled, DataSourceError):
             raise
         except Exception as exc:
+            if _precondition_failed(exc):
+                keep = False
+                raise DataSourceError(
+                    f"{_name(store, obj)} changed while staging; submit the job again"
+                ) from None
             raise DataSourceError(f"{_name(store, obj)}: {_why(exc, store)}") from None
         if got != obj.size or (obj.etag and etag and etag != obj.etag):
+            keep = False
             raise DataSourceError(
                 f"{_name(store, obj)} changed while staging "
                 f"({got} bytes, {obj.size} listed); submit the job again"
             )
-        tmp.chmod(0o444)
-        os.utime(tmp, (obj.mtime, obj.mtime))
-        tmp.replace(dest)
+        part.chmod(0o444)
+        os.utime(part, (time.time(), obj.mtime))  # used now; the store's mtime
+        part.replace(dest)
+        keep = True  # renamed: nothing left to remove
         with counter.lock:
             counter.fetched_objects += 1
     finally:
-        tmp.unlink(missing_ok=True)
+        os.close(fd)
+        if not keep:
+            part.unlink(missing_ok=True)
+
+
+def _precondition_failed(exc: Exception) -> bool:
+    """An S3 ranged GET's If-Match refused: the object is not the one listed any more."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return False
+    return str(response.get("Error", {}).get("Code", "")) in ("PreconditionFailed", "412")
 
 
 def _show(cached: Path, target: Path) -> None:
@@ -602,13 +782,16 @@ def stage(
     workers: int = DEFAULT_WORKERS,
     progress_every: float = 0.5,
     layout: Mapping[str, Sequence[RemoteObject]] | None = None,
+    limit: int | None = None,
 ) -> StageResult:
     """Every object into `cache/objects` (what is there already is reused), then shown at
     `dest` read-only: all of them, or with a `layout` (`placements`) each folder's below
     `dest` (`objects` then is what any folder shows, each fetched once).
     `on_progress(done, total, result)` is called from this thread at most every
-    `progress_every` seconds and once at the end. Raises DataSourceError (the store
-    failed: its reason) or Cancelled."""
+    `progress_every` seconds and once at the end. Every object shown is marked used now
+    (its atime); then, with a `limit`, the cache is brought under it (`evict`: what this
+    staging shows is in use, never evicted). Raises DataSourceError (the store failed: its
+    reason) or Cancelled."""
     layout = {"": list(objects)} if layout is None else layout
     objects_dir = cache / "objects"
     objects_dir.mkdir(parents=True, exist_ok=True)
@@ -621,6 +804,8 @@ def stage(
         placed.append((obj, path))
         if _cached(path, obj):
             counter.add(obj.size, fetched=False)
+            with contextlib.suppress(OSError):  # used now: no evictor takes it meanwhile
+                os.utime(path, (time.time(), obj.mtime))
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             missing.append((obj, path))
@@ -659,6 +844,12 @@ def stage(
             share.bytes += obj.size
             share.fetched_bytes += obj.size if obj.key in fetched_keys else 0
     read_only_tree(dest)
+    now = time.time()
+    for obj, path in placed:
+        with contextlib.suppress(OSError):
+            os.utime(path, (now, obj.mtime))  # used now; its mtime stays the store's
+    if limit is not None:
+        evict(cache, limit)
     result.fetched_bytes = counter.fetched
     result.fetched_objects = counter.fetched_objects
     on_progress(counter.done, result.total_bytes, result)

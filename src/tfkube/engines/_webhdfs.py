@@ -161,9 +161,11 @@ class WebHdfs:
                         raise HdfsError("error", f"more than {limit:,} files; give a narrower path")
         return sorted(out, key=lambda f: f.path)
 
-    def open(self, path: str) -> BinaryIO:
-        """A file's bytes, streamed from the DataNode the NameNode redirects to."""
-        answer: BinaryIO = self._get(path, "OPEN", READ_TIMEOUT)
+    def open(self, path: str, offset: int = 0) -> BinaryIO:
+        """A file's bytes from `offset` on, streamed from the DataNode the NameNode
+        redirects to."""
+        params = {"offset": str(offset)} if offset else {}
+        answer: BinaryIO = self._get(path, "OPEN", READ_TIMEOUT, **params)
         return answer
 
 

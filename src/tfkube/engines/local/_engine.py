@@ -37,9 +37,11 @@ from tfkube.contract import REQUIREMENTS_FILE
 from tfkube.engines._artifact import Artifact, prepare_artifact
 from tfkube.engines._base import JobEvent, JobExists, JobNotFound, JobView
 from tfkube.engines._data import (
+    CACHE_LIMIT_ENV,
     Credentials,
     DataSourceError,
     StoreRef,
+    cache_limit,
     credentials_from_env,
     credentials_problem,
     hdfs_user_from_env,
@@ -362,6 +364,7 @@ class LocalBackend:
         allowed = None
         if self.fetch_allowed is not None:
             allowed = tuple(ipaddress.ip_network(n, strict=False) for n in self.fetch_allowed)
+        limit = self._data_cache_limit()  # a bad setting refused before the store is asked
         try:
             objects = list_objects(open_store(store, credentials, allowed), store)
         except DataSourceError as exc:
@@ -377,6 +380,9 @@ class LocalBackend:
                     # One cache per team (without one: this machine's user), keyed by
                     # content: no team's job is shown another team's cached objects.
                     "cache": str(self.cache / "data" / self._cache_owner()),
+                    # Its bound (TFKUBE_DATA_CACHE_LIMIT): least recently used objects
+                    # no job shows are evicted after each staging.
+                    "cache_limit": limit,
                     "shard": data.shard,
                     "allowed": None if allowed is None else [str(n) for n in allowed],
                 }
@@ -390,6 +396,13 @@ class LocalBackend:
             objects=len(objects),
             total_bytes=sum(o.size for o in objects),
         )
+
+    def _data_cache_limit(self) -> int | None:
+        self.cache.mkdir(parents=True, exist_ok=True)
+        try:
+            return cache_limit(os.environ.get(CACHE_LIMIT_ENV), shutil.disk_usage(self.cache).total)
+        except ValueError as exc:
+            raise SpecError([FieldError(CACHE_LIMIT_ENV, str(exc))], "this machine") from None
 
     def _cache_owner(self) -> str:
         return "local" if self.tenant is None else self.tenant.identity.name

@@ -339,6 +339,7 @@ class Supervisor:
                 on_progress=progress,
                 cancelled=cancelled,
                 layout=layout,
+                limit=listing.get("cache_limit"),
             )
         except Cancelled:
             return  # the loop ends the job: Stopped
