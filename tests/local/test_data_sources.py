@@ -58,7 +58,12 @@ def raw_job(name: str, data: dict[str, Any]) -> dict[str, Any]:
             "replicas": {"worker": {"replicas": 2}},
             "code": {"source": "code"},
             "storage": {"data": data},
-            "runPolicy": {"terminationGraceSeconds": 2, "backoffLimit": 0},
+            # Every worker reads and prints its data: the job ends when all have.
+            "runPolicy": {
+                "terminationGraceSeconds": 2,
+                "backoffLimit": 0,
+                "successPolicy": "AllWorkers",
+            },
         },
     }
 

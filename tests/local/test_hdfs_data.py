@@ -52,7 +52,12 @@ def raw_job(name: str, data: dict[str, Any], workers: int = 2, ps: int = 0) -> d
         "spec": {
             "replicas": replicas,
             "storage": {"data": data},
-            "runPolicy": {"terminationGraceSeconds": 2, "backoffLimit": 0},
+            # Every worker reads and prints its data: the job ends when all have.
+            "runPolicy": {
+                "terminationGraceSeconds": 2,
+                "backoffLimit": 0,
+                "successPolicy": "AllWorkers",
+            },
         },
     }
 

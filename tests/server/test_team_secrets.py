@@ -298,6 +298,7 @@ spec:
         shard: byWorker
   runPolicy:
     backoffLimit: 0
+    successPolicy: AllWorkers
 """
 
 
