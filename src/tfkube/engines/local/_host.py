@@ -22,6 +22,7 @@ each other's files and the server's database."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -108,10 +109,12 @@ class LocalEngine(RunnersByKind):
         )
         self._starter: ThreadPoolExecutor | None = None
         services: ServiceIsolation | None = None
+        self._relays: Path | None = None
         if support.ok:
             self._starter = ThreadPoolExecutor(1, thread_name_prefix="tfkube-sandbox-starter")
+            self._relays = relays_for(data_dir)
             services = ServiceIsolation(
-                self.identity, self._hidden(), self._starter, relays=relays_for(data_dir)
+                self.identity, self._hidden(), self._starter, relays=self._relays
             )
         env = os.environ
         self._runners: dict[type, Runner] = {
@@ -235,3 +238,8 @@ class LocalEngine(RunnersByKind):
     def close(self) -> None:
         if self._starter is not None:
             self._starter.shutdown(wait=False)
+        if self._relays is not None:
+            # Its folder of relay sockets, once no service left one (a service that
+            # outlives the server keeps its socket, and the folder).
+            with contextlib.suppress(OSError):
+                self._relays.rmdir()
