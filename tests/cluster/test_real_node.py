@@ -650,3 +650,101 @@ def quiet_until_end(kube: KubeCluster, ns: str, name: str, restarts: int) -> flo
     )
     assert len(starts) == restarts + 1, starts
     return ended - starts[-1]
+
+
+# -- resizing (`tfkube scale`) ------------------------------------------------------------
+
+SCALE_ARGS = ["--train_steps=800", "--step_sleep=0.1", "--checkpoint_steps=200"]
+"""As tests/tf/test_scale.py locally: ~10 steps/s per worker, so the job still trains when
+the added workers have started (TensorFlow takes seconds to import) and when it shrinks."""
+SCALE_ACCURACY_POINTS = 1.0
+"""Issue 21: a job scaled while it trains keeps its accuracy within 1 point of a fixed run."""
+
+
+def test_between_graph_scaled_2_4_1_keeps_its_accuracy(
+    operator: Operator, real_node: RealNode, kube_namespace: str, tmp_path: Path
+) -> None:
+    """The between-graph example in real pods, resized 2 -> 4 -> 1 workers while it trains
+    (`tfkube scale --engine kubernetes`): the added workers boot knowing the new size (the
+    size ConfigMap) and train steps of their own against the running PS; the removed ones
+    (worker-1..3) stop between steps on SIGTERM; nothing is counted as a failure or a
+    restart, the PS pod is the one it started with, and the accuracy is within 1 point of
+    the same job at a fixed 2 workers (run first, in the same namespace)."""
+    kube, ns = operator.kube, kube_namespace
+    fixed_path, raw = real_node_job(real_node, tmp_path, "mnist-between-graph", SCALE_ARGS)
+    raw["metadata"]["name"] = fixed = "fixed"
+    fixed_path.write_text(yaml.safe_dump(raw))
+    submit(real_node, kube, ns, fixed_path)
+    wait_done(kube, ns, fixed)
+    fixed_result = result(kube, ns, fixed)
+
+    name = "scaled"
+    path, raw = real_node_job(
+        real_node, tmp_path, "mnist-between-graph", SCALE_ARGS, storage=KEPT_LOGS
+    )
+    raw["metadata"]["name"] = name
+    path.write_text(yaml.safe_dump(raw))
+    submit(real_node, kube, ns, path, bind=(f"{name}-logs",))
+    step = r"global_step=\d+ loss"
+    wait_for("worker-1 training", lambda: logged(kube, ns, name, "worker", 1, step), JOB_TIMEOUT)
+    ps_pod = replica_pods(kube, ns, name, "ps", 0)[-1].metadata.uid
+
+    started = time.monotonic()
+    assert "now has 4 workers" in tfkube(kube, ns, "scale", name, "--workers", "4")
+    for index in (2, 3):
+        wait_for(
+            f"worker-{index} training",
+            lambda index=index: logged(kube, ns, name, "worker", index, step),
+            300,
+            1.0,
+        )
+    joined = time.monotonic() - started
+    assert status(kube, ns, name)["phase"] == "Running"
+    # An added worker booted knowing the size the job has now (TF_CONFIG's 4 workers).
+    found = logged(kube, ns, name, "worker", 3, r"worker 3: shard (\d+)/(\d+)")
+    assert found is not None
+    assert found.group(2) == "4", found.group(0)
+
+    shrinking = time.monotonic()
+    assert "now has 1 workers" in tfkube(kube, ns, "scale", name, "--workers", "1")
+    wait_for(
+        "workers 1-3 gone",
+        lambda: all(not replica_pods(kube, ns, name, "worker", i) for i in (1, 2, 3)),
+        120,
+        0.5,
+    )
+    shrunk = time.monotonic() - shrinking
+    assert status(kube, ns, name)["phase"] == "Running"
+
+    final = wait_done(kube, ns, name)
+    res = result(kube, ns, name)
+    assert final["restarts"] == 0, final
+    assert final["workers"] == 1
+    assert final["message"] == "worker-0 succeeded"
+    assert res["global_step"] >= 800
+    assert replica_pods(kube, ns, name, "ps", 0) == [] or (
+        replica_pods(kube, ns, name, "ps", 0)[-1].metadata.uid == ps_pod
+    )
+    messages = job_events(kube, ns, name)
+    assert "scaled from 2 to 4 workers: added worker-2, worker-3" in messages, messages
+    assert "scaled from 4 to 1 workers: stopped worker-1, worker-2, worker-3" in messages
+    assert not any(re.search(r" failed|; restart \d", m) for m in messages), messages
+    assert not kube.batch.read_namespaced_job(f"{name}-worker", ns).status.failed
+    volume = str(real_node.volume(ns, f"{name}-logs"))
+    for index in (1, 2, 3):
+        kept = sorted(replica_log_dir(volume, f"worker-{index}").glob("*.log"))
+        assert [k.name for k in kept] == ["0.log"], kept  # one start, never restarted
+        text = kept[0].read_text()
+        assert re.search(step, text), f"worker-{index} trained no step"
+        assert re.search(rf"^worker {index}: stopped between steps", text, re.M), text[-2000:]
+    ps_starts = sorted(replica_log_dir(volume, "ps-0").glob("*.log"))
+    assert len(ps_starts) == 1, ps_starts  # the PS was started once
+
+    gap = abs(res["test_accuracy"] - fixed_result["test_accuracy"]) * 100
+    print(
+        f"\n[scale, real node] 2 -> 4: workers 2 and 3 training {joined:.1f}s after "
+        f"`tfkube scale`; 4 -> 1: workers 1-3 gone {shrunk:.1f}s after it; global_step "
+        f"{res['global_step']}, accuracy {res['test_accuracy']} (fixed 2 workers: "
+        f"{fixed_result['test_accuracy']}, {gap:.2f} points apart)"
+    )
+    assert gap <= SCALE_ACCURACY_POINTS, (res, fixed_result)

@@ -653,3 +653,37 @@ def test_cli_install_server_without_storage_is_refused_and_says_what_to_give(
     ).items
     after = apps.read_namespaced_deployment("tfkube-operator", NAMESPACE).metadata
     assert after.resource_version == before.resource_version
+
+
+def test_scale_through_the_api_on_kubernetes(platform: Platform, team: Team) -> None:
+    """`POST /api/v1/jobs/{id}/scale`, the same route and service as on the local engine
+    (the engine protocol's `scale`): the operator resizes the worker Job, the job's
+    replicas, spec and timeline follow; a job without PS is refused naming the field."""
+    kube, api = platform.kube, team.member
+    job = submit_manifest(team, manifest("elastic"))
+    wait_replica(api, job["id"], "worker-0", "Running")
+    out = api.ok(api.post(f"/api/v1/jobs/{job['id']}/scale", json={"workers": 3}))
+    assert [r["key"] for r in out["replicas"] if r["role"] == "worker"] == [
+        "worker-0",
+        "worker-1",
+        "worker-2",
+    ]
+    assert kube.batch.read_namespaced_job("elastic-worker", team.namespace).spec.completions == 3
+    assert (tfjob(kube, team.namespace, "elastic") or {})["status"]["workers"] == 3
+    wait_replica(api, job["id"], "worker-2", "Running")
+    out = api.ok(api.post(f"/api/v1/jobs/{job['id']}/scale", json={"workers": 1}))
+    assert [r["key"] for r in out["replicas"] if r["role"] == "worker"] == ["worker-0"]
+    assert out["restarts"] == 0
+    events = [e["message"] for e in api.ok(api.get(f"/api/v1/jobs/{job['id']}/events"))]
+    assert any("scaled the job from 1 to 3 workers through the server" in m for m in events)
+    assert any("scaled the job from 3 to 1 workers through the server" in m for m in events)
+
+    plain = manifest("fixed")
+    del plain["spec"]["replicas"]["ps"]
+    fixed = submit_manifest(team, plain)
+    wait_phase(api, fixed["id"], "Running")
+    refused = api.post(f"/api/v1/jobs/{fixed['id']}/scale", json={"workers": 2})
+    assert refused.status_code == 422, refused.text
+    assert "spec.replicas.ps" in refused.text
+    for one in (job, fixed):
+        api.ok(api.delete(f"/api/v1/jobs/{one['id']}"), 204)

@@ -100,8 +100,21 @@ def pod(objects: list[dict[str, Any]], role: str) -> dict[str, Any]:
 
 
 def env_of(objects: list[dict[str, Any]], role: str) -> dict[str, str]:
+    """The container's environment as its pod gets it: a rendered ConfigMap's key
+    resolved (as the kubelet does), another reference as `from <json>`."""
     container = pod(objects, role)["containers"][0]
-    return {e["name"]: e["value"] for e in container["env"]}
+    out = {}
+    for e in container["env"]:
+        ref = e.get("valueFrom", {}).get("configMapKeyRef")
+        if "value" in e:
+            out[e["name"]] = e["value"]
+        elif ref and any(
+            o["metadata"]["name"] == ref["name"] for o in by_kind(objects, "ConfigMap")
+        ):
+            out[e["name"]] = one(objects, "ConfigMap", ref["name"])["data"][ref["key"]]
+        else:
+            out[e["name"]] = "from " + json.dumps(e["valueFrom"])
+    return out
 
 
 # -- objects, names, labels ---------------------------------------------------------------
@@ -111,6 +124,7 @@ def test_objects_and_order():
     kinds = [(o["kind"], o["metadata"]["name"]) for o in render()]
     assert kinds == [
         ("ConfigMap", "mnist-launcher"),
+        ("ConfigMap", "mnist-size"),  # PS and no chief: it may be resized
         ("Service", "mnist"),
         ("Job", "mnist-ps"),
         ("Job", "mnist-worker"),
@@ -248,7 +262,7 @@ def test_same_launcher_command_and_contract_as_locally():
     assert env["TFKUBE_LOG_DIR"] == "/tfkube/logs"
     assert env["TFKUBE_WORK_DIR"] == "/tfkube/work"
     assert env["TFKUBE_NUM_PS"] == "2"
-    assert env["TFKUBE_NUM_WORKERS"] == "3"
+    assert env["TFKUBE_NUM_WORKERS"] == "3"  # from the size ConfigMap (resizable job)
     names = [e["name"] for e in container["env"]]
     assert names == sorted(names)
 

@@ -7,6 +7,7 @@ users all rely on. Pure constants and string functions (no planner, no client), 
     <job>-<role>          Indexed Job; its pods' hostnames are <job>-<role>-<i>
     <job>-launcher        ConfigMap with the launcher zipapp
     <job>-code            ConfigMap with a small local code folder (when packed)
+    <job>-size            ConfigMap with a resizable job's current number of workers
     <job>-registry        copy of the platform's image-pull Secret
     <job>-code-token      the server's code-fetch token for the job's replicas (Secret)
     <job>-data, -logs     PersistentVolumeClaims (unless an existing claim is named)
@@ -117,6 +118,16 @@ def launcher_configmap_name(job_name: str) -> str:
 
 def code_configmap_name(job_name: str) -> str:
     return f"{job_name}-code"
+
+
+def size_configmap_name(job_name: str) -> str:
+    """A resizable job's current number of workers (key `SIZE_WORKERS_KEY`): new pods read
+    TFKUBE_NUM_WORKERS from it, so a worker added by `tfkube scale` boots knowing the size
+    the job has now (a Job's pod template cannot change while it runs)."""
+    return f"{job_name}-size"
+
+
+SIZE_WORKERS_KEY = "workers"
 
 
 def code_token_secret_name(job_name: str) -> str:

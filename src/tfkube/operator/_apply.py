@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfkube.kube.errors import AlreadyExists, Forbidden, Invalid, NotFound
-from tfkube.kube.resources import EVENT, JOB, POD, TFJOB, resource_for
+from tfkube.kube.names import SIZE_WORKERS_KEY
+from tfkube.kube.resources import CONFIG_MAP, EVENT, JOB, POD, TFJOB, resource_for
 from tfkube.kube.rest import Kube
 from tfkube.operator._ops import (
     Create,
@@ -24,6 +25,7 @@ from tfkube.operator._ops import (
     Event,
     FailPod,
     Op,
+    ResizeWorkers,
     SuspendJob,
 )
 
@@ -42,6 +44,13 @@ def apply(kube: Kube, op: Op, tfjob: Mapping[str, Any], component: str = COMPONE
     elif isinstance(op, SuspendJob):
         patch = {"spec": {"suspend": op.suspend}}
         kube.merge_patch(JOB.url(ns, op.name), patch, allow=(NotFound,))
+    elif isinstance(op, ResizeWorkers):
+        # A job made before the size ConfigMap existed has none: its new pods read the
+        # count their template was made with.
+        size = {"data": {SIZE_WORKERS_KEY: str(op.workers)}}
+        kube.merge_patch(CONFIG_MAP.url(ns, op.configmap), size, allow=(NotFound,))
+        count = {"spec": {"completions": op.workers, "parallelism": op.workers}}
+        kube.merge_patch(JOB.url(ns, op.job), count, allow=(NotFound,))
     elif isinstance(op, DeleteRoleJob):
         kube.request("DELETE", JOB.url(ns, op.name), body=BACKGROUND, allow=(NotFound,))
         query = {"labelSelector": op.selector}

@@ -22,6 +22,18 @@ class SuspendJob:
 
 
 @dataclass(frozen=True)
+class ResizeWorkers:
+    """`tfkube scale`: the job's size ConfigMap says `workers` (pods made from now on read
+    it), then the worker Indexed Job runs that many (`completions` and `parallelism`
+    together, as elastic Indexed Jobs allow): Kubernetes makes the added indexes and
+    deletes the pods of the removed ones (the highest)."""
+
+    job: str
+    configmap: str
+    workers: int
+
+
+@dataclass(frozen=True)
 class DeleteRoleJob:
     """Delete a role's Job and, at once, its pods (no waiting for the garbage collector)."""
 
@@ -62,4 +74,14 @@ class Event:
     message: str
 
 
-Op = Create | SuspendJob | DeleteRoleJob | DeletePod | FailPod | DeleteObject | DeleteTFJob | Event
+Op = (
+    Create
+    | SuspendJob
+    | ResizeWorkers
+    | DeleteRoleJob
+    | DeletePod
+    | FailPod
+    | DeleteObject
+    | DeleteTFJob
+    | Event
+)

@@ -29,6 +29,13 @@ Mapping of the planner's actions to Kubernetes (who retries what: see `tfkube.ku
                    with its pods.
   DeleteJob        the TFJob is deleted; owner references make the garbage collector
                    delete everything it owns.
+A resize (`tfkube scale`: spec.replicas.worker.replicas changed on a running job) is not
+the planner's: `resize` compares the spec with the worker Job's `completions` and, when
+`tfkube.planner.scale_problems` allows it, updates the size ConfigMap and then the Job
+(`ResizeWorkers`). Kubernetes makes the added indexes and deletes the removed ones' pods
+(SIGTERM, their grace); the observation only reads the spec's indexes, and the Job
+controller counts no failure for an index past `completions`, so a removed worker is
+neither a failure nor a restart. `status.workers` says the size the worker Job runs with.
 A role Job that Kubernetes failed (per-index backoff exhausted, podFailurePolicy FailJob)
 or an index it gave up on fails the TFJob even when the job-wide backoffLimit would allow
 another restart: Kubernetes will not re-run it.
@@ -50,6 +57,7 @@ from tfkube.kube.names import (
     owner_reference,
     replica_selector,
     role_job_name,
+    size_configmap_name,
     tensorboard_name,
 )
 from tfkube.kube.observe import Obj, Observation, Prior, format_time, is_stranded, observe
@@ -63,6 +71,7 @@ from tfkube.operator._ops import (
     Event,
     FailPod,
     Op,
+    ResizeWorkers,
     SuspendJob,
 )
 from tfkube.planner import (
@@ -70,9 +79,12 @@ from tfkube.planner import (
     DeleteJob,
     JobPhase,
     ReplicaState,
+    Resize,
     Restart,
     Stop,
+    cluster_scale_problems,
     plan,
+    scale_problems,
 )
 from tfkube.render import rendered_storage
 from tfkube.spec import CleanPodPolicy, GangScheduler, Role, TFJob
@@ -221,6 +233,10 @@ def reconcile(
 
     ops = ensure(job, prior, obs, objects, first, now)
     ops += release_stranded(pods, now)
+    if not prior.phase.terminal:
+        resizing = resize(job, prior.phase, status, obs)
+        ops += resizing.ops
+        status = resizing.status
     if first:
         status["startTime"] = format_time(now)
     if not prior.phase.terminal and policy.suspend:
@@ -278,6 +294,43 @@ def ensure(
         for role in sorted(obs.stale_jobs)
     ]
     return ops
+
+
+@dataclass(frozen=True)
+class Resizing:
+    ops: tuple[Op, ...]
+    status: dict[str, Any]
+
+
+def resize(job: TFJob, phase: JobPhase, status: dict[str, Any], obs: Observation) -> Resizing:
+    """`tfkube scale` (or an edit of spec.replicas.worker.replicas): the worker Job runs
+    the spec's count, when the planner's rules allow (`scale_problems`: a PS, no chief,
+    1..MAX_WORKERS; no gang: `cluster_scale_problems`); the Event saying so, once.
+    Refused: a Warning Event, once per count (`status.refusedWorkers`), and the Job keeps
+    its size. `status.workers` is the size
+    the worker Job runs with."""
+    worker_job = obs.role_jobs.get(Role.WORKER.value)
+    if worker_job is None:
+        return Resizing((), status)
+    want = job.spec.replicas.count(Role.WORKER)
+    have = int((worker_job.get("spec") or {}).get("completions") or want)
+    new = {k: v for k, v in status.items() if k not in ("workers", "refusedWorkers")}
+    if have == want:
+        return Resizing((), {**new, "workers": have})
+    problems = scale_problems(job, phase, want) + cluster_scale_problems(job)
+    if problems:
+        new.update(workers=have, refusedWorkers=want)
+        if status.get("refusedWorkers") == want:
+            return Resizing((), new)
+        why = "; ".join(f"{p.field}: {p.message}" for p in problems)
+        text = f"not scaled from {have} to {want} workers: {why}"
+        return Resizing((Event("Warning", "ScaleRefused", text),), new)
+    name = worker_job["metadata"]["name"]
+    ops: tuple[Op, ...] = (
+        ResizeWorkers(name, size_configmap_name(job.name), want),
+        Event("Normal", "Scaled", Resize(have, want).text()),
+    )
+    return Resizing(ops, {**new, "workers": want})
 
 
 def storage_message(storage: Mapping[str, str]) -> str:

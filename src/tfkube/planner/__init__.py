@@ -7,7 +7,13 @@ from tfkube.planner._plan import (
     stalled_replicas,
     success_reached,
 )
-from tfkube.planner._scale import MAX_WORKERS, Resize, scale_problems, scaled_job
+from tfkube.planner._scale import (
+    MAX_WORKERS,
+    Resize,
+    cluster_scale_problems,
+    scale_problems,
+    scaled_job,
+)
 from tfkube.planner._stragglers import (
     TRAINING_ROLES,
     median_rate,
@@ -46,6 +52,7 @@ __all__ = [
     "Restart",
     "Start",
     "Stop",
+    "cluster_scale_problems",
     "is_retryable_exit",
     "median_rate",
     "plan",

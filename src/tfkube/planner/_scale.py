@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tfkube.planner._types import JobPhase
-from tfkube.spec import FieldError, ReplicaSpec, Role, TFJob
+from tfkube.spec import FieldError, GangScheduler, ReplicaSpec, Role, TFJob
 
 MAX_WORKERS: int = next(
     m.le for m in ReplicaSpec.model_fields["replicas"].metadata if hasattr(m, "le")
@@ -90,6 +90,23 @@ def scale_problems(job: TFJob, phase: JobPhase, workers: int) -> list[FieldError
             FieldError("status.phase", f"the job has ended ({phase.value}): nothing runs to scale")
         )
     return problems
+
+
+def cluster_scale_problems(job: TFJob) -> list[FieldError]:
+    """What else keeps a job from changing size in a cluster (the Kubernetes engine and
+    the operator, on top of `scale_problems`): a gang is sized when it is submitted (its
+    PodGroup's minMember, the Kueue workload's pod count), and neither follows a resize."""
+    scheduling = job.spec.scheduling
+    if scheduling is None or scheduling.gang is GangScheduler.NONE:
+        return []
+    return [
+        FieldError(
+            "spec.scheduling.gang",
+            f"the job is gang-scheduled ({scheduling.gang.value}), sized when it was "
+            "submitted: a running gang does not change size; resubmit the job with the "
+            "size you want, or without spec.scheduling.gang to scale it",
+        )
+    ]
 
 
 def scaled_job(job: TFJob, workers: int) -> TFJob:

@@ -147,6 +147,14 @@ def status_schema() -> Schema:
             "replicas": _counts("Replicas the job has in all (PS included)."),
             "readyReplicas": _counts("Replicas whose pod is Ready."),
             "succeededReplicas": _counts("Replicas that exited 0."),
+            "workers": _counts(
+                "Workers the worker Job runs with: spec.replicas.worker.replicas once the "
+                "operator resized it (tfkube scale)."
+            ),
+            "refusedWorkers": _counts(
+                "A worker count the spec asks for that the job cannot change to while it "
+                "runs (only asynchronous PS training can): the Job kept its size."
+            ),
             "replicaStatuses": {
                 "type": "object",
                 "description": "Per role (chief, ps, worker, evaluator).",
@@ -191,6 +199,7 @@ PRINTER_COLUMNS: tuple[dict[str, str], ...] = (
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
     {"name": "Succeeded", "type": "integer", "jsonPath": ".status.succeededReplicas"},
     {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas", "priority": "1"},
+    {"name": "Workers", "type": "integer", "jsonPath": ".status.workers", "priority": "1"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
     {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "priority": "1"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

@@ -52,6 +52,7 @@ from tfkube.kube.names import (
     MANAGED_BY,
     NODE_LOST_TAINTS,
     REPLICA_CONTAINER,
+    SIZE_WORKERS_KEY,
     TENANT_OBJECTS,
     TENSORBOARD_PORT_NAME,
     code_configmap_name,
@@ -59,6 +60,7 @@ from tfkube.kube.names import (
     launcher_configmap_name,
     registry_secret_name,
     role_job_name,
+    size_configmap_name,
     tensorboard_name,
 )
 from tfkube.render._launcher import launcher_zipapp
@@ -469,7 +471,28 @@ def _configmaps(ctx: _Context) -> list[Object]:
                 "binaryData": {CODE_FILE: base64.b64encode(ctx.options.code_archive).decode()},
             }
         )
+    if ctx.job.resizable():
+        out.append(_size_configmap(ctx))
     return out
+
+
+def _size_configmap(ctx: _Context) -> Object:
+    """A resizable job's number of workers (`size_configmap_name`): every replica's
+    TFKUBE_NUM_WORKERS comes from it when its pod is made, and the operator updates it
+    before it resizes the worker Job (`tfkube scale`), so added workers boot knowing the
+    job's size now. A Job's pod template cannot change while the Job runs."""
+    job = ctx.job
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(
+            size_configmap_name(job.name),
+            ctx.ns,
+            {**job_labels(job.name), LABEL_COMPONENT: "size"},
+            ctx.user_labels,
+        ),
+        "data": {SIZE_WORKERS_KEY: str(job.spec.replicas.count(Role.WORKER))},
+    }
 
 
 def _claims(ctx: _Context) -> list[Object]:
@@ -646,6 +669,14 @@ def _environment(ctx: _Context, role: Role) -> list[Object]:
     if job.spec.pod_security is PodSecurity.RESTRICTED and "HOME" not in (spec.env if spec else {}):
         env.setdefault("HOME", HOME_DIR)  # the image has no home for the pod's user
     out: list[Object] = [{"name": k, "value": env[k]} for k in sorted(env)]
+    if job.resizable():  # the size the job has when the pod is made (`size_configmap`)
+        ref = {"name": size_configmap_name(job.name), "key": SIZE_WORKERS_KEY}
+        out = [
+            {"name": e["name"], "valueFrom": {"configMapKeyRef": ref}}
+            if e["name"] == contract.NUM_WORKERS
+            else e
+            for e in out
+        ]
     references = {k: v for k, v in (spec.env if spec else {}).items() if not isinstance(v, str)}
     out += _env_list({k: v for k, v in references.items() if isinstance(v, CLUSTER_ONLY_ENV)})
     if ctx.options.code_token_secret:

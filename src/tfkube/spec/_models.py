@@ -1111,6 +1111,13 @@ class TFJob(_Model):
         """Every replica as (role, index), in start order."""
         return [(role, i) for role in Role for i in range(self.spec.replicas.count(role))]
 
+    def resizable(self) -> bool:
+        """Whether the number of workers may change while the job runs: asynchronous PS
+        training (a PS, no chief; `tfkube.planner.scale_problems` says why not, naming the
+        field)."""
+        replicas = self.spec.replicas
+        return replicas.count(Role.PS) > 0 and replicas.count(Role.CHIEF) == 0
+
     def gang_size(self) -> int:
         """How many pods a gang scheduler must place together (its PodGroup's minMember):
         `minAvailable`, else every chief, PS and worker (the evaluator is not part of the

@@ -61,12 +61,15 @@ from tfkube.kube.observe import (
 )
 from tfkube.kube.resources import CONFIG_MAP, EVENT, JOB, NODE, POD, SECRET, TFJOB, Resource
 from tfkube.kube.rest import Kube, api_client_from, context_namespace
-from tfkube.planner import Replica
+from tfkube.planner import Replica, cluster_scale_problems, scale_problems
 from tfkube.render import RenderOptions, render_job
 from tfkube.spec import FieldError, SpecError, TFJob
 from tfkube.tfcluster import replica_key, service_address
 
 LOG_TIMEOUT_SECONDS = 15.0
+SCALE_TIMEOUT_SECONDS = 30.0
+"""How long `scale` waits for the operator to resize the worker Job (it looks at a live
+job every few seconds, and at once on a change)."""
 
 
 class LogsUnavailable(ValueError):
@@ -469,19 +472,43 @@ class KubernetesBackend:
         return self.get(name)
 
     def scale(self, name: str, workers: int) -> JobView:
-        """Not on this engine yet: the operator would have to resize the worker Indexed
-        Job and its Service's members while the PS keep serving."""
-        self._read(name)
-        raise SpecError(
-            [
-                FieldError(
-                    "engine",
-                    "scaling a running job is not supported on the Kubernetes engine yet; "
-                    "it works on the local engine (--engine local)",
+        """Run the job with `workers` workers from now on: the TFJob's
+        spec.replicas.worker.replicas changes, and the operator resizes the worker Indexed
+        Job (`tfkube.operator` `resize`); this waits until the TFJob's status says it did
+        (`status.workers`). Raises `SpecError` naming the field when the job cannot
+        (`tfkube.planner.scale_problems`, `cluster_scale_problems`); TimeoutError when no
+        operator answers."""
+        tfjob = self._read(name)
+        where = f"scaling job {name!r}"
+        job = tfjob_model(tfjob)
+        phase = Prior.from_status(tfjob.get("status")).phase
+        problems = scale_problems(job, phase, workers) + cluster_scale_problems(job)
+        if problems:
+            raise SpecError(problems, where)
+        patch = {"spec": {"replicas": {"worker": {"replicas": workers}}}}
+        patched = self.kube.merge_patch(TFJOB.url(self.namespace, name), patch)
+        generation = int((patched.get("metadata") or {}).get("generation") or 0)
+        deadline = time.monotonic() + SCALE_TIMEOUT_SECONDS
+        while True:
+            status = self._read(name).get("status") or {}
+            if int(status.get("observedGeneration") or 0) >= generation:
+                if status.get("workers") == workers:
+                    return self.get(name)
+                if status.get("refusedWorkers") == workers:
+                    why = "the operator refused it (see `tfkube events`)"
+                    raise SpecError([FieldError("workers", why)], where)
+                ended = Prior.from_status(status).phase
+                if ended.terminal:
+                    why = f"the job ended ({ended.value}) before it was resized"
+                    raise SpecError([FieldError("workers", why)], where)
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"job {name!r}: the operator did not resize it within "
+                    f"{SCALE_TIMEOUT_SECONDS:.0f}s (spec.replicas.worker.replicas is "
+                    f"{workers} now); is `tfkube operator` running for namespace "
+                    f"{self.namespace!r}?"
                 )
-            ],
-            f"scaling job {name!r}",
-        )
+            time.sleep(0.2)
 
     def wait(self, name: str, timeout: float | None = None) -> JobView:
         deadline = None if timeout is None else time.monotonic() + timeout
