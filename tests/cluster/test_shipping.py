@@ -77,7 +77,7 @@ def shipping(
 
 def pod_env(kube: KubeCluster, namespace: str, job: str, role: str) -> dict[str, str]:
     """The role's pod environment as a kubelet would give it: the operator's template,
-    its Secret references resolved."""
+    its Secret and ConfigMap references resolved."""
     found = wait_for(
         f"the {role} Job",
         lambda: (
@@ -96,6 +96,9 @@ def pod_env(kube: KubeCluster, namespace: str, job: str, role: str) -> dict[str,
             ref = var.value_from.secret_key_ref
             secret = kube.core.read_namespaced_secret(ref.name, namespace)
             env[var.name] = base64.b64decode(secret.data[ref.key]).decode()
+        elif var.value_from is not None and var.value_from.config_map_key_ref is not None:
+            ref = var.value_from.config_map_key_ref  # the job's size (`tfkube scale`)
+            env[var.name] = kube.core.read_namespaced_config_map(ref.name, namespace).data[ref.key]
     return env
 
 
