@@ -58,6 +58,13 @@ CODE_SHA256: Final = "TFKUBE_CODE_SHA256"
 CODE_TOKEN: Final = "TFKUBE_CODE_TOKEN"
 """Optional: a bearer token for fetching TFKUBE_CODE_URL (the tfkube server's job-scoped
 claim); the launcher removes it from the entrypoint's environment."""
+SHIP_URL: Final = "TFKUBE_SHIP_URL"
+"""Optional: where the launcher sends what a tfkube server keeps of its replica, for a
+server that cannot read the job's log folder (a cluster job without an outputs claim):
+`<server>/api/v1/ship/<job id>`. See "Shipping" below."""
+SHIP_TOKEN: Final = "TFKUBE_SHIP_TOKEN"
+"""The bearer token for SHIP_URL (the server's job-scoped claim). The launcher removes both
+from the entrypoint's environment."""
 ENTRYPOINT: Final = "TFKUBE_ENTRYPOINT"
 """The script inside the code to run (default DEFAULT_ENTRYPOINT)."""
 DEFAULT_ENTRYPOINT: Final = "run.sh"
@@ -190,6 +197,48 @@ def _pairs(pairs: list[tuple[str, object]]) -> list[object]:
 
 def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a finite number")
+
+
+# -- Shipping: a replica's kept output sent to the server (SHIP_URL) --------------------
+#
+#   POST <SHIP_URL>/log/<replica>/<start>?offset=N   bytes of this start's output at N
+#   POST <SHIP_URL>/file/<path>?offset=N             bytes of a TensorBoard event file at N
+#   POST <SHIP_URL>/file/result.json?whole=1         the whole result file, replaced
+#
+# Each answer is `{"size": S}`, the server's length of that file: 200 when the bytes
+# were taken (a repeat of bytes it has is no error), 409 when N is past S (send from S).
+# `<start>` is a random id per start of the launcher: the server numbers the starts of
+# a replica (`<attempt>.log`, as the launcher does in a shared folder), whichever pod
+# or node they ran on.
+
+SHIP_CHUNK_BYTES: Final = 1024 * 1024
+"""The most bytes one shipping request carries."""
+SHIP_START: Final = re.compile(r"[0-9a-f]{16,64}")
+"""A start's id (whole): lower-case hex."""
+SHIP_REPLICA: Final = re.compile(r"(?:chief|ps|worker|evaluator)-\d{1,6}")
+"""A replica's key (whole), as `replica_key` writes it."""
+SHIP_EVENTS: Final = re.compile(r"events\.out\.tfevents\.[A-Za-z0-9._-]{1,200}")
+"""A TensorBoard event file's name (whole)."""
+SHIP_PART: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+"""A folder name on the way to a shipped file: no leading dot (so never `..`, nor
+tfkube's own `.tfkube`), no separators."""
+SHIP_MAX_DEPTH: Final = 6
+"""How deep below the log folder a shipped event file may be (`train/events...`)."""
+SHIP_EVENTS_MAX_BYTES: Final = 512 * 1024 * 1024
+"""The most of one event file the server keeps."""
+
+
+def shipped_file(path: str) -> tuple[str, ...] | None:
+    """The parts of `path` (relative to the log folder, `/`-separated) when it is a file
+    that is shipped: a TensorBoard event file at most SHIP_MAX_DEPTH deep through
+    SHIP_PART folders, or RESULT_FILE at the top; else None. Pure: the launcher chooses
+    what to send by it, the server what to take."""
+    parts = tuple(path.split("/"))
+    if parts == (RESULT_FILE,):
+        return parts
+    if not 1 <= len(parts) <= SHIP_MAX_DEPTH or not all(SHIP_PART.fullmatch(p) for p in parts):
+        return None
+    return parts if SHIP_EVENTS.fullmatch(parts[-1]) else None
 
 
 # -- What the launcher adds for the entrypoint ------------------------------------------

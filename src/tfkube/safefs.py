@@ -24,6 +24,7 @@ stand on it. Descriptors are the caller's to close (`closing`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from collections.abc import Callable, Iterator, Sequence
@@ -62,11 +63,15 @@ def open_root(folder: str | os.PathLike[str]) -> int:
     return os.open(folder, _DIR_FLAGS)
 
 
-def open_dir(root: int, parts: Sequence[str]) -> int:
-    """A new descriptor of the folder `parts` below `root`, no link followed."""
+def open_dir(root: int, parts: Sequence[str], make: int | None = None) -> int:
+    """A new descriptor of the folder `parts` below `root`, no link followed; `make`: the
+    mode to make missing folders with (None: a missing one is an error)."""
     fd = os.dup(root)
     try:
         for part in parts:
+            if make is not None:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(check_part(part), make, dir_fd=fd)
             inner = os.open(check_part(part), _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = inner

@@ -22,6 +22,7 @@ checked by server-side dry run (test_serving_dry_run.py).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import subprocess
@@ -96,36 +97,43 @@ def _targz(folder: Path) -> bytes:
     return buffer.getvalue()
 
 
-@pytest.fixture(scope="module")
-def team(
-    kube_cluster: KubeCluster,
-    real_node: RealNode,
-    operator_kubeconfig: Path,
-    tmp_path_factory: pytest.TempPathFactory,
+@contextlib.contextmanager
+def node_platform(
+    kube: KubeCluster, real_node: RealNode, operator_kubeconfig: Path, tmp: Path, outputs: bool
 ) -> Iterator[Team]:
-    kube = kube_cluster
+    """The platform with its server listening on the real node's bridge, a team allowed on
+    the node with a member and the operator, and the example uploaded as `mnist`.
+    `outputs`: the team's outputs claim on a node folder the server sees (else none: the
+    replicas ship what the server keeps)."""
+    outputs_claim = OUTPUTS if outputs else None
     # No StorageClass here: the server's data claim is one an administrator names (the
     # server runs here, so it is never made).
     install(
-        kube.api_client, server=ServerInstall(outputs_claim=OUTPUTS, data_claim=SERVER_DATA_CLAIM)
+        kube.api_client,
+        server=ServerInstall(outputs_claim=outputs_claim, data_claim=SERVER_DATA_CLAIM),
     )
     # The server runs here, not in its Deployment (whose pod would be a KWOK fake).
-    client.AppsV1Api(kube.api_client).delete_namespaced_deployment(SERVER_NAME, OPERATOR_NAMESPACE)
-    tmp = tmp_path_factory.mktemp("node-serving")
+    with contextlib.suppress(ApiException):  # a module before removed it
+        client.AppsV1Api(kube.api_client).delete_namespaced_deployment(
+            SERVER_NAME, OPERATOR_NAMESPACE
+        )
     kubeconfig = service_account_kubeconfig(
         kube, SERVER_NAME, OPERATOR_NAMESPACE, tmp / "server.kubeconfig"
     )
     port = free_port()
     code_url = f"http://{real_node.node_ip}:{port}"
+    extra = ["--host", real_node.node_ip, "--engine", "kubernetes", "--kubeconfig",
+             str(kubeconfig), "--code-url", code_url]  # fmt: skip
+    if outputs_claim:
+        extra += ["--outputs-claim", outputs_claim]
     server = NodeServer(
         tmp / "data",
         port,
         None,
         {**os.environ, "TFKUBE_HOME": str(tmp / "home")},
-        extra=["--host", real_node.node_ip, "--engine", "kubernetes", "--kubeconfig",
-               str(kubeconfig), "--outputs-claim", OUTPUTS, "--code-url", code_url],
+        extra=extra,
         host=real_node.node_ip,
-    )  # fmt: skip
+    )
     server.start()
     name = f"t{uuid.uuid4().hex[:8]}"
     namespace = f"tfkube-{name}"
@@ -142,18 +150,19 @@ def team(
         user = admin.new_user()
         admin.add_member(name, user, "member")
         member = api_for(server.url, user)
-        # The team's outputs claim, bound to a folder on the real node, which the server
-        # sees at <data-dir>/teams/<team>/outputs (an administrator's mount of the claim).
-        # The job's data is scratch space in its pods (it asks for no claim).
-        real_node.bind(namespace, [OUTPUTS])
-        create_shared_claim(kube, namespace, OUTPUTS)
-        shared = real_node.volume(namespace, OUTPUTS)
-        shared.mkdir(parents=True, exist_ok=True)
-        seen_by_server = tmp / "data" / "teams" / name / "outputs"
-        seen_by_server.parent.mkdir(parents=True, exist_ok=True)
-        if seen_by_server.is_dir():  # made empty by the server: the mount goes over it
-            seen_by_server.rmdir()
-        seen_by_server.symlink_to(shared, target_is_directory=True)
+        if outputs:
+            # The team's outputs claim, bound to a folder on the real node, which the server
+            # sees at <data-dir>/teams/<team>/outputs (an administrator's mount of the
+            # claim). The job's data is scratch space in its pods (it asks for no claim).
+            real_node.bind(namespace, [OUTPUTS])
+            create_shared_claim(kube, namespace, OUTPUTS)
+            shared = real_node.volume(namespace, OUTPUTS)
+            shared.mkdir(parents=True, exist_ok=True)
+            seen_by_server = tmp / "data" / "teams" / name / "outputs"
+            seen_by_server.parent.mkdir(parents=True, exist_ok=True)
+            if seen_by_server.is_dir():  # made empty by the server: the mount goes over it
+                seen_by_server.rmdir()
+            seen_by_server.symlink_to(shared, target_is_directory=True)
         operator = Operator(kube, namespace, tmp / "operator.log", operator_kubeconfig)
         operator.start()
         member.ok(
@@ -190,6 +199,18 @@ def team(
         assert not errors, server.log.read_text()[-6000:]
         if operator is not None:
             assert not operator.errors(), operator.log.read_text()[-5000:]
+
+
+@pytest.fixture(scope="module")
+def team(
+    kube_cluster: KubeCluster,
+    real_node: RealNode,
+    operator_kubeconfig: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Team]:
+    tmp = tmp_path_factory.mktemp("node-serving")
+    with node_platform(kube_cluster, real_node, operator_kubeconfig, tmp, outputs=True) as made:
+        yield made
 
 
 def delete_namespace(kube: KubeCluster, namespace: str) -> None:

@@ -18,8 +18,10 @@ PersistentVolume the tests make (as an administrator would, docs/kubernetes.md).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import tarfile
 import time
 import uuid
@@ -126,39 +128,34 @@ class Platform:
         self.server.start()
 
 
-@pytest.fixture(scope="module")
-def platform(
-    kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory
+@contextlib.contextmanager
+def running_platform(
+    kube: KubeCluster, tmp: Path, *, outputs_claim: str | None, code_url: str | None
 ) -> Iterator[Platform]:
-    kube = kube_cluster
+    """`tfkube install --server` (its Deployment removed: the server runs here, not as a
+    KWOK fake pod), then `tfkube server --engine kubernetes` here with the server's
+    ServiceAccount token, set up with an admin; everything removed afterwards, and the
+    server's log checked for errors. `outputs_claim`: the teams' shared claim (None: the
+    replicas ship what the server keeps); `code_url`: how replicas reach the server
+    (None: its own loopback address)."""
     # No StorageClass here: the server's data is on a claim the administrator names (none
     # is made; the server runs here, so it is never needed).
     install(
         kube.api_client,
-        server=ServerInstall(outputs_claim=OUTPUTS, data_claim=SERVER_DATA_CLAIM),
+        server=ServerInstall(outputs_claim=outputs_claim, data_claim=SERVER_DATA_CLAIM),
     )
     apps = client.AppsV1Api(kube.api_client)
-    # The server runs here, not in its Deployment (whose pod would be a KWOK fake).
-    apps.delete_namespaced_deployment(SERVER_NAME, NAMESPACE)
+    with contextlib.suppress(ApiException):  # a module before this one removed it
+        apps.delete_namespaced_deployment(SERVER_NAME, NAMESPACE)
     wait_for_tfjob_quota(kube)
-    tmp = tmp_path_factory.mktemp("k8s-server")
     kubeconfig = service_account_kubeconfig(kube, SERVER_NAME, NAMESPACE, tmp / "server.kubeconfig")
-    server = ServerProc(
-        tmp / "data",
-        free_port(),
-        None,
-        {**__import__("os").environ, "TFKUBE_HOME": str(tmp / "home")},
-        extra=[
-            "--engine",
-            "kubernetes",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--outputs-claim",
-            OUTPUTS,
-            "--code-url",
-            server_url(NAMESPACE),
-        ],
-    )
+    extra = ["--engine", "kubernetes", "--kubeconfig", str(kubeconfig)]
+    if outputs_claim:
+        extra += ["--outputs-claim", outputs_claim]
+    if code_url:
+        extra += ["--code-url", code_url]
+    env = {**os.environ, "TFKUBE_HOME": str(tmp / "home")}
+    server = ServerProc(tmp / "data", free_port(), None, env, extra=extra)
     server.start()
     admin: Api | None = None
     made = Platform(kube, server, Api(server.url, "", "admin"), tmp)
@@ -198,11 +195,22 @@ def platform(
         assert not errors, server.log.read_text()[-6000:]
 
 
+@pytest.fixture(scope="module")
+def platform(
+    kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Platform]:
+    tmp = tmp_path_factory.mktemp("k8s-server")
+    with running_platform(
+        kube_cluster, tmp, outputs_claim=OUTPUTS, code_url=server_url(NAMESPACE)
+    ) as made:
+        yield made
+
+
 class Team:
     """A team of the server with a member, its namespace, the outputs claim an
-    administrator made in it, and the operator watching it."""
+    administrator made in it (unless `outputs` is False), and the operator watching it."""
 
-    def __init__(self, platform: Platform, quota: dict[str, Any]) -> None:
+    def __init__(self, platform: Platform, quota: dict[str, Any], outputs: bool = True) -> None:
         self.platform = platform
         self.name = f"t{uuid.uuid4().hex[:8]}"
         self.namespace = f"tfkube-{self.name}"
@@ -213,9 +221,22 @@ class Team:
         admin.add_member(self.name, user, "member")
         self.member = api_for(platform.server.url, user)
         kube = platform.kube
-        bind_volume(kube, self.namespace, OUTPUTS)
-        create_shared_claim(kube, self.namespace, OUTPUTS)
+        if outputs:
+            bind_volume(kube, self.namespace, OUTPUTS)
+            create_shared_claim(kube, self.namespace, OUTPUTS)
         self.operator: Operator | None = None
+
+    def upload_code(self, name: str, files: dict[str, str]) -> None:
+        """The member uploads `files` as the team's code artifact `name`."""
+        self.member.ok(
+            self.member.post(
+                f"/api/v1/teams/{self.name}/artifacts",
+                params={"name": name, "filename": "code.tar.gz"},
+                content=_targz(files),
+                headers={"Content-Type": "application/octet-stream"},
+            ),
+            201,
+        )
 
     def start_operator(self, kubeconfig: Path) -> None:
         self.operator = Operator(
@@ -235,23 +256,24 @@ class Team:
             assert "Forbidden" not in log, log[-5000:]
 
 
-@pytest.fixture(scope="module")
-def team(platform: Platform, operator_kubeconfig: Path) -> Iterator[Team]:
-    made = Team(platform, {"cpu": 8, "memory": 32 * 2**30, "gpu": 2, "jobs": 4})
+@contextlib.contextmanager
+def operated_team(
+    platform: Platform, operator_kubeconfig: Path, code: dict[str, str], outputs: bool = True
+) -> Iterator[Team]:
+    """A new team with its operator running and `code` uploaded as its artifact `hello`."""
+    made = Team(platform, {"cpu": 8, "memory": 32 * 2**30, "gpu": 2, "jobs": 4}, outputs)
     try:
         made.start_operator(operator_kubeconfig)
-        made.member.ok(
-            made.member.post(
-                f"/api/v1/teams/{made.name}/artifacts",
-                params={"name": "hello", "filename": "code.tar.gz"},
-                content=_targz({"run.sh": RUN_SH}),
-                headers={"Content-Type": "application/octet-stream"},
-            ),
-            201,
-        )
+        made.upload_code("hello", code)
         yield made
     finally:
         made.close()
+
+
+@pytest.fixture(scope="module")
+def team(platform: Platform, operator_kubeconfig: Path) -> Iterator[Team]:
+    with operated_team(platform, operator_kubeconfig, {"run.sh": RUN_SH}) as made:
+        yield made
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tfkube.client._client import Client, ServerError
-from tfkube.engines import Credentials, JobEvent, JobExists, JobNotFound, JobView
+from tfkube.engines import Credentials, JobEvent, JobExists, JobNotFound, JobView, ShipTo
 from tfkube.planner import JobPhase
 from tfkube.spec import FieldError, SpecError, TFJob, parse_job
 from tfkube.wire import JobOut
@@ -65,9 +65,10 @@ class ServerBackend:
         *,
         code_token: str | None = None,
         data_credentials: Credentials | None = None,
+        ship: ShipTo | None = None,
     ) -> JobView:
-        """`data_credentials` go unused: a server's job reads with its team's secret
-        (`spec.storage.data.credentials`)."""
+        """`data_credentials` and `ship` go unused: a server's job reads with its team's
+        secret (`spec.storage.data.credentials`), and the server decides what is shipped."""
         code = job.spec.code
         if (
             code is not None

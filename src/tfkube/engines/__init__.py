@@ -15,6 +15,7 @@ from tfkube.engines._base import (
     JobExists,
     JobNotFound,
     JobView,
+    ShipTo,
     SubmitDeferred,
 )
 from tfkube.engines._data import (
@@ -71,6 +72,7 @@ __all__ = [
     "NotAvailable",
     "NotebookWorkload",
     "S3Credentials",
+    "ShipTo",
     "StoreRef",
     "SubmitDeferred",
     "Submitter",

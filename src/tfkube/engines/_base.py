@@ -30,6 +30,17 @@ class JobExists(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class ShipTo:
+    """Where a job's replicas send what a server keeps of them (`tfkube.launcher._ship`):
+    for an engine whose replicas' folders the server cannot read."""
+
+    url: str
+    """`<server>/api/v1/ship/<job id>`, as replicas reach the server."""
+    token: str
+    """The job-scoped claim; reaches replicas as TFKUBE_SHIP_TOKEN, never in a spec."""
+
+
 class SubmitDeferred(RuntimeError):
     """The engine cannot take the job now but will later (a cluster's quota full or not yet
     computed, its API server busy or unreachable): the caller keeps it queued and tries
@@ -90,8 +101,12 @@ class Backend(Protocol):
         *,
         code_token: str | None = None,
         data_credentials: Credentials | None = None,
+        ship: ShipTo | None = None,
     ) -> JobView:
         """Check the job fully, then start it. `base_dir` resolves relative paths.
+
+        `ship`: where the replicas send their kept output (the server's `JobStorage.ship`);
+        an engine whose job folders the server reads itself never gets one.
 
         `data_credentials`: the store's credentials for `spec.storage.data.source` (a
         server's team secret); never in the spec, a log, an event or the status.

@@ -188,6 +188,9 @@ class JobStorage:
     being a replica's TFKUBE_WORK_DIR (locally; None where the server cannot know)."""
     kept: bool = True
     """Whether the server can read `output_dir` (and removes it with the job)."""
+    ship: bool = False
+    """Whether the replicas send what the server keeps (logs, event files, the result)
+    into `output_dir` (`tfkube.launcher._ship`): a cluster without an outputs claim."""
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,13 @@ GENERATION_ANNOTATION = "tfkube.io/restart-generation"
 STOP_ANNOTATION = "tfkube.io/stop"
 """`true` on a TFJob: end the job now, Failed (Stopped); what `KubernetesBackend.stop` sets."""
 
+SHIP_URL_ANNOTATION = "tfkube.io/ship-url"
+"""On a TFJob: where its replicas ship what the tfkube server keeps of them
+(TFKUBE_SHIP_URL); their token is the key `ship` of the job's Secret
+`code_token_secret_name` (TFKUBE_SHIP_TOKEN). Set by the server for a job without
+shared storage."""
+SHIP_TOKEN_KEY = "ship"
+CODE_TOKEN_KEY = "token"
 CODE_TOKEN_ANNOTATION = "tfkube.io/code-token-secret"
 """On a TFJob: the Secret (key `token`) its replicas send when they fetch their code (the
 tfkube server's job-scoped claim); the operator renders TFKUBE_CODE_TOKEN from it."""

@@ -34,7 +34,8 @@ from tfkube.launcher._deps import DepsError, activate, ensure_venv
 from tfkube.launcher._fetch import FetchError, fetch_code
 from tfkube.launcher._progress import start_heartbeat
 from tfkube.launcher._settings import ContractError, ReplicaContract, contract_from_env
-from tfkube.launcher._tee import open_attempt, start_tee
+from tfkube.launcher._ship import start_shipper
+from tfkube.launcher._tee import open_attempt, replica_log_dir, start_tee
 
 ENV_COMMAND_TIMEOUT = 60.0
 
@@ -304,6 +305,11 @@ def _supervise() -> int:
     child = _start(argv, code, env, piped=opened is not None or heartbeat is not None)
     if stopping.is_set():  # the signal came while it started: pass it on now
         _signal_group(pgid, signal.SIGTERM)
+    # Where the server cannot read the log folder, what it keeps is sent to it (_ship).
+    own_log = (
+        replica_log_dir(contract.log_dir, contract.key) / f"{opened[0]}.log" if opened else None
+    )
+    shipper = start_shipper(os.environ, contract.log_dir, contract.key, own_log)
     tee = None
     if child.stdout is not None:
         beat = heartbeat.beat if heartbeat is not None else None
@@ -346,5 +352,7 @@ def _supervise() -> int:
     status = c.exit_status(code_)
     if tee is not None:
         tee.finish(f"entrypoint exited with {status}")
+    if shipper is not None:
+        shipper.close()
     _say(f"entrypoint exited with {status}")
     return status

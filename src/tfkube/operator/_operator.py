@@ -40,6 +40,7 @@ from tfkube.kube.names import (
     LABEL_MANAGED_BY,
     LABEL_ROLE,
     MANAGED_BY,
+    SHIP_URL_ANNOTATION,
     code_configmap_name,
 )
 from tfkube.kube.observe import slim_pod, tfjob_model
@@ -102,6 +103,7 @@ class Reconciler:
                     registry_secret=self._registry_secret(),
                     code_archive=self._code_archive(job, namespace),
                     code_token_secret=annotations.get(CODE_TOKEN_ANNOTATION) or None,
+                    ship_url=annotations.get(SHIP_URL_ANNOTATION) or None,
                     storage=self.settings.storage,
                 ),
             )

@@ -45,6 +45,7 @@ from typing import Any
 
 from tfkube import contract
 from tfkube.kube.names import (
+    CODE_TOKEN_KEY,
     LABEL_COMPONENT,
     LABEL_CREDENTIAL,
     LABEL_JOB,
@@ -52,10 +53,12 @@ from tfkube.kube.names import (
     MANAGED_BY,
     NODE_LOST_TAINTS,
     REPLICA_CONTAINER,
+    SHIP_TOKEN_KEY,
     SIZE_WORKERS_KEY,
     TENANT_OBJECTS,
     TENSORBOARD_PORT_NAME,
     code_configmap_name,
+    code_token_secret_name,
     job_labels,
     launcher_configmap_name,
     registry_secret_name,
@@ -172,6 +175,10 @@ class RenderOptions:
     storage: StorageDefaults | None = None
     """The cluster administrator's logs storage for jobs that name none (the operator's
     settings); None: such a job's logs stay in its pods (`tfkube.render._storage`)."""
+    ship_url: str | None = None
+    """Where the replicas ship what the tfkube server keeps of them (TFKUBE_SHIP_URL); their
+    token is the key `ship` of the job's Secret `code_token_secret_name` (never in the pod
+    spec). None: nothing shipped (the server reads a shared claim, or there is no server)."""
 
 
 def _meta(name: str, namespace: str, labels: Mapping[str, str], user: Mapping[str, str]) -> Object:
@@ -684,8 +691,17 @@ def _environment(ctx: _Context, role: Role) -> list[Object]:
             {
                 "name": contract.CODE_TOKEN,
                 "valueFrom": {
-                    "secretKeyRef": {"name": ctx.options.code_token_secret, "key": "token"}
+                    "secretKeyRef": {"name": ctx.options.code_token_secret, "key": CODE_TOKEN_KEY}
                 },
+            }
+        )
+    if ctx.options.ship_url:
+        secret = code_token_secret_name(job.name)
+        out.append({"name": contract.SHIP_URL, "value": ctx.options.ship_url})
+        out.append(
+            {
+                "name": contract.SHIP_TOKEN,
+                "valueFrom": {"secretKeyRef": {"name": secret, "key": SHIP_TOKEN_KEY}},
             }
         )
     return out

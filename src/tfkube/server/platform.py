@@ -19,6 +19,7 @@ from tfkube.server.jobs.service import JobService
 from tfkube.server.metrics import Metrics
 from tfkube.server.notifications import Notifier
 from tfkube.server.outputs.scalars import ScalarReader
+from tfkube.server.outputs.shipped import ShippedStore
 from tfkube.server.workloads.model_servers import ModelServers
 from tfkube.server.workloads.notebooks import Notebooks
 from tfkube.server.workloads.tensorboards import TensorBoards
@@ -48,6 +49,8 @@ class Platform:
     logins: LoginGuard = field(default_factory=LoginGuard)
     """Failed sign-ins per name and address (core/ratelimit.py)."""
     scalars: ScalarReader = field(default_factory=ScalarReader)
+    shipped: ShippedStore = field(default_factory=ShippedStore)
+    """What replicas ship where the server cannot read their folder (routes/ship.py)."""
     metrics: Metrics | None = None
     closing: list[Callable[[], None]] = field(default_factory=list)
     """Called at shutdown after the job loop stopped (the outputs' archiver)."""

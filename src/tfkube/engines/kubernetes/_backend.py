@@ -24,6 +24,7 @@ from tfkube.engines._base import (
     JobExists,
     JobNotFound,
     JobView,
+    ShipTo,
     SubmitDeferred,
 )
 from tfkube.engines._data import Credentials
@@ -40,10 +41,13 @@ from tfkube.kube.errors import (
 )
 from tfkube.kube.names import (
     CODE_TOKEN_ANNOTATION,
+    CODE_TOKEN_KEY,
     LABEL_CREDENTIAL,
     LABEL_JOB,
     REPLICA_CONTAINER,
     SCRATCH_VOLUME,
+    SHIP_TOKEN_KEY,
+    SHIP_URL_ANNOTATION,
     STOP_ANNOTATION,
     code_configmap_name,
     code_token_secret_name,
@@ -233,11 +237,12 @@ class KubernetesBackend:
         *,
         code_token: str | None = None,
         data_credentials: Credentials | None = None,
+        ship: ShipTo | None = None,
     ) -> JobView:
         """Raises SubmitDeferred when the cluster turned the job away for a while only.
         `data_credentials` go unused: `render_job` refuses a data source here."""
         try:
-            return self._submit(job, base_dir, code_token)
+            return self._submit(job, base_dir, code_token, ship)
         except (SpecError, JobExists):
             raise
         except Exception as exc:  # the API server's refusals, urllib3's connection errors
@@ -246,13 +251,18 @@ class KubernetesBackend:
                 raise
             raise SubmitDeferred(wait) from exc
 
-    def _submit(self, job: TFJob, base_dir: Path, code_token: str | None) -> JobView:
+    def _submit(
+        self, job: TFJob, base_dir: Path, code_token: str | None, ship: ShipTo | None
+    ) -> JobView:
         code_archive = None
         if job.spec.code is not None and not job.spec.code.is_url:
             with tempfile.TemporaryDirectory(prefix="tfkube-submit-") as tmp:
                 code_archive = prepare_artifact(job, base_dir, Path(tmp)).path.read_bytes()
-        # The fetch token reaches the pods from a Secret, never through the pod spec.
-        token_secret = code_token_secret_name(job.name) if code_token else None
+        # The fetch and shipping tokens reach the pods from a Secret, never the pod spec.
+        secret_name = code_token_secret_name(job.name)
+        tokens = {CODE_TOKEN_KEY: code_token} if code_token else {}
+        if ship is not None:
+            tokens[SHIP_TOKEN_KEY] = ship.token
         # Render here too: a job the operator could not render fails now, not later.
         objects = render_job(
             job,
@@ -260,7 +270,8 @@ class KubernetesBackend:
                 namespace=self.namespace,
                 managed=True,
                 code_archive=code_archive,
-                code_token_secret=token_secret,
+                code_token_secret=secret_name if code_token else None,
+                ship_url=ship.url if ship else None,
             ),
         )
         try:
@@ -277,26 +288,31 @@ class KubernetesBackend:
         cm_name = code_configmap_name(job.name)
         code_cm = next((o for o in objects if o["metadata"]["name"] == cm_name), None)
         owned = []  # created before the TFJob, owned by it once it exists
-        if token_secret is not None:
+        if tokens:
             secret = {
                 "apiVersion": SECRET.api_version,
                 "kind": SECRET.kind,
                 "metadata": {
-                    "name": token_secret,
+                    "name": secret_name,
                     "namespace": self.namespace,
                     "labels": {LABEL_JOB: job.name, LABEL_CREDENTIAL: "code-token"},
                 },
                 "type": "Opaque",
-                "stringData": {"token": code_token},
+                "stringData": tokens,
             }
-            self._create_or_replace(SECRET, token_secret, secret)
-            owned.append(SECRET.url(self.namespace, token_secret))
+            self._create_or_replace(SECRET, secret_name, secret)
+            owned.append(SECRET.url(self.namespace, secret_name))
         if code_cm is not None:
             self._create_or_replace(CONFIG_MAP, cm_name, code_cm)
             owned.append(CONFIG_MAP.url(self.namespace, cm_name))
         body = _resource(job, self.namespace)
-        if token_secret is not None:  # the operator renders the replicas' env from it
-            body["metadata"]["annotations"] = {CODE_TOKEN_ANNOTATION: token_secret}
+        annotations = {}  # the operator renders the replicas' env from these
+        if code_token:
+            annotations[CODE_TOKEN_ANNOTATION] = secret_name
+        if ship is not None:
+            annotations[SHIP_URL_ANNOTATION] = ship.url
+        if annotations:
+            body["metadata"]["annotations"] = annotations
         try:
             created = self.kube.request("POST", TFJOB.url(self.namespace), body=body)
         except ApiError as exc:

@@ -106,9 +106,14 @@ class KubernetesEngine(RunnersByKind):
             return found
 
     def job_storage(self, tenant: Tenant, job_id: str, name: str) -> JobStorage:
-        # Kept outputs live under the job's name on the team's claim (its subPath).
-        out = self.data_dir / "teams" / tenant.name / "outputs" / name
-        return JobStorage(out, logs_claim=self.outputs_claim, kept=self.outputs_claim is not None)
+        if self.outputs_claim is not None:
+            # Kept outputs live under the job's name on the team's claim (its subPath).
+            out = self.data_dir / "teams" / tenant.name / "outputs" / name
+            return JobStorage(out, logs_claim=self.outputs_claim)
+        # No shared folder: the replicas ship their logs, event files and result to the
+        # server, which keeps them here, one folder per job (its id: names are reused).
+        out = self.data_dir / "teams" / tenant.name / "shipped" / job_id
+        return JobStorage(out, ship=True)
 
     def stage_data(self, tenant: Tenant, storage: JobStorage, archive: Path) -> None:
         raise NotAvailable(self.features.data_sets_hint)

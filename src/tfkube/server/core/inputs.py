@@ -17,6 +17,8 @@ import re
 import unicodedata
 from urllib.parse import quote
 
+from tfkube.contract import SHIP_CHUNK_BYTES
+
 MAX_BODY_BYTES = 4 * 2**20
 """Any request body but an upload or the proxy's: JSON, at most a job manifest (1 MiB of
 YAML, escaped) and its description."""
@@ -36,6 +38,8 @@ def body_limit(method: str, path: str) -> int | None:
         return None
     if path.startswith("/proxy/"):
         return MAX_PROXY_BODY_BYTES
+    if path.startswith("/api/v1/ship/"):
+        return SHIP_CHUNK_BYTES
     return MAX_BODY_BYTES
 
 

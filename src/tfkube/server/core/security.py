@@ -186,6 +186,11 @@ def sign_claim(key: bytes, claim: CodeClaim) -> str:
     return f"{payload}.{signature}"
 
 
+SHIP_CLAIM = "ship"
+"""In a claim's `sha256` field: the claim opens shipping for its job (`routes/ship.py`),
+never a blob (no blob's hash is this word)."""
+
+
 def verify_claim(key: bytes, token: str, sha256: str, now: float) -> CodeClaim:
     """The claim in `token` if it is ours, unexpired and opens `sha256`; else ClaimError."""
     payload, dot, signature = token.partition(".")

@@ -43,6 +43,7 @@ from tfkube.engines import (
     JobStorage,
     JobView,
     NotAvailable,
+    ShipTo,
     StoreRef,
     SubmitDeferred,
     check_source,
@@ -55,7 +56,7 @@ from tfkube.server.artifacts import BlobStore
 from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.fetch import FetchPolicy
 from tfkube.server.core.forwarded import parse_networks
-from tfkube.server.core.security import CodeClaim, sign_claim
+from tfkube.server.core.security import SHIP_CLAIM, CodeClaim, sign_claim
 from tfkube.server.core.tables import Artifact, Job, JobEvent, JobMetric, Team
 from tfkube.server.jobs import admission, allowances
 from tfkube.server.jobs.fetched import fetch_code, release_fetched
@@ -383,6 +384,17 @@ class JobService:
     def claim(self, job: Job, sha256: str) -> str:
         return sign_claim(self.key, CodeClaim(job.id, sha256, time.time() + CODE_CLAIM_SECONDS))
 
+    def ship_to(self, row: Job, team: Team) -> ShipTo | None:
+        """Where the job's replicas ship their logs, event files and result, with the
+        job-scoped claim that opens it (`routes/ship.py`), when its engine keeps no folder
+        the server reads."""
+        if not self.storage(team, row.id, row.name).ship:
+            return None
+        token = sign_claim(
+            self.key, CodeClaim(row.id, SHIP_CLAIM, time.time() + CODE_CLAIM_SECONDS)
+        )
+        return ShipTo(f"{self.settings.replica_url}/api/v1/ship/{row.id}", token)
+
     def start(self, db: Session, row: Job, team: Team) -> None:
         """Hand a job to its team's engine (the queue admitted it). A refusal that passes
         (`SubmitDeferred`: a cluster's quota full or not computed yet, its API server busy)
@@ -402,7 +414,13 @@ class JobService:
                 self.unpack_data(row, team)
             base = Path(row.output_dir or self.settings.data_dir).parent
             credentials = self.data_credentials(db, team, job)
-            view = backend.submit(job, base, code_token=token, data_credentials=credentials)
+            view = backend.submit(
+                job,
+                base,
+                code_token=token,
+                data_credentials=credentials,
+                ship=self.ship_to(row, team),
+            )
         except (SpecError, JobExists) as exc:
             self._end(row, JobPhase.FAILED.value, "SubmitFailed", str(exc), now)
             db.add(JobEvent(job_id=row.id, time=now, message=f"the engine refused it: {exc}"))

@@ -1,0 +1,234 @@
+"""Kept logs, charts and the result without a shared folder: replicas ship them to the
+server (issue 18 point 2), against the real control plane.
+
+The platform as test_server_kubernetes.py runs it, but with no outputs claim: each pod's
+log folder is its own. The server gives the job's TFJob a shipping URL and a job-scoped
+token (in the job's Secret, never in a spec); the operator renders them into the pods.
+KWOK's pods run no container, so the test is the kubelet: it reads the worker's pod
+template as the operator made it, resolves its Secret references from the cluster, and
+runs the real launcher here with exactly that environment (the pod's emptyDir a folder of
+its own). What the launcher ships, the server serves: every start's log (a second pod of
+the same replica is its next attempt), the job's charts from the event files, its result;
+and it stays after the pod is gone. The shipping door opens for that job's token only.
+The same in real pods: tests/cluster/test_real_node_shipping.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tfkube import contract
+from tfkube.kube.names import SHIP_TOKEN_KEY, SHIP_URL_ANNOTATION
+
+from ._support import KubeCluster, wait_for
+from .test_operator import tfjob
+from .test_server_kubernetes import (
+    Team,
+    manifest,
+    operated_team,
+    running_platform,
+    submit_manifest,
+)
+
+RUN_SH = """#!/bin/sh
+set -e
+echo "hello from $TFKUBE_ROLE-$TFKUBE_INDEX"
+echo "tfkube-steps: 3"
+"$TFKUBE_PYTHON" - <<'EOF'
+import json, os, time
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+log_dir = os.environ["TFKUBE_LOG_DIR"]
+writer = EventFileWriter(os.path.join(log_dir, "train"))
+for step in range(1, 4):
+    value = summary_pb2.Summary.Value(tag="loss", simple_value=1.0 / step)
+    writer.add_event(event_pb2.Event(wall_time=time.time(), step=step,
+                                     summary=summary_pb2.Summary(value=[value])))
+writer.close()
+with open(os.path.join(log_dir, "result.json.tmp"), "w") as f:
+    json.dump({"test_accuracy": 0.5, "global_step": 3}, f)
+os.rename(os.path.join(log_dir, "result.json.tmp"), os.path.join(log_dir, "result.json"))
+EOF
+echo "the last line of $ATTEMPT_NAME"
+"""
+
+
+@pytest.fixture(scope="module")
+def shipping(
+    kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory, operator_kubeconfig: Path
+) -> Iterator[Team]:
+    tmp = tmp_path_factory.mktemp("k8s-shipping")
+    with (
+        running_platform(kube_cluster, tmp, outputs_claim=None, code_url=None) as platform,
+        operated_team(platform, operator_kubeconfig, {"run.sh": RUN_SH}, outputs=False) as team,
+    ):
+        yield team
+
+
+def pod_env(kube: KubeCluster, namespace: str, job: str, role: str) -> dict[str, str]:
+    """The role's pod environment as a kubelet would give it: the operator's template,
+    its Secret and ConfigMap references resolved."""
+    found = wait_for(
+        f"the {role} Job",
+        lambda: (
+            kube.batch.list_namespaced_job(
+                namespace, label_selector=f"tfkube.io/job-name={job},tfkube.io/replica-type={role}"
+            ).items
+        ),
+        60,
+    )
+    container = found[0].spec.template.spec.containers[0]
+    env: dict[str, str] = {}
+    for var in container.env or []:
+        if var.value is not None:
+            env[var.name] = var.value
+        elif var.value_from is not None and var.value_from.secret_key_ref is not None:
+            ref = var.value_from.secret_key_ref
+            secret = kube.core.read_namespaced_secret(ref.name, namespace)
+            env[var.name] = base64.b64decode(secret.data[ref.key]).decode()
+        elif var.value_from is not None and var.value_from.config_map_key_ref is not None:
+            ref = var.value_from.config_map_key_ref  # the job's size (`tfkube scale`)
+            env[var.name] = kube.core.read_namespaced_config_map(ref.name, namespace).data[ref.key]
+    return env
+
+
+def run_launcher(env: dict[str, str], pod: Path, name: str) -> subprocess.CompletedProcess[str]:
+    """The real launcher, as in a pod of its own: `pod` holds its emptyDir folders."""
+    for sub in ("logs", "work", "venvs", "home"):
+        (pod / sub).mkdir(parents=True, exist_ok=True)
+    here = {
+        **env,
+        contract.LOG_DIR: str(pod / "logs"),
+        contract.WORK_DIR: str(pod / "work"),
+        contract.VENV_CACHE: str(pod / "venvs"),
+        contract.TERMINATION_LOG: str(pod / "termination-log"),
+        contract.K8S_INDEX: "0",
+        "HOME": str(pod / "home"),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "TFKUBE_PYTHON": sys.executable,
+        "ATTEMPT_NAME": name,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "tfkube.launcher"],
+        env=here,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_replicas_ship_logs_charts_and_result_that_outlive_their_pods(
+    shipping: Team, tmp_path: Path
+) -> None:
+    team, api = shipping, shipping.member
+    kube = team.platform.kube
+    job = submit_manifest(team, manifest("shipped", code={"source": "artifact:hello"}))
+    tf = wait_for("the TFJob", lambda: tfjob(kube, team.namespace, "shipped"), 30)
+    ship_url = f"{team.platform.server.url}/api/v1/ship/{job['id']}"
+    assert tf["metadata"]["annotations"][SHIP_URL_ANNOTATION] == ship_url
+    assert "claimName" not in (tf["spec"]["storage"].get("logs") or {})
+    env = pod_env(kube, team.namespace, "shipped", "worker")
+    # The token reaches the pod from the job's Secret, never written in a spec.
+    assert env[contract.SHIP_URL] == ship_url
+    assert env[contract.SHIP_TOKEN]
+    assert env[contract.SHIP_TOKEN] not in str(tf)
+
+    first = run_launcher(env, tmp_path / "pod-1", "start 1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    # The replica's own folder had it all; now the server has it too.
+    logs = api.ok(api.get(f"/api/v1/jobs/{job['id']}/logs"))
+    assert [(f["replica"], f["attempt"]) for f in logs] == [("worker-0", 0)], logs
+    text = api.get(f"/api/v1/jobs/{job['id']}/logs/worker-0", params={"attempt": 0}).text
+    assert "hello from worker-0" in text, text
+    assert "the last line of start 1" in text, text
+
+    # A second pod of the same replica (a new emptyDir, maybe another node): attempt 1.
+    second = run_launcher(env, tmp_path / "pod-2", "start 2")
+    assert second.returncode == 0, second.stderr[-3000:]
+    logs = api.ok(api.get(f"/api/v1/jobs/{job['id']}/logs"))
+    assert [(f["replica"], f["attempt"]) for f in logs] == [("worker-0", 0), ("worker-0", 1)]
+    text = api.get(f"/api/v1/jobs/{job['id']}/logs/worker-0", params={"attempt": 1}).text
+    assert "the last line of start 2" in text, text
+    assert "start 1" not in text, text
+
+    # The charts from the shipped event files, the result from the shipped result.json.
+    scalars = api.ok(api.get(f"/api/v1/jobs/{job['id']}/scalars"))
+    loss = [s for s in scalars["series"] if s["tag"] == "loss"]
+    assert loss, scalars
+    assert {s["run"] for s in loss} == {"train"}, scalars
+    assert {p["step"] for s in loss for p in s["points"]} == {1, 2, 3}, loss
+    found = wait_for(
+        "the job's result",
+        lambda: api.ok(api.get(f"/api/v1/jobs/{job['id']}")).get("result"),
+        30,
+    )
+    assert found == {"test_accuracy": 0.5, "global_step": 3}
+
+    # The pods go (KWOK's fakes here): what was shipped stays, and search finds it.
+    for pod in kube.core.list_namespaced_pod(
+        team.namespace, label_selector="tfkube.io/job-name=shipped"
+    ).items:
+        kube.core.delete_namespaced_pod(pod.metadata.name, team.namespace)
+    hits = api.ok(
+        api.get(f"/api/v1/jobs/{job['id']}/logs/search", params={"q": "the last line of"})
+    )["hits"]
+    assert sorted(h["attempt"] for h in hits) == [0, 1]
+
+
+def test_the_shipping_door_opens_for_its_job_only(shipping: Team) -> None:
+    team, api = shipping, shipping.member
+    kube, server = team.platform.kube, team.platform.server
+    a = submit_manifest(team, manifest("door-a", code={"source": "artifact:hello"}))
+    b = submit_manifest(team, manifest("door-b", code={"source": "artifact:hello"}))
+    wait_for("door-a's TFJob", lambda: tfjob(kube, team.namespace, "door-a"), 30)
+    secret = kube.core.read_namespaced_secret("door-a-code-token", team.namespace)
+    token = base64.b64decode(secret.data[SHIP_TOKEN_KEY]).decode()
+    start = "c" * 32
+
+    def post(job_id: str, path: str, bearer: str, data: bytes = b"x\n", **params: Any) -> int:
+        r = httpx.post(
+            f"{server.url}/api/v1/ship/{job_id}/{path}",
+            content=data,
+            params=params,
+            headers={"Authorization": f"Bearer {bearer}"} if bearer else {},
+        )
+        return r.status_code
+
+    assert post(a["id"], f"log/worker-0/{start}", token, offset=0) == 200
+    # Another job of the same team, a member's own API token, no token, a forged one.
+    assert post(b["id"], f"log/worker-0/{start}", token, offset=0) == 404
+    assert post(a["id"], f"log/worker-0/{start}", api.token, offset=2) == 404
+    assert post(a["id"], f"log/worker-0/{start}", "", offset=2) == 404
+    assert post(a["id"], f"log/worker-0/{start}", token[:-2] + "AA", offset=2) == 404
+    # Names that would lead anywhere else, and a file that is not shipped.
+    assert post(a["id"], "file/%2e%2e/%2e%2e/evil/events.out.tfevents.1.h", token) in (400, 404)
+    assert post(a["id"], "file/.tfkube/logs/worker-0/0.log", token) == 400
+    assert post(a["id"], "file/model.ckpt-1.index", token) == 400
+    assert post(a["id"], "log/worker-0/not-hex", token) == 400
+    # Past the end: nothing written, the answer says where to send from.
+    r = httpx.post(
+        f"{server.url}/api/v1/ship/{a['id']}/log/worker-0/{start}",
+        content=b"gap",
+        params={"offset": 10},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert (r.status_code, r.json()) == (409, {"size": 2})
+    # More than a chunk in one request: refused before it is read.
+    big = b"x" * (contract.SHIP_CHUNK_BYTES + 1)
+    assert post(a["id"], f"log/worker-0/{start}", token, data=big, offset=2) == 413
+    text = api.get(f"/api/v1/jobs/{a['id']}/logs/worker-0", params={"attempt": 0}).text
+    assert text == "x\n"
+    # Deleted: the door is shut.
+    api.ok(api.delete(f"/api/v1/jobs/{a['id']}"), 204)
+    time.sleep(0.1)
+    assert post(a["id"], f"log/worker-0/{start}", token, offset=2) == 404
