@@ -102,11 +102,9 @@ def pod_env(kube: KubeCluster, namespace: str, job: str, role: str) -> dict[str,
     return env
 
 
-def run_launcher(env: dict[str, str], pod: Path, name: str) -> subprocess.CompletedProcess[str]:
-    """The real launcher, as in a pod of its own: `pod` holds its emptyDir folders."""
-    for sub in ("logs", "work", "venvs", "home"):
-        (pod / sub).mkdir(parents=True, exist_ok=True)
-    here = {
+def launcher_env(env: dict[str, str], pod: Path, name: str) -> dict[str, str]:
+    """The pod's environment with its emptyDir folders under `pod` (index 0)."""
+    return {
         **env,
         contract.LOG_DIR: str(pod / "logs"),
         contract.WORK_DIR: str(pod / "work"),
@@ -118,9 +116,15 @@ def run_launcher(env: dict[str, str], pod: Path, name: str) -> subprocess.Comple
         "TFKUBE_PYTHON": sys.executable,
         "ATTEMPT_NAME": name,
     }
+
+
+def run_launcher(env: dict[str, str], pod: Path, name: str) -> subprocess.CompletedProcess[str]:
+    """The real launcher, as in a pod of its own: `pod` holds its emptyDir folders."""
+    for sub in ("logs", "work", "venvs", "home"):
+        (pod / sub).mkdir(parents=True, exist_ok=True)
     return subprocess.run(
         [sys.executable, "-m", "tfkube.launcher"],
-        env=here,
+        env=launcher_env(env, pod, name),
         capture_output=True,
         text=True,
         timeout=120,
@@ -232,3 +236,55 @@ def test_the_shipping_door_opens_for_its_job_only(shipping: Team) -> None:
     api.ok(api.delete(f"/api/v1/jobs/{a['id']}"), 204)
     time.sleep(0.1)
     assert post(a["id"], f"log/worker-0/{start}", token, offset=2) == 404
+
+
+STEPS_SH = """#!/bin/sh
+# worker-1 takes a step a second, the others ten: worker-1 is the straggler.
+if [ "$TFKUBE_ROLE-$TFKUBE_INDEX" = worker-1 ]; then pause=1; else pause=0.1; fi
+i=0
+end=$(( $(date +%s) + 40 ))
+while [ "$(date +%s)" -lt "$end" ]; do
+  i=$((i + 1))
+  echo "tfkube-steps: $i"
+  sleep $pause
+done
+"""
+
+
+def test_stragglers_from_shipped_logs(shipping: Team, tmp_path: Path) -> None:
+    """The server reads each running worker's steps from its kept log (shipped here) and
+    flags the one below half the median, as the local supervisor does (issue 21 point 4)."""
+    team, api = shipping, shipping.member
+    kube = team.platform.kube
+    team.upload_code("steps", {"run.sh": STEPS_SH})
+    spec = manifest("steps", code={"source": "artifact:steps"}, runPolicy={"stragglerSeconds": 6})
+    spec["spec"]["replicas"]["worker"]["replicas"] = 2
+    job = submit_manifest(team, spec)
+    env = pod_env(kube, team.namespace, "steps", "worker")
+    procs = []
+    for index in (0, 1):
+        pod = tmp_path / f"worker-{index}"
+        for sub in ("logs", "work", "venvs", "home"):
+            (pod / sub).mkdir(parents=True)
+        here = {**launcher_env(env, pod, "steps"), contract.K8S_INDEX: str(index)}
+        procs.append(subprocess.Popen([sys.executable, "-m", "tfkube.launcher"], env=here))
+    try:
+
+        def flagged() -> dict[str, Any] | None:
+            replicas = api.ok(api.get(f"/api/v1/jobs/{job['id']}"))["replicas"]
+            by_key = {r["key"]: r for r in replicas}
+            slow = by_key.get("worker-1", {})
+            return by_key if slow.get("straggler") else None
+
+        replicas = wait_for("worker-1 flagged a straggler", flagged, 35, 1.0)
+        assert replicas["worker-0"]["straggler"] is False, replicas
+        assert replicas["worker-0"]["step_rate"] > 5 > replicas["worker-1"]["step_rate"] > 0.5
+        events = api.ok(api.get(f"/api/v1/jobs/{job['id']}/events"))
+        said = [e["message"] for e in events if "straggler" in e["message"]]
+        assert any(m.startswith("worker-1 is a straggler: ") for m in said), said
+        assert not any(m.startswith("worker-0 is a straggler") for m in said), said
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(30)

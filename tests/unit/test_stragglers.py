@@ -161,3 +161,31 @@ def test_the_job_summary_names_its_stragglers() -> None:
     assert "worker-1 at 3.0 steps/s" in state.detail
     assert has_problem(replicas[1])
     assert not has_problem(replicas[0])
+
+
+def test_judge_steps_flags_and_clears_with_one_event_each() -> None:
+    """The judgement both observers share (the supervisor, the server's StepWatcher)."""
+    from tfkube.planner import Replica, ReplicaState, judge_steps
+
+    def running(index: int, straggler: bool = False) -> Replica:
+        return Replica(role="worker", index=index, state=ReplicaState.RUNNING, straggler=straggler)
+
+    samples: dict[str, list[tuple[float, int]]] = {}
+    replicas = [running(0), running(1), Replica(role="ps", index=0, state=ReplicaState.RUNNING)]
+    judged = judge_steps(replicas, samples, {"worker-0": 0, "worker-1": 0}, 0.0, 10.0)
+    assert judged.rates == {"worker-0": None, "worker-1": None}  # not a window yet
+    judged = judge_steps(replicas, samples, {"worker-0": 100, "worker-1": 10}, 10.0, 10.0)
+    assert judged.rates == {"worker-0": 10.0, "worker-1": 1.0}
+    assert judged.slow == {"worker-1"}
+    assert [k for k, _ in judged.events] == ["worker-1"]
+    assert "worker-1 is a straggler: 1.00 steps/s" in judged.events[0][1]
+    # Said once: the caller keeps the flag; the next look says nothing new.
+    replicas = [running(0), running(1, straggler=True)]
+    judged = judge_steps(replicas, samples, {"worker-0": 200, "worker-1": 20}, 20.0, 10.0)
+    assert judged.events == ()
+    judged = judge_steps(replicas, samples, {"worker-0": 300, "worker-1": 120}, 30.0, 10.0)
+    assert judged.slow == frozenset()
+    assert judged.events == (("worker-1", "worker-1 is no longer a straggler: 10.00 steps/s"),)
+    # No new line: the count stands, so the rate falls.
+    judged = judge_steps(replicas, samples, {}, 40.0, 10.0)
+    assert judged.rates == {"worker-0": 0.0, "worker-1": 0.0}

@@ -222,6 +222,10 @@ class Features:
     """Each replica's CPU and memory over time is kept with the job's logs
     (`tfkube.contract.USAGE_SUBDIR`): the local engine samples its replicas' cgroups or
     process trees. Kubernetes does not yet (its kubelet's resource metrics are not read)."""
+    step_rates: bool = False
+    """The engine watches each replica's `tfkube-steps: N` lines itself and reports step
+    rates and stragglers in its views (the local supervisor); else a server reads them from
+    the replicas' kept logs (`server/outputs/steps.py`)."""
     resize: bool = False
     """A running asynchronous PS job changes its number of workers (`Backend.scale`): the
     local engine; Kubernetes refuses it for now."""

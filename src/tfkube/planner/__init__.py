@@ -16,6 +16,8 @@ from tfkube.planner._scale import (
 )
 from tfkube.planner._stragglers import (
     TRAINING_ROLES,
+    StepJudgement,
+    judge_steps,
     median_rate,
     step_rate,
     steps_in,
@@ -51,9 +53,11 @@ __all__ = [
     "Resize",
     "Restart",
     "Start",
+    "StepJudgement",
     "Stop",
     "cluster_scale_problems",
     "is_retryable_exit",
+    "judge_steps",
     "median_rate",
     "plan",
     "scale_problems",

@@ -12,9 +12,12 @@ starting, or one that has just restarted, is never flagged for its slow first st
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 from tfkube import contract
+from tfkube.planner._types import ReplicaState
 
 TRAINING_ROLES = ("chief", "worker")
 """Whose rates are compared (a PS takes no steps; an evaluator trains nothing)."""
@@ -74,3 +77,75 @@ def trim(samples: list[tuple[float, int]], now: float, window: float) -> None:
     start = now - window
     while len(samples) > 1 and samples[1][0] <= start:
         del samples[0]
+
+
+class Watched(Protocol):
+    """What `judge_steps` reads of a replica (a `Replica`, or the supervisor's record)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def role(self) -> str: ...
+    @property
+    def state(self) -> ReplicaState: ...
+    @property
+    def straggler(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class StepJudgement:
+    rates: dict[str, float | None]
+    """Each running training replica's steps per second over the window, rounded to
+    hundredths (None: not known yet); a replica not in it has no rate."""
+    slow: frozenset[str]
+    """The stragglers among them."""
+    events: tuple[tuple[str, str], ...]
+    """(replica key, message) for each replica that became or stopped being a straggler."""
+
+
+def judge_steps(
+    replicas: Iterable[Watched],
+    samples: dict[str, list[tuple[float, int]]],
+    seen: Mapping[str, int | None],
+    now: float,
+    window: float,
+) -> StepJudgement:
+    """One look at a job's step counts: each running training replica's new sample
+    (`seen`: the last `tfkube-steps: N` it printed since the last look; None, or absent:
+    its count stands) kept in `samples` (updated in place), its rate over `window`, which
+    are stragglers, and what to say about those that changed (`replica.straggler` is what
+    was said before). Both observers use it: the local supervisor (its replicas' output)
+    and the server (their kept logs, on an engine that does not watch steps)."""
+    replicas = list(replicas)
+    rates: dict[str, float | None] = {}
+    for r in replicas:
+        if r.state is not ReplicaState.RUNNING or r.role not in TRAINING_ROLES:
+            continue
+        kept = samples.setdefault(r.key, [])
+        count = seen.get(r.key)
+        last = kept[-1][1] if kept else 0
+        if count is not None or kept:
+            kept.append((now, last if count is None else count))
+        trim(kept, now, window)
+        rates[r.key] = step_rate(kept, now, window)
+    slow = stragglers(rates)
+    median = median_rate(rates)
+    events: list[tuple[str, str]] = []
+    for r in replicas:
+        flagged = r.key in slow
+        if flagged == r.straggler:
+            continue
+        if flagged:
+            events.append(
+                (
+                    r.key,
+                    f"{r.key} is a straggler: {slow[r.key]:.2f} steps/s over the last "
+                    f"{window:.0f}s, below half the training replicas' median of "
+                    f"{median or 0:.2f} steps/s",
+                )
+            )
+        elif r.state is ReplicaState.RUNNING:
+            rate = rates.get(r.key)
+            events.append((r.key, f"{r.key} is no longer a straggler: {rate or 0:.2f} steps/s"))
+    rounded = {k: None if v is None else round(v, 2) for k, v in rates.items()}
+    return StepJudgement(rounded, frozenset(slow), tuple(events))

@@ -835,9 +835,10 @@ class RunPolicy(_Model):
     `stallAction` says what else happens. Unset: no stall detection. On Kubernetes the
     launcher's heartbeat and a readiness probe observe it (docs/kubernetes.md)."""
     straggler_seconds: Annotated[int, Field(gt=0, le=86400)] = 60
-    """Locally: a training replica (chief or worker) whose own step rate (its
-    `tfkube-steps: N` lines) over this many seconds is below half the median of the job's
-    training replicas is flagged a straggler (status, an event, the job page)."""
+    """A training replica (chief or worker) whose own step rate (its `tfkube-steps: N`
+    lines) over this many seconds is below half the median of the job's training replicas
+    is flagged a straggler (status, an event, the job page): locally by its supervisor, on
+    Kubernetes by a tfkube server reading the replicas' kept logs."""
     stall_action: StallAction = StallAction.REPORT
     """Report (the default), Restart (counts against backoffLimit) or Fail."""
     node_lost_seconds: Annotated[int, Field(ge=0, le=3600)] = 30

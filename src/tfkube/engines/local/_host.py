@@ -73,6 +73,7 @@ class LocalEngine(RunnersByKind):
         replica_usage=True,
         data_sources=True,
         resize=True,
+        step_rates=True,
     )
     keeps_running = False
     """Nothing of a team outlives the server here but its training jobs (their supervisors

@@ -87,14 +87,11 @@ from tfkube.planner import (
     Restart,
     Start,
     Stop,
-    median_rate,
+    judge_steps,
     plan,
     scale_problems,
     scaled_job,
-    step_rate,
     steps_in,
-    stragglers,
-    trim,
 )
 from tfkube.safefs import read_file
 from tfkube.spec import (
@@ -641,42 +638,21 @@ class Supervisor:
             return False
         self.steps_at = now
         window = float(self.job.spec.run_policy.straggler_seconds)
-        rates: dict[str, float | None] = {}
-        for r in self.record.replicas:
-            if r.state is not ReplicaState.RUNNING or r.role not in TRAINING_ROLES:
-                continue
-            samples = self.step_samples.setdefault(r.key, [])
-            seen = self._new_steps(r.key)
-            last = samples[-1][1] if samples else 0
-            if seen is not None or samples:
-                samples.append((now, last if seen is None else seen))
-            trim(samples, now, window)
-            rates[r.key] = step_rate(samples, now, window)
-        slow = stragglers(rates)
-        median = median_rate(rates)
+        training = [
+            r
+            for r in self.record.replicas
+            if r.state is ReplicaState.RUNNING and r.role in TRAINING_ROLES
+        ]
+        seen = {r.key: self._new_steps(r.key) for r in training}
+        judged = judge_steps(self.record.replicas, self.step_samples, seen, now, window)
         changed = False
         for r in self.record.replicas:
-            rate = rates.get(r.key)
-            rounded = None if rate is None else round(rate, 2)
-            if rounded != r.step_rate:
-                r.step_rate = rounded
+            rate, flagged = judged.rates.get(r.key), r.key in judged.slow
+            if (rate, flagged) != (r.step_rate, r.straggler):
+                r.step_rate, r.straggler = rate, flagged
                 changed = True
-            flagged = r.key in slow
-            if flagged == r.straggler:
-                continue
-            r.straggler = flagged
-            changed = True
-            if flagged:
-                self.dir.event(
-                    f"{r.key} is a straggler: {slow[r.key]:.2f} steps/s over the last "
-                    f"{window:.0f}s, below half the training replicas' median of "
-                    f"{median or 0:.2f} steps/s",
-                    replica=r.key,
-                )
-            elif r.state is ReplicaState.RUNNING:
-                self.dir.event(
-                    f"{r.key} is no longer a straggler: {rate or 0:.2f} steps/s", replica=r.key
-                )
+        for key, message in judged.events:
+            self.dir.event(message, replica=key)
         return changed
 
     def _new_steps(self, key: str) -> int | None:

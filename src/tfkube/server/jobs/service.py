@@ -24,7 +24,7 @@ import tarfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -50,7 +50,14 @@ from tfkube.engines import (
     credentials_problem,
 )
 from tfkube.netguard import refused
-from tfkube.planner import JobPhase, Replica, ReplicaState, scale_problems, scaled_job
+from tfkube.planner import (
+    JobPhase,
+    Replica,
+    ReplicaState,
+    StepJudgement,
+    scale_problems,
+    scaled_job,
+)
 from tfkube.server import team_secrets
 from tfkube.server.artifacts import BlobStore
 from tfkube.server.core.config import ServerSettings
@@ -64,6 +71,7 @@ from tfkube.server.jobs.forms import ArtifactRef, parse_ref, place_job, server_p
 from tfkube.server.notifications import job_events
 from tfkube.server.outputs.logs import JobPaths, job_paths
 from tfkube.server.outputs.results import read_result
+from tfkube.server.outputs.steps import StepWatcher
 from tfkube.server.team_secrets import SecretBox
 from tfkube.server.tenants import tenant_of
 from tfkube.spec import FieldError, HdfsSource, Role, SpecError, TFJob, dump_job, load_job_text
@@ -142,6 +150,9 @@ class JobService:
         archive."""
         self.poke = threading.Event()
         self._retry_at: dict[str, float] = {}
+        self.steps = StepWatcher()
+        """Step rates from kept logs, for an engine that does not report them."""
+        self._step_view: dict[str, StepJudgement] = {}
         """Job id -> when to submit again a job the engine deferred."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -711,6 +722,8 @@ class JobService:
                 else:
                     self._apply_view(row, view)
                     self._copy_events(db, row, backend)
+                    if not self.engine.features.step_rates:
+                        self._watch_steps(db, row, team, view, now)
                 self._changed(db, row)
                 if (
                     self.on_ended is not None
@@ -727,6 +740,36 @@ class JobService:
                         ):
                             self.on_event(db, row, event)
         db.commit()
+
+    def _watch_steps(self, db: Session, row: Job, team: Team, view: JobView, now: float) -> None:
+        """Step rates and stragglers from the replicas' kept logs, for an engine that does
+        not watch them (`server/outputs/steps.py`); an event when one becomes or stops
+        being a straggler, as the local supervisor posts."""
+        if view.phase.terminal or not row.output_dir:
+            self.steps.forget(row.id)
+            self._step_view.pop(row.id, None)
+            return
+        if not self.storage(team, row.id, row.name).kept:
+            return
+        window = float(load_job_text(row.spec, "job").spec.run_policy.straggler_seconds)
+        judged = self.steps.look(row.id, row.output_dir, view.replicas, window, now)
+        if judged is None:
+            if row.id in self._step_view:  # between looks: the last judgement stands
+                row.replicas = replicas_json(self._judged(view.replicas, self._step_view[row.id]))
+            return
+        self._step_view[row.id] = judged
+        row.replicas = replicas_json(self._judged(view.replicas, judged))
+        for key, message in judged.events:
+            db.add(JobEvent(job_id=row.id, time=now, replica=key, message=message))
+
+    @staticmethod
+    def _judged(replicas: Sequence[Replica], judged: StepJudgement) -> list[Replica]:
+        return [
+            r.model_copy(
+                update={"step_rate": judged.rates.get(r.key), "straggler": r.key in judged.slow}
+            )
+            for r in replicas
+        ]
 
     @staticmethod
     def _copy_events(db: Session, row: Job, backend: Any) -> None:
