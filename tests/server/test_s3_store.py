@@ -202,3 +202,12 @@ def test_workloads_are_never_given_the_store_keys(tmp_path: Path) -> None:
     )
     assert done.returncode == 2, done
     assert "--workload-env: TFKUBE_STORE_SECRET_ACCESS_KEY" in done.stderr
+
+
+def test_retention_flags_are_checked_naming_the_flag(tmp_path: Path) -> None:
+    done = refused(tmp_path, ["--store", "s3://a-bucket/p", "--keep-local", "soon"])
+    assert done.returncode == 2, done
+    assert "--keep-local: 'soon' is not a number of days" in done.stderr
+    done = refused(tmp_path, ["--archive-retention", "30", "--port", "1"])
+    assert done.returncode == 2, done
+    assert "--archive-retention apply to archives in --store s3://" in done.stderr
