@@ -172,6 +172,7 @@ def test_a_trained_job_is_read_back_from_its_archive(
             assert "worker-0" in page.text
             part = browser.get(f"/jobs/{job.id}/part/outputs", params={"browse": "1"})
             assert "checkpoint" in part.text, part.text
+            assert 'data-outputs-at="archive"' in part.text
         finally:
             browser.close()
 

@@ -168,6 +168,11 @@ def test_sizes_past_the_archive_are_refused() -> None:
         build_index(tar, 1024)  # the object in the store is shorter than its headers say
     with pytest.raises(ArchiveRefused, match="not a readable tar"):
         opened(b"\x1f\x8b" + b"\0" * 2000)
+    # A PAX record claiming megabytes is refused before it is read (memory stays bounded).
+    big = member("a.txt")
+    big.pax_headers = {"comment": "x" * (2 << 20)}
+    with pytest.raises(ArchiveRefused, match="header record of more than"):
+        opened(tar_of((big, b"data\n")))
 
 
 @pytest.mark.parametrize(

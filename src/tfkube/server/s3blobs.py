@@ -332,9 +332,12 @@ class _RangeFile(io.RawIOBase):
 class ArchiveReader:
     """A job's archive read back (`outputs/archived.py`): its index built once from the
     tar's headers, checked, and kept here (the most recent CACHED archives, each keyed by
-    the object's ETag, so a replaced object is checked again); reads are ranged GETs."""
+    the object's ETag, so a replaced object is checked again; bounded in archives and in
+    members); reads are ranged GETs."""
 
     CACHED = 64
+    CACHED_MEMBERS = 400_000
+    """And at most this many members in them together (the newest kept whatever its size)."""
 
     def __init__(self, blobs: S3BlobStore) -> None:
         import threading
@@ -367,7 +370,10 @@ class ArchiveReader:
                 raise
             with self.lock:
                 self.indexes[(key, etag)] = index
-                while len(self.indexes) > self.CACHED:
+                while len(self.indexes) > 1 and (
+                    len(self.indexes) > self.CACHED
+                    or sum(len(i.members) for i in self.indexes.values()) > self.CACHED_MEMBERS
+                ):
                     self.indexes.popitem(last=False)
         return ArchivedOutputs(index, lambda offset, length: self.blobs.ranged(key, offset, length))
 

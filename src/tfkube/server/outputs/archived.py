@@ -17,6 +17,7 @@ sizes pass the bounds below. Nothing is ever extracted to a folder.
 
 from __future__ import annotations
 
+import io
 import tarfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -130,11 +131,41 @@ def build_index(tar: tarfile.TarFile, object_size: int) -> ArchiveIndex:
     return index
 
 
+MAX_HEADER_READ = 1 << 20
+"""The most tarfile may read at once while indexing: a header block, or a PAX or GNU
+long-name record. A tar claiming a longer one is refused before anything is read."""
+
+
+class _HeadersOnly(io.RawIOBase):
+    """The archive as tarfile sees it while indexing: seekable, each read bounded by
+    MAX_HEADER_READ (member data is skipped by seeking, never read)."""
+
+    def __init__(self, fileobj: IO[bytes]) -> None:
+        self.fileobj = fileobj
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.fileobj.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.fileobj.tell()
+
+    def read(self, n: int = -1) -> bytes:
+        if n < 0 or n > MAX_HEADER_READ:
+            raise ArchiveRefused(f"a header record of more than {MAX_HEADER_READ:,} bytes")
+        return self.fileobj.read(n)
+
+
 def index_of(fileobj: IO[bytes], object_size: int) -> ArchiveIndex:
     """`build_index` of the tar read from a seekable file (ArchiveRefused when it is not
-    a tar at all)."""
+    a tar at all, or claims a header record past MAX_HEADER_READ)."""
     try:
-        with tarfile.open(fileobj=fileobj, mode="r:") as tar:
+        with tarfile.open(fileobj=_HeadersOnly(fileobj), mode="r:") as tar:
             return build_index(tar, object_size)
     except tarfile.TarError as exc:
         raise ArchiveRefused(f"not a readable tar: {exc}") from None
