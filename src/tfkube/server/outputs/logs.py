@@ -11,7 +11,7 @@ import asyncio
 import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -357,13 +357,12 @@ def search_in(
         offset, line = (cursor.offset, cursor.line) if cursor and here else (0, 1)
         if opened >= max_files or spent >= budget or len(hits) >= max_hits:
             return answer(SearchCursor(f.replica, f.attempt, offset, line, done))
-        try:
-            reading = opener(f)
-            pread = reading.__enter__()
-        except OSError:  # replaced by a link, or removed, since it was listed
-            done += 1
-            continue
-        try:
+        with ExitStack() as reading:
+            try:
+                pread = reading.enter_context(opener(f))
+            except OSError:  # replaced by a link, or removed, since it was listed
+                done += 1
+                continue
             while True:
                 if spent >= budget or len(hits) >= max_hits:
                     return answer(SearchCursor(f.replica, f.attempt, offset, line, done))
@@ -398,8 +397,6 @@ def search_in(
                     break
                 line += block.count(b"\n")
                 offset += len(block)
-        finally:
-            reading.__exit__(None, None, None)
         done += 1
     return answer(None)
 
