@@ -2,7 +2,7 @@
 PostgreSQL, migration 0012 applied) and the real S3 store (SeaweedFS): local copies of
 archived jobs removed after `--keep-local` days, archives deleted from the bucket after
 `--archive-retention` days, each job's row saying where its outputs live after; a job
-never archived keeps its only copy."""
+never archived keeps its only copy, a job a model server was made from its exports."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from s3store import S3Store
 from tfkube.server.core.db import make_engine, migrate, session_factory
 from tfkube.server.core.store import StoreConfig
-from tfkube.server.core.tables import Job, Team
+from tfkube.server.core.tables import Job, ModelServer, Team
 from tfkube.server.outputs.archive import ARCHIVE, BOTH, GONE, LOCAL
 from tfkube.server.retention import Retention
 from tfkube.server.s3blobs import OutputArchiver, S3BlobStore
@@ -48,6 +48,7 @@ def test_retention_removes_local_copies_and_archives_by_age(
         "ancient": (BOTH, 40.0),
         "only-archive": (ARCHIVE, 31.0),
         "never-archived": (LOCAL, None),
+        "served": (BOTH, 3.0),  # a model server reads its exports: its local copy stays
     }
     with sessions() as db:
         db.add(Team(id=1, name="a", namespace="tfkube-a", quota={}, created_at=NOW))
@@ -69,6 +70,13 @@ def test_retention_removes_local_copies_and_archives_by_age(
                     archived_at=None if age is None else NOW - age * DAY,
                 )
             )  # fmt: skip
+        db.add(
+            ModelServer(
+                id="ms", team_id=1, job_id="served", job_name="served", name="m",
+                model_base_path=str(tmp_path / "outputs" / "served" / "export"), resources={},
+                state="stopped", handle={}, created_at=NOW,
+            )
+        )  # fmt: skip
         db.commit()
     try:
         retention = Retention(sessions, archiver, 1.0, 30.0, interval=1)
@@ -82,12 +90,13 @@ def test_retention_removes_local_copies_and_archives_by_age(
             "ancient": GONE,
             "only-archive": GONE,
             "never-archived": LOCAL,
+            "served": BOTH,
         }
         local = {p.name for p in (tmp_path / "outputs").iterdir()}
-        assert local == {"fresh", "never-archived"}
+        assert local == {"fresh", "never-archived", "served"}
         listed = s3_store.client.list_objects_v2(Bucket=bucket, Prefix="site/")
         kept = sorted(o["Key"] for o in listed.get("Contents", []))
-        assert kept == ["site/outputs/a/fresh.tar", "site/outputs/a/old.tar"]
+        assert kept == [f"site/outputs/a/{j}.tar" for j in ("fresh", "old", "served")]
     finally:
         archiver.close()
         engine.dispose()

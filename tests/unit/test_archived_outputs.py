@@ -198,6 +198,12 @@ def test_retention_steps(
     assert retention_step(at, archived_at, now, keep, days) == want
 
 
+def test_a_served_job_keeps_its_local_copy() -> None:
+    now = 1000.0 + 40 * DAY
+    assert retention_step(BOTH, 1000.0, now, 1, None, served=True) == (False, False, BOTH)
+    assert retention_step(BOTH, 1000.0, now, 1, 30, served=True) == (False, True, LOCAL)
+
+
 def test_retention_days_are_checked_naming_the_flag() -> None:
     assert parse_days("--keep-local", None) is None
     assert parse_days("--keep-local", "forever") is None

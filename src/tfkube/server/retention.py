@@ -3,7 +3,8 @@
 seconds, asks `outputs.archive.retention_step` what to do with each archived job and
 does it: removes the local output folder (logs and outputs are then read back from the
 archive: `outputs/archived.py`), deletes the archive, and records on the job's row where
-its outputs live now (`Job.outputs_at`)."""
+its outputs live now (`Job.outputs_at`). A job a model server was made from (running or
+stopped: it may start again) keeps its local copy: the server reads the exports there."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from tfkube.server.artifacts import BlobStoreError
-from tfkube.server.core.tables import Job
+from tfkube.server.core.tables import Job, ModelServer
 from tfkube.server.outputs.archive import ARCHIVE, BOTH, retention_step
 from tfkube.server.s3blobs import OutputArchiver
 
@@ -53,9 +54,17 @@ class Retention:
             rows = db.scalars(
                 select(Job).where(Job.archived_at.is_not(None), Job.outputs_at.in_([BOTH, ARCHIVE]))
             ).all()
+            served = set(
+                db.scalars(select(ModelServer.job_id).where(ModelServer.job_id.is_not(None)))
+            )
             for row in rows:
                 drop_local, drop_archive, after = retention_step(
-                    row.outputs_at, row.archived_at, now, self.keep_local_days, self.archive_days
+                    row.outputs_at,
+                    row.archived_at,
+                    now,
+                    self.keep_local_days,
+                    self.archive_days,
+                    served=row.id in served,
                 )
                 if after == row.outputs_at:
                     continue

@@ -87,15 +87,22 @@ def retention_step(
     now: float,
     keep_local_days: float | None,
     archive_days: float | None,
+    served: bool = False,
 ) -> tuple[bool, bool, str]:
     """What retention does to one ended job now (pure): (remove the local copy, remove
     the archive, where its outputs live after). Both ages count from when it was
     archived; None keeps forever. A job never archived keeps its local copy: it is the
-    only one."""
+    only one; so does a job a model server serves (`served`: it reads the exports from
+    the local folder)."""
     if archived_at is None or outputs_at not in {BOTH, ARCHIVE}:
         return False, False, outputs_at
     age = now - archived_at
-    drop_local = outputs_at == BOTH and keep_local_days is not None and age >= keep_local_days * DAY
+    drop_local = (
+        outputs_at == BOTH
+        and not served
+        and keep_local_days is not None
+        and age >= keep_local_days * DAY
+    )
     drop_archive = archive_days is not None and age >= archive_days * DAY
     local = outputs_at == BOTH and not drop_local
     if drop_archive:
