@@ -166,6 +166,31 @@ def server_command(
             "'secret_access_key = ...' for --store.",
         ),
     ] = None,
+    keep_local: Annotated[
+        str | None,
+        typer.Option(
+            "--keep-local",
+            metavar="DAYS",
+            help="With --store: days an ended job keeps its local logs and outputs once "
+            "archived (then they are read back from the archive; 0: at once). Default: kept.",
+        ),
+    ] = None,
+    archive_retention: Annotated[
+        str | None,
+        typer.Option(
+            "--archive-retention",
+            metavar="DAYS",
+            help="With --store: days an ended job's archive is kept. Default: forever.",
+        ),
+    ] = None,
+    retention_interval: Annotated[
+        float,
+        typer.Option(
+            "--retention-interval",
+            hidden=True,
+            help="Seconds between two passes of the retention loop.",
+        ),
+    ] = 300.0,
 ) -> None:
     """Run the platform server: REST API, accounts and teams, artifacts, kept logs.
 
@@ -202,11 +227,28 @@ def server_command(
             check()
         except ValueError as exc:
             raise fail(f"{option}: {exc}") from None
+    from tfkube.server.outputs.archive import parse_days
+
+    try:
+        keep_local_days = parse_days("--keep-local", keep_local)
+        archive_days = parse_days("--archive-retention", archive_retention)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    if store is None and (keep_local_days is not None or archive_days is not None):
+        raise fail(
+            "--keep-local and --archive-retention apply to archives in --store s3://...; "
+            "add --store or drop them"
+        )
+    if retention_interval <= 0:
+        raise fail("--retention-interval: give a number of seconds above 0")
     store_config = _store_config(
         store, store_endpoint, store_region, store_credentials, tuple(workload_env or ())
     )
     settings = ServerSettings(
         store=store_config,
+        keep_local_days=keep_local_days,
+        archive_retention_days=archive_days,
+        retention_interval=retention_interval,
         data_dir=(data_dir or default_data_dir()).resolve(),
         host=host,
         port=port,

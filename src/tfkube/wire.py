@@ -157,6 +157,11 @@ class JobOut(_Wire):
     """The final metrics the job reported in `$TFKUBE_LOG_DIR/result.json`
     (`tfkube.contract.RESULT_FILE`), e.g. `{"test_accuracy": 0.9712}`: kept when the job
     ends; while it runs, a job's detail reads the file as it is now. None: none reported."""
+    outputs_at: str = "local"
+    """Where its logs and outputs live now: `local` (its output folder), `local+archive`
+    (also archived in the server's store, `--store s3://`), `archive` (the local copy was
+    removed by `--keep-local`: they are read back from the archive), `none` (both removed
+    by retention)."""
     result_problem: str | None = None
     """Detail only: why a result file that is there was not used (too big, not an object
     of names to numbers, a link...)."""

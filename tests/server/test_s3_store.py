@@ -44,7 +44,7 @@ def archived(store: S3Store, bucket: str, key: str, timeout: float = 60) -> dict
                 raise
             time.sleep(0.5)
     members: dict[str, bytes] = {}
-    with tarfile.open(fileobj=io.BytesIO(body), mode="r:gz") as tar:
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r:") as tar:
         for member in tar:
             assert member.isfile() or member.isdir(), member.name  # no link, no device
             extracted = tar.extractfile(member) if member.isfile() else None
@@ -140,7 +140,7 @@ def test_artifacts_live_in_the_bucket_and_replicas_fetch_them(
 
     # Once it ended, its outputs and logs are archived to the bucket: plain files only,
     # the planted links left out (the same no-follow reads as every read of outputs).
-    members = archived(s3_store, bucket, f"tfk/site/outputs/{team.name}/{job['id']}.tar.gz")
+    members = archived(s3_store, bucket, f"tfk/site/outputs/{team.name}/{job['id']}.tar")
     assert members["result.txt"] == b"kept\n"
     logs = [n for n in members if n.startswith(".tfkube/logs/worker-0/")]
     assert logs, sorted(members)
@@ -202,3 +202,12 @@ def test_workloads_are_never_given_the_store_keys(tmp_path: Path) -> None:
     )
     assert done.returncode == 2, done
     assert "--workload-env: TFKUBE_STORE_SECRET_ACCESS_KEY" in done.stderr
+
+
+def test_retention_flags_are_checked_naming_the_flag(tmp_path: Path) -> None:
+    done = refused(tmp_path, ["--store", "s3://a-bucket/p", "--keep-local", "soon"])
+    assert done.returncode == 2, done
+    assert "--keep-local: 'soon' is not a number of days" in done.stderr
+    done = refused(tmp_path, ["--archive-retention", "30", "--port", "1"])
+    assert done.returncode == 2, done
+    assert "--archive-retention apply to archives in --store s3://" in done.stderr

@@ -172,7 +172,7 @@ def test_a_store_that_fails_later_answers_503_and_keeps_nothing(tmp_path: Path) 
 def test_outputs_keys() -> None:
     from tfkube.server.outputs.archive import outputs_key
 
-    assert outputs_key("site/", "team-a", "06ae22e0") == "site/outputs/team-a/06ae22e0.tar.gz"
+    assert outputs_key("site/", "team-a", "06ae22e0") == "site/outputs/team-a/06ae22e0.tar"
     for team, job in [("../x", "1"), ("a", "x/y"), ("a", ""), ("a..b", "1")]:
         with pytest.raises(ValueError, match="fit for a key"):
             outputs_key("", team, job)
@@ -209,7 +209,7 @@ def test_an_archive_holds_no_link_a_workload_planted(tmp_path: Path) -> None:
     os.symlink(tmp_path, out / "link-dir")
     os.link(secret, out / "hard.txt")
     body = archive_reader(str(out)).read()
-    with tarfile.open(fileobj=io.BytesIO(body), mode="r:gz") as tar:
+    with tarfile.open(fileobj=io.BytesIO(body), mode="r:") as tar:
         names = {m.name: m for m in tar}
         assert names[".tfkube/logs/worker-0/1.log"].isfile()
         assert "link.txt" not in names

@@ -14,6 +14,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.orm import Session, sessionmaker
 from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -49,11 +50,14 @@ from tfkube.server.api.routes.workload_origin import WorkloadHosts
 from tfkube.server.artifacts import BlobStore, BlobStoreError
 from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.db import database_url, make_engine, migrate, session_factory
+from tfkube.server.core.tables import Job, Team
 from tfkube.server.jobs.service import JobService
 from tfkube.server.metrics import Metrics
 from tfkube.server.notifications import Notifier
+from tfkube.server.outputs.archive import BOTH, LOCAL
 from tfkube.server.platform import Platform
-from tfkube.server.s3blobs import OutputArchiver, S3BlobStore, open_client
+from tfkube.server.retention import Retention
+from tfkube.server.s3blobs import ArchiveReader, OutputArchiver, S3BlobStore, open_client
 from tfkube.server.workloads.model_servers import ModelServers
 from tfkube.server.workloads.notebooks import Notebooks
 from tfkube.server.workloads.tensorboards import TensorBoards
@@ -71,9 +75,32 @@ def open_blobs(settings: ServerSettings) -> BlobStore:
     return S3BlobStore(cache, open_client(settings.store), settings.store)
 
 
-def open_archiver(blobs: BlobStore) -> OutputArchiver | None:
-    """With `--store s3://`: what archives an ended job's outputs and logs there."""
-    return OutputArchiver(blobs) if isinstance(blobs, S3BlobStore) else None
+def open_archiver(blobs: BlobStore, sessions: sessionmaker[Session]) -> OutputArchiver | None:
+    """With `--store s3://`: what archives an ended job's outputs and logs there, and
+    records it on the job's row (an archive written for a job deleted meanwhile goes)."""
+    if not isinstance(blobs, S3BlobStore):
+        return None
+
+    def archived(job_id: str, key: str) -> None:
+        with sessions() as db:
+            row = db.get(Job, job_id)
+            if row is None:
+                archiver.remove_key(key, job_id)
+                return
+            row.archive_key, row.archived_at = key, time.time()
+            if row.outputs_at == LOCAL:
+                row.outputs_at = BOTH
+            db.commit()
+
+    archiver = OutputArchiver(blobs, archived)
+    return archiver
+
+
+def archive_ended(archiver: OutputArchiver, row: Job, team: Team) -> None:
+    """An ended job's outputs archived once: never again once archived (the local copy
+    may be gone by then)."""
+    if row.outputs_at == LOCAL and row.archived_at is None:
+        archiver.submit(team.name, row.id, row.output_dir)
 
 
 def build_platform(settings: ServerSettings) -> Platform:
@@ -90,9 +117,9 @@ def build_platform(settings: ServerSettings) -> Platform:
     blobs = open_blobs(settings)
     blobs.clear_incoming()
     jobs_service = JobService(settings, runs_on, sessions, blobs, key)
-    archiver = open_archiver(blobs)
+    archiver = open_archiver(blobs, sessions)
     if archiver is not None:
-        jobs_service.on_ended = lambda row, team: archiver.submit(team.name, row.id, row.output_dir)
+        jobs_service.on_ended = lambda row, team: archive_ended(archiver, row, team)
         jobs_service.on_deleted = lambda row, team: archiver.remove(team.name, row.id)
     model_servers = ModelServers(settings, runs_on, sessions, key)
     notebooks = Notebooks(settings, runs_on, sessions, blobs, key)
@@ -112,6 +139,17 @@ def build_platform(settings: ServerSettings) -> Platform:
         notifier,
     )
     if archiver is not None:
+        assert isinstance(blobs, S3BlobStore)
+        platform.archive = ArchiveReader(blobs)
+        retention = Retention(
+            sessions,
+            archiver,
+            settings.keep_local_days,
+            settings.archive_retention_days,
+            settings.retention_interval,
+        )
+        platform.starting.append(retention.start_loop)
+        platform.closing.append(retention.stop_loop)
         platform.closing.append(archiver.close)
     return platform
 
@@ -186,6 +224,8 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         announce_setup(built)
         built.jobs.start_loop()
+        for start in built.starting:
+            start()
         built.model_servers.start_loop()
         built.notebooks.start_loop()
         built.notifier.start_loop()

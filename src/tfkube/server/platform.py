@@ -15,11 +15,15 @@ from tfkube.engines import Engine
 from tfkube.server.artifacts import BlobStore
 from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.ratelimit import LoginGuard
+from tfkube.server.core.tables import Job
 from tfkube.server.jobs.service import JobService
 from tfkube.server.metrics import Metrics
 from tfkube.server.notifications import Notifier
+from tfkube.server.outputs.archive import ARCHIVE
+from tfkube.server.outputs.archived import ArchivedOutputs
 from tfkube.server.outputs.scalars import ScalarReader
 from tfkube.server.outputs.shipped import ShippedStore
+from tfkube.server.s3blobs import ArchiveReader
 from tfkube.server.workloads.model_servers import ModelServers
 from tfkube.server.workloads.notebooks import Notebooks
 from tfkube.server.workloads.tensorboards import TensorBoards
@@ -54,6 +58,23 @@ class Platform:
     metrics: Metrics | None = None
     closing: list[Callable[[], None]] = field(default_factory=list)
     """Called at shutdown after the job loop stopped (the outputs' archiver)."""
+    starting: list[Callable[[], None]] = field(default_factory=list)
+    """Called at start after the job loop started (the retention loop)."""
+    archive: ArchiveReader | None = None
+    """With `--store s3://`: ended jobs' archives read back (`s3blobs.ArchiveReader`)."""
+
+    def archived(self, job: Job) -> ArchivedOutputs | None:
+        """The job's archive when its logs and outputs live only there (`Job.outputs_at`),
+        else None (read the output folder). Raises LookupError (the archive is missing,
+        or the server runs without `--store` now), `ArchiveRefused`, `BlobStoreError`."""
+        if job.outputs_at != ARCHIVE:
+            return None
+        if self.archive is None or not job.archive_key:
+            raise LookupError(
+                "this job's logs and outputs are kept in the store's archive only, and the "
+                "server runs without --store now"
+            )
+        return self.archive.outputs(job.archive_key)
 
     def __post_init__(self) -> None:
         if self.metrics is None:

@@ -18,14 +18,18 @@ credentials live in this process only: never in argv, logs or any workload's env
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfkube.server.artifacts import CHUNK, BlobStore, BlobStoreError, blob_path, sha256_of
 from tfkube.server.core.store import CREDENTIALS_FROM, StoreConfig, blob_key
+
+if TYPE_CHECKING:
+    from tfkube.server.outputs.archived import ArchivedOutputs
 
 log = logging.getLogger("tfkube.server")
 CONNECT_TIMEOUT = 5.0
@@ -234,21 +238,159 @@ class S3BlobStore(BlobStore):
                 Config=TransferConfig(multipart_chunksize=8 * CHUNK, max_concurrency=1),
             )
 
+    def head(self, key: str) -> tuple[int, str] | None:
+        """(size, ETag) of an object, or None when there is none."""
+        from botocore.exceptions import ClientError
+
+        with self._calling("reading an archive"):
+            try:
+                got = self.client.head_object(Bucket=self.config.bucket, Key=key)
+            except ClientError as exc:
+                if str(exc.response.get("Error", {}).get("Code", "")) in {"404", "NoSuchKey"}:
+                    return None
+                raise
+        return int(got["ContentLength"]), str(got.get("ETag", ""))
+
+    def ranged(self, key: str, offset: int, length: int) -> Iterator[bytes]:
+        """`length` bytes of an object from `offset` (one ranged GET), in chunks of at
+        most 1 MiB; a short object is an error, never a short answer."""
+        if length <= 0:
+            return
+        with self._calling("reading an archive"):
+            got = self.client.get_object(
+                Bucket=self.config.bucket, Key=key, Range=f"bytes={offset}-{offset + length - 1}"
+            )
+        body = got["Body"]
+        seen = 0
+        try:
+            with self._calling("reading an archive"):
+                for chunk in body.iter_chunks(CHUNK):
+                    chunk = chunk[: length - seen]
+                    seen += len(chunk)
+                    if chunk:
+                        yield chunk
+                    if seen >= length:
+                        break
+        finally:
+            body.close()
+        if seen < length:
+            raise BlobStoreError("an archive in the store is shorter than its index says")
+
     def clear_incoming(self) -> None:
         """Uploads cut off by a crash, and the whole cache (the store is the truth)."""
         shutil.rmtree(self.root, ignore_errors=True)
         self.incoming.mkdir(parents=True, exist_ok=True)
 
 
-class OutputArchiver:
-    """Archives an ended job's outputs and logs into the store, one job at a time on a
-    thread of its own (the sync loop never waits for an upload). The local copy is kept:
-    reading archives back once it is gone is not built yet (docs/architecture.md)."""
+class _RangeFile(io.RawIOBase):
+    """An object of the store as a seekable file (what tarfile reads an archive's headers
+    through): each read is a ranged GET of at least READ_AHEAD bytes, so the headers of
+    small members come many per request and a large member's data is skipped by seeking."""
+
+    READ_AHEAD = 256 * 1024
+
+    def __init__(self, blobs: S3BlobStore, key: str, size: int) -> None:
+        self.blobs, self.key, self.size = blobs, key, size
+        self.pos = 0
+        self.buf_at, self.buf = 0, b""
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.pos, 2: self.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def read(self, n: int = -1) -> bytes:
+        if n < 0:
+            n = self.size - self.pos
+        n = max(0, min(n, self.size - self.pos))
+        if not n:
+            return b""
+        start = self.pos - self.buf_at
+        if not (start >= 0 and start + n <= len(self.buf)):
+            length = min(max(n, self.READ_AHEAD), self.size - self.pos)
+            self.buf = b"".join(self.blobs.ranged(self.key, self.pos, length))
+            self.buf_at, start = self.pos, 0
+        data = self.buf[start : start + n]
+        self.pos += len(data)
+        return data
+
+    def readinto(self, b: Any) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+class ArchiveReader:
+    """A job's archive read back (`outputs/archived.py`): its index built once from the
+    tar's headers, checked, and kept here (the most recent CACHED archives, each keyed by
+    the object's ETag, so a replaced object is checked again; bounded in archives and in
+    members); reads are ranged GETs."""
+
+    CACHED = 64
+    CACHED_MEMBERS = 400_000
+    """And at most this many members in them together (the newest kept whatever its size)."""
 
     def __init__(self, blobs: S3BlobStore) -> None:
+        import threading
+        from collections import OrderedDict
+
+        from tfkube.server.outputs.archived import ArchiveIndex
+
+        self.blobs = blobs
+        self.lock = threading.Lock()
+        self.indexes: OrderedDict[tuple[str, str], ArchiveIndex] = OrderedDict()
+
+    def outputs(self, key: str) -> ArchivedOutputs:
+        """The archive at `key`; ArchiveRefused (it breaks a rule: logged), BlobStoreError
+        (the store failed), LookupError (no such archive)."""
+        from tfkube.server.outputs.archived import ArchivedOutputs, ArchiveRefused, index_of
+
+        found = self.blobs.head(key)
+        if found is None:
+            raise LookupError("the job's archive is not in the store")
+        size, etag = found
+        with self.lock:
+            index = self.indexes.get((key, etag))
+            if index is not None:
+                self.indexes.move_to_end((key, etag))
+        if index is None:
+            try:
+                index = index_of(_RangeFile(self.blobs, key, size), size)  # type: ignore[arg-type]
+            except ArchiveRefused as exc:
+                log.error("refused the archive %s: %s", key, exc)
+                raise
+            with self.lock:
+                self.indexes[(key, etag)] = index
+                while len(self.indexes) > 1 and (
+                    len(self.indexes) > self.CACHED
+                    or sum(len(i.members) for i in self.indexes.values()) > self.CACHED_MEMBERS
+                ):
+                    self.indexes.popitem(last=False)
+        return ArchivedOutputs(index, lambda offset, length: self.blobs.ranged(key, offset, length))
+
+
+class OutputArchiver:
+    """Archives an ended job's outputs and logs into the store, one job at a time on a
+    thread of its own (the sync loop never waits for an upload); once written,
+    `on_archived(job id, key)` records it on the job's row (`retention.py` removes the
+    local copy later, when the server is told to)."""
+
+    def __init__(
+        self, blobs: S3BlobStore, on_archived: Callable[[str, str], None] | None = None
+    ) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         self.blobs = blobs
+        self.on_archived = on_archived
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="tfkube-archive")
 
     def submit(self, team: str, job_id: str, output_dir: str | None) -> None:
@@ -266,13 +408,17 @@ class OutputArchiver:
             log.error("archiving the outputs of job %s failed: %s", job_id, exc)
             return None
         log.info("archived the outputs of job %s", job_id)
+        if self.on_archived is not None:
+            self.on_archived(job_id, key)
         return key
 
     def remove(self, team: str, job_id: str) -> None:
         """A deleted job's archive (none is fine)."""
         from tfkube.server.outputs.archive import outputs_key
 
-        key = outputs_key(self.blobs.config.prefix, team, job_id)
+        self.remove_key(outputs_key(self.blobs.config.prefix, team, job_id), job_id)
+
+    def remove_key(self, key: str, job_id: str) -> None:
         self.blobs.delete_key(key)
         log.info("removed the archived outputs of job %s", job_id)
 

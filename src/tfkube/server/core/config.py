@@ -86,6 +86,13 @@ class ServerSettings:
     store: StoreConfig | None = None
     """Where artifacts' blobs live (`--store s3://bucket/prefix`, `core/store.py`); None:
     `<data-dir>/blobs`."""
+    keep_local_days: float | None = None
+    """With `--store`: days an ended job keeps its local outputs once archived
+    (`--keep-local`); None: kept."""
+    archive_retention_days: float | None = None
+    """With `--store`: days a job's archive is kept (`--archive-retention`); None: forever."""
+    retention_interval: float = 300.0
+    """Seconds between two passes of the retention loop (`retention.py`)."""
 
     @property
     def engine_settings(self) -> EngineSettings:

@@ -198,6 +198,13 @@ class Job(Base):
     result: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     """The final metrics the job reported (`tfkube.contract.RESULT_FILE`), kept when it
     ended; None before, or when it reported none."""
+    outputs_at: Mapped[str] = mapped_column(String(16), default="local", server_default="local")
+    """Where its logs and outputs live now (`outputs/archive.py`): local, local+archive,
+    archive (read back from the store), none (removed by retention)."""
+    archive_key: Mapped[str | None] = mapped_column(Text, nullable=True)
+    """Its archive's key in the store (`--store s3://`), once archived."""
+    archived_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """When it was archived: retention's ages count from it."""
 
 
 class JobMetric(Base):

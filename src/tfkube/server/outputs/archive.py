@@ -1,7 +1,9 @@
 """A job's kept outputs and logs, archived when it ends (`tfkube server --store s3://`).
 
-The archive is the job's whole output folder (its `.tfkube/logs/` included) as one
-.tar.gz, made by `files.tar_folder`: the same no-follow reads as every other read of what
+The archive is the job's whole output folder (its `.tfkube/logs/` included) as one plain
+tar (not compressed: each file's bytes sit at a fixed offset, so they are read back by
+ranged reads, `archived.py`; logs are small beside checkpoints, which do not compress),
+made by `files.tar_folder`: the same no-follow reads as every other read of what
 a workload wrote (plain files and folders only; a link, FIFO or device is left out; each
 file read through its own descriptor, opened with O_NOFOLLOW below a folder opened the
 same way), produced piece by piece, so memory stays bounded, and cut off past
@@ -25,11 +27,11 @@ class ArchiveTooLarge(OSError):
 
 
 def outputs_key(prefix: str, team: str, job_id: str) -> str:
-    """Where a job's archive lives in the store: `<prefix>outputs/<team>/<job id>.tar.gz`."""
+    """Where a job's archive lives in the store: `<prefix>outputs/<team>/<job id>.tar`."""
     for what, value in (("team", team), ("job id", job_id)):
         if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", value) or ".." in value:
             raise ValueError(f"not a {what} fit for a key: {value!r}")
-    return f"{prefix}outputs/{team}/{job_id}.tar.gz"
+    return f"{prefix}outputs/{team}/{job_id}.tar"
 
 
 class BoundedReader(io.RawIOBase):
@@ -61,5 +63,64 @@ class BoundedReader(io.RawIOBase):
 
 
 def archive_reader(output_dir: str, limit: int = MAX_ARCHIVE_BYTES) -> BoundedReader:
-    """The job's output folder as a .tar.gz to read from (nothing followed)."""
-    return BoundedReader(tar_folder(output_dir, []), limit)
+    """The job's output folder as a tar to read from (nothing followed)."""
+    return BoundedReader(tar_folder(output_dir, [], gzip=False), limit)
+
+
+# -- where a job's outputs live, and retention ------------------------------------------------
+
+LOCAL = "local"
+"""Only the job's output folder (the default; also every job before the store)."""
+BOTH = "local+archive"
+"""Archived in the store, the local copy kept."""
+ARCHIVE = "archive"
+"""Only the archive: logs and outputs are read back from it."""
+GONE = "none"
+"""Neither: the local copy and then the archive were removed by retention."""
+PLACES = (LOCAL, BOTH, ARCHIVE, GONE)
+DAY = 86400.0
+
+
+def retention_step(
+    outputs_at: str,
+    archived_at: float | None,
+    now: float,
+    keep_local_days: float | None,
+    archive_days: float | None,
+    served: bool = False,
+) -> tuple[bool, bool, str]:
+    """What retention does to one ended job now (pure): (remove the local copy, remove
+    the archive, where its outputs live after). Both ages count from when it was
+    archived; None keeps forever. A job never archived keeps its local copy: it is the
+    only one; so does a job a model server serves (`served`: it reads the exports from
+    the local folder)."""
+    if archived_at is None or outputs_at not in {BOTH, ARCHIVE}:
+        return False, False, outputs_at
+    age = now - archived_at
+    drop_local = (
+        outputs_at == BOTH
+        and not served
+        and keep_local_days is not None
+        and age >= keep_local_days * DAY
+    )
+    drop_archive = archive_days is not None and age >= archive_days * DAY
+    local = outputs_at == BOTH and not drop_local
+    if drop_archive:
+        return drop_local, True, LOCAL if local else GONE
+    return drop_local, False, BOTH if local else ARCHIVE
+
+
+def parse_days(option: str, text: str | None) -> float | None:
+    """`--keep-local` / `--archive-retention`: a number of days (fractions allowed, 0:
+    right after archiving), or None to keep forever."""
+    if text is None or text.strip().lower() in {"", "forever", "keep"}:
+        return None
+    try:
+        days = float(text)
+    except ValueError:
+        raise ValueError(
+            f"{option}: {text!r} is not a number of days; give e.g. 30, 0.5, or 'forever'"
+        ) from None
+    if not 0 <= days <= 100 * 365 or days != days:
+        raise ValueError(f"{option}: give 0 to 36500 days (or 'forever'), not {text}")
+    return days

@@ -169,7 +169,9 @@ class _Exactly(io.RawIOBase):
         return data
 
 
-def _add_file(tar: tarfile.TarFile, root: int, parts: Sequence[str], arcname: str) -> None:
+def _add_file(
+    tar: tarfile.TarFile, root: int, parts: Sequence[str], arcname: str, exact: bool = False
+) -> None:
     try:
         fd = open_file(root, parts)
     except OSError:
@@ -177,31 +179,35 @@ def _add_file(tar: tarfile.TarFile, root: int, parts: Sequence[str], arcname: st
     with closing(fd):
         st = os.fstat(fd)
         info = tarfile.TarInfo(arcname)
-        info.size, info.mtime, info.mode = st.st_size, int(st.st_mtime), 0o644
+        info.size, info.mode = st.st_size, 0o644
+        info.mtime = st.st_mtime if exact else int(st.st_mtime)
         tar.addfile(info, _Exactly(fd, st.st_size))
 
 
-def _add_dir(tar: tarfile.TarFile, arcname: str, entry: Entry) -> None:
+def _add_dir(tar: tarfile.TarFile, arcname: str, entry: Entry, exact: bool = False) -> None:
     info = tarfile.TarInfo(arcname)
-    info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, int(entry.mtime)
+    info.type, info.mode = tarfile.DIRTYPE, 0o755
+    info.mtime = entry.mtime if exact else int(entry.mtime)
     tar.addfile(info)
 
 
-def tar_folder(output_dir: str, parts: Sequence[str]) -> Iterator[bytes]:
-    """A folder of the outputs as .tar.gz, produced piece by piece (memory stays
-    bounded): plain files and folders only, each file read through its own descriptor."""
+def tar_folder(output_dir: str, parts: Sequence[str], *, gzip: bool = True) -> Iterator[bytes]:
+    """A folder of the outputs as .tar.gz (or a plain tar: the archive in the store, whose
+    members are read back by ranged reads, with exact modification times in PAX headers),
+    produced piece by piece (memory stays bounded): plain files and folders only, each
+    file read through its own descriptor."""
     pipe = _Pipe()
     with (
         closing(open_root(output_dir)) as root,
         closing(open_dir(root, parts)) as folder,
-        tarfile.open(fileobj=pipe, mode="w|gz") as tar,
+        tarfile.open(fileobj=pipe, mode="w|gz" if gzip else "w|", format=tarfile.PAX_FORMAT) as tar,
     ):
         for rel, entry in walk(folder):
             arcname = "/".join(rel)
             if entry.kind == "dir":
-                _add_dir(tar, arcname, entry)
+                _add_dir(tar, arcname, entry, exact=not gzip)
             elif entry.kind == "file":
-                _add_file(tar, folder, rel, arcname)
+                _add_file(tar, folder, rel, arcname, exact=not gzip)
             if len(pipe.buffer) > CHUNK:
                 yield pipe.take()
     yield pipe.take()

@@ -11,6 +11,7 @@ import asyncio
 import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,13 +86,20 @@ def log_path(output_dir: str | None, replica: str, attempt: int | None) -> LogRe
             attempts = _attempts(logs, replica)
     except OSError:
         attempts = {}
+    return output_dir, log_parts(replica, attempt, attempts)
+
+
+def log_parts(replica: str, attempt: int | None, attempts: Iterable[int]) -> tuple[str, ...]:
+    """The parts of `replica`'s log `attempt` (None: the latest) among `attempts` (pure);
+    NoSuchLog when there is none."""
+    have = set(attempts)
     if attempt is None:
-        if not attempts:
+        if not have:
             raise NoSuchLog(f"{replica} has no log yet")
-        attempt = max(attempts)
-    if attempt not in attempts:
+        attempt = max(have)
+    if attempt not in have:
         raise NoSuchLog(f"{replica} has no attempt {attempt}")
-    return output_dir, (*contract.KEPT_LOGS_SUBDIR, replica, f"{attempt}.log")
+    return (*contract.KEPT_LOGS_SUBDIR, replica, f"{attempt}.log")
 
 
 def open_log(ref: LogRef) -> int:
@@ -253,6 +261,12 @@ def _excerpt(line: bytes, at: int) -> str:
     )
 
 
+Pread = Callable[[int, int], bytes]
+"""Reads a log: (at most this many bytes, from this offset) -> bytes (b"" at its end)."""
+LogOpener = Callable[[LogFile], AbstractContextManager[Pread]]
+"""Opens one listed log for reading (OSError: it is gone, or was replaced by a link)."""
+
+
 def search_logs(
     output_dir: str | None,
     query: str,
@@ -264,12 +278,63 @@ def search_logs(
     read: int = SEARCH_READ,
 ) -> LogSearchOut:
     """The lines of a job's kept logs that hold `query` (ignoring case): every replica's
-    every start, in replica order, from `cursor` on. Bounded per call: at most
-    `max_hits` hits, about `budget` bytes read (whole reads of `read` bytes) and
-    `max_files` logs opened; then `next` says where to go on. A log is streamed, `read`
-    bytes at a time, never held whole; each is opened through `tfkube.safefs` from the
-    output folder's descriptor down (a log the job replaced by a link is skipped)."""
+    every start, in replica order, from `cursor` on (`search_in`). Each log is opened
+    through `tfkube.safefs` from the output folder's descriptor down (a log the job
+    replaced by a link is skipped)."""
     files = log_files(output_dir)
+    empty = LogSearchOut(
+        hits=[],
+        next=None,
+        searched_files=cursor.done if cursor else 0,
+        total_files=len(files),
+        searched_bytes=0,
+    )
+    if not files or output_dir is None:
+        return empty
+    try:
+        root = open_root(output_dir)
+    except OSError:
+        return empty
+    with closing(root):
+        try:
+            logs = open_dir(root, contract.KEPT_LOGS_SUBDIR)
+        except OSError:
+            return empty
+        with closing(logs):
+
+            @contextmanager
+            def opener(f: LogFile) -> Iterator[Pread]:
+                with closing(open_file(logs, (f.replica, f"{f.attempt}.log"))) as fd:
+                    yield lambda size, offset: os.pread(fd, size, offset)
+
+            return search_in(
+                files,
+                opener,
+                query,
+                cursor,
+                max_hits=max_hits,
+                budget=budget,
+                max_files=max_files,
+                read=read,
+            )
+
+
+def search_in(
+    files: list[LogFile],
+    opener: LogOpener,
+    query: str,
+    cursor: SearchCursor | None = None,
+    *,
+    max_hits: int = 100,
+    budget: int = SEARCH_BUDGET,
+    max_files: int = SEARCH_MAX_FILES,
+    read: int = SEARCH_READ,
+) -> LogSearchOut:
+    """The search over `files` (listed in replica order), each read through `opener`: the
+    job's output folder, or its archive in the store (`archived.py`). Bounded per call:
+    at most `max_hits` hits, about `budget` bytes read (whole reads of `read` bytes) and
+    `max_files` logs opened; then `next` says where to go on. A log is streamed, `read`
+    bytes at a time, never held whole."""
     total = len(files)
     start = _order(cursor.replica, cursor.attempt) if cursor else None
     todo = [f for f in files if start is None or _order(f.replica, f.attempt) >= start]
@@ -287,69 +352,52 @@ def search_logs(
             searched_bytes=spent,
         )
 
-    if not todo or output_dir is None:
-        return answer(None)
-    try:
-        root = open_root(output_dir)
-    except OSError:
-        return answer(None)
-    with closing(root):
-        try:
-            logs = open_dir(root, contract.KEPT_LOGS_SUBDIR)
-        except OSError:
-            return answer(None)
-        with closing(logs):
-            for opened, f in enumerate(todo):
-                here = cursor is not None and (f.replica, f.attempt) == (
-                    cursor.replica,
-                    cursor.attempt,
-                )
-                offset, line = (cursor.offset, cursor.line) if cursor and here else (0, 1)
-                if opened >= max_files or spent >= budget or len(hits) >= max_hits:
-                    return answer(SearchCursor(f.replica, f.attempt, offset, line, done))
-                try:
-                    fd = open_file(logs, (f.replica, f"{f.attempt}.log"))
-                except OSError:  # replaced by a link, or removed, since it was listed
-                    done += 1
-                    continue
-                with closing(fd):
-                    while True:
-                        if spent >= budget or len(hits) >= max_hits:
-                            return answer(SearchCursor(f.replica, f.attempt, offset, line, done))
-                        chunk = os.pread(fd, read, offset)
-                        if not chunk:
-                            break
-                        # Whole lines; or the file's last line without its newline; or a
-                        # piece of a line longer than one read (it keeps its number).
-                        block = chunk[: chunk.rfind(b"\n") + 1 or len(chunk)]
-                        spent += len(block)
-                        for begin, number, at in needle.lines(block, max_hits - len(hits)):
-                            end = block.find(b"\n", begin)
-                            text = block[begin : len(block) if end < 0 else end]
-                            hits.append(
-                                LogHit(
-                                    replica=f.replica,
-                                    attempt=f.attempt,
-                                    line=line + number,
-                                    offset=offset + begin,
-                                    text=_excerpt(text, at),
-                                )
-                            )
-                        if len(hits) >= max_hits:
-                            # Go on after the last hit's line.
-                            last = hits[-1].offset - offset
-                            end = block.find(b"\n", last)
-                            after = len(block) if end < 0 else end + 1
-                            line += block.count(b"\n", 0, after)
-                            offset += after
-                            if after < len(block) or os.pread(fd, 1, offset):
-                                return answer(
-                                    SearchCursor(f.replica, f.attempt, offset, line, done)
-                                )
-                            break
-                        line += block.count(b"\n")
-                        offset += len(block)
+    for opened, f in enumerate(todo):
+        here = cursor is not None and (f.replica, f.attempt) == (cursor.replica, cursor.attempt)
+        offset, line = (cursor.offset, cursor.line) if cursor and here else (0, 1)
+        if opened >= max_files or spent >= budget or len(hits) >= max_hits:
+            return answer(SearchCursor(f.replica, f.attempt, offset, line, done))
+        with ExitStack() as reading:
+            try:
+                pread = reading.enter_context(opener(f))
+            except OSError:  # replaced by a link, or removed, since it was listed
                 done += 1
+                continue
+            while True:
+                if spent >= budget or len(hits) >= max_hits:
+                    return answer(SearchCursor(f.replica, f.attempt, offset, line, done))
+                chunk = pread(read, offset)
+                if not chunk:
+                    break
+                # Whole lines; or the file's last line without its newline; or a piece of
+                # a line longer than one read (it keeps its number).
+                block = chunk[: chunk.rfind(b"\n") + 1 or len(chunk)]
+                spent += len(block)
+                for begin, number, at in needle.lines(block, max_hits - len(hits)):
+                    end = block.find(b"\n", begin)
+                    text = block[begin : len(block) if end < 0 else end]
+                    hits.append(
+                        LogHit(
+                            replica=f.replica,
+                            attempt=f.attempt,
+                            line=line + number,
+                            offset=offset + begin,
+                            text=_excerpt(text, at),
+                        )
+                    )
+                if len(hits) >= max_hits:
+                    # Go on after the last hit's line.
+                    last = hits[-1].offset - offset
+                    end = block.find(b"\n", last)
+                    after = len(block) if end < 0 else end + 1
+                    line += block.count(b"\n", 0, after)
+                    offset += after
+                    if after < len(block) or pread(1, offset):
+                        return answer(SearchCursor(f.replica, f.attempt, offset, line, done))
+                    break
+                line += block.count(b"\n")
+                offset += len(block)
+        done += 1
     return answer(None)
 
 

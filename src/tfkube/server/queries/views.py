@@ -66,6 +66,7 @@ def job_out(
         replicas=replicas_of(row.replicas) if detail else None,
         spec=row.spec if detail else None,
         result=dict(row.result) if row.result else None,
+        outputs_at=row.outputs_at or "local",
     )
 
 

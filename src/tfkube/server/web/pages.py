@@ -22,12 +22,15 @@ from tfkube.planner import JobPhase, Replica, scale_problems
 from tfkube.server import queries, team_secrets
 from tfkube.server.accounts import needs_setup, session_user
 from tfkube.server.api.deps import PlatformDep, Principal, SessionDep
+from tfkube.server.artifacts import BlobStoreError
 from tfkube.server.core.inputs import control_problem
 from tfkube.server.core.paths import UnsafePath, safe_parts
 from tfkube.server.core.scopes import Scope, allowed
 from tfkube.server.core.security import SESSION_COOKIE
 from tfkube.server.core.tables import Job
 from tfkube.server.jobs.compare import BadSelection, parse_ids
+from tfkube.server.outputs.archive import GONE
+from tfkube.server.outputs.archived import ArchivedOutputs, ArchiveRefused
 from tfkube.server.outputs.checkpoints import find_checkpoint
 from tfkube.server.outputs.files import NotInOutputs, every_file, list_folder
 from tfkube.server.outputs.logs import JobPaths, log_files
@@ -322,25 +325,47 @@ def _events_data(db: SessionDep, job: JobOut, paths: JobPaths) -> dict[str, Any]
     }
 
 
+def _archive_of(platform: PlatformDep, row: Job) -> tuple[ArchivedOutputs | None, str]:
+    """The job's archive when its outputs live only there, and why none can be read."""
+    if row.outputs_at == GONE:
+        return None, "its logs and outputs were removed by the server's retention"
+    try:
+        return platform.archived(row), ""
+    except (ArchiveRefused, LookupError, BlobStoreError) as exc:
+        return None, f"its archive cannot be read: {exc}"
+
+
 def _outputs_data(
-    principal: Principal, row: Job, job: JobOut, path: str, browse: bool = False
+    platform: PlatformDep,
+    principal: Principal,
+    row: Job,
+    job: JobOut,
+    path: str,
+    browse: bool = False,
 ) -> dict[str, Any]:
     files: list[OutputFile] = []
     missing = ""
     groups: list[present.OutputGroup] = []
     partial = False
     readable = allowed(principal.actor, Scope.OUTPUTS_READ, row.team_id)
-    if readable and not path and not browse:
+    archive, why = _archive_of(platform, row) if readable else (None, "")
+    if why:
+        missing = why
+    elif readable and not path and not browse:
         # The top of the outputs: grouped by what they are, not one long list.
-        found, partial = every_file(row.output_dir)
+        found, partial = archive.every_file() if archive else every_file(row.output_dir)
         groups = present.group_outputs(found, contract.EXPORT_SUBDIR)
-    elif readable and row.output_dir:
+    elif readable and (row.output_dir or archive):
         # What GET /api/v1/jobs/{id}/outputs answers, its refusals as the page's words.
         try:
             if problem := control_problem(path):
                 missing = f"path: {problem}"
             else:
-                files = list_folder(row.output_dir, safe_parts(path))
+                wanted = safe_parts(path)
+                if archive is not None:
+                    files = archive.list_folder(wanted)
+                elif row.output_dir:
+                    files = list_folder(row.output_dir, wanted)
         except UnsafePath as exc:
             missing = f"path refused: {exc}"
         except NotInOutputs:
@@ -405,9 +430,10 @@ def job_page(
     row = _job_row(job_id, principal, db)
     job, paths = _job_view(platform, db, row)
     ctx = page_context(principal, db, platform)
-    logs = (
-        log_files(row.output_dir) if allowed(principal.actor, Scope.LOGS_READ, row.team_id) else []
-    )
+    logs = []
+    if allowed(principal.actor, Scope.LOGS_READ, row.team_id):
+        archive, _ = _archive_of(platform, row)
+        logs = archive.log_files() if archive else log_files(row.output_dir)
     attempts: dict[str, list[int]] = {}
     for f in logs:
         attempts.setdefault(f.replica, []).append(f.attempt)
@@ -424,7 +450,7 @@ def job_page(
             **_summary_data(principal, platform, row, job, db),
             **_replica_data(job, "", "", "", "", 1),
             **_events_data(db, job, paths),
-            **_outputs_data(principal, row, job, ""),
+            **_outputs_data(platform, principal, row, job, ""),
             "log_attempts": attempts,
             "log_replica": chosen,
             "log_replicas": present.log_choices(keys, attempts, chosen),
@@ -476,12 +502,13 @@ def job_outputs_part(
     job_id: str,
     principal: PageUser,
     db: SessionDep,
+    platform: PlatformDep,
     path: str = "",
     browse: str = "",
 ) -> Response:
     row = _job_row(job_id, principal, db)
     job = queries.jobs.view(db, row, detail=False)
-    data = _outputs_data(principal, row, job, path, browse=browse == "1")
+    data = _outputs_data(platform, principal, row, job, path, browse=browse == "1")
     return render(request, "_outputs.html", data)
 
 

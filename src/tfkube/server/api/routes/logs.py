@@ -18,6 +18,8 @@ from tfkube.server.core.inputs import content_disposition, control_problem
 from tfkube.server.core.paths import UnsafePath, safe_parts
 from tfkube.server.core.scopes import Scope
 from tfkube.server.core.tables import Job, Team
+from tfkube.server.outputs.archive import GONE
+from tfkube.server.outputs.archived import ArchivedOutputs, ArchiveRefused
 from tfkube.server.outputs.files import (
     NotInOutputs,
     file_chunks,
@@ -49,10 +51,27 @@ from tfkube.wire import LogFile, LogSearchOut, OutputFile, Progress, ScalarsOut,
 router = APIRouter(prefix="/api/v1/jobs/{job_id}", tags=["logs and outputs"])
 
 
+def _archived(platform: PlatformDep, job: Job) -> ArchivedOutputs | None:
+    """The job's archive when its logs and outputs live only there (`--keep-local`),
+    else None; a 404 when retention removed them, a 502 for an archive refused."""
+    if job.outputs_at == GONE:
+        raise HTTPException(
+            404, "this job's logs and outputs were removed by the server's retention"
+        )
+    try:
+        return platform.archived(job)
+    except ArchiveRefused as exc:
+        raise HTTPException(502, f"the archive of this job's outputs was refused: {exc}") from None
+    except LookupError as exc:
+        raise HTTPException(404, str(exc)) from None
+
+
 @router.get("/logs")
-def list_logs(job: JobDep, principal: CurrentUser) -> list[LogFile]:
+def list_logs(job: JobDep, principal: CurrentUser, platform: PlatformDep) -> list[LogFile]:
     """Every replica's log files, one per start (attempt 0, 1, ...)."""
     principal.require(Scope.LOGS_READ, job.team_id)
+    if (archive := _archived(platform, job)) is not None:
+        return archive.log_files()
     return log_files(job.output_dir)
 
 
@@ -89,7 +108,11 @@ async def search_logs_route(
         at = SearchCursor.parse(cursor) if cursor else None
     except BadCursor as exc:
         raise field_error("cursor", str(exc)) from None
-    found = await asyncio.to_thread(search_logs, job.output_dir, text, at, max_hits=limit)
+    archive = await asyncio.to_thread(_archived, platform, job)
+    if archive is not None:
+        found = await asyncio.to_thread(archive.search, text, at, limit)
+    else:
+        found = await asyncio.to_thread(search_logs, job.output_dir, text, at, max_hits=limit)
     if job_paths and found.hits:
         paths = await asyncio.to_thread(_paths, platform, db, job, None)
         found.hits = [h.model_copy(update={"text": paths.shown(h.text)}) for h in found.hits]
@@ -157,9 +180,17 @@ async def read_log(
         text = raw.decode("utf-8", errors="replace")
         return paths.shown(text) if paths else text
 
+    archive = await asyncio.to_thread(_archived, platform, job)
+    in_archive: tuple[str, ...] = ()
+    ref: LogRef = ("", ())
     try:
-        ref = log_path(job.output_dir, replica, attempt)
+        if archive is not None:
+            in_archive = archive.log_parts(replica, attempt)
+        else:
+            ref = log_path(job.output_dir, replica, attempt)
     except NoSuchLog as exc:
+        if archive is not None:
+            raise HTTPException(404, str(exc)) from None
         text = await asyncio.to_thread(_pod_log, platform, db, job, replica, str(exc))
         return PlainTextResponse(paths.shown(text) if paths else text)
     job_id = job.id
@@ -178,16 +209,26 @@ async def read_log(
     wants_sse = "text/event-stream" in request.headers.get("accept", "")
     if not (follow or wants_sse):
         try:
-            data = await asyncio.to_thread(read_all, ref, offset, limit)
+            if archive is not None:
+                data = await asyncio.to_thread(archive.read, in_archive, offset, limit)
+            else:
+                data = await asyncio.to_thread(read_all, ref, offset, limit)
         except OSError:  # replaced by a link (or removed) since it was found
             raise HTTPException(404, f"{replica} has no such log") from None
         return PlainTextResponse(show(data), headers=WORKLOAD_BYTES)
+
+    def source() -> AsyncIterator[bytes]:
+        """The log from `offset`: followed in the output folder, or (an ended job's)
+        read from its archive in ranged reads."""
+        if archive is None:
+            return _follow(ref, offset, running, request)
+        return _archived_log(archive, in_archive, offset, request)
 
     async def lines() -> AsyncIterator[tuple[bytes, int]]:
         """Each line (without its newline; the last one perhaps unfinished) and the byte
         offset in the file after it."""
         at, partial = offset, b""
-        async for chunk in _follow(ref, offset, running, request):
+        async for chunk in source():
             *whole, partial = (partial + chunk).split(b"\n")
             for line in whole:
                 at += len(line) + 1
@@ -197,7 +238,7 @@ async def read_log(
 
     async def chunks() -> AsyncIterator[bytes]:
         if paths is None:
-            async for chunk in _follow(ref, offset, running, request):
+            async for chunk in source():
                 yield chunk
             return
         async for line, _ in lines():
@@ -235,6 +276,16 @@ async def _follow(
             return
 
 
+async def _archived_log(
+    archive: ArchivedOutputs, parts: tuple[str, ...], offset: int, request: Request
+) -> AsyncIterator[bytes]:
+    _, chunks = await asyncio.to_thread(archive.file_chunks, parts, offset)
+    while (chunk := await asyncio.to_thread(next, chunks, None)) is not None:
+        yield chunk
+        if await request.is_disconnected():
+            return
+
+
 def _outputs_root(job: Job) -> str:
     if not job.output_dir:
         raise HTTPException(404, "this job keeps no outputs on the server")
@@ -258,29 +309,39 @@ WORKLOAD_BYTES = {
 
 
 @router.get("/outputs")
-def list_outputs(job: JobDep, principal: CurrentUser, path: str = "") -> list[OutputFile]:
+def list_outputs(
+    job: JobDep, principal: CurrentUser, platform: PlatformDep, path: str = ""
+) -> list[OutputFile]:
     """The files in a folder of the job's outputs (`path` relative to it). Links the job
     made are neither listed nor followed."""
     principal.require(Scope.OUTPUTS_READ, job.team_id)
-    root = _outputs_root(job)
+    parts = _parts(path)
     try:
-        return list_folder(root, _parts(path))
+        if (archive := _archived(platform, job)) is not None:
+            return archive.list_folder(parts)
+        return list_folder(_outputs_root(job), parts)
     except NotInOutputs:
         raise HTTPException(404, f"no folder {path!r} in the outputs") from None
 
 
 @router.get("/outputs/{path:path}", response_model=None)
-def download_output(job: JobDep, path: str, principal: CurrentUser) -> StreamingResponse:
+def download_output(
+    job: JobDep, path: str, principal: CurrentUser, platform: PlatformDep
+) -> StreamingResponse:
     """One file of the outputs, or a folder as a .tar.gz (streamed)."""
     principal.require(Scope.OUTPUTS_READ, job.team_id)
-    root = _outputs_root(job)
     parts = _parts(path)
+    archive = _archived(platform, job)
+    root = "" if archive is not None else _outputs_root(job)
     try:
-        kind = kind_of(root, parts)
-        if kind == "file":
-            fd, size = open_output(root, parts)
+        if (archive.kind_of(parts) if archive else kind_of(root, parts)) == "file":
+            if archive is not None:  # ranged reads of the archive
+                size, chunks = archive.file_chunks(parts)
+            else:
+                fd, size = open_output(root, parts)
+                chunks = file_chunks(fd, size)
             return StreamingResponse(
-                file_chunks(fd, size),
+                chunks,
                 media_type="application/octet-stream",
                 headers={
                     "Content-Disposition": content_disposition(parts[-1]),
@@ -292,7 +353,7 @@ def download_output(job: JobDep, path: str, principal: CurrentUser) -> Streaming
         raise HTTPException(404, f"no file {path!r} in the outputs") from None
     name = (parts[-1] if parts else job.name) + ".tar.gz"
     return StreamingResponse(
-        tar_folder(root, parts),
+        archive.tar_folder(parts) if archive else tar_folder(root, parts),
         media_type="application/gzip",
         headers={"Content-Disposition": content_disposition(name), **WORKLOAD_BYTES},
     )
