@@ -720,14 +720,13 @@ def test_between_graph_scaled_2_4_1_keeps_its_accuracy(
     size ConfigMap) and train steps of their own against the running PS; the removed ones
     (worker-1..3) stop between steps on SIGTERM; nothing is counted as a failure or a
     restart, the PS pod is the one it started with, and the accuracy is within 1 point of
-    the same job at a fixed 2 workers (run first, in the same namespace)."""
+    the same job at a fixed 2 workers (run beside it, in the same namespace: one wait for
+    both trainings)."""
     kube, ns = operator.kube, kube_namespace
     fixed_path, raw = real_node_job(real_node, tmp_path, "mnist-between-graph", SCALE_ARGS)
     raw["metadata"]["name"] = fixed = "fixed"
     fixed_path.write_text(yaml.safe_dump(raw))
     submit(real_node, kube, ns, fixed_path)
-    wait_done(kube, ns, fixed)
-    fixed_result = result(kube, ns, fixed)
 
     name = "scaled"
     path, raw = real_node_job(
@@ -769,6 +768,8 @@ def test_between_graph_scaled_2_4_1_keeps_its_accuracy(
 
     final = wait_done(kube, ns, name)
     res = result(kube, ns, name)
+    wait_done(kube, ns, fixed)
+    fixed_result = result(kube, ns, fixed)
     assert final["restarts"] == 0, final
     assert final["workers"] == 1
     assert final["message"] == "worker-0 succeeded"
