@@ -197,10 +197,15 @@ def operator(
     assert "Forbidden" not in op.log.read_text(), op.log.read_text()[-5000:]
 
 
-@pytest.fixture
-def code(tmp_path: Path) -> Path:
-    folder = tmp_path / "code"
+def write_code(base: Path) -> Path:
+    """`base/code/` with a run.sh and a train.py, to submit from `base`; returns `base`."""
+    folder = base / "code"
     folder.mkdir()
     (folder / "run.sh").write_text("#!/bin/sh\necho training\n")
     (folder / "train.py").write_text("print('training')\n")
-    return tmp_path
+    return base
+
+
+@pytest.fixture
+def code(tmp_path: Path) -> Path:
+    return write_code(tmp_path)

@@ -11,6 +11,8 @@
 - A fake node gone silent mid-job (its kubelet dead, the Node left in place: NotReady): its
   pod is evicted after runPolicy.nodeLostSeconds, the operator fails it (no kubelet will),
   the Job makes it again elsewhere, and the job succeeds (`Cluster.silence_node`).
+  Both node scenarios run at once (the `node_faults` fixture), each job on nodes of its
+  own: they wait on Kubernetes' own clocks, not on each other.
 - A crash-looping job: every worker exits 1 at once, for ever. The job fails once the
   retry budget is spent and at most `backoffLimit + replicas` dead pods are left (the seed
   platform's node ended with 10,000+).
@@ -21,18 +23,25 @@ from `.venv/bin/pytest tests/cluster/test_kube_faults.py -s -q`.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
+import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from tfkube.planner import JobPhase
 
 from ._support import KubeCluster, Operator, wait_for
+from .fixtures import write_code
 from .test_operator import events, job_dict, phase_is, pods, submit
 
 FORBIDDEN_GRACE = 30.0
@@ -204,63 +213,28 @@ def test_control_plane_restarted_mid_job(
     )
 
 
-def test_a_node_lost_mid_job_and_the_job_recovers(
-    operator: Operator, code: Path, kube_namespace: str
-) -> None:
-    kube, ns = operator.kube, kube_namespace
-    harness = kube.harness
-    assert harness is not None, "the control plane is not this session's own"
-    selector = "tfkube.io/job-name=nodelost"
-    data = job_dict("nodelost")
-    # KWOK still completes a lost node's pods on time (it is no kubelet): they must outlast
-    # the pod GC's wait for a missing node's pods (40 s quarantine, a 20 s period).
-    data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "90s"}
-    backend = submit(kube, ns, code, data)
-
-    index = "batch.kubernetes.io/job-completion-index"
-
-    def worker_0() -> Any:
-        """worker-0's pod (its success is the job's), once it runs."""
-        for pod in pods(kube, ns, f"{selector},tfkube.io/replica-type=worker"):
-            if pod.metadata.labels.get(index) == "0" and pod.status.phase == "Running":
-                return pod
-        return None
-
-    first = wait_for("worker-0 running", worker_0, 90)
-    node = str(first.spec.node_name)
-    spec = next(n for n in harness.nodes if n.name == node)
-    lost = time.monotonic()
-    kube.core.delete_node(node)
-    try:
-        status = wait_for(
-            "success after the node's loss",
-            lambda: phase_is(kube, ns, "nodelost", "Succeeded", "Failed"),
-            360,
-            0.5,
-        )
-        recovered = time.monotonic() - lost
-    finally:
-        harness.api("POST", "/api/v1/nodes", spec.manifest())
-        wait_for("the node back", harness._nodes_ready, 90, 0.5)
-    assert status["phase"] == "Succeeded", (status, backend.get("nodelost"))
-    again = worker_0() or next(
-        p
-        for p in pods(kube, ns, f"{selector},tfkube.io/replica-type=worker")
-        if p.metadata.labels.get(index) == "0" and p.status.phase == "Succeeded"
-    )
-    assert again.metadata.uid != first.metadata.uid  # made again, elsewhere
-    assert again.spec.node_name != node
-    jobs = kube.batch.list_namespaced_job(ns, label_selector=selector).items
-    assert len({j.metadata.name for j in jobs}) == len(jobs)
-    print(
-        f"\n[fault] node {node} lost (deleted) with worker-0 running: Succeeded "
-        f"{recovered:.1f}s later (90 s fake workers; the pod GC waits 40-60 s for a lost "
-        f"node's pods); whole-job restarts {status['restarts']}"
-    )
-
+# -- a node lost, two ways, side by side ------------------------------------------------------
+#
+# Both scenarios wait on Kubernetes' own clocks (the pod GC's 40 s quarantine of a missing
+# node's pods; the node lifecycle controller's 50 s grace since a Lease renewal), not on
+# tfkube's, so one fixture runs them at once, each job on nodes of its own (the deleted
+# node's job on two CPU nodes, the silent node's on the GPU nodes), and each test asserts
+# on its own scenario's record.
 
 LOST_SECONDS = 5
-"""The test's runPolicy.nodeLostSeconds: short, to keep the test short (the default is 30)."""
+"""The silent scenario's runPolicy.nodeLostSeconds: short, to keep the test short (the
+default is 30)."""
+
+FAKE_DURATION = "tfkube.io/fake-duration"
+RERUN = "15s"
+"""Every worker pod's fake run but the first worker-0's: the replacement ends this long
+after it starts, and the job with it. The first worker-0's run is made to outlast the
+whole recovery (`_outlast`)."""
+
+POOL_LABEL = "tfkube.io/test-pool"
+"""Put on two CPU nodes for the deleted node's workers (one to lose, one to go to)."""
+
+INDEX = "batch.kubernetes.io/job-completion-index"
 
 
 def _node_ready(kube: KubeCluster, name: str) -> str:
@@ -269,102 +243,253 @@ def _node_ready(kube: KubeCluster, name: str) -> str:
     return next((c.status for c in node.status.conditions or [] if c.type == "Ready"), "Unknown")
 
 
-def test_a_node_gone_silent_mid_job_and_the_job_recovers(
-    operator: Operator, code: Path, kube_namespace: str
-) -> None:
+def _workers_0(kube: KubeCluster, ns: str, name: str) -> list[Any]:
+    selector = f"tfkube.io/job-name={name},tfkube.io/replica-type=worker"
+    return [p for p in pods(kube, ns, selector) if p.metadata.labels.get(INDEX) == "0"]
+
+
+def _running(items: list[Any]) -> list[Any]:
+    """The pods that run and are not being deleted."""
+    return [
+        p for p in items if p.status.phase == "Running" and p.metadata.deletion_timestamp is None
+    ]
+
+
+def _outlast(kube: KubeCluster, ns: str, name: str) -> Any:
+    """worker-0's first pod, once it runs, with its fake run made to outlast the fault. KWOK
+    is no kubelet: it still ends a deleted node's pods on time, and the run's end it had
+    queued before a node went silent. The first run must not end the job; the replacement
+    (from the Job's template, RERUN) ends soon after it starts."""
+    first = wait_for("worker-0 running", lambda: _running(_workers_0(kube, ns, name))[:1], 90, 0.1)
+    pod = first[0]
+    patch = {"metadata": {"annotations": {FAKE_DURATION: "24h"}}}
+    kube.core.patch_namespaced_pod(pod.metadata.name, ns, patch)
+    pod = kube.core.read_namespaced_pod(pod.metadata.name, ns)
+    assert pod.status.phase == "Running", (
+        f"worker-0 ended its {RERUN} run before the test could lengthen it: {pod.status.phase}"
+    )
+    return pod
+
+
+@dataclass
+class Scenario:
+    """What one node-loss scenario saw: `kube`, `ns` and `name` say where it looks."""
+
+    kube: KubeCluster
+    ns: str
+    name: str
+    node: str = ""
+    """worker-0's first node, the one lost."""
+    first_uid: str = ""
+    lost: float = 0.0
+    """When the node was lost (time.monotonic)."""
+    marks: dict[str, float] = field(default_factory=dict)
+    """Seconds from the loss to each step waited for."""
+    most_running: int = 1
+    """The most worker-0 pods seen running (not being deleted) at once."""
+    reasons: set[str] = field(default_factory=set)
+    """The first pod's DisruptionTarget reasons."""
+    status: dict[str, Any] = field(default_factory=dict)
+    view: str = ""
+    """The job as the backend shows it (for a failure's message)."""
+    workers_0: list[Any] = field(default_factory=list)
+    """worker-0's pods at the end."""
+    jobs: list[str] = field(default_factory=list)
+
+    def workers(self) -> list[Any]:
+        return _workers_0(self.kube, self.ns, self.name)
+
+    def until(self, what: str, check: Any, timeout: float) -> None:
+        """Wait for `check`, counting worker-0's running pods meanwhile; mark the time."""
+
+        def probe() -> Any:
+            self.most_running = max(self.most_running, len(_running(self.workers())))
+            return check()
+
+        wait_for(what, probe, timeout, 0.5)
+        self.marks[what] = time.monotonic() - self.lost
+
+    def again(self) -> bool:
+        """worker-0 made again: a pod of its own runs, or has run and ended."""
+        return any(
+            p.metadata.uid != self.first_uid and (p.status.phase == "Succeeded" or _running([p]))
+            for p in self.workers()
+        )
+
+    def ended(self) -> dict[str, Any] | None:
+        return phase_is(self.kube, self.ns, self.name, "Succeeded", "Failed")
+
+    def end(self, backend: Any) -> Scenario:
+        self.status = self.ended() or {}
+        self.view = str(backend.get(self.name))
+        self.workers_0 = self.workers()
+        selector = f"tfkube.io/job-name={self.name}"
+        self.jobs = _names(
+            self.kube.batch.list_namespaced_job(self.ns, label_selector=selector).items
+        )
+        return self
+
+
+def _deleted_node(kube: KubeCluster, ns: str, code: Path) -> Scenario:
+    """worker-0's node deleted (as a cloud does with a dead machine) while it runs."""
+    harness = kube.harness
+    assert harness is not None, "the control plane is not this session's own"
+    run = Scenario(kube, ns, "nodelost")
+    data = job_dict(run.name)
+    replicas = data["spec"]["replicas"]
+    replicas["ps"]["nodeSelector"] = {"kubernetes.io/hostname": kube.cpu_nodes[0]}
+    replicas["worker"]["nodeSelector"] = {POOL_LABEL: "nodelost"}
+    replicas["worker"]["annotations"] = {FAKE_DURATION: RERUN}
+    backend = submit(kube, ns, code, data)
+    first = _outlast(kube, ns, run.name)
+    run.node, run.first_uid = str(first.spec.node_name), str(first.metadata.uid)
+    spec = next(n for n in harness.nodes if n.name == run.node)
+    run.lost = time.monotonic()
+    kube.core.delete_node(run.node)
+    try:
+        # The pod GC fails a missing node's pods after a 40 s quarantine (a 20 s period).
+        run.until("worker-0 again elsewhere", run.again, 240)
+        run.until("success", run.ended, 180)
+    finally:
+        harness.api("POST", "/api/v1/nodes", spec.manifest())
+    return run.end(backend)
+
+
+def _silent_node(kube: KubeCluster, ns: str, code: Path) -> Scenario:
+    """worker-0's node silent (its kubelet dead, the Node left in place) while it runs."""
+    harness = kube.harness
+    assert harness is not None, "the control plane is not this session's own"
+    run = Scenario(kube, ns, "silent")
+    data = job_dict(run.name, runPolicy={"nodeLostSeconds": LOST_SECONDS})
+    # The PS apart (a CPU node), the workers on the GPU nodes: worker-0's node is silenced
+    # and its replacement has one to go to.
+    replicas = data["spec"]["replicas"]
+    replicas["ps"]["nodeSelector"] = {"kubernetes.io/hostname": kube.cpu_nodes[0]}
+    replicas["worker"]["nodeSelector"] = {"tfkube.io/gpu": "true"}
+    replicas["worker"]["annotations"] = {FAKE_DURATION: RERUN}
+    backend = submit(kube, ns, code, data)
+    first = _outlast(kube, ns, run.name)
+    run.node, run.first_uid = str(first.spec.node_name), str(first.metadata.uid)
+    run.lost = time.monotonic()
+    harness.silence_node(run.node)
+    try:
+        run.until("NotReady", lambda: _node_ready(kube, run.node) != "True", 150)
+
+        def first_evicted() -> bool:
+            old = [p for p in run.workers() if p.metadata.uid == run.first_uid]
+            for p in old:
+                run.reasons.update(
+                    str(c.reason) for c in p.status.conditions or [] if c.type == "DisruptionTarget"
+                )
+            return not old or any(p.metadata.deletion_timestamp for p in old)
+
+        run.until("evicted", first_evicted, 120)
+        run.until(
+            "running again",
+            lambda: any(p.metadata.uid != run.first_uid for p in _running(run.workers())),
+            90,
+        )
+        run.until("success", run.ended, 180)
+    finally:
+        harness.silence_node(run.node, silent=False)
+    return run.end(backend)
+
+
+@dataclass
+class NodeFaults:
+    runs: dict[str, Future[Scenario]]
+    operator_log: str
+
+    def result(self, scenario: str) -> Scenario:
+        """The scenario's record (its own error, if it failed); the operator's log clean."""
+        run = self.runs[scenario].result()
+        log = self.operator_log
+        assert "Traceback" not in log, log[-5000:]
+        assert "Forbidden" not in log, log[-5000:]
+        return run
+
+
+@pytest.fixture(scope="module")
+def node_faults(
+    crd: KubeCluster, operator_kubeconfig: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[NodeFaults]:
+    """Both node-loss scenarios run at once, one job each, in a namespace of their own
+    watched by one operator (with its own RBAC, as the `operator` fixture runs it). Every
+    node is back and Ready before the tests read the records."""
+    kube = crd
+    harness = kube.harness
+    assert harness is not None, "the control plane is not this session's own"
+    folder = tmp_path_factory.mktemp("node-faults")
+    write_code(folder)
+    ns = f"node-faults-{uuid.uuid4().hex[:6]}"
+    kube.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    pool = kube.cpu_nodes[1:3]
+
+    def label(value: str | None) -> None:
+        for node in pool:
+            with contextlib.suppress(ApiException):  # a deleted node is registered unlabelled
+                kube.core.patch_node(node, {"metadata": {"labels": {POOL_LABEL: value}}})
+
+    operator = Operator(kube, ns, folder / "operator.log", operator_kubeconfig)
+    try:
+        label("nodelost")
+        operator.start()
+        with ThreadPoolExecutor(2) as pool_:
+            runs = {
+                "deleted": pool_.submit(_deleted_node, kube, ns, folder),
+                "silent": pool_.submit(_silent_node, kube, ns, folder),
+            }
+        operator.kill()
+        label(None)
+        wait_for("every node back and Ready", harness._nodes_ready, 120, 0.5)
+        yield NodeFaults(runs, operator.log.read_text())
+    finally:
+        operator.kill()
+        label(None)
+        kube.core.delete_namespace(ns, propagation_policy="Background")
+
+
+def test_a_node_lost_mid_job_and_the_job_recovers(node_faults: NodeFaults) -> None:
+    run = node_faults.result("deleted")
+    status = run.status
+    assert status.get("phase") == "Succeeded", (status, run.view)
+    assert status["restarts"] == 0  # a node's loss is not the training's failure
+    again = [p for p in run.workers_0 if p.metadata.uid != run.first_uid]
+    assert again, "worker-0 was not made again"
+    assert all(p.spec.node_name != run.node for p in again)  # made again, elsewhere
+    assert any(p.status.phase == "Succeeded" for p in again)  # its success is the job's
+    assert run.jobs == ["nodelost-ps", "nodelost-worker"]
+    print(
+        f"\n[fault] node {run.node} lost (deleted) with worker-0 running: running again "
+        f"elsewhere after {run.marks['worker-0 again elsewhere']:.1f}s (the pod GC waits "
+        f"40-60 s for a lost node's pods), Succeeded after {run.marks['success']:.1f}s "
+        f"({RERUN} fake run again); whole-job restarts {status['restarts']}"
+    )
+
+
+def test_a_node_gone_silent_mid_job_and_the_job_recovers(node_faults: NodeFaults) -> None:
     """A node stops answering (its kubelet dead, the Node left in place, as when a machine
     loses power): the node lifecycle controller marks it NotReady and taints it; the pod
     there is evicted after runPolicy.nodeLostSeconds (5 s here; default 30 s, not
     Kubernetes' 300 s), stays Terminating (no kubelet ends it), the operator marks it
     Failed, the Job makes it again on another node, and the job succeeds."""
-    kube, ns = operator.kube, kube_namespace
-    harness = kube.harness
-    assert harness is not None, "the control plane is not this session's own"
-    name, selector = "silent", "tfkube.io/job-name=silent"
-    data = job_dict(name, runPolicy={"nodeLostSeconds": LOST_SECONDS})
-    # The PS apart (a CPU node), the workers on the GPU nodes: worker-0's node is silenced
-    # and its replacement has one to go to. KWOK stops acting on a silent node's pods, except
-    # what it had already queued: the fake run's end. So the run outlasts the way to the
-    # replacement (NotReady after the controller's 50 s grace, then the toleration, the
-    # pod's grace, the operator's 10 s) and the first pod is gone before that end fires.
-    data["spec"]["replicas"]["ps"]["nodeSelector"] = {"kubernetes.io/hostname": kube.cpu_nodes[0]}
-    data["spec"]["replicas"]["worker"]["nodeSelector"] = {"tfkube.io/gpu": "true"}
-    data["spec"]["replicas"]["worker"]["annotations"] = {"tfkube.io/fake-duration": "100s"}
-    backend = submit(kube, ns, code, data)
-    index = "batch.kubernetes.io/job-completion-index"
-
-    def workers_0() -> list[Any]:
-        return [
-            p
-            for p in pods(kube, ns, f"{selector},tfkube.io/replica-type=worker")
-            if p.metadata.labels.get(index) == "0"
-        ]
-
-    def running() -> list[Any]:
-        """worker-0's pods that run and are not being deleted."""
-        return [
-            p
-            for p in workers_0()
-            if p.status.phase == "Running" and p.metadata.deletion_timestamp is None
-        ]
-
-    first = wait_for("worker-0 running", lambda: running()[:1], 90)[0]
-    node = str(first.spec.node_name)
-    lost = time.monotonic()
-    most_running = 1
-    harness.silence_node(node)
-    try:
-
-        def until(what: str, check: Any, timeout: float) -> float:
-            nonlocal most_running
-
-            def probe() -> Any:
-                nonlocal most_running
-                most_running = max(most_running, len(running()))
-                return check()
-
-            wait_for(what, probe, timeout, 0.5)
-            return time.monotonic() - lost
-
-        not_ready = until("the node NotReady", lambda: _node_ready(kube, node) != "True", 150)
-        reasons: set[str] = set()
-
-        def first_evicted() -> bool:
-            old = [p for p in workers_0() if p.metadata.uid == first.metadata.uid]
-            for p in old:
-                reasons.update(
-                    str(c.reason) for c in p.status.conditions or [] if c.type == "DisruptionTarget"
-                )
-            return not old or any(p.metadata.deletion_timestamp for p in old)
-
-        evicted = until("worker-0 evicted", first_evicted, 120)
-        again = until(
-            "worker-0 again elsewhere",
-            lambda: any(p.metadata.uid != first.metadata.uid for p in running()),
-            90,
-        )
-        until("success", lambda: phase_is(kube, ns, name, "Succeeded", "Failed"), 180)
-        succeeded = time.monotonic() - lost
-        status = phase_is(kube, ns, name, "Succeeded", "Failed")
-    finally:
-        harness.silence_node(node, silent=False)
-        wait_for("the node back", harness._nodes_ready, 120, 0.5)
-    assert status is not None
-    assert status["phase"] == "Succeeded", (status, backend.get(name))
+    run = node_faults.result("silent")
+    status = run.status
+    assert status.get("phase") == "Succeeded", (status, run.view)
     assert status["restarts"] == 0  # a node's loss is not the training's failure
-    replacement = next(p for p in workers_0() if p.metadata.uid != first.metadata.uid)
-    assert replacement.spec.node_name != node
-    assert most_running == 1  # never two worker-0s running at once
-    assert reasons == {"DeletionByTaintManager"}, reasons  # evicted for the node's loss
+    replacement = next(p for p in run.workers_0 if p.metadata.uid != run.first_uid)
+    assert replacement.spec.node_name != run.node
+    assert run.most_running == 1  # never two worker-0s running at once
+    assert run.reasons == {"DeletionByTaintManager"}, run.reasons  # evicted for the node's loss
     assert not any(
-        p.metadata.uid == first.metadata.uid and p.status.phase == "Succeeded" for p in workers_0()
+        p.metadata.uid == run.first_uid and p.status.phase == "Succeeded" for p in run.workers_0
     )  # the recovery, not the first run's end, made the job succeed
-    jobs = kube.batch.list_namespaced_job(ns, label_selector=selector).items
-    assert sorted(j.metadata.name for j in jobs) == [f"{name}-ps", f"{name}-worker"]
+    assert run.jobs == ["silent-ps", "silent-worker"]
+    marks = run.marks
     print(
-        f"\n[fault] node {node} silent (NotReady, not deleted) with worker-0 running: "
-        f"NotReady after {not_ready:.1f}s, worker-0 evicted after {evicted:.1f}s, running "
-        f"again elsewhere after {again:.1f}s, Succeeded after {succeeded:.1f}s "
-        f"(nodeLostSeconds {LOST_SECONDS}, 100 s fake workers); whole-job restarts "
-        f"{status['restarts']}"
+        f"\n[fault] node {run.node} silent (NotReady, not deleted) with worker-0 running: "
+        f"NotReady after {marks['NotReady']:.1f}s, worker-0 evicted after "
+        f"{marks['evicted']:.1f}s, running again elsewhere after {marks['running again']:.1f}s, "
+        f"Succeeded after {marks['success']:.1f}s (nodeLostSeconds {LOST_SECONDS}, "
+        f"{RERUN} fake run again); whole-job restarts {status['restarts']}"
     )

@@ -4,7 +4,10 @@ held-out digits through TensorFlow Serving's REST API (behind the server's proxy
 the accuracy the job reported. Bad requests get TensorFlow Serving's error shape and
 status and the model server keeps serving; a newer export is picked up without a
 restart; the model servers come back after a restart of `tfkube server`; stop ends the
-process. On SQLite only: training is slow on two cores."""
+process. Before that, the between-graph job through the platform: its replicas' end, the
+worker's log after the end, the accuracy series, the final checkpoint, TensorBoard behind
+the proxy. Both examples are trained once for the module (`trained`), by one member, and
+each test reads the jobs. On SQLite only: training is slow on two cores."""
 
 from __future__ import annotations
 
@@ -13,8 +16,10 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,7 @@ import yaml
 
 import tfkube
 from conftest import tagged_processes  # tests/conftest.py
+from tfkube.wire import JobOut
 
 from ._server import Api, ServerProc, api_for, free_port
 from .conftest import start_server, stop_server
@@ -55,6 +61,89 @@ def served_platform(
         yield server, admin, tag
     finally:
         stop_server(server, admin, tag)
+
+
+@dataclass
+class Trained:
+    """Both examples trained through the module's server by one member."""
+
+    api: Api
+    """The member's API client (the jobs are theirs)."""
+    mnist_version: int
+    """The version of the uploaded between-graph code."""
+    between: JobOut
+    strategy: JobOut
+
+
+@pytest.fixture(scope="module")
+def trained(served_platform: tuple[ServerProc, Api, str]) -> Iterator[Trained]:
+    """The between-graph example (1 PS + 2 workers, 300 steps) and the ps-strategy example
+    (300 steps), submitted at once and waited for: the tests only read them (the serving
+    test adds an export after the others have read the job's outputs)."""
+    server, admin, _ = served_platform
+    member = admin.new_user()
+    admin.add_member("default", member, "member")
+    api = api_for(server.url, member)
+    try:
+        with tfkube.Client(server.url, api.token, team="default") as c:
+            art = c.upload(EXAMPLES / "mnist-between-graph", "mnist")
+            c.upload(EXAMPLES / "ps-strategy", "ps")
+            between = c.submit(
+                name="mnist", workers=2, ps=1, code="mnist", args=["--train_steps=300"]
+            )
+            manifest = yaml.safe_load((EXAMPLES / "ps-strategy" / "job.yaml").read_text())
+            manifest["spec"]["code"]["source"] = "artifact:ps"
+            manifest["spec"]["replicas"]["chief"]["args"] = ["--train_steps=300"]
+            strategy = c.submit(manifest)
+            done = [c.wait(job.id, timeout=900, poll=1.0) for job in (between, strategy)]
+        yield Trained(api, art.version, *done)
+    finally:
+        api.close()
+
+
+def test_between_graph_example_through_the_server(
+    served_platform: tuple[ServerProc, Api, str], trained: Trained, tmp_path: Path
+) -> None:
+    server, admin, _ = served_platform
+    api, done = trained.api, trained.between
+    assert done.phase == "Succeeded", (done.reason, done.message)
+    assert done.code == f"mnist:{trained.mnist_version}"
+    ps = next(r for r in done.replicas or [] if r.key == "ps-0")
+    assert ps.state == "Stopped"  # ended by the platform, not waited for
+    with tfkube.Client(server.url, api.token, team="default") as c:
+        log = "\n".join(c.logs(done.id, "worker-1"))
+        assert "worker 1:" in log
+        assert "steps in" in log
+        scalars = c.scalars(done.id)
+        accuracy = next(s for s in scalars.series if s.tag == "accuracy")
+        assert accuracy.points
+        assert all(0.0 <= p.value <= 1.0 for p in accuracy.points)
+        assert scalars.progress.total == 300
+        assert scalars.progress.fraction is not None
+        files = {f.path for f in c.outputs(done.id)}
+        assert "checkpoint" in files
+        index = c.download(done.id, "checkpoint", tmp_path / "checkpoint").read_text()
+        latest = Path(index.split('"')[1]).name  # e.g. model.ckpt-301
+        assert any(f.startswith(latest) for f in files)
+        bundle = c.download(done.id, "", tmp_path / "outputs.tar.gz")
+        with tarfile.open(bundle) as tar:
+            names = tar.getnames()
+        assert f"{latest}.index" in names
+        assert ".tfkube/logs/worker-1/0.log" in names
+    # TensorBoard through the server's authenticating proxy, started on demand.
+    base = f"/proxy/tensorboard/{done.id}"
+    page = api.get(f"{base}/", timeout=120)
+    assert page.status_code == 200
+    assert "<tf-tensorboard" in page.text or "tensorboard" in page.text.lower()
+    tags = api.get(f"{base}/data/plugin/scalars/tags", timeout=120)
+    assert tags.status_code == 200
+    assert "accuracy" in tags.text
+    assert httpx.get(f"{server.url}{base}/").status_code == 401
+    stranger = api_for(server.url, admin.new_user())
+    try:
+        assert stranger.get(f"{base}/").status_code == 404
+    finally:
+        stranger.close()
 
 
 def _model_servers(tag: str) -> list[int]:
@@ -163,28 +252,20 @@ def _through_grpc(
 
 
 def test_train_serve_predict_both_examples(
-    served_platform: tuple[ServerProc, Api, str], tmp_path: Path
+    served_platform: tuple[ServerProc, Api, str], trained: Trained, tmp_path: Path
 ) -> None:
     server, admin, tag = served_platform
-    member, viewer, outsider = admin.new_user(), admin.new_user(), admin.new_user()
-    admin.add_member("default", member, "member")
+    viewer, outsider = admin.new_user(), admin.new_user()
     admin.add_member("default", viewer, "viewer")
-    apis = [api_for(server.url, u) for u in (member, viewer, outsider)]
-    api, viewer_api, outsider_api = apis
+    apis = [api_for(server.url, u) for u in (viewer, outsider)]
+    viewer_api, outsider_api = apis
+    api, between, strategy = trained.api, trained.between, trained.strategy
     x, y = held_out_digits()
     try:
         c = tfkube.Client(server.url, api.token, team="default")
-        c.upload(EXAMPLES / "mnist-between-graph", "mnist")
-        c.upload(EXAMPLES / "ps-strategy", "ps")
-        between = c.submit(name="mnist", workers=2, ps=1, code="mnist", args=["--train_steps=300"])
-        manifest = yaml.safe_load((EXAMPLES / "ps-strategy" / "job.yaml").read_text())
-        manifest["spec"]["code"]["source"] = "artifact:ps"
-        manifest["spec"]["replicas"]["chief"]["args"] = ["--train_steps=300"]
-        strategy = c.submit(manifest)
-
         servers = {}
         for job in (between, strategy):
-            done = c.wait(job.id, timeout=900, poll=1.0)
+            done = job
             assert done.phase == "Succeeded", (done.name, done.reason, done.message)
             # One export, named by the global step (async workers may pass the last step).
             assert c.exports(job.id) == [_result(c, job.id, tmp_path)["global_step"]]
