@@ -43,7 +43,6 @@ from server._server import PASSWORD, Api, ServerProc, api_for, env_with, free_po
 from web._browser import chromium  # noqa: E402
 from web._scale import (  # noqa: E402
     big_job_manifest,
-    bind_volumes,
     crowd,
     upload_tiny,
     wait_running,
@@ -141,7 +140,7 @@ def jobs_pages(browser: Any, tmp: Path, runs: int) -> list[tuple[str, dict[str, 
 
 
 def job_pages(browser: Any, tmp: Path, runs: int) -> list[tuple[str, dict[str, float]]]:
-    from kubernetes import client, config
+    from kubernetes import config
 
     from tfkube.engines.kubernetes import install
 
@@ -152,7 +151,6 @@ def job_pages(browser: Any, tmp: Path, runs: int) -> list[tuple[str, dict[str, f
     operator = None
     try:
         install(api_client)
-        core = client.CoreV1Api(api_client)
         extra = ["--engine", "kubernetes", "--kubeconfig", str(state.kubeconfig)]
         with server(tmp / "kube", extra) as (proc, admin):
             admin.new_team("scale")
@@ -161,7 +159,6 @@ def job_pages(browser: Any, tmp: Path, runs: int) -> list[tuple[str, dict[str, f
             upload_tiny(admin, "scale")
             ids = {}
             for name, ps, workers in (("small", 1, 2), ("wide", 10, 990)):
-                bind_volumes(core, "tfkube-scale", name)
                 job = admin.ok(
                     admin.post(
                         "/api/v1/teams/scale/jobs",
