@@ -1024,7 +1024,10 @@
       const source = new EventSource(this.shown(`&offset=${offset}`));
       this.source = source;
       this.status.textContent = "Following: new lines appear as the replica writes them.";
-      this.root.dataset.loaded = "true";
+      // Loaded once the server answered: the stream opened, or (below) the read in its stead.
+      source.addEventListener("open", () => {
+        this.root.dataset.loaded = "true";
+      });
       let dropFirst = offset > 0;
       source.addEventListener("line", (e) => {
         if (generation !== this.generation) return source.close();
@@ -1052,6 +1055,7 @@
           response = null;
         }
         if (generation !== this.generation) return;
+        this.root.dataset.loaded = "true";
         const type = response?.headers.get("content-type") || "";
         if (response?.ok && !type.includes("event-stream")) {
           this.append(await response.text(), false);
