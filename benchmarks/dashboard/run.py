@@ -18,9 +18,11 @@ For each page, over `--runs` loads in fresh browser contexts (nothing cached):
 The small and the big page of a pair are loaded in turn, so both see the same load on a
 shared machine. Target: under 2 s for both on this 2-core machine. Prints a Markdown table
 (median, 90th percentile and worst run, each big page as a ratio to its small
-counterpart, and the load average before and after each pair).
+counterpart, and the load average before and after each pair). `--watchers N` leaves N
+pages of the 1,000-replica job open in other browser contexts while the job pages are
+measured (people watching it: what each open page costs the server shows).
 
-    .venv/bin/python benchmarks/dashboard/run.py [--runs 15] [--pages all|jobs|job]
+    .venv/bin/python benchmarks/dashboard/run.py [--runs 15] [--pages all|jobs|job] [--watchers N]
 
 Needs Debian's Chromium (`make chromium`) and the control plane binaries (`make kube-bins`).
 It reuses the browser tests' helpers (tests/web, tests/server): the same real server
@@ -184,7 +186,39 @@ def jobs_pages(browser: Any, tmp: Path, runs: int) -> list[tuple[str, dict[str, 
         )
 
 
-def job_pages(browser: Any, tmp: Path, runs: int) -> list[tuple[str, dict[str, float]]]:
+@contextlib.contextmanager
+def watchers(browser: Any, url: str, user: str, count: int) -> Iterator[None]:
+    """`count` pages of `url` left open meanwhile (people watching the job: its live
+    stream, its polls, its log panel asking again), each in its own signed-in context."""
+    login = httpx.post(
+        f"{url.split('/jobs')[0]}/api/v1/auth/login", json={"name": user, "password": PASSWORD}
+    )
+    login.raise_for_status()
+    contexts = []
+    try:
+        for _ in range(count):
+            context = browser.new_context(viewport={"width": 1366, "height": 860})
+            context.add_cookies(
+                [
+                    {
+                        "name": "tfkube_session",
+                        "value": login.cookies.get("tfkube_session"),
+                        "domain": "127.0.0.1",
+                        "path": "/",
+                    }
+                ]
+            )
+            contexts.append(context)
+            context.new_page().goto(url)
+        yield
+    finally:
+        for context in contexts:
+            context.close()
+
+
+def job_pages(
+    browser: Any, tmp: Path, runs: int, watching: int = 0
+) -> list[tuple[str, dict[str, float]]]:
     from kubernetes import config
 
     from tfkube.engines.kubernetes import install
@@ -214,15 +248,16 @@ def job_pages(browser: Any, tmp: Path, runs: int) -> list[tuple[str, dict[str, f
                 ids[name] = job["id"]
             wait_running(admin, ids["small"], 3, 300)
             wait_running(admin, ids["wide"], 400, 600)
-            return measure_pair(
-                browser,
-                proc.url,
-                [
-                    ("job page, 3 replicas", f"/jobs/{ids['small']}", "admin"),
-                    ("job page, 1,000 replicas", f"/jobs/{ids['wide']}", "admin"),
-                ],
-                runs,
-            )
+            with watchers(browser, f"{proc.url}/jobs/{ids['wide']}", "admin", watching):
+                return measure_pair(
+                    browser,
+                    proc.url,
+                    [
+                        ("job page, 3 replicas", f"/jobs/{ids['small']}", "admin"),
+                        ("job page, 1,000 replicas", f"/jobs/{ids['wide']}", "admin"),
+                    ],
+                    runs,
+                )
     finally:
         if operator is not None:
             operator.kill()
@@ -239,16 +274,28 @@ def main() -> int:
         default="all",
         help="both pairs (default), only the jobs pages, or only the job pages",
     )
+    parser.add_argument(
+        "--watchers",
+        type=int,
+        default=0,
+        help="pages of the 1,000-replica job left open while the job pages are measured",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="tfkube-dash-bench-") as tmp, chromium() as browser:
         results = []
         if args.pages in ("all", "jobs"):
             results += jobs_pages(browser, Path(tmp), args.runs)
         if args.pages in ("all", "job"):
-            results += job_pages(browser, Path(tmp), args.runs)
+            results += job_pages(browser, Path(tmp), args.runs, args.watchers)
     print(
         f"\n{args.runs} loads each, the small and the big page in turn, a fresh browser context "
-        "per load (nothing cached); milliseconds\n"
+        "per load (nothing cached)"
+        + (
+            f"; {args.watchers} page(s) of the 1,000-replica job open meanwhile"
+            if args.watchers
+            else ""
+        )
+        + "; milliseconds\n"
     )
     print(
         "| page | first render (median / p90) | fully loaded (median / p90 / worst) "
