@@ -691,3 +691,57 @@ def test_a_tls_failure_is_unreachable_not_the_clients_exception(
             Kube(api_client).request("GET", POD.url("ns"))
     finally:
         api_client.close()
+
+
+def test_one_replicas_log_reads_only_that_replicas_pods(api: tuple[FakeApiServer, Kube]) -> None:
+    """A job page asks for one replica's log every few seconds while it waits for one: on
+    a 1,000-replica job that must not list the job's 1,000 pods (it listed them twice)."""
+    from tfkube.engines.kubernetes import KubernetesBackend
+
+    fake, kube = api
+    backend = KubernetesBackend(api_client=kube.api, namespace="ns")
+    labels = {
+        "tfkube.io/job-name": "wide",
+        "tfkube.io/replica-type": "worker",
+        "batch.kubernetes.io/job-completion-index": "3",
+    }
+    running = {
+        "phase": "Running",
+        "containerStatuses": [{"name": "tensorflow", "state": {"running": {}}}],
+    }
+    fake.answer("GET", TFJOB.url("ns", "wide"), (200, {"metadata": {"name": "wide"}}))
+    fake.answer(
+        "GET",
+        POD.url("ns"),
+        (
+            200,
+            {
+                "items": [
+                    {
+                        "metadata": {
+                            "name": "wide-worker-3-old",
+                            "labels": labels,
+                            "creationTimestamp": "2026-01-01T00:00:00Z",
+                        },
+                        "status": running,
+                    },
+                    {
+                        "metadata": {
+                            "name": "wide-worker-3-new",
+                            "labels": labels,
+                            "creationTimestamp": "2026-01-01T00:01:00Z",
+                        },
+                        "status": running,
+                    },
+                ],
+                "metadata": {},
+            },
+        ),
+    )
+    fake.answer("GET", POD.url("ns", "wide-worker-3-new", "log"), (200, "step 1\nstep 2\n"))
+    assert list(backend.logs("wide", "worker-3")) == ["step 1", "step 2"]
+    lists = [q["labelSelector"][0] for method, path, q in fake.seen if path == POD.url("ns")]
+    assert lists == [
+        "tfkube.io/job-name=wide,tfkube.io/replica-type=worker,"
+        "batch.kubernetes.io/job-completion-index=3"
+    ]

@@ -19,13 +19,13 @@ never the client's own exception.
 
 from __future__ import annotations
 
-import json
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import urllib3
 
 from tfkube.kube.errors import (
@@ -164,7 +164,7 @@ class Kube:
             raise error
         if raw:
             return data
-        return json.loads(data) if data else None
+        return orjson.loads(data) if data else None
 
     def get(self, resource: Resource, namespace: str | None, name: str) -> Any:
         """One object, or None when it does not exist."""

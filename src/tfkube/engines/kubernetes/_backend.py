@@ -42,6 +42,7 @@ from tfkube.kube.errors import (
 from tfkube.kube.names import (
     CODE_TOKEN_ANNOTATION,
     CODE_TOKEN_KEY,
+    INDEX_KEY,
     LABEL_CREDENTIAL,
     LABEL_JOB,
     REPLICA_CONTAINER,
@@ -68,7 +69,7 @@ from tfkube.kube.rest import Kube, api_client_from, context_namespace
 from tfkube.planner import Replica, cluster_scale_problems, scale_problems
 from tfkube.render import RenderOptions, render_job
 from tfkube.spec import FieldError, SpecError, TFJob
-from tfkube.tfcluster import replica_key, service_address
+from tfkube.tfcluster import parse_replica_key, replica_key, service_address
 
 LOG_TIMEOUT_SECONDS = 15.0
 SCALE_TIMEOUT_SECONDS = 30.0
@@ -366,6 +367,14 @@ class KubernetesBackend:
         ]
 
     def logs(self, name: str, replica: str | None = None, follow: bool = False) -> Iterator[str]:
+        if replica is not None:
+            # One replica's log (what a job page asks for, every few seconds while it
+            # waits for one): only its own pods are read, not the whole job twice (on a
+            # 1,000-replica job that was two listings of 1,000 pods per request).
+            found = self._replica_pod(name, replica)
+            if found is not None:
+                yield from self._pod_log(replica, found, replica, follow)
+                return
         view = self.get(name)
         keys = [r.key for r in view.replicas]
         if replica is not None and replica not in keys:
@@ -402,42 +411,65 @@ class KubernetesBackend:
                     raise LogsUnavailable(gone)
                 yield f"[{key}] ({gone})"
                 continue
-            pod_name = found["metadata"]["name"]
-            waiting = not_started(found)
-            if waiting is not None:  # not an error while the job starts: say so, go on
-                if replica is not None:
-                    raise LogsUnavailable(f"{key} has not started yet ({waiting}); no log yet")
-                yield f"[{key}] (no log yet: {waiting})"
-                continue
-            node = (found.get("spec") or {}).get("nodeName")
-            if node and self._fake_node(node):
-                raise LogsUnavailable(
-                    f"cannot read the log of {key}: its pod {pod_name} runs on {node}, a KWOK "
-                    "fake node, where no kubelet serves logs (nothing really runs there)"
-                )
-            query: dict[str, Any] = {"container": REPLICA_CONTAINER}
-            if follow and replica is not None:
-                query["follow"] = "true"
-            try:
-                data = self.kube.request(
-                    "GET",
-                    POD.url(self.namespace, pod_name, "log"),
-                    query=query,
-                    timeout=LOG_TIMEOUT_SECONDS if not follow else 3600.0,
-                    raw=True,
-                )
-            except ApiError as exc:
-                raise LogsUnavailable(
-                    f"cannot read the log of {key} (pod {pod_name}): {exc.message}; "
-                    "the node's kubelet serves pod logs, so a node without one (such as a "
-                    "KWOK fake node) has none"
-                ) from None
-            except Exception as exc:  # urllib3 timeouts and connection errors
-                raise LogsUnavailable(
-                    f"cannot read the log of {key} (pod {pod_name}): {exc}"
-                ) from None
-            for line in data.decode("utf-8", errors="replace").splitlines():
-                yield line if replica else f"[{key}] {line}"
+            yield from self._pod_log(key, found, replica, follow)
+
+    def _replica_pod(self, name: str, replica: str) -> dict[str, Any] | None:
+        """The newest pod of one replica, selected by its labels (role and completion
+        index); None when it has none, or when the cluster labels no pod with its index
+        (older than Kubernetes 1.28: the index is an annotation there), so the caller
+        reads the whole job instead. Raises JobNotFound."""
+        self._read(name)
+        try:
+            role, index = parse_replica_key(replica)
+        except ValueError:
+            return None
+        pods = [
+            p
+            for p in self._pods(f"{replica_selector(name, role)},{INDEX_KEY}={index}")
+            if pod_role(p) == role and pod_index(p) == index
+        ]
+        pods.sort(key=lambda p: str(p["metadata"].get("creationTimestamp")))
+        return pods[-1] if pods else None
+
+    def _pod_log(
+        self, key: str, found: dict[str, Any], replica: str | None, follow: bool
+    ) -> Iterator[str]:
+        """The log of replica `key`'s pod `found`: its lines (prefixed with the key when
+        `replica` is None: the whole job's log)."""
+        pod_name = found["metadata"]["name"]
+        waiting = not_started(found)
+        if waiting is not None:  # not an error while the job starts: say so, go on
+            if replica is not None:
+                raise LogsUnavailable(f"{key} has not started yet ({waiting}); no log yet")
+            yield f"[{key}] (no log yet: {waiting})"
+            return
+        node = (found.get("spec") or {}).get("nodeName")
+        if node and self._fake_node(node):
+            raise LogsUnavailable(
+                f"cannot read the log of {key}: its pod {pod_name} runs on {node}, a KWOK "
+                "fake node, where no kubelet serves logs (nothing really runs there)"
+            )
+        query: dict[str, Any] = {"container": REPLICA_CONTAINER}
+        if follow and replica is not None:
+            query["follow"] = "true"
+        try:
+            data = self.kube.request(
+                "GET",
+                POD.url(self.namespace, pod_name, "log"),
+                query=query,
+                timeout=LOG_TIMEOUT_SECONDS if not follow else 3600.0,
+                raw=True,
+            )
+        except ApiError as exc:
+            raise LogsUnavailable(
+                f"cannot read the log of {key} (pod {pod_name}): {exc.message}; "
+                "the node's kubelet serves pod logs, so a node without one (such as a "
+                "KWOK fake node) has none"
+            ) from None
+        except Exception as exc:  # urllib3 timeouts and connection errors
+            raise LogsUnavailable(f"cannot read the log of {key} (pod {pod_name}): {exc}") from None
+        for line in data.decode("utf-8", errors="replace").splitlines():
+            yield line if replica else f"[{key}] {line}"
 
     def events(self, name: str) -> builtins.list[JobEvent]:
         """The Kubernetes Events of the TFJob (the operator posts them), oldest first."""

@@ -4,7 +4,8 @@
                   (`_forms.place_job`), insert a row
                     local engine: state `queued` (phase Pending, reason Queued)
                     kubernetes:   started at once (the cluster queues and enforces quota)
-    sync loop (a thread, every `sync_seconds` or when poked):
+    sync loop (a thread, every `sync_seconds` or when poked; paced by `sync_wait` so that
+    its passes take at most a third of the server's CPU):
       1. every `live` job: the team's backend -> phase, replicas, events into the row;
          a finished job becomes `ended` (its final status kept); a job the engine forgot
          (TTL) is `ended` too and stays listed with its logs and outputs
@@ -866,11 +867,12 @@ class JobService:
 
     def run(self) -> None:
         while not self._stop.is_set():
+            started = time.thread_time()
             try:
                 self.tick()
             except Exception:
                 log.exception("job sync failed")
-            self.poke.wait(self.settings.sync_seconds)
+            self.poke.wait(sync_wait(self.settings.sync_seconds, time.thread_time() - started))
             self.poke.clear()
 
     def start_loop(self) -> None:
@@ -882,6 +884,20 @@ class JobService:
         self.poke.set()
         if self._thread is not None:
             self._thread.join(30)
+
+
+SYNC_SHARE = 1 / 3
+"""The most of the server's time (one core's CPU) the sync loop's passes take."""
+
+
+def sync_wait(every: float, took: float, share: float = SYNC_SHARE) -> float:
+    """How long the sync loop waits after a pass that took `took` seconds of CPU: `every`
+    (the settings' `sync_seconds`), or longer after a costly pass, so that passes take at
+    most `share` of the time. A 1,000-pod job costs the server about a second of CPU per
+    pass (its pods listed and decoded); back to back, passes left the pages' requests
+    waiting on the same core (benchmarks/dashboard). A poke (a submission, a stop) still
+    starts one at once."""
+    return max(every, took * (1 - share) / share)
 
 
 def endpoint_problem(endpoint: str, policy: FetchPolicy) -> str | None:

@@ -1002,7 +1002,12 @@
       const size = file ? file.size : 0;
       const from = size > TAIL_BYTES ? size - TAIL_BYTES : 0;
       const live = $(".job-page")?.dataset.live === "true" && this.follow.checked;
-      if (live && window.EventSource) return this.followFrom(from, generation);
+      if (live && window.EventSource) {
+        // No kept log file (yet): a pod's log on Kubernetes without a shared outputs folder,
+        // or a replica that has not written one. Ask once, plainly, rather than opening a
+        // stream the server can only refuse and then asking again.
+        return file ? this.followFrom(from, generation) : this.readInstead(generation);
+      }
       try {
         const response = await fetch(this.shown(`&offset=${from}`), { credentials: "same-origin" });
         const body = await response.text();
@@ -1023,8 +1028,12 @@
       this.offset = offset;
       const source = new EventSource(this.shown(`&offset=${offset}`));
       this.source = source;
-      this.status.textContent = "Following: new lines appear as the replica writes them.";
-      this.root.dataset.loaded = "true";
+      // Loaded once the server answered: the stream opened, or the read in its stead.
+      source.addEventListener("open", () => {
+        if (generation !== this.generation) return;
+        this.status.textContent = "Following: new lines appear as the replica writes them.";
+        this.root.dataset.loaded = "true";
+      });
       let dropFirst = offset > 0;
       source.addEventListener("line", (e) => {
         if (generation !== this.generation) return source.close();
@@ -1040,28 +1049,32 @@
         source.close();
         if (generation === this.generation) this.status.textContent = "The replica's log is complete.";
       });
-      source.onerror = async () => {
+      source.onerror = () => {
         source.close();
-        if (generation !== this.generation) return;
-        // No stream: either no log yet (try again soon), or a log that cannot be followed
-        // (a pod's log on Kubernetes without a shared outputs folder): show it as it is.
-        let response = null;
-        try {
-          response = await fetch(this.shown(`&offset=${this.offset}`), { credentials: "same-origin" });
-        } catch (_) {
-          response = null;
-        }
-        if (generation !== this.generation) return;
-        const type = response?.headers.get("content-type") || "";
-        if (response?.ok && !type.includes("event-stream")) {
-          this.append(await response.text(), false);
-          this.status.textContent = "This log cannot be followed live here; reload for newer lines.";
-          return;
-        }
-        setTimeout(() => {
-          if (generation === this.generation) this.followFrom(this.offset, generation);
-        }, 3000);
+        if (generation === this.generation) this.readInstead(generation);
       };
+    },
+    // No stream: either no log yet (try again soon), or a log that cannot be followed (a
+    // pod's log on Kubernetes without a shared outputs folder): show it as it is.
+    async readInstead(generation) {
+      let response = null;
+      try {
+        response = await fetch(this.shown(`&offset=${this.offset}`), { credentials: "same-origin" });
+      } catch (_) {
+        response = null;
+      }
+      if (generation !== this.generation) return;
+      this.root.dataset.loaded = "true";
+      const type = response?.headers.get("content-type") || "";
+      if (response?.ok && !type.includes("event-stream")) {
+        this.append(await response.text(), false);
+        this.status.textContent = "This log cannot be followed live here; reload for newer lines.";
+        return;
+      }
+      if (!this.lines.length) this.status.textContent = "No log for this replica yet: trying again every few seconds.";
+      setTimeout(() => {
+        if (generation === this.generation) this.followFrom(this.offset, generation);
+      }, 3000);
     },
     jobEnded() {
       if (this.root && this.source) {
