@@ -1,4 +1,4 @@
-"""Benchmark: tfkube's operator side by side with Kubeflow's training operator v1.9.2 and
+"""Benchmark: tfkube's operator side by side with Kubeflow's training operator v1.9.4 and
 with the plain-client floor, on one fresh control plane, the same fake nodes, the same jobs.
 
     nice .venv/bin/python benchmarks/vs_kubeflow/run.py [--sizes 1x2,10x100,100x1000]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build (or reuse) Kubeflow's training operator v1.9.2, only for benchmarks/vs_kubeflow.
+# Build (or reuse) Kubeflow's training operator v1.9.4, only for benchmarks/vs_kubeflow.
 #
 # Like tools/kube/build.sh: the source comes from the Go module proxy through the helper
 # module beside this script (operator/: go.mod + go.sum only, every dependency at the
@@ -14,7 +14,7 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-VERSION="v1.9.2"   # keep in step with operator/go.mod
+VERSION="v1.9.4"   # keep in step with operator/go.mod
 # shellcheck source=../go-binary.sh
 source "$HERE/../go-binary.sh"
 go_binary kubeflow-bins "$HERE/operator" github.com/kubeflow/training-operator "$VERSION" \
