@@ -20,9 +20,12 @@ beside the fake ones: see realnode.py. KWOK manages only the nodes annotated
 
 The pytest fixture in tests/cluster/fixtures.py imports this file and uses `Cluster` directly.
 All traffic stays on 127.0.0.0/8: every component listens on 127.0.0.1 and the fake nodes get
-127.0.1.x/127.0.2.x addresses. Pod IPs (KWOK) come from 198.18.0.0/16 and ClusterIPs from
-10.96.0.0/16 because the API rejects loopback endpoint addresses: they are bookkeeping only,
-with no kube-proxy, DNS or process behind them, and must never be dialled.
+127.0.1.x/127.0.2.x addresses. Pod IPs (KWOK) come from 198.18.0.0/16 because the API rejects
+loopback endpoint addresses: they are bookkeeping only, with no process behind them, and must
+never be dialled. ClusterIPs come from 198.19.224.0/20 (SERVICE_CIDR), also inside the
+benchmarking range 198.18.0.0/15 and apart from the real node's pod subnets (198.19.N.0/24):
+on a KWOK-only cluster they are numbers only; with a real node, its kube-proxy routes them
+for the real node's pods and for this machine (realnode.py).
 """
 
 from __future__ import annotations
@@ -54,7 +57,12 @@ ADMIN_USER = "tfkube-admin"
 # 198.18.0.0/15 is reserved for benchmarking (RFC 2544) and routed nowhere; these IPs are only
 # numbers in pod status and EndpointSlices: nothing may ever connect to them.
 POD_CIDR = "198.18.0.1/16"
-SERVICE_CIDR = "10.96.0.0/16"  # ClusterIPs are only numbers here: no kube-proxy, never dialled
+SERVICE_CIDR = "198.19.224.0/20"
+"""ClusterIPs. Inside 198.18.0.0/15 (the only non-loopback range tests may send to), apart
+from POD_CIDR and from the real node's pod /24s (198.19.0-3.0/24): only the real node's
+kube-proxy routes them; on a KWOK-only cluster they are bookkeeping."""
+KUBERNETES_SERVICE_IP = "198.19.224.1"
+"""The `kubernetes` Service's ClusterIP (the range's first address): in the serving cert."""
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
@@ -715,8 +723,9 @@ def _openssl(*args: str) -> None:
     subprocess.run(["openssl", *args], check=True, capture_output=True)
 
 
-def _make_pki(pki: Path) -> None:
-    """A CA, an apiserver serving cert for 127.0.0.1/localhost, a service-account key pair."""
+def _make_pki(pki: Path, extra_ips: tuple[str, ...] = ()) -> None:
+    """A CA, an apiserver serving cert for 127.0.0.1/localhost, the `kubernetes` Service IP
+    and `extra_ips` (the real node's bridge address), a service-account key pair."""
     if shutil.which("openssl") is None:
         raise ClusterError("openssl is needed to make the test certificates")
     pki.mkdir(parents=True, exist_ok=True)
@@ -739,7 +748,8 @@ def _make_pki(pki: Path) -> None:
         "subjectKeyIdentifier=hash\n"
         "authorityKeyIdentifier=keyid,issuer\n"
         "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
-        "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:10.96.0.1\n"
+        "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,"
+        f"IP:{KUBERNETES_SERVICE_IP}" + "".join(f",IP:{ip}" for ip in extra_ips) + "\n"
     )
     _openssl(
         "x509", "-req", "-in", str(csr), "-CA", str(ca_crt), "-CAkey", str(ca_key),
