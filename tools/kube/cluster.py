@@ -170,6 +170,10 @@ class State:
     nodes: list[dict] = field(default_factory=list)
     started_at: float = 0.0
     real_node: dict | None = None  # realnode.NodeState as a dict: what `down` must undo
+    network: dict | None = None
+    """The real node's bridge, claimed before the API server starts (realnode.claim_network)
+    when a real node may join: the API server listens on its address so pods reach it; the
+    bridge lives as long as the control plane (removed by `stop`/`down` after it)."""
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -271,6 +275,7 @@ class Cluster:
         die_with_parent: bool = False,
         verbose: bool = False,
         real_node: bool = False,
+        real_node_network: bool | None = None,
         state_file: Path | None = None,
         apiserver_args: tuple[str, ...] = (),
         kwok_args: tuple[str, ...] = (),
@@ -279,6 +284,10 @@ class Cluster:
         self.kwok_args = kwok_args  # extra flags, e.g. a KwokConfiguration (benchmarks)
         self.bin_dir = Path(bin_dir) if bin_dir else default_bin_dir()
         self.want_real_node = real_node
+        # Claim the real node's bridge before the API server starts, so that it listens on an
+        # address pods can reach (in-cluster clients): needed when a real node will be added
+        # later (add_real_node), as the test session does. Default: with `real_node`.
+        self.want_network = real_node if real_node_network is None else real_node_network
         self.state_file = state_file  # saved as soon as there is something to undo
         self.nodes = nodes if nodes is not None else default_nodes()
         self._workdir = workdir
@@ -400,6 +409,9 @@ class Cluster:
             started_at=time.time(),
         )
         try:
+            if self.want_network:
+                self.state.network = _sibling("realnode").claim_network()
+                self.save_state()
             self._start(workdir, timeout)
         except ClusterError as exc:
             logs = self._log_tails()
@@ -504,7 +516,10 @@ class Cluster:
         for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
             self._bin(name)
         pki = workdir / "pki"
-        _make_pki(pki)
+        # With a real node, the API server listens on its bridge address (pods reach it there
+        # and through the `kubernetes` Service); otherwise on loopback only.
+        api_ip = st.network["node_ip"] if st.network else "127.0.0.1"
+        _make_pki(pki, extra_ips=(api_ip,) if st.network else ())
         # The client certificate the apiserver shows a real kubelet (logs, exec, port-forward).
         make_client_cert(pki, pki / "apiserver-kubelet-client", "kube-apiserver-kubelet-client",
                          "system:masters")  # fmt: skip
@@ -539,14 +554,14 @@ class Cluster:
         tokens.write_text(f'{st.token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n')
         tokens.chmod(0o600)
         api_port = free_port()
-        st.server = f"https://127.0.0.1:{api_port}"
+        st.server = f"https://{api_ip}:{api_port}"
         apiserver = self._spawn(
             "kube-apiserver",
             [
                 self._bin("kube-apiserver"),
                 f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--bind-address={api_ip}",
+                f"--advertise-address={api_ip}",
                 f"--secure-port={api_port}",
                 f"--cert-dir={pki}",
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -701,6 +716,9 @@ class Cluster:
             # collect the exit status (or note it was reaped already)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(timeout=5)
+        if self.state.network:  # after the API server: it listened on the bridge's address
+            report += _sibling("realnode").release_network(self.state.network)
+            self.state.network = None
         if remove_workdir:
             shutil.rmtree(self.state.workdir, ignore_errors=True)
         self.state.procs = []
@@ -880,6 +898,8 @@ def cmd_down(args: argparse.Namespace) -> int:
         cluster._ssl = ssl.create_default_context(cafile=state.ca_file)
         report += cluster.stop_real_node()
     report += stop_procs(state.procs)
+    if state.network:
+        report += _sibling("realnode").release_network(state.network)
     for line in report:
         print(f"kube-down: {line}", file=sys.stderr)
     shutil.rmtree(state.workdir, ignore_errors=True)
