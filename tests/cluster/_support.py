@@ -180,15 +180,17 @@ class Operator:
         return [line for line in self.log.read_text().splitlines() if "Traceback" in line]
 
 
-def create_shared_claim(kube: KubeCluster, namespace: str, name: str) -> None:
-    """A ReadWriteMany claim with no storage class (it binds to a PV made for it: no
-    provisioner here), as an administrator makes a team's outputs claim."""
+def create_shared_claim(
+    kube: KubeCluster, namespace: str, name: str, access_mode: str = "ReadWriteMany"
+) -> None:
+    """A ReadWriteMany claim (or `access_mode`) with no storage class (it binds to a PV
+    made for it: no provisioner here), as an administrator makes a team's outputs claim."""
     kube.core.create_namespaced_persistent_volume_claim(
         namespace,
         client.V1PersistentVolumeClaim(
             metadata=client.V1ObjectMeta(name=name),
             spec=client.V1PersistentVolumeClaimSpec(
-                access_modes=["ReadWriteMany"],
+                access_modes=[access_mode],
                 storage_class_name="",
                 resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
             ),
