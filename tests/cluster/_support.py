@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -259,3 +261,28 @@ POD_GROUP_CRDS = (
         {"minMember": {"type": "integer"}, "scheduleTimeoutSeconds": {"type": "integer"}},
     ),
 )
+
+
+def targz(folder: Path) -> bytes:
+    """The files of `folder` (not its subfolders) as a .tar.gz, as a member uploads code."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for path in sorted(folder.iterdir()):
+            if path.is_file():
+                tar.add(path, arcname=path.name)
+    return buffer.getvalue()
+
+
+def placed_manifest(node: RealNode, example: Path, name: str, worker_args: list[str]) -> str:
+    """`example`'s job.yaml as `name`, its code the uploaded artifact `mnist`, every role
+    placed on the real node (its label and taint) without CPU requests (2 cores)."""
+    raw = yaml.safe_load((example / "job.yaml").read_text())
+    raw["metadata"]["name"] = name
+    spec = raw["spec"]
+    spec["code"]["source"] = "artifact:mnist"
+    for role in spec["replicas"].values():
+        role["nodeSelector"] = dict(node.SELECTOR)
+        role["tolerations"] = list(node.TOLERATIONS)
+        role.get("resources", {}).pop("cpu", None)
+    spec["replicas"]["worker"]["args"] = worker_args
+    return str(yaml.safe_dump(raw))

@@ -20,7 +20,6 @@ runs and after its pods are gone.
 
 from __future__ import annotations
 
-import io
 import ipaddress
 import json
 import os
@@ -28,7 +27,6 @@ import re
 import signal
 import subprocess
 import sys
-import tarfile
 import textwrap
 import time
 import uuid
@@ -39,7 +37,6 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -52,6 +49,8 @@ from ._support import (
     RealNode,
     create_shared_claim,
     load_cluster_module,
+    placed_manifest,
+    targz,
     wait_for,
 )
 
@@ -223,15 +222,6 @@ class Platform:
     share: Path  # the host folder behind the outputs share
 
 
-def _targz(folder: Path) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for path in sorted(folder.iterdir()):
-            if path.is_file():
-                tar.add(path, arcname=path.name)
-    return buffer.getvalue()
-
-
 def _pv(kube: KubeCluster, node: RealNode, name: str, path: Path, ns: str, claim: str) -> str:
     """A hostPath PV on the real node pre-bound to `ns/claim` (an administrator's volume:
     there is no provisioner); the folder is writable by the pods' user."""
@@ -358,7 +348,7 @@ def platform(
             member.post(
                 f"/api/v1/teams/{team}/artifacts",
                 params={"name": "mnist", "filename": "code.tar.gz"},
-                content=_targz(EXAMPLE),
+                content=targz(EXAMPLE),
                 headers={"Content-Type": "application/octet-stream"},
             ),
             201,
@@ -406,19 +396,6 @@ def platform(
                         raise
 
 
-def job_manifest(node: RealNode) -> str:
-    raw = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
-    raw["metadata"]["name"] = JOB
-    spec = raw["spec"]
-    spec["code"]["source"] = "artifact:mnist"
-    for role in spec["replicas"].values():
-        role["nodeSelector"] = dict(node.SELECTOR)
-        role["tolerations"] = list(node.TOLERATIONS)
-        role.get("resources", {}).pop("cpu", None)
-    spec["replicas"]["worker"]["args"] = ["--train_steps=1000", "--step_sleep=0.02"]
-    return str(yaml.safe_dump(raw))
-
-
 def test_a_member_trains_through_the_in_cluster_server(platform: Platform) -> None:
     """Submitted through the port-forward, the job's replicas fetch their code from the
     server's Service (cluster DNS, ClusterIP, kube-proxy), train in real pods to the
@@ -426,9 +403,10 @@ def test_a_member_trains_through_the_in_cluster_server(platform: Platform) -> No
     runs, and the PS's kept log after its pod is gone."""
     p, kube = platform, platform.kube
     team_ns = f"tfkube-{p.team}"
+    manifest = placed_manifest(p.node, EXAMPLE, JOB, ["--train_steps=1000", "--step_sleep=0.02"])
     t0 = time.monotonic()
     job = p.member.ok(
-        p.member.post(f"/api/v1/teams/{p.team}/jobs", json={"manifest": job_manifest(p.node)}),
+        p.member.post(f"/api/v1/teams/{p.team}/jobs", json={"manifest": manifest}),
         201,
     )
 

@@ -22,11 +22,9 @@ checked by server-side dry run (test_serving_dry_run.py).
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import sys
-import tarfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -36,7 +34,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -54,7 +51,9 @@ from ._support import (
     Operator,
     RealNode,
     create_shared_claim,
+    placed_manifest,
     service_account_kubeconfig,
+    targz,
     wait_for,
 )
 
@@ -85,15 +84,6 @@ class Team:
     node: RealNode
     env: dict[str, str]
     """A user's environment for the CLI: the server's URL, the member's token, the team."""
-
-
-def _targz(folder: Path) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for path in sorted(folder.iterdir()):
-            if path.is_file():
-                tar.add(path, arcname=path.name)
-    return buffer.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +150,7 @@ def team(
             member.post(
                 f"/api/v1/teams/{name}/artifacts",
                 params={"name": "mnist", "filename": "code.tar.gz"},
-                content=_targz(EXAMPLE),
+                content=targz(EXAMPLE),
                 headers={"Content-Type": "application/octet-stream"},
             ),
             201,
@@ -219,19 +209,6 @@ def tfkube_cli(team: Team, *args: str, timeout: float = 300) -> str:
     return proc.stdout
 
 
-def job_manifest(node: RealNode) -> str:
-    raw = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
-    raw["metadata"]["name"] = JOB
-    spec = raw["spec"]
-    spec["code"]["source"] = "artifact:mnist"
-    for role in spec["replicas"].values():
-        role["nodeSelector"] = dict(node.SELECTOR)
-        role["tolerations"] = list(node.TOLERATIONS)
-        role.get("resources", {}).pop("cpu", None)
-    spec["replicas"]["worker"]["args"] = ["--train_steps=300"]  # a model to serve, quickly
-    return str(yaml.safe_dump(raw))
-
-
 def assert_tf_serving_predictions(answer: Any, n: int) -> list[int]:
     """TensorFlow Serving's row format for the examples' signature; returns the classes."""
     assert isinstance(answer, dict), answer
@@ -262,9 +239,10 @@ def model_server_objects(kube: KubeCluster, ns: str) -> list[str]:
 
 def test_tfkube_model_server_answers_in_a_real_pod(team: Team) -> None:
     kube, ns, node = team.kube, team.namespace, team.node
+    manifest = placed_manifest(node, EXAMPLE, JOB, ["--train_steps=300"])  # a model, quickly
     t0 = time.monotonic()
     job = team.member.ok(
-        team.member.post(f"/api/v1/teams/{team.name}/jobs", json={"manifest": job_manifest(node)}),
+        team.member.post(f"/api/v1/teams/{team.name}/jobs", json={"manifest": manifest}),
         201,
     )
 
