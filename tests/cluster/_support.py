@@ -40,7 +40,7 @@ class KubeCluster:
     """What the `kube_cluster` fixture yields."""
 
     kubeconfig: Path  # admin kubeconfig (token auth, CA file): also for kubectl/subprocesses
-    server: str  # https://127.0.0.1:<port>
+    server: str  # https://127.0.0.1:<port>; https://198.19.N.1:<port> with a real node
     api_client: client.ApiClient  # official `kubernetes` client, verifying the apiserver CA
     core: client.CoreV1Api
     batch: client.BatchV1Api
