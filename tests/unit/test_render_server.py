@@ -317,3 +317,22 @@ def test_tfkubes_pods_get_their_service_account_token_explicitly() -> None:
             "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
             "readOnly": True,
         }
+
+
+def test_cli_places_both_pods_and_refuses_a_malformed_toleration() -> None:
+    argv = [sys.executable, "-m", "tfkube", "install", "--server", "--print"]
+    placed = ["--node-selector", "pool=platform", "--toleration", "pool:NoSchedule"]
+    proc = subprocess.run([*argv, *placed], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    pods = [o["spec"]["template"]["spec"] for o in yaml.safe_load_all(proc.stdout)
+            if o["kind"] == "Deployment"]  # fmt: skip
+    assert len(pods) == 2
+    for pod in pods:
+        assert pod["nodeSelector"] == {"pool": "platform"}
+        assert pod["tolerations"] == [{"key": "pool", "operator": "Exists", "effect": "NoSchedule"}]
+    bad = subprocess.run(
+        [*argv, "--toleration", "pool:Always"], capture_output=True, text=True, timeout=60
+    )
+    assert bad.returncode == 2
+    assert "--toleration 'pool:Always'" in bad.stderr
+    assert "NoSchedule" in bad.stderr
