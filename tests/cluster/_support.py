@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,7 +40,7 @@ class KubeCluster:
     """What the `kube_cluster` fixture yields."""
 
     kubeconfig: Path  # admin kubeconfig (token auth, CA file): also for kubectl/subprocesses
-    server: str  # https://127.0.0.1:<port>
+    server: str  # https://127.0.0.1:<port>; https://198.19.N.1:<port> with a real node
     api_client: client.ApiClient  # official `kubernetes` client, verifying the apiserver CA
     core: client.CoreV1Api
     batch: client.BatchV1Api
@@ -180,15 +182,17 @@ class Operator:
         return [line for line in self.log.read_text().splitlines() if "Traceback" in line]
 
 
-def create_shared_claim(kube: KubeCluster, namespace: str, name: str) -> None:
-    """A ReadWriteMany claim with no storage class (it binds to a PV made for it: no
-    provisioner here), as an administrator makes a team's outputs claim."""
+def create_shared_claim(
+    kube: KubeCluster, namespace: str, name: str, access_mode: str = "ReadWriteMany"
+) -> None:
+    """A ReadWriteMany claim (or `access_mode`) with no storage class (it binds to a PV
+    made for it: no provisioner here), as an administrator makes a team's outputs claim."""
     kube.core.create_namespaced_persistent_volume_claim(
         namespace,
         client.V1PersistentVolumeClaim(
             metadata=client.V1ObjectMeta(name=name),
             spec=client.V1PersistentVolumeClaimSpec(
-                access_modes=["ReadWriteMany"],
+                access_modes=[access_mode],
                 storage_class_name="",
                 resources=client.V1VolumeResourceRequirements(requests={"storage": "1Gi"}),
             ),
@@ -257,3 +261,28 @@ POD_GROUP_CRDS = (
         {"minMember": {"type": "integer"}, "scheduleTimeoutSeconds": {"type": "integer"}},
     ),
 )
+
+
+def targz(folder: Path) -> bytes:
+    """The files of `folder` (not its subfolders) as a .tar.gz, as a member uploads code."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for path in sorted(folder.iterdir()):
+            if path.is_file():
+                tar.add(path, arcname=path.name)
+    return buffer.getvalue()
+
+
+def placed_manifest(node: RealNode, example: Path, name: str, worker_args: list[str]) -> str:
+    """`example`'s job.yaml as `name`, its code the uploaded artifact `mnist`, every role
+    placed on the real node (its label and taint) without CPU requests (2 cores)."""
+    raw = yaml.safe_load((example / "job.yaml").read_text())
+    raw["metadata"]["name"] = name
+    spec = raw["spec"]
+    spec["code"]["source"] = "artifact:mnist"
+    for role in spec["replicas"].values():
+        role["nodeSelector"] = dict(node.SELECTOR)
+        role["tolerations"] = list(node.TOLERATIONS)
+        role.get("resources", {}).pop("cpu", None)
+    spec["replicas"]["worker"]["args"] = worker_args
+    return str(yaml.safe_dump(raw))

@@ -64,13 +64,19 @@ ENABLE_HINT = (
 )
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+_WANTS_REAL_NODE = pytest.StashKey[bool]()
+
+
+def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.Item]) -> None:
+    wants = False
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         if HERE in Path(str(item.path)).resolve().parents or "kube_cluster" in fixtures:
             item.add_marker(pytest.mark.cluster)
         if "real_node" in fixtures:
             item.add_marker(pytest.mark.realnode)
+            wants = True
+    session.stash[_WANTS_REAL_NODE] = wants
 
 
 def _unavailable(reason: str) -> None:
@@ -90,10 +96,14 @@ def _ensure_binaries() -> None:
 
 
 @pytest.fixture(scope="session")
-def kube_cluster() -> Iterator[KubeCluster]:
+def kube_cluster(request: pytest.FixtureRequest) -> Iterator[KubeCluster]:
     _ensure_binaries()
     kube = load_cluster_module()
-    cluster = kube.Cluster(die_with_parent=True)
+    # A session with real-node tests claims the real node's bridge first, so the API server
+    # listens on its address and pods reach it (in-cluster config); else loopback only.
+    wants = request.session.stash.get(_WANTS_REAL_NODE, False)
+    can = wants and not kube._sibling("realnode").missing_parts(kube.default_bin_dir())
+    cluster = kube.Cluster(die_with_parent=True, real_node_network=can)
     try:
         state = cluster.start()
     except kube.ClusterError as exc:

@@ -23,11 +23,9 @@ checked by server-side dry run (test_serving_dry_run.py).
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import subprocess
 import sys
-import tarfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -37,7 +35,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -55,7 +52,9 @@ from ._support import (
     Operator,
     RealNode,
     create_shared_claim,
+    placed_manifest,
     service_account_kubeconfig,
+    targz,
     wait_for,
 )
 
@@ -86,15 +85,6 @@ class Team:
     node: RealNode
     env: dict[str, str]
     """A user's environment for the CLI: the server's URL, the member's token, the team."""
-
-
-def _targz(folder: Path) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for path in sorted(folder.iterdir()):
-            if path.is_file():
-                tar.add(path, arcname=path.name)
-    return buffer.getvalue()
 
 
 @contextlib.contextmanager
@@ -169,7 +159,7 @@ def node_platform(
             member.post(
                 f"/api/v1/teams/{name}/artifacts",
                 params={"name": "mnist", "filename": "code.tar.gz"},
-                content=_targz(EXAMPLE),
+                content=targz(EXAMPLE),
                 headers={"Content-Type": "application/octet-stream"},
             ),
             201,
@@ -240,19 +230,6 @@ def tfkube_cli(team: Team, *args: str, timeout: float = 300) -> str:
     return proc.stdout
 
 
-def job_manifest(node: RealNode) -> str:
-    raw = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
-    raw["metadata"]["name"] = JOB
-    spec = raw["spec"]
-    spec["code"]["source"] = "artifact:mnist"
-    for role in spec["replicas"].values():
-        role["nodeSelector"] = dict(node.SELECTOR)
-        role["tolerations"] = list(node.TOLERATIONS)
-        role.get("resources", {}).pop("cpu", None)
-    spec["replicas"]["worker"]["args"] = ["--train_steps=300"]  # a model to serve, quickly
-    return str(yaml.safe_dump(raw))
-
-
 def assert_tf_serving_predictions(answer: Any, n: int) -> list[int]:
     """TensorFlow Serving's row format for the examples' signature; returns the classes."""
     assert isinstance(answer, dict), answer
@@ -283,9 +260,10 @@ def model_server_objects(kube: KubeCluster, ns: str) -> list[str]:
 
 def test_tfkube_model_server_answers_in_a_real_pod(team: Team) -> None:
     kube, ns, node = team.kube, team.namespace, team.node
+    manifest = placed_manifest(node, EXAMPLE, JOB, ["--train_steps=300"])  # a model, quickly
     t0 = time.monotonic()
     job = team.member.ok(
-        team.member.post(f"/api/v1/teams/{team.name}/jobs", json={"manifest": job_manifest(node)}),
+        team.member.post(f"/api/v1/teams/{team.name}/jobs", json={"manifest": manifest}),
         201,
     )
 

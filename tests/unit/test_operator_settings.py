@@ -59,3 +59,22 @@ def test_the_operator_reads_what_its_installed_deployment_sets():
     settings = OperatorSettings.read(_pod_environment(deployment, "platform"))
     assert settings.operator_namespace == "platform"
     assert settings.registry_secret == REGISTRY_SECRET
+
+
+def test_the_operators_identity_needs_no_password_database_entry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """tfkube's image runs as uid 65532, which has no passwd entry: kopf's default identity
+    (getpass.getuser) raised KeyError there and the operator's pod never started."""
+    import pwd
+
+    from tfkube.operator._operator import operator_identity
+
+    def no_entry(uid: int) -> None:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        monkeypatch.delenv(name, raising=False)
+    assert operator_identity("tfkube-operator-5d9c", 7) == "tfkube-operator@tfkube-operator-5d9c/7"
+    assert operator_identity().startswith("tfkube-operator@")

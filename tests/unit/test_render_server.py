@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 import yaml
 
 from tfkube.render import (
     OPERATOR_IMAGE,
+    Placement,
     ServerInstall,
     dump_yaml,
     install_manifests,
+    parse_node_selector,
+    parse_toleration,
     server_manifests,
 )
 from tfkube.render._server import SERVER_RULES  # render's own unit test: its RBAC rules
@@ -248,3 +252,87 @@ def test_the_image_has_what_the_server_and_the_operator_import():
     assert built
     for extras in (installed[0], built[0]):
         assert {"kubernetes", "server", "notebook", "serving"} <= set(extras.split(","))
+
+
+def test_placement_puts_the_operator_and_the_server_on_the_chosen_nodes() -> None:
+    """`--node-selector` and `--toleration` reach both Deployments' pods; without them
+    neither pod spec names a node selector or a toleration."""
+    placement = Placement(
+        node_selector=parse_node_selector(["pool=platform"]),
+        tolerations=(parse_toleration("pool=platform:NoSchedule"), parse_toleration("gpu")),
+    )
+    operator = _one(install_manifests(placement=placement), "Deployment")
+    server = _one(server_manifests("ns", OPERATOR_IMAGE, ServerInstall(placement=placement)),
+                  "Deployment")  # fmt: skip
+    for deployment in (operator, server):
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["nodeSelector"] == {"pool": "platform"}
+        assert pod["tolerations"] == [
+            {"key": "pool", "operator": "Equal", "value": "platform", "effect": "NoSchedule"},
+            {"key": "gpu", "operator": "Exists"},
+        ]
+    for deployment in (
+        _one(install_manifests(), "Deployment"),
+        _one(server_manifests("ns", OPERATOR_IMAGE), "Deployment"),
+    ):
+        pod = deployment["spec"]["template"]["spec"]
+        assert "nodeSelector" not in pod
+        assert "tolerations" not in pod
+
+
+@pytest.mark.parametrize(
+    ("call", "value", "names"),
+    [
+        (lambda v: parse_node_selector([v]), "pool", "--node-selector 'pool'"),
+        (lambda v: parse_node_selector([v]), "=x", "--node-selector '=x'"),
+        (parse_toleration, "pool=x:Sometimes", "--toleration 'pool=x:Sometimes'"),
+        (parse_toleration, ":NoSchedule", "--toleration ':NoSchedule'"),
+    ],
+)
+def test_bad_placement_flags_are_refused_naming_the_flag_and_the_form(
+    call: Any, value: str, names: str
+) -> None:
+    with pytest.raises(ValueError, match="give KEY") as caught:
+        call(value)
+    assert names in str(caught.value)
+
+
+def test_tfkubes_pods_get_their_service_account_token_explicitly() -> None:
+    """The operator and the server reach the API server with their ServiceAccount's token
+    from a projected volume at the in-cluster path (automount off): the same on a cluster
+    whose ServiceAccount admission plugin is off (the test cluster's)."""
+    for deployment in (
+        _one(install_manifests(), "Deployment"),
+        _one(server_manifests("ns", OPERATOR_IMAGE), "Deployment"),
+    ):
+        pod = deployment["spec"]["template"]["spec"]
+        assert pod["automountServiceAccountToken"] is False
+        (volume,) = [v for v in pod["volumes"] if "projected" in v]
+        sources = volume["projected"]["sources"]
+        assert sources[0]["serviceAccountToken"]["path"] == "token"
+        assert sources[1]["configMap"]["name"] == "kube-root-ca.crt"
+        (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == volume["name"]]
+        assert mount == {
+            "name": volume["name"],
+            "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+            "readOnly": True,
+        }
+
+
+def test_cli_places_both_pods_and_refuses_a_malformed_toleration() -> None:
+    argv = [sys.executable, "-m", "tfkube", "install", "--server", "--print"]
+    placed = ["--node-selector", "pool=platform", "--toleration", "pool:NoSchedule"]
+    proc = subprocess.run([*argv, *placed], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    pods = [o["spec"]["template"]["spec"] for o in yaml.safe_load_all(proc.stdout)
+            if o["kind"] == "Deployment"]  # fmt: skip
+    assert len(pods) == 2
+    for pod in pods:
+        assert pod["nodeSelector"] == {"pool": "platform"}
+        assert pod["tolerations"] == [{"key": "pool", "operator": "Exists", "effect": "NoSchedule"}]
+    bad = subprocess.run(
+        [*argv, "--toleration", "pool:Always"], capture_output=True, text=True, timeout=60
+    )
+    assert bad.returncode == 2
+    assert "--toleration 'pool:Always'" in bad.stderr
+    assert "NoSchedule" in bad.stderr

@@ -276,3 +276,34 @@ def test_a_form_without_a_boundary_is_refused(tmp_path: Path) -> None:
         asyncio.run(
             receive_form("multipart/form-data", _chunks(b""), lambda: tmp_path, [], lambda _: 1)
         )
+
+
+@pytest.mark.parametrize("builtin", [True, False])
+def test_check_tar_refuses_a_link_out_of_the_folder_with_or_without_the_data_filter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, builtin: bool
+) -> None:
+    """The server checks uploads with tarfile's `data` filter, or, on a Python without it
+    (Debian 12's 3.11.2, tfkube's image built for the test cluster), with the launcher's
+    same rule: a link out of the folder is refused either way, a plain archive passes."""
+    import io
+    import tarfile
+
+    from tfkube.server.artifacts import check_tar
+
+    if not builtin:
+        monkeypatch.delattr(tarfile, "data_filter", raising=False)
+    good, bad = tmp_path / "good.tar.gz", tmp_path / "bad.tar.gz"
+    for path, link in ((good, None), (bad, "../../etc/passwd")):
+        with tarfile.open(path, "w:gz") as tar:
+            data = b"print('hi')\n"
+            info = tarfile.TarInfo("train.py")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+            if link:
+                sym = tarfile.TarInfo("escape")
+                sym.type = tarfile.SYMTYPE
+                sym.linkname = link
+                tar.addfile(sym)
+    assert check_tar(good, "train.py").files == 1
+    with pytest.raises(BadArchive, match="'escape'"):
+        check_tar(bad, "train.py")

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Build (or reuse) the test control plane binaries: etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubectl and kwok; with --with-node also what the
-# real node runs: kubelet, CoreDNS and the pause program of pod sandboxes.
+# real node runs: kubelet, kube-proxy, CoreDNS and the pause program of pod sandboxes.
 #
 # Sources come from the Go module proxy through the helper modules beside this script
-# (k8s/, etcd/, kwok/, kubelet/, coredns/: go.mod + go.sum only; pause/ is our own program). Binaries go to
+# (k8s/, etcd/, kwok/, kubelet/, kube-proxy/, coredns/: go.mod + go.sum only; pause/ is our own program). Binaries go to
 #   ${TFKUBE_CACHE:-${XDG_CACHE_HOME:-~/.cache}/tfkube}/kube-<k8s version>/bin
 # and are never put in the repository. Each component has a stamp file recording what it
 # was built from (go.mod/go.sum hash, Go version, flags): a component whose stamp matches is
@@ -12,7 +12,7 @@
 # into place at the end, so an interrupted build never leaves a half-written binary.
 #
 # Usage: tools/kube/build.sh [--with-node] [--print-bin-dir] [--check]
-#   --with-node      also kubelet, coredns and pause (the real node: cluster.py up --real-node)
+#   --with-node      also kubelet, kube-proxy, coredns and pause (the real node: cluster.py up --real-node)
 #   --print-bin-dir  print the bin directory and exit (no build)
 #   --check          exit 0 if every binary is present and current, 1 otherwise (no build)
 # Env: TFKUBE_GO_P   go build -p (default 2; the machine has 2 cores and other work)
@@ -129,6 +129,9 @@ if [[ $with_node -eq 1 ]]; then
   # The kubelet's own module (same pins as k8s/): the control plane's stamp stays as it is.
   build_component kubelet kubelet "$(k8s_ldflags)" "k8s.io/kubernetes/cmd/kubelet" "kubelet" \
     || status=1
+  # kube-proxy (iptables mode) makes ClusterIPs work for the real node's pods (issue 18).
+  build_component kube-proxy kube-proxy "$(k8s_ldflags)" "k8s.io/kubernetes/cmd/kube-proxy" \
+    "kube-proxy" || status=1
   build_component coredns coredns \
     "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" \
     "github.com/coredns/coredns" "coredns" || status=1

@@ -20,9 +20,12 @@ beside the fake ones: see realnode.py. KWOK manages only the nodes annotated
 
 The pytest fixture in tests/cluster/fixtures.py imports this file and uses `Cluster` directly.
 All traffic stays on 127.0.0.0/8: every component listens on 127.0.0.1 and the fake nodes get
-127.0.1.x/127.0.2.x addresses. Pod IPs (KWOK) come from 198.18.0.0/16 and ClusterIPs from
-10.96.0.0/16 because the API rejects loopback endpoint addresses: they are bookkeeping only,
-with no kube-proxy, DNS or process behind them, and must never be dialled.
+127.0.1.x/127.0.2.x addresses. Pod IPs (KWOK) come from 198.18.0.0/16 because the API rejects
+loopback endpoint addresses: they are bookkeeping only, with no process behind them, and must
+never be dialled. ClusterIPs come from 198.19.224.0/20 (SERVICE_CIDR), also inside the
+benchmarking range 198.18.0.0/15 and apart from the real node's pod subnets (198.19.N.0/24):
+on a KWOK-only cluster they are numbers only; with a real node, its kube-proxy routes them
+for the real node's pods and for this machine (realnode.py).
 """
 
 from __future__ import annotations
@@ -54,7 +57,12 @@ ADMIN_USER = "tfkube-admin"
 # 198.18.0.0/15 is reserved for benchmarking (RFC 2544) and routed nowhere; these IPs are only
 # numbers in pod status and EndpointSlices: nothing may ever connect to them.
 POD_CIDR = "198.18.0.1/16"
-SERVICE_CIDR = "10.96.0.0/16"  # ClusterIPs are only numbers here: no kube-proxy, never dialled
+SERVICE_CIDR = "198.19.224.0/20"
+"""ClusterIPs. Inside 198.18.0.0/15 (the only non-loopback range tests may send to), apart
+from POD_CIDR and from the real node's pod /24s (198.19.0-3.0/24): only the real node's
+kube-proxy routes them; on a KWOK-only cluster they are bookkeeping."""
+KUBERNETES_SERVICE_IP = "198.19.224.1"
+"""The `kubernetes` Service's ClusterIP (the range's first address): in the serving cert."""
 GPU_RESOURCE = "nvidia.com/gpu"
 
 
@@ -162,6 +170,10 @@ class State:
     nodes: list[dict] = field(default_factory=list)
     started_at: float = 0.0
     real_node: dict | None = None  # realnode.NodeState as a dict: what `down` must undo
+    network: dict | None = None
+    """The real node's bridge, claimed before the API server starts (realnode.claim_network)
+    when a real node may join: the API server listens on its address so pods reach it; the
+    bridge lives as long as the control plane (removed by `stop`/`down` after it)."""
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -263,6 +275,7 @@ class Cluster:
         die_with_parent: bool = False,
         verbose: bool = False,
         real_node: bool = False,
+        real_node_network: bool | None = None,
         state_file: Path | None = None,
         apiserver_args: tuple[str, ...] = (),
         kwok_args: tuple[str, ...] = (),
@@ -271,6 +284,10 @@ class Cluster:
         self.kwok_args = kwok_args  # extra flags, e.g. a KwokConfiguration (benchmarks)
         self.bin_dir = Path(bin_dir) if bin_dir else default_bin_dir()
         self.want_real_node = real_node
+        # Claim the real node's bridge before the API server starts, so that it listens on an
+        # address pods can reach (in-cluster clients): needed when a real node will be added
+        # later (add_real_node), as the test session does. Default: with `real_node`.
+        self.want_network = real_node if real_node_network is None else real_node_network
         self.state_file = state_file  # saved as soon as there is something to undo
         self.nodes = nodes if nodes is not None else default_nodes()
         self._workdir = workdir
@@ -392,6 +409,9 @@ class Cluster:
             started_at=time.time(),
         )
         try:
+            if self.want_network:
+                self.state.network = _sibling("realnode").claim_network()
+                self.save_state()
             self._start(workdir, timeout)
         except ClusterError as exc:
             logs = self._log_tails()
@@ -496,7 +516,10 @@ class Cluster:
         for name in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok"):
             self._bin(name)
         pki = workdir / "pki"
-        _make_pki(pki)
+        # With a real node, the API server listens on its bridge address (pods reach it there
+        # and through the `kubernetes` Service); otherwise on loopback only.
+        api_ip = st.network["node_ip"] if st.network else "127.0.0.1"
+        _make_pki(pki, extra_ips=(api_ip,) if st.network else ())
         # The client certificate the apiserver shows a real kubelet (logs, exec, port-forward).
         make_client_cert(pki, pki / "apiserver-kubelet-client", "kube-apiserver-kubelet-client",
                          "system:masters")  # fmt: skip
@@ -531,14 +554,14 @@ class Cluster:
         tokens.write_text(f'{st.token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n')
         tokens.chmod(0o600)
         api_port = free_port()
-        st.server = f"https://127.0.0.1:{api_port}"
+        st.server = f"https://{api_ip}:{api_port}"
         apiserver = self._spawn(
             "kube-apiserver",
             [
                 self._bin("kube-apiserver"),
                 f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--bind-address={api_ip}",
+                f"--advertise-address={api_ip}",
                 f"--secure-port={api_port}",
                 f"--cert-dir={pki}",
                 f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -693,6 +716,9 @@ class Cluster:
             # collect the exit status (or note it was reaped already)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(timeout=5)
+        if self.state.network:  # after the API server: it listened on the bridge's address
+            report += _sibling("realnode").release_network(self.state.network)
+            self.state.network = None
         if remove_workdir:
             shutil.rmtree(self.state.workdir, ignore_errors=True)
         self.state.procs = []
@@ -715,8 +741,9 @@ def _openssl(*args: str) -> None:
     subprocess.run(["openssl", *args], check=True, capture_output=True)
 
 
-def _make_pki(pki: Path) -> None:
-    """A CA, an apiserver serving cert for 127.0.0.1/localhost, a service-account key pair."""
+def _make_pki(pki: Path, extra_ips: tuple[str, ...] = ()) -> None:
+    """A CA, an apiserver serving cert for 127.0.0.1/localhost, the `kubernetes` Service IP
+    and `extra_ips` (the real node's bridge address), a service-account key pair."""
     if shutil.which("openssl") is None:
         raise ClusterError("openssl is needed to make the test certificates")
     pki.mkdir(parents=True, exist_ok=True)
@@ -739,7 +766,8 @@ def _make_pki(pki: Path) -> None:
         "subjectKeyIdentifier=hash\n"
         "authorityKeyIdentifier=keyid,issuer\n"
         "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
-        "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:10.96.0.1\n"
+        "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,"
+        f"IP:{KUBERNETES_SERVICE_IP}" + "".join(f",IP:{ip}" for ip in extra_ips) + "\n"
     )
     _openssl(
         "x509", "-req", "-in", str(csr), "-CA", str(ca_crt), "-CAkey", str(ca_key),
@@ -870,6 +898,8 @@ def cmd_down(args: argparse.Namespace) -> int:
         cluster._ssl = ssl.create_default_context(cafile=state.ca_file)
         report += cluster.stop_real_node()
     report += stop_procs(state.procs)
+    if state.network:
+        report += _sibling("realnode").release_network(state.network)
     for line in report:
         print(f"kube-down: {line}", file=sys.stderr)
     shutil.rmtree(state.workdir, ignore_errors=True)

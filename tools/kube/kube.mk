@@ -4,11 +4,12 @@
 #                    and kwok from Go modules into ~/.cache/tfkube/kube-<version>/bin (reused);
 #                    and the gang scheduler (scheduler-plugins, tools/gang/build.sh)
 #   make kube-node   what the real node needs (root): Debian's containerd, runc, CNI plugins and
-#                    mmdebstrap when missing; kubelet, CoreDNS and pause built like the rest; the
-#                    pause, TensorFlow and tfkube images built into ~/.cache/tfkube/images
+#                    mmdebstrap when missing; kubelet, kube-proxy, CoreDNS and pause built like the
+#                    rest; the pause, TensorFlow and tfkube images built into ~/.cache/tfkube/images
 #                    (reused; tfkube's own layer again when its source changed: seconds)
 #   make kube-up     start it on 127.0.0.1 in a temp dir; prints the kubeconfig path
-#                    (REAL_NODE=1: plus one real kubelet node beside the fake ones)
+#                    (REAL_NODE=1: plus one real kubelet node beside the fake ones, with kube-proxy;
+#                    the API server then listens on the node's bridge address 198.19.N.1)
 #   make kube-down   stop exactly the processes kube-up started; remove its temp dir (and all the
 #                    real node made: containers, mounts, cgroups, the bridge)
 #   make kube-status show whether one runs

@@ -12,6 +12,14 @@ What it runs, all as root, every file under `<cluster workdir>/real-node/`:
       (ghcr.io/tfkube/operator:<version>; rebuilt first when only tfkube's source changed)
     CoreDNS (built from its Go module) on 198.19.N.1:53, zone cluster.local (kubernetes plugin)
     kubelet v1.34.4 (built from its Go module), node `tfkube-real-<N>`, cgroup root /tfkube-<N>
+    kube-proxy v1.34.4 (built from its Go module), iptables mode: ClusterIPs (198.19.224.0/20)
+      route for the node's pods (a CNI route to the service range via 198.19.N.1, forwarding
+      on the bridge only) and for this machine; its rules are removed at stop (`--cleanup`)
+
+When the control plane is started for a real node (cluster.py: `up --real-node`, or the test
+session that has real-node tests), the bridge is claimed first (`claim_network`) and the API
+server listens on 198.19.N.1: pods reach it there and through the `kubernetes` Service
+(in-cluster config); the bridge then lives as long as the control plane.
 
 N (the slot, 0-3) is the first whose bridge does not exist yet: creating the bridge claims
 it, so test sessions on one machine never share a bridge, an address or a cgroup.
@@ -25,9 +33,9 @@ Scheduling contract: the node carries the label `tfkube.io/real-node=true` and t
 `tfkube.io/real-node=true:NoSchedule`; only pods that select and tolerate it land there.
 KWOK never adopts it (cluster.py runs KWOK for nodes annotated `kwok.x-k8s.io/node=fake`).
 
-Not emulated: kube-proxy (ClusterIPs do not route; headless Services, the API server's
-service/pod proxy and DNS do work), NetworkPolicy, a route off the bridge (pods reach only
-each other and the node address), registries (images are imported), GPUs, node restarts.
+Not emulated: NetworkPolicy, a route off the bridge (pods reach only each other, the node
+address and ClusterIPs), registries (images are imported), GPUs, node restarts. One kube-proxy
+per machine: its iptables chains are global, so a second real node is refused while one runs.
 """
 
 from __future__ import annotations
@@ -64,6 +72,8 @@ CONTAINERD = "/usr/bin/containerd"
 CTR = "/usr/bin/ctr"
 RUNC = "/usr/sbin/runc"
 KUBELET_PORT = 10250
+KUBE_PROXY_HEALTHZ_PORT = 10256
+KUBE_PROXY_METRICS_PORT = 10249
 HEALTHZ_PORT = 10248
 READY_PORT = 8181
 CONTAINER_LOGS = Path("/var/log/containers")
@@ -99,7 +109,7 @@ def missing_parts(bin_dir: Path) -> list[str]:
     for path in (CONTAINERD, CTR, RUNC, f"{CNI_BIN_DIR}/bridge", f"{CNI_BIN_DIR}/host-local"):
         if not os.access(path, os.X_OK):
             out.append(f"{path} (run tools/kube/node-deps.sh)")
-    for name in ("kubelet", "coredns", "tfkube-pause"):
+    for name in ("kubelet", "kube-proxy", "coredns", "tfkube-pause"):
         if not os.access(bin_dir / name, os.X_OK):
             out.append(f"{bin_dir / name} (run tools/kube/build.sh --with-node)")
     if not out:  # the images need the pause binary: only look once the rest is there
@@ -133,6 +143,8 @@ class NodeState:
     volumes_dir: str = ""
     timings: dict[str, float] = field(default_factory=dict)
     created_dirs: list[str] = field(default_factory=list)  # FIXED_DIRS that did not exist
+    owns_bridge: bool = True  # False: the cluster claimed it first (cluster.State.network)
+    service_cidr: str = ""  # routed to the bridge address in pods (kube-proxy's ClusterIPs)
 
 
 def _run(argv: list[str], check: bool = True, timeout: float = 120) -> str:
@@ -159,6 +171,31 @@ def _claim_slot() -> int:
         f"all {MAX_SLOTS} real-node slots are taken (bridges tfkube0-{MAX_SLOTS - 1} exist): "
         "stop other clusters with `make kube-down`, or delete a stale bridge"
     )
+
+
+def claim_network() -> dict[str, Any]:
+    """Claim a slot's bridge and give it its address (198.19.N.1/24), up, with IPv4
+    forwarding on this bridge only (a pod's packet to a ClusterIP is routed to the bridge
+    address, DNATed by kube-proxy to a pod IP and forwarded back out). Returns slot, bridge,
+    node_ip and subnet; `release_network` removes it (the sysctl goes with the device)."""
+    slot = _claim_slot()
+    bridge = f"tfkube{slot}"
+    net = list(SUBNET_BASE.subnets(new_prefix=24))[slot]
+    node_ip = str(net.network_address + 1)
+    try:
+        _run(["ip", "addr", "add", f"{node_ip}/24", "dev", bridge])
+        _run(["ip", "link", "set", bridge, "up"])
+        Path(f"/proc/sys/net/ipv4/conf/{bridge}/forwarding").write_text("1\n")
+    except (NodeError, OSError):
+        subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
+        raise
+    return {"slot": slot, "bridge": bridge, "node_ip": node_ip, "subnet": str(net)}
+
+
+def release_network(network: dict[str, Any]) -> list[str]:
+    """Remove the bridge `claim_network` made (its address and sysctl go with it)."""
+    subprocess.run(["ip", "link", "del", network["bridge"]], capture_output=True, check=False)
+    return [f"bridge {network['bridge']} removed"]
 
 
 def _cgroup_dirs(cgroup: str) -> list[Path]:
@@ -296,18 +333,27 @@ class RealNode:
         missing = missing_parts(bin_dir)
         if missing:
             raise NodeError("the real node cannot start; missing: " + "; ".join(missing))
+        other = _other_kube_proxy()
+        if other:
+            raise NodeError(
+                f"another kube-proxy runs on this machine (pid {other}: another real-node "
+                "cluster); its iptables chains are global: stop that cluster first "
+                "(`make kube-down`)"
+            )
         t0 = time.monotonic()
-        slot = _claim_slot()
-        net = list(SUBNET_BASE.subnets(new_prefix=24))[slot]
-        node_ip = str(net.network_address + 1)
+        owned = self.cluster.state.network is None
+        network = claim_network() if owned else self.cluster.state.network
+        slot, node_ip = network["slot"], network["node_ip"]
         workdir = Path(self.cluster.state.workdir) / "real-node"
         workdir.mkdir(parents=True, exist_ok=True)
         self.state = NodeState(
             name=f"{self.name_prefix}-{slot}",
             slot=slot,
-            bridge=f"tfkube{slot}",
+            bridge=network["bridge"],
             node_ip=node_ip,
-            subnet=str(net),
+            subnet=network["subnet"],
+            owns_bridge=owned,
+            service_cidr=self.kube.SERVICE_CIDR,
             dir=str(workdir),
             cgroup=f"/tfkube-{slot}",
             containerd_socket=str(workdir / "containerd" / "containerd.sock"),
@@ -339,8 +385,6 @@ class RealNode:
         assert st is not None
         kube_state = self.cluster.state
         pki = Path(kube_state.workdir) / "pki"
-        _run(["ip", "addr", "add", f"{st.node_ip}/24", "dev", st.bridge])
-        _run(["ip", "link", "set", st.bridge, "up"])
         _make_cgroups(st.cgroup)
         images = _sibling("images")
         pause, tensorflow, own = images.images(bin_dir)
@@ -419,6 +463,38 @@ class RealNode:
             "kubelet Ready",
             lambda: self.cluster._wait(
                 f"node {st.name} Ready", lambda: self._ready(st.name), kubelet, timeout
+            ),
+        )
+
+        # kube-proxy (iptables mode) as system:kube-proxy (bootstrap RBAC: system:node-proxier)
+        pdir = workdir / "kube-proxy"
+        pdir.mkdir(parents=True, exist_ok=True)
+        self.kube.make_client_cert(pki, pdir / "client", "system:kube-proxy", "system:node-proxier")
+        pkubeconfig = pdir / "kubeconfig"
+        self.kube.write_cert_kubeconfig(
+            pkubeconfig,
+            kube_state.server,
+            kube_state.ca_file,
+            pdir / "client.crt",
+            pdir / "client.key",
+            "system:kube-proxy",
+        )
+        stale = _run(["iptables", "-t", "nat", "-S", "KUBE-SERVICES"], check=False)
+        if stale:  # a crashed run's rules (no other kube-proxy runs: checked above)
+            _run([str(bin_dir / "kube-proxy"), "--cleanup"], check=False)
+        pcfg = pdir / "config.yaml"
+        pcfg.write_text(json.dumps(kube_proxy_config(st, pkubeconfig), indent=2))
+        proxy = self._spawn(
+            "kube-proxy",
+            [str(bin_dir / "kube-proxy"), f"--config={pcfg}", "--v=1"],
+        )
+        self._timed(
+            "kube-proxy synced",
+            lambda: self.cluster._wait(
+                "kube-proxy /healthz",
+                lambda: _http_ok(f"http://{st.node_ip}:{KUBE_PROXY_HEALTHZ_PORT}/healthz"),
+                proxy,
+                60,
             ),
         )
 
@@ -501,9 +577,11 @@ def hostpath_volume(
 
 
 def cni_config(st: NodeState, workdir: Path) -> dict[str, Any]:
-    """Bridge + host-local on the slot's /24. No gateway, no masquerade, no route: pods
-    reach each other and the node address on the bridge, and nothing else."""
+    """Bridge + host-local on the slot's /24. No default route, no masquerade: pods reach
+    each other and the node address on the bridge, and the service range (ClusterIPs) through
+    the node address, where kube-proxy's rules translate them; nothing else."""
     net = ipaddress.ip_network(st.subnet)
+    routes = [{"dst": st.service_cidr, "gw": st.node_ip}] if st.service_cidr else []
     return {
         "cniVersion": "1.0.0",
         "name": "tfkube",
@@ -525,6 +603,7 @@ def cni_config(st: NodeState, workdir: Path) -> dict[str, Any]:
                             }
                         ]
                     ],
+                    "routes": routes,
                     "dataDir": str(workdir / "cni" / "ipam"),
                 },
             }
@@ -644,11 +723,56 @@ def kubelet_config(st: NodeState, kdir: Path, client_ca: Path) -> dict[str, Any]
         "nodeStatusUpdateFrequency": "5s",
         "syncFrequency": "10s",
         "fileCheckFrequency": "10s",
-        "makeIPTablesUtilChains": False,  # no iptables here: there is no kube-proxy either
+        "makeIPTablesUtilChains": False,  # kube-proxy makes its own chains
         "shutdownGracePeriod": "0s",
         "maxPods": 60,
         "logging": {"format": "text"},
     }
+
+
+def kube_proxy_config(st: NodeState, kubeconfig: Path) -> dict[str, Any]:
+    """kube-proxy in iptables mode for this node only: it listens on the node address; pods
+    of the node's /24 are local (masqueraded only when a pod reaches itself); NodePorts on
+    the node address only, never on loopback (no `route_localnet`); the machine's conntrack
+    settings are left as they are (zero values: do not touch)."""
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "hostnameOverride": st.name,
+        "mode": "iptables",
+        "bindAddress": st.node_ip,
+        "healthzBindAddress": f"{st.node_ip}:{KUBE_PROXY_HEALTHZ_PORT}",
+        "metricsBindAddress": f"{st.node_ip}:{KUBE_PROXY_METRICS_PORT}",
+        "clusterCIDR": st.subnet,
+        "detectLocalMode": "ClusterCIDR",
+        "nodePortAddresses": [st.subnet],
+        "iptables": {
+            "localhostNodePorts": False,
+            "masqueradeAll": False,
+            "syncPeriod": "30s",
+            "minSyncPeriod": "0s",
+        },
+        "conntrack": {
+            "maxPerCore": 0,
+            "min": 0,
+            "tcpEstablishedTimeout": "0s",
+            "tcpCloseWaitTimeout": "0s",
+        },
+        "logging": {"format": "text"},
+    }
+
+
+def _other_kube_proxy() -> int | None:
+    """The PID of a kube-proxy already running on this machine, if any."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0]
+            if argv0.endswith(b"/kube-proxy") or argv0 == b"kube-proxy":
+                return int(entry.name)
+    return None
 
 
 # ---------------------------------------------------------------------- stop
@@ -706,6 +830,21 @@ def stop(
         while containerd_up and _tasks(ctr) and time.monotonic() < deadline:
             time.sleep(0.5)
     report += stop_procs([p for p in procs if p.name != "containerd"])
+    if "kube-proxy" in by_name:  # its iptables chains and rules (KUBE-*), all modes
+        cleanup = subprocess.run(
+            [by_name["kube-proxy"].exe, "--cleanup"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        left = subprocess.run(
+            ["iptables", "-t", "nat", "-S", "KUBE-SERVICES"], capture_output=True, check=False
+        )
+        if left.returncode == 0:
+            report.append(f"kube-proxy --cleanup left KUBE-SERVICES: {cleanup.stderr[-500:]}")
+        else:
+            report.append("kube-proxy's iptables rules removed")
     if containerd_up:
         for task in _tasks(ctr):
             subprocess.run(
@@ -742,8 +881,9 @@ def stop(
     report += _remove_cgroups(st.cgroup)
     report += stop_procs([p for p in procs if p.name == "containerd"])
     report += _unmount_under(st.dir)
-    subprocess.run(["ip", "link", "del", st.bridge], capture_output=True, check=False)
-    report.append(f"bridge {st.bridge} removed")
+    if st.owns_bridge:  # else the cluster removes it after the API server (release_network)
+        subprocess.run(["ip", "link", "del", st.bridge], capture_output=True, check=False)
+        report.append(f"bridge {st.bridge} removed")
     pod_logs = str(Path(st.dir) / "kubelet" / "pod-logs")
     if CONTAINER_LOGS.is_dir():
         for link in CONTAINER_LOGS.iterdir():

@@ -785,20 +785,45 @@ def install(
         str | None,
         typer.Option("--public-url", help="--server: how people reach it, e.g. https://..."),
     ] = None,
+    node_selector: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--node-selector",
+            help="KEY=VALUE (repeatable): the nodes the operator (and --server's server) run on.",
+        ),
+    ] = None,
+    toleration: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--toleration",
+            help="KEY[=VALUE][:EFFECT] (repeatable): a taint the operator (and --server's "
+            "server) tolerate, e.g. a node pool kept for the platform.",
+        ),
+    ] = None,
 ) -> None:
     """Install (or upgrade) the TFJob CRD, RBAC and the operator on a cluster; with
     --server, the platform server too."""
     from tfkube.render import (
         OPERATOR_IMAGE,
+        Placement,
         ServerInstall,
         StorageDefaults,
         deploy_file_texts,
         dump_yaml,
         install_manifests,
+        parse_node_selector,
+        parse_toleration,
         server_manifests,
     )
 
     chosen_image = image or OPERATOR_IMAGE
+    try:
+        placement = Placement(
+            node_selector=parse_node_selector(node_selector or []),
+            tolerations=tuple(parse_toleration(t) for t in toleration or []),
+        )
+    except ValueError as exc:
+        raise fail(str(exc)) from None
     server_options = (
         ServerInstall(
             storage_class=storage_class,
@@ -806,6 +831,7 @@ def install(
             data_claim=data_claim,
             outputs_claim=outputs_claim,
             public_url=public_url,
+            placement=placement,
         )
         if server
         else None
@@ -827,7 +853,7 @@ def install(
             out.print(f"wrote {write_manifests / name}", highlight=False)
         return
     if print_only:
-        objects = install_manifests(namespace, chosen_image, jobs_storage)
+        objects = install_manifests(namespace, chosen_image, jobs_storage, placement)
         if server_options is not None:
             objects += server_manifests(namespace, chosen_image, server_options)
         print(dump_yaml(objects), end="")
@@ -851,6 +877,7 @@ def install(
             server=server_options,
             storage=jobs_storage,
             say=lambda line: out.print(line, highlight=False),
+            placement=placement,
         )
     except InstallError as exc:
         raise fail(str(exc), 1) from None

@@ -127,6 +127,21 @@ _CHECK_ROOT = "/tfkube-archive-check"
 """A stand-in destination for the data filter: it judges paths, it touches nothing."""
 
 
+def check_member(
+    member: tarfile.TarInfo, builtin_filter: bool = hasattr(tarfile, "data_filter")
+) -> None:
+    """Refuse one archive member as tarfile's `data` filter would (FetchError, permanent),
+    judged against a stand-in folder; on a Python without that filter (before 3.11.4, e.g.
+    Debian 12's 3.11.2) with `_data_member`, the same rule."""
+    if builtin_filter:
+        try:
+            tarfile.data_filter(member, _CHECK_ROOT)
+        except tarfile.FilterError as exc:
+            raise FetchError(f"cannot unpack the code: {exc}", permanent=True) from None
+    else:
+        _data_member(member, _CHECK_ROOT)
+
+
 def check_archive(
     archive: Path,
     max_bytes: int = MAX_UNPACKED_BYTES,
@@ -157,13 +172,7 @@ def check_archive(
                         "path; an archive must hold relative paths only",
                         permanent=True,
                     )
-                if builtin_filter:
-                    try:
-                        tarfile.data_filter(member, _CHECK_ROOT)
-                    except tarfile.FilterError as exc:
-                        raise FetchError(f"cannot unpack the code: {exc}", permanent=True) from None
-                else:
-                    _data_member(member, _CHECK_ROOT)
+                check_member(member, builtin_filter)
                 if member.isfile():
                     total += member.size
                     if total > max_bytes:

@@ -29,9 +29,10 @@ import asyncio
 import base64
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from tfkube.kube.errors import ApiError, Forbidden, NotFound
 from tfkube.kube.names import (
@@ -284,6 +285,12 @@ def build_registry(queue_of: Callable[[Any], WorkQueue], verbose: bool) -> Any:
     return registry
 
 
+def operator_identity(host: str | None = None, pid: int | None = None) -> str:
+    """This operator's name among kopf's peers, e.g. `tfkube-operator@<pod>/<pid>`; never
+    from the password database (the image's uid has no entry there)."""
+    return f"tfkube-operator@{host or socket.gethostname()}/{pid or os.getpid()}"
+
+
 def run_operator(settings: OperatorSettings) -> None:
     """Run until SIGTERM/SIGINT."""
     import kopf
@@ -322,4 +329,7 @@ def run_operator(settings: OperatorSettings) -> None:
         standalone=True,
         clusterwide=not settings.namespaces,
         namespaces=list(settings.namespaces),
+        # Named here: kopf's default asks the password database for the user's name, and
+        # tfkube's image runs as a uid that has no entry there (65532): KeyError at start.
+        identity=cast(Any, operator_identity()),  # kopf's NewType, not exported
     )

@@ -25,9 +25,12 @@ from tfkube.render._deploy import (
     OPERATOR_NAME,
     OPERATOR_NAMESPACE,
     REGISTRY_SECRET,
+    Placement,
     deploy_file_texts,
     dump_yaml,
     install_manifests,
+    parse_node_selector,
+    parse_toleration,
 )
 from tfkube.render._render import MAX_CODE_CONFIGMAP_BYTES, RenderOptions, render_job
 from tfkube.render._server import (
@@ -69,6 +72,7 @@ __all__ = [
     "JobVolumes",
     "ModelServerSpec",
     "NotebookSpec",
+    "Placement",
     "RenderOptions",
     "ServerInstall",
     "ServingRuntime",
@@ -80,7 +84,9 @@ __all__ = [
     "dump_yaml",
     "install_manifests",
     "job_volumes",
+    "parse_node_selector",
     "parse_runtime",
+    "parse_toleration",
     "render_job",
     "render_model_server",
     "render_notebook",

@@ -11,6 +11,8 @@ emits, in any namespace. Two extra ClusterRoles aggregate into the built-in `edi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -38,6 +40,94 @@ REGISTRY_SECRET = "tfkube-registry"
 namespace (optional: without it jobs pull anonymously)."""
 
 _CREATE_DELETE = ["get", "list", "watch", "create", "update", "patch", "delete"]
+
+TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+API_ACCESS_VOLUME = "kube-api-access"
+API_ACCESS_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where tfkube's own pods (the operator, the platform server) run: a node selector
+    and tolerations, e.g. a pool of nodes kept for the platform by a taint
+    (`tfkube install --node-selector K=V --toleration K[=V][:EFFECT]`)."""
+
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, str], ...] = ()
+
+    def pod_fields(self) -> dict[str, Any]:
+        """The pod spec's `nodeSelector` and `tolerations` (none when not given)."""
+        out: dict[str, Any] = {}
+        if self.node_selector:
+            out["nodeSelector"] = dict(self.node_selector)
+        if self.tolerations:
+            out["tolerations"] = [dict(t) for t in self.tolerations]
+        return out
+
+
+def parse_node_selector(values: list[str]) -> dict[str, str]:
+    """`--node-selector KEY=VALUE` (repeatable) as a node selector; ValueError naming the
+    flag and the form for anything else."""
+    out: dict[str, str] = {}
+    for value in values:
+        key, sep, label = value.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(
+                f"--node-selector {value!r}: give KEY=VALUE, e.g. --node-selector pool=platform"
+            )
+        out[key.strip()] = label.strip()
+    return out
+
+
+def parse_toleration(value: str) -> dict[str, str]:
+    """`--toleration KEY[=VALUE][:EFFECT]` as a toleration (`Equal` with a value, else
+    `Exists`; every effect when none is given); ValueError naming the flag otherwise."""
+    head, colon, effect = value.partition(":")
+    key, eq, tolerated = head.partition("=")
+    if not key.strip() or (colon and effect not in TOLERATION_EFFECTS):
+        raise ValueError(
+            f"--toleration {value!r}: give KEY[=VALUE][:EFFECT] with EFFECT one of "
+            f"{', '.join(TOLERATION_EFFECTS)}, e.g. --toleration pool=platform:NoSchedule"
+        )
+    out = {"key": key.strip(), "operator": "Equal" if eq else "Exists"}
+    if eq:
+        out["value"] = tolerated.strip()
+    if colon:
+        out["effect"] = effect
+    return out
+
+
+def api_access() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The pod's ServiceAccount token (bound, rotated by the kubelet), the cluster CA and
+    the namespace, where in-cluster clients read them: a projected volume and its mount,
+    what the ServiceAccount admission plugin would add, given explicitly (with
+    `automountServiceAccountToken: false`) so tfkube's pods reach the API server the same
+    way on a cluster that runs without that plugin."""
+    volume = {
+        "name": API_ACCESS_VOLUME,
+        "projected": {
+            "defaultMode": 0o444,
+            "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                {
+                    "configMap": {
+                        "name": "kube-root-ca.crt",
+                        "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                    }
+                },
+                {
+                    "downwardAPI": {
+                        "items": [
+                            {"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}
+                        ]
+                    }
+                },
+            ],
+        },
+    }
+    mount = {"name": API_ACCESS_VOLUME, "mountPath": API_ACCESS_PATH, "readOnly": True}
+    return volume, mount
+
 
 OPERATOR_RULES: tuple[dict[str, Any], ...] = (
     # TFJobs: watched and patched (kopf's finalizer and progress annotations), never created.
@@ -182,10 +272,13 @@ def operator_manifests(
     namespace: str = OPERATOR_NAMESPACE,
     image: str = OPERATOR_IMAGE,
     storage: StorageDefaults | None = None,
+    placement: Placement | None = None,
 ) -> list[dict[str, Any]]:
     """The operator's Deployment: one replica, `Recreate` so two never reconcile at once;
-    with `storage`, what it gives jobs that name no logs storage."""
+    with `storage`, what it gives jobs that name no logs storage; with `placement`, its
+    node selector and tolerations."""
     labels = _labels("operator")
+    access_volume, access_mount = api_access()
     selector = {"app.kubernetes.io/name": "tfkube", "app.kubernetes.io/component": "operator"}
     return [
         {
@@ -200,6 +293,8 @@ def operator_manifests(
                     "metadata": {"labels": labels},
                     "spec": {
                         "serviceAccountName": OPERATOR_NAME,
+                        "automountServiceAccountToken": False,  # api_access(), explicitly
+                        **(placement or Placement()).pod_fields(),
                         "securityContext": {
                             "runAsNonRoot": True,
                             "runAsUser": 65532,
@@ -230,10 +325,13 @@ def operator_manifests(
                                     "capabilities": {"drop": ["ALL"]},
                                 },
                                 # The root filesystem is read-only; clients cache here.
-                                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+                                "volumeMounts": [
+                                    {"name": "tmp", "mountPath": "/tmp"},
+                                    access_mount,
+                                ],
                             }
                         ],
-                        "volumes": [{"name": "tmp", "emptyDir": {}}],
+                        "volumes": [{"name": "tmp", "emptyDir": {}}, access_volume],
                     },
                 },
             },
@@ -253,13 +351,14 @@ def install_manifests(
     namespace: str = OPERATOR_NAMESPACE,
     image: str = OPERATOR_IMAGE,
     storage: StorageDefaults | None = None,
+    placement: Placement | None = None,
 ) -> list[dict[str, Any]]:
     """Everything `tfkube install` applies, in order: CRD, namespace, RBAC, operator."""
     return [
         crd(),
         namespace_manifest(namespace),
         *rbac_manifests(namespace),
-        *operator_manifests(namespace, image, storage),
+        *operator_manifests(namespace, image, storage, placement),
     ]
 
 

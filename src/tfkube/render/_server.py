@@ -27,11 +27,12 @@ extras).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tfkube import contract
 from tfkube.kube.names import GROUP, LABEL_MANAGED_BY, MANAGED_BY, PLURAL
+from tfkube.render._deploy import Placement, api_access
 
 SERVER_NAME = "tfkube-server"
 SERVER_PORT = 8470
@@ -108,6 +109,9 @@ class ServerInstall:
     public_url: str | None = None
     """How people reach the server (its links and the Origin check), e.g. the Ingress'
     https URL; default: whatever Host they use."""
+    placement: Placement = field(default_factory=Placement)
+    """The server pod's node selector and tolerations (`tfkube install --node-selector
+    --toleration`, the operator's too)."""
 
 
 def _labels() -> dict[str, str]:
@@ -199,13 +203,16 @@ def _data_claim(namespace: str, options: ServerInstall) -> dict[str, Any]:
 
 
 def _deployment(namespace: str, image: str, options: ServerInstall) -> dict[str, Any]:
+    access_volume, access_mount = api_access()
     mounts: list[dict[str, Any]] = [
         {"name": "data", "mountPath": SERVER_DATA_DIR},
         {"name": "tmp", "mountPath": "/tmp"},
+        access_mount,
     ]
     volumes: list[dict[str, Any]] = [
         {"name": "data", "persistentVolumeClaim": {"claimName": data_claim_name(options)}},
         {"name": "tmp", "emptyDir": {}},
+        access_volume,
     ]
     if options.outputs_claim:
         mounts.append({"name": "outputs", "mountPath": f"{SERVER_DATA_DIR}/teams"})
@@ -256,6 +263,8 @@ def _deployment(namespace: str, image: str, options: ServerInstall) -> dict[str,
                 "metadata": {"labels": _labels()},
                 "spec": {
                     "serviceAccountName": SERVER_NAME,
+                    "automountServiceAccountToken": False,  # api_access(), explicitly
+                    **options.placement.pod_fields(),
                     "securityContext": {
                         "runAsNonRoot": True,
                         "runAsUser": 65532,

@@ -45,7 +45,13 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from tfkube.launcher import MAX_DOWNLOAD_BYTES, MAX_MEMBERS, MAX_UNPACKED_BYTES
+from tfkube.launcher import (
+    MAX_DOWNLOAD_BYTES,
+    MAX_MEMBERS,
+    MAX_UNPACKED_BYTES,
+    FetchError,
+    check_member,
+)
 from tfkube.server.core.tables import Artifact, Blob, Job, Team, User
 
 CHUNK = 1 << 20
@@ -159,8 +165,13 @@ def check_tar(archive: Path, entrypoint: str | None) -> Contents:
                 name = _check_name(member.name)
                 try:
                     # The very rule the launcher's `extractall(filter="data")` applies.
-                    tarfile.data_filter(member, "/nonexistent/dest")
+                    if hasattr(tarfile, "data_filter"):
+                        tarfile.data_filter(member, "/nonexistent/dest")
+                    else:  # Python < 3.11.4 (Debian 12's, tfkube's image built here)
+                        check_member(member, builtin_filter=False)
                 except tarfile.FilterError as exc:
+                    raise BadArchive(f"{member.name!r}: {exc}") from None
+                except FetchError as exc:
                     raise BadArchive(f"{member.name!r}: {exc}") from None
                 if member.isfile():
                     total += member.size

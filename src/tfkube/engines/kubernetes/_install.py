@@ -30,6 +30,7 @@ from tfkube.kube.rest import Kube
 from tfkube.render import (
     OPERATOR_IMAGE,
     OPERATOR_NAMESPACE,
+    Placement,
     ServerInstall,
     StorageDefaults,
     install_manifests,
@@ -101,11 +102,13 @@ def install(
     server: ServerInstall | None = None,
     storage: StorageDefaults | None = None,
     say: Callable[[str], None] = lambda _: None,
+    placement: Placement | None = None,
 ) -> list[Applied]:
     """Apply every install object in order (with `server`, the platform server's too:
     `tfkube install --server`); wait until the CRD is established. `storage` is what the
     operator gives jobs that name no logs storage; what jobs and the server get is told
-    to `say` first.
+    to `say` first. `placement` is the operator's node selector and tolerations (the
+    server's are `server.placement`).
 
     Raises InstallError naming the object the API server refused, or, before anything is
     applied, the storage that cannot work as asked."""
@@ -117,7 +120,7 @@ def install(
         say(f"storage: {note}")
     done: list[Applied] = []
     namespace_missing = False
-    objects = install_manifests(namespace, image, storage)
+    objects = install_manifests(namespace, image, storage, placement)
     if server is not None:
         objects += server_manifests(namespace, image, server)
     for obj in objects:

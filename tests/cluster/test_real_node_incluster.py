@@ -1,0 +1,451 @@
+"""tfkube inside the test cluster, on its real kubelet node (issue 18, point 1).
+
+First the foundation: pods reach the API server and each other through ClusterIPs
+(kube-proxy, iptables mode). ClusterIPs come from 198.19.224.0/20 and the API server listens
+on the real node's bridge address (198.19.N.1): both inside the benchmarking range the
+project creates its networks in (tools/kube/cluster.py, realnode.py). The host dials no
+ClusterIP: the pods do, and the test reads what they printed.
+
+Then the platform as a platform team installs it: `tfkube install --server` (the CLI) puts
+the operator and the server in pods of tfkube's own image (built here without Docker,
+tools/kube/images.py) on the real node (`--node-selector`, `--toleration`), with the shipped
+RBAC, SQLite on an administrator's claim (`--data-claim`: a hostPath PV pre-bound to it; no
+StorageClass here) and kept logs on an outputs share (`--outputs-claim`). The administrator
+reaches the server with `kubectl port-forward` to its Service (through the real kubelet) on
+a loopback port; a member uploads the between-graph example and submits it through that
+port; it trains in real pods (fetching its code from the server's Service by cluster DNS
+and ClusterIP) to the example's accuracy; its logs are read through the server while it
+runs and after its pods are gone.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from server._server import PASSWORD, Api, api_for, free_port
+from tfkube.render import OPERATOR_IMAGE, SERVER_NAME
+
+from ._support import (
+    REPO,
+    KubeCluster,
+    RealNode,
+    create_shared_claim,
+    load_cluster_module,
+    placed_manifest,
+    targz,
+    wait_for,
+)
+
+SERVICE_NET = ipaddress.ip_network("198.19.224.0/20")
+CA_ITEM = {"key": "ca.crt", "path": "ca.crt"}
+
+
+def token_volume() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ServiceAccount token, the cluster CA and the namespace where in-cluster config
+    reads them (what the ServiceAccount admission plugin mounts; the test cluster runs
+    without it)."""
+    volume = {
+        "name": "kube-api-access",
+        "projected": {
+            "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [CA_ITEM]}},
+                {
+                    "downwardAPI": {
+                        "items": [
+                            {"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}
+                        ]
+                    }
+                },
+            ]
+        },
+    }
+    mount = {
+        "name": "kube-api-access",
+        "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+        "readOnly": True,
+    }
+    return volume, mount
+
+
+def pod(name: str, image: str, command: list[str], labels: dict[str, str] | None = None,
+        ports: list[int] = ()) -> dict[str, Any]:  # fmt: skip
+    volume, mount = token_volume()
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {"app": name}},
+        "spec": {
+            "nodeSelector": dict(RealNode.SELECTOR),
+            "tolerations": list(RealNode.TOLERATIONS),
+            "restartPolicy": "Never",
+            "serviceAccountName": "default",
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 1,
+            "securityContext": {"runAsUser": 65532, "runAsNonRoot": True},
+            "volumes": [volume],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": command,
+                    "ports": [{"containerPort": p} for p in ports],
+                    "volumeMounts": [mount],
+                    "resources": {"requests": {"memory": "64Mi"}},
+                }
+            ],
+        },
+    }
+
+
+def pod_done(kube: KubeCluster, ns: str, name: str) -> client.V1Pod | None:
+    p = kube.core.read_namespaced_pod(name, ns)
+    return p if p.status.phase in ("Succeeded", "Failed") else None
+
+
+IN_CLUSTER = textwrap.dedent(
+    """
+    import json, os, urllib.request
+    from kubernetes import client, config
+    config.load_incluster_config()
+    api = client.ApiClient()
+    review = client.AuthenticationV1Api(api).create_self_subject_review(
+        client.V1SelfSubjectReview(metadata=client.V1ObjectMeta()))
+    body = urllib.request.urlopen("http://echo:8080/", timeout=10).read().decode()
+    print(json.dumps({
+        "host": os.environ["KUBERNETES_SERVICE_HOST"],
+        "port": os.environ["KUBERNETES_SERVICE_PORT"],
+        "user": review.status.user_info.username,
+        "echo": body.strip(),
+    }))
+    """
+)
+
+
+def test_pods_reach_the_api_server_and_services_through_cluster_ips(
+    real_node: RealNode, kube_cluster: KubeCluster, kube_namespace: str
+) -> None:
+    """In-cluster config from a pod (KUBERNETES_SERVICE_HOST, the `kubernetes` Service's
+    ClusterIP, the serving certificate checked against the cluster CA) authenticates as the
+    pod's ServiceAccount; a second pod's ClusterIP Service answers by its DNS name."""
+    kube, ns, image = kube_cluster, kube_namespace, OPERATOR_IMAGE
+    svc = kube.core.read_namespaced_service("kubernetes", "default")
+    assert ipaddress.ip_address(svc.spec.cluster_ip) in SERVICE_NET
+    slices = client.DiscoveryV1Api(kube.api_client).list_namespaced_endpoint_slice(
+        "default", label_selector="kubernetes.io/service-name=kubernetes"
+    )
+    endpoints = {a for s in slices.items for e in s.endpoints for a in e.addresses}
+    assert endpoints == {real_node.node_ip}, endpoints  # the API server's bridge address
+
+    serve = ["sh", "-c", "mkdir -p /tmp/w && echo hello-from-echo > /tmp/w/index.html && "
+             "cd /tmp/w && exec python3 -m http.server 8080 --bind 0.0.0.0"]  # fmt: skip
+    kube.core.create_namespaced_pod(ns, pod("echo", image, serve, ports=[8080]))
+    kube.core.create_namespaced_service(
+        ns,
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "echo"},
+            "spec": {"selector": {"app": "echo"}, "ports": [{"port": 8080, "targetPort": 8080}]},
+        },
+    )
+    echo_svc = kube.core.read_namespaced_service("echo", ns)
+    assert ipaddress.ip_address(echo_svc.spec.cluster_ip) in SERVICE_NET
+
+    def echo_ready() -> bool:
+        p = kube.core.read_namespaced_pod("echo", ns)
+        return bool(p.status.container_statuses and p.status.container_statuses[0].ready)
+
+    wait_for("the echo pod running", echo_ready, 120, 0.5)
+    t0 = time.monotonic()
+    kube.core.create_namespaced_pod(ns, pod("client", image, ["python3", "-c", IN_CLUSTER]))
+    done = wait_for("the client pod done", lambda: pod_done(kube, ns, "client"), 180, 0.5)
+    log = kube.core.read_namespaced_pod_log("client", ns)
+    assert done.status.phase == "Succeeded", log
+    out = json.loads(log.strip().splitlines()[-1])
+    print(f"\nin-cluster client done in {time.monotonic() - t0:.1f}s: {out}")
+    assert out["host"] == svc.spec.cluster_ip
+    assert out["port"] == "443"
+    assert out["user"] == f"system:serviceaccount:{ns}:default"
+    assert out["echo"] == "hello-from-echo"
+
+
+def test_kube_proxy_rules_are_the_real_nodes(real_node: RealNode) -> None:
+    """kube-proxy's chains exist while the real node runs, with the `kubernetes` Service's
+    ClusterIP (its stop runs `kube-proxy --cleanup`; the teardown prints what was left)."""
+    out = subprocess.run(
+        ["iptables", "-t", "nat", "-S", "KUBE-SERVICES"], capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    assert "198.19.224.1/32" in out.stdout
+
+
+# -- the platform in pods ------------------------------------------------------------------
+
+EXAMPLE = REPO / "examples" / "mnist-between-graph"
+JOB = "digits"
+DATA_CLAIM = "tfkube-data"
+OUTPUTS = "team-outputs"
+MIN_ACCURACY = 0.90  # what tests/tf/test_examples.py asks of the same example locally
+JOB_TIMEOUT = 480.0
+
+
+@dataclass
+class Platform:
+    kube: KubeCluster
+    node: RealNode
+    namespace: str
+    url: str  # the port-forward's loopback address
+    admin: Api
+    member: Api
+    team: str
+    env: dict[str, str]  # the member's CLI environment (TFKUBE_URL, TOKEN, TEAM)
+    share: Path  # the host folder behind the outputs share
+
+
+def _pv(kube: KubeCluster, node: RealNode, name: str, path: Path, ns: str, claim: str) -> str:
+    """A hostPath PV on the real node pre-bound to `ns/claim` (an administrator's volume:
+    there is no provisioner); the folder is writable by the pods' user."""
+    realnode = load_cluster_module()._sibling("realnode")
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o777)
+    pv = realnode.hostpath_volume(name, path, node.name, ns, claim, "1Gi")
+    kube.harness.api("POST", "/api/v1/persistentvolumes", pv)
+    return name
+
+
+def _tfkube(env: dict[str, str], *args: str, timeout: float = 180) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfkube", *args],
+        capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"tfkube {' '.join(args)}: {proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def _ready_pod(kube: KubeCluster, ns: str, component: str) -> client.V1Pod | None:
+    selector = f"app.kubernetes.io/name=tfkube,app.kubernetes.io/component={component}"
+    for p in kube.core.list_namespaced_pod(ns, label_selector=selector).items:
+        statuses = p.status.container_statuses or []
+        if statuses and all(c.ready for c in statuses):
+            return p
+    return None
+
+
+def _delete_namespace(kube: KubeCluster, ns: str) -> None:
+    try:
+        kube.core.delete_namespace(ns, propagation_policy="Background")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+
+
+def _gone(kube: KubeCluster, ns: str) -> bool:
+    try:
+        kube.core.read_namespace(ns)
+    except ApiException as exc:
+        return exc.status == 404
+    return False
+
+
+@pytest.fixture(scope="module")
+def platform(
+    kube_cluster: KubeCluster, real_node: RealNode, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Platform]:
+    kube, node = kube_cluster, real_node
+    tmp = tmp_path_factory.mktemp("incluster")
+    ns = f"tfkube-platform-{uuid.uuid4().hex[:6]}"
+    team = f"t{uuid.uuid4().hex[:8]}"
+    team_ns = f"tfkube-{team}"
+    share = node.volumes_dir / ns / "share"
+    pvs: list[str] = []
+    forward: subprocess.Popen[bytes] | None = None
+    apis: list[Api] = []
+    env = {**os.environ, "KUBECONFIG": str(kube.kubeconfig), "TFKUBE_HOME": str(tmp / "home")}
+    try:
+        # The administrator's part: the namespace, the server's data volume and the outputs
+        # share (hostPath PVs pre-bound to the claims install is told to use).
+        kube.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+        pvs.append(_pv(kube, node, f"{ns}-data", node.volumes_dir / ns / "data", ns, DATA_CLAIM))
+        pvs.append(_pv(kube, node, f"{ns}-outputs", share, ns, OUTPUTS))
+        create_shared_claim(kube, ns, DATA_CLAIM, "ReadWriteOnce")
+        create_shared_claim(kube, ns, OUTPUTS)
+        (taint,) = node.TOLERATIONS
+        t0 = time.monotonic()
+        out = _tfkube(
+            env, "install", "--server", "-n", ns, "--data-claim", DATA_CLAIM,
+            "--outputs-claim", OUTPUTS, "--kubeconfig", str(kube.kubeconfig),
+            *[a for k, v in node.SELECTOR.items() for a in ("--node-selector", f"{k}={v}")],
+            "--toleration", f"{taint['key']}:{taint['effect']}",
+        )  # fmt: skip
+        assert "installed" in out, out
+        operator = wait_for("the operator's pod Ready", lambda: _ready_pod(kube, ns, "operator"),
+                            300, 1.0)  # fmt: skip
+        server = wait_for("the server's pod Ready", lambda: _ready_pod(kube, ns, "server"),
+                          300, 1.0)  # fmt: skip
+        ready = time.monotonic() - t0
+        for p in (operator, server):
+            assert p.spec.node_name == node.name
+            assert p.spec.containers[0].image == OPERATOR_IMAGE
+            assert p.spec.service_account_name in ("tfkube-operator", SERVER_NAME)
+        # The administrator: kubectl port-forward to the server's Service, on loopback.
+        port = free_port()
+        with (tmp / "forward.log").open("wb") as forward_log:
+            forward = subprocess.Popen(
+                [str(kube.kubectl), "--kubeconfig", str(kube.kubeconfig), "-n", ns,
+                 "port-forward", f"svc/{SERVER_NAME}", f"{port}:8470", "--address", "127.0.0.1"],
+                stdout=subprocess.DEVNULL, stderr=forward_log, start_new_session=True,
+            )  # fmt: skip
+        url = f"http://127.0.0.1:{port}"
+
+        def healthy() -> bool:
+            assert forward is not None
+            assert forward.poll() is None, (tmp / "forward.log").read_text()
+            try:
+                return httpx.get(f"{url}/healthz", timeout=3).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for("the server through kubectl port-forward", healthy, 60, 0.5)
+        log = kube.core.read_namespaced_pod_log(server.metadata.name, ns)
+        (token,) = set(re.findall(r"/setup\?token=([A-Za-z0-9_-]+)", log)) or {None}
+        assert token, log[-3000:]
+        r = httpx.post(f"{url}/api/v1/setup",
+                       json={"token": token, "name": "admin", "password": PASSWORD})  # fmt: skip
+        assert r.status_code == 201, r.text
+        admin = api_for(url, "admin")
+        apis.append(admin)
+        admin.new_team(team, {})  # no quota: the pods ask no CPU (2 cores)
+        admin.ok(admin.http.put(f"/api/v1/teams/{team}/allowances",
+                                json={"toleration_keys": [taint["key"]]}))  # fmt: skip
+        user = admin.new_user()
+        admin.add_member(team, user, "member")
+        member = api_for(url, user)
+        apis.append(member)
+        # The team's outputs claim on the same share: <share>/<team>/outputs.
+        pvs.append(_pv(kube, node, f"{ns}-{team}", share / team / "outputs", team_ns, OUTPUTS))
+        create_shared_claim(kube, team_ns, OUTPUTS)
+        member.ok(
+            member.post(
+                f"/api/v1/teams/{team}/artifacts",
+                params={"name": "mnist", "filename": "code.tar.gz"},
+                content=targz(EXAMPLE),
+                headers={"Content-Type": "application/octet-stream"},
+            ),
+            201,
+        )
+        print(f"\nin-cluster platform: operator and server Ready {ready:.0f}s after install")
+        member_env = {**env, "TFKUBE_URL": url, "TFKUBE_TOKEN": member.token,
+                      "TFKUBE_TEAM": team, "TFKUBE_ENGINE": "server"}  # fmt: skip
+        yield Platform(kube, node, ns, url, admin, member, team, member_env, share)
+    finally:
+        try:
+            for api in apis[:1]:  # the server deletes each job's TFJob and outputs
+                with_jobs = api.get("/api/v1/jobs", params={"limit": 500})
+                if with_jobs.status_code == 200:
+                    for job in with_jobs.json()["items"]:
+                        api.delete(f"/api/v1/jobs/{job['id']}")
+        finally:
+            for api in apis:
+                api.close()
+            if forward is not None:
+                os.killpg(forward.pid, signal.SIGTERM)
+                forward.wait(10)
+            for component in ("server", "operator"):  # kept for a failure's post-mortem
+                for pod in kube.core.list_namespaced_pod(
+                    ns, label_selector=f"app.kubernetes.io/component={component}"
+                ).items:
+                    text = kube.core.read_namespaced_pod_log(pod.metadata.name, ns)
+                    (tmp / f"{component}.log").write_text(text)
+                    if "Traceback" in text:
+                        print(f"\n--- {component} pod log ---\n{text[-6000:]}")
+            for name in (team_ns, ns):
+                _delete_namespace(kube, name)
+            # Nothing keeps pointing at the deleted namespace (the session's other modules
+            # apply their own install again).
+            rbac = client.RbacAuthorizationV1Api(kube.api_client)
+            for binding in rbac.list_cluster_role_binding().items:
+                if any(s.namespace == ns for s in binding.subjects or []):
+                    rbac.delete_cluster_role_binding(binding.metadata.name)
+            wait_for("the namespaces gone", lambda: _gone(kube, team_ns) and _gone(kube, ns),
+                     180, 1.0)  # fmt: skip
+            for pv in pvs:
+                try:
+                    kube.core.delete_persistent_volume(pv)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+
+
+def test_a_member_trains_through_the_in_cluster_server(platform: Platform) -> None:
+    """Submitted through the port-forward, the job's replicas fetch their code from the
+    server's Service (cluster DNS, ClusterIP, kube-proxy), train in real pods to the
+    example's accuracy; `tfkube logs` through the server shows every replica while it
+    runs, and the PS's kept log after its pod is gone."""
+    p, kube = platform, platform.kube
+    team_ns = f"tfkube-{p.team}"
+    manifest = placed_manifest(p.node, EXAMPLE, JOB, ["--train_steps=1000", "--step_sleep=0.02"])
+    t0 = time.monotonic()
+    job = p.member.ok(
+        p.member.post(f"/api/v1/teams/{p.team}/jobs", json={"manifest": manifest}),
+        201,
+    )
+
+    def every_replica_logged() -> str | None:
+        out = _tfkube(p.env, "logs", JOB)
+        wanted = ("[ps-0] ps 0 serving at", "[worker-0] worker 0: shard", "[worker-1] worker 1:")
+        return out if all(w in out for w in wanted) else None
+
+    live = wait_for("every replica's live output through the server", every_replica_logged,
+                    JOB_TIMEOUT, 2.0)  # fmt: skip
+    assert live
+
+    def finished() -> dict[str, Any] | None:
+        seen = p.member.ok(p.member.get(f"/api/v1/jobs/{job['id']}"))
+        return seen if seen["phase"] in ("Succeeded", "Failed") else None
+
+    final = wait_for(f"job {JOB} to finish", finished, JOB_TIMEOUT, 1.0)
+    elapsed = time.monotonic() - t0
+    assert final["phase"] == "Succeeded", final
+    for pod in kube.core.list_namespaced_pod(
+        team_ns, label_selector=f"tfkube.io/job-name={JOB}"
+    ).items:
+        assert pod.spec.node_name == p.node.name
+    wait_for("the PS pod gone",
+             lambda: not kube.core.list_namespaced_pod(
+                 team_ns, label_selector="tfkube.io/replica-type=ps").items, 60, 0.5)  # fmt: skip
+    # Kept logs: the PS's pod is gone, its log is read from the outputs share by the server.
+    kept = _tfkube(p.env, "logs", JOB, "--replica", "ps-0")
+    assert "ps 0 serving at" in kept, kept[-3000:]
+    chief = _tfkube(p.env, "logs", JOB, "--replica", "worker-0")
+    found = re.findall(r"tfkube-example: result (\{.*\})", chief)
+    assert found, chief[-3000:]
+    res = json.loads(found[-1])
+    print(f"\nin-cluster: {JOB} Succeeded {elapsed:.0f}s after submit through the "
+          f"port-forward; accuracy {res['test_accuracy']:.3f}")  # fmt: skip
+    assert res["test_accuracy"] >= MIN_ACCURACY, res
+    assert (p.share / p.team / "outputs" / JOB).is_dir()  # the share the server reads
+    # The operator and the server ran the whole time in their pods, never restarted.
+    for component in ("operator", "server"):
+        pod = _ready_pod(kube, p.namespace, component)
+        assert pod is not None, component
+        assert pod.status.container_statuses[0].restart_count == 0, component
