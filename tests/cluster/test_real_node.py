@@ -799,4 +799,8 @@ def test_between_graph_scaled_2_4_1_keeps_its_accuracy(
         f"{res['global_step']}, accuracy {res['test_accuracy']} (fixed 2 workers: "
         f"{fixed_result['test_accuracy']}, {gap:.2f} points apart)"
     )
-    assert gap <= SCALE_ACCURACY_POINTS, (res, fixed_result)
+    # Resizing must not cost accuracy: at most 1 point below the fixed run. Above it is no
+    # failure (asynchronous training at 800 steps varies by 1-2 points between runs: the
+    # same fixed job gave 0.958 on the real node and 0.969 locally).
+    lost = (fixed_result["test_accuracy"] - res["test_accuracy"]) * 100
+    assert lost <= SCALE_ACCURACY_POINTS, (res, fixed_result)
