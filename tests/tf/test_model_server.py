@@ -503,3 +503,26 @@ def test_the_local_engines_model_server_answers_grpc_at_its_upstream(tmp_path: P
     finally:
         runner.stop(tenant, workload, handle)
     assert not runner.running(handle)
+
+
+@pytest.mark.parametrize("inter_op", [-1, 0, 2])
+def test_each_inter_op_setting_answers_the_same(tmp_path: Path, inter_op: int) -> None:
+    """`--tensorflow_inter_op_parallelism`: the default (-1) runs a call's ops on the
+    calling thread; 0 (TensorFlow's pool) and N threads answer the same, predict and
+    classify (a parse_example graph) alike."""
+    from tfkube.serving._store import RUN_IN_CALLER, load_saved_model
+
+    build_model(tmp_path, 3)
+    servable = load_saved_model(tmp_path / "3", 3, inter_op)
+    assert servable.session._config.inter_op_parallelism_threads == inter_op
+    if inter_op == RUN_IN_CALLER:
+        default = load_saved_model(tmp_path / "3", 3)
+        assert default.session._config.inter_op_parallelism_threads == RUN_IN_CALLER
+    x = np.array([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    out = servable.run("serving_default", {"x": x})
+    np.testing.assert_array_equal(out["y"], x * 3)
+    np.testing.assert_array_equal(out["version"], [3, 3])
+    strings = np.empty(2, dtype=object)
+    strings[:] = [e.SerializeToString() for e in _examples([0.25, 0.5]).example_list.examples]  # type: ignore[attr-defined]
+    scores = servable.run("classify", {"inputs": strings})["scores"]
+    np.testing.assert_allclose(scores, [[0.25, 0.75], [0.5, 0.5]])

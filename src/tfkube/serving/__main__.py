@@ -14,6 +14,7 @@ available and the gRPC door answers its own health check through the network."""
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import sys
@@ -72,7 +73,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batching_parameters_file", type=Path, default=None)
     p.add_argument("--enable_model_warmup", type=_flag_bool, nargs="?", const=True, default=True)
     p.add_argument("--tensorflow_intra_op_parallelism", type=int, default=0)
-    p.add_argument("--tensorflow_inter_op_parallelism", type=int, default=0)
+    p.add_argument(
+        "--tensorflow_inter_op_parallelism",
+        type=int,
+        default=-1,
+        help="Threads that run a model call's ops in parallel: -1 (the default) the "
+        "calling thread, 0 TensorFlow's choice, N a pool of N.",
+    )
     args = p.parse_args(argv)
     if args.model_version is not None and args.model_version_policy is not None:
         p.error("give --model_version or --model_version_policy, not both")
@@ -93,12 +100,12 @@ def main(argv: list[str] | None = None) -> None:
     from tfkube.serving._app import create_app
     from tfkube.serving._batching import Batcher, BatchingParameters, parse_parameters
     from tfkube.serving._calls import Calls
-    from tfkube.serving._store import ModelStore, warm_up
+    from tfkube.serving._store import ModelStore, load_saved_model, warm_up
     from tfkube.serving._versions import VersionPolicy
 
     if args.tensorflow_intra_op_parallelism:
         tf.config.threading.set_intra_op_parallelism_threads(args.tensorflow_intra_op_parallelism)
-    if args.tensorflow_inter_op_parallelism:
+    if args.tensorflow_inter_op_parallelism > 0:
         tf.config.threading.set_inter_op_parallelism_threads(args.tensorflow_inter_op_parallelism)
     batcher = None
     if args.enable_batching:
@@ -114,6 +121,7 @@ def main(argv: list[str] | None = None) -> None:
         args.model_name,
         args.model_base_path,
         policy,
+        functools.partial(load_saved_model, inter_op_threads=args.tensorflow_inter_op_parallelism),
         labels=args.version_labels,
         traffic=args.label_traffic,
         warmer=warm_up if args.enable_model_warmup else None,
