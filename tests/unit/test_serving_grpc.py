@@ -84,6 +84,19 @@ def test_a_tensor_tfkube_writes_is_read_by_tensorflow(api: Any, array: np.ndarra
     np.testing.assert_array_equal(got, array)
 
 
+@pytest.mark.parametrize("offset", [0, 1, 3])
+def test_tensor_content_at_any_place_in_the_request_is_an_aligned_array(
+    api: Any, offset: int
+) -> None:
+    """`tensor_content` lands wherever the request's bytes put it; TensorFlow reads a
+    misaligned array slowly, so such a view is copied (an aligned one is not)."""
+    array = np.arange(128, dtype=np.float32).reshape(2, 64)
+    raw = b"\0" * offset + api.tf.make_tensor_proto(array).SerializeToString()
+    got = decode_tensor(memoryview(raw)[offset:])
+    assert got.flags.aligned
+    np.testing.assert_array_equal(got, array)
+
+
 @pytest.mark.parametrize(
     ("values", "dtype", "field", "expected"),
     [

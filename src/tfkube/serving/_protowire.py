@@ -5,8 +5,8 @@ against the `tensorflow-serving-api` package's own classes).
 
 Why by hand rather than with generated classes: the messages are few and small (their
 field numbers are the interface; protobuf's wire format is public), a tensor's
-`tensor_content` becomes an array without a copy (`np.frombuffer`), and the package that
-holds the generated classes, `tensorflow-serving-api`, requires `tensorflow`, which
+`tensor_content` becomes an array without a copy (`np.frombuffer`, where aligned), and
+the package that holds the generated classes, `tensorflow-serving-api`, requires `tensorflow`, which
 would install TensorFlow a second time beside `tensorflow-cpu`. The tests use that
 package (installed without its dependencies) as the client a user would write.
 
@@ -227,7 +227,8 @@ class _Tensor:
 
 def decode_tensor(buf: bytes | memoryview) -> np.ndarray:
     """A TensorProto -> an array (numbers without a copy where it came as
-    `tensor_content`; strings as an object array of bytes)."""
+    `tensor_content` at an address aligned for its dtype; strings as an object array of
+    bytes)."""
     t = _Tensor()
     for number, kind, value in fields(buf):
         if number == 1:
@@ -292,7 +293,11 @@ def _tensor_array(t: _Tensor) -> np.ndarray:
                 f"tensor_content holds {len(t.content)} bytes; a {dtype} tensor of shape "
                 f"{t.shape} needs {size * item.itemsize}",
             )
-        return np.frombuffer(t.content, dtype=item).reshape(t.shape)
+        array = np.frombuffer(t.content, dtype=item).reshape(t.shape)
+        # bytes at an odd place in the request: TensorFlow reads a misaligned array a
+        # number at a time (batch 64 of float32: 110 against 74 µs a model call); a
+        # copy costs a microsecond
+        return array if array.flags.aligned else array.copy()
     elif dtype == "float32":
         flat = _repeated(t, 5, "float32", True)
     elif dtype == "float64":
