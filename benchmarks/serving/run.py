@@ -23,6 +23,7 @@ Reported: requests/s, p50 and p99 latency per kind, and the ratios to in-process
 same number of clients (and, for batch 1, to one sequential in-process caller).
 
     .venv/bin/python benchmarks/serving/run.py [--seconds 3] [--rounds 3] [--json FILE]
+        [--server-flag=--FLAG=VALUE ...] [--server-env NAME=VALUE ...]
 """
 
 from __future__ import annotations
@@ -198,7 +199,9 @@ def grpc_bench(port: int, x: np.ndarray, clients: int, seconds: float) -> dict[s
     return asyncio.run(_grpc_client(port, request, clients, seconds, len(x)))
 
 
-def start_server(export: Path, batching: bool) -> tuple[subprocess.Popen[bytes], int, int]:
+def start_server(
+    export: Path, batching: bool, flags: list[str], env: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], int, int]:
     from tfkube.engines.local import free_ports
 
     rest_port, grpc_port = free_ports(2)
@@ -212,7 +215,9 @@ def start_server(export: Path, batching: bool) -> tuple[subprocess.Popen[bytes],
             f"--rest_api_port={rest_port}",
             f"--port={grpc_port}",
             f"--enable_batching={'true' if batching else 'false'}",
+            *flags,
         ],
+        env={**os.environ, **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -237,7 +242,26 @@ def main() -> None:
         "--no-batching", action="store_true", help="the model server's batching off"
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the medians here")
+    parser.add_argument(
+        "--server-flag",
+        action="append",
+        default=[],
+        help="one more flag for the model server (repeat), e.g. "
+        "--server-flag=--tensorflow_intra_op_parallelism=1",
+    )
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        help="NAME=VALUE in the model server's environment (repeat), e.g. TF_ENABLE_ONEDNN_OPTS=0",
+    )
     args = parser.parse_args()
+    server_env: dict[str, str] = {}
+    for pair in args.server_env:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            parser.error(f"--server-env {pair!r}: expected NAME=VALUE")
+        server_env[name] = value
     from tfkube.serving._store import load_saved_model
 
     load_before = os.getloadavg()
@@ -247,7 +271,9 @@ def main() -> None:
         write_model(export)
         reference = Reference(export / "1")
         servable = load_saved_model(export / "1", 1)
-        proc, rest_port, grpc_port = start_server(export, not args.no_batching)
+        proc, rest_port, grpc_port = start_server(
+            export, not args.no_batching, args.server_flag, server_env
+        )
         try:
             rng = np.random.default_rng(1)
             for _ in range(args.rounds):
@@ -278,7 +304,10 @@ def main() -> None:
     print(
         f"load average before {load_before[0]:.1f} / {load_before[1]:.1f}, after "
         f"{load_after[0]:.1f} / {load_after[1]:.1f}; {args.rounds} rounds of {args.seconds:g} s; "
-        f"batching {'off' if args.no_batching else 'on'}\n"
+        f"batching {'off' if args.no_batching else 'on'}"
+        + "".join(f"; {f}" for f in args.server_flag)
+        + "".join(f"; {e}" for e in args.server_env)
+        + "\n"
     )
     print(
         "| batch | clients | in-process req/s | REST req/s | gRPC req/s | **REST ratio** | "
