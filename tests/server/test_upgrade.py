@@ -56,12 +56,16 @@ def release_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The released package's source, from this repository's history."""
     dest = tmp_path_factory.mktemp("release")
     archive = dest / "src.tar"
-    proc = subprocess.run(
-        ["git", "-C", str(REPO), "archive", "-o", str(archive), RELEASE, "src/tfkube"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    argv = ["git", "-C", str(REPO), "archive", "-o", str(archive), RELEASE, "src/tfkube"]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:  # a shallow clone: its history from where it was cloned
+        subprocess.run(
+            ["git", "-C", str(REPO), "fetch", "--quiet", "--unshallow"],
+            capture_output=True,
+            check=False,
+            timeout=300,
+        )
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         pytest.fail(
             f"the release {RELEASE[:7]} is not in this clone's history ({proc.stderr.strip()}):"
