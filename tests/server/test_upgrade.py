@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tarfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,16 +26,13 @@ import sqlalchemy as sa
 
 import tfkube
 from conftest import TAG, tagged_processes
+from release import RELEASE_HEAD, release_source
 from tfkube.client import ServerError
 
 from ._postgres import Postgres
 from ._server import ServerProc, api_for, env_with, first_admin, free_port
 from .conftest import DATABASES, stop_server
 
-REPO = Path(__file__).resolve().parents[2]
-RELEASE = "3b451d041f366156913e020dcbf6fa6444cf47fd"
-"""The submission that landed on 2026-12-02 03:42 UTC (session 8): schema revision 0011."""
-RELEASE_HEAD = "0011"
 TICKS = 20
 """The job that trains across the upgrade logs a line a second: time for the old server to
 stop and the new one to start and see it running, on a slow machine too."""
@@ -53,28 +49,7 @@ echo "DONE"
 
 @pytest.fixture(scope="module")
 def release_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The released package's source, from this repository's history."""
-    dest = tmp_path_factory.mktemp("release")
-    archive = dest / "src.tar"
-    argv = ["git", "-C", str(REPO), "archive", "-o", str(archive), RELEASE, "src/tfkube"]
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:  # a shallow clone: its history from where it was cloned
-        subprocess.run(
-            ["git", "-C", str(REPO), "fetch", "--quiet", "--unshallow"],
-            capture_output=True,
-            check=False,
-            timeout=300,
-        )
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        pytest.fail(
-            f"the release {RELEASE[:7]} is not in this clone's history ({proc.stderr.strip()}):"
-            " test from a full clone (git clone, not --depth)",
-            pytrace=False,
-        )
-    with tarfile.open(archive) as tar:
-        tar.extractall(dest, filter="data")
-    return dest / "src"
+    return release_source(tmp_path_factory.mktemp("release"))
 
 
 def _revision(url: str) -> list[str]:
@@ -124,14 +99,6 @@ def _upgrade(release_src: Path, database: str | None, tmp_path: Path, tag: str) 
     data = tmp_path / "data"
     env = env_with(TAG, tag, tmp_path / "home")
     old_env = {**env, "PYTHONPATH": str(release_src)}
-    where = subprocess.run(
-        [sys.executable, "-c", "import tfkube; print(tfkube.__file__)"],
-        env=old_env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    assert where.startswith(str(release_src)), where  # the old package, not this one
     db_url = _sqlalchemy_url(database, data)
     port = free_port()
 
