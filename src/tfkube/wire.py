@@ -385,6 +385,9 @@ class ModelServerOut(_Wire):
     status: str
     """Starting | Ready | Failed | Stopped."""
     message: str = ""
+    runtime: str | None = None
+    """Which model server runs it: `tfkube` (tfkube's own) or `tensorflow-serving` (the
+    stock image, Kubernetes only); None for one made before runtimes were recorded."""
     url: str
     """The REST base `.../v1/models/<name>`: GET it for the status, POST `<url>:predict`;
     send the team's API token (Authorization: Bearer) or the session cookie."""

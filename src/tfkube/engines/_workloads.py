@@ -311,6 +311,10 @@ class Engine(Protocol):
         """The runtime a new model server gets when `asked` (None: the default). Raises
         ValueError saying why not and what to choose."""
 
+    def model_server_runtimes(self) -> tuple[str, ...]:
+        """The runtimes a model server may be given here, the default first (what the
+        job page's Serve offers)."""
+
     def start(self, tenant: Tenant, workload: Workload) -> Handle:
         """Start it (or make it exist); returns at once or when it runs. Raises
         NotAvailable or RuntimeError (saying why it did not start)."""

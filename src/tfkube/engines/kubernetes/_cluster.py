@@ -121,6 +121,10 @@ class KubernetesEngine(RunnersByKind):
     def capacity(self) -> None:
         return None
 
+    def model_server_runtimes(self) -> tuple[str, ...]:
+        others = [r.value for r in ServingRuntime if r is not self.serving_runtime]
+        return (self.serving_runtime.value, *others)
+
     def model_server_runtime(self, asked: str | None) -> str:
         return parse_runtime(asked, self.serving_runtime).value
 
