@@ -1,5 +1,7 @@
 """Preemption by priority on the test control plane (the real kube-scheduler, KWOK pods):
-a low-priority job fills a small node, a higher-priority job arrives, the scheduler
+two teams prepared as the server prepares them (their priorities 1 and 5 as the
+PriorityClasses their jobs' pods get); the low team's job fills a small node, the high
+team's job arrives, the scheduler
 preempts the low job's pods, and the operator counts it as one preemption (not a
 restart: backoffLimit 0 would fail the job on any restart), says it (a `Preempted` event,
 `tfkube status`), restarts the whole job with no backoff; its new pods wait for room and
@@ -21,8 +23,12 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from tfkube.engines import Tenant
+from tfkube.engines.kubernetes import KubernetesEngine
+from tfkube.spec import parse_job
+
 from ._support import KubeCluster, Operator, load_cluster_module, wait_for
-from .test_operator import cli, events, job_dict, phase_is, pods, submit, tfjob
+from .test_operator import cli, events, job_dict, phase_is, pods, tfjob
 
 POOL = "tfkube.io/preempt-pool"
 """The label and taint of this test's node: nothing else lands there."""
@@ -56,33 +62,35 @@ def small_node(kube_cluster: KubeCluster, kube_namespace: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def priorities(kube_cluster: KubeCluster, kube_namespace: str) -> Iterator[tuple[str, str]]:
-    """Two PriorityClasses (low, high), as `tfkube-priority-<n>` would be; deleted after."""
-    api = client.SchedulingV1Api(kube_cluster.api_client)
-    made = []
-    for level, value in (("low", 100), ("high", 1000)):
-        name = f"{kube_namespace}-{level}"
-        api.create_priority_class(
-            client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value)
-        )
-        made.append(name)
+def teams(
+    kube_cluster: KubeCluster, kube_namespace: str, tmp_path: Path
+) -> Iterator[tuple[KubernetesEngine, Tenant, Tenant]]:
+    """Two teams of priority 1 and 5 sharing the test's namespace, prepared as the server
+    prepares a team (`KubernetesEngine.prepare_tenant`: their PriorityClasses
+    `tfkube-priority-1` and `-5`); the classes are deleted afterwards. The engine is not
+    closed: its API client is the session's."""
+    engine = KubernetesEngine(tmp_path, api_client=kube_cluster.api_client)
+    low = Tenant("low", kube_namespace, priority=1)
+    high = Tenant("high", kube_namespace, priority=5)
     try:
-        yield made[0], made[1]
+        engine.prepare_tenant(low)
+        engine.prepare_tenant(high)
+        yield engine, low, high
     finally:
-        for name in made:
+        api = client.SchedulingV1Api(kube_cluster.api_client)
+        for priority in (1, 5):
             try:
-                api.delete_priority_class(name)
+                api.delete_priority_class(f"tfkube-priority-{priority}")
             except ApiException as exc:
                 if exc.status != 404:
                     raise
 
 
-def placed(data: dict[str, Any], ns: str, cpu: str, priority: str) -> dict[str, Any]:
+def placed(data: dict[str, Any], ns: str, cpu: str) -> dict[str, Any]:
     for spec in data["spec"]["replicas"].values():
         spec["nodeSelector"] = {POOL: ns}
         spec["tolerations"] = [{"key": POOL, "operator": "Exists", "effect": "NoSchedule"}]
         spec["resources"] = {"cpu": cpu}
-    data["spec"]["scheduling"] = {"priorityClassName": priority}
     return data
 
 
@@ -98,23 +106,27 @@ def test_a_preempted_job_resumes_with_one_preemption_and_no_restart(
     code: Path,
     kube_namespace: str,
     small_node: str,
-    priorities: tuple[str, str],
+    teams: tuple[KubernetesEngine, Tenant, Tenant],
 ) -> None:
     kube, ns = operator.kube, kube_namespace
-    low_class, high_class = priorities
+    engine, low_team, high_team = teams
     # Low: a PS and two workers, 500m each: 1.5 of the node's 2 CPUs. backoffLimit 0: a
-    # single restart would fail it.
-    low = placed(job_dict("low"), ns, "500m", low_class)
+    # single restart would fail it. Neither job names a PriorityClass: its team's is given.
+    low = placed(job_dict("low"), ns, "500m")
     low["spec"]["replicas"]["worker"]["annotations"] = {
         "tfkube.io/fake-duration": f"{LOW_SECONDS}s"
     }
     low["spec"]["runPolicy"]["backoffLimit"] = 0
-    backend = submit(kube, ns, code, low)
+    backend = engine.jobs(low_team)
+    backend.submit(parse_job(low), code)
+    spec = (tfjob(kube, ns, "low") or {})["spec"]
+    assert spec["scheduling"]["priorityClassName"] == "tfkube-priority-1"
     wait_for("low running", lambda: running_pods(kube, ns, "low") == 3, 40)
+    assert {p.spec.priority for p in pods(kube, ns, "tfkube.io/job-name=low")} == {1}
     wait_for("low Running", lambda: phase_is(kube, ns, "low", "Running"), 20)
 
     # High: one worker that needs the whole node, so every pod of low must go.
-    high = placed(job_dict("high"), ns, "2", high_class)
+    high = placed(job_dict("high"), ns, "2")
     high["spec"]["replicas"] = {
         "worker": {
             **high["spec"]["replicas"]["worker"],
@@ -123,7 +135,7 @@ def test_a_preempted_job_resumes_with_one_preemption_and_no_restart(
         }
     }
     started = time.monotonic()
-    submit(kube, ns, code, high)
+    engine.jobs(high_team).submit(parse_job(high), code)
 
     def preempted() -> dict[str, Any] | None:
         status = (tfjob(kube, ns, "low") or {}).get("status") or {}

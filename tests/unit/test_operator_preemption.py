@@ -1,7 +1,8 @@
 """Preemption on Kubernetes, decided purely: the scheduler's marks on a preempted pod (its
 DisruptionTarget condition, its `Preempted` Event that outlives it) read by
 `tfkube.kube.observe`, and the operator's answer (`tfkube.operator._reconcile.preempted`):
-the whole job starts again with no backoff, counted as one preemption and no restart."""
+the whole job starts again with no backoff, counted as one preemption and no restart.
+And where priorities come from: a team's priority as a PriorityClass its jobs' pods get."""
 
 from __future__ import annotations
 
@@ -9,16 +10,24 @@ from typing import Any
 
 import pytest
 
+from tfkube.engines import JobView
+from tfkube.engines.kubernetes._backend import with_priority_class
 from tfkube.kube._observe import (
     PREEMPTION_SETTLE_SECONDS,
     preempted_by_scheduler,
     preemptions,
     replica_of_pod,
 )
+from tfkube.kube.names import team_priority_class
 from tfkube.kube.observe import Prior, format_time, observe
 from tfkube.operator import reconcile
 from tfkube.operator._ops import Create, DeleteRoleJob, Event
 from tfkube.planner import JobPhase
+from tfkube.render import RenderOptions, render_job
+from tfkube.render._tenant import priority_class, tenant_objects
+from tfkube.server.core.tables import Job, Team
+from tfkube.server.jobs.service import JobService
+from tfkube.server.tenants import tenant_of
 
 from ._kube_objects import NOW, T0, job_model, pod, role_job
 from .test_operator_reconcile import ops_of, rendered, resource, running
@@ -204,3 +213,71 @@ def test_a_finished_or_suspended_job_is_not_preempted():
     paused = job_model(suspend=True)
     plan = reconcile(resource(running()), paused, jobs, pods, rendered(paused), NOW)
     assert "preemptions" not in plan.status
+
+
+# -- a team's priority as a PriorityClass ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("priority", "name"),
+    [
+        (0, None),
+        (5, "tfkube-priority-5"),
+        (1000, "tfkube-priority-1000"),
+        (-3, "tfkube-priority-minus-3"),
+    ],
+)
+def test_a_team_priority_names_its_priority_class(priority: int, name: str | None):
+    assert team_priority_class(priority) == name
+    cls = priority_class(priority)
+    if name is None:
+        assert cls is None
+        return
+    assert cls is not None
+    assert cls["metadata"]["name"] == name
+    assert cls["value"] == priority
+    assert cls["globalDefault"] is False
+    assert cls["preemptionPolicy"] == "PreemptLowerPriority"
+    assert "namespace" not in cls["metadata"]  # cluster-wide
+
+
+def test_tenant_objects_carry_the_priority_class_only_when_there_is_a_priority():
+    assert [o["kind"] for o in tenant_objects("tfkube-vision", {})] == ["Namespace"]
+    kinds = [o["kind"] for o in tenant_objects("tfkube-vision", {}, "restricted", 7)]
+    assert kinds == ["Namespace", "PriorityClass"]
+
+
+def test_a_team_job_gets_the_teams_priority_class_unless_it_names_one():
+    job = job_model()
+    assert job.spec.scheduling is None
+    given = with_priority_class(job, "tfkube-priority-5")
+    assert given.spec.scheduling is not None
+    assert given.spec.scheduling.priority_class_name == "tfkube-priority-5"
+    assert given.spec.replicas == job.spec.replicas  # nothing else changed
+    assert with_priority_class(job, None) is job
+    own = with_priority_class(given, "tfkube-priority-9")
+    assert own.spec.scheduling is not None
+    assert own.spec.scheduling.priority_class_name == "tfkube-priority-5"
+    # The pods of the rendered job carry it.
+    rendered_job = render_job(given, RenderOptions(namespace="ns", managed=True))
+    worker = next(o for o in rendered_job if o["metadata"]["name"] == "j-worker")
+    assert worker["spec"]["template"]["spec"]["priorityClassName"] == "tfkube-priority-5"
+
+
+def test_the_server_gives_the_engine_the_teams_priority():
+    team = Team(name="vision", namespace="tfkube-vision", quota={}, priority=4)
+    assert tenant_of(team).priority == 4
+
+
+@pytest.mark.parametrize(("kept", "seen", "expected"), [(0, 2, 2), (3, 0, 3), (1, 1, 1)])
+def test_the_server_keeps_the_higher_of_its_count_and_the_engines(
+    kept: int, seen: int, expected: int
+):
+    """The operator's count (`JobView.preemptions`) reaches the job's row, the API, the job
+    page and /metrics; the server's own count (its local queue's, whose engine job starts
+    anew) is never lowered by an engine that counts none."""
+    row = Job(phase="Running", restarts=0, preemptions=kept, replicas=[])
+    view = JobView(name="j", phase=JobPhase.RUNNING, restarts=0, created_at=T0, preemptions=seen)
+    JobService._apply_view(row, view)
+    assert row.preemptions == expected
+    assert row.restarts == 0
