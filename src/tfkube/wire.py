@@ -65,7 +65,8 @@ class TeamOut(_Wire):
     namespace: str
     quota: dict[str, Any] = {}
     priority: int = 0
-    """Local engine: a higher priority's jobs are queued first and may preempt lower ones."""
+    """Local engine: a higher priority's jobs are queued first and may preempt lower ones.
+    Kubernetes: the PriorityClass `tfkube-priority-<n>` of the team's job pods."""
     created_at: float
     role: str | None = None
     """The caller's role in the team (None for a site admin who is not a member)."""

@@ -41,8 +41,8 @@ def job_view(job: JobOut) -> JobView:
             "team": job.team,
             "id": job.id,
             **({"exports": ", ".join(str(v) for v in job.exports)} if job.exports else {}),
-            **({"preemptions": str(job.preemptions)} if job.preemptions else {}),
         },
+        preemptions=job.preemptions,
         result=job.result,
     )
 

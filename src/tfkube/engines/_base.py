@@ -78,6 +78,9 @@ class JobView:
     supervisor_alive: bool = True
     extra: dict[str, str] = field(default_factory=dict)
     result: dict[str, float | int] | None = None
+    preemptions: int = 0
+    """Times the job was stopped for one of higher priority and resumed (not restarts):
+    counted by the Kubernetes operator (`status.preemptions`), or by the server's queue."""
     """What the job reported in its result file (`tfkube.contract.RESULT_FILE`), when the
     engine read it for us (a server does); else the CLI reads `log_dir` itself."""
 

@@ -46,6 +46,9 @@ class Tenant:
     pod_security: str = "restricted"
     """The Pod Security level its pods are held to in a cluster (`restricted`, or
     `baseline` when a site admin allowed it): the namespace enforces it."""
+    priority: int = 0
+    """The team's priority (a site admin's): the local queue's order; in a cluster, the
+    PriorityClass its job pods get (`tfkube.kube.names.team_priority_class`)."""
 
 
 @dataclass(frozen=True)

@@ -238,3 +238,17 @@ NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreacha
 """The taints the node lifecycle controller puts (NoExecute) on a node that stopped
 answering; a pod tolerating them for N seconds is evicted N seconds after (which is all
 tolerating them does: any job may)."""
+
+
+PRIORITY_CLASS_PREFIX = "tfkube-priority-"
+
+
+def team_priority_class(priority: int) -> str | None:
+    """The PriorityClass of a team's job pods from the team's priority (a site admin's,
+    -1000..1000; the class's value is the priority itself): `tfkube-priority-5`,
+    `tfkube-priority-minus-5`; None for 0, the priority of pods that name no class."""
+    if priority == 0:
+        return None
+    if priority > 0:
+        return f"{PRIORITY_CLASS_PREFIX}{priority}"
+    return f"{PRIORITY_CLASS_PREFIX}minus-{-priority}"

@@ -51,6 +51,12 @@ SERVER_RULES: tuple[dict[str, Any], ...] = (
         "resources": ["resourcequotas", "limitranges"],
         "verbs": ["get", "list", "create", "patch"],
     },
+    # A team's priority as a PriorityClass (`tfkube-priority-<n>`, value n, -1000..1000).
+    {
+        "apiGroups": ["scheduling.k8s.io"],
+        "resources": ["priorityclasses"],
+        "verbs": ["get", "create", "patch"],
+    },
     # Jobs: created, read, stopped (an annotation), deleted; the operator does the rest.
     {
         "apiGroups": [GROUP],

@@ -68,7 +68,7 @@ from tfkube.kube.resources import CONFIG_MAP, EVENT, JOB, NODE, POD, SECRET, TFJ
 from tfkube.kube.rest import Kube, api_client_from, context_namespace
 from tfkube.planner import Replica, cluster_scale_problems, scale_problems
 from tfkube.render import RenderOptions, render_job
-from tfkube.spec import FieldError, SpecError, TFJob
+from tfkube.spec import FieldError, SchedulingSpec, SpecError, TFJob
 from tfkube.tfcluster import parse_replica_key, replica_key, service_address
 
 LOG_TIMEOUT_SECONDS = 15.0
@@ -144,6 +144,7 @@ def job_view(
         name=name,
         phase=prior.phase,
         restarts=int(status.get("restarts") or 0),
+        preemptions=int(status.get("preemptions") or 0),
         created_at=parse_time(meta.get("creationTimestamp")) or now,
         started_at=prior.started_at,
         finished_at=prior.finished_at,
@@ -166,6 +167,17 @@ def _by_job(objects: Iterable[dict[str, Any]]) -> dict[str, builtins.list[dict[s
             str(((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB)), []
         ).append(obj)
     return out
+
+
+def with_priority_class(job: TFJob, name: str | None) -> TFJob:
+    """The job with its pods' PriorityClass `name` (a team's), unless it names one itself
+    (only one a site admin allowed the team: `tfkube.engines.admission_refusals`) or there
+    is none. Pure."""
+    scheduling = job.spec.scheduling
+    if name is None or (scheduling is not None and scheduling.priority_class_name):
+        return job
+    given = (scheduling or SchedulingSpec()).model_copy(update={"priority_class_name": name})
+    return job.model_copy(update={"spec": job.spec.model_copy(update={"scheduling": given})})
 
 
 def passing_refusal(exc: Exception) -> str | None:
@@ -192,9 +204,13 @@ class KubernetesBackend:
         api_client: Any = None,
         namespace: str | None = None,
         kubeconfig: Path | None = None,
+        priority_class: str | None = None,
     ) -> None:
         self.kube = Kube(api_client if api_client is not None else api_client_from(kubeconfig))
         self.namespace = namespace or context_namespace(kubeconfig) or "default"
+        self.priority_class = priority_class
+        """The team's PriorityClass (the server's engine sets it from the team's priority):
+        given to the jobs that name none (`with_priority_class`)."""
 
     # -- reads ------------------------------------------------------------------------
 
@@ -255,6 +271,7 @@ class KubernetesBackend:
     def _submit(
         self, job: TFJob, base_dir: Path, code_token: str | None, ship: ShipTo | None
     ) -> JobView:
+        job = with_priority_class(job, self.priority_class)
         code_archive = None
         if job.spec.code is not None and not job.spec.code.is_url:
             with tempfile.TemporaryDirectory(prefix="tfkube-submit-") as tmp:

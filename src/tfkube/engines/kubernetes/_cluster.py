@@ -35,6 +35,7 @@ from tfkube.engines.kubernetes._services import (
     KubeTensorBoards,
     ServiceProxy,
 )
+from tfkube.kube.names import team_priority_class
 from tfkube.kube.rest import api_client_from
 from tfkube.render import ServingRuntime, parse_runtime, tenant_objects
 
@@ -91,17 +92,26 @@ class KubernetesEngine(RunnersByKind):
     # -- tenants and jobs ---------------------------------------------------------------
 
     def prepare_tenant(self, tenant: Tenant) -> None:
-        """The team's namespace and the ResourceQuota holding its quota (server-side
-        apply, idempotent)."""
-        objects = tenant_objects(tenant.namespace, tenant.quota, tenant.pod_security)
+        """The team's namespace and the ResourceQuota holding its quota, and its
+        priority's PriorityClass (server-side apply, idempotent)."""
+        objects = tenant_objects(
+            tenant.namespace, tenant.quota, tenant.pod_security, tenant.priority
+        )
         apply_objects(self.api_client(), objects)
 
     def jobs(self, tenant: Tenant) -> Backend:
         api = self.api_client()
         with self._lock:
             found = self._backends.get(tenant.name)
-            if found is None or found.namespace != tenant.namespace:
-                found = KubernetesBackend(api_client=api, namespace=tenant.namespace)
+            priority_class = team_priority_class(tenant.priority)
+            if (
+                found is None
+                or found.namespace != tenant.namespace
+                or found.priority_class != priority_class
+            ):
+                found = KubernetesBackend(
+                    api_client=api, namespace=tenant.namespace, priority_class=priority_class
+                )
                 self._backends[tenant.name] = found
             return found
 

@@ -540,6 +540,9 @@ class JobService:
         row.reason = view.reason
         row.message = view.message
         row.restarts = view.restarts
+        # The engine's count (the Kubernetes operator's) or the server's own (its queue's
+        # preemptions of local jobs, whose engine job starts anew): never lower.
+        row.preemptions = max(row.preemptions or 0, view.preemptions)
         row.started_at = view.started_at
         row.finished_at = view.finished_at
         row.replicas = replicas_json(view.replicas)
@@ -702,7 +705,7 @@ class JobService:
                 continue
             for row in rows:
                 view = views.get(row.name)
-                before = (row.phase, row.restarts, row.replicas, row.state)
+                before = (row.phase, row.restarts, row.preemptions, row.replicas, row.state)
                 was_stalled = _stalled(row)
                 if view is None:
                     if JobPhase(row.phase).terminal:
@@ -733,7 +736,7 @@ class JobService:
                 ):
                     self._ended_seen.add(row.id)
                     self.on_ended(row, team)
-                if (row.phase, row.restarts, row.replicas, row.state) != before:
+                if (row.phase, row.restarts, row.preemptions, row.replicas, row.state) != before:
                     self.on_change(row)
                     if self.on_event is not None:
                         for event in job_events(
