@@ -164,3 +164,15 @@ def test_the_door_takes_only_a_data_claim_of_the_job() -> None:
                    f"Bearer {expired}", f"Bearer {forged}", "Bearer tfk_member_token"):  # fmt: skip
         with pytest.raises(ClaimError):
             bearer_claim(header, key, DATA_CLAIM, now)
+
+
+def test_the_servers_cache_is_bounded_as_the_local_engines(tmp_path: Path) -> None:
+    from tfkube.engines import served_cache_limit
+
+    assert served_cache_limit(tmp_path / "c", "500MiB") == 500 * 2**20
+    assert served_cache_limit(tmp_path / "c", "off") is None
+    share = served_cache_limit(tmp_path / "c", "")
+    assert share is not None
+    assert share > 0
+    with pytest.raises(ValueError, match="TFKUBE_DATA_CACHE_LIMIT"):
+        served_cache_limit(tmp_path / "c", "lots")

@@ -42,6 +42,7 @@ from tfkube.engines._served import (
     StageRequest,
     forget_served,
     read_state,
+    served_cache_limit,
     share_of,
     tar_stream,
 )
@@ -110,6 +111,7 @@ __all__ = [
     "parse_credentials",
     "prepare_artifact",
     "read_state",
+    "served_cache_limit",
     "share_of",
     "tar_stream",
 ]

@@ -31,10 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from tfkube.engines._data import (
+    CACHE_LIMIT_ENV,
     Cancelled,
     Credentials,
     DataSourceError,
     StoreRef,
+    cache_limit,
     list_objects,
     open_store,
     placements,
@@ -70,6 +72,15 @@ def _write_state(served: Path, state: dict[str, Any]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
     tmp.write_text(json.dumps(state))
     tmp.replace(path)
+
+
+def served_cache_limit(cache: Path, setting: str | None = None) -> int | None:
+    """The bound on a team's cache on the server (`TFKUBE_DATA_CACHE_LIMIT` of the
+    server's environment, as the local engine reads it: a share of the cache's disk by
+    default). ValueError names the variable."""
+    cache.mkdir(parents=True, exist_ok=True)
+    text = os.environ.get(CACHE_LIMIT_ENV) if setting is None else setting
+    return cache_limit(text, shutil.disk_usage(cache).total)
 
 
 def share_of(replica: str, sharded: bool) -> str:

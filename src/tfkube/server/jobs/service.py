@@ -53,6 +53,7 @@ from tfkube.engines import (
     check_source,
     credentials_problem,
     forget_served,
+    served_cache_limit,
 )
 from tfkube.netguard import refused
 from tfkube.planner import (
@@ -439,6 +440,12 @@ class JobService:
         source = data.parsed_source
         if storage.served_data is None or storage.data_cache is None or source is None:
             return False
+        try:
+            limit = served_cache_limit(storage.data_cache)
+        except ValueError as exc:
+            raise SpecError(
+                [FieldError("TFKUBE_DATA_CACHE_LIMIT", str(exc))], "the server"
+            ) from None
         replicas = [
             (role.value, index) for role in Role for index in range(job.spec.replicas.count(role))
         ]
@@ -452,6 +459,7 @@ class JobService:
                 shard=data.shard,
                 replicas=replicas,
                 workers=job.spec.replicas.count(Role.WORKER),
+                limit=limit,
                 meta={"job": row.id},
             )
         )

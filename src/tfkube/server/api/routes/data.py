@@ -25,7 +25,7 @@ from tfkube.server.api.blobs import blob_response
 from tfkube.server.api.deps import PlatformDep, SessionDep
 from tfkube.server.core.security import DATA_CLAIM, ClaimError, bearer_claim
 from tfkube.server.core.tables import Team
-from tfkube.spec import load_job_text
+from tfkube.spec import SpecError, load_job_text
 
 router = APIRouter(prefix="/api/v1/data", tags=["replicas"])
 
@@ -66,7 +66,10 @@ def fetch_data(
         raise HTTPException(410, str((state or {}).get("text") or "staging failed"))
     if phase != STAGED:
         # Staging here, or cut short by a restart of the server: go on with it.
-        platform.jobs.stage_served(db, job, team, spec)
+        try:
+            platform.jobs.stage_served(db, job, team, spec)
+        except SpecError as exc:  # its team's secret removed since: never staged
+            raise HTTPException(410, f"cannot stage the job's data: {exc}") from None
         text = str(((read_state(storage.served_data) or {}).get("text")) or "staging data")
         return JSONResponse(
             {"detail": text}, status_code=503, headers={"Retry-After": str(RETRY_SECONDS)}
