@@ -176,3 +176,138 @@ def test_the_servers_cache_is_bounded_as_the_local_engines(tmp_path: Path) -> No
     assert share > 0
     with pytest.raises(ValueError, match="TFKUBE_DATA_CACHE_LIMIT"):
         served_cache_limit(tmp_path / "c", "lots")
+
+
+# -- the launcher's fetch against a real door on loopback ---------------------------------
+
+
+class _Door:
+    """A data door on loopback answering from a script of (status, body, headers), one
+    per request (the last repeated), recording what it was asked."""
+
+    def __init__(self, answers: list[tuple[int, bytes, dict[str, str]]]) -> None:
+        import http.server
+        import threading
+
+        self.answers = answers
+        self.asked: list[tuple[str, str]] = []
+        door = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                door.asked.append((self.path, self.headers.get("Authorization", "")))
+                status, body, headers = door.answers[min(len(door.asked), len(door.answers)) - 1]
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/api/v1/data/j1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(5)
+
+
+def _tar_of(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def test_the_launcher_waits_for_the_staging_then_unpacks_its_data(tmp_path: Path) -> None:
+    from tfkube.launcher._data import fetch_data
+
+    staging = json_body({"detail": "staging data: 1.0 of 2.0 MiB"})
+    door = _Door(
+        [
+            (503, staging, {"Retry-After": "0"}),
+            (503, staging, {"Retry-After": "0"}),
+            (200, _tar_of({"a/x.bin": b"xyz", "b.txt": b"hello"}), {}),
+        ]
+    )
+    said: list[str] = []
+    data, work = tmp_path / "data", tmp_path / "work"
+    data.mkdir()
+    (data / "left-over").write_text("from an earlier start that died mid-fetch")
+    try:
+        size = fetch_data(door.url, "claim-1", "worker-1", data, work, 30, said.append)
+        again = fetch_data(door.url, "claim-1", "worker-1", data, work, 30, said.append)
+    finally:
+        door.close()
+    assert size > 0
+    assert again == 0  # a restarted container of the same pod: nothing fetched
+    assert files_of(data) == {"a/x.bin": b"xyz", "b.txt": b"hello"}
+    assert (work / contract.DATA_READY_FILE).is_file()
+    assert said == ["waiting for the data: staging data: 1.0 of 2.0 MiB"]  # once per change
+    assert door.asked == [("/api/v1/data/j1/worker-1", "Bearer claim-1")] * 3
+
+
+def test_a_failed_staging_fails_the_replica_for_good_with_its_reason(tmp_path: Path) -> None:
+    from tfkube.launcher._data import fetch_data
+    from tfkube.launcher._fetch import FetchError
+
+    reason = "staging s3://b/p/: s3://b/p/x: the store at http://s answered NoSuchKey"
+    door = _Door([(410, json_body({"detail": reason}), {})])
+    try:
+        with pytest.raises(FetchError) as caught:
+            fetch_data(door.url, "claim-1", "worker-0", tmp_path / "d", tmp_path / "w", 30)
+    finally:
+        door.close()
+    assert caught.value.permanent
+    assert reason in str(caught.value)
+    assert not (tmp_path / "w" / contract.DATA_READY_FILE).exists()
+
+
+def test_an_unsafe_data_archive_is_refused(tmp_path: Path) -> None:
+    from tfkube.launcher._data import fetch_data
+    from tfkube.launcher._fetch import FetchError
+
+    door = _Door([(200, _tar_of({"../escape.txt": b"x"}), {})])
+    try:
+        with pytest.raises(FetchError) as caught:
+            fetch_data(door.url, "claim-1", "worker-0", tmp_path / "d", tmp_path / "w", 30)
+    finally:
+        door.close()
+    assert caught.value.permanent
+    assert "the data" in str(caught.value)
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def test_a_server_that_never_answers_is_a_temporary_failure(tmp_path: Path) -> None:
+    from tfkube.launcher._data import fetch_data
+    from tfkube.launcher._fetch import FetchError
+
+    door = _Door([(502, b"", {})])
+    try:
+        with pytest.raises(FetchError) as caught:
+            fetch_data(door.url, "claim-1", "worker-0", tmp_path / "d", tmp_path / "w", 1.5)
+    finally:
+        door.close()
+    assert not caught.value.permanent
+    assert "no data after 2s" in str(caught.value) or "no data after 1s" in str(caught.value)
+
+
+def json_body(value: dict[str, str]) -> bytes:
+    import json
+
+    return json.dumps(value).encode()
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+    }
