@@ -38,6 +38,7 @@ from tfkube.engines._served import (
     READY as STAGED,
 )
 from tfkube.engines._served import (
+    STAGING,
     Stager,
     StageRequest,
     forget_served,
@@ -67,6 +68,7 @@ from tfkube.engines._workloads import (
 __all__ = [
     "KINDS",
     "STAGED",
+    "STAGING",
     "STAGING_FAILED",
     "Allowances",
     "Artifact",

@@ -35,6 +35,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
 from tfkube.engines import (
+    STAGING,
     Capacity,
     Credentials,
     DataFrom,
@@ -53,6 +54,7 @@ from tfkube.engines import (
     check_source,
     credentials_problem,
     forget_served,
+    read_state,
     served_cache_limit,
 )
 from tfkube.netguard import refused
@@ -807,6 +809,7 @@ class JobService:
                         )
                 else:
                     self._apply_view(row, view)
+                    self._show_staging(row, team)
                     self._copy_events(db, row, backend)
                     if not self.engine.features.step_rates:
                         self._watch_steps(db, row, team, view, now)
@@ -826,6 +829,18 @@ class JobService:
                         ):
                             self.on_event(db, row, event)
         db.commit()
+
+    def _show_staging(self, row: Job, team: Team) -> None:
+        """While the server stages a pending job's source for its replicas (`data_from`),
+        the job's status line is the staging's progress, as the local supervisor's is:
+        "StagingData: staging data: 3.1 of 8.0 MiB, 2.1 MiB/s, 2 s left"."""
+        if row.phase != JobPhase.PENDING.value:
+            return
+        served = self.storage(team, row.id, row.name).served_data
+        state = read_state(served) if served is not None else None
+        if state is not None and state.get("phase") == STAGING:
+            row.reason = "StagingData"
+            row.message = str(state.get("text") or "staging data")
 
     def _watch_steps(self, db: Session, row: Job, team: Team, view: JobView, now: float) -> None:
         """Step rates and stragglers from the replicas' kept logs, for an engine that does
