@@ -217,6 +217,12 @@ class _Door:
         self.httpd.server_close()
         self.thread.join(5)
 
+    def __enter__(self) -> _Door:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
 
 def _tar_of(files: dict[str, bytes]) -> bytes:
     buffer = io.BytesIO()
@@ -261,12 +267,11 @@ def test_a_failed_staging_fails_the_replica_for_good_with_its_reason(tmp_path: P
     from tfkube.launcher._fetch import FetchError
 
     reason = "staging s3://b/p/: s3://b/p/x: the store at http://s answered NoSuchKey"
-    door = _Door([(410, json_body({"detail": reason}), {})])
-    try:
-        with pytest.raises(FetchError) as caught:
-            fetch_data(door.url, "claim-1", "worker-0", tmp_path / "d", tmp_path / "w", 30)
-    finally:
-        door.close()
+    with (
+        _Door([(410, json_body({"detail": reason}), {})]) as door,
+        pytest.raises(FetchError) as caught,
+    ):
+        fetch_data(door.url, "claim-1", "worker-0", tmp_path / "d", tmp_path / "w", 30)
     assert caught.value.permanent
     assert reason in str(caught.value)
     assert not (tmp_path / "w" / contract.DATA_READY_FILE).exists()
@@ -276,12 +281,11 @@ def test_an_unsafe_data_archive_is_refused(tmp_path: Path) -> None:
     from tfkube.launcher._data import fetch_data
     from tfkube.launcher._fetch import FetchError
 
-    door = _Door([(200, _tar_of({"../escape.txt": b"x"}), {})])
-    try:
-        with pytest.raises(FetchError) as caught:
-            fetch_data(door.url, "claim-1", "worker-0", tmp_path / "d", tmp_path / "w", 30)
-    finally:
-        door.close()
+    with (
+        _Door([(200, _tar_of({"../escape.txt": b"x"}), {})]) as door,
+        pytest.raises(FetchError) as caught,
+    ):
+        fetch_data(door.url, "claim-1", "worker-0", tmp_path / "d", tmp_path / "w", 30)
     assert caught.value.permanent
     assert "the data" in str(caught.value)
     assert not (tmp_path / "escape.txt").exists()
@@ -291,12 +295,8 @@ def test_a_server_that_never_answers_is_a_temporary_failure(tmp_path: Path) -> N
     from tfkube.launcher._data import fetch_data
     from tfkube.launcher._fetch import FetchError
 
-    door = _Door([(502, b"", {})])
-    try:
-        with pytest.raises(FetchError) as caught:
-            fetch_data(door.url, "claim-1", "worker-0", tmp_path / "d", tmp_path / "w", 1.5)
-    finally:
-        door.close()
+    with _Door([(502, b"", {})]) as door, pytest.raises(FetchError) as caught:
+        fetch_data(door.url, "claim-1", "worker-0", tmp_path / "d", tmp_path / "w", 1.5)
     assert not caught.value.permanent
     assert "no data after 2s" in str(caught.value) or "no data after 1s" in str(caught.value)
 
