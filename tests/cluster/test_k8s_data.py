@@ -13,6 +13,7 @@ The same in real pods: tests/cluster/test_real_node_shipping.py (the lead runs i
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -155,11 +156,13 @@ def store_keys(data_team: Team, s3_store: S3Store) -> str:
     return "store-keys"
 
 
-def staged_event(api: Any, job_id: str) -> str:
+def staged_event(api: Any, job_id: str, nth: int = 0) -> str:
+    """The job's `nth` "data staged from ..." event (0: the first), once it is there."""
+
     def found() -> str | None:
         events = api.ok(api.get(f"/api/v1/jobs/{job_id}/events"))
         said = [e["message"] for e in events if e["message"].startswith("data staged from")]
-        return said[0] if said else None
+        return said[nth] if len(said) > nth else None
 
     return wait_for("the staging's event", found, 60, 0.5)
 
@@ -235,3 +238,50 @@ def test_a_missing_source_is_refused_before_anything_starts(
     assert refused.status_code in (400, 422), refused.text
     assert "nothing there" in refused.text, refused.text
     assert tfjob(team.platform.kube, team.namespace, "gone-s3") is None
+
+
+def test_a_staging_cut_short_is_staged_again_and_a_lost_secret_fails_for_good(
+    data_team: Team, s3_store: S3Store, store_keys: str, tmp_path: Path
+) -> None:
+    """A server stopped mid-staging leaves the state `staging` with no thread running it
+    (written here as it leaves it): the next replica's ask stages again (from the cache:
+    0 bytes) and gets its data. With the team's secret removed meanwhile, the door answers
+    410 with why, and the replica fails for good (EX_DATAERR) with that reason. Last in
+    the module: it removes the team's secret."""
+    team, api = data_team, data_team.member
+    kube = team.platform.kube
+    bucket = s3_store.bucket()
+    objects = {f"f{i}.txt": f"line {i}\n".encode() for i in range(3)}
+    for name, body in objects.items():
+        s3_store.put(bucket, f"ds/{name}", body)
+    source = {"source": f"s3://{bucket}/ds/", "endpoint": s3_store.endpoint,
+              "credentials": store_keys}  # fmt: skip
+    job = submit(team, {"manifest": yaml.safe_dump(one_worker("cut-short", 1, **source))})
+    assert "3 of 3 objects fetched" in staged_event(api, job["id"])
+    served = team.platform.tmp / "data" / "teams" / team.name / "staged" / job["id"]
+    state = served.with_name(served.name + ".json")
+    assert json.loads(state.read_text())["phase"] == "ready"
+    cut_short = json.dumps({"phase": "staging", "text": "staging data: 0.0 of 0.0 MiB"})
+    state.write_text(cut_short)
+    env = pod_env(kube, team.namespace, "cut-short", "worker")
+    done = run_pod(env, tmp_path / "pod")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert files_in(tmp_path / "pod" / "data") == objects
+    again = staged_event(api, job["id"], 1)
+    assert "0 of 3 objects fetched (0.0 MiB read from the store)" in again, again
+
+    admin = team.platform.admin
+    boss_name = admin.new_user()
+    admin.add_member(team.name, boss_name, "admin")
+    boss = api_for(team.platform.server.url, boss_name)
+    try:
+        boss.ok(boss.delete(f"/api/v1/teams/{team.name}/secrets/{store_keys}"), 204)
+    finally:
+        boss.close()
+    state.write_text(cut_short)
+    failed = run_pod(env, tmp_path / "pod-2")
+    assert failed.returncode == contract.EX_DATAERR, failed.stderr[-3000:]
+    reason = (tmp_path / "pod-2" / "termination-log").read_text()
+    assert "bad data" in reason, reason
+    assert store_keys in reason, reason  # the secret's name, never a value
+    assert s3_store.secret_key not in reason + failed.stderr
