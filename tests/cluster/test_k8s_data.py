@@ -285,3 +285,45 @@ def test_a_staging_cut_short_is_staged_again_and_a_lost_secret_fails_for_good(
     assert "bad data" in reason, reason
     assert store_keys in reason, reason  # the secret's name, never a value
     assert s3_store.secret_key not in reason + failed.stderr
+
+
+def test_an_hdfs_source_reaches_each_worker_as_its_shard(
+    data_team: Team, hdfs_store: Any, tmp_path: Path
+) -> None:
+    """HDFS alike (MiniDFSCluster on loopback, tests/hdfsstore.py): the server reads it
+    over WebHDFS as the team's HDFS user (a team secret), each worker fetches its shard;
+    the user is in no TFJob or pod."""
+    team, api = data_team, data_team.member
+    kube = team.platform.kube
+    for job in api.ok(api.get("/api/v1/jobs", params={"team": team.name}))["items"]:
+        api.delete(f"/api/v1/jobs/{job['id']}")  # room in the team's quota (4 jobs)
+    user = "k8s-hdfs-reader-5e1"
+    admin = team.platform.admin
+    boss_name = admin.new_user()
+    admin.add_member(team.name, boss_name, "admin")
+    boss = api_for(team.platform.server.url, boss_name)
+    try:
+        body = {"name": "hdfs-user", "hadoop_user_name": user}
+        boss.ok(boss.post(f"/api/v1/teams/{team.name}/secrets", json=body), 201)
+    finally:
+        boss.close()
+    root = f"/k8s-tests/{team.name}"
+    parts = {f"part-{i}": f"part {i}\n".encode() for i in range(3)}
+    for name, body_bytes in parts.items():
+        hdfs_store.put(f"{root}/{name}", body_bytes)
+    source = {
+        "source": f"{hdfs_store.uri}{root}",
+        "endpoint": hdfs_store.webhdfs.removesuffix("/webhdfs/v1"),
+        "credentials": "hdfs-user",
+        "shard": "byWorker",
+    }
+    job = submit(team, {"manifest": yaml.safe_dump(one_worker("from-hdfs", 2, **source))})
+    tf = wait_for("the TFJob", lambda: tfjob(kube, team.namespace, "from-hdfs"), 30)
+    env = pod_env(kube, team.namespace, "from-hdfs", "worker")
+    assert user not in str(tf)
+    assert user not in str(env)
+    for index, mine in enumerate([["part-0", "part-2"], ["part-1"]]):
+        done = run_pod(env, tmp_path / f"worker-{index}", index)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert files_in(tmp_path / f"worker-{index}" / "data") == {n: parts[n] for n in mine}
+    assert "3 of 3 objects fetched" in staged_event(api, job["id"])
