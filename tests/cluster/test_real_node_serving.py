@@ -89,12 +89,17 @@ class Team:
 
 @contextlib.contextmanager
 def node_platform(
-    kube: KubeCluster, real_node: RealNode, operator_kubeconfig: Path, tmp: Path, outputs: bool
+    kube: KubeCluster,
+    real_node: RealNode,
+    operator_kubeconfig: Path,
+    tmp: Path,
+    outputs: bool,
+    server_args: tuple[str, ...] = (),
 ) -> Iterator[Team]:
     """The platform with its server listening on the real node's bridge, a team allowed on
     the node with a member and the operator, and the example uploaded as `mnist`.
     `outputs`: the team's outputs claim on a node folder the server sees (else none: the
-    replicas ship what the server keeps)."""
+    replicas ship what the server keeps); `server_args`: more of `tfkube server`'s."""
     outputs_claim = OUTPUTS if outputs else None
     # No StorageClass here: the server's data claim is one an administrator names (the
     # server runs here, so it is never made).
@@ -116,6 +121,7 @@ def node_platform(
              str(kubeconfig), "--code-url", code_url]  # fmt: skip
     if outputs_claim:
         extra += ["--outputs-claim", outputs_claim]
+    extra += server_args
     server = NodeServer(
         tmp / "data",
         port,

@@ -131,14 +131,19 @@ class Platform:
 
 @contextlib.contextmanager
 def running_platform(
-    kube: KubeCluster, tmp: Path, *, outputs_claim: str | None, code_url: str | None
+    kube: KubeCluster,
+    tmp: Path,
+    *,
+    outputs_claim: str | None,
+    code_url: str | None,
+    server_args: tuple[str, ...] = (),
 ) -> Iterator[Platform]:
     """`tfkube install --server` (its Deployment removed: the server runs here, not as a
     KWOK fake pod), then `tfkube server --engine kubernetes` here with the server's
     ServiceAccount token, set up with an admin; everything removed afterwards, and the
     server's log checked for errors. `outputs_claim`: the teams' shared claim (None: the
     replicas ship what the server keeps); `code_url`: how replicas reach the server
-    (None: its own loopback address)."""
+    (None: its own loopback address); `server_args`: more of `tfkube server`'s options."""
     # No StorageClass here: the server's data is on a claim the administrator names (none
     # is made; the server runs here, so it is never needed).
     install(
@@ -155,6 +160,7 @@ def running_platform(
         extra += ["--outputs-claim", outputs_claim]
     if code_url:
         extra += ["--code-url", code_url]
+    extra += server_args
     env = {**os.environ, "TFKUBE_HOME": str(tmp / "home")}
     server = ServerProc(tmp / "data", free_port(), None, env, extra=extra)
     server.start()

@@ -13,7 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tfkube.client._client import Client, ServerError
-from tfkube.engines import Credentials, JobEvent, JobExists, JobNotFound, JobView, ShipTo
+from tfkube.engines import (
+    Credentials,
+    DataFrom,
+    JobEvent,
+    JobExists,
+    JobNotFound,
+    JobView,
+    ShipTo,
+)
 from tfkube.planner import JobPhase
 from tfkube.spec import FieldError, SpecError, TFJob, parse_job
 from tfkube.wire import JobOut
@@ -66,9 +74,11 @@ class ServerBackend:
         code_token: str | None = None,
         data_credentials: Credentials | None = None,
         ship: ShipTo | None = None,
+        data_from: DataFrom | None = None,
     ) -> JobView:
-        """`data_credentials` and `ship` go unused: a server's job reads with its team's
-        secret (`spec.storage.data.credentials`), and the server decides what is shipped."""
+        """`data_credentials`, `ship` and `data_from` go unused: a server's job reads with
+        its team's secret (`spec.storage.data.credentials`), and the server decides what is
+        shipped and where data comes from."""
         code = job.spec.code
         if (
             code is not None

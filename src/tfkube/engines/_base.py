@@ -41,6 +41,18 @@ class ShipTo:
     """The job-scoped claim; reaches replicas as TFKUBE_SHIP_TOKEN, never in a spec."""
 
 
+@dataclass(frozen=True)
+class DataFrom:
+    """Where a job's replicas fetch their data (`tfkube.launcher._data`): for an engine
+    whose replicas cannot see the server's folders, when the job has an uploaded data set
+    or a data source the server stages (`JobStorage.served_data`)."""
+
+    url: str
+    """`<server>/api/v1/data/<job id>`, as replicas reach the server."""
+    token: str
+    """The job-scoped claim; reaches replicas as TFKUBE_DATA_TOKEN, never in a spec."""
+
+
 class SubmitDeferred(RuntimeError):
     """The engine cannot take the job now but will later (a cluster's quota full or not yet
     computed, its API server busy or unreachable): the caller keeps it queued and tries
@@ -105,8 +117,12 @@ class Backend(Protocol):
         code_token: str | None = None,
         data_credentials: Credentials | None = None,
         ship: ShipTo | None = None,
+        data_from: DataFrom | None = None,
     ) -> JobView:
         """Check the job fully, then start it. `base_dir` resolves relative paths.
+
+        `data_from`: where the replicas fetch their data (the server's
+        `JobStorage.served_data`); an engine that gives no such folder never gets one.
 
         `ship`: where the replicas send their kept output (the server's `JobStorage.ship`);
         an engine whose job folders the server reads itself never gets one.

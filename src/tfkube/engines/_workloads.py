@@ -194,6 +194,13 @@ class JobStorage:
     ship: bool = False
     """Whether the replicas send what the server keeps (logs, event files, the result)
     into `output_dir` (`tfkube.launcher._ship`): a cluster without an outputs claim."""
+    served_data: Path | None = None
+    """Where the server stages the job's data source for its replicas to fetch through the
+    data door (`tfkube.engines._served`), which they also fetch an uploaded data set
+    through: an engine whose replicas cannot see the server's folders (a cluster). None:
+    the engine stages data itself (`stage_data`, its supervisor)."""
+    data_cache: Path | None = None
+    """With `served_data`: the team's content-keyed cache of data sources' objects."""
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,11 @@ SHIP_URL_ANNOTATION = "tfkube.io/ship-url"
 `code_token_secret_name` (TFKUBE_SHIP_TOKEN). Set by the server for a job without
 shared storage."""
 SHIP_TOKEN_KEY = "ship"
+DATA_URL_ANNOTATION = "tfkube.io/data-url"
+"""On a TFJob: where its replicas (not its PS) fetch their data (TFKUBE_DATA_URL), an
+uploaded data set or a source the tfkube server staged; their token is the key `data` of
+the job's Secret `code_token_secret_name` (TFKUBE_DATA_TOKEN). Set by the server."""
+DATA_TOKEN_KEY = "data"
 CODE_TOKEN_KEY = "token"
 CODE_TOKEN_ANNOTATION = "tfkube.io/code-token-secret"
 """On a TFJob: the Secret (key `token`) its replicas send when they fetch their code (the

@@ -37,6 +37,7 @@ from typing import Any, cast
 from tfkube.kube.errors import ApiError, Forbidden, NotFound
 from tfkube.kube.names import (
     CODE_TOKEN_ANNOTATION,
+    DATA_URL_ANNOTATION,
     LABEL_JOB,
     LABEL_MANAGED_BY,
     LABEL_ROLE,
@@ -116,6 +117,7 @@ class Reconciler:
                     code_archive=self._code_archive(job, namespace),
                     code_token_secret=annotations.get(CODE_TOKEN_ANNOTATION) or None,
                     ship_url=annotations.get(SHIP_URL_ANNOTATION) or None,
+                    data_url=annotations.get(DATA_URL_ANNOTATION) or None,
                     storage=self.settings.storage,
                 ),
             )

@@ -20,6 +20,7 @@ from typing import Any
 from tfkube.contract import KEPT_LOGS_SUBDIR
 from tfkube.engines._artifact import prepare_artifact
 from tfkube.engines._base import (
+    DataFrom,
     JobEvent,
     JobExists,
     JobNotFound,
@@ -42,6 +43,8 @@ from tfkube.kube.errors import (
 from tfkube.kube.names import (
     CODE_TOKEN_ANNOTATION,
     CODE_TOKEN_KEY,
+    DATA_TOKEN_KEY,
+    DATA_URL_ANNOTATION,
     INDEX_KEY,
     LABEL_CREDENTIAL,
     LABEL_JOB,
@@ -255,11 +258,13 @@ class KubernetesBackend:
         code_token: str | None = None,
         data_credentials: Credentials | None = None,
         ship: ShipTo | None = None,
+        data_from: DataFrom | None = None,
     ) -> JobView:
         """Raises SubmitDeferred when the cluster turned the job away for a while only.
-        `data_credentials` go unused: `render_job` refuses a data source here."""
+        `data_credentials` go unused: the server stages a data source itself and the pods
+        fetch it (`data_from`), so a store's credentials never reach the cluster."""
         try:
-            return self._submit(job, base_dir, code_token, ship)
+            return self._submit(job, base_dir, code_token, ship, data_from)
         except (SpecError, JobExists):
             raise
         except Exception as exc:  # the API server's refusals, urllib3's connection errors
@@ -269,7 +274,12 @@ class KubernetesBackend:
             raise SubmitDeferred(wait) from exc
 
     def _submit(
-        self, job: TFJob, base_dir: Path, code_token: str | None, ship: ShipTo | None
+        self,
+        job: TFJob,
+        base_dir: Path,
+        code_token: str | None,
+        ship: ShipTo | None,
+        data_from: DataFrom | None = None,
     ) -> JobView:
         job = with_priority_class(job, self.priority_class)
         code_archive = None
@@ -281,6 +291,8 @@ class KubernetesBackend:
         tokens = {CODE_TOKEN_KEY: code_token} if code_token else {}
         if ship is not None:
             tokens[SHIP_TOKEN_KEY] = ship.token
+        if data_from is not None:
+            tokens[DATA_TOKEN_KEY] = data_from.token
         # Render here too: a job the operator could not render fails now, not later.
         objects = render_job(
             job,
@@ -290,6 +302,7 @@ class KubernetesBackend:
                 code_archive=code_archive,
                 code_token_secret=secret_name if code_token else None,
                 ship_url=ship.url if ship else None,
+                data_url=data_from.url if data_from else None,
             ),
         )
         try:
@@ -329,6 +342,8 @@ class KubernetesBackend:
             annotations[CODE_TOKEN_ANNOTATION] = secret_name
         if ship is not None:
             annotations[SHIP_URL_ANNOTATION] = ship.url
+        if data_from is not None:
+            annotations[DATA_URL_ANNOTATION] = data_from.url
         if annotations:
             body["metadata"]["annotations"] = annotations
         try:
