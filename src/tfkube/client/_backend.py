@@ -13,7 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tfkube.client._client import Client, ServerError
-from tfkube.engines import Credentials, JobEvent, JobExists, JobNotFound, JobView, ShipTo
+from tfkube.engines import (
+    Credentials,
+    JobEvent,
+    JobExists,
+    JobNotFound,
+    JobView,
+    ShipTo,
+    UsageUnavailable,
+)
 from tfkube.planner import JobPhase
 from tfkube.spec import FieldError, SpecError, TFJob, parse_job
 from tfkube.wire import JobOut
@@ -129,6 +137,9 @@ class ServerBackend:
 
     def stop(self, name: str) -> JobView:
         return job_view(self.client.stop(self._find(name).id))
+
+    def usage(self, name: str) -> dict[str, tuple[float, float, int]]:
+        raise UsageUnavailable("the server keeps each replica's usage: GET /api/v1/jobs/{id}/usage")
 
     def scale(self, name: str, workers: int) -> JobView:
         """The server's resize (`POST /api/v1/jobs/{id}/scale`); its refusals name the

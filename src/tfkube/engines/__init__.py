@@ -17,6 +17,7 @@ from tfkube.engines._base import (
     JobView,
     ShipTo,
     SubmitDeferred,
+    UsageUnavailable,
 )
 from tfkube.engines._data import (
     Credentials,
@@ -79,6 +80,7 @@ __all__ = [
     "Tenant",
     "TensorBoardWorkload",
     "Upstream",
+    "UsageUnavailable",
     "Workload",
     "WorkloadStatus",
     "admission_refusals",

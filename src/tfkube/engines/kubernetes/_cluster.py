@@ -47,6 +47,8 @@ class KubernetesEngine(RunnersByKind):
         data_sets=False,
         tensorboard_on_demand=False,
         namespaces=True,
+        replica_usage=True,
+        polled_usage=True,
         data_sets_hint=(
             "uploaded data sets reach jobs on the local engine only; on Kubernetes give the "
             "job a claim holding the data (spec.storage.data.claimName)"
