@@ -74,6 +74,8 @@ from tfkube.spec import FieldError, SpecError, TFJob
 from tfkube.tfcluster import parse_replica_key, replica_key, service_address
 
 LOG_TIMEOUT_SECONDS = 15.0
+USAGE_TIMEOUT_SECONDS = 10.0
+"""A metrics API that hangs holds the server's sync loop no longer than this."""
 SCALE_TIMEOUT_SECONDS = 30.0
 """How long `scale` waits for the operator to resize the worker Job (it looks at a live
 job every few seconds, and at once on a change)."""
@@ -421,13 +423,21 @@ class KubernetesBackend:
         10-60 s). UsageUnavailable when the cluster has no metrics API or may not be read."""
         try:
             data = self.kube.request(
-                "GET", pods_path(self.namespace), query={"labelSelector": replica_selector(name)}
+                "GET",
+                pods_path(self.namespace),
+                query={"labelSelector": replica_selector(name)},
+                timeout=USAGE_TIMEOUT_SECONDS,
             )
-        except (NotFound, ServerError) as exc:
+        except NotFound as exc:
             raise UsageUnavailable(
                 "the cluster has no metrics API (metrics.k8s.io): CPU and memory per "
                 "replica come from the kubelet's resource metrics through metrics-server; "
                 f"a cluster administrator installs it ({exc})"
+            ) from None
+        except ServerError as exc:  # 503: the APIService is there, its server is not
+            raise UsageUnavailable(
+                "the cluster's metrics API (metrics.k8s.io) does not answer: is "
+                f"metrics-server running? ({exc})"
             ) from None
         except Forbidden as exc:
             raise UsageUnavailable(
