@@ -139,7 +139,11 @@ def _used(api: Api, jid: str) -> dict[str, tuple[float, int]] | None:
         for s in usage["replicas"]
         if s["points"]
     }
-    if {key for key, (cores, used) in best.items() if cores > 0 and used > 0} >= REPLICAS:
+    # The job page draws a line per replica through the times they share: the server
+    # keeps each poll's new samples at the poll's time (`at_poll`).
+    times = [{p[0] for p in s["points"]} for s in usage["replicas"] if s["replica"] in REPLICAS]
+    shared = set.intersection(*times) if len(times) == len(REPLICAS) else set()
+    if shared and {k for k, (cores, used) in best.items() if cores > 0 and used > 0} >= REPLICAS:
         return best
     return None
 

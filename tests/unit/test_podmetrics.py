@@ -25,6 +25,7 @@ from tfkube.server.outputs.usage import (
     RETRY_SECONDS,
     UsagePoller,
     append_usage,
+    at_poll,
     latest_usage,
     new_samples,
     read_usage,
@@ -125,6 +126,11 @@ def test_only_newer_samples_are_kept() -> None:
     assert new_samples(samples, {"worker-1": 90.0}) == {"worker-0": (100.0, 0.5, 10)}
 
 
+def test_the_replicas_samples_share_the_polls_time() -> None:
+    got = at_poll({"worker-0": (100.2, 0.5, 1), "ps-0": (97.9, 0.1, 2)}, 110.0)
+    assert got == {"worker-0": (110.0, 0.5, 1), "ps-0": (110.0, 0.1, 2)}
+
+
 def test_a_sample_line_reads_back() -> None:
     assert sample_line((1796205600.04, 0.00312, 123)) == b"[1796205600.0,0.0031,123]\n"
 
@@ -180,11 +186,14 @@ def test_the_poller_keeps_each_new_sample_once(tmp_path: Path) -> None:
         clock.now += POLL_SECONDS
         poller.poll("j1", out, read)
     assert len(calls) == 3
-    assert [p[0] for p in read_usage(out)[0].points] == [100.0, 110.0]
+    # Written at the polls' times (1000 and 1010), judged new by the kubelet's (100, 110).
+    points = read_usage(out)[0].points
+    assert points == [[1000.0, 0.5, 1000], [1000.0 + 2 * POLL_SECONDS, 0.6, 1100]]
     # A server started again reads what was kept before writing more.
     again = UsagePoller(clock)
+    clock.now += POLL_SECONDS
     again.poll("j1", out, lambda: {"worker-0": (110.0, 0.6, 1100)})
-    assert [p[0] for p in read_usage(out)[0].points] == [100.0, 110.0]
+    assert len(read_usage(out)[0].points) == 2
 
 
 def test_without_a_metrics_api_the_poller_says_why_and_waits(tmp_path: Path) -> None:

@@ -143,6 +143,15 @@ def _finite(x: float) -> bool:
     return x == x and x not in (float("inf"), float("-inf"))
 
 
+def at_poll(samples: Mapping[str, Sample], now: float) -> dict[str, Sample]:
+    """The samples timed when the server read them: the job page draws a line per replica
+    through the times all replicas share (the local supervisor samples them at one moment),
+    and each pod's kubelet sample has its own time; metrics-server scrapes every node at
+    once, so the replicas' new samples arrive in the same poll. A sample is then at most
+    the resolution plus POLL_SECONDS (about 15 s) later than the kubelet's window. Pure."""
+    return {key: (now, cores, used) for key, (_, cores, used) in samples.items()}
+
+
 def sample_line(sample: Sample) -> bytes:
     """One `[time, cores, bytes]` line, as the local supervisor writes it (cores to 0.1
     millicore: an idle parameter server uses a few millicores). Pure."""
@@ -173,7 +182,10 @@ def append_usage(output_dir: str, samples: Mapping[str, Sample]) -> None:
 
 class UsagePoller:
     """Keeps the samples an engine's backend reports for running jobs (`poll`, from the
-    job sync loop), and why there are none when the engine cannot say (`reason`)."""
+    job sync loop), and why there are none when the engine cannot say (`reason`). What is
+    new is judged by the kubelet's time (remembered here); what is written carries the
+    poll's (`at_poll`). A server started again judges by the written times: it may skip
+    one sample per replica."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self.clock = clock
@@ -205,7 +217,7 @@ class UsagePoller:
         if last is None:
             last = {key: s[0] for key, s in latest_usage(output_dir).items()}
         fresh = new_samples(samples, last)
-        append_usage(output_dir, fresh)
+        append_usage(output_dir, at_poll(fresh, now))
         last.update({key: s[0] for key, s in fresh.items()})
         with self._lock:
             self._last[job_id] = last
