@@ -155,9 +155,9 @@ class JobService:
         self.steps = StepWatcher()
         """Step rates from kept logs, for an engine that does not report them."""
         self._step_view: dict[str, StepJudgement] = {}
+        """Job id -> when to submit again a job the engine deferred."""
         self.usage = UsagePoller(time.time)
         """Replicas' usage from the engine, for one that does not keep it (Kubernetes)."""
-        """Job id -> when to submit again a job the engine deferred."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.fetch_policy = FetchPolicy(allowed=parse_networks(settings.allow_fetch_from))
