@@ -85,6 +85,8 @@ class Team:
     node: RealNode
     env: dict[str, str]
     """A user's environment for the CLI: the server's URL, the member's token, the team."""
+    admin: Api | None = None
+    """The site admin (`/metrics`)."""
 
 
 @contextlib.contextmanager
@@ -172,7 +174,7 @@ def node_platform(
         )
         env = {**os.environ, "TFKUBE_URL": server.url, "TFKUBE_TOKEN": member.token,
                "TFKUBE_TEAM": name, "TFKUBE_HOME": str(tmp / "home")}  # fmt: skip
-        yield Team(name, namespace, member, server, kube, real_node, env)
+        yield Team(name, namespace, member, server, kube, real_node, env, admin)
     finally:
         try:
             if admin is not None:  # the server deletes each job's TFJob and outputs

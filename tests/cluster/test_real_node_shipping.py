@@ -1,5 +1,7 @@
 """Kept logs, charts and the result of a job in real pods with no shared folder at all
-(issue 18 point 2): the replicas ship them to the server.
+(issue 18 point 2): the replicas ship them to the server. And each replica's CPU and memory
+from the kubelet's resource metrics (metrics-server on the real node), which the server
+keeps while the job runs, in the API and `/metrics` (issue 21 point 5 on Kubernetes).
 
 The platform of test_real_node_serving.py (the server on the real node's bridge, where pods
 reach it), but the team has no outputs claim: each pod's folder is its own. The
@@ -25,13 +27,17 @@ import pytest
 import yaml
 
 from s3store import S3Store
-from server._server import api_for
+from server._server import Api, api_for
 from server.test_team_secrets import digits_npz
 
 from ._support import KubeCluster, RealNode, wait_for
 from .test_real_node_serving import EXAMPLE, JOB_TIMEOUT, Team, node_platform
 
 JOB = "shipped"
+REPLICAS = {"ps-0", "worker-0", "worker-1"}
+USAGE_TIMEOUT = 90.0
+"""metrics-server has a pod's CPU after two scrapes (10 s apart); the server asks every 5 s."""
+GAUGE = re.compile(r"^(tfkube_replica_(?:cpu_cores|memory_bytes))\{(.*)\} (\S+)$")
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +98,12 @@ def test_a_job_without_shared_storage_keeps_its_logs_curves_and_result(team: Tea
         if p.metadata.annotations.get("batch.kubernetes.io/job-completion-index") == "1"
     )
     kube.core.delete_namespaced_pod(victim.metadata.name, ns)
+    # While the job goes on: every replica's CPU and memory, kept by the server.
+    used = wait_for("every replica's CPU and memory samples", lambda: _used(api, jid),
+                    USAGE_TIMEOUT, 2.0)  # fmt: skip
+    assert team.admin is not None
+    admin = team.admin
+    gauges = wait_for("the usage gauges in /metrics", lambda: _gauges(admin), USAGE_TIMEOUT, 2.0)
     done = wait_for(
         "the job to end",
         lambda: (
@@ -125,7 +137,12 @@ def test_a_job_without_shared_storage_keeps_its_logs_curves_and_result(team: Tea
     assert any(s["points"] for s in scalars["series"]), scalars
     result = api.ok(api.get(f"/api/v1/jobs/{jid}"))["result"]
     assert result["test_accuracy"] >= 0.9, result
+    # Kept after the job ended, with the job's logs; /metrics shows running replicas only.
+    after = api.ok(api.get(f"/api/v1/jobs/{jid}/usage"))
+    assert after["available"] is True, after
+    assert {s["replica"] for s in after["replicas"]} >= REPLICAS, after
     print(f"\nshipped: {sorted(starts)}; {len(scalars['series'])} curves; result {result}")
+    print(f"usage: {used}; gauges: {gauges}")
 
 
 def store_keys(team: Team, store: S3Store) -> str:
@@ -211,3 +228,36 @@ def test_s3_data_reaches_real_pods_through_the_server(team: Team, s3_store: S3St
     said = staged(team, again["id"])
     assert "0 of 3 objects fetched (0.0 MiB read from the store)" in said, said
     print(f"\ndata through the server: {result}; second job: {said}")
+
+
+def _used(api: Api, jid: str) -> dict[str, tuple[float, int]] | None:
+    """Replica -> its highest (cores, bytes) when every replica has a sample using both."""
+    usage = api.ok(api.get(f"/api/v1/jobs/{jid}/usage"))
+    assert usage["available"] is True, usage  # the cluster has a metrics API
+    best = {
+        s["replica"]: (max(p[1] for p in s["points"]), max(p[2] for p in s["points"]))
+        for s in usage["replicas"]
+        if s["points"]
+    }
+    # The job page draws a line per replica through the times they share: the server
+    # keeps each poll's new samples at the poll's time (`at_poll`).
+    times = [{p[0] for p in s["points"]} for s in usage["replicas"] if s["replica"] in REPLICAS]
+    shared = set.intersection(*times) if len(times) == len(REPLICAS) else set()
+    if shared and {k for k, (cores, used) in best.items() if cores > 0 and used > 0} >= REPLICAS:
+        return best
+    return None
+
+
+def _gauges(admin: Api) -> dict[tuple[str, str], float] | None:
+    """(gauge, replica) -> value for this job's running replicas, once CPU and memory are
+    there for at least one replica."""
+    found = {}
+    for line in admin.get("/metrics").text.splitlines():
+        m = GAUGE.match(line)
+        if not m:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+        if labels.get("job") == JOB:
+            found[(m.group(1), f"{labels['role']}-{labels['index']}")] = float(m.group(3))
+    kinds = {name for (name, _), value in found.items() if value > 0}
+    return found if kinds == {"tfkube_replica_cpu_cores", "tfkube_replica_memory_bytes"} else None

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from tfkube import contract
 from tfkube.kube.names import SHIP_URL_ANNOTATION
@@ -176,6 +177,19 @@ def test_replicas_ship_logs_charts_and_result_that_outlive_their_pods(
         30,
     )
     assert found == {"test_accuracy": 0.5, "global_step": 3}
+
+    # KWOK's fake pods have no resource metrics. Without a metrics API (metrics-server runs
+    # only beside a real node) the job's usage says why, and what to install.
+    aggregated = client.ApiregistrationV1Api(kube.api_client).list_api_service().items
+    if not any(a.metadata.name == "v1beta1.metrics.k8s.io" for a in aggregated):
+        usage = wait_for(
+            "the reason there is no usage",
+            lambda: (u := api.ok(api.get(f"/api/v1/jobs/{job['id']}/usage")))["reason"] and u,
+            30,
+        )
+        assert usage["available"] is False, usage
+        assert "no metrics API (metrics.k8s.io)" in usage["reason"], usage
+        assert "metrics-server" in usage["reason"], usage
 
     # The pods go (KWOK's fakes here): what was shipped stays, and search finds it.
     for pod in kube.core.list_namespaced_pod(

@@ -21,6 +21,7 @@ from tfkube.engines import (
     JobNotFound,
     JobView,
     ShipTo,
+    UsageUnavailable,
 )
 from tfkube.planner import JobPhase
 from tfkube.spec import FieldError, SpecError, TFJob, parse_job
@@ -139,6 +140,9 @@ class ServerBackend:
 
     def stop(self, name: str) -> JobView:
         return job_view(self.client.stop(self._find(name).id))
+
+    def usage(self, name: str) -> dict[str, tuple[float, float, int]]:
+        raise UsageUnavailable("the server keeps each replica's usage: GET /api/v1/jobs/{id}/usage")
 
     def scale(self, name: str, workers: int) -> JobView:
         """The server's resize (`POST /api/v1/jobs/{id}/scale`); its refusals name the

@@ -18,6 +18,7 @@ from tfkube.engines._base import (
     JobView,
     ShipTo,
     SubmitDeferred,
+    UsageUnavailable,
 )
 from tfkube.engines._data import (
     Credentials,
@@ -102,6 +103,7 @@ __all__ = [
     "Tenant",
     "TensorBoardWorkload",
     "Upstream",
+    "UsageUnavailable",
     "Workload",
     "WorkloadStatus",
     "admission_refusals",

@@ -26,6 +26,11 @@ class JobNotFound(LookupError):
         self.name = name
 
 
+class UsageUnavailable(LookupError):
+    """The engine cannot say what a job's replicas use now (on Kubernetes: the cluster has
+    no metrics API, or it does not answer); the message says why and what to do."""
+
+
 class JobExists(RuntimeError):
     pass
 
@@ -158,3 +163,8 @@ class Backend(Protocol):
 
     def wait(self, name: str, timeout: float | None = None) -> JobView:
         """Block until the job is finished and nothing of it runs."""
+
+    def usage(self, name: str) -> dict[str, tuple[float, float, int]]:
+        """Each running replica's newest (time, cpu cores, memory bytes), for a server to
+        keep (an engine with `Features.polled_usage`). Raises `UsageUnavailable` saying why
+        when the engine cannot (or keeps usage itself)."""

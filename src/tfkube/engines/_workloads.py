@@ -231,7 +231,11 @@ class Features:
     replica_usage: bool = False
     """Each replica's CPU and memory over time is kept with the job's logs
     (`tfkube.contract.USAGE_SUBDIR`): the local engine samples its replicas' cgroups or
-    process trees. Kubernetes does not yet (its kubelet's resource metrics are not read)."""
+    process trees; on Kubernetes the server keeps what `polled_usage` gives."""
+    polled_usage: bool = False
+    """The engine does not keep usage itself: a server asks each running job's backend for
+    its replicas' newest samples (`usage(name)`, the kubelet's resource metrics through the
+    metrics API) every few seconds and keeps them there (`server/outputs/usage.py`)."""
     step_rates: bool = False
     """The engine watches each replica's `tfkube-steps: N` lines itself and reports step
     rates and stragglers in its views (the local supervisor); else a server reads them from

@@ -69,6 +69,8 @@ SERVER_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list"]},
     {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["get", "list"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    # Each replica's CPU and memory (the kubelet's resource metrics, through metrics-server).
+    {"apiGroups": ["metrics.k8s.io"], "resources": ["pods"], "verbs": ["get", "list"]},
     # Whether a node can serve logs (a KWOK fake node cannot); cluster status.
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
     # Model servers (ConfigMap, Deployment, Service) and notebooks (Secret, StatefulSet,

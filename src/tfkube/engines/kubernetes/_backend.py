@@ -27,6 +27,7 @@ from tfkube.engines._base import (
     JobView,
     ShipTo,
     SubmitDeferred,
+    UsageUnavailable,
 )
 from tfkube.engines._data import Credentials
 from tfkube.kube.errors import (
@@ -67,6 +68,7 @@ from tfkube.kube.observe import (
     pod_role,
     tfjob_model,
 )
+from tfkube.kube.podmetrics import Sample, pods_path, replica_samples
 from tfkube.kube.resources import CONFIG_MAP, EVENT, JOB, NODE, POD, SECRET, TFJOB, Resource
 from tfkube.kube.rest import Kube, api_client_from, context_namespace
 from tfkube.planner import Replica, cluster_scale_problems, scale_problems
@@ -75,6 +77,8 @@ from tfkube.spec import FieldError, SchedulingSpec, SpecError, TFJob
 from tfkube.tfcluster import parse_replica_key, replica_key, service_address
 
 LOG_TIMEOUT_SECONDS = 15.0
+USAGE_TIMEOUT_SECONDS = 10.0
+"""A metrics API that hangs holds the server's sync loop no longer than this."""
 SCALE_TIMEOUT_SECONDS = 30.0
 """How long `scale` waits for the operator to resize the worker Job (it looks at a live
 job every few seconds, and at once on a change)."""
@@ -444,6 +448,37 @@ class KubernetesBackend:
                 yield f"[{key}] ({gone})"
                 continue
             yield from self._pod_log(key, found, replica, follow)
+
+    def usage(self, name: str) -> dict[str, Sample]:
+        """Replica -> its newest (time, cpu cores, memory bytes) from the kubelet's resource
+        metrics (`pods.metrics.k8s.io`, metrics-server: a sample per pod every scrape,
+        10-60 s). UsageUnavailable when the cluster has no metrics API or may not be read."""
+        try:
+            data = self.kube.request(
+                "GET",
+                pods_path(self.namespace),
+                query={"labelSelector": replica_selector(name)},
+                timeout=USAGE_TIMEOUT_SECONDS,
+            )
+        except NotFound as exc:
+            raise UsageUnavailable(
+                "the cluster has no metrics API (metrics.k8s.io): CPU and memory per "
+                "replica come from the kubelet's resource metrics through metrics-server; "
+                f"a cluster administrator installs it ({exc})"
+            ) from None
+        except ServerError as exc:  # 503: the APIService is there, its server is not
+            raise UsageUnavailable(
+                "the cluster's metrics API (metrics.k8s.io) does not answer: is "
+                f"metrics-server running? ({exc})"
+            ) from None
+        except Forbidden as exc:
+            raise UsageUnavailable(
+                "the server may not read the metrics API (metrics.k8s.io pods get/list): "
+                f"install tfkube's RBAC again (`tfkube install --server`) ({exc})"
+            ) from None
+        except Unreachable as exc:
+            raise UsageUnavailable(f"the API server did not answer ({exc})") from None
+        return replica_samples((data or {}).get("items") or [])
 
     def _replica_pod(self, name: str, replica: str) -> dict[str, Any] | None:
         """The newest pod of one replica, selected by its labels (role and completion

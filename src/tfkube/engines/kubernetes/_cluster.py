@@ -50,6 +50,8 @@ class KubernetesEngine(RunnersByKind):
         tensorboard_on_demand=False,
         namespaces=True,
         data_sources=True,
+        replica_usage=True,
+        polled_usage=True,
     )
     """Data sets and data sources reach the pods through the server: it stages a source
     into the team's cache (`JobStorage.served_data`) and every replica but PS fetches its

@@ -35,7 +35,15 @@ from pathlib import Path
 
 from tfkube.contract import REQUIREMENTS_FILE
 from tfkube.engines._artifact import Artifact, prepare_artifact
-from tfkube.engines._base import DataFrom, JobEvent, JobExists, JobNotFound, JobView, ShipTo
+from tfkube.engines._base import (
+    DataFrom,
+    JobEvent,
+    JobExists,
+    JobNotFound,
+    JobView,
+    ShipTo,
+    UsageUnavailable,
+)
 from tfkube.engines._data import (
     CACHE_LIMIT_ENV,
     Credentials,
@@ -625,6 +633,11 @@ class LocalBackend:
                         yield f"[{key}] {rest}" if prefix else rest
                 return
             time.sleep(0.2)
+
+    def usage(self, name: str) -> dict[str, tuple[float, float, int]]:
+        raise UsageUnavailable(
+            "the local engine keeps each replica's usage itself, with the job's logs"
+        )
 
     # -- resizing ---------------------------------------------------------------------
 

@@ -80,6 +80,7 @@ from tfkube.server.notifications import job_events
 from tfkube.server.outputs.logs import JobPaths, job_paths
 from tfkube.server.outputs.results import read_result
 from tfkube.server.outputs.steps import StepWatcher
+from tfkube.server.outputs.usage import UsagePoller
 from tfkube.server.team_secrets import SecretBox
 from tfkube.server.tenants import tenant_of
 from tfkube.spec import FieldError, HdfsSource, Role, SpecError, TFJob, dump_job, load_job_text
@@ -162,6 +163,8 @@ class JobService:
         """Step rates from kept logs, for an engine that does not report them."""
         self._step_view: dict[str, StepJudgement] = {}
         """Job id -> when to submit again a job the engine deferred."""
+        self.usage = UsagePoller(time.time)
+        """Replicas' usage from the engine, for one that does not keep it (Kubernetes)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.fetch_policy = FetchPolicy(allowed=parse_networks(settings.allow_fetch_from))
@@ -816,6 +819,8 @@ class JobService:
                     self._copy_events(db, row, backend)
                     if not self.engine.features.step_rates:
                         self._watch_steps(db, row, team, view, now)
+                    if self.engine.features.polled_usage:
+                        self._poll_usage(row, team, view, backend)
                 self._changed(db, row)
                 if (
                     self.on_ended is not None
@@ -865,6 +870,20 @@ class JobService:
         row.replicas = replicas_json(self._judged(view.replicas, judged))
         for key, message in judged.events:
             db.add(JobEvent(job_id=row.id, time=now, replica=key, message=message))
+
+    def _poll_usage(self, row: Job, team: Team, view: JobView, backend: Any) -> None:
+        """Keep the replicas' newest samples with the job's logs (`UsagePoller`), where the
+        server keeps its folder (its claim or what the replicas ship)."""
+        if view.phase is not JobPhase.RUNNING or not row.output_dir:
+            self.usage.forget(row.id)
+            return
+        if not self.storage(team, row.id, row.name).kept:
+            return
+        name = row.name
+        try:
+            self.usage.poll(row.id, row.output_dir, lambda: backend.usage(name))
+        except Exception:
+            log.warning("keeping the usage of job %s failed", row.id, exc_info=True)
 
     @staticmethod
     def _judged(replicas: Sequence[Replica], judged: StepJudgement) -> list[Replica]:
