@@ -270,7 +270,12 @@ def server_command(
         smtp_server=smtp_server,
         smtp_from=smtp_from,
     )
-    run_service(lambda: serve(settings))
+    from tfkube.server.core.db import SchemaTooNew
+
+    try:
+        run_service(lambda: serve(settings))
+    except SchemaTooNew as exc:
+        raise fail(str(exc), code=1) from None
 
 
 def _store_config(

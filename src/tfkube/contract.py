@@ -65,6 +65,14 @@ server that cannot read the job's log folder (a cluster job without an outputs c
 SHIP_TOKEN: Final = "TFKUBE_SHIP_TOKEN"
 """The bearer token for SHIP_URL (the server's job-scoped claim). The launcher removes both
 from the entrypoint's environment."""
+DATA_URL: Final = "TFKUBE_DATA_URL"
+"""Optional: where the launcher fetches its replica's data into TFKUBE_DATA_DIR before the
+entrypoint starts, for a server whose data folder the replica cannot see (a cluster job
+with an uploaded data set or a data source): `<server>/api/v1/data/<job id>`. See "Data"
+below."""
+DATA_TOKEN: Final = "TFKUBE_DATA_TOKEN"
+"""The bearer token for DATA_URL (the server's job-scoped claim). The launcher removes both
+from the entrypoint's environment."""
 ENTRYPOINT: Final = "TFKUBE_ENTRYPOINT"
 """The script inside the code to run (default DEFAULT_ENTRYPOINT)."""
 DEFAULT_ENTRYPOINT: Final = "run.sh"
@@ -239,6 +247,29 @@ def shipped_file(path: str) -> tuple[str, ...] | None:
     if not 1 <= len(parts) <= SHIP_MAX_DEPTH or not all(SHIP_PART.fullmatch(p) for p in parts):
         return None
     return parts if SHIP_EVENTS.fullmatch(parts[-1]) else None
+
+
+# -- Data: a replica's data fetched from the server (DATA_URL) ---------------------------
+#
+#   GET <DATA_URL>/<replica>   200: a tar (gzip or plain) of what the replica's data folder
+#                              shows: the job's uploaded data set, or its data source as
+#                              the server staged it (with a shard rule the replica's shard
+#                              only), unpacked with the code's checks
+#                              503: the server is still staging; the body's `detail` says
+#                              how far ("staging data: 3.1 of 8.0 MiB, ..."): ask again
+#                              after its Retry-After
+#                              404 / 410: never (another job's claim, the job ended, its
+#                              staging failed: `detail` says why); a permanent failure
+#
+# The launcher marks a fetched data folder in its work folder (DATA_READY_FILE): a
+# restarted container of the same pod does not fetch again.
+
+DATA_READY_FILE: Final = "data-ready"
+"""In TFKUBE_WORK_DIR: written once the data folder holds the replica's data."""
+DATA_WAIT_SECONDS: Final = "TFKUBE_DATA_WAIT_SECONDS"
+"""How long the launcher waits for the server's staging (503s) and through its
+unreachability before it gives up (EX_TEMPFAIL); default DEFAULT_DATA_WAIT_SECONDS."""
+DEFAULT_DATA_WAIT_SECONDS: Final = 3600.0
 
 
 # -- What the launcher adds for the entrypoint ------------------------------------------

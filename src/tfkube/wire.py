@@ -65,7 +65,8 @@ class TeamOut(_Wire):
     namespace: str
     quota: dict[str, Any] = {}
     priority: int = 0
-    """Local engine: a higher priority's jobs are queued first and may preempt lower ones."""
+    """Local engine: a higher priority's jobs are queued first and may preempt lower ones.
+    Kubernetes: the PriorityClass `tfkube-priority-<n>` of the team's job pods."""
     created_at: float
     role: str | None = None
     """The caller's role in the team (None for a site admin who is not a member)."""
@@ -385,6 +386,9 @@ class ModelServerOut(_Wire):
     status: str
     """Starting | Ready | Failed | Stopped."""
     message: str = ""
+    runtime: str | None = None
+    """Which model server runs it: `tfkube` (tfkube's own) or `tensorflow-serving` (the
+    stock image, Kubernetes only); None for one made before runtimes were recorded."""
     url: str
     """The REST base `.../v1/models/<name>`: GET it for the status, POST `<url>:predict`;
     send the team's API token (Authorization: Bearer) or the session cookie."""

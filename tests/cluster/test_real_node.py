@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
+from kubernetes.utils import parse_quantity
 
 from tfkube.engines.kubernetes import KubernetesBackend
 from tfkube.kube.errors import ApiError
@@ -427,6 +428,116 @@ def test_a_deleted_ps_pod_restarts_the_job_from_the_checkpoint(
     assert st["restartGenerations"].get("ps", 0) >= 1
     assert result(kube, ns, name)["global_step"] >= 2000
     assert (log_dir / "result.json").is_file()  # on the claim: kept after the pods
+
+
+def hog_job(node: RealNode, name: str, memory: int, priority_class: str) -> client.V1Job:
+    """A Job of one pod of tfkube's image that sleeps 15 s, asking `memory` bytes on the
+    real node at `priority_class`: what a more urgent team's work looks like to the
+    scheduler (Pod Security restricted, as the namespace enforces)."""
+    container = client.V1Container(
+        name="hog",
+        image=DEFAULT_IMAGE,
+        image_pull_policy="Never",
+        command=["sleep", "15"],
+        resources=client.V1ResourceRequirements(
+            requests={"memory": str(memory)}, limits={"memory": str(memory)}
+        ),
+        security_context=client.V1SecurityContext(
+            allow_privilege_escalation=False,
+            run_as_non_root=True,
+            run_as_user=65532,
+            capabilities=client.V1Capabilities(drop=["ALL"]),
+            seccomp_profile=client.V1SeccompProfile(type="RuntimeDefault"),
+        ),
+    )
+    return client.V1Job(
+        metadata=client.V1ObjectMeta(name=name),
+        spec=client.V1JobSpec(
+            backoff_limit=0,
+            template=client.V1PodTemplateSpec(
+                spec=client.V1PodSpec(
+                    containers=[container],
+                    restart_policy="Never",
+                    priority_class_name=priority_class,
+                    node_selector=dict(node.SELECTOR),
+                    tolerations=[client.V1Toleration(**t) for t in node.TOLERATIONS],
+                    automount_service_account_token=False,
+                )
+            ),
+        ),
+    )
+
+
+def test_a_preempted_job_resumes_from_its_checkpoint_counting_no_restart(
+    operator: Operator, real_node: RealNode, kube_namespace: str, tmp_path: Path
+) -> None:
+    """Issue 21 point 3 in real pods: a more urgent pod (a higher PriorityClass) needs the
+    memory the training job holds on the node; the real scheduler preempts the job's pods,
+    the operator counts a preemption (never a restart, never backoffLimit) and restarts the
+    job, whose new pods wait for the room; when the urgent pod ends the job resumes from
+    its checkpoint on the logs claim and succeeds."""
+    kube, ns, name = operator.kube, kube_namespace, "mnist-between-graph"
+    path, _ = real_node_job(real_node, tmp_path, name, SLOW, storage=KEPT_LOGS, backoffLimit=0)
+    submit(real_node, kube, ns, path, bind=(f"{name}-logs",))
+    log_dir = real_node.volume(ns, f"{name}-logs")
+    wait_for("a checkpoint at step >= 300", lambda: latest_checkpoint_step(log_dir) >= 300,
+             JOB_TIMEOUT, 0.5)  # fmt: skip
+    checkpointed = latest_checkpoint_step(log_dir)
+    # What the node has left beside the job: the urgent pod asks for 1 GiB more than that.
+    node = kube.core.read_node(real_node.name)
+    allocatable = int(parse_quantity(node.status.allocatable["memory"]))
+    held = sum(
+        int(parse_quantity((c.resources.requests or {}).get("memory", "0")))
+        for p in kube.core.list_pod_for_all_namespaces(
+            field_selector=f"spec.nodeName={real_node.name}"
+        ).items
+        if p.status.phase in ("Pending", "Running")
+        for c in p.spec.containers
+    )
+    urgent_class = f"urgent-{ns}"
+    scheduling = client.SchedulingV1Api(kube.api_client)
+    scheduling.create_priority_class(
+        client.V1PriorityClass(metadata=client.V1ObjectMeta(name=urgent_class), value=1000)
+    )
+    try:
+        asked = allocatable - held + 2**30
+        arrived = time.time()
+        client.BatchV1Api(kube.api_client).create_namespaced_job(
+            ns, hog_job(real_node, "urgent", asked, urgent_class)
+        )
+        preempted = wait_for(
+            "the job preempted", lambda: status(kube, ns, name).get("preemptions"), 90, 0.5
+        )
+        counted = time.time()
+        assert preempted == 1
+        wait_for(
+            "the urgent pod done",
+            lambda: (client.BatchV1Api(kube.api_client).read_namespaced_job("urgent", ns)
+                     .status.succeeded),
+            120, 1.0,
+        )  # fmt: skip
+        final = wait_done(kube, ns, name)
+    finally:
+        scheduling.delete_priority_class(urgent_class)
+    chief = replica_pods(kube, ns, name, "worker", 0)[-1]
+    text = pod_log(kube, ns, chief)
+    restored = [int(m) for m in re.findall(r"restoring model\.ckpt-(\d+)", text)]
+    free_gib = (allocatable - held) / 2**30
+    print(f"\ncheckpoint at {checkpointed} when the urgent pod arrived ({free_gib:.1f} GiB "
+          f"free beside the job); counted {counted - arrived:.1f} s after; the resumed chief "
+          f"restored {restored}")  # fmt: skip
+    assert restored, "the resumed job's chief restores the checkpoint"
+    assert restored[0] >= checkpointed > 0
+    assert final["preemptions"] == 1
+    assert final["restarts"] == 0  # not a failure: backoffLimit 0 would have failed the job
+    assert "Preempted" in [e.reason for e in events_of(kube, ns, name)]
+    assert result(kube, ns, name)["global_step"] >= 2000
+
+
+def events_of(kube: KubeCluster, ns: str, name: str) -> list[client.CoreV1Event]:
+    return kube.core.list_namespaced_event(
+        ns, field_selector=f"involvedObject.name={name},involvedObject.kind=TFJob"
+    ).items
 
 
 def test_without_a_logs_claim_a_deleted_ps_pod_restarts_the_job_from_scratch(

@@ -85,16 +85,23 @@ class Team:
     node: RealNode
     env: dict[str, str]
     """A user's environment for the CLI: the server's URL, the member's token, the team."""
+    admin: Api | None = None
+    """The site admin (`/metrics`)."""
 
 
 @contextlib.contextmanager
 def node_platform(
-    kube: KubeCluster, real_node: RealNode, operator_kubeconfig: Path, tmp: Path, outputs: bool
+    kube: KubeCluster,
+    real_node: RealNode,
+    operator_kubeconfig: Path,
+    tmp: Path,
+    outputs: bool,
+    server_args: tuple[str, ...] = (),
 ) -> Iterator[Team]:
     """The platform with its server listening on the real node's bridge, a team allowed on
     the node with a member and the operator, and the example uploaded as `mnist`.
     `outputs`: the team's outputs claim on a node folder the server sees (else none: the
-    replicas ship what the server keeps)."""
+    replicas ship what the server keeps); `server_args`: more of `tfkube server`'s."""
     outputs_claim = OUTPUTS if outputs else None
     # No StorageClass here: the server's data claim is one an administrator names (the
     # server runs here, so it is never made).
@@ -116,6 +123,7 @@ def node_platform(
              str(kubeconfig), "--code-url", code_url]  # fmt: skip
     if outputs_claim:
         extra += ["--outputs-claim", outputs_claim]
+    extra += server_args
     server = NodeServer(
         tmp / "data",
         port,
@@ -166,7 +174,7 @@ def node_platform(
         )
         env = {**os.environ, "TFKUBE_URL": server.url, "TFKUBE_TOKEN": member.token,
                "TFKUBE_TEAM": name, "TFKUBE_HOME": str(tmp / "home")}  # fmt: skip
-        yield Team(name, namespace, member, server, kube, real_node, env)
+        yield Team(name, namespace, member, server, kube, real_node, env, admin)
     finally:
         try:
             if admin is not None:  # the server deletes each job's TFJob and outputs

@@ -1,5 +1,7 @@
 """Kept logs, charts and the result of a job in real pods with no shared folder at all
-(issue 18 point 2): the replicas ship them to the server.
+(issue 18 point 2): the replicas ship them to the server. And each replica's CPU and memory
+from the kubelet's resource metrics (metrics-server on the real node), which the server
+keeps while the job runs, in the API and `/metrics` (issue 21 point 5 on Kubernetes).
 
 The platform of test_real_node_serving.py (the server on the real node's bridge, where pods
 reach it), but the team has no outputs claim: each pod's folder is its own. The
@@ -7,6 +9,12 @@ between-graph example trains in real pods; a worker's pod is deleted mid-run. On
 has ended and its pods are gone, the server still has every replica's log (the deleted
 worker's two starts, each whole), the training curves from the chief's event files and
 the job's result.
+
+The same module's platform also shows data reaching real pods (issue 18 point 3, issue 19):
+the server may reach the S3 store on loopback (`--allow-fetch-from 127.0.0.1/32`); it
+stages the example's digits from SeaweedFS with the team's secret, and each worker pod
+fetches them from the server into its data folder and trains on them; a second job reads
+0 bytes from the store.
 """
 
 from __future__ import annotations
@@ -18,10 +26,18 @@ from pathlib import Path
 import pytest
 import yaml
 
+from s3store import S3Store
+from server._server import Api, api_for
+from server.test_team_secrets import digits_npz
+
 from ._support import KubeCluster, RealNode, wait_for
 from .test_real_node_serving import EXAMPLE, JOB_TIMEOUT, Team, node_platform
 
 JOB = "shipped"
+REPLICAS = {"ps-0", "worker-0", "worker-1"}
+USAGE_TIMEOUT = 90.0
+"""metrics-server has a pod's CPU after two scrapes (10 s apart); the server asks every 5 s."""
+GAUGE = re.compile(r"^(tfkube_replica_(?:cpu_cores|memory_bytes))\{(.*)\} (\S+)$")
 
 
 @pytest.fixture(scope="module")
@@ -32,13 +48,20 @@ def team(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Team]:
     tmp = tmp_path_factory.mktemp("node-shipping")
-    with node_platform(kube_cluster, real_node, operator_kubeconfig, tmp, outputs=False) as made:
+    with node_platform(
+        kube_cluster,
+        real_node,
+        operator_kubeconfig,
+        tmp,
+        outputs=False,
+        server_args=("--allow-fetch-from", "127.0.0.1/32"),
+    ) as made:
         yield made
 
 
-def job_manifest(node: RealNode) -> str:
+def job_manifest(node: RealNode, name: str = JOB) -> str:
     raw = yaml.safe_load((EXAMPLE / "job.yaml").read_text())
-    raw["metadata"]["name"] = JOB
+    raw["metadata"]["name"] = name
     spec = raw["spec"]
     spec["code"]["source"] = "artifact:mnist"
     spec["runPolicy"] = {**spec.get("runPolicy", {}), "backoffLimit": 6}
@@ -75,6 +98,12 @@ def test_a_job_without_shared_storage_keeps_its_logs_curves_and_result(team: Tea
         if p.metadata.annotations.get("batch.kubernetes.io/job-completion-index") == "1"
     )
     kube.core.delete_namespaced_pod(victim.metadata.name, ns)
+    # While the job goes on: every replica's CPU and memory, kept by the server.
+    used = wait_for("every replica's CPU and memory samples", lambda: _used(api, jid),
+                    USAGE_TIMEOUT, 2.0)  # fmt: skip
+    assert team.admin is not None
+    admin = team.admin
+    gauges = wait_for("the usage gauges in /metrics", lambda: _gauges(admin), USAGE_TIMEOUT, 2.0)
     done = wait_for(
         "the job to end",
         lambda: (
@@ -108,4 +137,127 @@ def test_a_job_without_shared_storage_keeps_its_logs_curves_and_result(team: Tea
     assert any(s["points"] for s in scalars["series"]), scalars
     result = api.ok(api.get(f"/api/v1/jobs/{jid}"))["result"]
     assert result["test_accuracy"] >= 0.9, result
+    # Kept after the job ended, with the job's logs; /metrics shows running replicas only.
+    after = api.ok(api.get(f"/api/v1/jobs/{jid}/usage"))
+    assert after["available"] is True, after
+    assert {s["replica"] for s in after["replicas"]} >= REPLICAS, after
     print(f"\nshipped: {sorted(starts)}; {len(scalars['series'])} curves; result {result}")
+    print(f"usage: {used}; gauges: {gauges}")
+
+
+def store_keys(team: Team, store: S3Store) -> str:
+    """The store's credentials as the team's secret `store-keys`, stored by a team admin
+    the site admin makes."""
+    admin = api_for(team.server.url, "admin")
+    try:
+        boss = admin.new_user()
+        admin.add_member(team.name, boss, "admin")
+    finally:
+        admin.close()
+    api = api_for(team.server.url, boss)
+    try:
+        body = {"name": "store-keys", "access_key_id": store.access_key,
+                "secret_access_key": store.secret_key}  # fmt: skip
+        api.ok(api.post(f"/api/v1/teams/{team.name}/secrets", json=body), 201)
+    finally:
+        api.close()
+    return "store-keys"
+
+
+def s3_job(team: Team, name: str, bucket: str, store: S3Store, steps: int) -> dict[str, object]:
+    raw = yaml.safe_load(job_manifest(team.node, name))
+    raw["spec"]["storage"] = {
+        "data": {
+            "source": f"s3://{bucket}/digits/",
+            "endpoint": store.endpoint,
+            "credentials": "store-keys",
+        }
+    }
+    raw["spec"]["replicas"]["worker"]["args"] = [f"--train_steps={steps}"]
+    body = {"manifest": yaml.safe_dump(raw)}
+    return dict(team.member.ok(team.member.post(f"/api/v1/teams/{team.name}/jobs", json=body), 201))
+
+
+def staged(team: Team, job_id: object) -> str:
+    api = team.member
+
+    def said() -> str | None:
+        events = api.ok(api.get(f"/api/v1/jobs/{job_id}/events"))
+        found = [e["message"] for e in events if e["message"].startswith("data staged from")]
+        return found[0] if found else None
+
+    return wait_for("the staging's event", said, JOB_TIMEOUT, 1.0)
+
+
+def test_s3_data_reaches_real_pods_through_the_server(team: Team, s3_store: S3Store) -> None:
+    api, kube, ns = team.member, team.kube, team.namespace
+    bucket = s3_store.bucket()
+    for name, data in digits_npz().items():
+        s3_store.put(bucket, f"digits/{name}", data)
+    store_keys(team, s3_store)
+    job = s3_job(team, "from-s3", bucket, s3_store, 1000)
+    done = wait_for(
+        "the job to end",
+        lambda: (
+            (j := api.ok(api.get(f"/api/v1/jobs/{job['id']}")))["phase"] in ("Succeeded", "Failed")
+            and j
+        ),
+        JOB_TIMEOUT,
+        2.0,
+    )
+    assert done["phase"] == "Succeeded", done
+    assert "3 of 3 objects fetched" in staged(team, job["id"])
+    for index in (0, 1):
+        log = api.get(f"/api/v1/jobs/{job['id']}/logs/worker-{index}", params={"attempt": 0}).text
+        assert f"worker {index}: shard {index}/2" in log, log[-2000:]
+    # The launcher's own lines (the pods' stdout/stderr): each worker fetched its data.
+    pods = kube.core.list_namespaced_pod(
+        ns, label_selector="tfkube.io/job-name=from-s3,tfkube.io/replica-type=worker"
+    ).items
+    assert pods
+    for pod in pods:
+        text = kube.core.read_namespaced_pod_log(pod.metadata.name, ns, container="tensorflow")
+        assert "data ready (" in text, text[-2000:]
+        assert "data ready (0 bytes" not in text, text[-2000:]
+        assert s3_store.secret_key not in str(pod.to_dict())
+    result = done["result"]
+    assert isinstance(result, dict), done
+    assert result["test_accuracy"] >= 0.9, result
+
+    again = s3_job(team, "again-s3", bucket, s3_store, 100)
+    said = staged(team, again["id"])
+    assert "0 of 3 objects fetched (0.0 MiB read from the store)" in said, said
+    print(f"\ndata through the server: {result}; second job: {said}")
+
+
+def _used(api: Api, jid: str) -> dict[str, tuple[float, int]] | None:
+    """Replica -> its highest (cores, bytes) when every replica has a sample using both."""
+    usage = api.ok(api.get(f"/api/v1/jobs/{jid}/usage"))
+    assert usage["available"] is True, usage  # the cluster has a metrics API
+    best = {
+        s["replica"]: (max(p[1] for p in s["points"]), max(p[2] for p in s["points"]))
+        for s in usage["replicas"]
+        if s["points"]
+    }
+    # The job page draws a line per replica through the times they share: the server
+    # keeps each poll's new samples at the poll's time (`at_poll`).
+    times = [{p[0] for p in s["points"]} for s in usage["replicas"] if s["replica"] in REPLICAS]
+    shared = set.intersection(*times) if len(times) == len(REPLICAS) else set()
+    if shared and {k for k, (cores, used) in best.items() if cores > 0 and used > 0} >= REPLICAS:
+        return best
+    return None
+
+
+def _gauges(admin: Api) -> dict[tuple[str, str], float] | None:
+    """(gauge, replica) -> value for this job's running replicas, once CPU and memory are
+    there for at least one replica."""
+    found = {}
+    for line in admin.get("/metrics").text.splitlines():
+        m = GAUGE.match(line)
+        if not m:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+        if labels.get("job") == JOB:
+            found[(m.group(1), f"{labels['role']}-{labels['index']}")] = float(m.group(3))
+    kinds = {name for (name, _), value in found.items() if value > 0}
+    return found if kinds == {"tfkube_replica_cpu_cores", "tfkube_replica_memory_bytes"} else None

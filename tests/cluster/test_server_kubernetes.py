@@ -35,7 +35,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from server._server import PASSWORD, Api, ServerProc, api_for, free_port
+from server._server import PASSWORD, Api, ServerProc, api_for, free_port, login
 from tfkube.engines.kubernetes import install
 from tfkube.kube.names import GROUP, PLURAL
 from tfkube.render import (
@@ -49,6 +49,7 @@ from ._support import (
     KubeCluster,
     Operator,
     create_shared_claim,
+    load_cluster_module,
     service_account_kubeconfig,
     wait_for,
 )
@@ -130,14 +131,19 @@ class Platform:
 
 @contextlib.contextmanager
 def running_platform(
-    kube: KubeCluster, tmp: Path, *, outputs_claim: str | None, code_url: str | None
+    kube: KubeCluster,
+    tmp: Path,
+    *,
+    outputs_claim: str | None,
+    code_url: str | None,
+    server_args: tuple[str, ...] = (),
 ) -> Iterator[Platform]:
     """`tfkube install --server` (its Deployment removed: the server runs here, not as a
     KWOK fake pod), then `tfkube server --engine kubernetes` here with the server's
     ServiceAccount token, set up with an admin; everything removed afterwards, and the
     server's log checked for errors. `outputs_claim`: the teams' shared claim (None: the
     replicas ship what the server keeps); `code_url`: how replicas reach the server
-    (None: its own loopback address)."""
+    (None: its own loopback address); `server_args`: more of `tfkube server`'s options."""
     # No StorageClass here: the server's data is on a claim the administrator names (none
     # is made; the server runs here, so it is never needed).
     install(
@@ -154,6 +160,7 @@ def running_platform(
         extra += ["--outputs-claim", outputs_claim]
     if code_url:
         extra += ["--code-url", code_url]
+    extra += server_args
     env = {**os.environ, "TFKUBE_HOME": str(tmp / "home")}
     server = ServerProc(tmp / "data", free_port(), None, env, extra=extra)
     server.start()
@@ -709,3 +716,94 @@ def test_scale_through_the_api_on_kubernetes(platform: Platform, team: Team) -> 
     assert "spec.replicas.ps" in refused.text
     for one in (job, fixed):
         api.ok(api.delete(f"/api/v1/jobs/{one['id']}"), 204)
+
+
+PREEMPT_POOL = "tfkube.io/preempt-pool"
+
+
+def _pooled(job: dict[str, Any], pool: str, cpu: str) -> dict[str, Any]:
+    for spec in job["spec"]["replicas"].values():
+        spec["nodeSelector"] = {PREEMPT_POOL: pool}
+        spec["tolerations"] = [{"key": PREEMPT_POOL, "operator": "Exists", "effect": "NoSchedule"}]
+        spec["resources"] = {"cpu": cpu}
+    return job
+
+
+def test_team_priorities_preempt_and_the_preempted_job_resumes(
+    platform: Platform, operator_kubeconfig: Path
+) -> None:
+    """Two teams of priority 1 and 5 (a site admin's PATCH: their PriorityClasses are made
+    and their jobs' pods get them); the low team's job fills a 2-CPU node kept for this
+    test, the high team's job needs all of it: the scheduler preempts the low job, which
+    the server shows as 1 preemption and 0 restarts (API, timeline, job page, /metrics)
+    and which succeeds after the high job."""
+    kube, admin = platform.kube, platform.admin
+    pool = f"p{uuid.uuid4().hex[:8]}"
+    node = f"tfkube-{pool}"
+    manifest_of: dict[str, Any] = (
+        load_cluster_module().NodeSpec(node, "127.0.5.9", cpu="2").manifest()
+    )
+    manifest_of["metadata"]["labels"][PREEMPT_POOL] = pool
+    manifest_of["spec"]["taints"] = [{"key": PREEMPT_POOL, "value": pool, "effect": "NoSchedule"}]
+    kube.core.create_node(manifest_of)
+    scheduling = client.SchedulingV1Api(kube.api_client)
+    try:
+        with (
+            operated_team(platform, operator_kubeconfig, {"run.sh": RUN_SH}) as low,
+            operated_team(platform, operator_kubeconfig, {"run.sh": RUN_SH}) as high,
+        ):
+            for team, priority in ((low, 1), (high, 5)):
+                admin.ok(admin.patch(f"/api/v1/teams/{team.name}", json={"priority": priority}))
+                allowances = f"/api/v1/teams/{team.name}/allowances"
+                admin.ok(admin.http.put(allowances, json={"toleration_keys": [PREEMPT_POOL]}))
+            assert scheduling.read_priority_class("tfkube-priority-5").value == 5
+
+            slow = manifest("slow", runPolicy={"backoffLimit": 0})
+            slow["spec"]["replicas"]["worker"].update(
+                replicas=2, annotations={"tfkube.io/fake-duration": "20s"}
+            )
+            low_job = submit_manifest(low, _pooled(slow, pool, "500m"))
+            for key in ("ps-0", "worker-0", "worker-1"):
+                wait_replica(low.member, low_job["id"], key, "Running")
+            spec = (tfjob(kube, low.namespace, "slow") or {})["spec"]
+            assert spec["scheduling"]["priorityClassName"] == "tfkube-priority-1"
+
+            urgent = manifest("urgent")
+            urgent["spec"]["replicas"] = {
+                "worker": {"replicas": 1, "annotations": {"tfkube.io/fake-duration": "10s"}}
+            }
+            high_job = submit_manifest(high, _pooled(urgent, pool, "2"))
+            api = low.member
+
+            def preempted() -> dict[str, Any] | None:
+                seen = job_of(api, low_job["id"])
+                return seen if seen["preemptions"] else None
+
+            seen = wait_for("the server shows the preemption", preempted, 60)
+            assert seen["preemptions"] == 1
+            assert seen["restarts"] == 0
+            timeline = [
+                e["message"] for e in api.ok(api.get(f"/api/v1/jobs/{low_job['id']}/events"))
+            ]
+            assert any("preempted by the scheduler" in m for m in timeline), timeline
+            browser, _ = login(platform.server.url, api.name)  # the page: a cookie session
+            try:
+                page = browser.get(f"/jobs/{low_job['id']}/part/summary")
+            finally:
+                browser.close()
+            assert page.status_code == 200, page.text[:500]
+            assert "<dt>Preempted</dt><dd" in page.text
+
+            done = wait_phase(high.member, high_job["id"], "Succeeded", "Failed", timeout=90)
+            assert done["phase"] == "Succeeded", done
+            done = wait_phase(api, low_job["id"], "Succeeded", "Failed", timeout=120)
+            assert done["phase"] == "Succeeded", done
+            assert done["preemptions"] == 1
+            assert done["restarts"] == 0
+            metrics = admin.get("/metrics").text
+            assert f'tfkube_job_preemptions{{team="{low.name}"}} 1.0' in metrics
+    finally:
+        kube.core.delete_node(node)
+        for priority in (1, 5):
+            with contextlib.suppress(ApiException):
+                scheduling.delete_priority_class(f"tfkube-priority-{priority}")

@@ -270,6 +270,13 @@ def test_a_members_job_cannot_read_a_secret_nobody_allowed(
             id="priority-preempting-other-teams",
         ),
         pytest.param(
+            # A team's own priority is a site admin's: its class is given by the server,
+            # and naming another (a higher team's) is refused like any other class.
+            job("jump", scheduling={"priorityClassName": "tfkube-priority-1000"}),
+            "spec.scheduling.priorityClassName",
+            id="priority-above-the-teams-own",
+        ),
+        pytest.param(
             job("squat", worker={"tolerations": [{"key": "dedicated", "operator": "Exists"}]}),
             "spec.replicas.worker.tolerations[0].key",
             id="toleration-of-anothers-pool",

@@ -284,13 +284,16 @@ def test_a_secret_name_is_checked_and_goes_with_a_source() -> None:
         job_with({"credentials": "keys"})
 
 
-def test_a_cluster_refuses_data_sources_until_it_can_stage_them() -> None:
+def test_a_cluster_refuses_a_data_source_no_server_stages() -> None:
+    """`tfkube render`, `tfkube submit --engine kubernetes`: no server stages it (the
+    server's jobs carry its data door: tests/unit/test_served_data.py)."""
     from tfkube.render import RenderOptions, render_job
 
     with pytest.raises(SpecError) as caught:
         render_job(job_with({"source": "s3://bkt/p"}), RenderOptions(namespace="team-a"))
     assert [e.field for e in caught.value.errors] == ["spec.storage.data.source"]
     assert "claimName" in str(caught.value)
+    assert "tfkube server" in str(caught.value)
 
 
 def test_the_form_takes_a_source_its_endpoint_and_the_team_secret() -> None:

@@ -163,6 +163,8 @@ NEEDED = [
     ("apps", "statefulsets", "delete"),
     ("", "services", "patch"),
     ("", "configmaps", "patch"),
+    ("scheduling.k8s.io", "priorityclasses", "create"),  # a team's priority
+    ("scheduling.k8s.io", "priorityclasses", "patch"),
 ]
 
 
@@ -191,6 +193,7 @@ def test_rbac_grants_what_the_server_does(need):
         ("", "namespaces", "delete"),
         ("rbac.authorization.k8s.io", "rolebindings", "create"),
         ("", "persistentvolumeclaims", "delete"),  # a notebook's home outlives it
+        ("scheduling.k8s.io", "priorityclasses", "delete"),
     ],
     ids="/".join,
 )

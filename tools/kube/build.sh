@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Build (or reuse) the test control plane binaries: etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubectl and kwok; with --with-node also what the
-# real node runs: kubelet, kube-proxy, CoreDNS and the pause program of pod sandboxes.
+# real node runs: kubelet, kube-proxy, CoreDNS, metrics-server and the pause program of pod
+# sandboxes.
 #
 # Sources come from the Go module proxy through the helper modules beside this script
-# (k8s/, etcd/, kwok/, kubelet/, kube-proxy/, coredns/: go.mod + go.sum only; pause/ is our own program). Binaries go to
+# (k8s/, etcd/, kwok/, kubelet/, kube-proxy/, coredns/, metrics-server/: go.mod + go.sum only; pause/ is our own program). Binaries go to
 #   ${TFKUBE_CACHE:-${XDG_CACHE_HOME:-~/.cache}/tfkube}/kube-<k8s version>/bin
 # and are never put in the repository. Each component has a stamp file recording what it
 # was built from (go.mod/go.sum hash, Go version, flags): a component whose stamp matches is
@@ -12,7 +13,7 @@
 # into place at the end, so an interrupted build never leaves a half-written binary.
 #
 # Usage: tools/kube/build.sh [--with-node] [--print-bin-dir] [--check]
-#   --with-node      also kubelet, kube-proxy, coredns and pause (the real node: cluster.py up --real-node)
+#   --with-node      also kubelet, kube-proxy, coredns, metrics-server and pause (the real node: cluster.py up --real-node)
 #   --print-bin-dir  print the bin directory and exit (no build)
 #   --check          exit 0 if every binary is present and current, 1 otherwise (no build)
 # Env: TFKUBE_GO_P   go build -p (default 2; the machine has 2 cores and other work)
@@ -23,6 +24,7 @@ KUBE_VERSION="v1.34.4"   # keep in step with k8s/go.mod
 ETCD_VERSION="v3.6.16"   # keep in step with etcd/go.mod
 KWOK_VERSION="v0.7.0"    # keep in step with kwok/go.mod
 COREDNS_VERSION="v1.12.1" # keep in step with coredns/go.mod
+METRICS_SERVER_VERSION="v0.8.0" # keep in step with metrics-server/go.mod
 
 CACHE_ROOT="${TFKUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfkube}"
 BIN_DIR="$CACHE_ROOT/kube-$KUBE_VERSION/bin"
@@ -135,6 +137,10 @@ if [[ $with_node -eq 1 ]]; then
   build_component coredns coredns \
     "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" \
     "github.com/coredns/coredns" "coredns" || status=1
+  # metrics-server: the kubelet's resource metrics as metrics.k8s.io (issue 21 point 5).
+  build_component metrics-server metrics-server \
+    "-s -w -X k8s.io/client-go/pkg/version.gitVersion=$METRICS_SERVER_VERSION" \
+    "sigs.k8s.io/metrics-server/cmd/metrics-server" "metrics-server" || status=1
   build_component pause pause "-s -w" "." "tfkube-pause" || status=1
 fi
 

@@ -53,6 +53,8 @@ from types import ModuleType
 HERE = Path(__file__).resolve().parent
 STAGES_DIR = HERE / "stages"
 ADMIN_USER = "tfkube-admin"
+FRONT_PROXY_CLIENT = "front-proxy-client"
+"""The CN the API server shows an aggregated API server (metrics-server), in its own CA."""
 # KWOK's fake pod IPs. Not loopback: EndpointSlice validation rejects 127.0.0.0/8 addresses.
 # 198.18.0.0/15 is reserved for benchmarking (RFC 2544) and routed nowhere; these IPs are only
 # numbers in pod status and EndpointSlices: nothing may ever connect to them.
@@ -520,6 +522,8 @@ class Cluster:
         # and through the `kubernetes` Service); otherwise on loopback only.
         api_ip = st.network["node_ip"] if st.network else "127.0.0.1"
         _make_pki(pki, extra_ips=(api_ip,) if st.network else ())
+        if st.network:  # the real node's metrics-server is an aggregated API (metrics.k8s.io)
+            _make_front_proxy(pki)
         # The client certificate the apiserver shows a real kubelet (logs, exec, port-forward).
         make_client_cert(pki, pki / "apiserver-kubelet-client", "kube-apiserver-kubelet-client",
                          "system:masters")  # fmt: skip
@@ -585,6 +589,7 @@ class Cluster:
                 "--max-requests-inflight=1000",
                 "--max-mutating-requests-inflight=500",
                 "--v=1",
+                *(_aggregation_args(pki) if st.network else ()),
                 *self.apiserver_args,
             ],
         )
@@ -747,14 +752,7 @@ def _make_pki(pki: Path, extra_ips: tuple[str, ...] = ()) -> None:
     if shutil.which("openssl") is None:
         raise ClusterError("openssl is needed to make the test certificates")
     pki.mkdir(parents=True, exist_ok=True)
-    ca_key, ca_crt = pki / "ca.key", pki / "ca.crt"
-    _openssl("genrsa", "-out", str(ca_key), "2048")
-    _openssl(
-        "req", "-x509", "-new", "-key", str(ca_key), "-sha256", "-days", "30",
-        "-subj", "/CN=tfkube-test-ca", "-out", str(ca_crt),
-        "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
-    )  # fmt: skip
+    ca_key, ca_crt = _make_ca(pki, "ca", "tfkube-test-ca")
     key, csr, crt = pki / "apiserver.key", pki / "apiserver.csr", pki / "apiserver.crt"
     _openssl("genrsa", "-out", str(key), "2048")
     _openssl("req", "-new", "-key", str(key), "-subj", "/CN=kube-apiserver", "-out", str(csr))
@@ -777,12 +775,74 @@ def _make_pki(pki: Path, extra_ips: tuple[str, ...] = ()) -> None:
     _openssl("rsa", "-in", str(pki / "sa.key"), "-pubout", "-out", str(pki / "sa.pub"))
 
 
-def make_client_cert(pki: Path, prefix: Path, common_name: str, organization: str) -> None:
+def _make_ca(pki: Path, name: str, common_name: str) -> tuple[Path, Path]:
+    """`<name>.key` and `<name>.crt`: a CA for 30 days."""
+    key, crt = pki / f"{name}.key", pki / f"{name}.crt"
+    _openssl("genrsa", "-out", str(key), "2048")
+    _openssl(
+        "req", "-x509", "-new", "-key", str(key), "-sha256", "-days", "30",
+        "-subj", f"/CN={common_name}", "-out", str(crt),
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+    )  # fmt: skip
+    return key, crt
+
+
+def _make_front_proxy(pki: Path) -> None:
+    """The aggregation layer's own CA and the client certificate the API server shows an
+    aggregated API server (the real node's metrics-server), which trusts the user it names
+    in X-Remote-User only from that CA (`_aggregation_args`)."""
+    _make_ca(pki, "front-proxy-ca", "tfkube-test-front-proxy-ca")
+    make_client_cert(pki, pki / "front-proxy-client", FRONT_PROXY_CLIENT, "", ca="front-proxy-ca")
+
+
+def _aggregation_args(pki: Path) -> list[str]:
+    """kube-apiserver flags of the aggregation layer. `--enable-aggregator-routing`: it
+    dials the aggregated server's endpoint address (the real node's bridge address), not its
+    Service's ClusterIP, so this machine needs no route to the service range."""
+    return [
+        f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+        f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
+        "--enable-aggregator-routing=true",
+    ]
+
+
+def make_serving_cert(
+    pki: Path, prefix: Path, common_name: str, ips: tuple[str, ...], dns: tuple[str, ...] = ()
+) -> None:
+    """`<prefix>.key` and `<prefix>.crt`: a serving certificate for these addresses and
+    names, signed by our CA (the real node's kubelet and metrics-server)."""
+    key, csr, crt = (prefix.with_suffix(s) for s in (".key", ".csr", ".crt"))
+    _openssl("genrsa", "-out", str(key), "2048")
+    _openssl("req", "-new", "-key", str(key), "-subj", f"/CN={common_name}", "-out", str(csr))
+    ext = prefix.with_suffix(".ext")
+    names = [f"IP:{ip}" for ip in ips] + [f"DNS:{d}" for d in dns]
+    ext.write_text(
+        "basicConstraints=critical,CA:FALSE\n"
+        "keyUsage=critical,digitalSignature,keyEncipherment\n"
+        "extendedKeyUsage=serverAuth\n"
+        f"subjectAltName={','.join(names)}\n"
+    )
+    _openssl(
+        "x509", "-req", "-in", str(csr), "-CA", str(pki / "ca.crt"), "-CAkey", str(pki / "ca.key"),
+        "-CAcreateserial", "-days", "30", "-sha256", "-extfile", str(ext), "-out", str(crt),
+    )  # fmt: skip
+    key.chmod(0o600)
+
+
+def make_client_cert(
+    pki: Path, prefix: Path, common_name: str, organization: str, ca: str = "ca"
+) -> None:
     """`<prefix>.key` and `<prefix>.crt`: a client certificate for CN/O, signed by our CA."""
     key, csr, crt = (prefix.with_suffix(s) for s in (".key", ".csr", ".crt"))
     _openssl("genrsa", "-out", str(key), "2048")
-    _openssl("req", "-new", "-key", str(key), "-subj", f"/O={organization}/CN={common_name}",
-             "-out", str(csr))  # fmt: skip
+    subject = (f"/O={organization}" if organization else "") + f"/CN={common_name}"
+    _openssl("req", "-new", "-key", str(key), "-subj", subject, "-out", str(csr))
     ext = prefix.with_suffix(".ext")
     ext.write_text(
         "basicConstraints=critical,CA:FALSE\n"
@@ -790,8 +850,9 @@ def make_client_cert(pki: Path, prefix: Path, common_name: str, organization: st
         "extendedKeyUsage=clientAuth\n"
     )
     _openssl(
-        "x509", "-req", "-in", str(csr), "-CA", str(pki / "ca.crt"), "-CAkey", str(pki / "ca.key"),
-        "-CAcreateserial", "-days", "30", "-sha256", "-extfile", str(ext), "-out", str(crt),
+        "x509", "-req", "-in", str(csr), "-CA", str(pki / f"{ca}.crt"),
+        "-CAkey", str(pki / f"{ca}.key"), "-CAcreateserial", "-days", "30", "-sha256",
+        "-extfile", str(ext), "-out", str(crt),
     )  # fmt: skip
     key.chmod(0o600)
 

@@ -40,6 +40,7 @@ per machine: its iptables chains are global, so a second real node is refused wh
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import importlib.util
 import ipaddress
@@ -76,6 +77,13 @@ KUBE_PROXY_HEALTHZ_PORT = 10256
 KUBE_PROXY_METRICS_PORT = 10249
 HEALTHZ_PORT = 10248
 READY_PORT = 8181
+METRICS_NAMESPACE = "kube-system"
+METRICS_SERVICE = "metrics-server"
+METRICS_SERVICE_DNS = f"{METRICS_SERVICE}.{METRICS_NAMESPACE}.svc"
+"""The name the API server checks metrics-server's certificate for."""
+METRICS_APISERVICE = "v1beta1.metrics.k8s.io"
+METRIC_RESOLUTION = "10s"
+"""How often metrics-server scrapes the kubelet (its minimum)."""
 CONTAINER_LOGS = Path("/var/log/containers")
 """The kubelet links every container's log here (a fixed path); we remove ours."""
 FIXED_DIRS = ("/run/containerd/s", "/run/containerd", "/var/lib/cni/results", "/var/lib/cni")
@@ -109,7 +117,7 @@ def missing_parts(bin_dir: Path) -> list[str]:
     for path in (CONTAINERD, CTR, RUNC, f"{CNI_BIN_DIR}/bridge", f"{CNI_BIN_DIR}/host-local"):
         if not os.access(path, os.X_OK):
             out.append(f"{path} (run tools/kube/node-deps.sh)")
-    for name in ("kubelet", "kube-proxy", "coredns", "tfkube-pause"):
+    for name in ("kubelet", "kube-proxy", "coredns", "metrics-server", "tfkube-pause"):
         if not os.access(bin_dir / name, os.X_OK):
             out.append(f"{bin_dir / name} (run tools/kube/build.sh --with-node)")
     if not out:  # the images need the pause binary: only look once the rest is there
@@ -443,6 +451,9 @@ class RealNode:
             f"system:node:{st.name}",
         )
         (kdir / "resolv.conf").write_text(f"nameserver {st.node_ip}\n")
+        # Its serving certificate from the cluster CA (not self-signed): metrics-server
+        # verifies it (--kubelet-certificate-authority).
+        self.kube.make_serving_cert(pki, kdir / "serving", st.name, (st.node_ip,), (st.name,))
         kcfg = kdir / "config.yaml"
         kcfg.write_text(json.dumps(kubelet_config(st, kdir, pki / "ca.crt"), indent=2))
         kubelet = self._spawn(
@@ -468,17 +479,7 @@ class RealNode:
 
         # kube-proxy (iptables mode) as system:kube-proxy (bootstrap RBAC: system:node-proxier)
         pdir = workdir / "kube-proxy"
-        pdir.mkdir(parents=True, exist_ok=True)
-        self.kube.make_client_cert(pki, pdir / "client", "system:kube-proxy", "system:node-proxier")
-        pkubeconfig = pdir / "kubeconfig"
-        self.kube.write_cert_kubeconfig(
-            pkubeconfig,
-            kube_state.server,
-            kube_state.ca_file,
-            pdir / "client.crt",
-            pdir / "client.key",
-            "system:kube-proxy",
-        )
+        pkubeconfig = self._client(pki, pdir, "system:kube-proxy", "system:node-proxier")
         stale = _run(["iptables", "-t", "nat", "-S", "KUBE-SERVICES"], check=False)
         if stale:  # a crashed run's rules (no other kube-proxy runs: checked above)
             _run([str(bin_dir / "kube-proxy"), "--cleanup"], check=False)
@@ -497,6 +498,75 @@ class RealNode:
                 60,
             ),
         )
+
+        self._timed("metrics-server", lambda: self._metrics_server(bin_dir, workdir, pki, timeout))
+
+    def _metrics_server(self, bin_dir: Path, workdir: Path, pki: Path, timeout: float) -> None:
+        """metrics-server v0.8.0 (built from its Go module) as a host process on the bridge
+        address, registered as the aggregated API metrics.k8s.io/v1beta1 (`metrics_objects`):
+        `kubectl top pods` and tfkube's server read the kubelet's resource metrics there.
+        It scrapes only nodes labelled NODE_LABEL (KWOK's fake nodes' addresses are never
+        dialled) and verifies the kubelet's serving certificate with the cluster CA."""
+        st = self.state
+        assert st is not None
+        kube_state = self.cluster.state
+        mdir = workdir / "metrics-server"
+        # Its client identity towards the API server and the kubelet (a test cluster's
+        # component: system:masters, like the admin token).
+        kubeconfig = self._client(pki, mdir, "tfkube-metrics-server", "system:masters")
+        self.kube.make_serving_cert(
+            pki, mdir / "serving", METRICS_SERVICE, (st.node_ip,), (METRICS_SERVICE_DNS,)
+        )
+        port = self.kube.free_port()
+        proc = self._spawn(
+            "metrics-server",
+            [
+                str(bin_dir / "metrics-server"),
+                f"--kubeconfig={kubeconfig}",
+                f"--authentication-kubeconfig={kubeconfig}",
+                f"--authorization-kubeconfig={kubeconfig}",
+                f"--bind-address={st.node_ip}",
+                f"--secure-port={port}",
+                f"--tls-cert-file={mdir / 'serving.crt'}",
+                f"--tls-private-key-file={mdir / 'serving.key'}",
+                f"--kubelet-certificate-authority={pki / 'ca.crt'}",
+                "--kubelet-preferred-address-types=InternalIP",
+                "--kubelet-use-node-status-port",
+                f"--node-selector={NODE_LABEL}=true",
+                f"--metric-resolution={METRIC_RESOLUTION}",
+                "--kubelet-request-timeout=5s",  # below the resolution (its own check)
+                "--v=1",
+            ],
+        )
+        ca = Path(kube_state.ca_file).read_bytes()
+        for path, obj in metrics_objects(st.node_ip, port, ca):
+            self.cluster.api("POST", path, obj)
+        self.cluster._wait(
+            "metrics.k8s.io available",
+            lambda: self._api_available(METRICS_APISERVICE),
+            proc,
+            timeout,
+        )
+
+    def _client(self, pki: Path, folder: Path, user: str, group: str) -> Path:
+        """`<folder>/kubeconfig` with a client certificate for `user` in `group`."""
+        folder.mkdir(parents=True, exist_ok=True)
+        self.kube.make_client_cert(pki, folder / "client", user, group)
+        kubeconfig = folder / "kubeconfig"
+        state = self.cluster.state
+        self.kube.write_cert_kubeconfig(
+            kubeconfig, state.server, state.ca_file, folder / "client.crt",
+            folder / "client.key", user,
+        )  # fmt: skip
+        return kubeconfig
+
+    def _api_available(self, name: str) -> bool:
+        try:
+            found = self.cluster.api("GET", f"/apis/apiregistration.k8s.io/v1/apiservices/{name}")
+        except OSError:
+            return False
+        conds = {c["type"]: c["status"] for c in found.get("status", {}).get("conditions", [])}
+        return conds.get("Available") == "True"
 
     def _ready(self, name: str) -> bool:
         try:
@@ -574,6 +644,56 @@ def hostpath_volume(
 
 
 # ---------------------------------------------------------------------- configuration (pure)
+
+
+def metrics_objects(node_ip: str, port: int, ca: bytes) -> list[tuple[str, dict[str, Any]]]:
+    """(API path, object) to create: the Service without a selector, its EndpointSlice (the
+    host process on the bridge address) and the APIService that sends metrics.k8s.io
+    there, trusting its certificate through the cluster CA."""
+    ns = METRICS_NAMESPACE
+    port_spec = {"name": "https", "port": 443, "targetPort": port, "protocol": "TCP"}
+    return [
+        (
+            f"/api/v1/namespaces/{ns}/services",
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": METRICS_SERVICE, "namespace": ns},
+                "spec": {"ports": [port_spec]},
+            },
+        ),
+        (
+            f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
+            {
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {
+                    "name": METRICS_SERVICE,
+                    "namespace": ns,
+                    "labels": {"kubernetes.io/service-name": METRICS_SERVICE},
+                },
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": [node_ip], "conditions": {"ready": True}}],
+                "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+            },
+        ),
+        (
+            "/apis/apiregistration.k8s.io/v1/apiservices",
+            {
+                "apiVersion": "apiregistration.k8s.io/v1",
+                "kind": "APIService",
+                "metadata": {"name": METRICS_APISERVICE},
+                "spec": {
+                    "group": "metrics.k8s.io",
+                    "version": "v1beta1",
+                    "service": {"namespace": ns, "name": METRICS_SERVICE, "port": 443},
+                    "caBundle": base64.b64encode(ca).decode(),
+                    "groupPriorityMinimum": 100,
+                    "versionPriority": 100,
+                },
+            },
+        ),
+    ]
 
 
 def cni_config(st: NodeState, workdir: Path) -> dict[str, Any]:
@@ -699,6 +819,8 @@ def kubelet_config(st: NodeState, kdir: Path, client_ca: Path) -> dict[str, Any]
             "webhook": {"enabled": True},
             "x509": {"clientCAFile": str(client_ca)},
         },
+        "tlsCertFile": str(kdir / "serving.crt"),
+        "tlsPrivateKeyFile": str(kdir / "serving.key"),
         "authorization": {"mode": "Webhook"},
         "containerRuntimeEndpoint": f"unix://{st.containerd_socket}",
         "cgroupDriver": "cgroupfs",
@@ -824,6 +946,17 @@ def stop(
     by_name = {p.name: p for p in procs}
     ctr = [CTR, "--address", st.containerd_socket, "--namespace", "k8s.io"]
     containerd_up = Path(st.containerd_socket).exists() and "containerd" in by_name
+    if api is not None:
+        # An aggregated API that no longer answers fails discovery, and with it namespace
+        # deletion: its APIService, Service and EndpointSlice go before metrics-server.
+        for path in (
+            f"/apis/apiregistration.k8s.io/v1/apiservices/{METRICS_APISERVICE}",
+            f"/apis/discovery.k8s.io/v1/namespaces/{METRICS_NAMESPACE}/endpointslices/"
+            f"{METRICS_SERVICE}",
+            f"/api/v1/namespaces/{METRICS_NAMESPACE}/services/{METRICS_SERVICE}",
+        ):
+            with contextlib.suppress(OSError):
+                api("DELETE", path)
     if api is not None and "kubelet" in by_name:
         _drain(api, st.name)
         deadline = time.monotonic() + drain_timeout

@@ -13,7 +13,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tfkube.client._client import Client, ServerError
-from tfkube.engines import Credentials, JobEvent, JobExists, JobNotFound, JobView, ShipTo
+from tfkube.engines import (
+    Credentials,
+    DataFrom,
+    JobEvent,
+    JobExists,
+    JobNotFound,
+    JobView,
+    ShipTo,
+    UsageUnavailable,
+)
 from tfkube.planner import JobPhase
 from tfkube.spec import FieldError, SpecError, TFJob, parse_job
 from tfkube.wire import JobOut
@@ -41,8 +50,8 @@ def job_view(job: JobOut) -> JobView:
             "team": job.team,
             "id": job.id,
             **({"exports": ", ".join(str(v) for v in job.exports)} if job.exports else {}),
-            **({"preemptions": str(job.preemptions)} if job.preemptions else {}),
         },
+        preemptions=job.preemptions,
         result=job.result,
     )
 
@@ -66,9 +75,11 @@ class ServerBackend:
         code_token: str | None = None,
         data_credentials: Credentials | None = None,
         ship: ShipTo | None = None,
+        data_from: DataFrom | None = None,
     ) -> JobView:
-        """`data_credentials` and `ship` go unused: a server's job reads with its team's
-        secret (`spec.storage.data.credentials`), and the server decides what is shipped."""
+        """`data_credentials`, `ship` and `data_from` go unused: a server's job reads with
+        its team's secret (`spec.storage.data.credentials`), and the server decides what is
+        shipped and where data comes from."""
         code = job.spec.code
         if (
             code is not None
@@ -129,6 +140,9 @@ class ServerBackend:
 
     def stop(self, name: str) -> JobView:
         return job_view(self.client.stop(self._find(name).id))
+
+    def usage(self, name: str) -> dict[str, tuple[float, float, int]]:
+        raise UsageUnavailable("the server keeps each replica's usage: GET /api/v1/jobs/{id}/usage")
 
     def scale(self, name: str, workers: int) -> JobView:
         """The server's resize (`POST /api/v1/jobs/{id}/scale`); its refusals name the

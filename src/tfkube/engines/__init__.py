@@ -11,12 +11,14 @@ from tfkube.engines._admission import Allowances, Submitter, admission_refusals
 from tfkube.engines._artifact import Artifact, prepare_artifact
 from tfkube.engines._base import (
     Backend,
+    DataFrom,
     JobEvent,
     JobExists,
     JobNotFound,
     JobView,
     ShipTo,
     SubmitDeferred,
+    UsageUnavailable,
 )
 from tfkube.engines._data import (
     Credentials,
@@ -30,6 +32,22 @@ from tfkube.engines._data import (
     parse_credentials,
 )
 from tfkube.engines._open import KINDS, EngineSettings, open_engine
+from tfkube.engines._served import (
+    FAILED as STAGING_FAILED,
+)
+from tfkube.engines._served import (
+    READY as STAGED,
+)
+from tfkube.engines._served import (
+    STAGING,
+    Stager,
+    StageRequest,
+    forget_served,
+    read_state,
+    served_cache_limit,
+    share_of,
+    tar_stream,
+)
 from tfkube.engines._workloads import (
     ArtifactCopy,
     Capacity,
@@ -50,12 +68,16 @@ from tfkube.engines._workloads import (
 
 __all__ = [
     "KINDS",
+    "STAGED",
+    "STAGING",
+    "STAGING_FAILED",
     "Allowances",
     "Artifact",
     "ArtifactCopy",
     "Backend",
     "Capacity",
     "Credentials",
+    "DataFrom",
     "DataSourceError",
     "Engine",
     "EngineSettings",
@@ -73,19 +95,27 @@ __all__ = [
     "NotebookWorkload",
     "S3Credentials",
     "ShipTo",
+    "StageRequest",
+    "Stager",
     "StoreRef",
     "SubmitDeferred",
     "Submitter",
     "Tenant",
     "TensorBoardWorkload",
     "Upstream",
+    "UsageUnavailable",
     "Workload",
     "WorkloadStatus",
     "admission_refusals",
     "check_source",
     "credentials_from_json",
     "credentials_problem",
+    "forget_served",
     "open_engine",
     "parse_credentials",
     "prepare_artifact",
+    "read_state",
+    "served_cache_limit",
+    "share_of",
+    "tar_stream",
 ]

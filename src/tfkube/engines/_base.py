@@ -26,6 +26,11 @@ class JobNotFound(LookupError):
         self.name = name
 
 
+class UsageUnavailable(LookupError):
+    """The engine cannot say what a job's replicas use now (on Kubernetes: the cluster has
+    no metrics API, or it does not answer); the message says why and what to do."""
+
+
 class JobExists(RuntimeError):
     pass
 
@@ -39,6 +44,18 @@ class ShipTo:
     """`<server>/api/v1/ship/<job id>`, as replicas reach the server."""
     token: str
     """The job-scoped claim; reaches replicas as TFKUBE_SHIP_TOKEN, never in a spec."""
+
+
+@dataclass(frozen=True)
+class DataFrom:
+    """Where a job's replicas fetch their data (`tfkube.launcher._data`): for an engine
+    whose replicas cannot see the server's folders, when the job has an uploaded data set
+    or a data source the server stages (`JobStorage.served_data`)."""
+
+    url: str
+    """`<server>/api/v1/data/<job id>`, as replicas reach the server."""
+    token: str
+    """The job-scoped claim; reaches replicas as TFKUBE_DATA_TOKEN, never in a spec."""
 
 
 class SubmitDeferred(RuntimeError):
@@ -78,6 +95,9 @@ class JobView:
     supervisor_alive: bool = True
     extra: dict[str, str] = field(default_factory=dict)
     result: dict[str, float | int] | None = None
+    preemptions: int = 0
+    """Times the job was stopped for one of higher priority and resumed (not restarts):
+    counted by the Kubernetes operator (`status.preemptions`), or by the server's queue."""
     """What the job reported in its result file (`tfkube.contract.RESULT_FILE`), when the
     engine read it for us (a server does); else the CLI reads `log_dir` itself."""
 
@@ -102,8 +122,12 @@ class Backend(Protocol):
         code_token: str | None = None,
         data_credentials: Credentials | None = None,
         ship: ShipTo | None = None,
+        data_from: DataFrom | None = None,
     ) -> JobView:
         """Check the job fully, then start it. `base_dir` resolves relative paths.
+
+        `data_from`: where the replicas fetch their data (the server's
+        `JobStorage.served_data`); an engine that gives no such folder never gets one.
 
         `ship`: where the replicas send their kept output (the server's `JobStorage.ship`);
         an engine whose job folders the server reads itself never gets one.
@@ -139,3 +163,8 @@ class Backend(Protocol):
 
     def wait(self, name: str, timeout: float | None = None) -> JobView:
         """Block until the job is finished and nothing of it runs."""
+
+    def usage(self, name: str) -> dict[str, tuple[float, float, int]]:
+        """Each running replica's newest (time, cpu cores, memory bytes), for a server to
+        keep (an engine with `Features.polled_usage`). Raises `UsageUnavailable` saying why
+        when the engine cannot (or keeps usage itself)."""

@@ -46,6 +46,9 @@ class Tenant:
     pod_security: str = "restricted"
     """The Pod Security level its pods are held to in a cluster (`restricted`, or
     `baseline` when a site admin allowed it): the namespace enforces it."""
+    priority: int = 0
+    """The team's priority (a site admin's): the local queue's order; in a cluster, the
+    PriorityClass its job pods get (`tfkube.kube.names.team_priority_class`)."""
 
 
 @dataclass(frozen=True)
@@ -191,6 +194,13 @@ class JobStorage:
     ship: bool = False
     """Whether the replicas send what the server keeps (logs, event files, the result)
     into `output_dir` (`tfkube.launcher._ship`): a cluster without an outputs claim."""
+    served_data: Path | None = None
+    """Where the server stages the job's data source for its replicas to fetch through the
+    data door (`tfkube.engines._served`), which they also fetch an uploaded data set
+    through: an engine whose replicas cannot see the server's folders (a cluster). None:
+    the engine stages data itself (`stage_data`, its supervisor)."""
+    data_cache: Path | None = None
+    """With `served_data`: the team's content-keyed cache of data sources' objects."""
 
 
 @dataclass(frozen=True)
@@ -221,7 +231,11 @@ class Features:
     replica_usage: bool = False
     """Each replica's CPU and memory over time is kept with the job's logs
     (`tfkube.contract.USAGE_SUBDIR`): the local engine samples its replicas' cgroups or
-    process trees. Kubernetes does not yet (its kubelet's resource metrics are not read)."""
+    process trees; on Kubernetes the server keeps what `polled_usage` gives."""
+    polled_usage: bool = False
+    """The engine does not keep usage itself: a server asks each running job's backend for
+    its replicas' newest samples (`usage(name)`, the kubelet's resource metrics through the
+    metrics API) every few seconds and keeps them there (`server/outputs/usage.py`)."""
     step_rates: bool = False
     """The engine watches each replica's `tfkube-steps: N` lines itself and reports step
     rates and stragglers in its views (the local supervisor); else a server reads them from
@@ -310,6 +324,10 @@ class Engine(Protocol):
     def model_server_runtime(self, asked: str | None) -> str:
         """The runtime a new model server gets when `asked` (None: the default). Raises
         ValueError saying why not and what to choose."""
+
+    def model_server_runtimes(self) -> tuple[str, ...]:
+        """The runtimes a model server may be given here, the default first (what the
+        job page's Serve offers)."""
 
     def start(self, tenant: Tenant, workload: Workload) -> Handle:
         """Start it (or make it exist); returns at once or when it runs. Raises

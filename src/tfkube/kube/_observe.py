@@ -53,6 +53,7 @@ observation is the same.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -175,6 +176,84 @@ def is_stranded(pod: Obj, now: float) -> bool:
         for c in (pod.get("status") or {}).get("conditions") or []
     )
     return evicted and now >= deadline + STRANDED_AFTER_SECONDS
+
+
+PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
+"""The DisruptionTarget reason the scheduler gives a pod it preempts for a pod of higher
+priority (Kubernetes 1.26+), before it deletes it."""
+PREEMPTED_EVENT = "Preempted"
+"""The scheduler's Event on each pod it preempts ("Preempted by pod <uid> on node <n>"):
+it outlives the pod, which the Job controller lets go within moments of its end."""
+PREEMPTION_SETTLE_SECONDS = 5.0
+"""After a preemption was counted, `Preempted` Events this much younger still belong to it
+(the scheduler may preempt several of the job's pods, one preemptor at a time)."""
+_POD_SUFFIX = re.compile(r"(\d+)-[a-z0-9]{5}")
+
+
+def preempted_by_scheduler(pod: Obj) -> bool:
+    """Whether the scheduler preempted the pod (DisruptionTarget, PreemptionByScheduler)."""
+    return any(
+        c.get("type") == "DisruptionTarget"
+        and c.get("status") == "True"
+        and c.get("reason") == PREEMPTION_BY_SCHEDULER
+        for c in (pod.get("status") or {}).get("conditions") or []
+    )
+
+
+def replica_of_pod(job: TFJob, pod_name: str) -> str | None:
+    """The replica key of one of the job's pods from its name alone (`<job>-<role>-<index>-
+    <5 chars>`, as an Indexed Job names them): what an Event names of a pod that is gone."""
+    for role, index in job.replica_keys():
+        prefix = f"{role_job_name(job.name, role.value)}-"
+        rest = pod_name.removeprefix(prefix)
+        found = _POD_SUFFIX.fullmatch(rest) if rest != pod_name else None
+        if found is not None and int(found.group(1)) == index:
+            return replica_key(role.value, index)
+    return None
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """One of the job's pods preempted by the scheduler for a pod of higher priority."""
+
+    replica: str
+    pod: str
+    detail: str
+    """The scheduler's words ("Preempted by pod <uid> on node <node>"), or the condition's."""
+
+
+def preemptions(
+    job: TFJob, prior: Prior, current: Iterable[Obj], events: Iterable[Obj]
+) -> tuple[Preemption, ...]:
+    """The job's pods preempted since the last counted preemption: `current` pods (of the
+    current generation's Jobs, dying ones too) that carry the scheduler's DisruptionTarget,
+    and `Preempted` Events naming one of the job's pods, younger than the job's start and
+    than the last counted preemption (plus PREEMPTION_SETTLE_SECONDS): the pod itself may be
+    gone before anyone looks. One entry per replica, sorted."""
+    found: dict[str, Preemption] = {}
+    for pod in current:
+        if preempted_by_scheduler(pod):
+            key = replica_key(str(pod_role(pod)), pod_index(pod) or 0)
+            cond = next(
+                c
+                for c in (pod.get("status") or {}).get("conditions") or []
+                if c.get("type") == "DisruptionTarget"
+            )
+            found.setdefault(key, Preemption(key, _name(pod), _one_line(cond.get("message"))))
+    since = max(
+        prior.started_at or 0.0,
+        (prior.preempted_at + PREEMPTION_SETTLE_SECONDS) if prior.preempted_at else 0.0,
+    )
+    for event in events:
+        involved = event.get("involvedObject") or {}
+        if event.get("reason") != PREEMPTED_EVENT or involved.get("kind") != "Pod":
+            continue
+        victim = replica_of_pod(job, str(involved.get("name") or ""))
+        if victim is None or _event_time(event) <= since:
+            continue
+        detail = _one_line(event.get("message"))
+        found.setdefault(victim, Preemption(victim, str(involved.get("name")), detail))
+    return tuple(found[k] for k in sorted(found))
 
 
 def pod_phase(pod: Obj) -> str:
@@ -532,6 +611,9 @@ class Observation:
     """Replica keys Kubernetes will not retry (the Job lists them in failedIndexes)."""
     stalled: frozenset[str] = frozenset()
     """Running replicas with no progress for runPolicy.stallSeconds (the planner's rule)."""
+    preempted: tuple[Preemption, ...] = ()
+    """Replicas whose pod the scheduler preempted since the last counted preemption
+    (`preemptions`): the operator restarts the whole job, counted as one preemption."""
 
 
 @dataclass(frozen=True)
@@ -556,6 +638,10 @@ class Prior:
     storage: Mapping[str, str] = field(default_factory=dict)
     """`status.storage`: what the replicas mount as `data` and `logs` (`claim <name>` or
     `emptyDir`), as the operator rendered them."""
+    preemptions: int = 0
+    """Times the job was preempted (`status.preemptions`), counted apart from restarts."""
+    preempted_at: float | None = None
+    """When the operator counted the last preemption (`status.preemptedAt`)."""
 
     @property
     def checkpoints_kept(self) -> bool:
@@ -585,6 +671,8 @@ class Prior:
             restart_at=parse_time(status.get("restartAt")),
             stalled=frozenset(status.get("stalledReplicas") or ()),
             storage={str(k): str(v) for k, v in (status.get("storage") or {}).items()},
+            preemptions=int(status.get("preemptions") or 0),
+            preempted_at=parse_time(status.get("preemptedAt")),
         )
 
 
@@ -826,4 +914,7 @@ def observe(
         failed_role_jobs=failed_role_jobs,
         gave_up=frozenset(gave_up),
         stalled=stalled,
+        preempted=preemptions(
+            job, prior, [p for mine in pods_by_key.values() for p in mine], events
+        ),
     )

@@ -56,6 +56,11 @@ SHIP_URL_ANNOTATION = "tfkube.io/ship-url"
 `code_token_secret_name` (TFKUBE_SHIP_TOKEN). Set by the server for a job without
 shared storage."""
 SHIP_TOKEN_KEY = "ship"
+DATA_URL_ANNOTATION = "tfkube.io/data-url"
+"""On a TFJob: where its replicas (not its PS) fetch their data (TFKUBE_DATA_URL), an
+uploaded data set or a source the tfkube server staged; their token is the key `data` of
+the job's Secret `code_token_secret_name` (TFKUBE_DATA_TOKEN). Set by the server."""
+DATA_TOKEN_KEY = "data"
 CODE_TOKEN_KEY = "token"
 CODE_TOKEN_ANNOTATION = "tfkube.io/code-token-secret"
 """On a TFJob: the Secret (key `token`) its replicas send when they fetch their code (the
@@ -238,3 +243,17 @@ NODE_LOST_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreacha
 """The taints the node lifecycle controller puts (NoExecute) on a node that stopped
 answering; a pod tolerating them for N seconds is evicted N seconds after (which is all
 tolerating them does: any job may)."""
+
+
+PRIORITY_CLASS_PREFIX = "tfkube-priority-"
+
+
+def team_priority_class(priority: int) -> str | None:
+    """The PriorityClass of a team's job pods from the team's priority (a site admin's,
+    -1000..1000; the class's value is the priority itself): `tfkube-priority-5`,
+    `tfkube-priority-minus-5`; None for 0, the priority of pods that name no class."""
+    if priority == 0:
+        return None
+    if priority > 0:
+        return f"{PRIORITY_CLASS_PREFIX}{priority}"
+    return f"{PRIORITY_CLASS_PREFIX}minus-{-priority}"

@@ -13,8 +13,10 @@ unit test row for every branch; this module is what the rest of tfkube may use o
 
 from tfkube.kube._observe import (
     GANG_SCHEDULERS,
+    PREEMPTED_EVENT,
     Obj,
     Observation,
+    Preemption,
     Prior,
     ReplicaObservation,
     format_time,
@@ -29,8 +31,10 @@ from tfkube.kube._observe import (
 
 __all__ = [
     "GANG_SCHEDULERS",
+    "PREEMPTED_EVENT",
     "Obj",
     "Observation",
+    "Preemption",
     "Prior",
     "ReplicaObservation",
     "format_time",

@@ -102,6 +102,9 @@ JOB = Resource("batch", "v1", "Job", "jobs", True)
 DEPLOYMENT = Resource("apps", "v1", "Deployment", "deployments", True)
 STATEFUL_SET = Resource("apps", "v1", "StatefulSet", "statefulsets", True)
 
+PRIORITY_CLASS = Resource("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False)
+"""A team's priority as the scheduler sees it (`tfkube.kube.names.team_priority_class`)."""
+
 STORAGE_CLASS = Resource("storage.k8s.io", "v1", "StorageClass", "storageclasses", False)
 """Read by `tfkube install`: is there a default class for the claims it would make?"""
 
@@ -132,6 +135,7 @@ RESOURCES: tuple[Resource, ...] = (
     JOB,
     DEPLOYMENT,
     STATEFUL_SET,
+    PRIORITY_CLASS,
     STORAGE_CLASS,
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from tfkube import contract as c
+from tfkube.launcher._data import fetch_data
 from tfkube.launcher._deps import DepsError, activate, ensure_venv
 from tfkube.launcher._fetch import FetchError, fetch_code
 from tfkube.launcher._progress import start_heartbeat
@@ -199,11 +200,35 @@ def _fetch(contract: ReplicaContract) -> Path | None:
         raise LauncherFailure(c.EX_TEMPFAIL, f"cannot fetch the code: {exc}") from None
 
 
+def _fetch_data(contract: ReplicaContract) -> None:
+    """The replica's data from the server into its data folder, when the engine asked
+    for it (TFKUBE_DATA_URL and its token): before anything of the job runs."""
+    url, token = os.environ.get(c.DATA_URL), os.environ.get(c.DATA_TOKEN)
+    if not url or not token or not contract.data_dir:
+        return
+    text = os.environ.get(c.DATA_WAIT_SECONDS, "")
+    try:
+        wait = float(text) if text else c.DEFAULT_DATA_WAIT_SECONDS
+    except ValueError:
+        raise LauncherFailure(c.EX_CONFIG, f"{c.DATA_WAIT_SECONDS} is not seconds") from None
+    _say(f"{contract.job} {contract.key}: fetching its data into {contract.data_dir}")
+    try:
+        size = fetch_data(
+            url, token, contract.key, Path(contract.data_dir), Path(contract.work_dir), wait, _say
+        )
+    except FetchError as exc:
+        if exc.permanent:
+            raise LauncherFailure(c.EX_DATAERR, f"bad data: {exc}") from None
+        raise LauncherFailure(c.EX_TEMPFAIL, f"cannot fetch the data: {exc}") from None
+    _say(f"{contract.job} {contract.key}: data ready ({size:,} bytes fetched)")
+
+
 def _prepare(contract: ReplicaContract) -> tuple[Path, Path | None, dict[str, str]]:
     """Fetch, verify and unpack the code; build the program's environment.
     Returns (where it runs: the code folder, else the launcher's working directory; the
     entrypoint, None when the role runs its own command; environment).
     Raises LauncherFailure."""
+    _fetch_data(contract)
     code = _fetch(contract)
     entry = None
     if contract.command is None:

@@ -63,6 +63,8 @@ class ReplicaContract:
         env.pop(c.CODE_TOKEN, None)  # the fetch's credential, not the code's
         env.pop(c.SHIP_TOKEN, None)  # nor is shipping's (tfkube.launcher._ship)
         env.pop(c.SHIP_URL, None)
+        env.pop(c.DATA_TOKEN, None)  # nor the data's (tfkube.launcher._data)
+        env.pop(c.DATA_URL, None)
         env[c.TF_CONFIG] = tf_config(self.cluster, self.role, self.index)
         env[c.INDEX] = str(self.index)
         env[c.CHECKPOINT_DIR] = self.log_dir

@@ -220,7 +220,7 @@ class Shipper:
             err.close()
             if err.code == 409:
                 return 409, int(json.loads(body)["size"])
-            detail = _detail(body) or err.reason
+            detail = detail_of(body) or err.reason
             if err.code in (401, 403, 404, 410):
                 raise Gone(f"{err.code} {detail}") from None
             if 400 <= err.code < 500:
@@ -230,7 +230,8 @@ class Shipper:
             raise ValueError(f"a bad answer: {exc}") from None
 
 
-def _detail(body: bytes) -> str:
+def detail_of(body: bytes) -> str:
+    """The `detail` of a server's JSON error answer (at most 200 characters), or ""."""
     try:
         found = json.loads(body).get("detail")
     except (ValueError, AttributeError):

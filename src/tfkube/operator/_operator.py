@@ -37,6 +37,7 @@ from typing import Any, cast
 from tfkube.kube.errors import ApiError, Forbidden, NotFound
 from tfkube.kube.names import (
     CODE_TOKEN_ANNOTATION,
+    DATA_URL_ANNOTATION,
     LABEL_JOB,
     LABEL_MANAGED_BY,
     LABEL_ROLE,
@@ -44,13 +45,14 @@ from tfkube.kube.names import (
     SHIP_URL_ANNOTATION,
     code_configmap_name,
 )
-from tfkube.kube.observe import slim_pod, tfjob_model
-from tfkube.kube.resources import CONFIG_MAP, JOB, POD, SECRET, TFJOB
+from tfkube.kube.observe import PREEMPTED_EVENT, slim_pod, tfjob_model
+from tfkube.kube.resources import CONFIG_MAP, EVENT, JOB, POD, SECRET, TFJOB
 from tfkube.kube.rest import Kube, api_client_from
 from tfkube.operator._apply import apply, write_status
 from tfkube.operator._ops import DeleteTFJob
 from tfkube.operator._reconcile import invalid_spec_plan, reconcile
 from tfkube.operator._settings import OperatorSettings
+from tfkube.planner import JobPhase
 from tfkube.render import RenderOptions, StorageDefaults, render_job
 from tfkube.spec import SpecError, TFJob
 
@@ -86,6 +88,16 @@ class Reconciler:
         data = ((cm or {}).get("binaryData") or {}).get(CODE_FILE)
         return base64.b64decode(data) if data else None
 
+    def _preempted_events(self, namespace: str, tfjob: Mapping[str, Any]) -> list[Any]:
+        """The namespace's `Preempted` Events of pods, for a job that has not ended: the
+        scheduler's record of a preempted pod, which is gone moments after (an operator
+        installed before it could read Events: none, and only the pods say it)."""
+        if JobPhase((tfjob.get("status") or {}).get("phase") or "Pending").terminal:
+            return []
+        query = {"fieldSelector": f"involvedObject.kind=Pod,reason={PREEMPTED_EVENT}"}
+        data = self.kube.request("GET", EVENT.url(namespace), query=query, allow=(Forbidden,))
+        return list((data or {}).get("items") or [])
+
     def reconcile_once(self, namespace: str, name: str, pods: Iterable[Any]) -> float | None:
         """One reconcile of one TFJob; `pods` are its replica pods as the watch last saw
         them (slimmed)."""
@@ -105,6 +117,7 @@ class Reconciler:
                     code_archive=self._code_archive(job, namespace),
                     code_token_secret=annotations.get(CODE_TOKEN_ANNOTATION) or None,
                     ship_url=annotations.get(SHIP_URL_ANNOTATION) or None,
+                    data_url=annotations.get(DATA_URL_ANNOTATION) or None,
                     storage=self.settings.storage,
                 ),
             )
@@ -112,7 +125,8 @@ class Reconciler:
             plan = invalid_spec_plan(tfjob, str(exc), now)
         else:
             jobs = self.kube.list(JOB, namespace, f"{LABEL_JOB}={name}")
-            plan = reconcile(tfjob, job, jobs, pods, rendered, now)
+            events = self._preempted_events(namespace, tfjob)
+            plan = reconcile(tfjob, job, jobs, pods, rendered, now, events)
         for op in plan.ops:
             log.info("%s/%s: %s", namespace, name, _describe(op))
             apply(self.kube, op, tfjob)

@@ -44,6 +44,7 @@ another restart: Kubernetes will not re-run it.
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -207,14 +208,18 @@ def reconcile(
     pods: Iterable[Obj],
     rendered: Iterable[Mapping[str, Any]],
     now: float,
+    events: Iterable[Obj] = (),
 ) -> Plan:
     """Decide everything for one TFJob, phase by phase (each a small function below):
 
-    observe   what the API objects say (`tfkube.kube.observe`)
+    observe   what the API objects say (`tfkube.kube.observe`; `events`: the namespace's
+              `Preempted` Events of pods, which outlive the preempted pods)
     ensure    create what is missing: everything once, a lost role Job, a new
               generation's Jobs once due; delete stale generations' Jobs; fail the
               pods stranded on a lost node (`release_stranded`)
     suspend   a suspended job stops here; a resumed one starts its clock again
+    preempt   a pod preempted by the scheduler: the whole job starts again, counted as a
+              preemption, not a restart (`preempted`), in place of the planner
     decide    the planner, overruled where Kubernetes gave up or a stop was asked
     act       the decision as operations: events, restarts, stops, clean-up, TTL
     record    the whole new status, and when to look again
@@ -228,7 +233,8 @@ def reconcile(
     prior = Prior.from_status(status)
     policy = job.spec.run_policy
     objects = owned(rendered, tfjob, suspend=policy.suspend, generations=prior.generations)
-    obs = observe(job, prior, jobs, pods, now)
+    events = list(events)
+    obs = observe(job, prior, jobs, pods, now, events)
     first = prior.started_at is None and not prior.phase.terminal
 
     ops = ensure(job, prior, obs, objects, first, now)
@@ -244,10 +250,17 @@ def reconcile(
     if not prior.phase.terminal and _is_suspended(status):
         ops += resume(job, obs)
         status = resumed_status(status, now)
-        obs = observe(job, Prior.from_status(status), jobs, pods, now)
+        obs = observe(job, Prior.from_status(status), jobs, pods, now, events)
 
-    decision = decide(tfjob, job, obs, now)
-    restart = whole_job_restart(decision, obs, prior)
+    preemption = preempted(job, obs, prior, now) if not prior.phase.terminal else None
+    restart: WholeJobRestart | None
+    if preemption is not None:
+        decision, restart = preemption.decision, preemption.restart
+        ops.append(preemption.event)
+        status = {**status, **preemption.status()}
+    else:
+        decision = decide(tfjob, job, obs, now)
+        restart = whole_job_restart(decision, obs, prior)
     ops += announce(decision, prior)
     acted = act(job, obs, decision, prior.handled, whole_job=restart is not None)
     ops += acted.ops
@@ -463,6 +476,63 @@ def whole_job_restart(decision: Decision, obs: Observation, prior: Prior) -> Who
     for role in roles:
         generations[role] = generations.get(role, 0) + 1
     return WholeJobRestart(generations, decision.restarts - kept, min(a.at for a in restarts))
+
+
+@dataclass(frozen=True)
+class Preempted:
+    """The scheduler preempted some of the job's pods for pods of higher priority: the
+    whole job starts again (a new generation of every role's Job, with no backoff), its
+    new pods wait for room and it resumes from its checkpoint; one preemption is counted,
+    no restart, so it never uses up backoffLimit."""
+
+    decision: Decision
+    restart: WholeJobRestart
+    event: Event
+    count: int
+    at: float
+
+    def status(self) -> dict[str, Any]:
+        # Rounded up: the Events of this preemption's other victims must not count again.
+        return {"preemptions": self.count, "preemptedAt": format_time(math.ceil(self.at))}
+
+
+def preempted(job: TFJob, obs: Observation, prior: Prior, now: float) -> Preempted | None:
+    """What a preemption does (`Observation.preempted`), or None when there is none. Why the
+    whole job and not only the preempted pod: a PS's loss restarts the whole job anyway,
+    a job short of a replica holds the rest of its room without making progress
+    (synchronous training waits for every worker; between-graph training for its chief),
+    and giving all of it back at once lets the higher-priority job in with one preemption
+    rather than several."""
+    if not obs.preempted:
+        return None
+    count = prior.preemptions + 1
+    names = ", ".join(p.replica for p in obs.preempted)
+    first = obs.preempted[0]
+    detail = f" ({first.detail})" if first.detail else ""
+    resumes = (
+        "resumes from its checkpoint"
+        if prior.checkpoints_kept
+        else "starts from scratch (no logs claim keeps its checkpoints)"
+    )
+    message = (
+        f"{names} preempted by the scheduler for a pod of higher priority{detail}: the whole "
+        f"job waits for room and {resumes}; not a restart (preemption {count})"
+    )
+    generations = dict(prior.generations)
+    for role in Role:
+        if job.spec.replicas.count(role):
+            generations[role.value] = generations.get(role.value, 0) + 1
+    restarts = obs.status.restarts
+    decision = Decision(
+        phase=JobPhase.RESTARTING, restarts=restarts, reason="Preempted", message=message
+    )
+    return Preempted(
+        decision=decision,
+        restart=WholeJobRestart(generations, restarts, now),
+        event=Event("Normal", "Preempted", message),
+        count=count,
+        at=now,
+    )
 
 
 def announce(decision: Decision, prior: Prior) -> list[Op]:

@@ -144,6 +144,15 @@ def status_schema() -> Schema:
             "startTime": {"type": "string", "format": "date-time"},
             "completionTime": {"type": "string", "format": "date-time"},
             "restarts": _counts("Restarts over all replicas (bounded by backoffLimit)."),
+            "preemptions": _counts(
+                "Times the scheduler preempted the job's pods for pods of higher priority: "
+                "the whole job started again from its checkpoint; never counted as restarts."
+            ),
+            "preemptedAt": {
+                "type": "string",
+                "format": "date-time",
+                "description": "When the operator counted the last preemption.",
+            },
             "replicas": _counts("Replicas the job has in all (PS included)."),
             "readyReplicas": _counts("Replicas whose pod is Ready."),
             "succeededReplicas": _counts("Replicas that exited 0."),
@@ -201,6 +210,12 @@ PRINTER_COLUMNS: tuple[dict[str, str], ...] = (
     {"name": "Replicas", "type": "integer", "jsonPath": ".status.replicas", "priority": "1"},
     {"name": "Workers", "type": "integer", "jsonPath": ".status.workers", "priority": "1"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restarts"},
+    {
+        "name": "Preempted",
+        "type": "integer",
+        "jsonPath": ".status.preemptions",
+        "priority": "1",
+    },
     {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "priority": "1"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 )

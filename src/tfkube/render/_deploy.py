@@ -169,7 +169,9 @@ OPERATOR_RULES: tuple[dict[str, Any], ...] = (
     },
     # A pod stranded on a lost node is marked Failed (tfkube.kube.observe.is_stranded).
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+    # Events: the operator's own; and read, for the scheduler's `Preempted` Events of
+    # pods, which outlive the preempted pods (tfkube.kube.observe.preemptions).
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch", "list"]},
     {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     # kopf discovers resources and namespaces while it runs.
     {

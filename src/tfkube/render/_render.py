@@ -46,6 +46,7 @@ from typing import Any
 from tfkube import contract
 from tfkube.kube.names import (
     CODE_TOKEN_KEY,
+    DATA_TOKEN_KEY,
     LABEL_COMPONENT,
     LABEL_CREDENTIAL,
     LABEL_JOB,
@@ -179,6 +180,12 @@ class RenderOptions:
     """Where the replicas ship what the tfkube server keeps of them (TFKUBE_SHIP_URL); their
     token is the key `ship` of the job's Secret `code_token_secret_name` (never in the pod
     spec). None: nothing shipped (the server reads a shared claim, or there is no server)."""
+    data_url: str | None = None
+    """Where the replicas other than PS fetch their data into their own data folder (an
+    emptyDir) before they start (TFKUBE_DATA_URL): the tfkube server's data door for a job
+    with an uploaded data set or a data source the server staged. Their token is the key
+    `data` of the job's Secret `code_token_secret_name`. None: a job with a data source is
+    refused (only a server stages one)."""
 
 
 def _meta(name: str, namespace: str, labels: Mapping[str, str], user: Mapping[str, str]) -> Object:
@@ -695,6 +702,15 @@ def _environment(ctx: _Context, role: Role) -> list[Object]:
                 },
             }
         )
+    if ctx.options.data_url and role is not Role.PS:  # PS never read data
+        secret = code_token_secret_name(job.name)
+        out.append({"name": contract.DATA_URL, "value": ctx.options.data_url})
+        out.append(
+            {
+                "name": contract.DATA_TOKEN,
+                "valueFrom": {"secretKeyRef": {"name": secret, "key": DATA_TOKEN_KEY}},
+            }
+        )
     if ctx.options.ship_url:
         secret = code_token_secret_name(job.name)
         out.append({"name": contract.SHIP_URL, "value": ctx.options.ship_url})
@@ -1006,16 +1022,29 @@ def render_job(job: TFJob, options: RenderOptions) -> list[dict[str, Any]]:
     e.g. local code without `options.code_archive`. No owner references: the operator adds
     them; rendered for `kubectl apply` the objects have none.
     """
-    if job.spec.storage.data.source is not None:
-        # Staging into a per-node cache is issue 19's next step: refused (by
-        # `tfkube submit`, `tfkube render` and the operator alike), never run without
-        # its data.
+    data = job.spec.storage.data
+    if data.source is not None and options.data_url is None:
+        # Only a tfkube server stages a source (and holds its credentials): refused by
+        # `tfkube submit`, `tfkube render` and the operator alike, never run without data.
         raise SpecError(
             [
                 FieldError(
                     "spec.storage.data.source",
-                    "data sources are staged by the local engine only so far; in a cluster "
-                    "give the data in a claim (spec.storage.data.claimName)",
+                    "in a cluster a data source is staged by the tfkube server: submit the "
+                    "job through it (--engine server), or give the data in a claim "
+                    "(spec.storage.data.claimName)",
+                )
+            ],
+            f"job {job.name!r} (for a cluster)",
+        )
+    if options.data_url is not None and (data.path is not None or data.asks_for_claim):
+        # The launcher empties the data folder it fills: never a claim others share.
+        raise SpecError(
+            [
+                FieldError(
+                    "spec.storage.data.claimName",
+                    "a data set fetched from the server goes into each pod's own data "
+                    "folder: remove claimName, storageClassName, size and path",
                 )
             ],
             f"job {job.name!r} (for a cluster)",

@@ -51,6 +51,12 @@ SERVER_RULES: tuple[dict[str, Any], ...] = (
         "resources": ["resourcequotas", "limitranges"],
         "verbs": ["get", "list", "create", "patch"],
     },
+    # A team's priority as a PriorityClass (`tfkube-priority-<n>`, value n, -1000..1000).
+    {
+        "apiGroups": ["scheduling.k8s.io"],
+        "resources": ["priorityclasses"],
+        "verbs": ["get", "create", "patch"],
+    },
     # Jobs: created, read, stopped (an annotation), deleted; the operator does the rest.
     {
         "apiGroups": [GROUP],
@@ -63,6 +69,8 @@ SERVER_RULES: tuple[dict[str, Any], ...] = (
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list"]},
     {"apiGroups": [""], "resources": ["pods", "events"], "verbs": ["get", "list"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    # Each replica's CPU and memory (the kubelet's resource metrics, through metrics-server).
+    {"apiGroups": ["metrics.k8s.io"], "resources": ["pods"], "verbs": ["get", "list"]},
     # Whether a node can serve logs (a KWOK fake node cannot); cluster status.
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
     # Model servers (ConfigMap, Deployment, Service) and notebooks (Secret, StatefulSet,

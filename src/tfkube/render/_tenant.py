@@ -1,5 +1,6 @@
 """A team's objects in a cluster: its namespace, and its quota as a ResourceQuota with
-default requests (a LimitRange) where the quota counts CPU or memory. Pure."""
+default requests (a LimitRange) where the quota counts CPU or memory; for a team with a
+priority, the PriorityClass its jobs' pods get (`team_priority_class`). Pure."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tfkube.kube.names import (
     PLURAL,
     TENANT_OBJECTS,
     pod_security_labels,
+    team_priority_class,
 )
 
 DEFAULT_REQUEST = {"cpu": contract.DEFAULT_CPU_REQUEST, "memory": "512Mi"}
@@ -39,12 +41,35 @@ def quota_hard(quota: Mapping[str, Any]) -> dict[str, str]:
     return hard
 
 
+def priority_class(priority: int) -> dict[str, Any] | None:
+    """The PriorityClass of a team's priority (cluster-wide, shared by the teams with that
+    priority), or None for 0. A job of a team with a higher priority that does not fit
+    makes the scheduler preempt pods of lower ones: the operator counts that as a
+    preemption, never a restart (docs/kubernetes.md, "Preemption")."""
+    name = team_priority_class(priority)
+    if name is None:
+        return None
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {
+            "name": name,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: "tenant"},
+        },
+        "value": priority,
+        "globalDefault": False,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "description": f"tfkube: the jobs of teams of priority {priority}",
+    }
+
+
 def tenant_objects(
-    namespace: str, quota: Mapping[str, Any], pod_security: str = "restricted"
+    namespace: str, quota: Mapping[str, Any], pod_security: str = "restricted", priority: int = 0
 ) -> list[dict[str, Any]]:
     """A team's namespace and its quota, with default requests where the quota counts
-    CPU or memory. The namespace enforces the team's Pod Security level (`restricted`
-    unless a site admin allowed `baseline`: `tfkube.engines.admission_refusals`)."""
+    CPU or memory, and its priority's PriorityClass (`priority_class`). The namespace
+    enforces the team's Pod Security level (`restricted` unless a site admin allowed
+    `baseline`: `tfkube.engines.admission_refusals`)."""
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: "tenant"}
     ns_labels = {**labels, **pod_security_labels(pod_security)}
     objects: list[dict[str, Any]] = [
@@ -76,4 +101,7 @@ def tenant_objects(
                 },
             }
         )
+    cls = priority_class(priority)
+    if cls is not None:
+        objects.append(cls)
     return objects

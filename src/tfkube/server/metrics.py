@@ -6,7 +6,8 @@
   and the same from every server process sharing the database;
 - `tfkube_replica_cpu_cores` and `tfkube_replica_memory_bytes{team, job, role, index}`: each
   running replica of each running job, its newest sample (`outputs/usage.py`) when it is
-  at most `USAGE_FRESH_SECONDS` old (where the engine records usage: locally);
+  at most `USAGE_FRESH_SECONDS` old (where usage is recorded: the local engine's
+  supervisor, or on Kubernetes the server from the metrics API);
 - `tfkube_submit_seconds`: from request to the job recorded (and queued or started);
 - `tfkube_api_request_seconds{method, route, status}`: every API request, by route
   template (never the concrete URL: ids would explode the label set).
@@ -27,9 +28,11 @@ from tfkube.planner import JobPhase, Replica, ReplicaState
 from tfkube.server.outputs.usage import latest_usage
 from tfkube.server.queries.jobs import counts_by_team, running_jobs_with_outputs
 
-USAGE_FRESH_SECONDS = 30.0
-"""A replica's newest sample older than this is not shown (its supervisor samples every
-2 s; an older one is a replica that stopped or a supervisor that is gone)."""
+USAGE_FRESH_SECONDS = 60.0
+"""A replica's newest sample older than this is not shown (the local supervisor samples
+every 2 s; on Kubernetes a sample is the kubelet's, up to ~30 s old when the server keeps
+it: cAdvisor's housekeeping, metrics-server's 10 s scrape, the server's 5 s poll; an older
+one is a replica that stopped or a supervisor that is gone)."""
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 

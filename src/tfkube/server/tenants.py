@@ -12,7 +12,7 @@ from tfkube.server.core.tables import Team
 
 def tenant_of(team: Team) -> Tenant:
     level = (team.allowances or {}).get("pod_security", "restricted")
-    return Tenant(team.name, team.namespace, dict(team.quota or {}), level)
+    return Tenant(team.name, team.namespace, dict(team.quota or {}), level, team.priority or 0)
 
 
 def prepare_team(engine: Engine, db: Session, team: Team) -> None:

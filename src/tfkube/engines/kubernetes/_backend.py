@@ -20,12 +20,14 @@ from typing import Any
 from tfkube.contract import KEPT_LOGS_SUBDIR
 from tfkube.engines._artifact import prepare_artifact
 from tfkube.engines._base import (
+    DataFrom,
     JobEvent,
     JobExists,
     JobNotFound,
     JobView,
     ShipTo,
     SubmitDeferred,
+    UsageUnavailable,
 )
 from tfkube.engines._data import Credentials
 from tfkube.kube.errors import (
@@ -42,6 +44,8 @@ from tfkube.kube.errors import (
 from tfkube.kube.names import (
     CODE_TOKEN_ANNOTATION,
     CODE_TOKEN_KEY,
+    DATA_TOKEN_KEY,
+    DATA_URL_ANNOTATION,
     INDEX_KEY,
     LABEL_CREDENTIAL,
     LABEL_JOB,
@@ -64,14 +68,17 @@ from tfkube.kube.observe import (
     pod_role,
     tfjob_model,
 )
+from tfkube.kube.podmetrics import Sample, pods_path, replica_samples
 from tfkube.kube.resources import CONFIG_MAP, EVENT, JOB, NODE, POD, SECRET, TFJOB, Resource
 from tfkube.kube.rest import Kube, api_client_from, context_namespace
 from tfkube.planner import Replica, cluster_scale_problems, scale_problems
 from tfkube.render import RenderOptions, render_job
-from tfkube.spec import FieldError, SpecError, TFJob
+from tfkube.spec import FieldError, SchedulingSpec, SpecError, TFJob
 from tfkube.tfcluster import parse_replica_key, replica_key, service_address
 
 LOG_TIMEOUT_SECONDS = 15.0
+USAGE_TIMEOUT_SECONDS = 10.0
+"""A metrics API that hangs holds the server's sync loop no longer than this."""
 SCALE_TIMEOUT_SECONDS = 30.0
 """How long `scale` waits for the operator to resize the worker Job (it looks at a live
 job every few seconds, and at once on a change)."""
@@ -144,6 +151,7 @@ def job_view(
         name=name,
         phase=prior.phase,
         restarts=int(status.get("restarts") or 0),
+        preemptions=int(status.get("preemptions") or 0),
         created_at=parse_time(meta.get("creationTimestamp")) or now,
         started_at=prior.started_at,
         finished_at=prior.finished_at,
@@ -166,6 +174,17 @@ def _by_job(objects: Iterable[dict[str, Any]]) -> dict[str, builtins.list[dict[s
             str(((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_JOB)), []
         ).append(obj)
     return out
+
+
+def with_priority_class(job: TFJob, name: str | None) -> TFJob:
+    """The job with its pods' PriorityClass `name` (a team's), unless it names one itself
+    (only one a site admin allowed the team: `tfkube.engines.admission_refusals`) or there
+    is none. Pure."""
+    scheduling = job.spec.scheduling
+    if name is None or (scheduling is not None and scheduling.priority_class_name):
+        return job
+    given = (scheduling or SchedulingSpec()).model_copy(update={"priority_class_name": name})
+    return job.model_copy(update={"spec": job.spec.model_copy(update={"scheduling": given})})
 
 
 def passing_refusal(exc: Exception) -> str | None:
@@ -192,9 +211,13 @@ class KubernetesBackend:
         api_client: Any = None,
         namespace: str | None = None,
         kubeconfig: Path | None = None,
+        priority_class: str | None = None,
     ) -> None:
         self.kube = Kube(api_client if api_client is not None else api_client_from(kubeconfig))
         self.namespace = namespace or context_namespace(kubeconfig) or "default"
+        self.priority_class = priority_class
+        """The team's PriorityClass (the server's engine sets it from the team's priority):
+        given to the jobs that name none (`with_priority_class`)."""
 
     # -- reads ------------------------------------------------------------------------
 
@@ -239,11 +262,13 @@ class KubernetesBackend:
         code_token: str | None = None,
         data_credentials: Credentials | None = None,
         ship: ShipTo | None = None,
+        data_from: DataFrom | None = None,
     ) -> JobView:
         """Raises SubmitDeferred when the cluster turned the job away for a while only.
-        `data_credentials` go unused: `render_job` refuses a data source here."""
+        `data_credentials` go unused: the server stages a data source itself and the pods
+        fetch it (`data_from`), so a store's credentials never reach the cluster."""
         try:
-            return self._submit(job, base_dir, code_token, ship)
+            return self._submit(job, base_dir, code_token, ship, data_from)
         except (SpecError, JobExists):
             raise
         except Exception as exc:  # the API server's refusals, urllib3's connection errors
@@ -253,8 +278,14 @@ class KubernetesBackend:
             raise SubmitDeferred(wait) from exc
 
     def _submit(
-        self, job: TFJob, base_dir: Path, code_token: str | None, ship: ShipTo | None
+        self,
+        job: TFJob,
+        base_dir: Path,
+        code_token: str | None,
+        ship: ShipTo | None,
+        data_from: DataFrom | None = None,
     ) -> JobView:
+        job = with_priority_class(job, self.priority_class)
         code_archive = None
         if job.spec.code is not None and not job.spec.code.is_url:
             with tempfile.TemporaryDirectory(prefix="tfkube-submit-") as tmp:
@@ -264,6 +295,8 @@ class KubernetesBackend:
         tokens = {CODE_TOKEN_KEY: code_token} if code_token else {}
         if ship is not None:
             tokens[SHIP_TOKEN_KEY] = ship.token
+        if data_from is not None:
+            tokens[DATA_TOKEN_KEY] = data_from.token
         # Render here too: a job the operator could not render fails now, not later.
         objects = render_job(
             job,
@@ -273,6 +306,7 @@ class KubernetesBackend:
                 code_archive=code_archive,
                 code_token_secret=secret_name if code_token else None,
                 ship_url=ship.url if ship else None,
+                data_url=data_from.url if data_from else None,
             ),
         )
         try:
@@ -312,6 +346,8 @@ class KubernetesBackend:
             annotations[CODE_TOKEN_ANNOTATION] = secret_name
         if ship is not None:
             annotations[SHIP_URL_ANNOTATION] = ship.url
+        if data_from is not None:
+            annotations[DATA_URL_ANNOTATION] = data_from.url
         if annotations:
             body["metadata"]["annotations"] = annotations
         try:
@@ -412,6 +448,37 @@ class KubernetesBackend:
                 yield f"[{key}] ({gone})"
                 continue
             yield from self._pod_log(key, found, replica, follow)
+
+    def usage(self, name: str) -> dict[str, Sample]:
+        """Replica -> its newest (time, cpu cores, memory bytes) from the kubelet's resource
+        metrics (`pods.metrics.k8s.io`, metrics-server: a sample per pod every scrape,
+        10-60 s). UsageUnavailable when the cluster has no metrics API or may not be read."""
+        try:
+            data = self.kube.request(
+                "GET",
+                pods_path(self.namespace),
+                query={"labelSelector": replica_selector(name)},
+                timeout=USAGE_TIMEOUT_SECONDS,
+            )
+        except NotFound as exc:
+            raise UsageUnavailable(
+                "the cluster has no metrics API (metrics.k8s.io): CPU and memory per "
+                "replica come from the kubelet's resource metrics through metrics-server; "
+                f"a cluster administrator installs it ({exc})"
+            ) from None
+        except ServerError as exc:  # 503: the APIService is there, its server is not
+            raise UsageUnavailable(
+                "the cluster's metrics API (metrics.k8s.io) does not answer: is "
+                f"metrics-server running? ({exc})"
+            ) from None
+        except Forbidden as exc:
+            raise UsageUnavailable(
+                "the server may not read the metrics API (metrics.k8s.io pods get/list): "
+                f"install tfkube's RBAC again (`tfkube install --server`) ({exc})"
+            ) from None
+        except Unreachable as exc:
+            raise UsageUnavailable(f"the API server did not answer ({exc})") from None
+        return replica_samples((data or {}).get("items") or [])
 
     def _replica_pod(self, name: str, replica: str) -> dict[str, Any] | None:
         """The newest pod of one replica, selected by its labels (role and completion

@@ -20,7 +20,6 @@ from tfkube.engines._workloads import (
     Features,
     JobStorage,
     ModelServerWorkload,
-    NotAvailable,
     NotebookWorkload,
     Runner,
     RunnersByKind,
@@ -35,8 +34,11 @@ from tfkube.engines.kubernetes._services import (
     KubeTensorBoards,
     ServiceProxy,
 )
+from tfkube.kube.names import team_priority_class
 from tfkube.kube.rest import api_client_from
+from tfkube.launcher import FetchError, check_archive
 from tfkube.render import ServingRuntime, parse_runtime, tenant_objects
+from tfkube.spec import FieldError, SpecError
 
 
 class KubernetesEngine(RunnersByKind):
@@ -44,14 +46,16 @@ class KubernetesEngine(RunnersByKind):
     keeps_running = True
     """Pods outlive the server; the next one finds them by name."""
     features = Features(
-        data_sets=False,
+        data_sets=True,
         tensorboard_on_demand=False,
         namespaces=True,
-        data_sets_hint=(
-            "uploaded data sets reach jobs on the local engine only; on Kubernetes give the "
-            "job a claim holding the data (spec.storage.data.claimName)"
-        ),
+        data_sources=True,
+        replica_usage=True,
+        polled_usage=True,
     )
+    """Data sets and data sources reach the pods through the server: it stages a source
+    into the team's cache (`JobStorage.served_data`) and every replica but PS fetches its
+    data (its shard) with the job's claim (`tfkube.launcher._data`)."""
 
     def __init__(
         self,
@@ -91,35 +95,61 @@ class KubernetesEngine(RunnersByKind):
     # -- tenants and jobs ---------------------------------------------------------------
 
     def prepare_tenant(self, tenant: Tenant) -> None:
-        """The team's namespace and the ResourceQuota holding its quota (server-side
-        apply, idempotent)."""
-        objects = tenant_objects(tenant.namespace, tenant.quota, tenant.pod_security)
+        """The team's namespace and the ResourceQuota holding its quota, and its
+        priority's PriorityClass (server-side apply, idempotent)."""
+        objects = tenant_objects(
+            tenant.namespace, tenant.quota, tenant.pod_security, tenant.priority
+        )
         apply_objects(self.api_client(), objects)
 
     def jobs(self, tenant: Tenant) -> Backend:
         api = self.api_client()
         with self._lock:
             found = self._backends.get(tenant.name)
-            if found is None or found.namespace != tenant.namespace:
-                found = KubernetesBackend(api_client=api, namespace=tenant.namespace)
+            priority_class = team_priority_class(tenant.priority)
+            if (
+                found is None
+                or found.namespace != tenant.namespace
+                or found.priority_class != priority_class
+            ):
+                found = KubernetesBackend(
+                    api_client=api, namespace=tenant.namespace, priority_class=priority_class
+                )
                 self._backends[tenant.name] = found
             return found
 
     def job_storage(self, tenant: Tenant, job_id: str, name: str) -> JobStorage:
+        team = self.data_dir / "teams" / tenant.name
+        # The pods fetch their data from the server: a source is staged here, by the job's
+        # id, from the team's own cache (no team's job is shown another's objects).
+        served, cache = team / "staged" / job_id, team / "data-cache"
         if self.outputs_claim is not None:
             # Kept outputs live under the job's name on the team's claim (its subPath).
-            out = self.data_dir / "teams" / tenant.name / "outputs" / name
-            return JobStorage(out, logs_claim=self.outputs_claim)
+            out = team / "outputs" / name
+            return JobStorage(
+                out, logs_claim=self.outputs_claim, served_data=served, data_cache=cache
+            )
         # No shared folder: the replicas ship their logs, event files and result to the
         # server, which keeps them here, one folder per job (its id: names are reused).
-        out = self.data_dir / "teams" / tenant.name / "shipped" / job_id
-        return JobStorage(out, ship=True)
+        out = team / "shipped" / job_id
+        return JobStorage(out, ship=True, served_data=served, data_cache=cache)
 
     def stage_data(self, tenant: Tenant, storage: JobStorage, archive: Path) -> None:
-        raise NotAvailable(self.features.data_sets_hint)
+        """Nothing to unpack here: each pod fetches the data set and unpacks it into its
+        own data folder (`tfkube.launcher._data`); the archive is checked now, as the
+        pods will, so a bad one fails the job before any pod starts."""
+        try:
+            check_archive(archive)
+        except FetchError as exc:
+            message = str(exc).replace("the code", "the data set")
+            raise SpecError([FieldError("data", message)]) from None
 
     def capacity(self) -> None:
         return None
+
+    def model_server_runtimes(self) -> tuple[str, ...]:
+        others = [r.value for r in ServingRuntime if r is not self.serving_runtime]
+        return (self.serving_runtime.value, *others)
 
     def model_server_runtime(self, asked: str | None) -> str:
         return parse_runtime(asked, self.serving_runtime).value

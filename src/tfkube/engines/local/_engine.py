@@ -35,7 +35,15 @@ from pathlib import Path
 
 from tfkube.contract import REQUIREMENTS_FILE
 from tfkube.engines._artifact import Artifact, prepare_artifact
-from tfkube.engines._base import JobEvent, JobExists, JobNotFound, JobView, ShipTo
+from tfkube.engines._base import (
+    DataFrom,
+    JobEvent,
+    JobExists,
+    JobNotFound,
+    JobView,
+    ShipTo,
+    UsageUnavailable,
+)
 from tfkube.engines._data import (
     CACHE_LIMIT_ENV,
     Credentials,
@@ -204,12 +212,13 @@ class LocalBackend:
         code_token: str | None = None,
         data_credentials: Credentials | None = None,
         ship: ShipTo | None = None,
+        data_from: DataFrom | None = None,
     ) -> JobView:
         """`data_credentials`: the store's credentials for `spec.storage.data.source`
         (default: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY of this process's environment,
         else boto3's own chain). Never written anywhere but a 0600 file of the job that
-        its supervisor reads and removes. `ship` goes unused: a server reads this
-        engine's job folders itself."""
+        its supervisor reads and removes. `ship` and `data_from` go unused: a server
+        reads and fills this engine's job folders itself."""
         target = self._dir(job.name)
         if target.root.exists():
             if target.exists() and replace:
@@ -624,6 +633,11 @@ class LocalBackend:
                         yield f"[{key}] {rest}" if prefix else rest
                 return
             time.sleep(0.2)
+
+    def usage(self, name: str) -> dict[str, tuple[float, float, int]]:
+        raise UsageUnavailable(
+            "the local engine keeps each replica's usage itself, with the job's logs"
+        )
 
     # -- resizing ---------------------------------------------------------------------
 

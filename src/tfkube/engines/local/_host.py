@@ -225,6 +225,9 @@ class LocalEngine(RunnersByKind):
         memory = self.memory or psutil.virtual_memory().total
         return Capacity(cpus, memory, len(available_gpus()))
 
+    def model_server_runtimes(self) -> tuple[str, ...]:
+        return (ServingRuntime.TFKUBE.value,)
+
     def model_server_runtime(self, asked: str | None) -> str:
         """Always tfkube's own model server (`python -m tfkube.serving`): the stock
         TensorFlow Serving has no local form."""

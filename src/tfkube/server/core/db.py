@@ -10,6 +10,8 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -49,13 +51,42 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True, **POOL)
 
 
+class SchemaTooNew(RuntimeError):
+    """The database was brought to a schema this tfkube does not know: a newer tfkube
+    upgraded it. Nothing was changed; the server does not start."""
+
+
+def schema_refusal(found: list[str], known: set[str], head: str, version: str) -> str | None:
+    """Why this tfkube must not open a database whose schema revisions are `found`
+    (`known`: every revision this tfkube ships, `head` its newest), or None when it may
+    (an empty database, an older schema it will upgrade, or its own)."""
+    unknown = sorted(rev for rev in found if rev not in known)
+    if not unknown:
+        return None
+    return (
+        f"the database's schema is at revision {', '.join(unknown)}, newer than this tfkube "
+        f"{version} knows (its newest is {head}): a newer tfkube upgraded it, and a "
+        "downgrade is not supported. Run that version (or a newer one) again, or restore "
+        "the database backup taken before the upgrade (docs/kubernetes.md, 'Upgrading')"
+    )
+
+
 def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest revision."""
+    """Bring the schema to the newest revision; refuse (SchemaTooNew, before anything is
+    changed) a database a newer tfkube has upgraded."""
+    from tfkube import __version__
+
     config = Config()
     config.set_main_option(
         "script_location", str(resources.files("tfkube.server").joinpath("migrations"))
     )
+    script = ScriptDirectory.from_config(config)
+    known = {rev.revision for rev in script.walk_revisions()}
     with engine.begin() as connection:
+        found = list(MigrationContext.configure(connection).get_current_heads())
+        why = schema_refusal(found, known, str(script.get_current_head()), __version__)
+        if why is not None:
+            raise SchemaTooNew(why)
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
 

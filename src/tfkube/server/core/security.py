@@ -191,6 +191,11 @@ SHIP_CLAIM = "ship"
 never a blob (no blob's hash is this word)."""
 
 
+DATA_CLAIM = "data"
+"""In a claim's `sha256` field: the claim opens its job's data door (`routes/data.py`):
+the job's data set or staged source, never a blob by hash."""
+
+
 def verify_claim(key: bytes, token: str, sha256: str, now: float) -> CodeClaim:
     """The claim in `token` if it is ours, unexpired and opens `sha256`; else ClaimError."""
     payload, dot, signature = token.partition(".")
@@ -209,3 +214,13 @@ def verify_claim(key: bytes, token: str, sha256: str, now: float) -> CodeClaim:
     if not hmac.compare_digest(claim.sha256, sha256):
         raise ClaimError("for another artifact")
     return claim
+
+
+def bearer_claim(authorization: str, key: bytes, sha256: str, now: float) -> CodeClaim:
+    """The claim an `Authorization: Bearer <claim>` header carries, if it opens `sha256`
+    (a blob's hash, SHIP_CLAIM or DATA_CLAIM); else ClaimError (no header, another
+    scheme, or `verify_claim`'s reasons)."""
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ClaimError("no bearer token")
+    return verify_claim(key, token.strip(), sha256, now)

@@ -69,7 +69,8 @@ class Team(Base):
     the namespace's Pod Security level; {} is none of it, and `restricted`."""
     priority: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """Local engine: the queue offers a higher priority's jobs first and stops jobs of a
-    lower one to make room for them (a site admin's; 0 by default)."""
+    lower one to make room for them (a site admin's; 0 by default). Kubernetes: the
+    PriorityClass of the team's job pods (`tfkube.kube.names.team_priority_class`)."""
     created_at: Mapped[float] = mapped_column(Float)
 
 

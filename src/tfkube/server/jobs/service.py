@@ -35,8 +35,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
 from tfkube.engines import (
+    STAGING,
     Capacity,
     Credentials,
+    DataFrom,
     DataSourceError,
     Engine,
     JobExists,
@@ -45,10 +47,15 @@ from tfkube.engines import (
     JobView,
     NotAvailable,
     ShipTo,
+    Stager,
+    StageRequest,
     StoreRef,
     SubmitDeferred,
     check_source,
     credentials_problem,
+    forget_served,
+    read_state,
+    served_cache_limit,
 )
 from tfkube.netguard import refused
 from tfkube.planner import (
@@ -64,7 +71,7 @@ from tfkube.server.artifacts import BlobStore
 from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.fetch import FetchPolicy
 from tfkube.server.core.forwarded import parse_networks
-from tfkube.server.core.security import SHIP_CLAIM, CodeClaim, sign_claim
+from tfkube.server.core.security import DATA_CLAIM, SHIP_CLAIM, CodeClaim, sign_claim
 from tfkube.server.core.tables import Artifact, Job, JobEvent, JobMetric, Team
 from tfkube.server.jobs import admission, allowances
 from tfkube.server.jobs.fetched import fetch_code, release_fetched
@@ -73,6 +80,7 @@ from tfkube.server.notifications import job_events
 from tfkube.server.outputs.logs import JobPaths, job_paths
 from tfkube.server.outputs.results import read_result
 from tfkube.server.outputs.steps import StepWatcher
+from tfkube.server.outputs.usage import UsagePoller
 from tfkube.server.team_secrets import SecretBox
 from tfkube.server.tenants import tenant_of
 from tfkube.spec import FieldError, HdfsSource, Role, SpecError, TFJob, dump_job, load_job_text
@@ -155,11 +163,16 @@ class JobService:
         """Step rates from kept logs, for an engine that does not report them."""
         self._step_view: dict[str, StepJudgement] = {}
         """Job id -> when to submit again a job the engine deferred."""
+        self.usage = UsagePoller(time.time)
+        """Replicas' usage from the engine, for one that does not keep it (Kubernetes)."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.fetch_policy = FetchPolicy(allowed=parse_networks(settings.allow_fetch_from))
         self.secret_box = SecretBox.open(settings.data_dir)
         """The teams' secrets' key (`team_secrets`): a data source's credentials."""
+        self.stager = Stager(on_done=self._staged)
+        """Stages data sources for engines whose replicas fetch their data from here
+        (`JobStorage.served_data`: a cluster), one thread per job."""
 
     # -- submit -------------------------------------------------------------------------
 
@@ -407,6 +420,78 @@ class JobService:
         )
         return ShipTo(f"{self.settings.replica_url}/api/v1/ship/{row.id}", token)
 
+    def data_from(self, db: Session, row: Job, team: Team, job: TFJob) -> DataFrom | None:
+        """Where the job's replicas fetch their data, with the job-scoped claim that opens
+        it (`routes/data.py`), when its engine's replicas cannot see the server's folders
+        and the job has a data set or a source (whose staging starts now)."""
+        storage = self.storage(team, row.id, row.name)
+        if storage.served_data is None:
+            return None
+        if job.spec.storage.data.source is not None:
+            self.stage_served(db, row, team, job)
+        elif not row.data_sha256:
+            return None
+        token = sign_claim(
+            self.key, CodeClaim(row.id, DATA_CLAIM, time.time() + CODE_CLAIM_SECONDS)
+        )
+        return DataFrom(f"{self.settings.replica_url}/api/v1/data/{row.id}", token)
+
+    def stage_served(self, db: Session, row: Job, team: Team, job: TFJob) -> bool:
+        """Stage the job's data source here (in a thread) unless it is staged, failed or
+        staging in this process: at start, and again when a replica asks after a server
+        restart cut a staging short. True when it started now."""
+        storage = self.storage(team, row.id, row.name)
+        data = job.spec.storage.data
+        source = data.parsed_source
+        if storage.served_data is None or storage.data_cache is None or source is None:
+            return False
+        try:
+            limit = served_cache_limit(storage.data_cache)
+        except ValueError as exc:
+            raise SpecError(
+                [FieldError("TFKUBE_DATA_CACHE_LIMIT", str(exc))], "the server"
+            ) from None
+        replicas = [
+            (role.value, index) for role in Role for index in range(job.spec.replicas.count(role))
+        ]
+        return self.stager.start(
+            StageRequest(
+                served=storage.served_data,
+                cache=storage.data_cache,
+                store=StoreRef(source, data.endpoint, data.region),
+                credentials=self.data_credentials(db, team, job),
+                allowed=self.fetch_policy.allowed,
+                shard=data.shard,
+                replicas=replicas,
+                workers=job.spec.replicas.count(Role.WORKER),
+                limit=limit,
+                meta={"job": row.id},
+            )
+        )
+
+    def _staged(self, request: StageRequest, state: dict[str, Any]) -> None:
+        """A staging ended: its outcome (and each shard's) in the job's events."""
+        job_id = str(request.meta.get("job", ""))
+        now = time.time()
+        with self.sessions() as db:
+            if db.get(Job, job_id) is None:
+                return
+            db.add(JobEvent(job_id=job_id, time=now, message=str(state.get("text", ""))))
+            for key, share in sorted((state.get("shares") or {}).items()):
+                if key:
+                    db.add(
+                        JobEvent(
+                            job_id=job_id,
+                            time=now,
+                            message=(
+                                f"{key}'s shard ({request.shard}): {share['files']} files, "
+                                f"{share['bytes'] / 2**20:.1f} MiB "
+                                f"({share['fetched_bytes'] / 2**20:.1f} MiB read from the store)"
+                            ),
+                        )
+                    )
+            db.commit()
+
     def start(self, db: Session, row: Job, team: Team) -> None:
         """Hand a job to its team's engine (the queue admitted it). A refusal that passes
         (`SubmitDeferred`: a cluster's quota full or not computed yet, its API server busy)
@@ -426,12 +511,15 @@ class JobService:
                 self.unpack_data(row, team)
             base = Path(row.output_dir or self.settings.data_dir).parent
             credentials = self.data_credentials(db, team, job)
+            data_from = self.data_from(db, row, team, job)
             view = backend.submit(
                 job,
                 base,
                 code_token=token,
-                data_credentials=credentials,
+                # A source the server stages is never the engine's to read.
+                data_credentials=None if data_from is not None else credentials,
                 ship=self.ship_to(row, team),
+                **({"data_from": data_from} if data_from is not None else {}),
             )
         except (SpecError, JobExists) as exc:
             self._end(row, JobPhase.FAILED.value, "SubmitFailed", str(exc), now)
@@ -540,6 +628,9 @@ class JobService:
         row.reason = view.reason
         row.message = view.message
         row.restarts = view.restarts
+        # The engine's count (the Kubernetes operator's) or the server's own (its queue's
+        # preemptions of local jobs, whose engine job starts anew): never lower.
+        row.preemptions = max(row.preemptions or 0, view.preemptions)
         row.started_at = view.started_at
         row.finished_at = view.finished_at
         row.replicas = replicas_json(view.replicas)
@@ -645,6 +736,8 @@ class JobService:
             for folder in (row.output_dir, storage.data_path):
                 if folder:
                     shutil.rmtree(folder, ignore_errors=True)
+        if storage.served_data is not None:
+            forget_served(storage.served_data)
         release_fetched(db, self.blobs, row)
         if self.on_deleted is not None:
             self.on_deleted(row, team)
@@ -702,7 +795,7 @@ class JobService:
                 continue
             for row in rows:
                 view = views.get(row.name)
-                before = (row.phase, row.restarts, row.replicas, row.state)
+                before = (row.phase, row.restarts, row.preemptions, row.replicas, row.state)
                 was_stalled = _stalled(row)
                 if view is None:
                     if JobPhase(row.phase).terminal:
@@ -722,9 +815,12 @@ class JobService:
                         )
                 else:
                     self._apply_view(row, view)
+                    self._show_staging(row, team)
                     self._copy_events(db, row, backend)
                     if not self.engine.features.step_rates:
                         self._watch_steps(db, row, team, view, now)
+                    if self.engine.features.polled_usage:
+                        self._poll_usage(row, team, view, backend)
                 self._changed(db, row)
                 if (
                     self.on_ended is not None
@@ -733,7 +829,7 @@ class JobService:
                 ):
                     self._ended_seen.add(row.id)
                     self.on_ended(row, team)
-                if (row.phase, row.restarts, row.replicas, row.state) != before:
+                if (row.phase, row.restarts, row.preemptions, row.replicas, row.state) != before:
                     self.on_change(row)
                     if self.on_event is not None:
                         for event in job_events(
@@ -741,6 +837,18 @@ class JobService:
                         ):
                             self.on_event(db, row, event)
         db.commit()
+
+    def _show_staging(self, row: Job, team: Team) -> None:
+        """While the server stages a pending job's source for its replicas (`data_from`),
+        the job's status line is the staging's progress, as the local supervisor's is:
+        "StagingData: staging data: 3.1 of 8.0 MiB, 2.1 MiB/s, 2 s left"."""
+        if row.phase != JobPhase.PENDING.value:
+            return
+        served = self.storage(team, row.id, row.name).served_data
+        state = read_state(served) if served is not None else None
+        if state is not None and state.get("phase") == STAGING:
+            row.reason = "StagingData"
+            row.message = str(state.get("text") or "staging data")
 
     def _watch_steps(self, db: Session, row: Job, team: Team, view: JobView, now: float) -> None:
         """Step rates and stragglers from the replicas' kept logs, for an engine that does
@@ -762,6 +870,20 @@ class JobService:
         row.replicas = replicas_json(self._judged(view.replicas, judged))
         for key, message in judged.events:
             db.add(JobEvent(job_id=row.id, time=now, replica=key, message=message))
+
+    def _poll_usage(self, row: Job, team: Team, view: JobView, backend: Any) -> None:
+        """Keep the replicas' newest samples with the job's logs (`UsagePoller`), where the
+        server keeps its folder (its claim or what the replicas ship)."""
+        if view.phase is not JobPhase.RUNNING or not row.output_dir:
+            self.usage.forget(row.id)
+            return
+        if not self.storage(team, row.id, row.name).kept:
+            return
+        name = row.name
+        try:
+            self.usage.poll(row.id, row.output_dir, lambda: backend.usage(name))
+        except Exception:
+            log.warning("keeping the usage of job %s failed", row.id, exc_info=True)
 
     @staticmethod
     def _judged(replicas: Sequence[Replica], judged: StepJudgement) -> list[Replica]:
@@ -884,6 +1006,7 @@ class JobService:
         self.poke.set()
         if self._thread is not None:
             self._thread.join(30)
+        self.stager.close()
 
 
 SYNC_SHARE = 1 / 3

@@ -144,6 +144,7 @@ def model_server_out(
         serving_version=seen.version,
         status=seen.health.value,
         message=seen.message,
+        runtime=row.runtime,
         url=f"{base_url}/proxy/{MODEL_KIND}/{row.id}/v1/models/{row.name}",
         requests=row.requests,
         errors=row.errors,

@@ -22,6 +22,12 @@ from tfkube.wire import ModelServerOut
 
 router = APIRouter(include_in_schema=False)
 
+RUNTIME_LABELS = {
+    "tensorflow-serving": "TensorFlow Serving (its image)",
+    "tfkube": "tfkube's model server (tfkube's image)",
+}
+"""How the Serve button's choice names each runtime (the engines' `model_server_runtimes`)."""
+
 
 def job_serving(
     principal: Principal, db: SessionDep, platform: PlatformDep, row: Job
@@ -36,6 +42,10 @@ def job_serving(
     return {
         "exports": job_exports(row),
         "can_serve": allowed(principal.actor, Scope.SERVING_WRITE, row.team_id),
+        "serve_runtimes": [
+            (runtime, RUNTIME_LABELS.get(runtime, runtime))
+            for runtime in platform.engine.model_server_runtimes()
+        ],
         "model_servers": servers,
     }
 

@@ -12,19 +12,17 @@ from fastapi.responses import Response
 from tfkube.server import queries
 from tfkube.server.api.blobs import blob_response
 from tfkube.server.api.deps import PlatformDep, SessionDep
-from tfkube.server.core.security import ClaimError, verify_claim
+from tfkube.server.core.security import ClaimError, bearer_claim
 
 router = APIRouter(prefix="/api/v1", tags=["code"])
 
 
 @router.get("/code/{sha256}")
 def fetch_code(sha256: str, request: Request, db: SessionDep, platform: PlatformDep) -> Response:
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
     denied = HTTPException(404, "no such code (or the claim does not open it)")
-    if scheme.lower() != "bearer" or not token:
-        raise denied
+    header = request.headers.get("authorization", "")
     try:
-        claim = verify_claim(platform.key, token.strip(), sha256, time.time())
+        claim = bearer_claim(header, platform.key, sha256, time.time())
     except ClaimError:
         raise denied from None
     job = queries.jobs.get(db, claim.job)

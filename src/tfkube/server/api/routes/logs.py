@@ -373,10 +373,7 @@ async def scalars(job: JobDep, principal: CurrentUser, platform: PlatformDep) ->
     return ScalarsOut(series=series, progress=progress_of(series, total_steps(spec), hint))
 
 
-USAGE_NOT_AVAILABLE = (
-    "CPU and memory per replica are recorded by the local engine only; on Kubernetes "
-    "the kubelet's resource metrics are not read yet (kubectl top pods shows them)"
-)
+USAGE_NOT_AVAILABLE = "this engine records no CPU and memory per replica"
 
 
 @router.get("/usage")
@@ -387,4 +384,7 @@ async def usage(job: JobDep, principal: CurrentUser, platform: PlatformDep) -> U
     if not platform.engine.features.replica_usage:
         return UsageOut(available=False, reason=USAGE_NOT_AVAILABLE)
     series = await asyncio.to_thread(read_usage, job.output_dir)
+    why = platform.jobs.usage.reason if platform.engine.features.polled_usage else ""
+    if why and not series:
+        return UsageOut(available=False, reason=why)
     return UsageOut(available=True, replicas=series)

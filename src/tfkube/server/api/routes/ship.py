@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 
 from tfkube.server import queries
 from tfkube.server.api.deps import PlatformDep, SessionDep
-from tfkube.server.core.security import SHIP_CLAIM, ClaimError, verify_claim
+from tfkube.server.core.security import SHIP_CLAIM, ClaimError, bearer_claim
 from tfkube.server.core.tables import Team
 from tfkube.server.outputs.shipped import Behind, ShipRefused
 
@@ -32,12 +32,11 @@ def _shipping_to(job_id: str, request: Request, db: SessionDep, platform: Platfo
     ship; else 404 (410 once it ended long enough ago). A plain function: FastAPI runs it
     in its thread pool, so the database is never read on the event loop."""
     denied = HTTPException(404, "no such job to ship to (or the token does not open it)")
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token:
-        raise denied
     now = time.time()
     try:
-        claim = verify_claim(platform.key, token.strip(), SHIP_CLAIM, now)
+        claim = bearer_claim(
+            request.headers.get("authorization", ""), platform.key, SHIP_CLAIM, now
+        )
     except ClaimError:
         raise denied from None
     if claim.job != job_id:

@@ -44,7 +44,9 @@ class QuotaIn(BaseModel):
 
 PRIORITY = Field(None, ge=-1000, le=1000)
 """Local engine: a higher priority's jobs are queued first, and a job that does not fit
-stops running jobs of lower priority (they resume from their checkpoints later)."""
+stops running jobs of lower priority (they resume from their checkpoints later).
+Kubernetes: the team's job pods get the PriorityClass `tfkube-priority-<n>` (made with the
+team), so the scheduler preempts pods of lower priority for them."""
 
 
 class TeamIn(BaseModel):

@@ -206,7 +206,8 @@
     }
   });
 
-  // Buttons: data-action="METHOD /api/..." [data-confirm] [data-body] [data-then].
+  // Buttons: data-action="METHOD /api/..." [data-confirm] [data-body] [data-body-inputs]
+  // [data-then]. data-body-inputs: ids of inputs whose name: value join the body.
   document.addEventListener("click", async (event) => {
     const button = event.target.closest("[data-action]");
     if (!button || button.disabled) return;
@@ -215,7 +216,11 @@
     const [method, url] = button.dataset.action.split(" ");
     button.disabled = true;
     try {
-      const body = button.dataset.body ? JSON.parse(button.dataset.body) : undefined;
+      let body = button.dataset.body ? JSON.parse(button.dataset.body) : undefined;
+      for (const id of (button.dataset.bodyInputs || "").split(" ").filter(Boolean)) {
+        const input = document.getElementById(id);
+        if (input) body = { ...(body || {}), [input.name]: input.value };
+      }
       const result = await api(method, url, body);
       then(button.dataset.then, result);
     } catch (error) {
@@ -512,6 +517,22 @@
     if ((cause === "tick" || cause === "refresh") && busy(event.detail.target)) {
       event.detail.shouldSwap = false;
     }
+  });
+
+  // A choice made in a fragment (the Serve button's model server) outlives its refresh:
+  // each select with an id gets its value back after the swap.
+  const chosen = new Map();
+  document.addEventListener("htmx:beforeSwap", (event) => {
+    for (const select of event.detail.target.querySelectorAll("select[id]"))
+      chosen.set(select.id, select.value);
+  });
+  document.addEventListener("htmx:afterSwap", () => {
+    // By id in the page: an outerHTML swap has put a new element where the target was.
+    for (const [id, value] of chosen) {
+      const select = document.getElementById(id);
+      if (select && [...select.options].some((o) => o.value === value)) select.value = value;
+    }
+    chosen.clear();
   });
 
   let refreshTimer = null;
