@@ -20,17 +20,20 @@ fetches them from the server into its data folder and trains on them; a second j
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from s3store import S3Store
-from server._server import Api, api_for
+from server._server import PASSWORD, Api, api_for
 from server.test_team_secrets import digits_npz
+from web._browser import LAPTOP, chromium, sign_in
 
-from ._support import KubeCluster, RealNode, wait_for
+from ._support import KubeCluster, RealNode, targz, wait_for
 from .test_real_node_serving import EXAMPLE, JOB_TIMEOUT, Team, node_platform
 
 JOB = "shipped"
@@ -57,6 +60,12 @@ def team(
         server_args=("--allow-fetch-from", "127.0.0.1/32"),
     ) as made:
         yield made
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with chromium() as b:
+        yield b
 
 
 def job_manifest(node: RealNode, name: str = JOB) -> str:
@@ -228,6 +237,141 @@ def test_s3_data_reaches_real_pods_through_the_server(team: Team, s3_store: S3St
     said = staged(team, again["id"])
     assert "0 of 3 objects fetched (0.0 MiB read from the store)" in said, said
     print(f"\ndata through the server: {result}; second job: {said}")
+
+
+THROTTLE_QUOTA_US = 5000
+"""A twentieth of a CPU per 100 ms period for the throttled worker's container."""
+FLAGGED_WITHIN = 90.0
+
+
+def container_cgroup(pod: Any) -> Path:
+    """The pod's main container's folder in the node's cgroup v1 `cpu` hierarchy (the
+    kubelet's cgroupfs driver names it by the container's id)."""
+    container_id = pod.status.container_statuses[0].container_id.split("://", 1)[1]
+    for root in sorted(Path("/sys/fs/cgroup/cpu").glob("tfkube-*")):
+        for found in root.rglob(container_id):
+            return found
+    raise AssertionError(f"no cpu cgroup for container {container_id}")
+
+
+def replica_of(api: Api, jid: str, key: str) -> dict[str, Any]:
+    job = api.ok(api.get(f"/api/v1/jobs/{jid}"))
+    return next(r for r in job["replicas"] or [] if f"{r['role']}-{r['index']}" == key)
+
+
+def test_a_throttled_worker_is_flagged_and_the_page_charts_every_replica(
+    team: Team, browser: Any
+) -> None:
+    """Issue 21 points 4 and 5 on the real node: worker-1's container is throttled with its
+    cgroup's CPU quota (`cpu.cfs_quota_us`: this machine mounts cgroup v1; `cpu.max` is
+    v2's name for it) while the job trains; the server, reading the shipped logs' steps,
+    flags it a straggler within 90 s, and the job page in Chromium shows it so and charts
+    every replica's CPU and memory from the kubelet's resource metrics."""
+    api, kube, ns = team.member, team.kube, team.namespace
+    raw = yaml.safe_load(job_manifest(team.node, "throttled"))
+    raw["spec"]["replicas"]["worker"]["args"] = ["--train_steps=1000000", "--step_sleep=0.05"]
+    raw["spec"]["runPolicy"]["stragglerSeconds"] = 20
+    body = {"manifest": yaml.safe_dump(raw)}
+    job = api.ok(api.post(f"/api/v1/teams/{team.name}/jobs", json=body), 201)
+    jid = job["id"]
+    try:
+        for key in ("worker-0", "worker-1"):
+            wait_for(f"{key}'s step rate", lambda k=key: replica_of(api, jid, k)["step_rate"],
+                     JOB_TIMEOUT, 1.0)  # fmt: skip
+        pod = next(
+            p
+            for p in kube.core.list_namespaced_pod(
+                ns, label_selector="tfkube.io/job-name=throttled,tfkube.io/replica-type=worker"
+            ).items
+            if p.metadata.annotations.get("batch.kubernetes.io/job-completion-index") == "1"
+        )
+        folder = container_cgroup(pod)
+        (folder / "cpu.cfs_period_us").write_text("100000")
+        (folder / "cpu.cfs_quota_us").write_text(str(THROTTLE_QUOTA_US))
+        throttled = time.monotonic()
+        flagged = wait_for("worker-1 a straggler",
+                           lambda: (r := replica_of(api, jid, "worker-1"))["straggler"] and r,
+                           FLAGGED_WITHIN, 1.0)  # fmt: skip
+        took = time.monotonic() - throttled
+        fast = replica_of(api, jid, "worker-0")
+        assert not fast["straggler"], fast
+        assert flagged["step_rate"] < fast["step_rate"] / 2, (flagged, fast)
+        print(f"\nworker-1 flagged {took:.1f} s after its throttle: {flagged['step_rate']} "
+              f"steps/s against worker-0's {fast['step_rate']}")  # fmt: skip
+
+        context = browser.new_context(viewport=LAPTOP, base_url=team.server.url)
+        context.set_default_timeout(30_000)
+        try:
+            page = context.new_page()
+            sign_in(page, team.server.url, api.name, PASSWORD)
+            page.goto(f"/jobs/{jid}")
+            row = page.locator("table.replicas").get_by_role("row", name=re.compile("worker-1"))
+            wait_for("worker-1 shown a straggler", lambda: "Straggler" in row.inner_text(), 30)
+            for usage in ("cpu", "memory"):
+                chart = page.locator(f'figure.chart[data-usage="{usage}"]')
+                wait_for(f"{usage} samples charted",
+                         lambda c=chart: int(c.get_attribute("data-points") or 0) > 3,
+                         USAGE_TIMEOUT, 2.0)  # fmt: skip
+                page.reload()
+            caption = page.locator('figure.chart[data-usage="memory"] figcaption').inner_text()
+            for key in REPLICAS:
+                assert key in caption, caption
+        finally:
+            context.close()
+    finally:
+        api.post(f"/api/v1/jobs/{jid}/stop")
+
+
+def test_a_replica_over_its_memory_limit_ends_oomkilled(team: Team, tmp_path: Path) -> None:
+    """Issue 21 point 5: the kubelet kills a container over its memory limit; the job
+    fails for good (backoffLimit 0) and says OOMKilled."""
+    api = team.member
+    code = tmp_path / "oom"
+    code.mkdir()
+    (code / "run.sh").write_text(
+        "#!/bin/sh\npython3 -c 'import time; x = bytearray(1 << 30); time.sleep(60)'\n"
+    )
+    (code / "run.sh").chmod(0o755)
+    api.ok(
+        api.post(
+            f"/api/v1/teams/{team.name}/artifacts",
+            params={"name": "oom", "filename": "code.tar.gz"},
+            content=targz(code),
+            headers={"Content-Type": "application/octet-stream"},
+        ),
+        201,
+    )
+    manifest = {
+        "apiVersion": "tfkube.io/v1alpha1",
+        "kind": "TFJob",
+        "metadata": {"name": "oom"},
+        "spec": {
+            "code": {"source": "artifact:oom"},
+            "replicas": {
+                "worker": {
+                    "replicas": 1,
+                    "resources": {"memory": "256Mi"},
+                    "nodeSelector": dict(team.node.SELECTOR),
+                    "tolerations": list(team.node.TOLERATIONS),
+                }
+            },
+            "runPolicy": {"backoffLimit": 0, "restartPolicy": "Never"},
+        },
+    }
+    body = {"manifest": yaml.safe_dump(manifest)}
+    job = api.ok(api.post(f"/api/v1/teams/{team.name}/jobs", json=body), 201)
+    done = wait_for(
+        "the job to fail",
+        lambda: (j := api.ok(api.get(f"/api/v1/jobs/{job['id']}")))["phase"] == "Failed" and j,
+        JOB_TIMEOUT,
+        1.0,
+    )
+    said = " ".join(
+        [str(done.get("message")), *(r.get("message") or "" for r in done["replicas"] or [])]
+    )
+    assert "OOMKilled" in said, done
+    assert done["restarts"] == 0, done
+    print(f"\nover its limit: {done['reason']}: {done['message']}")
 
 
 def _used(api: Api, jid: str) -> dict[str, tuple[float, int]] | None:
