@@ -239,8 +239,9 @@ def test_s3_data_reaches_real_pods_through_the_server(team: Team, s3_store: S3St
     print(f"\ndata through the server: {result}; second job: {said}")
 
 
-THROTTLE_QUOTA_US = 5000
-"""A twentieth of a CPU per 100 ms period for the throttled worker's container."""
+THROTTLE_QUOTA_US = 1000
+"""A hundredth of a CPU per 100 ms period for the throttled worker's container (a twentieth
+left it at a third of the other worker's rate: its steps mostly sleep)."""
 FLAGGED_WITHIN = 90.0
 
 
@@ -269,7 +270,7 @@ def test_a_throttled_worker_is_flagged_and_the_page_charts_every_replica(
     every replica's CPU and memory from the kubelet's resource metrics."""
     api, kube, ns = team.member, team.kube, team.namespace
     raw = yaml.safe_load(job_manifest(team.node, "throttled"))
-    raw["spec"]["replicas"]["worker"]["args"] = ["--train_steps=1000000", "--step_sleep=0.05"]
+    raw["spec"]["replicas"]["worker"]["args"] = ["--train_steps=1000000", "--step_sleep=0.01"]
     raw["spec"]["runPolicy"]["stragglerSeconds"] = 20
     body = {"manifest": yaml.safe_dump(raw)}
     job = api.ok(api.post(f"/api/v1/teams/{team.name}/jobs", json=body), 201)
@@ -289,9 +290,18 @@ def test_a_throttled_worker_is_flagged_and_the_page_charts_every_replica(
         (folder / "cpu.cfs_period_us").write_text("100000")
         (folder / "cpu.cfs_quota_us").write_text(str(THROTTLE_QUOTA_US))
         throttled = time.monotonic()
-        flagged = wait_for("worker-1 a straggler",
-                           lambda: (r := replica_of(api, jid, "worker-1"))["straggler"] and r,
-                           FLAGGED_WITHIN, 1.0)  # fmt: skip
+        seen: list[tuple[float, object, object]] = []
+
+        def straggling() -> dict[str, Any] | None:
+            slow, fast = replica_of(api, jid, "worker-1"), replica_of(api, jid, "worker-0")
+            seen.append((round(time.monotonic() - throttled), slow["step_rate"], fast["step_rate"]))
+            return slow if slow["straggler"] else None
+
+        try:
+            flagged = wait_for("worker-1 a straggler", straggling, FLAGGED_WITHIN, 1.0)
+        except AssertionError as exc:
+            stat = (folder / "cpu.stat").read_text().split()
+            raise AssertionError(f"{exc}; (s, worker-1, worker-0 rates): {seen}; {stat}") from None
         took = time.monotonic() - throttled
         fast = replica_of(api, jid, "worker-0")
         assert not fast["straggler"], fast
@@ -366,10 +376,7 @@ def test_a_replica_over_its_memory_limit_ends_oomkilled(team: Team, tmp_path: Pa
         JOB_TIMEOUT,
         1.0,
     )
-    said = " ".join(
-        [str(done.get("message")), *(r.get("message") or "" for r in done["replicas"] or [])]
-    )
-    assert "OOMKilled" in said, done
+    assert "OOMKilled" in done["message"], done  # the job's own message says why
     assert done["restarts"] == 0, done
     print(f"\nover its limit: {done['reason']}: {done['message']}")
 

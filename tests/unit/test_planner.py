@@ -963,6 +963,33 @@ def test_plan(the_job, status, now, phase, restarts, actions, reason, finished):
             id="backoff-limit",
         ),
         pytest.param(
+            job(backoffLimit=0, restartPolicy="Never"),
+            st(r("worker-0", FAIL, 137, message="exit code 137 (OOMKilled)"), r("worker-1")),
+            NOW,
+            "ReplicaFailed",
+            "worker-0 failed with exit code 137 (OOMKilled: over its memory limit); "
+            "restartPolicy Never does not retry it",
+            id="oom-killed-kubernetes",
+        ),
+        pytest.param(
+            job(backoffLimit=0),
+            st(
+                r("worker-0"),
+                r(
+                    "worker-1",
+                    FAIL,
+                    137,
+                    message="OOMKilled: over its memory "
+                    "limit of 256Mi (resources.memory); give it more or use less",
+                ),
+            ),
+            NOW,
+            "BackoffLimitExceeded",
+            "worker-1 failed with exit code 137 (OOMKilled: over its memory limit) after 0 "
+            "restarts (backoffLimit=0)",
+            id="oom-killed-local",
+        ),
+        pytest.param(
             job(backoffLimit=0, restartPolicy="ExitCode"),
             st(r("worker-0", FAIL, 128), r("worker-1")),
             NOW,

@@ -116,6 +116,14 @@ def _exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
+def _failed_text(r: ReplicaStatus) -> str:
+    """How a failed replica ended: its exit code, and OOMKilled when it was killed over its
+    memory limit (the kubelet's reason, or the local engine's cgroup)."""
+    if "OOMKilled" in (r.message or ""):
+        return f"exit code {r.exit_code} (OOMKilled: over its memory limit)"
+    return _exit_text(r.exit_code)
+
+
 def plan(job: TFJob, status: JobStatus, now: float) -> Decision:
     """Decide the job's next phase and the actions that get it there."""
     policy = job.spec.run_policy
@@ -166,7 +174,7 @@ def plan(job: TFJob, status: JobStatus, now: float) -> Decision:
         r = status.replica(sorted(stalled)[0])
         text = _stall_text(policy, r, now)
         return _finish(job, status, JobPhase.FAILED, "Stalled", text, tuple(events))
-    to_fix = [(r, f"{r.key} failed with {_exit_text(r.exit_code)}") for r in failed]
+    to_fix = [(r, f"{r.key} failed with {_failed_text(r)}") for r in failed]
     if policy.stall_action is StallAction.RESTART:
         to_fix += [(r, f"{r.key} stalled") for r in status.replicas if r.key in stalled]
     actions = []
@@ -180,7 +188,7 @@ def plan(job: TFJob, status: JobStatus, now: float) -> Decision:
                     status,
                     JobPhase.FAILED,
                     "ReplicaFailed",
-                    f"{r.key} failed with {_exit_text(r.exit_code)}; restartPolicy "
+                    f"{r.key} failed with {_failed_text(r)}; restartPolicy "
                     f"{restart_policy.value} does not retry it",
                 )
         if restarts + len(to_fix) > policy.backoff_limit:
