@@ -24,15 +24,18 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from kubernetes import client
@@ -266,9 +269,20 @@ def model_server_objects(kube: KubeCluster, ns: str) -> list[str]:
     return found + [f"Pod {p.metadata.name}" for p in pods.items]
 
 
-def test_tfkube_model_server_answers_in_a_real_pod(team: Team) -> None:
-    kube, ns, node = team.kube, team.namespace, team.node
-    manifest = placed_manifest(node, EXAMPLE, JOB, ["--train_steps=300"])  # a model, quickly
+@dataclass
+class Trained:
+    job: dict[str, Any]
+    exported: list[Path]
+    """The export folder's versions, oldest first (as the chief wrote them)."""
+    seconds: float
+    """From submit to the job's end."""
+
+
+@pytest.fixture(scope="module")
+def trained(team: Team) -> Trained:
+    """The example trained in real pods once per module (CI time): its export is what
+    every test here serves."""
+    manifest = placed_manifest(team.node, EXAMPLE, JOB, ["--train_steps=300"])  # quickly
     t0 = time.monotonic()
     job = team.member.ok(
         team.member.post(f"/api/v1/teams/{team.name}/jobs", json={"manifest": manifest}),
@@ -281,13 +295,23 @@ def test_tfkube_model_server_answers_in_a_real_pod(team: Team) -> None:
 
     final = wait_for(f"job {JOB} to finish", finished, JOB_TIMEOUT, 1.0)
     assert final["phase"] == "Succeeded", final
-    exported = sorted((node.volume(ns, OUTPUTS) / JOB / "export").iterdir())
+    exported = sorted(
+        (p for p in (team.node.volume(team.namespace, OUTPUTS) / JOB / "export").iterdir()
+         if p.name.isdigit()),
+        key=lambda p: int(p.name),
+    )  # fmt: skip
     assert exported, "the chief exported a SavedModel"
-    trained = time.monotonic() - t0
+    return Trained(job, exported, time.monotonic() - t0)
+
+
+def test_tfkube_model_server_answers_in_a_real_pod(team: Team, trained: Trained) -> None:
+    kube, ns, node = team.kube, team.namespace, team.node
+    t0 = time.monotonic()
+    exported, trained_s = trained.exported, trained.seconds
 
     out = tfkube_cli(team, "serve", JOB, "--engine", "server", "--runtime", "tfkube")
     assert f"model server {JOB}: Ready" in out, out
-    served = time.monotonic() - t0 - trained
+    served = time.monotonic() - t0
 
     # tfkube's model server, in tfkube's image, non-root, on the real node
     (pod,) = kube.core.list_namespaced_pod(
@@ -321,7 +345,7 @@ def test_tfkube_model_server_answers_in_a_real_pod(team: Team) -> None:
     assert wrong.status_code == 400, wrong.text
     assert set(wrong.json()) == {"error"}
     accuracy = float(np.mean(np.array(classes) == y))
-    print(f"\nreal node: {JOB} trained and exported {trained:.0f}s after submit; tfkube's "
+    print(f"\nreal node: {JOB} trained and exported {trained_s:.0f}s after submit; tfkube's "
           f"model server Ready {served:.0f}s after `tfkube serve`; accuracy on 32 held-out "
           f"digits after 300 steps: {accuracy:.2f}")  # fmt: skip
 
@@ -337,3 +361,128 @@ def test_tfkube_model_server_answers_in_a_real_pod(team: Team) -> None:
         pass
     else:
         pytest.fail("the stopped model server still answers")
+
+
+def copy_as_version(src: Path, version: int) -> Path:
+    """The export copied as another version, owned like the original (the pods' user reads
+    it): a second SavedModel with no second training (CI time)."""
+    target = src.parent / str(version)
+    partial = src.parent / f".partial-{version}"
+    shutil.copytree(src, partial)
+    st = src.stat()
+    for path in [partial, *partial.rglob("*")]:
+        os.chown(path, st.st_uid, st.st_gid)
+    partial.rename(target)  # whole, as the example's own export appears
+    return target
+
+
+@dataclass
+class Load:
+    """A client sending held-out digits through the tfkube server's proxy without pause,
+    asking the model's status between predictions (which version answered)."""
+
+    url: str
+    token: str
+    body: dict[str, Any]
+    requests: int = 0
+    failures: list[str] = field(default_factory=list)
+    versions: list[tuple[float, int]] = field(default_factory=list)
+    """(time, version) each time the status answered a version other than the last."""
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        with httpx.Client(headers=headers, timeout=30) as http:
+            while not self.stop.is_set():
+                for method, url in (("POST", f"{self.url}:predict"), ("GET", self.url)):
+                    self.requests += 1
+                    try:
+                        r = http.request(method, url, json=self.body if method == "POST" else None)
+                    except httpx.HTTPError as exc:
+                        self.failures.append(f"{method}: {exc!r}")
+                        continue
+                    if r.status_code != 200:
+                        self.failures.append(f"{method} {r.status_code}: {r.text[:200]}")
+                        continue
+                    if method == "GET":
+                        (status,) = r.json()["model_version_status"]
+                        version = int(status["version"])
+                        if not self.versions or self.versions[-1][1] != version:
+                            self.versions.append((time.monotonic(), version))
+
+
+def model_server_pods(kube: KubeCluster, ns: str) -> list[Any]:
+    return list(
+        kube.core.list_namespaced_pod(ns, label_selector="tfkube.io/component=model-server").items
+    )
+
+
+def test_a_version_roll_under_load_fails_no_request(team: Team, trained: Trained) -> None:
+    """Issue 20 point 5: `PATCH /api/v1/model-servers/<id> {version}` rolls tfkube's
+    model server in a real pod to another version while a client keeps sending: every
+    request answers 200, and the answers switch from the old version to the new one."""
+    kube, ns = team.kube, team.namespace
+    old = int(trained.exported[-1].name)
+    new = old + 1
+    if not (trained.exported[-1].parent / str(new)).exists():
+        copy_as_version(trained.exported[-1], new)
+    member = team.member
+    server = member.ok(
+        member.post(
+            f"/api/v1/jobs/{trained.job['id']}/model-servers",
+            json={"version": old, "runtime": "tfkube", "name": "roll"},
+        ),
+        201,
+    )
+
+    def ready() -> dict[str, Any] | None:
+        seen = member.ok(member.get(f"/api/v1/model-servers/{server['id']}"))
+        return seen if seen["status"] == "Ready" else None
+
+    wait_for("the model server ready", ready, 300, 1.0)
+    (first,) = model_server_pods(kube, ns)
+    assert first.metadata.annotations["tfkube.io/model-version"] == str(old)
+
+    x, _ = held_out_digits(8)
+    load = Load(server["url"], member.token, {"instances": x.tolist()})
+    thread = threading.Thread(target=load.run, name="roll-load", daemon=True)
+    thread.start()
+    try:
+        wait_for("requests answered by the old version", lambda: load.requests >= 20, 60, 0.2)
+        before = load.requests
+        t0 = time.monotonic()
+        rolled = member.ok(
+            member.patch(f"/api/v1/model-servers/{server['id']}", json={"version": new})
+        )
+        assert rolled["version"] == new, rolled
+
+        def done() -> Any:
+            pods = model_server_pods(kube, ns)
+            if len(pods) != 1 or pods[0].metadata.name == first.metadata.name:
+                return None
+            return pods[0] if pods[0].status.container_statuses[0].ready else None
+
+        second = wait_for("the old pod gone and the new one ready", done, 300, 0.5)
+        rolled_s = time.monotonic() - t0
+        during = load.requests - before
+        time.sleep(3)  # and a little after: the new pod alone
+    finally:
+        load.stop.set()
+        thread.join(60)
+    assert not thread.is_alive()
+    assert second.metadata.annotations["tfkube.io/model-version"] == str(new)
+    assert load.failures == [], f"{len(load.failures)} of {load.requests}: {load.failures[:5]}"
+    seen = [v for _, v in load.versions]
+    assert seen[0] == old, load.versions
+    assert seen[-1] == new, load.versions
+    switched = next(t for t, v in load.versions if v == new) - t0
+    print(f"\nreal node: a roll from version {old} to {new} under load: {load.requests} "
+          f"requests, 0 failed; {during} during the roll ({rolled_s:.1f}s from PATCH to the "
+          f"old pod gone); the first answer from {new} {switched:.1f}s after the PATCH; "
+          f"versions seen in order: {seen}")  # fmt: skip
+
+    # Unknown versions are refused by name, the server unchanged.
+    bad = member.patch(f"/api/v1/model-servers/{server['id']}", json={"version": 999999})
+    assert bad.status_code == 422, bad.text
+    assert "version" in bad.text
+    member.ok(member.post(f"/api/v1/model-servers/{server['id']}/stop"))
