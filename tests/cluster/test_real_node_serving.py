@@ -23,10 +23,12 @@ checked by server-side dry run (test_serving_dry_run.py).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 import uuid
@@ -411,6 +413,74 @@ class Load:
                             self.versions.append((time.monotonic(), version))
 
 
+IN_CLUSTER_LOAD = textwrap.dedent(
+    """
+    import json, sys, time, urllib.request
+    base, body, new = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
+    requests, failures, versions, since_new = 0, [], [], None
+    t_end = time.monotonic() + 400
+    while time.monotonic() < t_end:
+        for data in (body, None):
+            url = base + (":predict" if data else "")
+            requests += 1
+            try:
+                with urllib.request.urlopen(url, data=data, timeout=30) as r:
+                    answer = json.loads(r.read())
+            except Exception as exc:
+                failures.append(repr(exc))
+                continue
+            if data is None:
+                version = int(answer["model_version_status"][0]["version"])
+                if not versions or versions[-1] != version:
+                    versions.append(version)
+                    print("version", version, flush=True)
+                if version != new:
+                    since_new = None
+                elif since_new is None:
+                    since_new = time.monotonic()
+        if since_new is not None and time.monotonic() - since_new > 20:
+            break
+    print(json.dumps({"requests": requests, "failures": failures[:5],
+                      "failed": len(failures), "versions": versions}))
+    """
+)
+"""A client in a pod: through the Service's ClusterIP (kube-proxy's rules, not the API
+server's proxy) without pause, until the new version alone answered for 20 s."""
+
+
+def client_pod(name: str, argv: list[str]) -> dict[str, Any]:
+    """A pod on the real node in the team's namespace (Pod Security restricted)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": dict(RealNode.SELECTOR),
+            "tolerations": list(RealNode.TOLERATIONS),
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 1,
+            "securityContext": {
+                "runAsUser": 65532,
+                "runAsNonRoot": True,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "main",
+                    "image": OPERATOR_IMAGE,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": argv,
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
+    }
+
+
 def model_server_pods(kube: KubeCluster, ns: str) -> list[Any]:
     return list(
         kube.core.list_namespaced_pod(ns, label_selector="tfkube.io/component=model-server").items
@@ -444,7 +514,21 @@ def test_a_version_roll_under_load_fails_no_request(team: Team, trained: Trained
     assert first.metadata.annotations["tfkube.io/model-version"] == str(old)
 
     x, _ = held_out_digits(8)
-    load = Load(server["url"], member.token, {"instances": x.tolist()})
+    body = {"instances": x.tolist()}
+    # Inside the cluster: through the Service's ClusterIP (kube-proxy), the way a client
+    # pod calls it; it stops itself 20 s after the new version alone answers.
+    service = f"http://roll-serving.{ns}.svc.cluster.local:8501/v1/models/roll"
+    argv = ["python3", "-c", IN_CLUSTER_LOAD, service, json.dumps(body), str(new)]
+    kube.core.create_namespaced_pod(ns, client_pod("roll-client", argv))
+
+    def client_sending() -> bool:
+        try:
+            return "version" in kube.core.read_namespaced_pod_log("roll-client", ns)
+        except ApiException:
+            return False
+
+    wait_for("the in-cluster client answered", client_sending, 180, 0.5)
+    load = Load(server["url"], member.token, body)
     thread = threading.Thread(target=load.run, name="roll-load", daemon=True)
     thread.start()
     try:
@@ -476,13 +560,28 @@ def test_a_version_roll_under_load_fails_no_request(team: Team, trained: Trained
     assert seen[0] == old, load.versions
     assert seen[-1] == new, load.versions
     switched = next(t for t, v in load.versions if v == new) - t0
-    print(f"\nreal node: a roll from version {old} to {new} under load: {load.requests} "
-          f"requests, 0 failed; {during} during the roll ({rolled_s:.1f}s from PATCH to the "
-          f"old pod gone); the first answer from {new} {switched:.1f}s after the PATCH; "
-          f"versions seen in order: {seen}")  # fmt: skip
+    done = wait_for("the in-cluster client done",
+                    lambda: pod_done(kube, ns, "roll-client"), 420, 1.0)  # fmt: skip
+    log = kube.core.read_namespaced_pod_log("roll-client", ns)
+    assert done.status.phase == "Succeeded", log
+    inside = json.loads(log.strip().splitlines()[-1])
+    assert inside["failed"] == 0, inside
+    assert inside["versions"][0] == old, inside
+    assert inside["versions"][-1] == new, inside
+    print(f"\nreal node: a roll from version {old} to {new} under load: through the "
+          f"server's proxy {load.requests} requests, 0 failed, {during} of them during the "
+          f"roll ({rolled_s:.1f}s from PATCH to the old pod gone; the first answer from "
+          f"{new} {switched:.1f}s after the PATCH; versions in order: {seen}); through "
+          f"the ClusterIP from a pod {inside['requests']} requests, 0 failed, versions "
+          f"{inside['versions']}")  # fmt: skip
 
     # Unknown versions are refused by name, the server unchanged.
     bad = member.patch(f"/api/v1/model-servers/{server['id']}", json={"version": 999999})
     assert bad.status_code == 422, bad.text
     assert "version" in bad.text
     member.ok(member.post(f"/api/v1/model-servers/{server['id']}/stop"))
+
+
+def pod_done(kube: KubeCluster, ns: str, name: str) -> Any:
+    found = kube.core.read_namespaced_pod(name, ns)
+    return found if found.status.phase in ("Succeeded", "Failed") else None
