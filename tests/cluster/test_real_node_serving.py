@@ -523,7 +523,7 @@ def test_a_version_roll_under_load_fails_no_request(team: Team, trained: Trained
 
     def client_sending() -> bool:
         try:
-            return "version" in kube.core.read_namespaced_pod_log("roll-client", ns)
+            return "version" in (kube.core.read_namespaced_pod_log("roll-client", ns) or "")
         except ApiException:
             return False
 
@@ -560,6 +560,8 @@ def test_a_version_roll_under_load_fails_no_request(team: Team, trained: Trained
     assert seen[0] == old, load.versions
     assert seen[-1] == new, load.versions
     switched = next(t for t, v in load.versions if v == new) - t0
+    last_old = max(t for t, v in load.versions if v == old) - t0
+    assert last_old < rolled_s, load.versions  # once the old pod is gone, only the new
     done = wait_for("the in-cluster client done",
                     lambda: pod_done(kube, ns, "roll-client"), 420, 1.0)  # fmt: skip
     log = kube.core.read_namespaced_pod_log("roll-client", ns)
@@ -570,10 +572,11 @@ def test_a_version_roll_under_load_fails_no_request(team: Team, trained: Trained
     assert inside["versions"][-1] == new, inside
     print(f"\nreal node: a roll from version {old} to {new} under load: through the "
           f"server's proxy {load.requests} requests, 0 failed, {during} of them during the "
-          f"roll ({rolled_s:.1f}s from PATCH to the old pod gone; the first answer from "
-          f"{new} {switched:.1f}s after the PATCH; versions in order: {seen}); through "
-          f"the ClusterIP from a pod {inside['requests']} requests, 0 failed, versions "
-          f"{inside['versions']}")  # fmt: skip
+          f"roll ({rolled_s:.1f}s from PATCH to the old pod gone; {new} answered first "
+          f"{switched:.1f}s and {old} last {last_old:.1f}s after the PATCH, "
+          f"{len(seen) - 1} switches while both pods were ready); through the ClusterIP "
+          f"from a pod {inside['requests']} requests, 0 failed, "
+          f"{len(inside['versions']) - 1} switches, ending on {new}")  # fmt: skip
 
     # Unknown versions are refused by name, the server unchanged.
     bad = member.patch(f"/api/v1/model-servers/{server['id']}", json={"version": 999999})
