@@ -14,7 +14,10 @@ SavedModel; `tfkube serve --engine server --runtime tfkube` starts tfkube's mode
 in tfkube's image (built here by tools/kube/images.py, imported by the node) as a
 Deployment placed like the job's replicas; held-out digits are POSTed to `:predict`
 through the API server's service proxy and through the tfkube server's proxy, and the
-answers are TensorFlow Serving's; `tfkube serving stop` removes its objects.
+answers are TensorFlow Serving's; `tfkube serving stop` removes its objects. Then
+(issue 20 point 5) a model server rolls to another version under load: two clients, one
+through the server's proxy and one in a pod through the Service's ClusterIP, see no failed
+request while the answers switch versions. The job is trained once for the module.
 
 The stock `tensorflow/serving` image cannot be pulled or built here: that runtime is only
 checked by server-side dry run (test_serving_dry_run.py).
