@@ -14,7 +14,10 @@ SavedModel; `tfkube serve --engine server --runtime tfkube` starts tfkube's mode
 in tfkube's image (built here by tools/kube/images.py, imported by the node) as a
 Deployment placed like the job's replicas; held-out digits are POSTed to `:predict`
 through the API server's service proxy and through the tfkube server's proxy, and the
-answers are TensorFlow Serving's; `tfkube serving stop` removes its objects.
+answers are TensorFlow Serving's; `tfkube serving stop` removes its objects. Then
+(issue 20 point 5) a model server rolls to another version under load: two clients, one
+through the server's proxy and one in a pod through the Service's ClusterIP, see no failed
+request while the answers switch versions. The job is trained once for the module.
 
 The stock `tensorflow/serving` image cannot be pulled or built here: that runtime is only
 checked by server-side dry run (test_serving_dry_run.py).
@@ -23,16 +26,21 @@ checked by server-side dry run (test_serving_dry_run.py).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import subprocess
 import sys
+import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from kubernetes import client
@@ -266,9 +274,20 @@ def model_server_objects(kube: KubeCluster, ns: str) -> list[str]:
     return found + [f"Pod {p.metadata.name}" for p in pods.items]
 
 
-def test_tfkube_model_server_answers_in_a_real_pod(team: Team) -> None:
-    kube, ns, node = team.kube, team.namespace, team.node
-    manifest = placed_manifest(node, EXAMPLE, JOB, ["--train_steps=300"])  # a model, quickly
+@dataclass
+class Trained:
+    job: dict[str, Any]
+    exported: list[Path]
+    """The export folder's versions, oldest first (as the chief wrote them)."""
+    seconds: float
+    """From submit to the job's end."""
+
+
+@pytest.fixture(scope="module")
+def trained(team: Team) -> Trained:
+    """The example trained in real pods once per module (CI time): its export is what
+    every test here serves."""
+    manifest = placed_manifest(team.node, EXAMPLE, JOB, ["--train_steps=300"])  # quickly
     t0 = time.monotonic()
     job = team.member.ok(
         team.member.post(f"/api/v1/teams/{team.name}/jobs", json={"manifest": manifest}),
@@ -281,13 +300,23 @@ def test_tfkube_model_server_answers_in_a_real_pod(team: Team) -> None:
 
     final = wait_for(f"job {JOB} to finish", finished, JOB_TIMEOUT, 1.0)
     assert final["phase"] == "Succeeded", final
-    exported = sorted((node.volume(ns, OUTPUTS) / JOB / "export").iterdir())
+    exported = sorted(
+        (p for p in (team.node.volume(team.namespace, OUTPUTS) / JOB / "export").iterdir()
+         if p.name.isdigit()),
+        key=lambda p: int(p.name),
+    )  # fmt: skip
     assert exported, "the chief exported a SavedModel"
-    trained = time.monotonic() - t0
+    return Trained(job, exported, time.monotonic() - t0)
+
+
+def test_tfkube_model_server_answers_in_a_real_pod(team: Team, trained: Trained) -> None:
+    kube, ns, node = team.kube, team.namespace, team.node
+    t0 = time.monotonic()
+    exported, trained_s = trained.exported, trained.seconds
 
     out = tfkube_cli(team, "serve", JOB, "--engine", "server", "--runtime", "tfkube")
     assert f"model server {JOB}: Ready" in out, out
-    served = time.monotonic() - t0 - trained
+    served = time.monotonic() - t0
 
     # tfkube's model server, in tfkube's image, non-root, on the real node
     (pod,) = kube.core.list_namespaced_pod(
@@ -321,7 +350,7 @@ def test_tfkube_model_server_answers_in_a_real_pod(team: Team) -> None:
     assert wrong.status_code == 400, wrong.text
     assert set(wrong.json()) == {"error"}
     accuracy = float(np.mean(np.array(classes) == y))
-    print(f"\nreal node: {JOB} trained and exported {trained:.0f}s after submit; tfkube's "
+    print(f"\nreal node: {JOB} trained and exported {trained_s:.0f}s after submit; tfkube's "
           f"model server Ready {served:.0f}s after `tfkube serve`; accuracy on 32 held-out "
           f"digits after 300 steps: {accuracy:.2f}")  # fmt: skip
 
@@ -337,3 +366,228 @@ def test_tfkube_model_server_answers_in_a_real_pod(team: Team) -> None:
         pass
     else:
         pytest.fail("the stopped model server still answers")
+
+
+def copy_as_version(src: Path, version: int) -> Path:
+    """The export copied as another version, owned like the original (the pods' user reads
+    it): a second SavedModel with no second training (CI time)."""
+    target = src.parent / str(version)
+    partial = src.parent / f".partial-{version}"
+    shutil.copytree(src, partial)
+    st = src.stat()
+    for path in [partial, *partial.rglob("*")]:
+        os.chown(path, st.st_uid, st.st_gid)
+    partial.rename(target)  # whole, as the example's own export appears
+    return target
+
+
+@dataclass
+class Load:
+    """A client sending held-out digits through the tfkube server's proxy without pause,
+    asking the model's status between predictions (which version answered)."""
+
+    url: str
+    token: str
+    body: dict[str, Any]
+    requests: int = 0
+    failures: list[str] = field(default_factory=list)
+    versions: list[tuple[float, int]] = field(default_factory=list)
+    """(time, version) each time the status answered a version other than the last."""
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        with httpx.Client(headers=headers, timeout=30) as http:
+            while not self.stop.is_set():
+                for method, url in (("POST", f"{self.url}:predict"), ("GET", self.url)):
+                    self.requests += 1
+                    try:
+                        r = http.request(method, url, json=self.body if method == "POST" else None)
+                    except httpx.HTTPError as exc:
+                        self.failures.append(f"{method}: {exc!r}")
+                        continue
+                    if r.status_code != 200:
+                        self.failures.append(f"{method} {r.status_code}: {r.text[:200]}")
+                        continue
+                    if method == "GET":
+                        (status,) = r.json()["model_version_status"]
+                        version = int(status["version"])
+                        if not self.versions or self.versions[-1][1] != version:
+                            self.versions.append((time.monotonic(), version))
+
+
+IN_CLUSTER_LOAD = textwrap.dedent(
+    """
+    import json, sys, time, urllib.request
+    base, body, new = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
+    requests, failures, versions, since_new = 0, [], [], None
+    t_end = time.monotonic() + 400
+    while time.monotonic() < t_end:
+        for data in (body, None):
+            url = base + (":predict" if data else "")
+            requests += 1
+            try:
+                with urllib.request.urlopen(url, data=data, timeout=30) as r:
+                    answer = json.loads(r.read())
+            except Exception as exc:
+                failures.append(repr(exc))
+                continue
+            if data is None:
+                version = int(answer["model_version_status"][0]["version"])
+                if not versions or versions[-1] != version:
+                    versions.append(version)
+                    print("version", version, flush=True)
+                if version != new:
+                    since_new = None
+                elif since_new is None:
+                    since_new = time.monotonic()
+        if since_new is not None and time.monotonic() - since_new > 20:
+            break
+    print(json.dumps({"requests": requests, "failures": failures[:5],
+                      "failed": len(failures), "versions": versions}))
+    """
+)
+"""A client in a pod: through the Service's ClusterIP (kube-proxy's rules, not the API
+server's proxy) without pause, until the new version alone answered for 20 s."""
+
+
+def client_pod(name: str, argv: list[str]) -> dict[str, Any]:
+    """A pod on the real node in the team's namespace (Pod Security restricted)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": dict(RealNode.SELECTOR),
+            "tolerations": list(RealNode.TOLERATIONS),
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 1,
+            "securityContext": {
+                "runAsUser": 65532,
+                "runAsNonRoot": True,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "main",
+                    "image": OPERATOR_IMAGE,
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": argv,
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def model_server_pods(kube: KubeCluster, ns: str) -> list[Any]:
+    return list(
+        kube.core.list_namespaced_pod(ns, label_selector="tfkube.io/component=model-server").items
+    )
+
+
+def test_a_version_roll_under_load_fails_no_request(team: Team, trained: Trained) -> None:
+    """Issue 20 point 5: `PATCH /api/v1/model-servers/<id> {version}` rolls tfkube's
+    model server in a real pod to another version while a client keeps sending: every
+    request answers 200, and the answers switch from the old version to the new one."""
+    kube, ns = team.kube, team.namespace
+    old = int(trained.exported[-1].name)
+    new = old + 1
+    if not (trained.exported[-1].parent / str(new)).exists():
+        copy_as_version(trained.exported[-1], new)
+    member = team.member
+    server = member.ok(
+        member.post(
+            f"/api/v1/jobs/{trained.job['id']}/model-servers",
+            json={"version": old, "runtime": "tfkube", "name": "roll"},
+        ),
+        201,
+    )
+
+    def ready() -> dict[str, Any] | None:
+        seen = member.ok(member.get(f"/api/v1/model-servers/{server['id']}"))
+        return seen if seen["status"] == "Ready" else None
+
+    wait_for("the model server ready", ready, 300, 1.0)
+    (first,) = model_server_pods(kube, ns)
+    assert first.metadata.annotations["tfkube.io/model-version"] == str(old)
+
+    x, _ = held_out_digits(8)
+    body = {"instances": x.tolist()}
+    # Inside the cluster: through the Service's ClusterIP (kube-proxy), the way a client
+    # pod calls it; it stops itself 20 s after the new version alone answers.
+    service = f"http://roll-serving.{ns}.svc.cluster.local:8501/v1/models/roll"
+    argv = ["python3", "-c", IN_CLUSTER_LOAD, service, json.dumps(body), str(new)]
+    kube.core.create_namespaced_pod(ns, client_pod("roll-client", argv))
+
+    def client_sending() -> bool:
+        try:
+            return "version" in (kube.core.read_namespaced_pod_log("roll-client", ns) or "")
+        except ApiException:
+            return False
+
+    wait_for("the in-cluster client answered", client_sending, 180, 0.5)
+    load = Load(server["url"], member.token, body)
+    thread = threading.Thread(target=load.run, name="roll-load", daemon=True)
+    thread.start()
+    try:
+        wait_for("requests answered by the old version", lambda: load.requests >= 20, 60, 0.2)
+        before = load.requests
+        t0 = time.monotonic()
+        rolled = member.ok(
+            member.patch(f"/api/v1/model-servers/{server['id']}", json={"version": new})
+        )
+        assert rolled["version"] == new, rolled
+
+        def done() -> Any:
+            pods = model_server_pods(kube, ns)
+            if len(pods) != 1 or pods[0].metadata.name == first.metadata.name:
+                return None
+            return pods[0] if pods[0].status.container_statuses[0].ready else None
+
+        second = wait_for("the old pod gone and the new one ready", done, 300, 0.5)
+        rolled_s = time.monotonic() - t0
+        during = load.requests - before
+        time.sleep(3)  # and a little after: the new pod alone
+    finally:
+        load.stop.set()
+        thread.join(60)
+    assert not thread.is_alive()
+    assert second.metadata.annotations["tfkube.io/model-version"] == str(new)
+    assert load.failures == [], f"{len(load.failures)} of {load.requests}: {load.failures[:5]}"
+    seen = [v for _, v in load.versions]
+    assert seen[0] == old, load.versions
+    assert seen[-1] == new, load.versions
+    switched = next(t for t, v in load.versions if v == new) - t0
+    last_old = max(t for t, v in load.versions if v == old) - t0
+    assert last_old < rolled_s, load.versions  # once the old pod is gone, only the new
+    done = wait_for("the in-cluster client done",
+                    lambda: pod_done(kube, ns, "roll-client"), 420, 1.0)  # fmt: skip
+    log = kube.core.read_namespaced_pod_log("roll-client", ns)
+    assert done.status.phase == "Succeeded", log
+    inside = json.loads(log.strip().splitlines()[-1])
+    assert inside["failed"] == 0, inside
+    assert inside["versions"][0] == old, inside
+    assert inside["versions"][-1] == new, inside
+    print(f"\nreal node: a roll from version {old} to {new} under load: through the "
+          f"server's proxy {load.requests} requests, 0 failed, {during} of them during the "
+          f"roll ({rolled_s:.1f}s from PATCH to the old pod gone; {new} answered first "
+          f"{switched:.1f}s and {old} last {last_old:.1f}s after the PATCH, "
+          f"{len(seen) - 1} switches while both pods were ready); through the ClusterIP "
+          f"from a pod {inside['requests']} requests, 0 failed, "
+          f"{len(inside['versions']) - 1} switches, ending on {new}")  # fmt: skip
+
+    # Unknown versions are refused by name, the server unchanged.
+    bad = member.patch(f"/api/v1/model-servers/{server['id']}", json={"version": 999999})
+    assert bad.status_code == 422, bad.text
+    assert "version" in bad.text
+    member.ok(member.post(f"/api/v1/model-servers/{server['id']}/stop"))
+
+
+def pod_done(kube: KubeCluster, ns: str, name: str) -> Any:
+    found = kube.core.read_namespaced_pod(name, ns)
+    return found if found.status.phase in ("Succeeded", "Failed") else None

@@ -328,6 +328,30 @@ def test_train_serve_predict_both_examples(
             assert _model_servers(tag) == pids
             assert http.get(url).json()["model_version_status"][0]["version"] == str(newer)
 
+            # Rolled to a pinned version and back to the latest (`PATCH`, and the CLI's
+            # `tfkube serving roll`): locally the process is restarted with it.
+            rolled = subprocess.run(
+                [sys.executable, "-m", "tfkube", "serving", "roll", "mnist-digits",
+                 "--version", str(first)],
+                env={**os.environ, "TFKUBE_URL": server.url, "TFKUBE_TOKEN": api.token},
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            assert rolled.returncode == 0, rolled.stderr
+            assert c.model_server(servers["mnist"].id).version == first
+            _wait(f"version {first} to be served again", lambda: serving(first), 120)
+            assert http.get(url).json()["model_version_status"][0]["version"] == str(first)
+            unknown = api.patch(f"/api/v1/model-servers/{servers['mnist'].id}",
+                                json={"version": 123456})  # fmt: skip
+            assert unknown.status_code == 422, unknown.text
+            assert "version" in unknown.text
+            assert api.patch(f"/api/v1/model-servers/{servers['mnist'].id}",
+                             json={}).status_code == 422  # fmt: skip
+            assert viewer_api.patch(f"/api/v1/model-servers/{servers['mnist'].id}",
+                                    json={"version": None}).status_code == 403  # fmt: skip
+            assert c.roll_model_server(servers["mnist"].id, None).version is None
+            _wait(f"version {newer} to be served again", lambda: serving(newer), 120)
+            assert len(_model_servers(tag)) == 2  # the rolled process and the other
+
         listed = {s.name: s for s in c.model_servers()}
         assert listed["mnist-digits"].requests >= 10
         assert listed["mnist-digits"].errors >= 6

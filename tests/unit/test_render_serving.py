@@ -448,3 +448,33 @@ def test_notebook_objects() -> None:
     assert claim["spec"]["storageClassName"] == "fast"
     assert sts["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Retain"
     assert sts["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+
+
+# -- rolling to another version ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("runtime", list(ServingRuntime))
+def test_a_new_version_rolls_with_no_gap(runtime: ServingRuntime) -> None:
+    """The old pod answers until the new one is ready, then leaves the Service's endpoints
+    before its SIGTERM: surge one, never one unavailable, a preStop wait inside the grace
+    period; the version is in the pod template, so changing it rolls either runtime."""
+    objects = _objects(runtime, version=3)
+    spec = objects["Deployment"]["spec"]
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
+    assert spec["minReadySeconds"] > 0
+    pod = spec["template"]["spec"]
+    container = _container(objects)
+    pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert 0 < pre_stop < pod["terminationGracePeriodSeconds"]
+    # Ready only when the version is loaded: tfkube's readiness needs an available version
+    # (and it loads only the pinned one); the stock one's asks for the model's status.
+    probe = container["readinessProbe"]["httpGet"]["path"]
+    assert probe in ("/tfkube/ready", "/v1/models/digits")
+    assert spec["template"]["metadata"]["annotations"] == {"tfkube.io/model-version": "3"}
+
+    latest = _objects(runtime)["Deployment"]["spec"]["template"]
+    assert latest["metadata"]["annotations"] == {"tfkube.io/model-version": "latest"}
+    assert latest != spec["template"]  # applying the other version changes the template

@@ -1,4 +1,4 @@
-"""`tfkube serve`, `tfkube serving list|stop` and `tfkube notebook`: thin commands over
+"""`tfkube serve`, `tfkube serving list|roll|stop` and `tfkube notebook`: thin commands over
 the tfkube server's API (`--engine server`), and a foreground model server for a job of
 the local engine (`tfkube serve JOB`, without a server)."""
 
@@ -244,6 +244,35 @@ def list_servers(
         servers = client.model_servers(team=team, stopped=stopped)
     for line in servers_lines(servers):
         out.print(line, highlight=False, soft_wrap=True)
+
+
+@serving_app.command("roll")
+def roll_server(
+    name: Annotated[str, typer.Argument(help="The model server's name.")],
+    version: Annotated[str, typer.Option("--version", help="An exported version, or `latest`.")],
+    namespace: NamespaceOpt = None,
+) -> None:
+    """Roll a model server of the team to another version (Kubernetes: a rolling update,
+    the old version answers until the new one is ready; locally: a restart)."""
+    if version == "latest":
+        chosen: int | None = None
+    elif version.isdigit():
+        chosen = int(version)
+    else:
+        raise fail(f"--version: {version!r} is not a version number or `latest`")
+    from tfkube.spec import SpecError
+
+    client, team = _client(namespace)
+    with client:
+        found = [s for s in client.model_servers(team=team) if s.name == name]
+        if not found:
+            raise fail(f"team {team} has no running model server named {name!r}", 1)
+        try:
+            rolled = client.roll_model_server(found[0].id, chosen)
+        except SpecError as exc:
+            problems = "; ".join(f"{e.field}: {e.message}" for e in exc.errors)
+            raise fail(f"cannot roll {name}: {problems}") from None
+    out.print(f"model server {rolled.name}: rolling to version {version}", highlight=False)
 
 
 @serving_app.command("stop")

@@ -378,6 +378,18 @@ class Client:
             self._json("GET", f"/api/v1/model-servers/{server_id}")
         )
 
+    def roll_model_server(self, server_id: str, version: int | None) -> ModelServerOut:
+        """Serve `version` from now on (None: the latest); on Kubernetes with no gap.
+        Raises SpecError (no such export, a stopped server) or ServerError."""
+        path = f"/api/v1/model-servers/{server_id}"
+        try:
+            data = self._json("PATCH", path, json={"version": version})
+        except ServerError as exc:
+            if exc.status == 422:
+                raise SpecError(exc.errors or [FieldError("(request)", str(exc))], "roll") from None
+            raise
+        return ModelServerOut.model_validate(data)
+
     def stop_model_server(self, server_id: str) -> ModelServerOut:
         data = self._json("POST", f"/api/v1/model-servers/{server_id}/stop")
         return ModelServerOut.model_validate(data)

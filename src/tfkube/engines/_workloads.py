@@ -288,6 +288,14 @@ class RunnersByKind:
     def stop(self, tenant: Tenant, workload: Workload, handle: Handle) -> None:
         self._runner(workload).stop(tenant, workload, handle)
 
+    def roll(self, tenant: Tenant, old: Workload, new: Workload, handle: Handle) -> Handle:
+        runner = self._runner(new)
+        roll = getattr(runner, "roll", None)
+        if roll is not None:
+            return Handle(roll(tenant, old, new, handle).data)
+        runner.stop(tenant, old, handle)
+        return runner.start(tenant, new)
+
     def release(self, tenant: Tenant, workload: Workload, handle: Handle) -> bool:
         if self.keeps_running:
             return True
@@ -340,6 +348,12 @@ class Engine(Protocol):
 
     def stop(self, tenant: Tenant, workload: Workload, handle: Handle) -> None:
         """Stop it and remove what it left (gone already is fine)."""
+
+    def roll(self, tenant: Tenant, old: Workload, new: Workload, handle: Handle) -> Handle:
+        """Change a running workload from `old` to `new` (e.g. a model server's version):
+        in place where the runner can (a Kubernetes Deployment's rolling update: the old pod
+        answers until the new one is ready), else stop then start (a short gap: the local
+        engine's process). Returns the new handle."""
 
     def release(self, tenant: Tenant, workload: Workload, handle: Handle) -> bool:
         """The server is shutting down: stop what must not outlive it; True when the

@@ -70,6 +70,26 @@ TFKUBE_SERVING_USER = WORKLOAD_USER
 """The image's non-root user (deploy/Dockerfile's USER), the user of every restricted pod."""
 
 
+PRE_STOP_SECONDS = 5
+"""A stopping model server keeps answering this long before its SIGTERM: endpoints are
+removed asynchronously (kube-proxy's rules, the API server's service proxy), so requests
+may still reach it for a moment after it is marked terminating."""
+TERMINATION_GRACE_SECONDS = PRE_STOP_SECONDS + 25
+"""The preStop wait plus time for in-flight requests (uvicorn's graceful stop)."""
+ROLL_STRATEGY: dict[str, Any] = {
+    "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+    "minReadySeconds": 2,
+}
+"""A new version's pod comes up beside the old one, which goes only once the new one is
+ready (its readiness probe passes only when that version is loaded): no gap."""
+ANNOTATION_MODEL_VERSION = "tfkube.io/model-version"
+
+
+def version_label(version: int | None) -> str:
+    """A served version as the pod template's annotation: the number, or `latest`."""
+    return "latest" if version is None else str(version)
+
+
 class ServingRuntime(StrEnum):
     """Which model server a model server's pod runs. Both speak TensorFlow Serving's REST
     API on port 8501 and its gRPC API on 8500 and read the same volume, so a client cannot
@@ -223,6 +243,10 @@ def _serving_container(spec: ModelServerSpec, sub_path: str) -> Object:
         "periodSeconds": 5,
         "timeoutSeconds": 10,
     }
+    # A roll (a new version): the old pod keeps answering while kube-proxy and the API
+    # server's service proxy drop it from the Service's endpoints (asynchronously, after
+    # the pod is marked terminating); only then does it get SIGTERM.
+    container["lifecycle"] = {"preStop": {"sleep": {"seconds": PRE_STOP_SECONDS}}}
     container["resources"] = _resources(spec.resources)
     container["volumeMounts"] = mounts
     # Pod Security restricted, as every workload: non-root (the pod's user), no privilege
@@ -250,9 +274,16 @@ def render_model_server(spec: ModelServerSpec) -> list[Object]:
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": selector},
+            **ROLL_STRATEGY,
             "template": {
-                "metadata": {"labels": dict(labels)},
+                "metadata": {
+                    "labels": dict(labels),
+                    # The version in the template: changing it rolls the pods for either
+                    # runtime (the stock one's version is only in its ConfigMap).
+                    "annotations": {ANNOTATION_MODEL_VERSION: version_label(spec.version)},
+                },
                 "spec": {
+                    "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
                     "enableServiceLinks": False,
                     "automountServiceAccountToken": False,
                     "securityContext": pod_security_context(),

@@ -111,6 +111,19 @@ class KubeModelServers:
         apply_objects(self.api_client, render_model_server(_model_server_spec(tenant, workload)))
         return _NO_PROCESS
 
+    def roll(
+        self,
+        tenant: Tenant,
+        old: ModelServerWorkload,
+        new: ModelServerWorkload,
+        handle: Handle,
+    ) -> Handle:
+        """Apply the new Deployment: its rolling update (`render.ROLL_STRATEGY`) starts a
+        pod with the new version beside the old one, which answers until the new one is
+        ready. The stock runtime's ConfigMap changes with it; the old pod keeps its loaded
+        model (TensorFlow Serving reads its config at start only)."""
+        return self.start(tenant, new)
+
     def status(
         self, tenant: Tenant, workload: ModelServerWorkload, handle: Handle
     ) -> WorkloadStatus:

@@ -4,6 +4,8 @@ watch, count, stop; survive a restart of the server.
     POST /api/v1/jobs/<id>/model-servers -> create:
         choose_version(exports of <job output>/export) -> a row (state running) ->
         Engine.start(team, ModelServerWorkload) -> its handle, kept in the row
+    PATCH /api/v1/model-servers/<id> {version} -> roll:
+        choose_version -> the row's version -> Engine.roll(team, old, new workload)
     /proxy/model/<id>/v1/models/<name>...  -> Engine.upstream (counted here)
     watch loop (a thread, every 2 s): Engine.status of each running row; one whose process
         is gone (`exited`: the local engine) is started again, at most every RESTART_SECONDS;
@@ -211,6 +213,30 @@ class ModelServers:
         self._last_start[row.id] = time.monotonic()
         with self._lock:
             self._observed[row.id] = WorkloadStatus(Health.STARTING, "starting")
+
+    def roll(self, db: Session, row: ModelServer, version: int | None) -> None:
+        """Serve `version` (None: the latest, and newer ones) from now on: the engine rolls
+        it (Kubernetes: a rolling update with no gap; locally: the process restarted).
+        Raises SpecError naming `version`, or NotAvailable when its job is gone."""
+        if row.state != RUNNING:
+            raise SpecError(
+                [FieldError("version", "the model server is stopped; serve the job again")],
+                "model server",
+            )
+        job = db.get(Job, row.job_id) if row.job_id else None
+        if job is None:
+            raise NotAvailable(f"the job {row.job_name} of model server {row.name} is gone")
+        _, why = choose_version(job_exports(job), version)
+        if why is not None:
+            raise SpecError([FieldError("version", why)], "model server")
+        team, old = self.workload(db, row)
+        row.version = version
+        _, new = self.workload(db, row)
+        handle = self.engine.roll(tenant_of(team), old, new, Handle(row.handle or {}))
+        row.handle = dict(handle.data)
+        self._last_start[row.id] = time.monotonic()
+        db.commit()
+        log.info("model server %s (%s) rolled to version %s", row.id, row.name, version)
 
     def stop(self, db: Session, row: ModelServer) -> None:
         if row.state == RUNNING:

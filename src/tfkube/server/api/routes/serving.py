@@ -1,5 +1,6 @@
 """Model servers: serve a job's exported model (the latest or a chosen version), list the
-team's servers with URL, status, version and request counts, stop, delete. Requests to a
+team's servers with URL, status, version and request counts, roll to another version,
+stop, delete. Requests to a
 model go through the proxy: `<url>:predict` (routes/proxy.py, kind `model`)."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy.orm import Session
 
+from tfkube.engines import NotAvailable
 from tfkube.server import queries
 from tfkube.server.api.deps import CurrentUser, JobDep, PlatformDep, SessionDep, not_found
 from tfkube.server.api.errors import FieldHTTPError
@@ -115,6 +117,30 @@ def get_server(
     server_id: str, principal: CurrentUser, db: SessionDep, platform: PlatformDep
 ) -> ModelServerOut:
     return _view(db, _get(db, server_id, principal), platform)
+
+
+class RollIn(BaseModel):
+    version: int | None = Field(..., ge=0)
+    """The version to serve from now on; null: the latest (and newer exports)."""
+
+
+@router.patch("/model-servers/{server_id}")
+def roll_server(
+    server_id: str, body: RollIn, principal: CurrentUser, db: SessionDep, platform: PlatformDep
+) -> ModelServerOut:
+    """Roll a running model server to another exported version (`null`: the latest). On
+    Kubernetes a rolling update: the old pod answers until the new version's pod is ready,
+    so clients see no failed request; locally its process is restarted (a short gap).
+    422 naming `version` when the job has no such export or the server is stopped."""
+    row = _get(db, server_id, principal)
+    principal.require(Scope.SERVING_WRITE, row.team_id)
+    try:
+        platform.model_servers.roll(db, row, body.version)
+    except SpecError as exc:
+        raise FieldHTTPError([(e.field, e.message) for e in exc.errors], str(exc)) from None
+    except NotAvailable as exc:
+        raise FieldHTTPError([("version", str(exc))], str(exc)) from None
+    return _view(db, row, platform)
 
 
 @router.post("/model-servers/{server_id}/stop")
