@@ -375,7 +375,9 @@ class ArchiveReader:
                     or sum(len(i.members) for i in self.indexes.values()) > self.CACHED_MEMBERS
                 ):
                     self.indexes.popitem(last=False)
-        return ArchivedOutputs(index, lambda offset, length: self.blobs.ranged(key, offset, length))
+        return ArchivedOutputs(
+            index, lambda offset, length: self.blobs.ranged(key, offset, length), f"{key}@{etag}"
+        )
 
 
 class OutputArchiver:

@@ -110,6 +110,27 @@ def retention_step(
     return drop_local, False, BOTH if local else ARCHIVE
 
 
+def needs_local_copy(outputs_at: str, what: str) -> tuple[int, str] | None:
+    """Why `what` (TensorBoard, serving: they run on the job's output folder) cannot be
+    had for a job whose local copy is gone, as (HTTP status, message), or None when the
+    local copy is there (pure). 409 while the archive keeps the outputs (the job page,
+    the API and downloads still read it), 410 once retention removed them too."""
+    if outputs_at == ARCHIVE:
+        return 409, (
+            f"{what} needs the job's output folder, and the server dropped it after archiving "
+            "it to the store (--keep-local): its charts, logs, checkpoint and files are still "
+            "on the job's page and in the API, read from the archive; download the outputs "
+            "to use them elsewhere, or run the server with a longer --keep-local to keep "
+            "later jobs' folders"
+        )
+    if outputs_at == GONE:
+        return 410, (
+            f"{what} needs the job's output folder, and the server's retention removed it "
+            "and its archive (--keep-local, --archive-retention)"
+        )
+    return None
+
+
 def parse_days(option: str, text: str | None) -> float | None:
     """`--keep-local` / `--archive-retention`: a number of days (fractions allowed, 0:
     right after archiving), or None to keep forever."""
