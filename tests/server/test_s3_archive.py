@@ -3,10 +3,12 @@
 job (the between-graph example, 1 PS + 1 worker) trains, is archived, the server starts
 again with `--keep-local 0` and every answer (log listing, every log whole and from a
 byte position, followed as SSE, the search paged by its cursor, the outputs listing, every
-file's download, the folder packed, the CLI's logs, the dashboard's pages) is the same as
-before, read from the bucket. An archive replaced by one with a `../` member or a link is
-refused; `--archive-retention 0` deletes the archive. On SQLite, as tests/server/
-test_s3_store.py (training is slow on two cores)."""
+file's download, the folder packed, the scalars and progress, each replica's usage, the
+final checkpoint and its download, the result, the CLI's logs, the dashboard's pages) is
+the same as before, read from the bucket; TensorBoard and serving answer 409 naming
+--keep-local (410 once the archive is gone too). An archive replaced by one with a `../`
+member or a link is refused; `--archive-retention 0` deletes the archive. On SQLite, as
+tests/server/test_s3_store.py (training is slow on two cores)."""
 
 from __future__ import annotations
 
@@ -120,6 +122,16 @@ def answers(api: Api, job_id: str) -> dict[str, Any]:
             assert r.headers["content-length"] == str(entry["size"])
             got[f"file {entry['path']}"] = hashlib.sha256(r.content).hexdigest()
     got["packed"] = packed(api.get(f"{base}/outputs/").content)
+    # What the job page shows beside its logs: charts (TensorBoard's event files), each
+    # replica's CPU and memory, the trained model and its download, the result.
+    got["scalars"] = api.ok(api.get(f"{base}/scalars"))
+    got["usage"] = api.ok(api.get(f"{base}/usage"))
+    got["checkpoint"] = api.ok(api.get(f"{base}/checkpoint"))
+    download = api.get(f"{base}/checkpoint/download")
+    assert download.status_code == 200, download.text
+    got["checkpoint.tar.gz"] = packed(download.content)
+    job = api.ok(api.get(base))
+    got["result"] = (job["result"], job["result_problem"])
     return got
 
 
@@ -145,6 +157,14 @@ def test_a_trained_job_is_read_back_from_its_archive(
         assert any(f["replica"] == "worker-0" for f in before["logs"])
         assert len(before["search"]) > 2  # paged by its cursor
         assert any(e["path"] == "checkpoint" for e in before["outputs"])
+        assert {s["tag"] for s in before["scalars"]["series"]} >= {"loss", "accuracy"}
+        assert before["scalars"]["progress"]["total"] == 40
+        assert before["usage"]["available"]
+        assert {u["replica"] for u in before["usage"]["replicas"]} == {"ps-0", "worker-0"}
+        prefix = before["checkpoint"]["prefix"]
+        assert set(before["checkpoint.tar.gz"]) == {"checkpoint", *before["checkpoint"]["files"]}
+        assert before["result"][0] is not None
+        assert "test_accuracy" in before["result"][0]
         (local,) = server.data_dir.glob(f"**/outputs/{job.id}")
         assert (local / ".tfkube" / "logs" / "worker-0").is_dir()
 
@@ -156,6 +176,14 @@ def test_a_trained_job_is_read_back_from_its_archive(
         assert after.keys() == before.keys()
         for what in before:
             assert after[what] == before[what], what
+        # TensorBoard and serving run on the output folder: they say it is gone and why.
+        tb = api.get(f"/proxy/tensorboard/{job.id}/")
+        assert tb.status_code == 409, tb.text
+        assert "--keep-local" in tb.json()["detail"]
+        assert "TensorBoard" in tb.json()["detail"]
+        serve = api.post(f"/api/v1/jobs/{job.id}/model-servers", json={})
+        assert serve.status_code == 409, serve.text
+        assert "serving needs the job's output folder" in serve.json()["detail"]
         # The CLI (tfkube logs) and the dashboard read the same way.
         env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "cfg"), "TFKUBE_ENGINE": "server"}
         for name in ("TFKUBE_URL", "TFKUBE_TOKEN"):
@@ -173,6 +201,9 @@ def test_a_trained_job_is_read_back_from_its_archive(
             part = browser.get(f"/jobs/{job.id}/part/outputs", params={"browse": "1"})
             assert "checkpoint" in part.text, part.text
             assert 'data-outputs-at="archive"' in part.text
+            summary = browser.get(f"/jobs/{job.id}/part/summary")
+            assert prefix in summary.text  # the trained model, from the archive
+            assert "/proxy/tensorboard/" not in summary.text  # not offered: it would be a 409
         finally:
             browser.close()
 
@@ -200,6 +231,12 @@ def test_a_trained_job_is_read_back_from_its_archive(
         gone = api.get(f"/api/v1/jobs/{job.id}/logs/worker-0")
         assert gone.status_code == 404
         assert "removed by the server's retention" in gone.text
+        for r in (
+            api.get(f"/proxy/tensorboard/{job.id}/"),
+            api.post(f"/api/v1/jobs/{job.id}/model-servers", json={}),
+        ):
+            assert r.status_code == 410, r.text
+            assert "--archive-retention" in r.json()["detail"]
     finally:
         api.close()
 
