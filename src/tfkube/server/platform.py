@@ -12,7 +12,7 @@ from sqlalchemy import Engine as Database
 from sqlalchemy.orm import Session, sessionmaker
 
 from tfkube.engines import Engine
-from tfkube.server.artifacts import BlobStore
+from tfkube.server.artifacts import BlobStore, BlobStoreError
 from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.ratelimit import LoginGuard
 from tfkube.server.core.tables import Job
@@ -84,6 +84,16 @@ class Platform:
         if (archive := self.archived(job)) is not None:
             return archive
         return LocalFolder(job.output_dir) if job.output_dir else None
+
+    def outputs_if_readable(self, job: Job) -> OutputsFolder | None:
+        """`outputs`, or None where the archive cannot be read now (refused, missing, the
+        store failing): for answers that show what they can (the compare page's curves)."""
+        from tfkube.server.outputs.archived import ArchiveRefused
+
+        try:
+            return self.outputs(job)
+        except (ArchiveRefused, LookupError, BlobStoreError):
+            return None
 
     def __post_init__(self) -> None:
         if self.metrics is None:

@@ -33,7 +33,7 @@ from tfkube.server.outputs.archive import ARCHIVE, GONE
 from tfkube.server.outputs.archived import ArchivedOutputs, ArchiveRefused
 from tfkube.server.outputs.checkpoints import find_checkpoint
 from tfkube.server.outputs.files import NotInOutputs, every_file, list_folder
-from tfkube.server.outputs.folder import LocalFolder, OutputsFolder
+from tfkube.server.outputs.folder import OutputsFolder
 from tfkube.server.outputs.logs import JobPaths, log_files
 from tfkube.server.outputs.results import current_result
 from tfkube.server.outputs.scalars import progress_hint, progress_of, total_steps
@@ -343,12 +343,7 @@ def _archive_of(platform: PlatformDep, row: Job) -> tuple[ArchivedOutputs | None
 def _outputs_of(platform: PlatformDep, row: Job) -> OutputsFolder | None:
     """Where the job's outputs are read (`Platform.outputs`), or None when nowhere (none
     kept, or the archive cannot be read now: `_archive_of` says why on the outputs part)."""
-    archive, why = _archive_of(platform, row)
-    if archive is not None:
-        return archive
-    if why or row.outputs_at == ARCHIVE:
-        return None
-    return LocalFolder(row.output_dir) if row.output_dir else None
+    return platform.outputs_if_readable(row) if row.outputs_at != GONE else None
 
 
 def _outputs_data(
