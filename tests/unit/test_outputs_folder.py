@@ -21,6 +21,7 @@ from tfkube.server.outputs.archive import (
     GONE,
     LOCAL,
     archive_reader,
+    first_format_key,
     needs_local_copy,
 )
 from tfkube.server.outputs.archived import ArchivedOutputs, index_of
@@ -210,3 +211,9 @@ def test_tensorboard_and_serving_say_why_without_the_local_copy(
         assert word in found[1]
     assert needs_local_copy(LOCAL, "serving") is None
     assert needs_local_copy(BOTH, "serving") is None
+
+
+def test_the_first_format_key_is_the_tar_gz_beside() -> None:
+    assert first_format_key("site/outputs/a/j1.tar") == "site/outputs/a/j1.tar.gz"
+    with pytest.raises(ValueError, match="not an outputs archive key"):
+        first_format_key("site/outputs/a/j1.tar.gz")

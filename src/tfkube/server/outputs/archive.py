@@ -34,6 +34,17 @@ def outputs_key(prefix: str, team: str, job_id: str) -> str:
     return f"{prefix}outputs/{team}/{job_id}.tar"
 
 
+def first_format_key(key: str) -> str:
+    """Where the first archives (`.tar.gz`, before they were read back) of the job whose
+    archive is at `key` lived. A .tar.gz cannot be read by ranged reads, so such a job
+    (its row has no `archived_at`: the column came later, with retention) is archived
+    again as a plain tar while its local copy exists, and the old object is deleted then
+    (and with the job). Pure."""
+    if not key.endswith(".tar"):
+        raise ValueError(f"not an outputs archive key: {key!r}")
+    return key + ".gz"
+
+
 class BoundedReader(io.RawIOBase):
     """A readable file over an iterator of byte chunks, refusing more than `limit`."""
 
