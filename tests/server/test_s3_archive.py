@@ -3,10 +3,12 @@
 job (the between-graph example, 1 PS + 1 worker) trains, is archived, the server starts
 again with `--keep-local 0` and every answer (log listing, every log whole and from a
 byte position, followed as SSE, the search paged by its cursor, the outputs listing, every
-file's download, the folder packed, the CLI's logs, the dashboard's pages) is the same as
-before, read from the bucket. An archive replaced by one with a `../` member or a link is
-refused; `--archive-retention 0` deletes the archive. On SQLite, as tests/server/
-test_s3_store.py (training is slow on two cores)."""
+file's download, the folder packed, the scalars and progress, each replica's usage, the
+final checkpoint and its download, the result, the CLI's logs, the dashboard's pages) is
+the same as before, read from the bucket; TensorBoard and serving answer 409 naming
+--keep-local (410 once the archive is gone too). An archive replaced by one with a `../`
+member or a link is refused; `--archive-retention 0` deletes the archive. On SQLite, as
+tests/server/test_s3_store.py (training is slow on two cores)."""
 
 from __future__ import annotations
 
@@ -120,6 +122,16 @@ def answers(api: Api, job_id: str) -> dict[str, Any]:
             assert r.headers["content-length"] == str(entry["size"])
             got[f"file {entry['path']}"] = hashlib.sha256(r.content).hexdigest()
     got["packed"] = packed(api.get(f"{base}/outputs/").content)
+    # What the job page shows beside its logs: charts (TensorBoard's event files), each
+    # replica's CPU and memory, the trained model and its download, the result.
+    got["scalars"] = api.ok(api.get(f"{base}/scalars"))
+    got["usage"] = api.ok(api.get(f"{base}/usage"))
+    got["checkpoint"] = api.ok(api.get(f"{base}/checkpoint"))
+    download = api.get(f"{base}/checkpoint/download")
+    assert download.status_code == 200, download.text
+    got["checkpoint.tar.gz"] = packed(download.content)
+    job = api.ok(api.get(base))
+    got["result"] = (job["result"], job["result_problem"])
     return got
 
 
@@ -139,12 +151,27 @@ def test_a_trained_job_is_read_back_from_its_archive(
             job = c.submit(name="kept", workers=1, ps=1, code="mnist", args=["--train_steps=40"])
             done = c.wait(job.id, timeout=600, poll=1.0)
             assert done.phase == "Succeeded", (done.reason, done.message)
+            # A second job (a shell script, no training) to compare the first one with.
+            c.upload(shell_code(tmp_path), "other")
+            other = c.submit(name="other", workers=1, ps=0, code="other")
+            assert c.wait(other.id, timeout=120, poll=0.5).phase == "Succeeded"
         key = f"tfk/site/outputs/default/{job.id}.tar"
         outputs_at(api, job.id, "local+archive")
+        outputs_at(api, other.id, "local+archive")
         before = answers(api, job.id)
+        before["compare"] = curves(api, job.id, other.id)
         assert any(f["replica"] == "worker-0" for f in before["logs"])
         assert len(before["search"]) > 2  # paged by its cursor
         assert any(e["path"] == "checkpoint" for e in before["outputs"])
+        assert {s["tag"] for s in before["scalars"]["series"]} >= {"loss", "accuracy"}
+        assert before["scalars"]["progress"]["total"] == 40
+        assert before["usage"]["available"]
+        # Samples every 2 s: a short job may have few or none (compared whatever they are).
+        assert {u["replica"] for u in before["usage"]["replicas"]} <= {"ps-0", "worker-0"}
+        prefix = before["checkpoint"]["prefix"]
+        assert set(before["checkpoint.tar.gz"]) == {"checkpoint", *before["checkpoint"]["files"]}
+        assert before["result"][0] is not None
+        assert "test_accuracy" in before["result"][0]
         (local,) = server.data_dir.glob(f"**/outputs/{job.id}")
         assert (local / ".tfkube" / "logs" / "worker-0").is_dir()
 
@@ -153,9 +180,18 @@ def test_a_trained_job_is_read_back_from_its_archive(
         outputs_at(api, job.id, "archive")
         assert not local.exists()
         after = answers(api, job.id)
+        after["compare"] = curves(api, job.id, other.id)
         assert after.keys() == before.keys()
         for what in before:
             assert after[what] == before[what], what
+        # TensorBoard and serving run on the output folder: they say it is gone and why.
+        tb = api.get(f"/proxy/tensorboard/{job.id}/")
+        assert tb.status_code == 409, tb.text
+        assert "--keep-local" in tb.json()["detail"]
+        assert "TensorBoard" in tb.json()["detail"]
+        serve = api.post(f"/api/v1/jobs/{job.id}/model-servers", json={})
+        assert serve.status_code == 409, serve.text
+        assert "serving needs the job's output folder" in serve.json()["detail"]
         # The CLI (tfkube logs) and the dashboard read the same way.
         env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "cfg"), "TFKUBE_ENGINE": "server"}
         for name in ("TFKUBE_URL", "TFKUBE_TOKEN"):
@@ -173,6 +209,9 @@ def test_a_trained_job_is_read_back_from_its_archive(
             part = browser.get(f"/jobs/{job.id}/part/outputs", params={"browse": "1"})
             assert "checkpoint" in part.text, part.text
             assert 'data-outputs-at="archive"' in part.text
+            summary = browser.get(f"/jobs/{job.id}/part/summary")
+            assert prefix in summary.text  # the trained model, from the archive
+            assert "/proxy/tensorboard/" not in summary.text  # not offered: it would be a 409
         finally:
             browser.close()
 
@@ -200,8 +239,31 @@ def test_a_trained_job_is_read_back_from_its_archive(
         gone = api.get(f"/api/v1/jobs/{job.id}/logs/worker-0")
         assert gone.status_code == 404
         assert "removed by the server's retention" in gone.text
+        for r in (
+            api.get(f"/proxy/tensorboard/{job.id}/"),
+            api.post(f"/api/v1/jobs/{job.id}/model-servers", json={}),
+        ):
+            assert r.status_code == 410, r.text
+            assert "--archive-retention" in r.json()["detail"]
     finally:
         api.close()
+
+
+def shell_code(tmp: Path) -> Path:
+    folder = tmp / "other-code"
+    folder.mkdir()
+    (folder / "run.sh").write_text("#!/bin/sh\necho other\n")
+    (folder / "run.sh").chmod(0o755)
+    return folder
+
+
+def curves(api: Api, job_id: str, other_id: str) -> Any:
+    """The compare API's curves of the two jobs (the first one's are its scalars)."""
+    found = api.ok(
+        api.get("/api/v1/compare", params={"jobs": f"{job_id},{other_id}", "scalars": "true"})
+    )
+    assert found["scalars"][0]["series"], found["scalars"]
+    return found["scalars"]
 
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -100,3 +100,30 @@ def test_retention_removes_local_copies_and_archives_by_age(
     finally:
         archiver.close()
         engine.dispose()
+
+
+def test_a_first_format_archive_is_replaced_and_deleted_with_the_job(
+    tmp_path: Path, s3_store: S3Store
+) -> None:
+    """A job archived as `.tar.gz` (before archives were read back) is archived again as a
+    plain tar (its row has no `archived_at`); the old object goes then, and a deleted
+    job's goes with it."""
+    bucket = s3_store.bucket()
+    config = StoreConfig(bucket=bucket, prefix="site/", endpoint=s3_store.endpoint)
+    archiver = OutputArchiver(S3BlobStore(tmp_path / "cache", s3_store.client, config))
+    folder = tmp_path / "outputs" / "j1"
+    (folder / ".tfkube" / "logs" / "worker-0").mkdir(parents=True)
+    (folder / ".tfkube" / "logs" / "worker-0" / "0.log").write_text("trained\n")
+
+    def keys() -> list[str]:
+        listed = s3_store.client.list_objects_v2(Bucket=bucket, Prefix="site/")
+        return sorted(o["Key"] for o in listed.get("Contents", []))
+
+    for job_id in ("j1", "j2"):
+        s3_store.client.put_object(Bucket=bucket, Key=f"site/outputs/a/{job_id}.tar.gz", Body=b"x")
+    assert archiver.archive("a", "j1", str(folder)) == "site/outputs/a/j1.tar"
+    assert keys() == ["site/outputs/a/j1.tar", "site/outputs/a/j2.tar.gz"]
+    archiver.remove("a", "j2")  # deleted before it was archived again
+    archiver.remove("a", "j1")
+    assert keys() == []
+    archiver.close()

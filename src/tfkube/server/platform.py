@@ -12,7 +12,7 @@ from sqlalchemy import Engine as Database
 from sqlalchemy.orm import Session, sessionmaker
 
 from tfkube.engines import Engine
-from tfkube.server.artifacts import BlobStore
+from tfkube.server.artifacts import BlobStore, BlobStoreError
 from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.ratelimit import LoginGuard
 from tfkube.server.core.tables import Job
@@ -21,6 +21,7 @@ from tfkube.server.metrics import Metrics
 from tfkube.server.notifications import Notifier
 from tfkube.server.outputs.archive import ARCHIVE
 from tfkube.server.outputs.archived import ArchivedOutputs
+from tfkube.server.outputs.folder import LocalFolder, OutputsFolder
 from tfkube.server.outputs.scalars import ScalarReader
 from tfkube.server.outputs.shipped import ShippedStore
 from tfkube.server.s3blobs import ArchiveReader
@@ -75,6 +76,24 @@ class Platform:
                 "server runs without --store now"
             )
         return self.archive.outputs(job.archive_key)
+
+    def outputs(self, job: Job) -> OutputsFolder | None:
+        """Where the job's outputs are read (scalars, usage, checkpoint, result): its
+        archive when they live only there, else its output folder; None when it keeps none
+        on the server. Raises as `archived` does."""
+        if (archive := self.archived(job)) is not None:
+            return archive
+        return LocalFolder(job.output_dir) if job.output_dir else None
+
+    def outputs_if_readable(self, job: Job) -> OutputsFolder | None:
+        """`outputs`, or None where the archive cannot be read now (refused, missing, the
+        store failing): for answers that show what they can (the compare page's curves)."""
+        from tfkube.server.outputs.archived import ArchiveRefused
+
+        try:
+            return self.outputs(job)
+        except (ArchiveRefused, LookupError, BlobStoreError):
+            return None
 
     def __post_init__(self) -> None:
         if self.metrics is None:

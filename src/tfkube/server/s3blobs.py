@@ -375,7 +375,9 @@ class ArchiveReader:
                     or sum(len(i.members) for i in self.indexes.values()) > self.CACHED_MEMBERS
                 ):
                     self.indexes.popitem(last=False)
-        return ArchivedOutputs(index, lambda offset, length: self.blobs.ranged(key, offset, length))
+        return ArchivedOutputs(
+            index, lambda offset, length: self.blobs.ranged(key, offset, length), f"{key}@{etag}"
+        )
 
 
 class OutputArchiver:
@@ -408,6 +410,7 @@ class OutputArchiver:
             log.error("archiving the outputs of job %s failed: %s", job_id, exc)
             return None
         log.info("archived the outputs of job %s", job_id)
+        self._drop_first_format(key, job_id)
         if self.on_archived is not None:
             self.on_archived(job_id, key)
         return key
@@ -416,7 +419,18 @@ class OutputArchiver:
         """A deleted job's archive (none is fine)."""
         from tfkube.server.outputs.archive import outputs_key
 
-        self.remove_key(outputs_key(self.blobs.config.prefix, team, job_id), job_id)
+        key = outputs_key(self.blobs.config.prefix, team, job_id)
+        self.remove_key(key, job_id)
+        self._drop_first_format(key, job_id)
+
+    def _drop_first_format(self, key: str, job_id: str) -> None:
+        """The job's archive of the first format (`archive.first_format_key`), if any."""
+        from tfkube.server.outputs.archive import first_format_key
+
+        try:
+            self.blobs.delete_key(first_format_key(key))
+        except BlobStoreError as exc:
+            log.error("removing the first-format archive of job %s failed: %s", job_id, exc)
 
     def remove_key(self, key: str, job_id: str) -> None:
         self.blobs.delete_key(key)

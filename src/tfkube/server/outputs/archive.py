@@ -34,6 +34,17 @@ def outputs_key(prefix: str, team: str, job_id: str) -> str:
     return f"{prefix}outputs/{team}/{job_id}.tar"
 
 
+def first_format_key(key: str) -> str:
+    """Where the first archives (`.tar.gz`, before they were read back) of the job whose
+    archive is at `key` lived. A .tar.gz cannot be read by ranged reads, so such a job
+    (its row has no `archived_at`: the column came later, with retention) is archived
+    again as a plain tar while its local copy exists, and the old object is deleted then
+    (and with the job). Pure."""
+    if not key.endswith(".tar"):
+        raise ValueError(f"not an outputs archive key: {key!r}")
+    return key + ".gz"
+
+
 class BoundedReader(io.RawIOBase):
     """A readable file over an iterator of byte chunks, refusing more than `limit`."""
 
@@ -108,6 +119,27 @@ def retention_step(
     if drop_archive:
         return drop_local, True, LOCAL if local else GONE
     return drop_local, False, BOTH if local else ARCHIVE
+
+
+def needs_local_copy(outputs_at: str, what: str) -> tuple[int, str] | None:
+    """Why `what` (TensorBoard, serving: they run on the job's output folder) cannot be
+    had for a job whose local copy is gone, as (HTTP status, message), or None when the
+    local copy is there (pure). 409 while the archive keeps the outputs (the job page,
+    the API and downloads still read it), 410 once retention removed them too."""
+    if outputs_at == ARCHIVE:
+        return 409, (
+            f"{what} needs the job's output folder, and the server dropped it after archiving "
+            "it to the store (--keep-local): its charts, logs, checkpoint and files are still "
+            "on the job's page and in the API, read from the archive; download the outputs "
+            "to use them elsewhere, or run the server with a longer --keep-local to keep "
+            "later jobs' folders"
+        )
+    if outputs_at == GONE:
+        return 410, (
+            f"{what} needs the job's output folder, and the server's retention removed it "
+            "and its archive (--keep-local, --archive-retention)"
+        )
+    return None
 
 
 def parse_days(option: str, text: str | None) -> float | None:

@@ -19,14 +19,18 @@ from __future__ import annotations
 
 import io
 import tarfile
+import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO
 
 from tfkube import contract
+from tfkube.safefs import Entry
 from tfkube.server.core.paths import UnsafePath, safe_parts
 from tfkube.server.outputs.archive import MAX_ARCHIVE_BYTES, BoundedReader
 from tfkube.server.outputs.files import MAX_LISTED, NotInOutputs
+from tfkube.server.outputs.folder import OpenFile, Windowed
 from tfkube.server.outputs.logs import (
     REPLICA,
     LogOpener,
@@ -178,9 +182,11 @@ class ArchivedOutputs:
     """A job's outputs and logs in its archive: the same answers as `files.py` and
     `logs.py` give from the output folder."""
 
-    def __init__(self, index: ArchiveIndex, ranged: Ranged) -> None:
+    def __init__(self, index: ArchiveIndex, ranged: Ranged, key: str = "archive") -> None:
         self.index = index
         self.ranged = ranged
+        self.key = key
+        """Names this archive for the readers' caches (`folder.OutputsFolder`)."""
 
     def _member(self, parts: Sequence[str]) -> Member:
         found = self.index.members.get("/".join(parts))
@@ -271,6 +277,79 @@ class ArchivedOutputs:
             yield rel
             if self.index.members[rel].kind == "dir":
                 yield from self._below(rel)
+
+    # -- as a folder (`folder.OutputsFolder`: what scalars, usage, checkpoints read) --
+
+    def walk(
+        self,
+        parts: Sequence[str] = (),
+        skip: Callable[[tuple[str, ...]], bool] = lambda _rel: False,
+    ) -> Iterator[tuple[tuple[str, ...], Entry]]:
+        top = "/".join(parts)
+        if parts and self.index.members.get(top, Member("", 0, 0, 0)).kind != "dir":
+            raise FileNotFoundError(top)
+        yield from self._walk(top, (), skip)
+
+    def _walk(
+        self, path: str, rel: tuple[str, ...], skip: Callable[[tuple[str, ...]], bool]
+    ) -> Iterator[tuple[tuple[str, ...], Entry]]:
+        for name in self.index.children.get(path, []):
+            full = f"{path}/{name}" if path else name
+            m = self.index.members[full]
+            here = (*rel, name)
+            if m.kind == "dir" and skip(here):
+                continue
+            yield here, Entry(name, m.kind, m.size, m.mtime)
+            if m.kind == "dir":
+                yield from self._walk(full, here, skip)
+
+    def entries(self, parts: Sequence[str]) -> list[Entry]:
+        try:
+            return [
+                Entry(e.path.rsplit("/", 1)[-1], "dir" if e.is_dir else "file", e.size, e.modified)
+                for e in self.list_folder(parts)
+            ]
+        except NotInOutputs:
+            raise FileNotFoundError("/".join(parts)) from None
+
+    @contextmanager
+    def open(self, parts: Sequence[str]) -> Iterator[OpenFile]:
+        m = self.index.members.get("/".join(parts))
+        if m is None or m.kind != "file":
+            raise FileNotFoundError("/".join(parts))
+        yield OpenFile(
+            (m.offset, m.size), m.size, Windowed(lambda at, n: self.read(parts, at, n), m.size)
+        )
+
+    def read_bytes(self, parts: Sequence[str], limit: int) -> bytes:
+        try:
+            return self.read(parts, 0, limit)
+        except NotInOutputs:
+            raise FileNotFoundError("/".join(parts)) from None
+
+    def tar_files(
+        self, files: Sequence[tuple[Sequence[str], str]], extra: dict[str, bytes]
+    ) -> Iterator[bytes]:
+        """`files.tar_files` from the archive: each file's bytes in ranged reads."""
+        from tfkube.server.outputs.files import _Pipe
+
+        pipe = _Pipe()
+        with tarfile.open(fileobj=pipe, mode="w|gz") as tar:
+            for name, data in extra.items():
+                info = tarfile.TarInfo(name)
+                info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
+                tar.addfile(info, io.BytesIO(data))
+            for parts, arcname in files:
+                m = self.index.members.get("/".join(parts))
+                if m is None or m.kind != "file":
+                    continue  # as a file gone from the local folder: left out
+                info = tarfile.TarInfo(arcname)
+                info.size, info.mode, info.mtime = m.size, 0o644, int(m.mtime)
+                chunks = self.ranged(m.offset, m.size) if m.size else iter(())
+                tar.addfile(info, BoundedReader(chunks, m.size))
+                if len(pipe.buffer) > 1 << 20:
+                    yield pipe.take()
+        yield pipe.take()
 
     # -- logs --
 

@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from tfkube.server.outputs.files import file_names, find_files, read_text
+from tfkube import contract
+from tfkube.server.outputs.folder import LocalFolder, OutputsFolder
 
 INDEX = "checkpoint"
 _LATEST = re.compile(r'^model_checkpoint_path:\s*"(?P<path>(?:[^"\\]|\\.)*)"\s*$', re.MULTILINE)
@@ -60,19 +61,30 @@ def final_checkpoint(folder: str, index_text: str, files: Iterable[str]) -> Fina
     return FinalCheckpoint(prefix=prefix, folder=folder, files=paths)
 
 
-def find_checkpoint(output_dir: str | None) -> FinalCheckpoint | None:
-    """The newest checkpoint under a job's outputs: of every `checkpoint` index there (the
-    job's log folder excluded), the most recently written one decides. Found and read
-    without following anything the job linked (`outputs/files.py`, `tfkube.safefs`)."""
+def find_checkpoint(output_dir: str | OutputsFolder | None) -> FinalCheckpoint | None:
+    """The newest checkpoint under a job's outputs (its folder, or its archive:
+    `folder.OutputsFolder`): of every `checkpoint` index there (the job's log folder
+    excluded), the most recently written one decides. Found and read without following
+    anything the job linked (`tfkube.safefs`; an archive holds no links)."""
     if not output_dir:
         return None
-    indexes = find_files(output_dir, INDEX)
+    outputs = LocalFolder(output_dir) if isinstance(output_dir, str) else output_dir
+    own = (contract.OWN_SUBDIR,)
+    try:
+        indexes = [
+            (rel, e.mtime)
+            for rel, e in outputs.walk(skip=lambda rel: rel == own)
+            if e.kind == "file" and e.name == INDEX
+        ]
+    except OSError:
+        return None
     for rel, _mtime in sorted(indexes, key=lambda found: found[1], reverse=True):
-        text = read_text(output_dir, rel, 65536)
-        if text is None:
+        try:
+            text = outputs.read_bytes(rel, 65536).decode("utf-8", errors="replace")
+            names = [e.name for e in outputs.entries(rel[:-1]) if e.kind == "file"]
+        except OSError:
             continue
-        folder = rel[:-1]
-        found = final_checkpoint("/".join(folder), text, file_names(output_dir, folder))
+        found = final_checkpoint("/".join(rel[:-1]), text, names)
         if found is not None:
             return found
     return None

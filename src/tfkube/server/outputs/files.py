@@ -24,7 +24,6 @@ from tfkube.safefs import (
     open_file,
     open_root,
     pread_all,
-    read_bytes,
     walk,
 )
 from tfkube.serving import SAVED_MODEL_FILES, version_of
@@ -229,40 +228,6 @@ def tar_files(
             if len(pipe.buffer) > CHUNK:
                 yield pipe.take()
     yield pipe.take()
-
-
-def find_files(
-    output_dir: str, name: str, skip: Sequence[str] = (contract.OWN_SUBDIR,)
-) -> list[tuple[tuple[str, ...], float]]:
-    """Every plain file called `name` in the outputs (folders named in `skip` at the top
-    left out), with its modification time."""
-    try:
-        with closing(open_root(output_dir)) as root:
-            return [
-                (rel, e.mtime)
-                for rel, e in walk(root, skip=lambda rel: len(rel) == 1 and rel[0] in skip)
-                if e.kind == "file" and e.name == name
-            ]
-    except OSError:
-        return []
-
-
-def read_text(output_dir: str, parts: Sequence[str], limit: int) -> str | None:
-    """The start of a small text file of the outputs, or None."""
-    try:
-        with closing(open_root(output_dir)) as root:
-            return read_bytes(root, parts, limit).decode("utf-8", errors="replace")
-    except OSError:
-        return None
-
-
-def file_names(output_dir: str, parts: Sequence[str]) -> list[str]:
-    """The plain files of one folder of the outputs."""
-    try:
-        with closing(open_root(output_dir)) as root, closing(open_dir(root, parts)) as folder:
-            return [e.name for e in entries(folder) if e.kind == "file"]
-    except OSError:
-        return []
 
 
 def exported_versions(output_dir: str | None, subdir: str = "export") -> list[int]:

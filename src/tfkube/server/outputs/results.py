@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tfkube import contract
-from tfkube.safefs import Refused, closing, open_root, read_bytes
+from tfkube.safefs import Refused
 from tfkube.server.core.tables import Job
+from tfkube.server.outputs.folder import LocalFolder, OutputsFolder
 
 
 @dataclass(frozen=True)
@@ -23,13 +24,14 @@ class ResultRead:
     """Why a file that is there was not used (shown to the job's team), else ''."""
 
 
-def read_result(output_dir: str | None) -> ResultRead:
-    """The job's result file, read safely; no file is no result and no problem."""
+def read_result(output_dir: str | OutputsFolder | None) -> ResultRead:
+    """The job's result file (in its output folder or its archive: `folder.OutputsFolder`),
+    read safely; no file is no result and no problem."""
     if not output_dir:
         return ResultRead(None)
+    folder = LocalFolder(output_dir) if isinstance(output_dir, str) else output_dir
     try:
-        with closing(open_root(output_dir)) as root:
-            data = read_bytes(root, [contract.RESULT_FILE], contract.RESULT_MAX_BYTES + 1)
+        data = folder.read_bytes([contract.RESULT_FILE], contract.RESULT_MAX_BYTES + 1)
     except Refused as exc:  # a link, a FIFO, a file with two names: the job made it
         return ResultRead(None, f"{contract.RESULT_FILE} was not read: {exc}")
     except OSError:  # none, or the outputs folder itself is gone or not a folder
@@ -40,10 +42,11 @@ def read_result(output_dir: str | None) -> ResultRead:
         return ResultRead(None, f"{contract.RESULT_FILE} was not used: {exc}")
 
 
-def current_result(row: Job) -> ResultRead:
+def current_result(row: Job, outputs: OutputsFolder | None = None) -> ResultRead:
     """What a job reported: what was kept when it ended, else its file as it is now (a
     job that runs may have written it already; a job that ended without a usable one
-    says why)."""
+    says why). `outputs`: where its outputs live when not (only) in its output folder
+    (the archive, `Platform.outputs`)."""
     if row.result is not None:
         return ResultRead(dict(row.result))
-    return read_result(row.output_dir)
+    return read_result(outputs or row.output_dir)

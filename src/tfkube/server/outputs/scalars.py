@@ -19,7 +19,6 @@ times of the newest points.
 from __future__ import annotations
 
 import json
-import os
 import re
 import struct
 import sys
@@ -31,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfkube import contract
-from tfkube.safefs import closing, open_file, open_root, pread_all, read_bytes, walk
+from tfkube.server.outputs.folder import LocalFolder, OutputsFolder, Pread
 from tfkube.spec import TFJob
 from tfkube.wire import Progress, ScalarPoint, ScalarSeries
 
@@ -102,21 +101,22 @@ MAX_EVENT_FILES = 10_000
 makes the charts partial, not the server slow)."""
 
 
-def records(fd: int, offset: int) -> Iterator[tuple[bytes, int]]:
-    """The complete records of a TFRecord file from `offset` on, each with the offset
-    after it. Stops at the end, at a partial record (still being written) and at a bad
-    checksum (that file is not read past it), as TensorFlow's own reader does."""
+def records(pread: Pread, offset: int) -> Iterator[tuple[bytes, int]]:
+    """The complete records of a TFRecord file (read with `pread`: the local file's, or
+    the archived member's in windows) from `offset` on, each with the offset after it.
+    Stops at the end, at a partial record (still being written) and at a bad checksum
+    (that file is not read past it), as TensorFlow's own reader does."""
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
 
     while True:
-        header = pread_all(fd, offset, 12)
+        header = pread(offset, 12)
         if len(header) < 12:
             return
         (length,) = struct.unpack("<Q", header[:8])
         (length_crc,) = struct.unpack("<I", header[8:])
         if masked_crc32c(header[:8]) != length_crc or length > MAX_RECORD:
             return
-        body = pread_all(fd, offset + 12, length + 4)
+        body = pread(offset + 12, length + 4)
         if len(body) < length + 4:
             return
         data = body[:length]
@@ -127,9 +127,10 @@ def records(fd: int, offset: int) -> Iterator[tuple[bytes, int]]:
         yield data, offset
 
 
-def _event_files(root: int) -> list[tuple[str, ...]]:
+def _event_files(folder: OutputsFolder) -> list[tuple[str, ...]]:
     found = []
-    for seen, (rel, entry) in enumerate(walk(root, skip=lambda rel: rel == (contract.OWN_SUBDIR,))):
+    own = (contract.OWN_SUBDIR,)
+    for seen, (rel, entry) in enumerate(folder.walk(skip=lambda rel: rel == own)):
         if seen >= MAX_EVENT_FILES:
             break
         if entry.kind == "file" and entry.name.startswith("events.out.tfevents."):
@@ -138,29 +139,30 @@ def _event_files(root: int) -> list[tuple[str, ...]]:
 
 
 class ScalarReader:
-    """Incremental, cached scalar series per job output folder."""
+    """Incremental, cached scalar series per job output folder (or archive: an archive's
+    files never grow, so once read they are answered from here without a ranged read)."""
 
     def __init__(self) -> None:
         self._jobs: OrderedDict[str, dict[tuple[str, ...], _FileState]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def read(self, output_dir: str) -> list[ScalarSeries]:
+    def read(self, output_dir: str | OutputsFolder) -> list[ScalarSeries]:
+        folder = LocalFolder(output_dir) if isinstance(output_dir, str) else output_dir
         with self._lock:
-            files = self._jobs.pop(output_dir, {})
-            self._jobs[output_dir] = files
+            files = self._jobs.pop(folder.key, {})
+            self._jobs[folder.key] = files
             while len(self._jobs) > MAX_JOBS:
                 self._jobs.popitem(last=False)
         try:
-            root = open_root(output_dir)
+            found = _event_files(folder)
         except OSError:
             return []
-        with closing(root):
-            for rel in _event_files(root):
-                state = files.setdefault(rel, _FileState())
-                try:
-                    self._load(root, rel, state)
-                except OSError:
-                    continue  # removed or replaced by something that is not a file
+        for rel in found:
+            state = files.setdefault(rel, _FileState())
+            try:
+                self._load(folder, rel, state)
+            except OSError:
+                continue  # removed or replaced by something that is not a file
         out = []
         for rel, state in sorted(files.items()):
             run = "/".join(rel[:-1]) or "."
@@ -169,14 +171,13 @@ class ScalarReader:
         return _merge(out)
 
     @staticmethod
-    def _load(root: int, rel: tuple[str, ...], state: _FileState) -> None:
+    def _load(folder: OutputsFolder, rel: tuple[str, ...], state: _FileState) -> None:
         from tensorboard.compat.proto.event_pb2 import Event
 
-        with closing(open_file(root, rel)) as fd:
-            st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) != state.identity or st.st_size < state.offset:
-                state.identity, state.offset, state.series = (st.st_dev, st.st_ino), 0, {}
-            for data, after in records(fd, state.offset):
+        with folder.open(rel) as f:
+            if f.identity != state.identity or f.size < state.offset:
+                state.identity, state.offset, state.series = f.identity, 0, {}
+            for data, after in records(f.pread, state.offset):
                 state.offset = after
                 try:
                     event = Event.FromString(data)
@@ -217,10 +218,10 @@ def _number(value: Any) -> float | None:
     return None
 
 
-def progress_hint(output_dir: str) -> dict[str, Any]:
+def progress_hint(output_dir: str | OutputsFolder) -> dict[str, Any]:
+    folder = LocalFolder(output_dir) if isinstance(output_dir, str) else output_dir
     try:
-        with closing(open_root(output_dir)) as root:
-            data = json.loads(read_bytes(root, ["progress.json"], 65536))
+        data = json.loads(folder.read_bytes(["progress.json"], 65536))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -25,7 +25,8 @@ from collections.abc import Callable, Mapping
 
 from tfkube import contract
 from tfkube.engines import UsageUnavailable
-from tfkube.safefs import Refused, closing, entries, open_dir, open_file, open_root, pread_all
+from tfkube.safefs import closing, open_dir, open_root
+from tfkube.server.outputs.folder import LocalFolder, OutputsFolder
 from tfkube.wire import UsageSeries
 
 TAIL_BYTES = 1024 * 1024
@@ -65,31 +66,29 @@ def thin(
     return points
 
 
-def _tails(output_dir: str, limit: int) -> dict[str, bytes]:
-    """Replica -> the last `limit` bytes of its usage file."""
+def _tails(output_dir: str | OutputsFolder, limit: int) -> dict[str, bytes]:
+    """Replica -> the last `limit` bytes of its usage file (in the output folder or the
+    job's archive: `folder.OutputsFolder`)."""
+    folder = LocalFolder(output_dir) if isinstance(output_dir, str) else output_dir
     out: dict[str, bytes] = {}
     try:
-        with (
-            closing(open_root(output_dir)) as root,
-            closing(open_dir(root, contract.USAGE_SUBDIR)) as folder,
-        ):
-            for entry in entries(folder):
-                m = FILE.match(entry.name)
-                if not m or entry.kind != "file":
-                    continue
-                try:
-                    with closing(open_file(folder, [entry.name])) as fd:
-                        size = os.fstat(fd).st_size
-                        start = max(0, size - limit)
-                        out[m.group(1)] = pread_all(fd, start, size - start)
-                except (Refused, OSError):
-                    continue
-    except (Refused, OSError):
+        found = folder.entries(contract.USAGE_SUBDIR)
+    except OSError:  # safefs.Refused included
         return {}
+    for entry in found:
+        m = FILE.match(entry.name)
+        if not m or entry.kind != "file":
+            continue
+        try:
+            with folder.open((*contract.USAGE_SUBDIR, entry.name)) as f:
+                start = max(0, f.size - limit)
+                out[m.group(1)] = f.pread(start, f.size - start)
+        except OSError:
+            continue
     return out
 
 
-def read_usage(output_dir: str | None) -> list[UsageSeries]:
+def read_usage(output_dir: str | OutputsFolder | None) -> list[UsageSeries]:
     """Every replica's samples, in replica order."""
     if not output_dir:
         return []

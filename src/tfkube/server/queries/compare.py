@@ -6,6 +6,7 @@ job's training curves through the server's one `ScalarReader` (cached per job)."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.orm import Session
@@ -13,6 +14,7 @@ from sqlalchemy.orm import Session
 from tfkube.server.core.scopes import Actor, Scope, allowed
 from tfkube.server.core.tables import Job
 from tfkube.server.jobs.compare import build
+from tfkube.server.outputs.folder import LocalFolder, OutputsFolder
 from tfkube.server.outputs.results import current_result
 from tfkube.server.outputs.scalars import ScalarReader
 from tfkube.server.queries.jobs import find, view
@@ -37,11 +39,17 @@ def _spec(row: Job) -> dict[str, Any]:
 
 
 def compare(
-    db: Session, actor: Actor, ids: list[str], scalars: ScalarReader | None = None
+    db: Session,
+    actor: Actor,
+    ids: list[str],
+    scalars: ScalarReader | None = None,
+    outputs_of: Callable[[Job], OutputsFolder | None] | None = None,
 ) -> CompareOut:
     """The jobs of `ids` (already checked by `jobs.compare.parse_ids`), compared. Raises
     UnknownJob for the first id the actor cannot see, NotAllowed where their role does
-    not show jobs (or, with `scalars`, metrics)."""
+    not show jobs (or, with `scalars`, metrics). `outputs_of`: where a job's outputs are
+    read (`Platform.outputs_if_readable`: the archive once the local copy is gone);
+    without it, the output folder."""
     rows: list[Job] = []
     for job_id in ids:
         row = find(db, actor, job_id)
@@ -60,10 +68,12 @@ def compare(
         jobs.append(out)
     curves = None
     if scalars is not None:
-        curves = [
-            ScalarsOut(
-                series=scalars.read(row.output_dir) if row.output_dir else [], progress=Progress()
-            )
-            for row in rows
-        ]
+        curves = []
+        for row in rows:
+            if outputs_of is not None:
+                outputs = outputs_of(row)
+            else:
+                outputs = LocalFolder(row.output_dir) if row.output_dir else None
+            series = scalars.read(outputs) if outputs is not None else []
+            curves.append(ScalarsOut(series=series, progress=Progress()))
     return build(jobs, [_spec(row) for row in rows], curves)

@@ -29,10 +29,11 @@ from tfkube.server.core.scopes import Scope, allowed
 from tfkube.server.core.security import SESSION_COOKIE
 from tfkube.server.core.tables import Job
 from tfkube.server.jobs.compare import BadSelection, parse_ids
-from tfkube.server.outputs.archive import GONE
+from tfkube.server.outputs.archive import ARCHIVE, GONE
 from tfkube.server.outputs.archived import ArchivedOutputs, ArchiveRefused
 from tfkube.server.outputs.checkpoints import find_checkpoint
 from tfkube.server.outputs.files import NotInOutputs, every_file, list_folder
+from tfkube.server.outputs.folder import OutputsFolder
 from tfkube.server.outputs.logs import JobPaths, log_files
 from tfkube.server.outputs.results import current_result
 from tfkube.server.outputs.scalars import progress_hint, progress_of, total_steps
@@ -101,8 +102,11 @@ def job_progress(platform: PlatformDep, row: Job) -> Progress | None:
         spec = load_job_text(row.spec, "job")
     except SpecError:
         return None
-    series = platform.scalars.read(row.output_dir)
-    found = progress_of(series, total_steps(spec), progress_hint(row.output_dir))
+    outputs = _outputs_of(platform, row)
+    if outputs is None:
+        return None
+    series = platform.scalars.read(outputs)
+    found = progress_of(series, total_steps(spec), progress_hint(outputs))
     return found if found.step is not None or found.total is not None else None
 
 
@@ -247,8 +251,9 @@ def _example_yaml(versions: list[ArtifactOut], code: str) -> str:
 
 def has_tensorboard(features: Features, row: Job) -> bool:
     """Whether the proxy can open a TensorBoard for the job (the rules of the engines):
-    any job with outputs where TensorBoard opens on demand; else a job that runs one."""
-    if not row.output_dir:
+    any job with outputs where TensorBoard opens on demand; else a job that runs one. Not
+    once the local copy is gone (`--keep-local`): the proxy would answer 409/410."""
+    if not row.output_dir or row.outputs_at in {ARCHIVE, GONE}:
         return False
     if features.tensorboard_on_demand:
         return True
@@ -288,7 +293,7 @@ def _summary_data(
         "result": found.values,
         "result_problem": found.problem,
         "progress": job_progress(platform, row),
-        "checkpoint": find_checkpoint(row.output_dir),
+        "checkpoint": find_checkpoint(_outputs_of(platform, row)),
         "can_write": allowed(principal.actor, Scope.JOBS_WRITE, row.team_id),
         "tensorboard": has_tensorboard(platform.engine.features, row),
         "workers": resizable_workers(platform.engine.features, row, job),
@@ -333,6 +338,12 @@ def _archive_of(platform: PlatformDep, row: Job) -> tuple[ArchivedOutputs | None
         return platform.archived(row), ""
     except (ArchiveRefused, LookupError, BlobStoreError) as exc:
         return None, f"its archive cannot be read: {exc}"
+
+
+def _outputs_of(platform: PlatformDep, row: Job) -> OutputsFolder | None:
+    """Where the job's outputs are read (`Platform.outputs`), or None when nowhere (none
+    kept, or the archive cannot be read now: `_archive_of` says why on the outputs part)."""
+    return platform.outputs_if_readable(row) if row.outputs_at != GONE else None
 
 
 def _outputs_data(

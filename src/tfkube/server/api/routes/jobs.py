@@ -186,7 +186,11 @@ def compare_jobs(
         raise field_error("jobs", str(exc)) from None
     try:
         return queries.compare.compare(
-            db, principal.actor, ids, platform.scalars if scalars else None
+            db,
+            principal.actor,
+            ids,
+            platform.scalars if scalars else None,
+            platform.outputs_if_readable,
         )
     except queries.compare.UnknownJob as exc:
         raise HTTPException(404, f"job {exc.args[0]!r} not found") from None

@@ -28,6 +28,7 @@ from tfkube.server.outputs.files import (
     open_output,
     tar_folder,
 )
+from tfkube.server.outputs.folder import LocalFolder, OutputsFolder
 from tfkube.server.outputs.logs import (
     MAX_QUERY,
     REPLICA,
@@ -64,6 +65,15 @@ def _archived(platform: PlatformDep, job: Job) -> ArchivedOutputs | None:
         raise HTTPException(502, f"the archive of this job's outputs was refused: {exc}") from None
     except LookupError as exc:
         raise HTTPException(404, str(exc)) from None
+
+
+def outputs_folder(platform: PlatformDep, job: Job) -> OutputsFolder | None:
+    """Where the job's outputs are read (`Platform.outputs`: the archive once the local
+    copy is gone, else the output folder; None: it keeps none), with `_archived`'s 404
+    and 502."""
+    if (archive := _archived(platform, job)) is not None:
+        return archive
+    return LocalFolder(job.output_dir) if job.output_dir else None
 
 
 @router.get("/logs")
@@ -364,12 +374,12 @@ async def scalars(job: JobDep, principal: CurrentUser, platform: PlatformDep) ->
     """Every scalar of the job's TensorBoard event files as series (step, value,
     wall_time), and progress/ETA where the number of steps is known."""
     principal.require(Scope.METRICS_READ, job.team_id)
-    if not job.output_dir:
+    outputs = await asyncio.to_thread(outputs_folder, platform, job)
+    if outputs is None:
         return ScalarsOut(series=[], progress=Progress())
-    output_dir = job.output_dir
-    series = await asyncio.to_thread(platform.scalars.read, output_dir)
+    series = await asyncio.to_thread(platform.scalars.read, outputs)
     spec = load_job_text(job.spec, "job")
-    hint = await asyncio.to_thread(progress_hint, output_dir)
+    hint = await asyncio.to_thread(progress_hint, outputs)
     return ScalarsOut(series=series, progress=progress_of(series, total_steps(spec), hint))
 
 
@@ -383,7 +393,8 @@ async def usage(job: JobDep, principal: CurrentUser, platform: PlatformDep) -> U
     principal.require(Scope.METRICS_READ, job.team_id)
     if not platform.engine.features.replica_usage:
         return UsageOut(available=False, reason=USAGE_NOT_AVAILABLE)
-    series = await asyncio.to_thread(read_usage, job.output_dir)
+    outputs = await asyncio.to_thread(outputs_folder, platform, job)
+    series = await asyncio.to_thread(read_usage, outputs)
     why = platform.jobs.usage.reason if platform.engine.features.polled_usage else ""
     if why and not series:
         return UsageOut(available=False, reason=why)

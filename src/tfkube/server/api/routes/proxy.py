@@ -47,6 +47,7 @@ from tfkube.server.api.routes.workload_origin import enter_location, pass_princi
 from tfkube.server.core.origins import WORKLOAD_KINDS
 from tfkube.server.core.scopes import Scope, visible
 from tfkube.server.core.tables import Job, ModelServer, Notebook, Team, User
+from tfkube.server.outputs.archive import needs_local_copy
 from tfkube.server.platform import Platform
 from tfkube.server.tenants import tenant_of
 from tfkube.spec import load_job_text
@@ -103,6 +104,8 @@ def _tensorboard(db: Session, job_id: str, principal: Principal, platform: Platf
     if job is None or not visible(principal.actor, job.team_id) or not job.output_dir:
         raise HTTPException(404, f"job {job_id!r} not found")
     principal.require(Scope.METRICS_READ, job.team_id)
+    if (gone := needs_local_copy(job.outputs_at, "TensorBoard")) is not None:
+        raise HTTPException(*gone)
     team = db.get(Team, job.team_id)
     assert team is not None
     spec = load_job_text(job.spec, f"job {job.name!r}")

@@ -15,6 +15,7 @@ from tfkube.server.api.deps import CurrentUser, JobDep, PlatformDep, SessionDep,
 from tfkube.server.api.errors import FieldHTTPError
 from tfkube.server.core.scopes import Scope
 from tfkube.server.core.tables import ModelServer
+from tfkube.server.outputs.archive import needs_local_copy
 from tfkube.server.workloads.model_servers import ServerConflict
 from tfkube.spec import Resources, SpecError, errors_from
 from tfkube.wire import ModelServerOut
@@ -61,8 +62,12 @@ def serve(
 ) -> ModelServerOut:
     """Serve the job's latest export (or `version`) with TensorFlow Serving's REST API at
     the answer's `url`. 422 when the job exported nothing (yet) or not that version; 409
-    when a running model server of the team has that name."""
+    when a running model server of the team has that name, or when the server dropped
+    the job's output folder after archiving it (`--keep-local`; 410 once the archive is
+    gone too): serving reads the exports from that folder."""
     principal.require(Scope.SERVING_WRITE, job.team_id)
+    if (gone := needs_local_copy(job.outputs_at, "serving")) is not None:
+        raise HTTPException(*gone)
     body = body or ServeIn()
     team = queries.teams.get(db, job.team_id)
     try:
