@@ -922,6 +922,31 @@ def _drain(api: Callable[..., dict[str, Any]], name: str) -> None:
                 )
 
 
+KUBELET_CHAINS = ("KUBE-FIREWALL",)
+"""The chains the kubelet makes in the filter table (jumped to from INPUT and OUTPUT)."""
+
+
+def _remove_kubelet_chains() -> list[str]:
+    """The kubelet's own iptables chains, once it has stopped: each is removed with the
+    jumps to it when it holds no rule (one with rules is not ours to judge: left, said)."""
+    report = []
+    for chain in KUBELET_CHAINS:
+        listed = subprocess.run(["iptables", "-S", chain], capture_output=True, text=True,
+                                check=False)  # fmt: skip
+        if listed.returncode != 0:
+            continue
+        if [line for line in listed.stdout.splitlines() if not line.startswith("-N ")]:
+            report.append(f"iptables chain {chain} has rules: left")
+            continue
+        for hook in ("INPUT", "OUTPUT"):
+            while subprocess.run(["iptables", "-D", hook, "-j", chain], capture_output=True,
+                                 check=False).returncode == 0:  # fmt: skip
+                pass
+        subprocess.run(["iptables", "-X", chain], capture_output=True, check=False)
+        report.append(f"the kubelet's iptables chain {chain} removed")
+    return report
+
+
 def _tasks(ctr: list[str]) -> list[str]:
     proc = subprocess.run(
         [*ctr, "tasks", "ls", "-q"], capture_output=True, text=True, check=False, timeout=30
@@ -978,6 +1003,8 @@ def stop(
             report.append(f"kube-proxy --cleanup left KUBE-SERVICES: {cleanup.stderr[-500:]}")
         else:
             report.append("kube-proxy's iptables rules removed")
+    if "kubelet" in by_name:
+        report += _remove_kubelet_chains()
     if containerd_up:
         for task in _tasks(ctr):
             subprocess.run(
