@@ -960,3 +960,14 @@ def test_job_view_shows_a_stalled_replica():
     (replica,) = view.replicas
     assert replica.stalled
     assert replica.message == f"no progress for {STALL + 5}s"
+
+
+def test_a_container_killed_over_its_memory_limit_fails_the_job_saying_oomkilled():
+    killed = pod("worker", 0, "Failed", **terminated(137, "OOMKilled"))
+    assert termination_message(killed) == "OOMKilled"
+    obs = observe(job_model(ps=0, workers=1), Prior(), [role_job("worker", failed="1")],
+                  [killed], NOW)  # fmt: skip
+    seen = obs.replicas["worker-0"].status
+    assert launcher_failure(seen.exit_code, seen.message) is None  # retried as any exit
+    decision = plan(job_model(ps=0, workers=1, backoffLimit=0), obs.status, NOW)
+    assert "exit code 137 (OOMKilled: over its memory limit)" in decision.message

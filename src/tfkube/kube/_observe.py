@@ -297,7 +297,12 @@ def termination_message(pod: Obj) -> str | None:
     terminated = _main_termination(pod)
     if terminated is None or int(terminated["exitCode"]) == 0:
         return None
-    return str(terminated.get("message") or "").strip() or None
+    text = str(terminated.get("message") or "").strip()
+    if terminated.get("reason") == "OOMKilled":
+        # Killed over its memory limit: said first, as the local engine says it (the
+        # planner names it in the job's message; never a launcher failure).
+        return f"OOMKilled: {text}" if text else "OOMKilled"
+    return text or None
 
 
 def _one_line(text: object) -> str:
