@@ -157,6 +157,7 @@ class Stager:
         self.on_done = on_done
         self._lock = threading.Lock()
         self._running: dict[Path, threading.Thread] = {}
+        self._cancel: dict[Path, threading.Event] = {}
         self._stop = threading.Event()
 
     def running(self, served: Path) -> bool:
@@ -176,12 +177,30 @@ class Stager:
                 return False
             request.served.parent.mkdir(parents=True, exist_ok=True)
             _write_state(request.served, {"phase": STAGING, "text": "staging data: listing"})
+            cancel = threading.Event()
             thread = threading.Thread(
-                target=self._run, args=(request,), name="stage-data", daemon=True
+                target=self._run, args=(request, cancel), name="stage-data", daemon=True
             )
             self._running[request.served] = thread
+            self._cancel[request.served] = cancel
             thread.start()
             return True
+
+    def cancel(self, served: Path, timeout: float = 10.0) -> bool:
+        """Stop the staging of `served` (its job is stopped or deleted) and wait up to
+        `timeout` s for its thread: it writes nothing more (no state, no `on_done`), and
+        what it fetched stays in the cache for a later staging of the same data. True when
+        a staging was running."""
+        with self._lock:
+            thread = self._running.get(served)
+            cancel = self._cancel.get(served)
+        if thread is None or cancel is None or not thread.is_alive():
+            return False
+        cancel.set()
+        thread.join(timeout)
+        if thread.is_alive():
+            log.warning("staging %s did not stop within %.0fs", served, timeout)
+        return True
 
     def close(self, timeout: float = 5.0) -> None:
         self._stop.set()
@@ -190,15 +209,20 @@ class Stager:
         for thread in threads:
             thread.join(timeout)
 
-    def _run(self, request: StageRequest) -> None:
+    def _run(self, request: StageRequest, cancel: threading.Event) -> None:
         try:
-            self._stage(request)
+            self._stage(request, cancel)
         finally:
             with self._lock:
                 self._running.pop(request.served, None)
+                self._cancel.pop(request.served, None)
 
-    def _stage(self, request: StageRequest) -> None:
+    def _stage(self, request: StageRequest, cancel: threading.Event) -> None:
         served = request.served
+
+        def cancelled() -> bool:
+            return self._stop.is_set() or cancel.is_set()
+
         started = time.monotonic()
         state: dict[str, Any]
         try:
@@ -212,6 +236,8 @@ class Stager:
             remove(served)  # a staging cut short: show again from the cache
 
             def progress(done: int, total: int, _result: Any) -> None:
+                if cancelled():  # its job is gone: nothing more is written for it
+                    return
                 text = progress_text(done, total, time.monotonic() - started)
                 _write_state(served, {"phase": STAGING, "text": text})
 
@@ -222,12 +248,12 @@ class Stager:
                 request.cache,
                 served,
                 on_progress=progress,
-                cancelled=self._stop.is_set,
+                cancelled=cancelled,
                 layout=layout,
                 limit=request.limit,
             )
         except Cancelled:
-            return  # the server stops: the next one starts it again
+            return  # the server stops (the next one starts it again) or the job ended
         except (DataSourceError, OSError) as exc:
             state = {"phase": FAILED, "text": f"staging {request.store.source}: {exc}"}
         except Exception as exc:  # a bug must not leave replicas waiting for ever

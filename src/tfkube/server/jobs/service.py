@@ -642,6 +642,10 @@ class JobService:
 
     def stop(self, db: Session, row: Job, team: Team) -> None:
         now = time.time()
+        served = self.storage(team, row.id, row.name).served_data
+        if served is not None and self.stager.cancel(served):
+            # Nothing will ask for it now; what it fetched stays in the team's cache.
+            db.add(JobEvent(job_id=row.id, time=now, message="data staging stopped"))
         if row.state == QUEUED:
             self._retry_at.pop(row.id, None)
             self._end(row, JobPhase.FAILED.value, "Stopped", "stopped while queued", now)
@@ -737,6 +741,7 @@ class JobService:
                 if folder:
                     shutil.rmtree(folder, ignore_errors=True)
         if storage.served_data is not None:
+            self.stager.cancel(storage.served_data)
             forget_served(storage.served_data)
         release_fetched(db, self.blobs, row)
         if self.on_deleted is not None:
