@@ -35,7 +35,8 @@ KWOK never adopts it (cluster.py runs KWOK for nodes annotated `kwok.x-k8s.io/no
 
 Not emulated: NetworkPolicy, a route off the bridge (pods reach only each other, the node
 address and ClusterIPs), registries (images are imported), GPUs, node restarts. One kube-proxy
-per machine: its iptables chains are global, so a second real node is refused while one runs.
+per network namespace: its iptables chains are the namespace's, so a second real node is refused
+while one runs in this one (one in a namespace of its own is not ours to mind).
 """
 
 from __future__ import annotations
@@ -886,14 +887,22 @@ def kube_proxy_config(st: NodeState, kubeconfig: Path) -> dict[str, Any]:
 
 
 def _other_kube_proxy() -> int | None:
-    """The PID of a kube-proxy already running on this machine, if any."""
+    """The PID of a kube-proxy already running in this network namespace, if any (one in
+    a namespace of its own writes its own iptables, never ours)."""
+    try:
+        ours = os.readlink("/proc/self/ns/net")
+    except OSError:
+        ours = None
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError):
             argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0]
-            if argv0.endswith(b"/kube-proxy") or argv0 == b"kube-proxy":
-                return int(entry.name)
+            if not (argv0.endswith(b"/kube-proxy") or argv0 == b"kube-proxy"):
+                continue
+            if ours is not None and os.readlink(entry / "ns" / "net") != ours:
+                continue
+            return int(entry.name)
     return None
 
 
