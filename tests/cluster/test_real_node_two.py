@@ -1,0 +1,206 @@
+"""Two real kubelet nodes: a between-graph job with its PS on one node and its workers on the
+other, and the PS's node drained while the job trains.
+
+The second node (`second_real_node`, tools/kube/realnode.py) runs its containerd, kubelet and
+kube-proxy in a network namespace of its own, its pods on their own /24 (198.19.(16+N).0/24),
+routed through the machine to the first node's pods, the API server and the one CoreDNS
+(198.19.N.0/24). Placement is what a platform team would do with nodes it dedicates: the
+second node carries a taint of its own (`tfkube.io/second-node`) that only the PS tolerates,
+so the workers can only run on the first node; while the test runs, the first node carries
+a PreferNoSchedule taint the PS does not tolerate, so the PS prefers the second node but may
+still fall back to the first. The job's logs claim (checkpoints) is a folder both nodes
+mount.
+
+The drain is `kubectl drain` itself (cordon, then evict through the Eviction API): the PS's
+pod is evicted, tfkube restarts the whole job (a PS holds the variables), the new PS can only
+go to the first node, and the chief resumes from the checkpoint on the claim.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ._support import KubeCluster, Operator, RealNode, load_cluster_module, wait_for
+from .test_real_node import (
+    JOB_TIMEOUT,
+    KEPT_LOGS,
+    MIN_ACCURACY,
+    SLOW,
+    describe,
+    first_logged_at,
+    kube_namespace,  # noqa: F401 - the fixture: Pod Security restricted, as a team's namespace
+    latest_checkpoint_step,
+    pod_log,
+    real_node_job,
+    replica_pods,
+    result,
+    status,
+    submit,
+    wait_done,
+)
+
+AVOID_KEY = "tfkube.io/two-node-test"
+"""The PreferNoSchedule taint the first node carries during the test (the PS avoids it)."""
+
+
+def test_the_second_nodes_addresses_and_configuration() -> None:
+    """Pure: for every slot, the second node's pod /24 and link /30 meet none of the first
+    nodes' /24s, the service range or KWOK's fake pod IPs; each node's pods route the other's
+    /24 through their own node address; the second node's kubelet uses the first's DNS
+    address and registers with its own taint too."""
+    kube = load_cluster_module()
+    realnode = kube._sibling("realnode")
+    taken = [ipaddress.ip_network(kube.SERVICE_CIDR), ipaddress.ip_network(kube.POD_CIDR, strict=False)]
+    taken += list(realnode.SUBNET_BASE.subnets(new_prefix=24))[: realnode.MAX_SLOTS]
+    for slot in range(realnode.MAX_SLOTS):
+        net = realnode.second_network(slot)
+        pods = ipaddress.ip_network(net["subnet"])
+        link = ipaddress.ip_network(f"{net['link_host']}/30", strict=False)
+        assert ipaddress.ip_address(net["node_ip"]) in pods
+        assert ipaddress.ip_address(net["link_node"]) in link
+        assert pods.subnet_of(realnode.SUBNET_BASE)
+        assert link.subnet_of(realnode.SUBNET_BASE)
+        assert not any(pods.overlaps(t) or link.overlaps(t) for t in taken), (slot, net)
+        taken += [pods, link]
+        assert len(net["uplink"]) <= 15  # a Linux interface name
+
+    first = realnode.NodeState(
+        name="tfkube-real-0", slot=0, bridge="tfkube0", node_ip="198.19.0.1",
+        subnet="198.19.0.0/24", dir="/x", cgroup="/tfkube-0", containerd_socket="/x/s",
+        service_cidr=kube.SERVICE_CIDR, routes=["198.19.16.0/24"],
+    )  # fmt: skip
+    second = realnode.NodeState(
+        name="tfkube-real-0b", slot=0, bridge="cbr0", node_ip="198.19.16.1",
+        subnet="198.19.16.0/24", dir="/y", cgroup="/tfkube-0b", containerd_socket="/y/s",
+        service_cidr=kube.SERVICE_CIDR, netns="tfkube0b", uplink="tfkube0b",
+        dns_ip="198.19.0.1", routes=["198.19.0.0/24"],
+    )  # fmt: skip
+    for st, other in ((first, second), (second, first)):
+        routes = realnode.cni_config(st, Path(st.dir))["plugins"][0]["ipam"]["routes"]
+        assert {"dst": other.subnet, "gw": st.node_ip} in routes
+        assert {"dst": kube.SERVICE_CIDR, "gw": st.node_ip} in routes
+    cfg = realnode.kubelet_config(second, Path("/y/kubelet"), Path("/ca"))
+    assert cfg["clusterDNS"] == ["198.19.0.1"]
+    assert realnode.SECOND_NODE_TAINT in cfg["registerWithTaints"]
+    assert realnode.SECOND_NODE_TAINT not in realnode.kubelet_config(
+        first, Path("/x/kubelet"), Path("/ca")
+    )["registerWithTaints"]
+    assert RealNode.SECOND_TOLERATION["key"] == realnode.SECOND_NODE_TAINT["key"]
+    pv = realnode.hostpath_volume("pv", Path("/v"), [first.name, second.name], "ns", "c", "1Gi")
+    terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    assert terms[0]["matchExpressions"][0]["values"] == [first.name, second.name]
+
+
+def kubectl(kube: KubeCluster, *args: str, timeout: float = 180) -> str:
+    proc = subprocess.run(
+        [str(kube.kubectl), "--kubeconfig", str(kube.kubeconfig), *args],
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+@pytest.fixture
+def placed(
+    kube_cluster: KubeCluster, real_node: RealNode, second_real_node: RealNode
+) -> Iterator[None]:
+    """The first node discouraged for pods that do not tolerate AVOID_KEY (the PS) while a
+    test runs; afterwards that taint is gone and the second node schedulable again."""
+    kubectl(kube_cluster, "taint", "node", real_node.name, f"{AVOID_KEY}=ps:PreferNoSchedule")
+    try:
+        yield
+    finally:
+        kubectl(kube_cluster, "taint", "node", real_node.name, f"{AVOID_KEY}-")
+        kubectl(kube_cluster, "uncordon", second_real_node.name)
+
+
+def test_ps_on_one_node_workers_on_the_other_and_a_drained_node(
+    operator: Operator,
+    real_node: RealNode,
+    second_real_node: RealNode,
+    placed: None,
+    kube_namespace: str,  # noqa: F811 - the restricted namespace imported above
+    tmp_path: Path,
+) -> None:
+    """1 PS on the second node, 2 workers on the first: they train through the routed pod
+    networks and the one CoreDNS; the PS's node is drained mid-job; the job is restarted
+    on the first node, resumes from its checkpoint and reaches the example's accuracy."""
+    kube, ns, name = operator.kube, kube_namespace, "mnist-between-graph"
+    second = second_real_node
+    print(f"\nsecond real node {second.name} started in {second.timings.get('total', 0):.1f}s "
+          f"({second.timings})")  # fmt: skip
+    path, raw = real_node_job(real_node, tmp_path, name, SLOW, storage=KEPT_LOGS, backoffLimit=6)
+    replicas = raw["spec"]["replicas"]
+    replicas["ps"]["tolerations"].append(dict(RealNode.SECOND_TOLERATION))
+    path.write_text(yaml.safe_dump(raw))
+    t0 = time.monotonic()
+    submit(second, kube, ns, path, bind=(f"{name}-logs",))  # a folder both nodes mount
+    log_dir = second.volume(ns, f"{name}-logs")
+    wait_for("a checkpoint at step >= 300", lambda: latest_checkpoint_step(log_dir) >= 300,
+             JOB_TIMEOUT, 0.5)  # fmt: skip
+    checkpointed = latest_checkpoint_step(log_dir)
+
+    # Trained so far across the nodes: the PS on the second, the workers on the first.
+    ps = replica_pods(kube, ns, name, "ps", 0)[-1]
+    workers = [replica_pods(kube, ns, name, "worker", i)[-1] for i in (0, 1)]
+    assert ps.spec.node_name == second.name, describe(kube, ns, name)
+    assert [w.spec.node_name for w in workers] == [real_node.name] * 2, describe(kube, ns, name)
+    second_net = ipaddress.ip_network(f"{second.node_ip}/24", strict=False)
+    assert ipaddress.ip_address(ps.status.pod_ip) in second_net, ps.status.pod_ip
+    assert all(ipaddress.ip_address(w.status.pod_ip) not in second_net for w in workers)
+    chief_log = pod_log(kube, ns, workers[0])
+    assert re.search(r"global_step=\d+ loss", chief_log), chief_log[-2000:]
+
+    # Drain the PS's node: cordon, evict (kubectl drain waits until the pods are gone).
+    drained = time.time()
+    drain_started = time.monotonic()
+    kubectl(kube, "drain", second.name, "--ignore-daemonsets", "--delete-emptydir-data",
+            "--force", "--timeout=150s")  # fmt: skip
+    drain_took = time.monotonic() - drain_started
+    first_chief = workers[0].metadata.uid
+
+    def new_chief_ready() -> float | None:
+        found = replica_pods(kube, ns, name, "worker", 0)
+        if not found or found[-1].metadata.uid == first_chief:
+            return None
+        return first_logged_at(kube, ns, found[-1], r"session ready at global_step=")
+
+    # Training again: the restarted chief's session ready after its restore (node clock).
+    ready_at = wait_for("the restarted chief training", new_chief_ready, JOB_TIMEOUT, 0.5)
+    final = wait_done(kube, ns, name)
+    elapsed = time.monotonic() - t0
+
+    new_ps = replica_pods(kube, ns, name, "ps", 0)
+    chief = replica_pods(kube, ns, name, "worker", 0)[-1]
+    text = pod_log(kube, ns, chief)
+    restored = [int(m) for m in re.findall(r"restoring model\.ckpt-(\d+)", text)]
+    ready = [int(m) for m in re.findall(r"session ready at global_step=(\d+)", text)]
+    res = result(kube, ns, name)
+    print(
+        f"two nodes: checkpoint at {checkpointed} when {second.name} was drained (kubectl "
+        f"drain took {drain_took:.1f}s); the restarted chief restored {restored} and was "
+        f"training again {ready_at - drained:.1f}s after the drain began; Succeeded "
+        f"{elapsed:.0f}s after submit, accuracy {res['test_accuracy']}, global_step "
+        f"{res['global_step']}"
+    )
+    assert restored, "the chief of the restarted job restores the checkpoint"
+    assert restored[0] >= checkpointed > 0
+    assert ready[0] >= restored[0]
+    assert final["restarts"] >= 1, final
+    assert final["restartGenerations"].get("ps", 0) >= 1, final
+    assert chief.spec.node_name == real_node.name
+    # The PS's pod is ended once the job succeeds; if still listed, it ran on the first node.
+    moved = [p for p in new_ps if p.metadata.uid != ps.metadata.uid]
+    assert all(p.spec.node_name == real_node.name for p in moved), describe(kube, ns, name)
+    assert res["test_accuracy"] >= MIN_ACCURACY, res
+    assert res["global_step"] >= 2000
+    assert (log_dir / "result.json").is_file()  # on the claim both nodes mount
+    assert status(kube, ns, name)["phase"] == "Succeeded"
