@@ -1,4 +1,5 @@
-"""One real kubelet node beside KWOK's fake ones (stdlib only; used by cluster.py).
+"""Real kubelet nodes (one, and a second on demand) beside KWOK's fake ones (stdlib only;
+used by cluster.py).
 
     RealNode(bin_dir, workdir, api).start()   # after the control plane is up
     RealNode.stop(state, api)                   # stop by PID, remove everything it made
@@ -33,9 +34,31 @@ Scheduling contract: the node carries the label `tfkube.io/real-node=true` and t
 `tfkube.io/real-node=true:NoSchedule`; only pods that select and tolerate it land there.
 KWOK never adopts it (cluster.py runs KWOK for nodes annotated `kwok.x-k8s.io/node=fake`).
 
+A second node (`RealNode(cluster, second=True)`, cluster.py `add_second_real_node`, the
+`second_real_node` test fixture) joins a running first one:
+
+    network namespace tfkube<N>b (`ip netns add`), veth tfkube<N>b (machine, 198.19.(32+N).1/30)
+      <-> eth0 (namespace, .2/30); bridge cbr0 198.19.(16+N).1/24 in the namespace: node IP,
+      kubelet address, CNI bridge. Routes: the machine sends 198.19.(16+N).0/24 down the veth
+      (forwarding on the veth only), the namespace sends the first node's /24 up it (forwarding
+      on inside: the namespace's own); both nodes' pods route the other's /24 via their node
+      address (the first node's CNI file is rewritten: containerd reloads it)
+    containerd, kubelet and kube-proxy run inside it through `nsenter --net=` (not `ip netns
+      exec`: the mount namespace stays the machine's, so the kubelet's volume mounts and
+      containerd's pod namespaces are seen by both); their own root, state, socket, kubelet
+      dirs and cgroup root /tfkube-<N>b; node `tfkube-real-<N>b`; kube-proxy's iptables rules
+      are the namespace's own, so they go with it
+    no CoreDNS, no metrics-server of its own: its pods use the first node's DNS address (routed),
+      metrics-server scrapes both kubelets; the API server stays on the first node's bridge
+    taints: NODE_TAINT and SECOND_NODE_TAINT, so pods written for one real node never land there
+
+Its hostPath claims can be folders every node mounts (`bind_claims(..., nodes=[...])`): the
+nodes share this machine's file system, so a checkpoint written on one is read on the other.
+
 Not emulated: NetworkPolicy, a route off the bridge (pods reach only each other, the node
-address and ClusterIPs), registries (images are imported), GPUs, node restarts. One kube-proxy
-per machine: its iptables chains are global, so a second real node is refused while one runs.
+addresses and ClusterIPs), registries (images are imported, once per node), GPUs, node
+restarts. One kube-proxy per machine's network namespace: its iptables chains are global to
+it, so a first real node is refused while another runs in the machine's namespace.
 """
 
 from __future__ import annotations
