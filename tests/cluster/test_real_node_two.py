@@ -24,6 +24,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -33,7 +34,6 @@ from .test_real_node import (
     JOB_TIMEOUT,
     KEPT_LOGS,
     MIN_ACCURACY,
-    SLOW,
     describe,
     first_logged_at,
     kube_namespace,  # noqa: F401 - the fixture: Pod Security restricted, as a team's namespace
@@ -42,11 +42,14 @@ from .test_real_node import (
     real_node_job,
     replica_pods,
     result,
-    status,
     submit,
     wait_done,
 )
 
+ARGS = ["--train_steps=1000", "--step_sleep=0.05", "--checkpoint_steps=100"]
+"""Worker args: the 700 global steps left after the checkpoint at 300 the faults wait for
+take >= 17 s (two workers, >= 0.05 s a step each), so the fault lands while it trains;
+1,000 steps reach the example's accuracy (the one-node test trains as many)."""
 AVOID_KEY = "tfkube.io/two-node-test"
 """The PreferNoSchedule taint the first node carries during the test (the PS avoids it)."""
 
@@ -58,7 +61,10 @@ def test_the_second_nodes_addresses_and_configuration() -> None:
     address and registers with its own taint too."""
     kube = load_cluster_module()
     realnode = kube._sibling("realnode")
-    taken = [ipaddress.ip_network(kube.SERVICE_CIDR), ipaddress.ip_network(kube.POD_CIDR, strict=False)]
+    taken = [
+        ipaddress.ip_network(kube.SERVICE_CIDR),
+        ipaddress.ip_network(kube.POD_CIDR, strict=False),
+    ]
     taken += list(realnode.SUBNET_BASE.subnets(new_prefix=24))[: realnode.MAX_SLOTS]
     for slot in range(realnode.MAX_SLOTS):
         net = realnode.second_network(slot)
@@ -90,9 +96,8 @@ def test_the_second_nodes_addresses_and_configuration() -> None:
     cfg = realnode.kubelet_config(second, Path("/y/kubelet"), Path("/ca"))
     assert cfg["clusterDNS"] == ["198.19.0.1"]
     assert realnode.SECOND_NODE_TAINT in cfg["registerWithTaints"]
-    assert realnode.SECOND_NODE_TAINT not in realnode.kubelet_config(
-        first, Path("/x/kubelet"), Path("/ca")
-    )["registerWithTaints"]
+    first_cfg = realnode.kubelet_config(first, Path("/x/kubelet"), Path("/ca"))
+    assert realnode.SECOND_NODE_TAINT not in first_cfg["registerWithTaints"]
     assert RealNode.SECOND_TOLERATION["key"] == realnode.SECOND_NODE_TAINT["key"]
     pv = realnode.hostpath_volume("pv", Path("/v"), [first.name, second.name], "ns", "c", "1Gi")
     terms = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
@@ -122,6 +127,80 @@ def placed(
         kubectl(kube_cluster, "uncordon", second_real_node.name)
 
 
+def start_across_nodes(
+    operator: Operator, first: RealNode, second: RealNode, ns: str, tmp_path: Path, **policy: Any
+) -> tuple[Any, Any, Path, int]:
+    """Submit the between-graph example (ARGS, a logs claim both nodes mount) with the PS
+    allowed on the second node; wait for a checkpoint at step >= 300 and check the
+    placement: the PS on the second node (an address of its /24), both workers on the
+    first, the chief training. Returns (the PS pod, the chief pod, the log folder, the
+    checkpoint step)."""
+    kube, name = operator.kube, "mnist-between-graph"
+    path, raw = real_node_job(first, tmp_path, name, ARGS, storage=KEPT_LOGS, **policy)
+    raw["spec"]["replicas"]["ps"]["tolerations"].append(dict(RealNode.SECOND_TOLERATION))
+    path.write_text(yaml.safe_dump(raw))
+    submit(second, kube, ns, path, bind=(f"{name}-logs",))  # a folder both nodes mount
+    log_dir = second.volume(ns, f"{name}-logs")
+    wait_for("a checkpoint at step >= 300", lambda: latest_checkpoint_step(log_dir) >= 300,
+             JOB_TIMEOUT, 0.5)  # fmt: skip
+    checkpointed = latest_checkpoint_step(log_dir)
+    ps = replica_pods(kube, ns, name, "ps", 0)[-1]
+    workers = [replica_pods(kube, ns, name, "worker", i)[-1] for i in (0, 1)]
+    assert ps.spec.node_name == second.name, describe(kube, ns, name)
+    assert [w.spec.node_name for w in workers] == [first.name] * 2, describe(kube, ns, name)
+    second_net = ipaddress.ip_network(f"{second.node_ip}/24", strict=False)
+    assert ipaddress.ip_address(ps.status.pod_ip) in second_net, ps.status.pod_ip
+    assert all(ipaddress.ip_address(w.status.pod_ip) not in second_net for w in workers)
+    chief_log = pod_log(kube, ns, workers[0])
+    assert re.search(r"global_step=\d+ loss", chief_log), chief_log[-2000:]
+    return ps, workers[0], log_dir, checkpointed
+
+
+def resumed_on_first(
+    operator: Operator,
+    first: RealNode,
+    ns: str,
+    old: tuple[Any, Any],
+    log_dir: Path,
+    checkpointed: int,
+) -> tuple[float, dict[str, Any], dict[str, Any], list[int]]:
+    """Wait for the restarted chief's session (after its restore) and the job's success;
+    check it resumed from the checkpoint on the first node and reached the example's
+    accuracy. `old`: the PS and chief pods before the fault (the operator may have made
+    their successors before this is called). Returns (when it trained again, by the
+    node's clock; the final status; the result; the restored steps)."""
+    kube, name = operator.kube, "mnist-between-graph"
+    old_ps, old_chief = old
+
+    def new_chief_ready() -> float | None:
+        found = replica_pods(kube, ns, name, "worker", 0)
+        if not found or found[-1].metadata.uid == old_chief.metadata.uid:
+            return None
+        return first_logged_at(kube, ns, found[-1], r"session ready at global_step=")
+
+    ready_at = wait_for("the restarted chief training", new_chief_ready, JOB_TIMEOUT, 0.5)
+    final = wait_done(kube, ns, name)
+    chief = replica_pods(kube, ns, name, "worker", 0)[-1]
+    text = pod_log(kube, ns, chief)
+    restored = [int(m) for m in re.findall(r"restoring model\.ckpt-(\d+)", text)]
+    ready = [int(m) for m in re.findall(r"session ready at global_step=(\d+)", text)]
+    res = result(kube, ns, name)
+    assert restored, "the chief of the restarted job restores the checkpoint"
+    assert restored[0] >= checkpointed > 0
+    assert ready[0] >= restored[0]
+    assert final["restarts"] >= 1, final
+    assert final["restartGenerations"].get("ps", 0) >= 1, final
+    assert chief.spec.node_name == first.name
+    # The PS's pod is ended once the job succeeds; if still listed, it ran on the first node.
+    moved = [p for p in replica_pods(kube, ns, name, "ps", 0)
+             if p.metadata.uid != old_ps.metadata.uid]  # fmt: skip
+    assert all(p.spec.node_name == first.name for p in moved), describe(kube, ns, name)
+    assert res["test_accuracy"] >= MIN_ACCURACY, res
+    assert res["global_step"] >= 1000
+    assert (log_dir / "result.json").is_file()  # on the claim both nodes mount
+    return ready_at, final, res, restored
+
+
 def test_ps_on_one_node_workers_on_the_other_and_a_drained_node(
     operator: Operator,
     real_node: RealNode,
@@ -131,76 +210,28 @@ def test_ps_on_one_node_workers_on_the_other_and_a_drained_node(
     tmp_path: Path,
 ) -> None:
     """1 PS on the second node, 2 workers on the first: they train through the routed pod
-    networks and the one CoreDNS; the PS's node is drained mid-job; the job is restarted
-    on the first node, resumes from its checkpoint and reaches the example's accuracy."""
-    kube, ns, name = operator.kube, kube_namespace, "mnist-between-graph"
-    second = second_real_node
+    networks and the one CoreDNS; the PS's node is drained mid-job (`kubectl drain`); the
+    job is restarted on the first node, resumes from its checkpoint and reaches the
+    example's accuracy."""
+    kube, ns, second = operator.kube, kube_namespace, second_real_node
     print(f"\nsecond real node {second.name} started in {second.timings.get('total', 0):.1f}s "
           f"({second.timings})")  # fmt: skip
-    path, raw = real_node_job(real_node, tmp_path, name, SLOW, storage=KEPT_LOGS, backoffLimit=6)
-    replicas = raw["spec"]["replicas"]
-    replicas["ps"]["tolerations"].append(dict(RealNode.SECOND_TOLERATION))
-    path.write_text(yaml.safe_dump(raw))
     t0 = time.monotonic()
-    submit(second, kube, ns, path, bind=(f"{name}-logs",))  # a folder both nodes mount
-    log_dir = second.volume(ns, f"{name}-logs")
-    wait_for("a checkpoint at step >= 300", lambda: latest_checkpoint_step(log_dir) >= 300,
-             JOB_TIMEOUT, 0.5)  # fmt: skip
-    checkpointed = latest_checkpoint_step(log_dir)
-
-    # Trained so far across the nodes: the PS on the second, the workers on the first.
-    ps = replica_pods(kube, ns, name, "ps", 0)[-1]
-    workers = [replica_pods(kube, ns, name, "worker", i)[-1] for i in (0, 1)]
-    assert ps.spec.node_name == second.name, describe(kube, ns, name)
-    assert [w.spec.node_name for w in workers] == [real_node.name] * 2, describe(kube, ns, name)
-    second_net = ipaddress.ip_network(f"{second.node_ip}/24", strict=False)
-    assert ipaddress.ip_address(ps.status.pod_ip) in second_net, ps.status.pod_ip
-    assert all(ipaddress.ip_address(w.status.pod_ip) not in second_net for w in workers)
-    chief_log = pod_log(kube, ns, workers[0])
-    assert re.search(r"global_step=\d+ loss", chief_log), chief_log[-2000:]
-
-    # Drain the PS's node: cordon, evict (kubectl drain waits until the pods are gone).
+    ps, chief, log_dir, checkpointed = start_across_nodes(
+        operator, real_node, second, ns, tmp_path, backoffLimit=6
+    )
     drained = time.time()
     drain_started = time.monotonic()
     kubectl(kube, "drain", second.name, "--ignore-daemonsets", "--delete-emptydir-data",
             "--force", "--timeout=150s")  # fmt: skip
     drain_took = time.monotonic() - drain_started
-    first_chief = workers[0].metadata.uid
-
-    def new_chief_ready() -> float | None:
-        found = replica_pods(kube, ns, name, "worker", 0)
-        if not found or found[-1].metadata.uid == first_chief:
-            return None
-        return first_logged_at(kube, ns, found[-1], r"session ready at global_step=")
-
-    # Training again: the restarted chief's session ready after its restore (node clock).
-    ready_at = wait_for("the restarted chief training", new_chief_ready, JOB_TIMEOUT, 0.5)
-    final = wait_done(kube, ns, name)
-    elapsed = time.monotonic() - t0
-
-    new_ps = replica_pods(kube, ns, name, "ps", 0)
-    chief = replica_pods(kube, ns, name, "worker", 0)[-1]
-    text = pod_log(kube, ns, chief)
-    restored = [int(m) for m in re.findall(r"restoring model\.ckpt-(\d+)", text)]
-    ready = [int(m) for m in re.findall(r"session ready at global_step=(\d+)", text)]
-    res = result(kube, ns, name)
-    print(
-        f"two nodes: checkpoint at {checkpointed} when {second.name} was drained (kubectl "
-        f"drain took {drain_took:.1f}s); the restarted chief restored {restored} and was "
-        f"training again {ready_at - drained:.1f}s after the drain began; Succeeded "
-        f"{elapsed:.0f}s after submit, accuracy {res['test_accuracy']}, global_step "
-        f"{res['global_step']}"
+    ready_at, final, res, restored = resumed_on_first(
+        operator, real_node, ns, (ps, chief), log_dir, checkpointed
     )
-    assert restored, "the chief of the restarted job restores the checkpoint"
-    assert restored[0] >= checkpointed > 0
-    assert ready[0] >= restored[0]
-    assert final["restarts"] >= 1, final
-    assert final["restartGenerations"].get("ps", 0) >= 1, final
-    assert chief.spec.node_name == real_node.name
-    # The PS's pod is ended once the job succeeds; if still listed, it ran on the first node.
-    moved = [p for p in new_ps if p.metadata.uid != ps.metadata.uid]
-    assert all(p.spec.node_name == real_node.name for p in moved), describe(kube, ns, name)
-    assert res["test_accuracy"] >= MIN_ACCURACY, res
-    assert res["global_step"] >= 2000
-    assert (log_dir / "result.json").is_file()  # on the claim both nodes mount
-    assert status(kube, ns, name)["phase"] == "Succeeded"
+    print(
+        f"two nodes, drain: checkpoint at {checkpointed} when {second.name} was drained "
+        f"(kubectl drain took {drain_took:.1f}s); the restarted chief restored {restored} and "
+        f"was training again {ready_at - drained:.1f}s after the drain began; Succeeded "
+        f"{time.monotonic() - t0:.0f}s after submit, accuracy {res['test_accuracy']}, "
+        f"global_step {res['global_step']}, restarts {final['restarts']}"
+    )

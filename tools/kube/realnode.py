@@ -1146,6 +1146,16 @@ def _remove_kubelet_chains() -> list[str]:
     return report
 
 
+def _alive(pid: int, start_ticks: int) -> bool:
+    """Whether `pid` still runs the process started at `start_ticks` (not a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return fields[0] != "Z" and int(fields[19]) == start_ticks
+
+
 def _tasks(ctr: list[str]) -> list[str]:
     proc = subprocess.run(
         [*ctr, "tasks", "ls", "-q"], capture_output=True, text=True, check=False, timeout=30
@@ -1169,7 +1179,11 @@ def stop(
     procs = [proc_type(**p) for p in st.procs]
     by_name = {p.name.removesuffix("-b"): p for p in procs}  # the second node's: <name>-b
     ctr = [CTR, "--address", st.containerd_socket, "--namespace", "k8s.io"]
-    containerd_up = Path(st.containerd_socket).exists() and "containerd" in by_name
+    containerd_up = (  # not after power_off: ctr would wait on a dead socket
+        Path(st.containerd_socket).exists()
+        and "containerd" in by_name
+        and _alive(by_name["containerd"].pid, by_name["containerd"].start_ticks)
+    )
     if api is not None:
         # An aggregated API that no longer answers fails discovery, and with it namespace
         # deletion: its APIService, Service and EndpointSlice go before metrics-server.
