@@ -235,3 +235,53 @@ def test_ps_on_one_node_workers_on_the_other_and_a_drained_node(
         f"{time.monotonic() - t0:.0f}s after submit, accuracy {res['test_accuracy']}, "
         f"global_step {res['global_step']}, restarts {final['restarts']}"
     )
+
+
+NODE_LOST_SECONDS = 10
+"""runPolicy.nodeLostSeconds of the stopped-node test (the product's default is 30 s)."""
+
+
+def test_a_stopped_node_restarts_the_job_from_its_checkpoint(
+    operator: Operator,
+    kube_cluster: KubeCluster,
+    real_node: RealNode,
+    second_real_node: RealNode,
+    placed: None,
+    kube_namespace: str,  # noqa: F811 - the restricted namespace imported above
+    tmp_path: Path,
+) -> None:
+    """The same placement; the PS's node loses its power mid-job (kubelet, runtime,
+    kube-proxy and pods SIGKILLed, the API server not told). The node lifecycle controller
+    finds it NotReady and taints it; the PS's pod is evicted after runPolicy.nodeLostSeconds
+    (not Kubernetes' 300 s); the operator restarts the whole job, which resumes from its
+    checkpoint on the first node. Runs last: the second node stays dead until the module's
+    teardown removes it."""
+    kube, ns, second = operator.kube, kube_namespace, second_real_node
+    t0 = time.monotonic()
+    ps, chief, log_dir, checkpointed = start_across_nodes(
+        operator, real_node, second, ns, tmp_path, backoffLimit=6,
+        nodeLostSeconds=NODE_LOST_SECONDS,
+    )  # fmt: skip
+    stopped = time.time()
+    killed = kube_cluster.harness.power_off_second_node()
+    assert any(line.startswith("kubelet") for line in killed), killed
+
+    def not_ready() -> float | None:
+        node = kube.core.read_node(second.name)
+        for cond in node.status.conditions or []:
+            if cond.type == "Ready" and cond.status != "True":
+                return float(cond.last_transition_time.timestamp())
+        return None
+
+    not_ready_at = wait_for(f"{second.name} NotReady", not_ready, 180, 1.0)
+    ready_at, final, res, restored = resumed_on_first(
+        operator, real_node, ns, (ps, chief), log_dir, checkpointed
+    )
+    print(
+        f"two nodes, power off: checkpoint at {checkpointed} when {second.name} stopped; "
+        f"NotReady {not_ready_at - stopped:.1f}s after (API time, 1 s grain); the restarted "
+        f"chief restored {restored} and was training again {ready_at - stopped:.1f}s after "
+        f"the stop (nodeLostSeconds {NODE_LOST_SECONDS}); Succeeded "
+        f"{time.monotonic() - t0:.0f}s after submit, accuracy {res['test_accuracy']}, "
+        f"restarts {final['restarts']}"
+    )

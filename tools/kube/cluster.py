@@ -470,6 +470,20 @@ class Cluster:
         assert self.state.second_node is not None
         return self.state.second_node
 
+    def power_off_second_node(self) -> list[str]:
+        """The second real node loses its power (realnode.power_off): its kubelet, runtime,
+        kube-proxy and pods are SIGKILLed, the API server is not told. A node-loss test's
+        fault; `stop_second_real_node` removes the rest afterwards."""
+        assert self.state is not None
+        assert self.state.second_node is not None
+        report = _sibling("realnode").power_off(self.state.second_node, _is_ours, Proc)
+        for proc in self.state.second_node["procs"]:  # collect the exit status of our children
+            popen = self._popens.get(proc["pid"])
+            if popen is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    popen.wait(timeout=5)
+        return report
+
     def stop_second_real_node(self) -> list[str]:
         """Stop the second real node, if one was started, and remove all it made; the first
         node's pods stop routing to its subnet."""

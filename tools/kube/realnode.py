@@ -1146,6 +1146,30 @@ def _remove_kubelet_chains() -> list[str]:
     return report
 
 
+def power_off(raw: dict[str, Any], is_ours: Callable[[Any], bool], proc_type: type) -> list[str]:
+    """A node as a machine that lost its power: SIGKILL its kubelet, kube-proxy and
+    containerd (the PIDs it started, if still theirs), every process in its cgroups (its
+    pods' containers) and its containerd's shims. Nothing tells the API server: the node
+    stops renewing its Lease and the node lifecycle controller finds it NotReady. Its
+    state is kept, so `stop` removes the rest afterwards."""
+    st = NodeState(**raw)
+    report = []
+    for proc in (proc_type(**p) for p in st.procs):
+        if proc.name.removesuffix("-b") in ("kubelet", "kube-proxy") and is_ours(proc):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+            report.append(f"{proc.name} (pid {proc.pid}) killed")
+    for pid in _cgroup_pids(st.cgroup) | set(_shim_pids(st.containerd_socket)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for proc in (proc_type(**p) for p in st.procs):
+        if proc.name.removesuffix("-b") == "containerd" and is_ours(proc):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+            report.append(f"{proc.name} (pid {proc.pid}) killed")
+    return report
+
+
 def _alive(pid: int, start_ticks: int) -> bool:
     """Whether `pid` still runs the process started at `start_ticks` (not a zombie)."""
     try:
