@@ -188,7 +188,9 @@ def resumed_on_first(
     assert restored, "the chief of the restarted job restores the checkpoint"
     assert restored[0] >= checkpointed > 0
     assert ready[0] >= restored[0]
-    assert final["restarts"] >= 1, final
+    # A whole-job restart (the PS's generation moved on). Whether it counts against
+    # backoffLimit is not asserted: today a PS ended by a drain's eviction is counted (its
+    # container exits 143), a preempted one is not (docs/kubernetes.md).
     assert final["restartGenerations"].get("ps", 0) >= 1, final
     assert chief.spec.node_name == first.name
     # The PS's pod is ended once the job succeeds; if still listed, it ran on the first node.
