@@ -67,6 +67,12 @@ class RealNode:
     TOLERATIONS: ClassVar[list[dict[str, str]]] = [
         {"key": "tfkube.io/real-node", "operator": "Exists", "effect": "NoSchedule"}
     ]
+    SECOND_TOLERATION: ClassVar[dict[str, str]] = {
+        "key": "tfkube.io/second-node",
+        "operator": "Exists",
+        "effect": "NoSchedule",
+    }
+    """The second real node's own taint (`second_real_node`): tolerate it too to land there."""
 
     def volume(self, namespace: str, claim: str) -> Path:
         """The host folder behind a claim bound with `bind`."""

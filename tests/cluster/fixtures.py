@@ -16,6 +16,8 @@ Fixtures:
   real_node       (session)  adds one real kubelet node (tools/kube/realnode.py) to that
                              cluster and yields a `RealNode`; teardown removes all it made.
                              Tests using it get the `realnode` marker.
+  second_real_node (module) a second real node beside it (own network namespace, runtime
+                             and pod /24), only for the modules that ask; stopped after them.
   crd, operator_kubeconfig (module) the CRD installed; a kubeconfig with the operator's
                              ServiceAccount token.
   operator        (function) `tfkube operator` (a subprocess with that token) watching the
@@ -176,6 +178,43 @@ def real_node(kube_cluster: KubeCluster) -> Iterator[RealNode]:
         for line in kube_cluster.harness.stop_real_node():
             if "left" in line or "could not" in line:
                 print(f"real_node teardown: {line}")
+
+
+@pytest.fixture(scope="module")
+def second_real_node(kube_cluster: KubeCluster, real_node: RealNode) -> Iterator[RealNode]:
+    """A second real kubelet node beside `real_node` (its own network namespace, container
+    runtime, kubelet, kube-proxy and pod /24; the first node's CoreDNS), for one module: it
+    is started only for the tests that ask for it (~1 min, mostly the image import) and
+    stopped after them, so the rest of the session does not pay its CPU. Its claims (`bind`)
+    are folders under the first node's volumes, mountable on both nodes."""
+    kube = load_cluster_module()
+    realnode = kube._sibling("realnode")
+    harness = kube_cluster.harness
+    try:
+        state = harness.add_second_real_node()
+    except kube.ClusterError as exc:
+        if IN_CI:
+            pytest.fail(f"CI=true and the second real node did not start: {exc}", pytrace=False)
+        pytest.skip(f"the second real node did not start: {exc}")
+    node = realnode.NodeState(**state)
+    first = realnode.NodeState(**harness.state.real_node)
+    nodes = [first.name, node.name]
+
+    def bind(ns: str, claims: list[str]) -> list[str]:
+        return list(realnode.bind_claims(harness.api, first, ns, claims, nodes=nodes))
+
+    try:
+        yield RealNode(
+            name=node.name,
+            node_ip=node.node_ip,
+            volumes_dir=Path(first.volumes_dir),
+            bind=bind,
+            timings=dict(node.timings),
+        )
+    finally:
+        for line in harness.stop_second_real_node():
+            if "left" in line or "could not" in line:
+                print(f"second_real_node teardown: {line}")
 
 
 @pytest.fixture(scope="module")

@@ -228,7 +228,7 @@ def _pv(kube: KubeCluster, node: RealNode, name: str, path: Path, ns: str, claim
     realnode = load_cluster_module()._sibling("realnode")
     path.mkdir(parents=True, exist_ok=True)
     path.chmod(0o777)
-    pv = realnode.hostpath_volume(name, path, node.name, ns, claim, "1Gi")
+    pv = realnode.hostpath_volume(name, path, [node.name], ns, claim, "1Gi")
     kube.harness.api("POST", "/api/v1/persistentvolumes", pv)
     return name
 

@@ -172,6 +172,7 @@ class State:
     nodes: list[dict] = field(default_factory=list)
     started_at: float = 0.0
     real_node: dict | None = None  # realnode.NodeState as a dict: what `down` must undo
+    second_node: dict | None = None  # the second real node's (own network namespace)
     network: dict | None = None
     """The real node's bridge, claimed before the API server starts (realnode.claim_network)
     when a real node may join: the API server listens on its address so pods reach it; the
@@ -335,8 +336,8 @@ class Cluster:
         assert self.state is not None
         out = []
         procs = list(self.state.procs)
-        if self.state.real_node:
-            procs += [Proc(**p) for p in self.state.real_node.get("procs", [])]
+        for node in (self.state.real_node, self.state.second_node):
+            procs += [Proc(**p) for p in (node or {}).get("procs", [])]
         for proc in procs:
             with contextlib.suppress(OSError):
                 tail = Path(proc.log).read_text(errors="replace")[-chars:]
@@ -450,6 +451,53 @@ class Cluster:
         assert self.state.real_node is not None
         return self.state.real_node
 
+    def add_second_real_node(self, timeout: float = 300.0) -> dict:
+        """Start a second real node beside the first (realnode.py: its own network namespace,
+        container runtime, kubelet, kube-proxy and pod /24; the first's CoreDNS and API
+        server); returns its NodeState. On failure everything it made is removed again."""
+        assert self.state is not None
+        realnode = _sibling("realnode")
+        node = realnode.RealNode(self, verbose=self.verbose, second=True)
+        try:
+            node.start(timeout=timeout)
+        except (realnode.NodeError, ClusterError) as exc:
+            logs = self._log_tails()
+            self.stop_second_real_node()
+            raise ClusterError(f"the second real node did not start: {exc}\n{logs}") from None
+        except BaseException:
+            self.stop_second_real_node()
+            raise
+        assert self.state.second_node is not None
+        return self.state.second_node
+
+    def power_off_second_node(self) -> list[str]:
+        """The second real node loses its power (realnode.power_off): its kubelet, runtime,
+        kube-proxy and pods are SIGKILLed, the API server is not told. A node-loss test's
+        fault; `stop_second_real_node` removes the rest afterwards."""
+        assert self.state is not None
+        assert self.state.second_node is not None
+        report = _sibling("realnode").power_off(self.state.second_node, _is_ours, Proc)
+        for proc in self.state.second_node["procs"]:  # collect the exit status of our children
+            popen = self._popens.get(proc["pid"])
+            if popen is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    popen.wait(timeout=5)
+        return report
+
+    def stop_second_real_node(self) -> list[str]:
+        """Stop the second real node, if one was started, and remove all it made; the first
+        node's pods stop routing to its subnet."""
+        if self.state is None or self.state.second_node is None:
+            return []
+        realnode = _sibling("realnode")
+        api = self.api if any(_is_ours(p) for p in self.state.procs) else None
+        report = realnode.stop(self.state.second_node, stop_procs, Proc, api)
+        self.state.second_node = None
+        if self.state.real_node is not None:
+            realnode.set_routes(self.state.real_node, [])
+        self.save_state()
+        return report
+
     def save_state(self) -> None:
         if self.state is not None and self.state_file is not None:
             self.state.save(self.state_file)
@@ -504,10 +552,11 @@ class Cluster:
     def stop_real_node(self) -> list[str]:
         """Stop the real node, if one was started, and remove all it made (API still up)."""
         if self.state is None or self.state.real_node is None:
-            return []
+            return self.stop_second_real_node()
+        report = self.stop_second_real_node()  # it uses the first's DNS and routes
         realnode = _sibling("realnode")
         api = self.api if any(_is_ours(p) for p in self.state.procs) else None
-        report = realnode.stop(self.state.real_node, stop_procs, Proc, api)
+        report += realnode.stop(self.state.real_node, stop_procs, Proc, api)
         self.state.real_node = None
         self.save_state()
         return report
@@ -919,19 +968,29 @@ def cmd_up(args: argparse.Namespace) -> int:
         print("kube-up: removed a stale state file (its processes had exited)", file=sys.stderr)
     nodes = default_nodes(args.cpu_nodes, args.gpu_nodes, args.gpus_per_node)
     cluster = Cluster(bin_dir=Path(args.bin_dir) if args.bin_dir else None, nodes=nodes,
-                      verbose=True, real_node=args.real_node, state_file=state_file)  # fmt: skip
+                      verbose=True, real_node=args.real_node or args.second_node,
+                      state_file=state_file)  # fmt: skip
     t0 = time.monotonic()
     try:
         state = cluster.start(timeout=args.timeout)
     except ClusterError as exc:
         print(f"kube-up: FAILED: {exc}", file=sys.stderr)
         return 1
+    if args.second_node and state.real_node:
+        try:
+            cluster.add_second_real_node()
+        except ClusterError as exc:
+            print(f"kube-up: FAILED: {exc}", file=sys.stderr)
+            cluster.stop()
+            return 1
     state.save(state_file)
     names = ", ".join(n.name + (f" ({n.gpus} GPU)" if n.gpus else "") for n in nodes)
     if state.real_node:
         real = state.real_node
         names += (f"; real node {real['name']} at {real['node_ip']} (label and taint "
                   "tfkube.io/real-node=true; DNS on the same address)")  # fmt: skip
+    if state.second_node:
+        names += f"; second real node {state.second_node['name']} at {state.second_node['node_ip']}"
     print(
         f"kube-up: control plane ready in {time.monotonic() - t0:.1f}s at {state.server}\n"
         f"kube-up: nodes: {names}\n"
@@ -953,7 +1012,7 @@ def cmd_down(args: argparse.Namespace) -> int:
         print("kube-down: no control plane is running (its processes had already exited);"
               " cleaning up", file=sys.stderr)  # fmt: skip
     report = []
-    if state.real_node:
+    if state.real_node or state.second_node:
         cluster = Cluster(bin_dir=Path(state.bin_dir), nodes=[])
         cluster.state = state
         cluster._ssl = ssl.create_default_context(cafile=state.ca_file)
@@ -974,11 +1033,14 @@ def cmd_status(args: argparse.Namespace) -> int:
     if state is None:
         print("kube: not running")
         return 1
-    procs = state.procs + [Proc(**p) for p in (state.real_node or {}).get("procs", [])]
+    procs = list(state.procs)
+    for node in (state.real_node, state.second_node):
+        procs += [Proc(**p) for p in (node or {}).get("procs", [])]
     for p in procs:
         print(f"{p.name:24} pid {p.pid:<8} {'running' if _is_ours(p) else 'EXITED'}")
-    if state.real_node:
-        print(f"real node: {state.real_node['name']} at {state.real_node['node_ip']}")
+    for node in (state.real_node, state.second_node):
+        if node:
+            print(f"real node: {node['name']} at {node['node_ip']}")
     print(f"kubeconfig: {state.kubeconfig}")
     return 0
 
@@ -1013,6 +1075,11 @@ def main(argv: list[str] | None = None) -> int:
         "--real-node",
         action="store_true",
         help="also start one real kubelet node (root; see tools/kube/realnode.py)",
+    )
+    up.add_argument(
+        "--second-node",
+        action="store_true",
+        help="with --real-node: a second real node in its own network namespace",
     )
     sub.add_parser("down", help="stop the processes `up` started and remove its directory")
     sub.add_parser("status", help="show whether it runs")

@@ -1,4 +1,5 @@
-"""One real kubelet node beside KWOK's fake ones (stdlib only; used by cluster.py).
+"""Real kubelet nodes (one, and a second on demand) beside KWOK's fake ones (stdlib only;
+used by cluster.py).
 
     RealNode(bin_dir, workdir, api).start()   # after the control plane is up
     RealNode.stop(state, api)                   # stop by PID, remove everything it made
@@ -33,10 +34,31 @@ Scheduling contract: the node carries the label `tfkube.io/real-node=true` and t
 `tfkube.io/real-node=true:NoSchedule`; only pods that select and tolerate it land there.
 KWOK never adopts it (cluster.py runs KWOK for nodes annotated `kwok.x-k8s.io/node=fake`).
 
+A second node (`RealNode(cluster, second=True)`, cluster.py `add_second_real_node`, the
+`second_real_node` test fixture) joins a running first one:
+
+    network namespace tfkube<N>b (`ip netns add`), veth tfkube<N>b (machine, 198.19.(32+N).1/30)
+      <-> eth0 (namespace, .2/30); bridge cbr0 198.19.(16+N).1/24 in the namespace: node IP,
+      kubelet address, CNI bridge. Routes: the machine sends 198.19.(16+N).0/24 down the veth
+      (forwarding on the veth only), the namespace sends the first node's /24 up it (forwarding
+      on inside: the namespace's own); both nodes' pods route the other's /24 via their node
+      address (the first node's CNI file is rewritten: containerd reloads it)
+    containerd, kubelet and kube-proxy run inside it through `nsenter --net=` (not `ip netns
+      exec`: the mount namespace stays the machine's, so the kubelet's volume mounts and
+      containerd's pod namespaces are seen by both); their own root, state, socket, kubelet
+      dirs and cgroup root /tfkube-<N>b; node `tfkube-real-<N>b`; kube-proxy's iptables rules
+      are the namespace's own, so they go with it
+    no CoreDNS, no metrics-server of its own: its pods use the first node's DNS address (routed),
+      metrics-server scrapes both kubelets; the API server stays on the first node's bridge
+    taints: NODE_TAINT and SECOND_NODE_TAINT, so pods written for one real node never land there
+
+Its hostPath claims can be folders every node mounts (`bind_claims(..., nodes=[...])`): the
+nodes share this machine's file system, so a checkpoint written on one is read on the other.
+
 Not emulated: NetworkPolicy, a route off the bridge (pods reach only each other, the node
-address and ClusterIPs), registries (images are imported), GPUs, node restarts. One kube-proxy
-per network namespace: its iptables chains are the namespace's, so a second real node is refused
-while one runs in this one (one in a namespace of its own is not ours to mind).
+addresses and ClusterIPs), registries (images are imported, once per node), GPUs, node
+restarts. One kube-proxy per machine's network namespace: its iptables chains are global to
+it, so a first real node is refused while another runs in the machine's namespace.
 """
 
 from __future__ import annotations
@@ -64,9 +86,18 @@ HERE = Path(__file__).resolve().parent
 NODE_LABEL = "tfkube.io/real-node"
 """Label and taint key of the real node: select it and tolerate the taint to land there."""
 NODE_TAINT = {"key": NODE_LABEL, "value": "true", "effect": "NoSchedule"}
+SECOND_NODE_TAINT = {"key": "tfkube.io/second-node", "value": "true", "effect": "NoSchedule"}
+"""The second node's own taint, besides NODE_TAINT: only pods that tolerate it too land
+there, so the tests written for one real node never meet the second."""
 SUBNET_BASE = ipaddress.ip_network("198.19.0.0/16")
 """Slot N uses 198.19.N.0/24; KWOK's fake pod IPs are 198.18.0.0/16, so they never meet."""
 MAX_SLOTS = 4
+SECOND_OFFSET = 16
+"""The second node of slot N: pods 198.19.(16+N).0/24, the first address its node IP."""
+LINK_OFFSET = 32
+"""The second node's link to the machine: 198.19.(32+N).0/30 (.1 the machine, .2 the node)."""
+SECOND_BRIDGE = "cbr0"
+"""The second node's CNI bridge, inside its own network namespace."""
 CLUSTER_DOMAIN = "cluster.local"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CNI_BIN_DIR = "/usr/lib/cni"
@@ -154,6 +185,10 @@ class NodeState:
     created_dirs: list[str] = field(default_factory=list)  # FIXED_DIRS that did not exist
     owns_bridge: bool = True  # False: the cluster claimed it first (cluster.State.network)
     service_cidr: str = ""  # routed to the bridge address in pods (kube-proxy's ClusterIPs)
+    netns: str = ""  # the second node: its network namespace (empty: the machine's own)
+    uplink: str = ""  # the second node: the machine's end of its veth pair
+    dns_ip: str = ""  # the cluster DNS address when it is not node_ip (the second node)
+    routes: list[str] = field(default_factory=list)  # the other node's pod /24, via node_ip
 
 
 def _run(argv: list[str], check: bool = True, timeout: float = 120) -> str:
@@ -205,6 +240,81 @@ def release_network(network: dict[str, Any]) -> list[str]:
     """Remove the bridge `claim_network` made (its address and sysctl go with it)."""
     subprocess.run(["ip", "link", "del", network["bridge"]], capture_output=True, check=False)
     return [f"bridge {network['bridge']} removed"]
+
+
+def second_network(slot: int) -> dict[str, Any]:
+    """The addresses of slot N's second node (pure): its network namespace `tfkube<N>b`,
+    its pod /24 (198.19.(16+N).0/24; the bridge address is its node IP) and the /30 of the
+    veth pair joining it to the machine (`tfkube<N>b` on the machine's side)."""
+    subnet = list(SUBNET_BASE.subnets(new_prefix=24))[SECOND_OFFSET + slot]
+    link = list(SUBNET_BASE.subnets(new_prefix=24))[LINK_OFFSET + slot]
+    return {
+        "slot": slot,
+        "netns": f"tfkube{slot}b",
+        "uplink": f"tfkube{slot}b",
+        "bridge": SECOND_BRIDGE,
+        "node_ip": str(subnet.network_address + 1),
+        "subnet": str(subnet),
+        "link_host": str(link.network_address + 1),
+        "link_node": str(link.network_address + 2),
+    }
+
+
+def _in_netns(netns: str, argv: list[str]) -> list[str]:
+    """`argv` run in a network namespace made by `ip netns add`. nsenter, not `ip netns
+    exec`: the mount namespace stays the machine's, so the kubelet's volume mounts and
+    containerd's pod network namespaces are seen by both (and by the test)."""
+    return ["nsenter", f"--net=/run/netns/{netns}", *argv]
+
+
+def claim_second_network(first: dict[str, Any]) -> dict[str, Any]:
+    """The second node's own network: a network namespace with loopback, its CNI bridge
+    holding the node IP, a veth pair to the machine; routes both ways between the two
+    nodes' pod /24s through the machine (IPv4 forwarding on the new veth only; inside the
+    namespace, which is its own, forwarding is on). The first node's subnet (its pods, the
+    API server and CoreDNS on its bridge address) is the only destination the second node
+    routes to the machine. Undone by `release_second_network` (also after a crash)."""
+    net = second_network(first["slot"])
+    ns, uplink = net["netns"], net["uplink"]
+    proc = subprocess.run(["ip", "netns", "add", ns], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise NodeError(
+            f"cannot create the network namespace {ns}: {proc.stderr.strip()} (a stale one "
+            f"from a crashed run: `ip netns del {ns}`)"
+        )
+    inside = ["nsenter", f"--net=/run/netns/{ns}"]
+    try:
+        _run(["ip", "link", "add", uplink, "type", "veth", "peer", "name", f"{uplink}n"])
+        _run(["ip", "link", "set", f"{uplink}n", "netns", ns])
+        _run(["ip", "addr", "add", f"{net['link_host']}/30", "dev", uplink])
+        _run(["ip", "link", "set", uplink, "up"])
+        Path(f"/proc/sys/net/ipv4/conf/{uplink}/forwarding").write_text("1\n")
+        _run(["ip", "route", "add", net["subnet"], "via", net["link_node"], "dev", uplink])
+        for argv in (
+            ["ip", "link", "set", "lo", "up"],
+            ["ip", "link", "set", f"{uplink}n", "name", "eth0"],
+            ["ip", "addr", "add", f"{net['link_node']}/30", "dev", "eth0"],
+            ["ip", "link", "set", "eth0", "up"],
+            ["ip", "link", "add", SECOND_BRIDGE, "type", "bridge"],
+            ["ip", "addr", "add", f"{net['node_ip']}/24", "dev", SECOND_BRIDGE],
+            ["ip", "link", "set", SECOND_BRIDGE, "up"],
+            ["ip", "route", "add", first["subnet"], "via", net["link_host"], "dev", "eth0"],
+            # /proc/sys/net is the namespace's own for a process inside it
+            ["sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"],
+        ):
+            _run([*inside, *argv])
+    except (NodeError, OSError):
+        release_second_network(net)
+        raise
+    return net
+
+
+def release_second_network(network: dict[str, Any]) -> list[str]:
+    """Remove the second node's network namespace (its bridge, iptables rules and the veth's
+    inner end go with it) and the veth's outer end (its route goes with it)."""
+    subprocess.run(["ip", "netns", "del", network["netns"]], capture_output=True, check=False)
+    subprocess.run(["ip", "link", "del", network["uplink"]], capture_output=True, check=False)
+    return [f"network namespace {network['netns']} and veth {network['uplink']} removed"]
 
 
 def _cgroup_dirs(cgroup: str) -> list[Path]:
@@ -317,12 +427,20 @@ class RealNode:
         cluster: Any,
         name_prefix: str = "tfkube-real",
         verbose: bool = False,
+        second: bool = False,
     ) -> None:
         self.cluster = cluster  # cluster.Cluster: api(), _spawn(), _wait(), state, bin_dir
         self.kube = sys.modules[type(cluster).__module__]  # cluster.py's PKI helpers
         self.name_prefix = name_prefix
         self.verbose = verbose
+        self.second = second  # the second node: own network namespace (see the docstring)
         self.state: NodeState | None = None
+
+    def _save(self) -> None:
+        """This node's state into the cluster's (its own key), and the state file."""
+        key = "second_node" if self.second else "real_node"
+        setattr(self.cluster.state, key, asdict(self.state) if self.state else None)
+        self.cluster.save_state()
 
     def _log(self, msg: str) -> None:
         if self.verbose:
@@ -342,6 +460,8 @@ class RealNode:
         missing = missing_parts(bin_dir)
         if missing:
             raise NodeError("the real node cannot start; missing: " + "; ".join(missing))
+        if self.second:
+            return self._start_second(bin_dir, timeout)
         other = _other_kube_proxy()
         if other:
             raise NodeError(
@@ -381,12 +501,60 @@ class RealNode:
         self._log(f"{self.state.name} Ready at {node_ip} in {self.state.timings['total']:.1f}s")
         return self.state
 
+    def _start_second(self, bin_dir: Path, timeout: float) -> NodeState:
+        """The second node of the cluster's slot, beside the first (which must run): its
+        containerd, kubelet and kube-proxy in a network namespace of their own, its pods on
+        their own /24; CoreDNS, metrics-server and the API server are the first node's."""
+        first_raw = self.cluster.state.real_node
+        if not first_raw:
+            raise NodeError("the second real node joins a running first one: start that first")
+        first = NodeState(**first_raw)
+        t0 = time.monotonic()
+        workdir = Path(self.cluster.state.workdir) / "real-node-b"
+        workdir.mkdir(parents=True, exist_ok=True)
+        net = second_network(first.slot)
+        self.state = NodeState(
+            name=f"{self.name_prefix}-{first.slot}b",
+            slot=first.slot,
+            bridge=net["bridge"],
+            node_ip=net["node_ip"],
+            subnet=net["subnet"],
+            owns_bridge=False,  # it lives in the namespace: gone with it
+            service_cidr=self.kube.SERVICE_CIDR,
+            dir=str(workdir),
+            cgroup=f"/tfkube-{first.slot}b",
+            containerd_socket=str(workdir / "containerd" / "containerd.sock"),
+            volumes_dir=str(workdir / "volumes"),
+            created_dirs=[d for d in FIXED_DIRS if not os.path.lexists(d)],
+            netns=net["netns"],
+            uplink=net["uplink"],
+            dns_ip=first.node_ip,
+            routes=[first.subnet],
+        )
+        self._save()  # before the namespace exists: stop() removes a half-made one too
+        try:
+            self._timed("network namespace", lambda: claim_second_network(asdict(first)))
+            # The first node's pods reach this node's through the machine from now on
+            # (containerd reloads the CNI configuration when its file changes).
+            set_routes(self.cluster.state.real_node, [self.state.subnet])
+            self.cluster.save_state()
+            self._start(bin_dir, workdir, timeout)
+        except BaseException:
+            self._save()
+            raise
+        self.state.timings["total"] = round(time.monotonic() - t0, 2)
+        self._save()
+        self._log(f"{self.state.name} Ready at {self.state.node_ip} in "
+                  f"{self.state.timings['total']:.1f}s")  # fmt: skip
+        return self.state
+
     def _spawn(self, name: str, argv: list[str]) -> Any:
-        proc = self.cluster._spawn(name, argv, track=False)  # stopped by stop(), in order
         assert self.state is not None
+        if self.state.netns:  # the second node: its own log names, in its namespace
+            name, argv = f"{name}-b", _in_netns(self.state.netns, argv)
+        proc = self.cluster._spawn(name, argv, track=False)  # stopped by stop(), in order
         self.state.procs.append(asdict(proc))
-        self.cluster.state.real_node = asdict(self.state)
-        self.cluster.save_state()
+        self._save()
         return proc
 
     def _start(self, bin_dir: Path, workdir: Path, timeout: float) -> None:
@@ -419,10 +587,13 @@ class RealNode:
             60,
         )
 
-        # CoreDNS (its own copy of the admin kubeconfig; the kubernetes plugin watches the API)
-        corefile = workdir / "Corefile"
-        corefile.write_text(corefile_text(st, kube_state.kubeconfig))
-        coredns = self._spawn("coredns", [str(bin_dir / "coredns"), "-conf", str(corefile)])
+        # CoreDNS (its own copy of the admin kubeconfig; the kubernetes plugin watches the API);
+        # one for the cluster: the second node's pods use the first's
+        coredns = None
+        if not self.second:
+            corefile = workdir / "Corefile"
+            corefile.write_text(corefile_text(st, kube_state.kubeconfig))
+            coredns = self._spawn("coredns", [str(bin_dir / "coredns"), "-conf", str(corefile)])
 
         # images: the pause image first (every sandbox needs it), then TensorFlow and
         # tfkube's in one stream (they share the TensorFlow layer: it is sent once)
@@ -431,12 +602,13 @@ class RealNode:
             "import tensorflow and tfkube images",
             lambda: images.import_images(ctr, [tensorflow, own]),
         )
-        self.cluster._wait(
-            "CoreDNS ready",
-            lambda: _http_ok(f"http://{st.node_ip}:{READY_PORT}/ready"),
-            coredns,
-            60,
-        )
+        if coredns is not None:
+            self.cluster._wait(
+                "CoreDNS ready",
+                lambda: _http_ok(f"http://{st.node_ip}:{READY_PORT}/ready"),
+                coredns,
+                60,
+            )
 
         # kubelet: a client certificate as system:node:<name> (Node authorizer + RBAC)
         kdir = workdir / "kubelet"
@@ -451,7 +623,7 @@ class RealNode:
             kdir / "client.key",
             f"system:node:{st.name}",
         )
-        (kdir / "resolv.conf").write_text(f"nameserver {st.node_ip}\n")
+        (kdir / "resolv.conf").write_text(f"nameserver {st.dns_ip or st.node_ip}\n")
         # Its serving certificate from the cluster CA (not self-signed): metrics-server
         # verifies it (--kubelet-certificate-authority).
         self.kube.make_serving_cert(pki, kdir / "serving", st.name, (st.node_ip,), (st.name,))
@@ -481,9 +653,10 @@ class RealNode:
         # kube-proxy (iptables mode) as system:kube-proxy (bootstrap RBAC: system:node-proxier)
         pdir = workdir / "kube-proxy"
         pkubeconfig = self._client(pki, pdir, "system:kube-proxy", "system:node-proxier")
-        stale = _run(["iptables", "-t", "nat", "-S", "KUBE-SERVICES"], check=False)
-        if stale:  # a crashed run's rules (no other kube-proxy runs: checked above)
-            _run([str(bin_dir / "kube-proxy"), "--cleanup"], check=False)
+        if not st.netns:  # the second node's namespace is new: nothing stale in it
+            stale = _run(["iptables", "-t", "nat", "-S", "KUBE-SERVICES"], check=False)
+            if stale:  # a crashed run's rules (no other kube-proxy runs: checked above)
+                _run([str(bin_dir / "kube-proxy"), "--cleanup"], check=False)
         pcfg = pdir / "config.yaml"
         pcfg.write_text(json.dumps(kube_proxy_config(st, pkubeconfig), indent=2))
         proxy = self._spawn(
@@ -500,7 +673,10 @@ class RealNode:
             ),
         )
 
-        self._timed("metrics-server", lambda: self._metrics_server(bin_dir, workdir, pki, timeout))
+        if not self.second:  # one for the cluster: it scrapes every real node's kubelet
+            self._timed(
+                "metrics-server", lambda: self._metrics_server(bin_dir, workdir, pki, timeout)
+            )
 
     def _metrics_server(self, bin_dir: Path, workdir: Path, pki: Path, timeout: float) -> None:
         """metrics-server v0.8.0 (built from its Go module) as a host process on the bridge
@@ -592,7 +768,11 @@ def bind_claims(
     namespace: str,
     claims: list[str],
     size: str = "10Gi",
+    nodes: list[str] | None = None,
 ) -> list[str]:
+    """`nodes`: the nodes whose pods may mount them (default: `st`'s alone). Every real node
+    of a cluster runs on this machine, so one folder serves them all: a checkpoint written
+    on one node is read on the other."""
     names = []
     for claim in claims:
         name = f"{st.name}-{namespace}-{claim}"[:253]
@@ -605,14 +785,14 @@ def bind_claims(
         api(
             "POST",
             "/api/v1/persistentvolumes",
-            hostpath_volume(name, path, st.name, namespace, claim, size),
+            hostpath_volume(name, path, nodes or [st.name], namespace, claim, size),
         )
         names.append(name)
     return names
 
 
 def hostpath_volume(
-    name: str, path: Path, node: str, namespace: str, claim: str, size: str
+    name: str, path: Path, nodes: list[str], namespace: str, claim: str, size: str
 ) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -624,7 +804,7 @@ def hostpath_volume(
             "persistentVolumeReclaimPolicy": "Retain",
             "hostPath": {"path": str(path), "type": "DirectoryOrCreate"},
             "claimRef": {"namespace": namespace, "name": claim},
-            # The files live on this node: the scheduler sends the claim's pods here.
+            # The files live on these nodes: the scheduler sends the claim's pods there.
             "nodeAffinity": {
                 "required": {
                     "nodeSelectorTerms": [
@@ -633,7 +813,7 @@ def hostpath_volume(
                                 {
                                     "key": "kubernetes.io/hostname",
                                     "operator": "In",
-                                    "values": [node],
+                                    "values": list(nodes),
                                 }
                             ]
                         }
@@ -703,6 +883,7 @@ def cni_config(st: NodeState, workdir: Path) -> dict[str, Any]:
     the node address, where kube-proxy's rules translate them; nothing else."""
     net = ipaddress.ip_network(st.subnet)
     routes = [{"dst": st.service_cidr, "gw": st.node_ip}] if st.service_cidr else []
+    routes += [{"dst": dst, "gw": st.node_ip} for dst in st.routes]  # the other node's pods
     return {
         "cniVersion": "1.0.0",
         "name": "tfkube",
@@ -828,12 +1009,12 @@ def kubelet_config(st: NodeState, kdir: Path, client_ca: Path) -> dict[str, Any]
         "cgroupRoot": st.cgroup,
         "failCgroupV1": False,
         "failSwapOn": False,
-        "clusterDNS": [st.node_ip],
+        "clusterDNS": [st.dns_ip or st.node_ip],
         "clusterDomain": CLUSTER_DOMAIN,
         "resolvConf": str(kdir / "resolv.conf"),
         "podLogsDir": str(kdir / "pod-logs"),
         "volumePluginDir": str(kdir / "volume-plugins"),
-        "registerWithTaints": [NODE_TAINT],
+        "registerWithTaints": [NODE_TAINT, *([SECOND_NODE_TAINT] if st.netns else [])],
         "serializeImagePulls": False,
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
@@ -887,23 +1068,32 @@ def kube_proxy_config(st: NodeState, kubeconfig: Path) -> dict[str, Any]:
 
 
 def _other_kube_proxy() -> int | None:
-    """The PID of a kube-proxy already running in this network namespace, if any (one in
-    a namespace of its own writes its own iptables, never ours)."""
-    try:
-        ours = os.readlink("/proc/self/ns/net")
-    except OSError:
-        ours = None
+    """The PID of a kube-proxy already running in this machine's network namespace, if any
+    (a second node's runs in a namespace of its own, with iptables of its own)."""
+    own = os.readlink("/proc/self/ns/net")
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError):
             argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0]
-            if not (argv0.endswith(b"/kube-proxy") or argv0 == b"kube-proxy"):
-                continue
-            if ours is not None and os.readlink(entry / "ns" / "net") != ours:
-                continue
-            return int(entry.name)
+            proxy = argv0.endswith(b"/kube-proxy") or argv0 == b"kube-proxy"
+            if proxy and os.readlink(entry / "ns" / "net") == own:
+                return int(entry.name)
     return None
+
+
+def set_routes(raw: dict[str, Any], routes: list[str]) -> None:
+    """Route `routes` (the other node's pod /24) via this node's address in its pods:
+    updates the saved state `raw` in place and rewrites the node's CNI configuration
+    (containerd reloads it when the file changes; pods made before keep their routes)."""
+    raw["routes"] = list(routes)
+    st = NodeState(**raw)
+    conf = Path(st.dir) / "cni" / "net.d" / "10-tfkube.conflist"
+    if not conf.parent.is_dir():
+        return
+    tmp = conf.with_name("10-tfkube.tmp")  # not a CNI file name: never read half-written
+    tmp.write_text(json.dumps(cni_config(st, Path(st.dir)), indent=2))
+    tmp.replace(conf)
 
 
 # ---------------------------------------------------------------------- stop
@@ -956,6 +1146,40 @@ def _remove_kubelet_chains() -> list[str]:
     return report
 
 
+def power_off(raw: dict[str, Any], is_ours: Callable[[Any], bool], proc_type: type) -> list[str]:
+    """A node as a machine that lost its power: SIGKILL its kubelet, kube-proxy and
+    containerd (the PIDs it started, if still theirs), every process in its cgroups (its
+    pods' containers) and its containerd's shims. Nothing tells the API server: the node
+    stops renewing its Lease and the node lifecycle controller finds it NotReady. Its
+    state is kept, so `stop` removes the rest afterwards."""
+    st = NodeState(**raw)
+    report = []
+    for proc in (proc_type(**p) for p in st.procs):
+        if proc.name.removesuffix("-b") in ("kubelet", "kube-proxy") and is_ours(proc):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+            report.append(f"{proc.name} (pid {proc.pid}) killed")
+    for pid in _cgroup_pids(st.cgroup) | set(_shim_pids(st.containerd_socket)):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    for proc in (proc_type(**p) for p in st.procs):
+        if proc.name.removesuffix("-b") == "containerd" and is_ours(proc):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+            report.append(f"{proc.name} (pid {proc.pid}) killed")
+    return report
+
+
+def _alive(pid: int, start_ticks: int) -> bool:
+    """Whether `pid` still runs the process started at `start_ticks` (not a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return fields[0] != "Z" and int(fields[19]) == start_ticks
+
+
 def _tasks(ctr: list[str]) -> list[str]:
     proc = subprocess.run(
         [*ctr, "tasks", "ls", "-q"], capture_output=True, text=True, check=False, timeout=30
@@ -977,9 +1201,13 @@ def stop(
     st = NodeState(**raw)
     report: list[str] = []
     procs = [proc_type(**p) for p in st.procs]
-    by_name = {p.name: p for p in procs}
+    by_name = {p.name.removesuffix("-b"): p for p in procs}  # the second node's: <name>-b
     ctr = [CTR, "--address", st.containerd_socket, "--namespace", "k8s.io"]
-    containerd_up = Path(st.containerd_socket).exists() and "containerd" in by_name
+    containerd_up = (  # not after power_off: ctr would wait on a dead socket
+        Path(st.containerd_socket).exists()
+        and "containerd" in by_name
+        and _alive(by_name["containerd"].pid, by_name["containerd"].start_ticks)
+    )
     if api is not None:
         # An aggregated API that no longer answers fails discovery, and with it namespace
         # deletion: its APIService, Service and EndpointSlice go before metrics-server.
@@ -996,8 +1224,8 @@ def stop(
         deadline = time.monotonic() + drain_timeout
         while containerd_up and _tasks(ctr) and time.monotonic() < deadline:
             time.sleep(0.5)
-    report += stop_procs([p for p in procs if p.name != "containerd"])
-    if "kube-proxy" in by_name:  # its iptables chains and rules (KUBE-*), all modes
+    report += stop_procs([p for p in procs if p is not by_name.get("containerd")])
+    if "kube-proxy" in by_name and not st.netns:  # its iptables chains and rules (KUBE-*)
         cleanup = subprocess.run(
             [by_name["kube-proxy"].exe, "--cleanup"],
             capture_output=True,
@@ -1012,7 +1240,7 @@ def stop(
             report.append(f"kube-proxy --cleanup left KUBE-SERVICES: {cleanup.stderr[-500:]}")
         else:
             report.append("kube-proxy's iptables rules removed")
-    if "kubelet" in by_name:
+    if "kubelet" in by_name and not st.netns:  # the namespace's go with it
         report += _remove_kubelet_chains()
     if containerd_up:
         for task in _tasks(ctr):
@@ -1048,9 +1276,11 @@ def stop(
             os.kill(pid, signal.SIGKILL)
         report.append(f"containerd-shim (pid {pid}) killed")
     report += _remove_cgroups(st.cgroup)
-    report += stop_procs([p for p in procs if p.name == "containerd"])
+    report += stop_procs([p for p in procs if p is by_name.get("containerd")])
     report += _unmount_under(st.dir)
-    if st.owns_bridge:  # else the cluster removes it after the API server (release_network)
+    if st.netns:  # the second node: its namespace (bridge, rules, routes) and veth
+        report += release_second_network({"netns": st.netns, "uplink": st.uplink})
+    elif st.owns_bridge:  # else the cluster removes it after the API server (release_network)
         subprocess.run(["ip", "link", "del", st.bridge], capture_output=True, check=False)
         report.append(f"bridge {st.bridge} removed")
     pod_logs = str(Path(st.dir) / "kubelet" / "pod-logs")
