@@ -14,7 +14,7 @@ The same module's platform also shows data reaching real pods (issue 18 point 3,
 the server may reach the S3 store on loopback (`--allow-fetch-from 127.0.0.1/32`); it
 stages the example's digits from SeaweedFS with the team's secret, and each worker pod
 fetches them from the server into its data folder and trains on them; a second job reads
-0 bytes from the store.
+0 bytes from the store. The same from HDFS (MiniDFSCluster, WebHDFS as the team's HDFS user).
 """
 
 from __future__ import annotations
@@ -154,9 +154,8 @@ def test_a_job_without_shared_storage_keeps_its_logs_curves_and_result(team: Tea
     print(f"usage: {used}; gauges: {gauges}")
 
 
-def store_keys(team: Team, store: S3Store) -> str:
-    """The store's credentials as the team's secret `store-keys`, stored by a team admin
-    the site admin makes."""
+def team_secret(team: Team, body: dict[str, str]) -> str:
+    """A team secret, stored by a team admin the site admin makes; its name."""
     admin = api_for(team.server.url, "admin")
     try:
         boss = admin.new_user()
@@ -165,46 +164,37 @@ def store_keys(team: Team, store: S3Store) -> str:
         admin.close()
     api = api_for(team.server.url, boss)
     try:
-        body = {"name": "store-keys", "access_key_id": store.access_key,
-                "secret_access_key": store.secret_key}  # fmt: skip
         api.ok(api.post(f"/api/v1/teams/{team.name}/secrets", json=body), 201)
     finally:
         api.close()
-    return "store-keys"
+    return body["name"]
 
 
-def s3_job(team: Team, name: str, bucket: str, store: S3Store, steps: int) -> dict[str, object]:
+def store_keys(team: Team, store: S3Store) -> str:
+    """The store's credentials as the team's secret `store-keys`."""
+    body = {"name": "store-keys", "access_key_id": store.access_key,
+            "secret_access_key": store.secret_key}  # fmt: skip
+    return team_secret(team, body)
+
+
+def data_job(team: Team, name: str, data: dict[str, str], steps: int) -> dict[str, object]:
     raw = yaml.safe_load(job_manifest(team.node, name))
-    raw["spec"]["storage"] = {
-        "data": {
-            "source": f"s3://{bucket}/digits/",
-            "endpoint": store.endpoint,
-            "credentials": "store-keys",
-        }
-    }
+    raw["spec"]["storage"] = {"data": data}
     raw["spec"]["replicas"]["worker"]["args"] = [f"--train_steps={steps}"]
     body = {"manifest": yaml.safe_dump(raw)}
     return dict(team.member.ok(team.member.post(f"/api/v1/teams/{team.name}/jobs", json=body), 201))
 
 
-def staged(team: Team, job_id: object) -> str:
-    api = team.member
-
-    def said() -> str | None:
-        events = api.ok(api.get(f"/api/v1/jobs/{job_id}/events"))
-        found = [e["message"] for e in events if e["message"].startswith("data staged from")]
-        return found[0] if found else None
-
-    return wait_for("the staging's event", said, JOB_TIMEOUT, 1.0)
+def s3_job(team: Team, name: str, bucket: str, store: S3Store, steps: int) -> dict[str, object]:
+    source = f"s3://{bucket}/digits/"
+    data = {"source": source, "endpoint": store.endpoint, "credentials": "store-keys"}
+    return data_job(team, name, data, steps)
 
 
-def test_s3_data_reaches_real_pods_through_the_server(team: Team, s3_store: S3Store) -> None:
+def trained_from_its_data(team: Team, job: dict[str, object], name: str) -> dict[str, Any]:
+    """The job ended Succeeded, each worker trained on its own shard, which its pod fetched
+    from the server (the launcher's own lines); its result."""
     api, kube, ns = team.member, team.kube, team.namespace
-    bucket = s3_store.bucket()
-    for name, data in digits_npz().items():
-        s3_store.put(bucket, f"digits/{name}", data)
-    store_keys(team, s3_store)
-    job = s3_job(team, "from-s3", bucket, s3_store, 1000)
     done = wait_for(
         "the job to end",
         lambda: (
@@ -219,24 +209,72 @@ def test_s3_data_reaches_real_pods_through_the_server(team: Team, s3_store: S3St
     for index in (0, 1):
         log = api.get(f"/api/v1/jobs/{job['id']}/logs/worker-{index}", params={"attempt": 0}).text
         assert f"worker {index}: shard {index}/2" in log, log[-2000:]
-    # The launcher's own lines (the pods' stdout/stderr): each worker fetched its data.
     pods = kube.core.list_namespaced_pod(
-        ns, label_selector="tfkube.io/job-name=from-s3,tfkube.io/replica-type=worker"
+        ns, label_selector=f"tfkube.io/job-name={name},tfkube.io/replica-type=worker"
     ).items
     assert pods
     for pod in pods:
         text = kube.core.read_namespaced_pod_log(pod.metadata.name, ns, container="tensorflow")
         assert "data ready (" in text, text[-2000:]
         assert "data ready (0 bytes" not in text, text[-2000:]
-        assert s3_store.secret_key not in str(pod.to_dict())
     result = done["result"]
     assert isinstance(result, dict), done
     assert result["test_accuracy"] >= 0.9, result
+    return result
+
+
+def staged(team: Team, job_id: object) -> str:
+    api = team.member
+
+    def said() -> str | None:
+        events = api.ok(api.get(f"/api/v1/jobs/{job_id}/events"))
+        found = [e["message"] for e in events if e["message"].startswith("data staged from")]
+        return found[0] if found else None
+
+    return wait_for("the staging's event", said, JOB_TIMEOUT, 1.0)
+
+
+def test_s3_data_reaches_real_pods_through_the_server(team: Team, s3_store: S3Store) -> None:
+    bucket = s3_store.bucket()
+    for name, data in digits_npz().items():
+        s3_store.put(bucket, f"digits/{name}", data)
+    store_keys(team, s3_store)
+    job = s3_job(team, "from-s3", bucket, s3_store, 1000)
+    result = trained_from_its_data(team, job, "from-s3")
+    pods = team.kube.core.list_namespaced_pod(
+        team.namespace, label_selector="tfkube.io/job-name=from-s3"
+    ).items
+    for pod in pods:
+        assert s3_store.secret_key not in str(pod.to_dict())
 
     again = s3_job(team, "again-s3", bucket, s3_store, 100)
     said = staged(team, again["id"])
     assert "0 of 3 objects fetched (0.0 MiB read from the store)" in said, said
     print(f"\ndata through the server: {result}; second job: {said}")
+
+
+def test_hdfs_data_reaches_real_pods_through_the_server(team: Team, hdfs_store: Any) -> None:
+    """The same from HDFS (MiniDFSCluster on loopback, tests/hdfsstore.py): the server reads
+    it over WebHDFS as the team's HDFS user (a team secret), the worker pods fetch their
+    shards from the server and train to the example's accuracy; the user is in no pod."""
+    user = "real-pods-hdfs-reader"
+    secret = team_secret(team, {"name": "hdfs-user", "hadoop_user_name": user})
+    root = f"/real-node/{team.name}/digits"
+    for name, body in digits_npz().items():
+        hdfs_store.put(f"{root}/{name}", body)
+    data = {
+        "source": f"{hdfs_store.uri}{root}",
+        "endpoint": hdfs_store.webhdfs.removesuffix("/webhdfs/v1"),
+        "credentials": secret,
+    }
+    job = data_job(team, "from-hdfs", data, 1000)
+    result = trained_from_its_data(team, job, "from-hdfs")
+    pods = team.kube.core.list_namespaced_pod(
+        team.namespace, label_selector="tfkube.io/job-name=from-hdfs"
+    ).items
+    for pod in pods:
+        assert user not in str(pod.to_dict())
+    print(f"\nHDFS data through the server: {result}")
 
 
 THROTTLE_QUOTA_US = 1000
