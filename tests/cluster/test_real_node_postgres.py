@@ -60,7 +60,7 @@ DATA_CLAIM = "tfkube-data"
 PG_CLAIM = "tfkube-pg"
 JOB = "history"
 RUN_SH = """#!/usr/bin/env bash
-echo "history job ran in $(hostname)"
+echo "history job ran in $HOSTNAME"
 """
 
 
