@@ -15,14 +15,16 @@ or written manifests. The server reads it as `PGPASSWORD` (a secretKeyRef, which
 reads) with a URL that holds no password; the PostgreSQL pod reads it from a mounted file.
 
 The pod's start-up script (`START`, in the manifest rather than in the image, so any image
-with PostgreSQL's programs on PATH and a `postgres` user of uid 999 runs it, the Docker
-Library's `postgres` included): on an empty claim `initdb` (peer auth on the socket for
-the `postgres` superuser: `kubectl exec` for backups; SCRAM over TCP for the role `tfkube`
-and its database `tfkube` only), then at every start the role's password is set from the
-Secret (single-user mode, nothing listening), so changing the Secret and restarting the
-pods rotates it; then `postgres` in the foreground with its socket in /tmp (the root file
-system is read-only). A preStop hook stops it with `pg_ctl stop -m fast`, so a deleted pod
-shuts down cleanly even though its clients (the server's pool) keep connections open.
+with PostgreSQL's programs on PATH and a `postgres` user of uid 999 can run it, as the
+Docker Library's `postgres` images are made; not tried here, nothing can be pulled): on
+an empty claim `initdb` (peer auth on the socket for the `postgres` superuser: `kubectl
+exec` for backups; SCRAM over TCP for the role `tfkube` and its database `tfkube` only),
+then at every start the role's password is set from the Secret (single-user mode, nothing
+listening), so changing the Secret and restarting the pods rotates it; then `postgres` in
+the foreground with its socket in /tmp (the root file system is read-only). A preStop hook
+asks it for a fast shutdown (`pg_ctl stop -m fast`), so a deleted pod shuts down cleanly
+even though its clients (the server's pool) keep connections open (the SIGTERM that
+follows alone would wait for them: a "smart" shutdown).
 """
 
 from __future__ import annotations
@@ -33,8 +35,9 @@ from tfkube.kube.names import LABEL_MANAGED_BY, MANAGED_BY
 
 POSTGRES_NAME = "tfkube-postgres"
 POSTGRES_IMAGE = "ghcr.io/tfkube/postgres:15-bookworm"
-"""Built here by tools/kube/images.py (Debian bookworm's postgresql-15); any image with
-PostgreSQL's programs on PATH and a `postgres` user of uid 999 runs the same manifests."""
+"""Built here by tools/kube/images.py (Debian bookworm's postgresql-15); an image with
+PostgreSQL's programs on PATH and a `postgres` user of uid 999 can replace it
+(`--postgres-image`)."""
 POSTGRES_PORT = 5432
 POSTGRES_UID = 999
 POSTGRES_SECRET = "tfkube-postgres"
@@ -182,7 +185,9 @@ def _statefulset(
                                         "pg_ctl",
                                         "stop",
                                         "--mode=fast",
-                                        "--wait",
+                                        # The signal only: waiting here would outlive the
+                                        # container (PID 1 is postgres) and fail the hook.
+                                        "--no-wait",
                                         f"--pgdata={PGDATA}",
                                     ]
                                 }
