@@ -366,7 +366,7 @@ def test_the_server_pod_replaced_finds_everything_in_postgres(pg_platform: PgPla
     )  # fmt: skip
     assert dump.returncode == 0, dump.stderr
     assert dump.stdout.startswith(b"PGDMP")
-    assert len(dump.stdout) > 10_000
+    assert len(dump.stdout) > 1_000
     print(f"\npostgres in a pod: a new server pod Ready {back:.0f}s after the old one was "
           f"deleted, with every user, token and job; pg_dump {len(dump.stdout)} bytes")  # fmt: skip
 
