@@ -292,3 +292,35 @@ def placed_manifest(node: RealNode, example: Path, name: str, worker_args: list[
         role.get("resources", {}).pop("cpu", None)
     spec["replicas"]["worker"]["args"] = worker_args
     return str(yaml.safe_dump(raw))
+
+
+def remove_install(kube: KubeCluster, namespaces: list[str], pvs: list[str]) -> None:
+    """Undo an in-cluster `tfkube install --server` of a test: delete its `namespaces`
+    (the install's first), the cluster role bindings that still name the install's
+    namespace (the session's other modules apply their own install again), wait until
+    the namespaces are gone, then delete the PersistentVolumes `pvs`."""
+    for name in namespaces:
+        try:
+            kube.core.delete_namespace(name, propagation_policy="Background")
+        except client.exceptions.ApiException as exc:
+            if exc.status != 404:
+                raise
+    rbac = client.RbacAuthorizationV1Api(kube.api_client)
+    for binding in rbac.list_cluster_role_binding().items:
+        if any(s.namespace == namespaces[0] for s in binding.subjects or []):
+            rbac.delete_cluster_role_binding(binding.metadata.name)
+
+    def gone(name: str) -> bool:
+        try:
+            kube.core.read_namespace(name)
+        except client.exceptions.ApiException as exc:
+            return bool(exc.status == 404)
+        return False
+
+    wait_for("the namespaces gone", lambda: all(gone(n) for n in namespaces), 180, 1.0)
+    for pv in pvs:
+        try:
+            kube.core.delete_persistent_volume(pv)
+        except client.exceptions.ApiException as exc:
+            if exc.status != 404:
+                raise

@@ -25,7 +25,15 @@ from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from tfkube.engines._artifact import prepare_artifact
 from tfkube.kube.names import CRD_NAME, GROUP, PLURAL, VERSION
-from tfkube.render import RenderOptions, ServerInstall, crd, dump_yaml, render_job, server_manifests
+from tfkube.render import (
+    RenderOptions,
+    ServerInstall,
+    crd,
+    dump_yaml,
+    postgres_secret,
+    render_job,
+    server_manifests,
+)
 from tfkube.spec import TFJob, load_job_text, parse_job
 
 from ._support import POD_GROUP_CRDS, REPO, KubeCluster, wait_for
@@ -343,8 +351,11 @@ def test_cli_render_refuses_a_local_folder_without_pack_code() -> None:
         ServerInstall(
             storage_class="cephfs", outputs_claim="team-outputs", public_url="https://tf.example"
         ),
+        ServerInstall(database="postgres", storage_class="cephfs"),
+        ServerInstall(database="postgres", database_claim="pg-data", data_claim="data"),
+        ServerInstall(database="external"),
     ],
-    ids=["defaults", "every-option"],
+    ids=["defaults", "every-option", "postgres", "postgres-claim", "external"],
 )
 def test_server_install_objects_pass_dry_run(
     dynamic: DynamicClient, kube_namespace: str, options: ServerInstall
@@ -352,6 +363,8 @@ def test_server_install_objects_pass_dry_run(
     """`tfkube install --server`'s objects. The cluster-scoped RBAC objects get a name of
     this namespace so that a real install elsewhere in the session does not collide."""
     objects = server_manifests(kube_namespace, "ghcr.io/tfkube/operator:test", options)
+    if options.database == "postgres":  # the Secret install creates (never rendered)
+        objects.insert(0, postgres_secret(kube_namespace, "not-a-real-password"))
     for obj in objects:
         if obj["kind"] in {"ClusterRole", "ClusterRoleBinding"}:
             obj["metadata"]["name"] = f"{obj['metadata']['name']}-{kube_namespace}"

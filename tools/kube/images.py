@@ -5,7 +5,7 @@
     python3 tools/kube/images.py check     # exit 1 when an image is missing (builds nothing)
     python3 tools/kube/images.py list      # image name and OCI layout folder of each
 
-Two images, each an OCI image layout (oci-layout, index.json, blobs/) in
+Four images, each an OCI image layout (oci-layout, index.json, blobs/) in
 `~/.cache/tfkube/images/<image>-<recipe hash>/`, imported into containerd by streaming the
 folder as a tar to `ctr images import -` (cluster.py does it when the real node starts):
 
@@ -26,6 +26,14 @@ folder as a tar to `ctr images import -` (cluster.py does it when the real node 
   `pip install --no-deps` of this checkout; keyed by the hash of its source, so a source
   change rebuilds in seconds). Non-root (65532) like deploy/Dockerfile, which builds the
   same thing for a registry.
+- `ghcr.io/tfkube/postgres:15-bookworm` — the platform server's PostgreSQL (`tfkube install
+  --server --database postgres`, `tfkube.render.POSTGRES_IMAGE`). Recipe (`POSTGRES`): Debian
+  bookworm's `postgresql-15` (mmdebstrap, variant `essential`), its user `postgres` made
+  with uid/gid 999 before the package is installed (the uid the manifests run it as, the
+  same as the Docker Library's `postgres` image), the cluster the package makes removed (the
+  pod makes its own on its claim), docs, man pages, translations, locale sources and the
+  LLVM JIT left out. The start-up
+  script is in the manifest (`tfkube.render._postgres`), not in the image.
 - `localhost/tfkube/pause:1` — the pod sandbox image: one static program (tools/kube/pause,
   built by `build.sh --with-node`), since registry.k8s.io/pause cannot be pulled here.
 
@@ -75,6 +83,46 @@ TENSORFLOW = {
     "cmd": ["/bin/bash"],
 }
 """The TensorFlow image's recipe (with the requirements file): what its hash covers."""
+POSTGRES_NAME = "ghcr.io/tfkube/postgres:15-bookworm"
+POSTGRES_UID = 999
+POSTGRES = {
+    "suite": "bookworm",
+    "variant": "essential",
+    "include": ["postgresql-15"],
+    "uid": POSTGRES_UID,
+    "dpkg_exclude": ["/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*"],
+    "drop": [
+        "usr/share/doc",
+        "usr/share/man",
+        "usr/share/locale",
+        "usr/share/info",
+        "usr/share/lintian",
+        "usr/share/i18n",  # locale sources: the pods use C.UTF-8, built into glibc
+        # The JIT (LLVM, 135 MB): without its provider PostgreSQL just plans without it
+        # (`jit_provider`), which a server's small transactions never needed.
+        "usr/lib/postgresql/15/lib/llvmjit.so",
+        "usr/lib/postgresql/15/lib/llvmjit_types.bc",
+        "usr/lib/postgresql/15/lib/bitcode",
+        "usr/lib/x86_64-linux-gnu/libLLVM-14.so.1",
+        "usr/lib/x86_64-linux-gnu/libz3.so.4",
+        "var/lib/postgresql/15",
+        "etc/postgresql/15",
+        "var/lib/apt/lists",
+        "var/cache/apt",
+        "var/log",
+        "tmp",
+    ],
+    "env": {
+        "PATH": "/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"
+        ":/sbin:/bin",
+        "LANG": "C.UTF-8",
+        "PGDATA": "/var/lib/postgresql/data/pgdata",
+    },
+    "user": f"{POSTGRES_UID}:{POSTGRES_UID}",
+    "cmd": ["postgres"],
+}
+"""The PostgreSQL image's recipe: what its hash covers. Its `PATH` puts PostgreSQL 15's own
+programs (initdb, postgres, pg_ctl, pg_isready, pg_dump, psql) before Debian's wrappers."""
 TFKUBE_EXTRAS = ("serving", "server", "kubernetes", "notebook")
 """What tfkube's image installs (deploy/Dockerfile's list): the model server (`serving`),
 `tfkube server`, `tfkube operator` and notebooks."""
@@ -201,6 +249,15 @@ def tfkube_image(tensorflow: Image, repo: Path = REPO) -> Image:
     )
     digest = hashlib.sha256(recipe.encode()).hexdigest()
     return Image("tfkube", tfkube_name(repo), digest, tensorflow.root)
+
+
+def postgres_image(root: Path | None = None) -> Image:
+    recipe = json.dumps(
+        {"format": FORMAT, "name": POSTGRES_NAME, "hook": _postgres_user_hook(), **POSTGRES},
+        sort_keys=True,
+    )
+    digest = hashlib.sha256(recipe.encode()).hexdigest()
+    return Image("postgres", POSTGRES_NAME, digest, (root or cache_root()) / "images")
 
 
 def pause_image(pause_binary: Path, root: Path | None = None) -> Image:
@@ -498,6 +555,83 @@ def build_tensorflow(image: Image) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _postgres_user_hook() -> str:
+    """mmdebstrap's essential hook (a shell command; `$1` is the new root): the `postgres`
+    user and group with the fixed uid/gid, before `postgresql-common` would pick one (its
+    maintainer script keeps an existing system user)."""
+    uid = POSTGRES_UID
+    user = f"postgres:x:{uid}:{uid}:PostgreSQL administrator:/var/lib/postgresql:/bin/sh"
+    shadow = "postgres:*:19000:0:99999:7:::"
+    return (
+        f'echo "{user}" >> "$1/etc/passwd" && '
+        f'echo "postgres:x:{uid}:" >> "$1/etc/group" && '
+        f'if [ -f "$1/etc/shadow" ]; then echo "{shadow}" >> "$1/etc/shadow"; fi && '
+        'if [ -f "$1/etc/gshadow" ]; then echo "postgres:*::" >> "$1/etc/gshadow"; fi'
+    )
+
+
+def build_postgres(image: Image) -> None:
+    """Debian bookworm's PostgreSQL 15 as one layer (mmdebstrap; no chroot of ours, no pip)."""
+    with _locked(image.root):
+        if image.present():
+            return
+        if os.geteuid() != 0:
+            raise ImageError("building the PostgreSQL image needs root (mmdebstrap)")
+        if shutil.which("mmdebstrap") is None:
+            raise ImageError("mmdebstrap is missing: run tools/kube/node-deps.sh")
+        t0 = time.monotonic()
+        _log(f"{image.name}: building (Debian {POSTGRES['suite']}'s postgresql-15)")
+        tmp = Path(tempfile.mkdtemp(prefix=".build-postgres-", dir=image.root))
+        rootfs = tmp / "rootfs"
+        try:
+            _run(
+                [
+                    "mmdebstrap",
+                    "--mode=root",
+                    "--format=directory",
+                    f"--variant={POSTGRES['variant']}",
+                    "--include=" + ",".join(POSTGRES["include"]),  # type: ignore[arg-type]
+                    "--aptopt=Acquire::Retries=3",
+                    *[f"--dpkgopt=path-exclude={p}" for p in POSTGRES["dpkg_exclude"]],  # type: ignore[attr-defined]
+                    f"--essential-hook={_postgres_user_hook()}",
+                    "--quiet",
+                    str(POSTGRES["suite"]),
+                    str(rootfs),
+                ]
+            )
+            passwd = (rootfs / "etc" / "passwd").read_text()
+            wanted = f"postgres:x:{POSTGRES_UID}:{POSTGRES_UID}:"
+            if not any(line.startswith(wanted) for line in passwd.splitlines()):
+                raise ImageError(f"the image's postgres user is not {POSTGRES_UID}: {passwd}")
+            for junk in POSTGRES["drop"]:  # type: ignore[attr-defined]
+                _empty(rootfs / junk)
+            (rootfs / "tmp").mkdir(mode=0o1777)
+            (rootfs / "tmp").chmod(0o1777)
+            (rootfs / "var" / "log").mkdir()
+            data = rootfs / "var" / "lib" / "postgresql" / "data"
+            data.mkdir(parents=True)
+            os.chown(data, POSTGRES_UID, POSTGRES_UID)
+            data.chmod(0o700)
+            (rootfs / "etc" / "resolv.conf").write_text("")  # the runtime mounts its own
+            layer = tmp / "layer.tar"
+            _run(
+                ["tar", "--numeric-owner", "--sort=name", "--xattrs",
+                 "-C", str(rootfs), "-cf", str(layer), "."]
+            )  # fmt: skip
+            shutil.rmtree(rootfs)
+            config = {
+                "Env": [f"{k}={v}" for k, v in POSTGRES["env"].items()],  # type: ignore[attr-defined]
+                "User": POSTGRES["user"],
+                "Cmd": POSTGRES["cmd"],
+                "WorkingDir": "/",
+                "ExposedPorts": {"5432/tcp": {}},
+                "StopSignal": "SIGINT",
+            }
+            _finish(image, tmp, [Layer(layer)], config, t0)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _overlay_whiteouts(upper: Path) -> None:
     """overlayfs marks a deleted file with a 0/0 character device and a replaced folder with
     the xattr trusted.overlay.opaque; an OCI layer says the same with `.wh.<name>` and
@@ -707,8 +841,14 @@ def import_image(ctr: list[str], image: Image, timeout: float = 900.0) -> None:
 
 
 def images(bin_dir: Path) -> list[Image]:
+    """pause, TensorFlow, tfkube's, PostgreSQL's."""
     tensorflow = tensorflow_image()
-    return [pause_image(bin_dir / "tfkube-pause"), tensorflow, tfkube_image(tensorflow)]
+    return [
+        pause_image(bin_dir / "tfkube-pause"),
+        tensorflow,
+        tfkube_image(tensorflow),
+        postgres_image(),
+    ]
 
 
 def default_bin_dir() -> Path:
@@ -722,14 +862,16 @@ def default_bin_dir() -> Path:
 
 
 def build_all(bin_dir: Path) -> list[Image]:
-    pause, tf, own = images(bin_dir)
+    pause, tf, own, postgres = images(bin_dir)
     if not pause.present():
         build_pause(pause, bin_dir / "tfkube-pause")
     if not tf.present():
         build_tensorflow(tf)
     if not own.present():
         build_tfkube(own, tf)
-    return [pause, tf, own]
+    if not postgres.present():
+        build_postgres(postgres)
+    return [pause, tf, own, postgres]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,8 +9,9 @@ What it runs, all as root, every file under `<cluster workdir>/real-node/`:
     bridge tfkube<N> 198.19.N.1/24   node IP, kubelet address, CNI bridge, DNS address
     containerd (Debian's 1.6, CRI v1) own config, root, state and socket; runc; CNI bridge
       + host-local (Debian's containernetworking-plugins); images imported from the cache
-      (tools/kube/images.py): the pause image, tensorflow/tensorflow:2.21.0 and tfkube's own
+      (tools/kube/images.py): the pause image, tensorflow/tensorflow:2.21.0, tfkube's own
       (ghcr.io/tfkube/operator:<version>; rebuilt first when only tfkube's source changed)
+      and PostgreSQL's (ghcr.io/tfkube/postgres:15-bookworm)
     CoreDNS (built from its Go module) on 198.19.N.1:53, zone cluster.local (kubernetes plugin)
     kubelet v1.34.4 (built from its Go module), node `tfkube-real-<N>`, cgroup root /tfkube-<N>
     kube-proxy v1.34.4 (built from its Go module), iptables mode: ClusterIPs (198.19.224.0/20)
@@ -155,8 +156,8 @@ def missing_parts(bin_dir: Path) -> list[str]:
     if not out:  # the images need the pause binary: only look once the rest is there
         images = _sibling("images")
         try:
-            pause, tensorflow, own = images.images(bin_dir)
-            for image in (pause, tensorflow, own):
+            pause, tensorflow, own, postgres = images.images(bin_dir)
+            for image in (pause, tensorflow, own, postgres):
                 # tfkube's own layer is built at start (seconds) when its dependencies are
                 if image is own and tensorflow.present() and images.deps_cached(tensorflow):
                     continue
@@ -564,7 +565,7 @@ class RealNode:
         pki = Path(kube_state.workdir) / "pki"
         _make_cgroups(st.cgroup)
         images = _sibling("images")
-        pause, tensorflow, own = images.images(bin_dir)
+        pause, tensorflow, own, postgres = images.images(bin_dir)
         if not own.present():  # tfkube's source changed: its own layer, in seconds
             self._timed("build tfkube image", lambda: images.build_tfkube(own, tensorflow))
 
@@ -596,11 +597,12 @@ class RealNode:
             coredns = self._spawn("coredns", [str(bin_dir / "coredns"), "-conf", str(corefile)])
 
         # images: the pause image first (every sandbox needs it), then TensorFlow and
-        # tfkube's in one stream (they share the TensorFlow layer: it is sent once)
+        # tfkube's in one stream (they share the TensorFlow layer: it is sent once), and
+        # PostgreSQL's (the server's database in a pod: `install --database postgres`)
         self._timed("import pause image", lambda: images.import_image(ctr, pause))
         self._timed(
-            "import tensorflow and tfkube images",
-            lambda: images.import_images(ctr, [tensorflow, own]),
+            "import tensorflow, tfkube and postgres images",
+            lambda: images.import_images(ctr, [tensorflow, own, postgres]),
         )
         if coredns is not None:
             self.cluster._wait(

@@ -754,6 +754,35 @@ def install(
             help="--server: an existing claim in the namespace for its data (none is made).",
         ),
     ] = None,
+    database: Annotated[
+        str,
+        typer.Option(
+            "--database",
+            help="--server: its database: sqlite (on the data claim), postgres (PostgreSQL "
+            "in a pod of its own, a generated password in the Secret tfkube-postgres) or "
+            "external (the postgresql:// URL in the Secret tfkube-server-database, key url).",
+        ),
+    ] = "sqlite",
+    database_claim: Annotated[
+        str | None,
+        typer.Option(
+            "--database-claim",
+            help="--database postgres: an existing claim in the namespace for PostgreSQL's "
+            "data (none is made; default: a claim of --storage-class or the default class).",
+        ),
+    ] = None,
+    database_size: Annotated[
+        str,
+        typer.Option("--database-size", help="--database postgres: the size of its claim."),
+    ] = "10Gi",
+    postgres_image: Annotated[
+        str | None,
+        typer.Option(
+            "--postgres-image",
+            help="--database postgres: PostgreSQL's image (default: tfkube's, "
+            "ghcr.io/tfkube/postgres:15-bookworm).",
+        ),
+    ] = None,
     logs_storage_class: Annotated[
         str | None,
         typer.Option(
@@ -805,6 +834,7 @@ def install(
     --server, the platform server too."""
     from tfkube.render import (
         OPERATOR_IMAGE,
+        POSTGRES_IMAGE,
         Placement,
         ServerInstall,
         StorageDefaults,
@@ -813,6 +843,7 @@ def install(
         install_manifests,
         parse_node_selector,
         parse_toleration,
+        postgres_secret_command,
         server_manifests,
     )
 
@@ -824,22 +855,39 @@ def install(
         )
     except ValueError as exc:
         raise fail(str(exc)) from None
-    server_options = (
-        ServerInstall(
-            storage_class=storage_class,
-            storage_size=storage_size,
-            data_claim=data_claim,
-            outputs_claim=outputs_claim,
-            public_url=public_url,
-            placement=placement,
+    try:
+        server_options = (
+            ServerInstall(
+                storage_class=storage_class,
+                storage_size=storage_size,
+                data_claim=data_claim,
+                outputs_claim=outputs_claim,
+                public_url=public_url,
+                placement=placement,
+                database=database,
+                database_claim=database_claim,
+                database_size=database_size,
+                postgres_image=postgres_image or POSTGRES_IMAGE,
+            )
+            if server
+            else None
         )
-        if server
-        else None
-    )
-    if server_options is None and (storage_class or data_claim or outputs_claim or public_url):
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    database_flags = database != "sqlite" or database_claim or postgres_image
+    if server_options is None and (
+        storage_class or data_claim or outputs_claim or public_url or database_flags
+    ):
         raise fail(
-            "--storage-class, --data-claim, --outputs-claim and --public-url go with --server"
+            "--storage-class, --data-claim, --outputs-claim, --public-url and --database "
+            "(with --database-claim, --postgres-image) go with --server"
         )
+    secret_note = (
+        f"# Before applying: PostgreSQL's password, in a Secret of your own (`tfkube install`\n"
+        f"# makes it itself): {postgres_secret_command(namespace)}\n"
+        if server_options is not None and server_options.database == "postgres"
+        else ""
+    )
     try:
         jobs_storage = StorageDefaults(
             logs_storage_class=logs_storage_class, logs_claim=logs_claim, logs_size=logs_size
@@ -851,12 +899,22 @@ def install(
         for name, text in deploy_file_texts().items():
             (write_manifests / name).write_text(text)
             out.print(f"wrote {write_manifests / name}", highlight=False)
+        if server_options is not None:
+            header = (
+                f"# The platform server (`tfkube install --server --database "
+                f"{server_options.database}`), namespace {namespace}.\n{secret_note}"
+            )
+            target = write_manifests / "server.yaml"
+            target.write_text(
+                dump_yaml(server_manifests(namespace, chosen_image, server_options), header)
+            )
+            out.print(f"wrote {target}", highlight=False)
         return
     if print_only:
         objects = install_manifests(namespace, chosen_image, jobs_storage, placement)
         if server_options is not None:
             objects += server_manifests(namespace, chosen_image, server_options)
-        print(dump_yaml(objects), end="")
+        print(dump_yaml(objects, secret_note), end="")
         return
     try:
         from tfkube.engines.kubernetes import InstallError, api_client_from
@@ -892,6 +950,14 @@ def install(
                 "svc/tfkube-server 8470` (docs/kubernetes.md)",
                 highlight=False,
             )
+            if server_options.database == "postgres":
+                out.print(
+                    f"PostgreSQL: `kubectl -n {namespace} get pods -l "
+                    "app.kubernetes.io/component=database`; its password is in the Secret "
+                    "tfkube-postgres; back it up with pg_dump through kubectl exec "
+                    "(docs/kubernetes.md, 'Backing up')",
+                    highlight=False,
+                )
 
 
 @app.command("operator")

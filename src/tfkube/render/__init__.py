@@ -32,9 +32,19 @@ from tfkube.render._deploy import (
     parse_node_selector,
     parse_toleration,
 )
+from tfkube.render._postgres import (
+    POSTGRES_IMAGE,
+    POSTGRES_NAME,
+    POSTGRES_SECRET,
+    database_claim_name,
+    postgres_manifests,
+    postgres_secret,
+    postgres_secret_command,
+)
 from tfkube.render._render import MAX_CODE_CONFIGMAP_BYTES, RenderOptions, render_job
 from tfkube.render._server import (
     DATABASE_SECRET,
+    DATABASES,
     SERVER_NAME,
     ServerInstall,
     data_claim_name,
@@ -60,6 +70,7 @@ from tfkube.render._workloads import (
 )
 
 __all__ = [
+    "DATABASES",
     "DATABASE_SECRET",
     "DEFAULT_CLAIM_SIZE",
     "EMPTY_DIR",
@@ -67,6 +78,9 @@ __all__ = [
     "OPERATOR_IMAGE",
     "OPERATOR_NAME",
     "OPERATOR_NAMESPACE",
+    "POSTGRES_IMAGE",
+    "POSTGRES_NAME",
+    "POSTGRES_SECRET",
     "REGISTRY_SECRET",
     "SERVER_NAME",
     "JobVolumes",
@@ -80,6 +94,7 @@ __all__ = [
     "Volume",
     "crd",
     "data_claim_name",
+    "database_claim_name",
     "deploy_file_texts",
     "dump_yaml",
     "install_manifests",
@@ -87,6 +102,9 @@ __all__ = [
     "parse_node_selector",
     "parse_runtime",
     "parse_toleration",
+    "postgres_manifests",
+    "postgres_secret",
+    "postgres_secret_command",
     "render_job",
     "render_model_server",
     "render_notebook",

@@ -4,6 +4,7 @@
     PersistentVolumeClaim   tfkube-server-data   the data dir: SQLite, artifacts, keys
                                                  (none when the admin names a claim:
                                                  `data_claim`)
+    (database "postgres")   tfkube-postgres      PostgreSQL in a pod: tfkube.render._postgres
     Deployment              tfkube-server        `tfkube server --engine kubernetes`
     Service                 tfkube-server        ClusterIP :8470, for people (port-forward
                                                  or an Ingress) and for replicas fetching code
@@ -21,26 +22,48 @@ claim of the same name in its own namespace at `<data dir>/teams`, on the same s
 it reads team T's outputs at `<data dir>/teams/T/outputs/<job>`. docs/kubernetes.md says
 how to lay the share out.
 
+The database (`database`): "sqlite" (the default) keeps SQLite on the data claim (and, as
+before, an optional Secret `tfkube-server-database`, key `url`, switches to an external
+PostgreSQL); "postgres" adds PostgreSQL as a StatefulSet of its own image
+(`tfkube.render._postgres`) and the server connects to it as the role `tfkube` (password
+from the Secret `tfkube-postgres`, read by libpq as `PGPASSWORD`), after an init container
+saw it answer; "external" requires the Secret `tfkube-server-database` (its `url`, with the
+password, never in the pod spec) and waits for that database the same way.
+
 The image is the operator's (deploy/Dockerfile installs the `kubernetes` and `server`
 extras).
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
 from tfkube import contract
 from tfkube.kube.names import GROUP, LABEL_MANAGED_BY, MANAGED_BY, PLURAL
 from tfkube.render._deploy import Placement, api_access
+from tfkube.render._postgres import (
+    DEFAULT_DATABASE_SIZE,
+    POSTGRES_IMAGE,
+    POSTGRES_SECRET,
+    POSTGRES_SECRET_KEY,
+    WAIT_FOR_DATABASE,
+    postgres_manifests,
+    postgres_url,
+)
 
 SERVER_NAME = "tfkube-server"
 SERVER_PORT = 8470
 SERVER_DATA_DIR = "/var/lib/tfkube"
 SERVER_DATA_CLAIM = "tfkube-server-data"
 DATABASE_SECRET = "tfkube-server-database"
-"""Optional Secret (key `url`) in the server's namespace: `postgresql://...` makes the
-server use PostgreSQL; without it, SQLite in the data claim."""
+"""Secret (key `url`) in the server's namespace naming an external PostgreSQL
+(`postgresql://...`): required with `database="external"`; optional with "sqlite" (when it
+exists the server uses it, as before this option existed)."""
+DATABASES = ("sqlite", "postgres", "external")
+"""`tfkube install --server --database`: SQLite on the data claim; PostgreSQL in a pod
+installed with the server; an external PostgreSQL named by the Secret DATABASE_SECRET."""
 
 SERVER_RULES: tuple[dict[str, Any], ...] = (
     # A team is a namespace with its quota and default requests (server-side apply: patch,
@@ -119,7 +142,21 @@ class ServerInstall:
     https URL; default: whatever Host they use."""
     placement: Placement = field(default_factory=Placement)
     """The server pod's node selector and tolerations (`tfkube install --node-selector
-    --toleration`, the operator's too)."""
+    --toleration`, the operator's too; PostgreSQL's pod too)."""
+    database: str = "sqlite"
+    """One of DATABASES."""
+    database_claim: str | None = None
+    """database "postgres": an existing claim in the namespace for PostgreSQL's data (none
+    is made); else its StatefulSet's claim template makes `data-tfkube-postgres-0` of
+    `storage_class` (or the default class), `database_size`."""
+    database_size: str = DEFAULT_DATABASE_SIZE
+    postgres_image: str = POSTGRES_IMAGE
+
+    def __post_init__(self) -> None:
+        if self.database not in DATABASES:
+            raise ValueError(f"--database {self.database!r}: give one of {', '.join(DATABASES)}")
+        if self.database_claim and self.database != "postgres":
+            raise ValueError("--database-claim goes with --database postgres")
 
 
 def _labels() -> dict[str, str]:
@@ -231,19 +268,17 @@ def _deployment(namespace: str, image: str, options: ServerInstall) -> dict[str,
     def probe(**more: int) -> dict[str, Any]:
         return {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10, **more}
 
+    security = {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    env = [{"name": "HOME", "value": "/tmp"}, *database_env(namespace, options)]
     container: dict[str, Any] = {
         "name": "server",
         "image": image,
         "command": server_command(namespace, options),
-        "env": [
-            {"name": "HOME", "value": "/tmp"},
-            {
-                "name": contract.DATABASE_URL,
-                "valueFrom": {
-                    "secretKeyRef": {"name": DATABASE_SECRET, "key": "url", "optional": True}
-                },
-            },
-        ],
+        "env": env,
         "ports": [{"name": "http", "containerPort": SERVER_PORT, "protocol": "TCP"}],
         "readinessProbe": probe(),
         "livenessProbe": probe(failureThreshold=6),
@@ -251,13 +286,27 @@ def _deployment(namespace: str, image: str, options: ServerInstall) -> dict[str,
             "requests": {"cpu": "250m", "memory": "512Mi"},
             "limits": {"memory": "2Gi"},
         },
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": security,
         "volumeMounts": mounts,
     }
+    init: dict[str, Any] = {}
+    if options.database != "sqlite":
+        # The server runs its migrations at start: first wait until the database answers
+        # and lets the server's role in (a StatefulSet, an external one after an outage).
+        init["initContainers"] = [
+            {
+                "name": "wait-for-database",
+                "image": image,
+                "command": ["python3", "-c", WAIT_FOR_DATABASE],
+                "env": copy.deepcopy(env),  # no YAML anchors in printed manifests
+                "resources": {
+                    "requests": {"cpu": "10m", "memory": "64Mi"},
+                    "limits": {"memory": "256Mi"},
+                },
+                "securityContext": copy.deepcopy(security),
+                "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+            }
+        ]
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -280,12 +329,31 @@ def _deployment(namespace: str, image: str, options: ServerInstall) -> dict[str,
                         "fsGroup": 65532,  # the data claim is writable by the server
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
+                    **init,
                     "containers": [container],
                     "volumes": volumes,
                 },
             },
         },
     }
+
+
+def database_env(namespace: str, options: ServerInstall) -> list[dict[str, Any]]:
+    """The server's database settings: a URL, and the password only as a secretKeyRef."""
+    if options.database == "postgres":
+        return [
+            {"name": contract.DATABASE_URL, "value": postgres_url(namespace)},
+            {
+                "name": "PGPASSWORD",  # libpq's; the URL holds no password
+                "valueFrom": {
+                    "secretKeyRef": {"name": POSTGRES_SECRET, "key": POSTGRES_SECRET_KEY}
+                },
+            },
+        ]
+    ref: dict[str, Any] = {"name": DATABASE_SECRET, "key": "url"}
+    if options.database == "sqlite":
+        ref["optional"] = True
+    return [{"name": contract.DATABASE_URL, "valueFrom": {"secretKeyRef": ref}}]
 
 
 def _service(namespace: str) -> dict[str, Any]:
@@ -308,9 +376,22 @@ def server_manifests(
 ) -> list[dict[str, Any]]:
     """The server's objects in `namespace`, in the order to apply them."""
     chosen = options or ServerInstall()
+    database = (
+        postgres_manifests(
+            namespace,
+            chosen.postgres_image,
+            chosen.database_claim,
+            chosen.storage_class,
+            chosen.database_size,
+            chosen.placement.pod_fields(),
+        )
+        if chosen.database == "postgres"
+        else []
+    )
     return [
         *server_rbac(namespace),
         *([] if chosen.data_claim else [_data_claim(namespace, chosen)]),
+        *database,
         _deployment(namespace, image, chosen),
         _service(namespace),
     ]

@@ -9,6 +9,11 @@ and fields other managers own (e.g. a replica count someone scaled) are left alo
 we set them too. `dry_run=True` sends every object with `dryRun=All`, so the API server
 validates and admits it without storing anything.
 
+With `--database postgres` the PostgreSQL password is generated here (`secrets`) and its
+Secret created only when it does not exist (a create, not an apply: running install again
+keeps the password the database was made with); it is never printed, and the Secret is
+sent before the StatefulSet that mounts it.
+
 Before anything is applied, install reads the cluster's StorageClasses (and the claims
 the administrator named) and says what jobs and the server will get; what could never
 work (the server's data claim on a cluster without a default StorageClass, a class that
@@ -17,23 +22,27 @@ does not exist) is refused with what to give instead (`_storage_check`).
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from tfkube.engines.kubernetes._storage_check import find_storage, plan_storage
-from tfkube.kube.errors import ApiError, NotFound
+from tfkube.kube.errors import AlreadyExists, ApiError, NotFound
 from tfkube.kube.names import CRD_NAME
-from tfkube.kube.resources import CRD, NAMESPACE, resource_for
+from tfkube.kube.resources import CRD, NAMESPACE, SECRET, STATEFUL_SET, resource_for
 from tfkube.kube.rest import Kube
 from tfkube.render import (
     OPERATOR_IMAGE,
     OPERATOR_NAMESPACE,
+    POSTGRES_NAME,
+    POSTGRES_SECRET,
     Placement,
     ServerInstall,
     StorageDefaults,
     install_manifests,
+    postgres_secret,
     server_manifests,
 )
 
@@ -132,6 +141,10 @@ def install(
             done.append(result)
             progress(result)
             continue
+        if STATEFUL_SET.describes(obj) and name == POSTGRES_NAME:
+            result = _ensure_postgres_secret(kube, ns or namespace, dry_run)
+            done.append(result)
+            progress(result)
         _apply(kube, obj, dry_run)
         if NAMESPACE.describes(obj) and dry_run and kube.get(NAMESPACE, None, name) is None:
             namespace_missing = True
@@ -141,6 +154,27 @@ def install(
     if not dry_run:
         _wait_established(kube, timeout)
     return done
+
+
+def _ensure_postgres_secret(kube: Kube, namespace: str, dry_run: bool) -> Applied:
+    """Create the Secret with PostgreSQL's password unless it exists (never overwritten:
+    the database keeps the password it was made with until the Secret is changed)."""
+    secret = postgres_secret(namespace, secrets.token_urlsafe(32))
+    query = {"fieldManager": FIELD_MANAGER}
+    if dry_run:
+        query["dryRun"] = "All"
+    try:
+        made = kube.request(
+            "POST", SECRET.url(namespace), body=secret, query=query, allow=(AlreadyExists,)
+        )
+    except ApiError as exc:
+        message = f"Secret {POSTGRES_SECRET}: the API server refused it: {exc.message}"
+        raise InstallError(message, exc) from exc
+    if made is None:
+        outcome = "kept (it exists: the password is not changed)"
+    else:
+        outcome = "validated" if dry_run else "created with a generated password"
+    return Applied("Secret", POSTGRES_SECRET, namespace, outcome)
 
 
 def _wait_established(kube: Kube, timeout: float) -> None:

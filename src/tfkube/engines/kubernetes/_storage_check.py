@@ -25,10 +25,12 @@ from tfkube.kube.resources import PERSISTENT_VOLUME_CLAIM, STORAGE_CLASS
 from tfkube.kube.rest import Kube
 from tfkube.render import (
     DATABASE_SECRET,
+    POSTGRES_NAME,
     SERVER_NAME,
     ServerInstall,
     StorageDefaults,
     data_claim_name,
+    database_claim_name,
 )
 
 DEFAULT_CLASS_ANNOTATIONS = (
@@ -79,7 +81,9 @@ def find_storage(kube: Kube, namespace: str, server: ServerInstall | None) -> St
     items: list[Mapping[str, Any]] | None = None
     if isinstance(listed, Mapping):
         items = list(listed.get("items") or [])
-    named = [] if server is None else [server.data_claim, server.outputs_claim]
+    named = (
+        [] if server is None else [server.data_claim, server.outputs_claim, server.database_claim]
+    )
     claims: dict[str, str | None] = {}
     for claim in filter(None, named):
         try:
@@ -202,26 +206,78 @@ def _server(
         notes.append(
             _named_claim(found, namespace, server.outputs_claim, "the teams' kept outputs")
         )
-    return notes, refusals
+    more, refused = _database(found, namespace, server)
+    return notes + more, refusals + refused
 
 
-def _named_claim(found: StorageFindings, namespace: str, claim: str, what: str) -> str:
+def _database(
+    found: StorageFindings, namespace: str, server: ServerInstall
+) -> tuple[list[str], list[str]]:
+    """Where PostgreSQL keeps its data (`--database postgres`), or where the external
+    database's URL comes from."""
+    if server.database == "external":
+        return [
+            f"the server connects to the PostgreSQL named by the Secret {DATABASE_SECRET} "
+            f"(key url) in namespace {namespace}: its pod waits until the Secret exists and "
+            "the database answers"
+        ], []
+    if server.database != "postgres":
+        return [], []
+    if server.database_claim:
+        return [
+            _named_claim(
+                found, namespace, server.database_claim, "its data", "PostgreSQL", "database"
+            )
+        ], []
+    claim = database_claim_name(None)
+    size = server.database_size
+    if server.storage_class:
+        if _missing_class(found, "--storage-class", server.storage_class) is not None:
+            return [], []  # refused once already, for the server's data claim
+        return [
+            f"PostgreSQL keeps its data on a new claim {claim} ({size}) of the "
+            f"StorageClass {server.storage_class}"
+        ], []
+    if found.classes is None:
+        return [
+            f"PostgreSQL keeps its data on a new claim {claim} of the default StorageClass "
+            "(could not list StorageClasses: not checked)"
+        ], []
+    if found.default_classes:
+        return [
+            f"PostgreSQL keeps its data on a new claim {claim} ({size}) of the default "
+            f"StorageClass {found.default_classes[-1]}"
+        ], []
+    return [], [
+        f"this cluster has no default StorageClass, so PostgreSQL's claim {claim} would "
+        "never be bound and the database never start. Give --storage-class NAME "
+        f"(StorageClasses: {_class_list(found)}), or --database-claim NAME: a claim you made "
+        f"in namespace {namespace}, bound to a volume you provide"
+    ]
+
+
+def _named_claim(
+    found: StorageFindings,
+    namespace: str,
+    claim: str,
+    what: str,
+    who: str = "the server",
+    component: str = "server",
+) -> str:
     phase = found.claims.get(claim, UNREAD)
     where = f"claim {claim} in namespace {namespace}"
+    pod = f"{who}'s pod ({POSTGRES_NAME if component == 'database' else SERVER_NAME})"
     if phase == "Bound":
-        return f"the server mounts {what} from the {where} (Bound)"
+        return f"{who} mounts {what} from the {where} (Bound)"
     if phase is None:
         return (
-            f"warning: the {where} ({what}) does not exist yet: the server's pod waits "
+            f"warning: the {where} ({what}) does not exist yet: {who}'s pod waits "
             f"(Pending) until it exists and is bound; `kubectl -n {namespace} describe pod "
-            f"-l app.kubernetes.io/component=server` says why it waits"
+            f"-l app.kubernetes.io/component={component}` says why it waits"
         )
     if phase == UNREAD:
-        return f"the server mounts {what} from the {where} (not checked: may not read it)"
-    return (
-        f"warning: the {where} ({what}) is {phase}: the server's pod ({SERVER_NAME}) "
-        "starts once it is bound"
-    )
+        return f"{who} mounts {what} from the {where} (not checked: may not read it)"
+    return f"warning: the {where} ({what}) is {phase}: {pod} starts once it is bound"
 
 
 def plan_storage(
