@@ -55,8 +55,10 @@ from tfkube.render._workloads import (
     NotebookSpec,
     ServingRuntime,
     parse_runtime,
+    render_autoscaler,
     render_model_server,
     render_notebook,
+    replica_request,
 )
 
 __all__ = [
@@ -87,10 +89,12 @@ __all__ = [
     "parse_node_selector",
     "parse_runtime",
     "parse_toleration",
+    "render_autoscaler",
     "render_job",
     "render_model_server",
     "render_notebook",
     "rendered_storage",
+    "replica_request",
     "server_manifests",
     "tenant_objects",
 ]
