@@ -49,7 +49,7 @@ from kubernetes.client.exceptions import ApiException
 from server._server import Api, ServerProc, api_for, first_admin, free_port
 from tfkube.engines.kubernetes import install
 from tfkube.kube.errors import ApiError
-from tfkube.kube.resources import CONFIG_MAP, DEPLOYMENT, SERVICE
+from tfkube.kube.resources import CONFIG_MAP, DEPLOYMENT, HORIZONTAL_POD_AUTOSCALER, SERVICE
 from tfkube.kube.rest import Kube
 from tfkube.render import OPERATOR_IMAGE, OPERATOR_NAMESPACE, SERVER_NAME, ServerInstall
 from tfkube.render._server import SERVER_DATA_CLAIM
@@ -591,3 +591,115 @@ def test_a_version_roll_under_load_fails_no_request(team: Team, trained: Trained
 def pod_done(kube: KubeCluster, ns: str, name: str) -> Any:
     found = kube.core.read_namespaced_pod(name, ns)
     return found if found.status.phase in ("Succeeded", "Failed") else None
+
+
+def scaled_pods(kube: KubeCluster, ns: str, name: str) -> list[Any]:
+    """One model server's pods (another test's may still be terminating)."""
+    selector = f"tfkube.io/model-server={name}"
+    return list(kube.core.list_namespaced_pod(ns, label_selector=selector).items)
+
+
+def ready_pods(pods: list[Any]) -> list[Any]:
+    return [
+        p
+        for p in pods
+        if p.metadata.deletion_timestamp is None
+        and p.status.container_statuses
+        and p.status.container_statuses[0].ready
+    ]
+
+
+def test_an_autoscaled_model_server_scales_with_its_load(team: Team, trained: Trained) -> None:
+    """Issue 20 point 5: tfkube's model server served with `autoscale` (1 to 2 replicas at
+    20% of a 500m CPU request, scale-down after 10 s of low load) gets a
+    HorizontalPodAutoscaler; a client sending predictions through the server's proxy
+    drives its CPU past the target, the autoscaler (kube-controller-manager's, reading
+    metrics-server's pod metrics) adds a second pod and both answer; once the client
+    stops, it goes back to one. No request fails meanwhile."""
+    kube, ns, member = team.kube, team.namespace, team.member
+    name = "scaled"
+    asked = {
+        "minReplicas": 1,
+        "maxReplicas": 2,
+        "targetCPUUtilization": 20,
+        "scaleDownStabilizationSeconds": 10,
+    }
+    server = member.ok(
+        member.post(
+            f"/api/v1/jobs/{trained.job['id']}/model-servers",
+            json={"runtime": "tfkube", "name": name, "cpu": "500m", "autoscale": asked},
+        ),
+        201,
+    )
+    url = f"/api/v1/model-servers/{server['id']}"
+
+    def seen() -> dict[str, Any]:
+        return dict(member.ok(member.get(url)))
+
+    wait_for("the model server ready", lambda: seen()["status"] == "Ready", 300, 1.0)
+    assert len(ready_pods(scaled_pods(kube, ns, name))) == 1
+    k = Kube(kube.api_client)
+    hpa = k.get(HORIZONTAL_POD_AUTOSCALER, ns, f"{name}-serving")
+    assert hpa is not None
+    assert hpa["spec"]["scaleTargetRef"]["name"] == f"{name}-serving"
+
+    x, _ = held_out_digits(32)
+    body = {"instances": x.tolist()}
+    load = Load(server["url"], member.token, body)
+    thread = threading.Thread(target=load.run, name="scale-load", daemon=True)
+    t0 = time.monotonic()
+    thread.start()
+
+    def two_ready() -> list[Any] | None:
+        ready = ready_pods(scaled_pods(kube, ns, name))
+        return ready if len(ready) == 2 else None
+
+    try:
+        two = wait_for("a second replica ready under load", two_ready, 180, 1.0)
+        up_s = time.monotonic() - t0
+
+        def two_shown() -> dict[str, Any] | None:
+            shown = seen()
+            return shown if (shown["replicas"], shown["desired_replicas"]) == (2, 2) else None
+
+        wait_for("the API showing two replicas", two_shown, 60, 1.0)
+        # Both pods answer (each through the API server's pod proxy).
+        for pod in two:
+            at = f"/api/v1/namespaces/{ns}/pods/{pod.metadata.name}:8501/proxy"
+            answer = k.request("POST", f"{at}/v1/models/{name}:predict", body=body)
+            assert_tf_serving_predictions(answer, 32)
+    finally:
+        load.stop.set()
+        thread.join(60)
+    assert not thread.is_alive()
+    sent = load.requests
+    t1 = time.monotonic()
+
+    def back_to_one() -> list[Any] | None:
+        pods = scaled_pods(kube, ns, name)
+        return pods if len(pods) == 1 and len(ready_pods(pods)) == 1 else None
+
+    wait_for("back to one replica once the load stopped", back_to_one, 240, 1.0)
+    down_s = time.monotonic() - t1
+
+    def one_shown() -> dict[str, Any] | None:
+        shown = seen()
+        return shown if shown["replicas"] == 1 else None
+
+    after = wait_for("the API showing one replica", one_shown, 60, 1.0)
+    assert after["desired_replicas"] == 1, after
+    assert load.failures == [], f"{len(load.failures)} of {sent}: {load.failures[:5]}"
+    hpa = k.get(HORIZONTAL_POD_AUTOSCALER, ns, f"{name}-serving")
+    print(f"\nreal node: autoscaled model server (1-2 replicas at 20% of 500m): a second "
+          f"replica ready {up_s:.0f}s after the load began; back to one {down_s:.0f}s after "
+          f"it stopped (scale-down window 10 s); {sent} requests through the server's "
+          f"proxy, 0 failed; the autoscaler's last CPU reading "
+          f"{(hpa or {}).get('status', {}).get('currentMetrics')}")  # fmt: skip
+
+    member.ok(member.post(f"{url}/stop"))
+
+    def gone() -> bool:
+        objects = [k.get(r, ns, f"{name}-serving") for r in (DEPLOYMENT, HORIZONTAL_POD_AUTOSCALER)]
+        return objects == [None, None] and not scaled_pods(kube, ns, name)
+
+    wait_for("its Deployment, autoscaler and pods gone", gone, 120, 1.0)
