@@ -273,3 +273,32 @@ def test_replica_request_is_what_is_rendered() -> None:
     assert replica_request(None) == (1.0, 2 * GI)
     assert replica_request(Resources(cpu="250m")) == (0.25, 512 * 2**20)
     assert replica_request(Resources(memory="1Gi")) == (1.0, GI)
+
+
+# -- how the CLI shows it ------------------------------------------------------------------------
+
+
+def _out(**kw: Any) -> Any:
+    from tfkube.wire import ModelServerOut
+
+    base = {"id": "a", "team": "t", "name": "digits", "job": "mnist", "status": "Ready",
+            "url": "http://x/v1/models/digits", "created_at": 0.0}  # fmt: skip
+    return ModelServerOut.model_validate({**base, **kw})
+
+
+def test_the_cli_shows_replicas_and_the_autoscaling() -> None:
+    from tfkube.cli._workloads import replicas_text, servers_lines
+
+    scaled = _out(
+        replicas=1,
+        desired_replicas=2,
+        autoscale={"minReplicas": 1, "maxReplicas": 3, "targetCPUUtilization": 20},
+    )
+    assert replicas_text(scaled) == "1 of 2 replicas ready (autoscaled 1-3 at 20% CPU)"
+    assert replicas_text(_out()) == ""  # the local engine does not count them
+    header, row, _url = servers_lines([scaled])
+    assert "REPLICAS" in header.split()
+    assert "1->2 (auto 1-3)" in row
+    _, fixed, _ = servers_lines([_out(replicas=1, desired_replicas=1)])
+    assert " 1 " in fixed
+    assert "auto" not in fixed

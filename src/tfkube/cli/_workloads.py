@@ -303,15 +303,21 @@ def _stop_here(server: subprocess.Popen[bytes] | None, interrupt: KeyboardInterr
 def servers_lines(servers: list[Any]) -> list[str]:
     """One line per model server, its REST URL under it (never cut to the terminal's
     width: the URL is what people copy)."""
-    rows = [("NAME", "JOB", "STATUS", "VERSION", "REQUESTS", "ERRORS")]
+    rows = [("NAME", "JOB", "STATUS", "VERSION", "REPLICAS", "REQUESTS", "ERRORS")]
     for s in servers:
         version = str(s.serving_version if s.serving_version is not None else "-")
+        replicas = "-" if s.replicas is None else str(s.replicas)
+        if s.desired_replicas is not None and s.desired_replicas != s.replicas:
+            replicas += f"->{s.desired_replicas}"
+        if s.autoscale:
+            replicas += f" (auto {s.autoscale.get('minReplicas', 1)}-{s.autoscale['maxReplicas']})"
         rows.append(
             (
                 s.name,
                 s.job,
                 s.status,
                 version + ("" if s.version is None else " (pinned)"),
+                replicas,
                 str(s.requests),
                 str(s.errors),
             )
