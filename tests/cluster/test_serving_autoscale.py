@@ -5,7 +5,7 @@ garbage collector deletes it with it), with the server's own RBAC; the real
 kube-controller-manager's autoscaler scales the Deployment to its minReplicas (no metrics
 are needed below the minimum); a version roll keeps its replica count; stopping removes
 it. What a member may ask for is bounded by the server's `--serving-max-replicas` and the
-team's quota, refused by field before anything is made.
+team's quota (tests/security/test_serving_autoscale_bounds.py).
 
 CPU load scaling real pods up and down is tests/cluster/test_real_node_serving.py's (a
 kubelet and metrics-server); the rendering and the rules are tests/unit/
@@ -14,11 +14,7 @@ test_serving_autoscale.py's.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from cluster import test_server_kubernetes as on_kube
 from cluster._support import wait_for
@@ -27,8 +23,6 @@ from tfkube.kube.rest import Kube
 
 platform = on_kube.platform
 team = on_kube.team
-
-GI = 2**30
 
 
 def fake_export(platform: on_kube.Platform, team: on_kube.Team, job: str, version: int) -> None:
@@ -141,44 +135,3 @@ def test_a_stopped_autoscaled_model_server_leaves_nothing(
     assert "behavior" not in hpa["spec"]  # Kubernetes' default scale-down
     api.ok(api.post(f"/api/v1/model-servers/{server['id']}/stop"))
     assert objects(kube, ns, "stopped-serving") == (None, None)
-
-
-@pytest.fixture(scope="module")
-def small_team(platform: on_kube.Platform) -> Iterator[on_kube.Team]:
-    """A team whose quota allows 2 CPUs and 4Gi (the site admin's)."""
-    made = on_kube.Team(platform, {"cpu": 2, "memory": 4 * GI})
-    try:
-        yield made
-    finally:
-        made.close()
-
-
-@pytest.mark.parametrize(
-    ("resources", "most", "words"),
-    [
-        ({"cpu": "100m", "memory": "256Mi"}, 5, "more than this server allows (4"),
-        ({"cpu": "1", "memory": "256Mi"}, 3, "team's quota"),
-        ({"cpu": "100m", "memory": "2Gi"}, 3, "quota of 4Gi"),
-        ({}, 3, "quota of 2 CPU"),  # the default replica: 1 CPU, 2Gi
-    ],
-)
-def test_a_member_cannot_ask_for_more_replicas_than_a_site_admin_allows(
-    platform: on_kube.Platform,
-    small_team: on_kube.Team,
-    resources: dict[str, str],
-    most: int,
-    words: str,
-) -> None:
-    api, ns = small_team.member, small_team.namespace
-    kube = Kube(platform.kube.api_client)
-    job = on_kube.submit_manifest(small_team, on_kube.manifest(f"q{uuid.uuid4().hex[:6]}"))
-    body = {"runtime": "tfkube", **resources, "autoscale": {"maxReplicas": most}}
-    refused = api.post(f"/api/v1/jobs/{job['id']}/model-servers", json=body)
-    assert refused.status_code == 422, refused.text
-    errors = refused.json()["errors"]
-    assert {e["field"] for e in errors} == {"autoscale.maxReplicas"}, errors
-    messages = [e["message"].replace(f"team {small_team.name}'s", "team's") for e in errors]
-    assert any(words in m for m in messages), messages
-    assert api.ok(api.get("/api/v1/model-servers", params={"team": small_team.name})) == []
-    name = f"{job['name']}-serving"
-    assert objects(kube, ns, name) == (None, None)
