@@ -302,3 +302,23 @@ def test_the_cli_shows_replicas_and_the_autoscaling() -> None:
     _, fixed, _ = servers_lines([_out(replicas=1, desired_replicas=1)])
     assert " 1 " in fixed
     assert "auto" not in fixed
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--engine", "server", "--min-replicas", "2"], "--min-replicas: autoscaling needs"),
+        (["--engine", "server", "--target-cpu", "20"], "--target-cpu: autoscaling needs"),
+        (["--max-replicas", "2"], "--engine local runs one model server here"),
+        (["--engine", "server", "--max-replicas", "0"], "--max-replicas"),
+        (["--engine", "server", "--max-replicas", "2", "--target-cpu", "101"], "--target-cpu"),
+    ],
+)
+def test_serve_refuses_autoscaling_flags_by_name(argv: list[str], words: str) -> None:
+    from typer.testing import CliRunner
+
+    from tfkube.cli import app
+
+    result = CliRunner().invoke(app, ["serve", "mnist", *argv])
+    assert result.exit_code == 2, result.output
+    assert words in " ".join(result.output.split()), result.output
