@@ -257,6 +257,7 @@ def test_an_engine_that_cannot_scale_refuses() -> None:
         (3, Resources(cpu="100m", memory="1Gi"), {"memory": 2 * GI}, 2),
         (2, None, {"memory": 3 * GI}, 1),  # the default: 2Gi each
         (4, Resources(cpu="100m"), {"memory": GI}, 2),  # no memory asked: the LimitRange's
+        (4, Resources(cpu="100m", memory="1Mi"), {"cpu": 0.3}, 3),  # 3 x 0.1 fits 0.3
     ],
 )
 def test_the_teams_quota_bounds_the_most_replicas(

@@ -114,18 +114,21 @@ def autoscale_problems(
         ]
     cpu, memory = replica_request(resources if resources.model_fields_set else None)
     problems: list[FieldError] = []
-    limits = (("cpu", cpu, lambda v: f"{v:g} CPU"), ("memory", memory, _gib))
-    for key, each, show in limits:
+    # In whole units (millicores, bytes): 3 x 0.1 CPU fits a quota of 0.3.
+    limits = (("cpu", 1000, cpu, _cores), ("memory", 1, memory, _gib))
+    for key, unit, per_replica, show in limits:
         allowed = quota.get(key)
+        each = round(per_replica * unit)
         if not isinstance(allowed, int | float) or each <= 0:
             continue
-        if asked * each > allowed:
-            fits = int(allowed // each)
+        if asked * each > round(allowed * unit):
+            fits = round(allowed * unit) // each
             problems.append(
                 FieldError(
                     where,
-                    f"{asked} replicas of {show(each)} each need {show(asked * each)}, more "
-                    f"than team {team}'s quota of {show(allowed)} allows (at most {fits}); "
+                    f"{asked} replicas of {show(per_replica)} each need "
+                    f"{show(asked * each / unit)}, more than team {team}'s quota of "
+                    f"{show(allowed)} allows (at most {fits}); "
                     "ask for fewer or smaller replicas, or a larger quota from a site admin",
                 )
             )
@@ -134,6 +137,10 @@ def autoscale_problems(
 
 def _gib(value: float) -> str:
     return f"{value / 2**30:g}Gi"
+
+
+def _cores(value: float) -> str:
+    return f"{value:g} CPU"
 
 
 def export_dir(job: Job) -> Path | None:
