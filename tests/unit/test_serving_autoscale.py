@@ -2,8 +2,8 @@
 validation, the HorizontalPodAutoscaler and Deployment rendered for it, what it reads back
 as replicas, and how many replicas a team may ask for (the server's cap and the team's
 quota). The API server accepts the objects and the controller scales them in
-tests/cluster/test_serving_autoscale.py; real CPU load scales real pods in
-tests/cluster/test_real_node_serving.py."""
+tests/cluster/test_serving_autoscale.py (real CPU load scaling real pods is not tested
+yet: README)."""
 
 from __future__ import annotations
 
