@@ -73,6 +73,16 @@ def server_command(
             "tensorflow-serving (the stock image) or tfkube (tfkube's, in tfkube's image).",
         ),
     ] = "tensorflow-serving",
+    serving_max_replicas: Annotated[
+        int,
+        typer.Option(
+            "--serving-max-replicas",
+            min=1,
+            max=100,
+            help="Kubernetes engine: the most replicas an autoscaled model server may ask "
+            "for (its maxReplicas; a team's quota may allow fewer).",
+        ),
+    ] = 4,
     cpus: Annotated[
         float | None, typer.Option("--cpus", help="Local engine: CPUs jobs may use together.")
     ] = None,
@@ -260,6 +270,7 @@ def server_command(
         kubeconfig=kubeconfig,
         outputs_claim=outputs_claim,
         serving_runtime=runtime.value,
+        serving_max_replicas=serving_max_replicas,
         cpus=cpus,
         workload_env=tuple(workload_env or ()),
         notebook_idle_seconds=notebook_idle_minutes * 60,

@@ -399,6 +399,13 @@ class ModelServerOut(_Wire):
     last_request_at: float | None = None
     restarts: int = 0
     resources: dict[str, Any] = {}
+    autoscale: dict[str, Any] | None = None
+    """`{minReplicas, maxReplicas, targetCPUUtilization, scaleDownStabilizationSeconds}`
+    as asked (Kubernetes); None: one replica."""
+    replicas: int | None = None
+    """Its replicas ready now (Kubernetes; None where the engine does not count them)."""
+    desired_replicas: int | None = None
+    """The replicas it should have: its autoscaler's choice when autoscaled."""
     created_by: str | None = None
     created_at: float
     stopped_at: float | None = None

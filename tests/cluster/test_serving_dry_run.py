@@ -1,7 +1,8 @@
 """Model servers and notebooks on Kubernetes: every object `render_model_server` and
 `render_notebook` produce is accepted by the real API server (server-side dry run, strict
-field validation), and the server's own path (server-side apply, read the Deployment,
-delete by name) creates, reports and removes them; a notebook's home claim outlives it.
+field validation; an autoscaled one's HorizontalPodAutoscaler too), and the server's own
+path (server-side apply, read the Deployment, delete by name) creates, reports and removes
+them; a notebook's home claim outlives it.
 
 The pods run on KWOK fake nodes (no TensorFlow Serving or Jupyter runs here): the REST
 answers of a real model server are tested on this machine (tests/server/test_serving.py).
@@ -25,10 +26,11 @@ from tfkube.render import (
     NotebookSpec,
     ServingRuntime,
     dump_yaml,
+    render_autoscaler,
     render_model_server,
     render_notebook,
 )
-from tfkube.spec import Resources, load_job_text
+from tfkube.spec import Autoscale, Resources, load_job_text
 
 from ._support import REPO, KubeCluster, wait_for
 
@@ -101,6 +103,25 @@ def test_model_server_objects_pass_dry_run(
     _strict_dry_run(
         DynamicClient(kube_cluster.api_client), render_model_server(spec), kube_namespace
     )
+
+
+def test_an_autoscaled_model_servers_objects_pass_dry_run(
+    kube_cluster: KubeCluster, kube_namespace: str
+) -> None:
+    """The Deployment without a replica count and its HorizontalPodAutoscaler (issue 20
+    point 5), with and without a scale-down window; strict field validation."""
+    for down in (None, 15):
+        spec = ModelServerSpec(
+            "digits",
+            kube_namespace,
+            _job(True),
+            runtime=ServingRuntime.TFKUBE,
+            autoscale=Autoscale(
+                min_replicas=1, max_replicas=3, scale_down_stabilization_seconds=down
+            ),
+        )
+        objects = [*render_model_server(spec), render_autoscaler(spec)]
+        _strict_dry_run(DynamicClient(kube_cluster.api_client), objects, kube_namespace)
 
 
 def test_notebook_objects_pass_dry_run(kube_cluster: KubeCluster, kube_namespace: str) -> None:

@@ -272,3 +272,31 @@ def test_replica_usage_in_the_api_and_metrics(admin: Api, team: TeamCtx) -> None
     after = api.ok(api.get(f"/api/v1/jobs/{job['id']}/usage"))
     assert {s["replica"] for s in after["replicas"]} == {"worker-0", "worker-1"}
     assert _gauges(admin.get("/metrics").text, "tfkube_replica_cpu_cores", "burn") == {}
+
+
+def test_autoscaling_a_model_server_is_refused_here_by_name(team: TeamCtx) -> None:
+    """Issue 20 point 5: the local engine runs one process per model server, so
+    `autoscale` is refused with the field named (nothing made); a malformed one is
+    refused field by field before that."""
+    api = team.member
+    api.ok(upload(api, team.name, "hello", targz(HELLO)), 201)
+    job = api.ok(
+        api.post(
+            f"/api/v1/teams/{team.name}/jobs",
+            json={"name": "scaled", "workers": 1, "ps": 0, "code": "hello"},
+        ),
+        201,
+    )
+    serve = f"/api/v1/jobs/{job['id']}/model-servers"
+    refused = api.post(serve, json={"autoscale": {"maxReplicas": 2}})
+    assert refused.status_code == 422, refused.text
+    ((field, message),) = [(e["field"], e["message"]) for e in refused.json()["errors"]]
+    assert field == "autoscale"
+    assert "Kubernetes engine" in message
+    bad = api.post(serve, json={"autoscale": {"minReplicas": 3, "maxReplicas": 2}})
+    assert bad.status_code == 422, bad.text
+    assert [e["field"] for e in bad.json()["errors"]] == ["autoscale.maxReplicas"]
+    assert "minReplicas" in bad.text
+    missing = api.post(serve, json={"autoscale": {"targetCPUUtilization": 50}})
+    assert [e["field"] for e in missing.json()["errors"]] == ["autoscale.maxReplicas"]
+    assert api.ok(api.get("/api/v1/model-servers", params={"stopped": "true"})) == []

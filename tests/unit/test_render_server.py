@@ -165,6 +165,10 @@ NEEDED = [
     ("", "configmaps", "patch"),
     ("scheduling.k8s.io", "priorityclasses", "create"),  # a team's priority
     ("scheduling.k8s.io", "priorityclasses", "patch"),
+    ("autoscaling", "horizontalpodautoscalers", "create"),  # an autoscaled model server
+    ("autoscaling", "horizontalpodautoscalers", "patch"),
+    ("autoscaling", "horizontalpodautoscalers", "get"),
+    ("autoscaling", "horizontalpodautoscalers", "delete"),
 ]
 
 
@@ -194,6 +198,9 @@ def test_rbac_grants_what_the_server_does(need):
         ("rbac.authorization.k8s.io", "rolebindings", "create"),
         ("", "persistentvolumeclaims", "delete"),  # a notebook's home outlives it
         ("scheduling.k8s.io", "priorityclasses", "delete"),
+        ("apps", "deployments/scale", "update"),  # the autoscaler scales, not the server
+        ("apps", "deployments/finalizers", "update"),  # owned without blockOwnerDeletion
+        ("autoscaling", "horizontalpodautoscalers", "list"),
     ],
     ids="/".join,
 )

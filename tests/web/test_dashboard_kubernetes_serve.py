@@ -7,7 +7,8 @@ is written where its replicas would have written it (the claim's folder the serv
 The page offers TensorFlow Serving (the server's default here) and tfkube's own model
 server; the member picks tfkube's, and the model server is made with it: its Deployment
 runs tfkube's image, the API and the Models page say `tfkube`. The local engine's page
-offers no choice (tests/web/test_dashboard.py serves there).
+offers no choice (tests/web/test_dashboard.py serves there). The Models page's Roll
+control rolls a model server to another of the job's exports and back (issue 20 point 5).
 """
 
 from __future__ import annotations
@@ -78,5 +79,63 @@ def test_serve_offers_the_clusters_runtimes(
     container = made_deployment.spec.template.spec.containers[0]
     assert "tensorflow/serving" not in container.image
     assert "tfkube.serving" in " ".join(container.command or []) + " ".join(container.args or [])
+    api.ok(api.post(f"/api/v1/model-servers/{made['id']}/stop"))
+    api.ok(api.delete(f"/api/v1/jobs/{job['id']}"), 204)
+
+
+def test_roll_to_a_version_from_the_models_page(
+    platform: on_kube.Platform, team: on_kube.Team, browser: Any
+) -> None:
+    """The Models page's Roll: a version chosen among the job's exports (or `latest`)
+    rolls the model server (`PATCH`, issue 20 point 5); its Deployment's template carries
+    the version, the row says it is pinned, and back to the latest the same way. The
+    choice survives the list's periodic refresh while it is being made."""
+    api = team.member
+    job = on_kube.submit_manifest(team, on_kube.manifest("rolled"))
+    export = platform.tmp / "data" / "teams" / team.name / "outputs" / "rolled" / "export"
+    for version in (3, 4):
+        (export / str(version)).mkdir(parents=True)
+        (export / str(version) / "saved_model.pb").write_bytes(b"\x08\x01")
+    made = api.ok(
+        api.post(f"/api/v1/jobs/{job['id']}/model-servers", json={"runtime": "tfkube"}), 201
+    )
+    apps = client.AppsV1Api(platform.kube.api_client)
+
+    def template_version(want: str) -> Any:
+        found = apps.read_namespaced_deployment("rolled-serving", team.namespace)
+        seen = (found.spec.template.metadata.annotations or {}).get("tfkube.io/model-version")
+        return found if seen == want else None
+
+    wait_for("the model server's Deployment", lambda: template_version("latest"), 30)
+    context = browser.new_context(viewport=LAPTOP, base_url=platform.server.url)
+    context.set_default_timeout(30_000)
+    try:
+        page = context.new_page()
+        sign_in(page, platform.server.url, api.name, PASSWORD)
+        page.goto("/models")
+        row = page.locator("tr[data-model='rolled']")
+        choice = row.get_by_label("Version to serve")
+        assert choice.locator("option").all_inner_texts() == ["latest", "4", "3"]
+        assert choice.input_value() == "null"
+        choice.select_option("3")
+        # The list refreshes itself every few seconds: the choice stays.
+        page.evaluate(
+            """() => new Promise((done) => {
+                document.body.addEventListener("htmx:afterSettle", () => done(true), {once: true});
+                htmx.trigger("#model-list", "refresh");
+            })"""
+        )
+        assert row.get_by_label("Version to serve").input_value() == "3"
+        row.get_by_role("button", name="Roll").click()
+        row.get_by_text("pinned to 3").wait_for()
+        wait_for("the Deployment rolled to version 3", lambda: template_version("3"), 30)
+        assert api.ok(api.get(f"/api/v1/model-servers/{made['id']}"))["version"] == 3
+        row.get_by_label("Version to serve").select_option("null")
+        row.get_by_role("button", name="Roll").click()
+        row.get_by_text("pinned to 3").wait_for(state="detached")
+        wait_for("the Deployment back on the latest", lambda: template_version("latest"), 30)
+        assert api.ok(api.get(f"/api/v1/model-servers/{made['id']}"))["version"] is None
+    finally:
+        context.close()
     api.ok(api.post(f"/api/v1/model-servers/{made['id']}/stop"))
     api.ok(api.delete(f"/api/v1/jobs/{job['id']}"), 204)

@@ -60,10 +60,28 @@ def _client(team: str | None) -> tuple[Client, str]:
         raise fail(f"cannot reach the tfkube server: {exc}") from None
 
 
+def replicas_text(server: ModelServerOut) -> str:
+    """`2 of 3 replicas ready (autoscaled 1-4 at 70% CPU)`, or empty where not counted."""
+    if server.replicas is None and server.autoscale is None:
+        return ""
+    text = ""
+    if server.replicas is not None:
+        want = server.desired_replicas
+        text = f"{server.replicas} of {want if want is not None else '?'} replicas ready"
+    scale = server.autoscale
+    if scale:
+        low, high = scale.get("minReplicas", 1), scale.get("maxReplicas")
+        target = scale.get("targetCPUUtilization", 70)
+        text += f" (autoscaled {low}-{high} at {target}% CPU)"
+    return text.strip()
+
+
 def _how_to_call(server: ModelServerOut) -> list[str]:
+    replicas = replicas_text(server)
     return [
         f"model server {server.name}: {server.status}"
         + (f", version {server.serving_version}" if server.serving_version is not None else "")
+        + (f", {replicas}" if replicas else "")
         + (f" ({server.message})" if server.message else ""),
         f"REST URL: {server.url}",
         '  status:  curl -H "Authorization: Bearer $TOKEN" ' + server.url,
@@ -80,6 +98,37 @@ def serve(
     cpu: Annotated[str | None, typer.Option("--cpu", help="Kubernetes: its CPU.")] = None,
     memory: Annotated[str | None, typer.Option("--memory", help="Kubernetes: its memory.")] = None,
     runtime: RuntimeOpt = None,
+    max_replicas: Annotated[
+        int | None,
+        typer.Option(
+            "--max-replicas",
+            min=1,
+            help="Kubernetes: autoscale on CPU load up to this many replicas.",
+        ),
+    ] = None,
+    min_replicas: Annotated[
+        int | None,
+        typer.Option("--min-replicas", min=1, help="With --max-replicas: at least (1)."),
+    ] = None,
+    target_cpu: Annotated[
+        int | None,
+        typer.Option(
+            "--target-cpu",
+            min=1,
+            max=100,
+            help="With --max-replicas: the CPU use (percent of each replica's CPU) "
+            "replicas are scaled to (70).",
+        ),
+    ] = None,
+    scale_down_seconds: Annotated[
+        int | None,
+        typer.Option(
+            "--scale-down-seconds",
+            min=0,
+            help="With --max-replicas: how long load must stay low before replicas are "
+            "removed (Kubernetes' default 300).",
+        ),
+    ] = None,
     wait: Annotated[bool, typer.Option(help="Wait until it answers.")] = True,
     port: Annotated[int, typer.Option("--port", help="Local engine: the REST port.")] = 8501,
     grpc_port: Annotated[
@@ -99,16 +148,26 @@ def serve(
     of tensorflow/serving or, with --runtime tfkube, of tfkube's own model server) behind
     the server's login; it survives restarts.
     --engine local: tfkube's model server here, in the foreground, until Ctrl-C, SIGTERM
-    or SIGHUP (a closed terminal), which stop it."""
+    or SIGHUP (a closed terminal), which stop it.
+
+    --max-replicas (Kubernetes): its replicas follow its CPU load, from --min-replicas up
+    to --max-replicas, at --target-cpu percent of each replica's --cpu (a
+    HorizontalPodAutoscaler)."""
     from tfkube.render import ServingRuntime, parse_runtime
 
     try:
         parse_runtime(runtime, ServingRuntime.TFKUBE)
     except ValueError as exc:
         raise fail(f"--runtime: {exc}") from None
+    autoscale = _autoscale(max_replicas, min_replicas, target_cpu, scale_down_seconds)
     if engine == "local":
         if namespace is not None:
             raise fail("--namespace is for --engine server")
+        if autoscale is not None:
+            raise fail(
+                "--max-replicas: --engine local runs one model server here; autoscaling is "
+                "for --engine server with a tfkube server on Kubernetes"
+            )
         if runtime not in (None, ServingRuntime.TFKUBE.value):
             raise fail(
                 "--runtime: --engine local runs tfkube's model server only; leave --runtime "
@@ -129,7 +188,13 @@ def serve(
             raise fail(f"team {team} has no job named {job!r}", 1)
         try:
             server = client.serve(
-                found.id, name=name, version=version, cpu=cpu, memory=memory, runtime=runtime
+                found.id,
+                name=name,
+                version=version,
+                cpu=cpu,
+                memory=memory,
+                runtime=runtime,
+                autoscale=autoscale,
             )
         except SpecError as exc:
             problems = "; ".join(f"{e.field}: {e.message}" for e in exc.errors)
@@ -143,6 +208,32 @@ def serve(
                 raise fail(str(exc), 1) from None
     for line in _how_to_call(server):
         out.print(line, highlight=False, soft_wrap=True)
+
+
+def _autoscale(
+    most: int | None, least: int | None, target: int | None, down: int | None
+) -> dict[str, int] | None:
+    """`serve`'s autoscaling flags as the API's `autoscale` (None: not asked)."""
+    if most is None:
+        given = [
+            flag
+            for flag, value in (
+                ("--min-replicas", least),
+                ("--target-cpu", target),
+                ("--scale-down-seconds", down),
+            )
+            if value is not None
+        ]
+        if given:
+            raise fail(f"{', '.join(given)}: autoscaling needs --max-replicas too")
+        return None
+    asked = {
+        "minReplicas": least,
+        "maxReplicas": most,
+        "targetCPUUtilization": target,
+        "scaleDownStabilizationSeconds": down,
+    }
+    return {k: v for k, v in asked.items() if v is not None}
 
 
 def _serve_here(job: str, name: str | None, version: int | None, port: int, grpc_port: int) -> None:
@@ -212,15 +303,21 @@ def _stop_here(server: subprocess.Popen[bytes] | None, interrupt: KeyboardInterr
 def servers_lines(servers: list[Any]) -> list[str]:
     """One line per model server, its REST URL under it (never cut to the terminal's
     width: the URL is what people copy)."""
-    rows = [("NAME", "JOB", "STATUS", "VERSION", "REQUESTS", "ERRORS")]
+    rows = [("NAME", "JOB", "STATUS", "VERSION", "REPLICAS", "REQUESTS", "ERRORS")]
     for s in servers:
         version = str(s.serving_version if s.serving_version is not None else "-")
+        replicas = "-" if s.replicas is None else str(s.replicas)
+        if s.desired_replicas is not None and s.desired_replicas != s.replicas:
+            replicas += f"->{s.desired_replicas}"
+        if s.autoscale:
+            replicas += f" (auto {s.autoscale.get('minReplicas', 1)}-{s.autoscale['maxReplicas']})"
         rows.append(
             (
                 s.name,
                 s.job,
                 s.status,
                 version + ("" if s.version is None else " (pinned)"),
+                replicas,
                 str(s.requests),
                 str(s.errors),
             )

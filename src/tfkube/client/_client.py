@@ -346,14 +346,18 @@ class Client:
         cpu: str | None = None,
         memory: str | None = None,
         runtime: str | None = None,
+        autoscale: dict[str, Any] | None = None,
     ) -> ModelServerOut:
         """A model server for the job's latest export (or `version`): TensorFlow Serving's
         REST API at the answer's `url`; on Kubernetes `runtime` picks the stock
-        `tensorflow-serving` or `tfkube`'s model server (default: the server's). Raises
-        SpecError (nothing exported, no such version, a bad name or runtime) or ServerError
-        (409: the name is taken)."""
+        `tensorflow-serving` or `tfkube`'s model server (default: the server's), and
+        `autoscale` (`{"minReplicas", "maxReplicas", "targetCPUUtilization",
+        "scaleDownStabilizationSeconds"}`) lets its replicas follow its CPU load. Raises
+        SpecError (nothing exported, no such version, a bad name, runtime or autoscaling)
+        or ServerError (409: the name is taken)."""
         asked = (("name", name), ("version", version), ("cpu", cpu), ("memory", memory))
-        body = {k: v for k, v in (*asked, ("runtime", runtime)) if v is not None}
+        more = (("runtime", runtime), ("autoscale", autoscale))
+        body = {k: v for k, v in (*asked, *more) if v is not None}
         try:
             data = self._json("POST", f"/api/v1/jobs/{job_id}/model-servers", json=body)
         except ServerError as exc:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tfkube.engines._base import Backend
-from tfkube.spec import Resources, TFJob
+from tfkube.spec import Autoscale, Resources, TFJob
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,9 @@ class ModelServerWorkload:
     secret: str = ""
     """A token only the server's proxy sends: the model server answers nothing without it
     where its port is reachable by others (locally)."""
+    autoscale: Autoscale | None = None
+    """None: one replica. Else its replicas follow its CPU load within these bounds
+    (an engine with `Features.autoscale`; the server refuses it elsewhere)."""
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,12 @@ class WorkloadStatus:
     exited: bool = False
     """Its process is gone and nothing brings it back by itself: the server may start it
     again (locally). In a cluster Kubernetes restarts what fails, so never."""
+    replicas: int | None = None
+    """A model server in a cluster: its ready replicas now (None: the engine does not
+    count them)."""
+    desired_replicas: int | None = None
+    """A model server in a cluster: the replicas it should have (its autoscaler's choice
+    when autoscaled, else its Deployment's)."""
 
 
 @dataclass(frozen=True)
@@ -243,6 +252,10 @@ class Features:
     resize: bool = False
     """A running asynchronous PS job changes its number of workers (`Backend.scale`): the
     local engine; Kubernetes refuses it for now."""
+    autoscale: bool = False
+    """A model server's replicas follow its load (`ModelServerWorkload.autoscale`):
+    Kubernetes (a HorizontalPodAutoscaler); the local engine runs one process per model
+    server, so the server refuses `autoscale` there."""
 
 
 class NotAvailable(LookupError):

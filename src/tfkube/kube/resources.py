@@ -101,6 +101,10 @@ LIMIT_RANGE = _core("LimitRange", "limitranges")
 JOB = Resource("batch", "v1", "Job", "jobs", True)
 DEPLOYMENT = Resource("apps", "v1", "Deployment", "deployments", True)
 STATEFUL_SET = Resource("apps", "v1", "StatefulSet", "statefulsets", True)
+HORIZONTAL_POD_AUTOSCALER = Resource(
+    "autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", True
+)
+"""An autoscaled model server's (`tfkube.render.render_autoscaler`)."""
 
 PRIORITY_CLASS = Resource("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", False)
 """A team's priority as the scheduler sees it (`tfkube.kube.names.team_priority_class`)."""
@@ -135,6 +139,7 @@ RESOURCES: tuple[Resource, ...] = (
     JOB,
     DEPLOYMENT,
     STATEFUL_SET,
+    HORIZONTAL_POD_AUTOSCALER,
     PRIORITY_CLASS,
     STORAGE_CLASS,
     CLUSTER_ROLE,

@@ -65,8 +65,10 @@ from tfkube.render._workloads import (
     NotebookSpec,
     ServingRuntime,
     parse_runtime,
+    render_autoscaler,
     render_model_server,
     render_notebook,
+    replica_request,
 )
 
 __all__ = [
@@ -105,10 +107,12 @@ __all__ = [
     "postgres_manifests",
     "postgres_secret",
     "postgres_secret_command",
+    "render_autoscaler",
     "render_job",
     "render_model_server",
     "render_notebook",
     "rendered_storage",
+    "replica_request",
     "server_manifests",
     "tenant_objects",
 ]

@@ -109,6 +109,14 @@ SERVER_RULES: tuple[dict[str, Any], ...] = (
         "resources": ["services", "configmaps"],
         "verbs": ["create", "patch", "delete"],
     },
+    # An autoscaled model server's HorizontalPodAutoscaler: applied, read for its
+    # replicas, deleted with it (owned by its Deployment, without blockOwnerDeletion: no
+    # right on deployments/finalizers needed).
+    {
+        "apiGroups": ["autoscaling"],
+        "resources": ["horizontalpodautoscalers"],
+        "verbs": ["get", "create", "patch", "delete"],
+    },
     # A job's TensorBoard, a model server, a notebook, behind the server's login (Jupyter
     # also saves with PUT and PATCH and deletes files).
     {

@@ -21,6 +21,11 @@ care which:
     Service    <name>-serving   ClusterIP, ports `http` (the tfkube server proxies to it
                                 through the API server's service proxy) and `grpc` (for
                                 clients inside the cluster: that proxy speaks HTTP/1.1)
+    HorizontalPodAutoscaler     with `autoscale` only (`render_autoscaler`): autoscaling/v2
+               <name>-serving   on the pods' CPU utilization, scaling the Deployment, owned
+                                by it (deleted with it); the Deployment then names no
+                                `replicas`, so applying it again (a version roll) never
+                                resets what the autoscaler chose
 
 A notebook is a JupyterLab server per user, its home on a claim of its own:
 
@@ -52,7 +57,17 @@ from tfkube.render._deploy import OPERATOR_IMAGE
 from tfkube.render._render import _placement, _resources
 from tfkube.render._security import WORKLOAD_USER, pod_security_context, secure_container
 from tfkube.render._storage import job_volumes
-from tfkube.spec import FieldError, Resources, Role, SpecError, TFJob
+from tfkube.render._tenant import DEFAULT_REQUEST
+from tfkube.spec import (
+    Autoscale,
+    FieldError,
+    Resources,
+    Role,
+    SpecError,
+    TFJob,
+    cpu_cores,
+    memory_bytes,
+)
 
 Object = dict[str, Any]
 
@@ -186,6 +201,28 @@ class ModelServerSpec:
     """None: the runtime's image (`TF_SERVING_IMAGE`, or tfkube's `TFKUBE_SERVING_IMAGE`)."""
     poll_seconds: int = 5
     """How often the model server looks for a newer export."""
+    autoscale: Autoscale | None = None
+    """None: one replica. Else a HorizontalPodAutoscaler (`render_autoscaler`) keeps
+    between its min and max replicas at its CPU target."""
+
+    @property
+    def serving_resources(self) -> Resources:
+        """What each replica requests (and is limited to). An autoscaled one always
+        requests CPU, the default's when none was asked for: utilization is use over
+        request, meaningless without one."""
+        if self.autoscale is not None and not self.resources.cpu:
+            return self.resources.model_copy(update={"cpu": DEFAULT_SERVING_RESOURCES.cpu})
+        return self.resources
+
+
+def replica_request(resources: Resources | None) -> tuple[float, int]:
+    """(cores, bytes) one replica of an autoscaled model server requests, as rendered for
+    `resources` (None: the default, 1 CPU and 2Gi): CPU always
+    (`ModelServerSpec.serving_resources`), memory not asked for being what a team
+    namespace's LimitRange gives."""
+    asked = resources or DEFAULT_SERVING_RESOURCES
+    cpu = asked.cpu or DEFAULT_SERVING_RESOURCES.cpu or "1"
+    return cpu_cores(cpu), memory_bytes(asked.memory or DEFAULT_REQUEST["memory"])
 
 
 def serving_placement(job: TFJob) -> Object:
@@ -247,7 +284,7 @@ def _serving_container(spec: ModelServerSpec, sub_path: str) -> Object:
     # server's service proxy drop it from the Service's endpoints (asynchronously, after
     # the pod is marked terminating); only then does it get SIGTERM.
     container["lifecycle"] = {"preStop": {"sleep": {"seconds": PRE_STOP_SECONDS}}}
-    container["resources"] = _resources(spec.resources)
+    container["resources"] = _resources(spec.serving_resources)
     container["volumeMounts"] = mounts
     # Pod Security restricted, as every workload: non-root (the pod's user), no privilege
     # escalation, no capabilities. TensorFlow Serving's image runs as root by default and
@@ -272,7 +309,8 @@ def render_model_server(spec: ModelServerSpec) -> list[Object]:
         "kind": "Deployment",
         "metadata": _meta(name, spec.namespace, labels),
         "spec": {
-            "replicas": 1,
+            # Autoscaled: no replica count here; the HorizontalPodAutoscaler owns it.
+            **({} if spec.autoscale is not None else {"replicas": 1}),
             "selector": {"matchLabels": selector},
             **ROLL_STRATEGY,
             "template": {
@@ -313,6 +351,51 @@ def render_model_server(spec: ModelServerSpec) -> list[Object]:
         "data": {"models.config": model_config(spec.name, spec.version)},
     }
     return [config_map, deployment, service]
+
+
+def render_autoscaler(spec: ModelServerSpec, deployment_uid: str | None = None) -> Object:
+    """The HorizontalPodAutoscaler of an autoscaled model server (`spec.autoscale`):
+    autoscaling/v2 on the average CPU utilization of its pods (the Deployment's container
+    requests CPU: `ModelServerSpec.serving_resources`), scaling the Deployment
+    `<name>-serving`, owned by it when `deployment_uid` is given (the garbage collector
+    deletes it with the Deployment; no `blockOwnerDeletion`, which would need the right to
+    update the Deployment's finalizers). Raises ValueError without `autoscale`."""
+    asked = spec.autoscale
+    if asked is None:
+        raise ValueError(f"model server {spec.name!r} asked for no autoscaling")
+    name = model_server_name(spec.name)
+    meta = _meta(name, spec.namespace, _labels("model-server", LABEL_MODEL_SERVER, spec.name))
+    if deployment_uid is not None:
+        meta["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": "Deployment", "name": name, "uid": deployment_uid}
+        ]
+    body: Object = {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+        "minReplicas": asked.min_replicas,
+        "maxReplicas": asked.max_replicas,
+        "metrics": [
+            {
+                "type": "Resource",
+                "resource": {
+                    "name": "cpu",
+                    "target": {
+                        "type": "Utilization",
+                        "averageUtilization": asked.target_cpu_utilization,
+                    },
+                },
+            }
+        ],
+    }
+    if asked.scale_down_stabilization_seconds is not None:
+        body["behavior"] = {
+            "scaleDown": {"stabilizationWindowSeconds": asked.scale_down_stabilization_seconds}
+        }
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": meta,
+        "spec": body,
+    }
 
 
 @dataclass(frozen=True)

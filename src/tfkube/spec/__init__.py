@@ -1,5 +1,6 @@
 """The job format: typed models, defaults, validation, parsing. No I/O."""
 
+from tfkube.spec._autoscale import MAX_REPLICAS_LIMIT, Autoscale
 from tfkube.spec._data import (
     DataSource,
     HdfsSource,
@@ -78,7 +79,9 @@ __all__ = [
     "KUBEFLOW_API_VERSION",
     "MAX_DOCUMENT_BYTES",
     "MAX_NAME_LENGTH",
+    "MAX_REPLICAS_LIMIT",
     "RESERVED_VOLUMES",
+    "Autoscale",
     "BackoffSpec",
     "CleanPodPolicy",
     "CodeSpec",

@@ -52,6 +52,7 @@ class KubernetesEngine(RunnersByKind):
         data_sources=True,
         replica_usage=True,
         polled_usage=True,
+        autoscale=True,
     )
     """Data sets and data sources reach the pods through the server: it stages a source
     into the team's cache (`JobStorage.served_data`) and every replica but PS fetches its

@@ -26,18 +26,20 @@ from tfkube.engines._workloads import (
     WorkloadStatus,
 )
 from tfkube.engines.kubernetes._install import apply_objects, delete_objects
+from tfkube.kube.errors import NotFound
 from tfkube.kube.names import (
     TENSORBOARD_PORT_NAME,
     model_server_name,
     notebook_name,
     tensorboard_name,
 )
-from tfkube.kube.resources import DEPLOYMENT, SERVICE, STATEFUL_SET
+from tfkube.kube.resources import DEPLOYMENT, HORIZONTAL_POD_AUTOSCALER, SERVICE, STATEFUL_SET
 from tfkube.kube.rest import Endpoint, Kube
 from tfkube.render import (
     ModelServerSpec,
     NotebookSpec,
     ServingRuntime,
+    render_autoscaler,
     render_model_server,
     render_notebook,
 )
@@ -46,17 +48,30 @@ from tfkube.spec import SpecError
 _NO_PROCESS = Handle()
 
 
-def observe_deployment(deployment: Mapping[str, Any] | None) -> WorkloadStatus:
-    """A model server in a cluster from its Deployment (pure)."""
+def observe_deployment(
+    deployment: Mapping[str, Any] | None, autoscaler: Mapping[str, Any] | None = None
+) -> WorkloadStatus:
+    """A model server in a cluster from its Deployment and, when autoscaled, its
+    HorizontalPodAutoscaler (pure): ready replicas, and the replicas it should have (the
+    autoscaler's `desiredReplicas` once it decided, else the Deployment's own count)."""
     if deployment is None:
         return WorkloadStatus(Health.FAILED, "its Deployment is gone")
     status = deployment.get("status") or {}
-    if (status.get("readyReplicas") or 0) >= 1:
-        return WorkloadStatus(Health.READY)
+    ready = status.get("readyReplicas") or 0
+    desired = (deployment.get("spec") or {}).get("replicas")
+    decided = ((autoscaler or {}).get("status") or {}).get("desiredReplicas")
+    if decided is not None:
+        desired = decided
+
+    def seen(health: Health, message: str = "") -> WorkloadStatus:
+        return WorkloadStatus(health, message, replicas=ready, desired_replicas=desired)
+
+    if ready >= 1:
+        return seen(Health.READY)
     for condition in status.get("conditions") or []:
         if condition.get("type") == "Progressing" and condition.get("status") == "False":
-            return WorkloadStatus(Health.FAILED, condition.get("message") or "not progressing")
-    return WorkloadStatus(Health.STARTING, "waiting for its pod to be ready")
+            return seen(Health.FAILED, condition.get("message") or "not progressing")
+    return seen(Health.STARTING, "waiting for its pod to be ready")
 
 
 def _model_server_spec(tenant: Tenant, workload: ModelServerWorkload) -> ModelServerSpec:
@@ -66,7 +81,12 @@ def _model_server_spec(tenant: Tenant, workload: ModelServerWorkload) -> ModelSe
     if workload.runtime is not None:
         chosen["runtime"] = ServingRuntime(workload.runtime)
     return ModelServerSpec(
-        workload.name, tenant.namespace, workload.job, workload.version, **chosen
+        workload.name,
+        tenant.namespace,
+        workload.job,
+        workload.version,
+        autoscale=workload.autoscale,
+        **chosen,
     )
 
 
@@ -101,15 +121,27 @@ class ServiceProxy:
 
 class KubeModelServers:
     """A Deployment, Service and ConfigMap `<name>-serving` (TensorFlow Serving's image or
-    tfkube's) reading the job's output volume."""
+    tfkube's) reading the job's output volume; autoscaled, a HorizontalPodAutoscaler of
+    the same name, owned by the Deployment."""
 
     def __init__(self, api_client: Any, proxy: ServiceProxy) -> None:
         self.api_client = api_client
         self.proxy = proxy
 
     def start(self, tenant: Tenant, workload: ModelServerWorkload) -> Handle:
-        apply_objects(self.api_client, render_model_server(_model_server_spec(tenant, workload)))
+        spec = _model_server_spec(tenant, workload)
+        apply_objects(self.api_client, render_model_server(spec))
+        if spec.autoscale is not None:
+            # Owned by the Deployment (its uid, read back): deleted with it.
+            name = model_server_name(workload.name)
+            found = Kube(self.api_client).get(DEPLOYMENT, tenant.namespace, name)
+            uid = ((found or {}).get("metadata") or {}).get("uid")
+            apply_objects(self.api_client, [render_autoscaler(spec, uid)])
         return _NO_PROCESS
+
+    def _drop_autoscaler(self, tenant: Tenant, workload: ModelServerWorkload) -> None:
+        path = HORIZONTAL_POD_AUTOSCALER.url(tenant.namespace, model_server_name(workload.name))
+        Kube(self.api_client).request("DELETE", path, allow=(NotFound,))
 
     def roll(
         self,
@@ -121,16 +153,22 @@ class KubeModelServers:
         """Apply the new Deployment: its rolling update (`render.ROLL_STRATEGY`) starts a
         pod with the new version beside the old one, which answers until the new one is
         ready. The stock runtime's ConfigMap changes with it; the old pod keeps its loaded
-        model (TensorFlow Serving reads its config at start only)."""
+        model (TensorFlow Serving reads its config at start only). An autoscaled
+        Deployment names no replica count, so the roll keeps the autoscaler's: each of
+        its pods is replaced the same way."""
+        if old.autoscale is not None and new.autoscale is None:
+            self._drop_autoscaler(tenant, old)
         return self.start(tenant, new)
 
     def status(
         self, tenant: Tenant, workload: ModelServerWorkload, handle: Handle
     ) -> WorkloadStatus:
-        deployment = Kube(self.api_client).get(
-            DEPLOYMENT, tenant.namespace, model_server_name(workload.name)
-        )
-        return observe_deployment(deployment)
+        kube, name = Kube(self.api_client), model_server_name(workload.name)
+        deployment = kube.get(DEPLOYMENT, tenant.namespace, name)
+        autoscaler = None
+        if workload.autoscale is not None and deployment is not None:
+            autoscaler = kube.get(HORIZONTAL_POD_AUTOSCALER, tenant.namespace, name)
+        return observe_deployment(deployment, autoscaler)
 
     def stop(self, tenant: Tenant, workload: ModelServerWorkload, handle: Handle) -> None:
         # By name: the stock runtime's objects are a superset of tfkube's (gone is fine).
@@ -139,6 +177,10 @@ class KubeModelServers:
             objects = render_model_server(spec)
         except SpecError:  # a job that kept no exports: its model server never started
             return
+        if workload.autoscale is not None:
+            # First, so nothing scales what is being deleted (its owner's deletion would
+            # remove it too, a moment later).
+            self._drop_autoscaler(tenant, workload)
         delete_objects(self.api_client, objects)
 
     def upstream(self, tenant: Tenant, workload: ModelServerWorkload, handle: Handle) -> Upstream:

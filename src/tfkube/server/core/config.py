@@ -45,6 +45,10 @@ class ServerSettings:
     serving_runtime: str = "tensorflow-serving"
     """Kubernetes engine: the model server a request that names none gets (the stock
     TensorFlow Serving image, or tfkube's). The local engine always runs tfkube's."""
+    serving_max_replicas: int = 4
+    """Kubernetes engine: the most replicas an autoscaled model server may have
+    (`--serving-max-replicas`); a team's quota may allow fewer
+    (`workloads.model_servers.autoscale_problems`)."""
     cpus: float | None = None
     """Local engine: CPUs jobs may request together (default: this machine's)."""
     memory: int | None = None

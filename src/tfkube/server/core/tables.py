@@ -298,6 +298,8 @@ class ModelServer(Base):
     """cpu, memory (Kubernetes quantities): the Deployment's requests and limits."""
     runtime: Mapped[str | None] = mapped_column(String(32), nullable=True)
     """Which model server runs (tensorflow-serving | tfkube), as its engine chose."""
+    autoscale: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """`tfkube.spec.Autoscale` as JSON (camelCase); None: one replica."""
     state: Mapped[str] = mapped_column(String(16))
     """running (wanted up: restarted after a crash or a server restart) | stopped."""
     handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, default=dict)

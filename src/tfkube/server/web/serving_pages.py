@@ -1,7 +1,7 @@
 """The dashboard's Models and Notebooks pages, and what a job's page shows of its exports
 and model servers. Thin: they read through the same queries as the serving and notebook
-API (`queries/model_servers.py`, `queries/notebooks.py`); every change (Serve, Stop, New
-notebook) is a button that calls the REST API from the browser."""
+API (`queries/model_servers.py`, `queries/notebooks.py`); every change (Serve, Roll to a
+version, Stop, New notebook) is a button that calls the REST API from the browser."""
 
 from __future__ import annotations
 
@@ -50,6 +50,21 @@ def job_serving(
     }
 
 
+def roll_choices(
+    db: SessionDep, servers: list[ModelServerOut], writable: set[str]
+) -> dict[str, list[int]]:
+    """The exported versions each running model server the caller may change can roll to
+    (its Roll control)."""
+    choices: dict[str, list[int]] = {}
+    for server in servers:
+        if server.status == "Stopped" or server.team not in writable or not server.job_id:
+            continue
+        job = db.get(Job, server.job_id)
+        if job is not None:
+            choices[server.id] = job_exports(job)
+    return choices
+
+
 @router.get("/models")
 def models_page(
     request: Request,
@@ -69,6 +84,7 @@ def models_page(
     data = {
         "servers": servers,
         "writable": writable,
+        "versions": roll_choices(db, servers, writable),
         "stopped": stopped == "1",
         "starting": any(s.status == "Starting" for s in servers),
         "now": time.time(),

@@ -16,8 +16,9 @@ watch, count, stop; survive a restart of the server.
         running); the rows stay `running`, so the next start brings them back
 
 The engine decides how a model server runs (a process with a secret only the proxy sends,
-or a Deployment in the team's namespace); this module decides who may, what is recorded,
-and when to restart. `name_problem` is pure.
+or a Deployment in the team's namespace, with a HorizontalPodAutoscaler when autoscaled);
+this module decides who may, what is recorded, and when to restart. `name_problem` and
+`autoscale_problems` (how many replicas a team may ask for) are pure.
 """
 
 from __future__ import annotations
@@ -44,12 +45,13 @@ from tfkube.engines import (
     Upstream,
     WorkloadStatus,
 )
+from tfkube.render import replica_request
 from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.tables import Job, ModelServer, Team
 from tfkube.server.outputs.files import exported_versions
 from tfkube.server.tenants import tenant_of
 from tfkube.serving import choose_version
-from tfkube.spec import FieldError, Resources, SpecError, load_job_text
+from tfkube.spec import Autoscale, FieldError, Resources, SpecError, load_job_text
 
 log = logging.getLogger("tfkube.server")
 
@@ -76,6 +78,69 @@ def name_problem(name: str) -> str | None:
             "with a letter"
         )
     return None
+
+
+def autoscale_problems(
+    autoscale: Autoscale,
+    resources: Resources,
+    *,
+    engine_scales: bool,
+    max_replicas: int,
+    quota: dict[str, object],
+    team: str,
+) -> list[FieldError]:
+    """Why a team may not have this autoscaling (empty: it may). A site admin bounds it
+    twice: `max_replicas` (the server's `--serving-max-replicas`) for every team, and the
+    team's quota (`cpu`, `memory`), which the model server at its most replicas must fit
+    alone; Kubernetes' ResourceQuota refuses pods past it anyway, but silently to the
+    member (the autoscaler would want pods that never come)."""
+    where = "autoscale.maxReplicas"
+    if not engine_scales:
+        return [
+            FieldError(
+                "autoscale",
+                "this server's engine runs each model server as one process; autoscaling "
+                "needs the Kubernetes engine (leave autoscale out)",
+            )
+        ]
+    asked = autoscale.max_replicas
+    if asked > max_replicas:
+        return [
+            FieldError(
+                where,
+                f"{asked} is more than this server allows ({max_replicas}: its "
+                "--serving-max-replicas); ask for fewer, or ask a site admin",
+            )
+        ]
+    cpu, memory = replica_request(resources if resources.model_fields_set else None)
+    problems: list[FieldError] = []
+    # In whole units (millicores, bytes): 3 x 0.1 CPU fits a quota of 0.3.
+    limits = (("cpu", 1000, cpu, _cores), ("memory", 1, memory, _gib))
+    for key, unit, per_replica, show in limits:
+        allowed = quota.get(key)
+        each = round(per_replica * unit)
+        if not isinstance(allowed, int | float) or each <= 0:
+            continue
+        if asked * each > round(allowed * unit):
+            fits = round(allowed * unit) // each
+            problems.append(
+                FieldError(
+                    where,
+                    f"{asked} replicas of {show(per_replica)} each need "
+                    f"{show(asked * each / unit)}, more than team {team}'s quota of "
+                    f"{show(allowed)} allows (at most {fits}); "
+                    "ask for fewer or smaller replicas, or a larger quota from a site admin",
+                )
+            )
+    return problems
+
+
+def _gib(value: float) -> str:
+    return f"{value / 2**30:g}Gi"
+
+
+def _cores(value: float) -> str:
+    return f"{value:g} CPU"
 
 
 def export_dir(job: Job) -> Path | None:
@@ -127,6 +192,7 @@ class ModelServers:
             resources=Resources.model_validate(row.resources) if row.resources else None,
             runtime=row.runtime,
             secret=self.secret(row.id),
+            autoscale=Autoscale.model_validate(row.autoscale) if row.autoscale else None,
         )
 
     # -- create, stop ---------------------------------------------------------------------
@@ -142,13 +208,26 @@ class ModelServers:
         version: int | None,
         resources: Resources,
         runtime: str | None = None,
+        autoscale: Autoscale | None = None,
     ) -> ModelServer:
         """A model server for the job's latest export (or `version`), run by `runtime`
-        (None: the engine's default). Raises SpecError (per field) or ServerConflict."""
+        (None: the engine's default), its replicas following its load within `autoscale`
+        (None: one). Raises SpecError (per field) or ServerConflict."""
         name = name or job.name
         problem = name_problem(name)
         if problem:
             raise SpecError([FieldError("name", problem)], "model server")
+        if autoscale is not None:
+            problems = autoscale_problems(
+                autoscale,
+                resources,
+                engine_scales=self.engine.features.autoscale,
+                max_replicas=self.settings.serving_max_replicas,
+                quota=dict(team.quota or {}),
+                team=team.name,
+            )
+            if problems:
+                raise SpecError(problems, "model server")
         try:
             chosen = self.engine.model_server_runtime(runtime)
         except ValueError as exc:
@@ -184,6 +263,7 @@ class ModelServers:
             version=version,
             resources=resources.model_dump(exclude_none=True, exclude_defaults=True),
             runtime=chosen,
+            autoscale=autoscale.model_dump(by_alias=True) if autoscale else None,
             handle={},
             state=RUNNING,
             restarts=0,

@@ -17,7 +17,7 @@ from tfkube.server.core.scopes import Scope
 from tfkube.server.core.tables import ModelServer
 from tfkube.server.outputs.archive import needs_local_copy
 from tfkube.server.workloads.model_servers import ServerConflict
-from tfkube.spec import Resources, SpecError, errors_from
+from tfkube.spec import Autoscale, Resources, SpecError, errors_from
 from tfkube.wire import ModelServerOut
 
 router = APIRouter(prefix="/api/v1", tags=["serving"])
@@ -36,6 +36,12 @@ class ServeIn(BaseModel):
     """Kubernetes engine: `tensorflow-serving` (the stock image) or `tfkube` (tfkube's model
     server in tfkube's image); default: the server's `--serving-runtime`. The local engine
     runs tfkube's model server only."""
+    autoscale: Autoscale | None = None
+    """Kubernetes engine: `{minReplicas, maxReplicas, targetCPUUtilization (percent of
+    each replica's CPU), scaleDownStabilizationSeconds}`; its replicas then follow its CPU
+    load (a HorizontalPodAutoscaler). maxReplicas is bounded by the server's
+    `--serving-max-replicas` and by the team's quota (422 naming `autoscale.maxReplicas`).
+    Absent: one replica."""
 
 
 def _get(db: Session, server_id: str, principal: CurrentUser) -> ModelServer:
@@ -64,7 +70,8 @@ def serve(
     the answer's `url`. 422 when the job exported nothing (yet) or not that version; 409
     when a running model server of the team has that name, or when the server dropped
     the job's output folder after archiving it (`--keep-local`; 410 once the archive is
-    gone too): serving reads the exports from that folder."""
+    gone too): serving reads the exports from that folder. 422 naming `autoscale...` for
+    autoscaling the engine or a site admin does not allow."""
     principal.require(Scope.SERVING_WRITE, job.team_id)
     if (gone := needs_local_copy(job.outputs_at, "serving")) is not None:
         raise HTTPException(*gone)
@@ -87,6 +94,7 @@ def serve(
             version=body.version,
             resources=resources,
             runtime=body.runtime,
+            autoscale=body.autoscale,
         )
     except SpecError as exc:
         raise FieldHTTPError([(e.field, e.message) for e in exc.errors], str(exc)) from None

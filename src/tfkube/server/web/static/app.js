@@ -207,7 +207,8 @@
   });
 
   // Buttons: data-action="METHOD /api/..." [data-confirm] [data-body] [data-body-inputs]
-  // [data-then]. data-body-inputs: ids of inputs whose name: value join the body.
+  // [data-then]. data-body-inputs: ids of inputs whose name: value join the body (the
+  // value read as JSON where the input has data-json: `null`, numbers).
   document.addEventListener("click", async (event) => {
     const button = event.target.closest("[data-action]");
     if (!button || button.disabled) return;
@@ -219,7 +220,9 @@
       let body = button.dataset.body ? JSON.parse(button.dataset.body) : undefined;
       for (const id of (button.dataset.bodyInputs || "").split(" ").filter(Boolean)) {
         const input = document.getElementById(id);
-        if (input) body = { ...(body || {}), [input.name]: input.value };
+        if (!input) continue;
+        const value = "json" in input.dataset ? JSON.parse(input.value) : input.value;
+        body = { ...(body || {}), [input.name]: value };
       }
       const result = await api(method, url, body);
       then(button.dataset.then, result);
@@ -541,7 +544,8 @@
     if (!window.htmx) return;
     const run = () => {
       refreshTimer = null;
-      for (const sel of ["#job-summary", "#replica-table", "#job-events", "#job-outputs"]) {
+      const live = ["#job-summary", "#replica-table", "#job-events", "#job-outputs", "#model-list"];
+      for (const sel of live) {
         const el = $(sel);
         if (el && (now || !busy(el))) htmx.trigger(el, "refresh");
       }
