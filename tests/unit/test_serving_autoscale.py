@@ -223,7 +223,9 @@ def _problems(
 ) -> list[str]:
     found = autoscale_problems(
         Autoscale(max_replicas=max_replicas),
-        resources or Resources(),
+        replica_request(
+            resources if resources is not None and resources.model_fields_set else None
+        ),
         engine_scales=engine_scales,
         max_replicas=cap,
         quota=quota or {},

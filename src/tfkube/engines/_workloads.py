@@ -350,6 +350,11 @@ class Engine(Protocol):
         """The runtimes a model server may be given here, the default first (what the
         job page's Serve offers)."""
 
+    def model_server_request(self, resources: Resources) -> tuple[float, int] | None:
+        """(cores, bytes) each replica of a model server given `resources` asks of the
+        team's quota here (the defaults filled in as the engine fills them), or None
+        where a model server has no replicas to count (one process)."""
+
     def start(self, tenant: Tenant, workload: Workload) -> Handle:
         """Start it (or make it exist); returns at once or when it runs. Raises
         NotAvailable or RuntimeError (saying why it did not start)."""

@@ -37,8 +37,8 @@ from tfkube.engines.kubernetes._services import (
 from tfkube.kube.names import team_priority_class
 from tfkube.kube.rest import api_client_from
 from tfkube.launcher import FetchError, check_archive
-from tfkube.render import ServingRuntime, parse_runtime, tenant_objects
-from tfkube.spec import FieldError, SpecError
+from tfkube.render import ServingRuntime, parse_runtime, replica_request, tenant_objects
+from tfkube.spec import FieldError, Resources, SpecError
 
 
 class KubernetesEngine(RunnersByKind):
@@ -154,6 +154,9 @@ class KubernetesEngine(RunnersByKind):
 
     def model_server_runtime(self, asked: str | None) -> str:
         return parse_runtime(asked, self.serving_runtime).value
+
+    def model_server_request(self, resources: Resources) -> tuple[float, int] | None:
+        return replica_request(resources if resources.model_fields_set else None)
 
     def close(self) -> None:
         with self._lock:

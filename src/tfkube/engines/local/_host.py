@@ -61,7 +61,7 @@ from tfkube.engines.local._services import (
 from tfkube.engines.local._tenants import TenantIdentity, ensure_identity
 from tfkube.launcher import FetchError, unpack
 from tfkube.render import ServingRuntime, parse_runtime
-from tfkube.spec import FieldError, SpecError
+from tfkube.spec import FieldError, Resources, SpecError
 
 
 class LocalEngine(RunnersByKind):
@@ -227,6 +227,9 @@ class LocalEngine(RunnersByKind):
 
     def model_server_runtimes(self) -> tuple[str, ...]:
         return (ServingRuntime.TFKUBE.value,)
+
+    def model_server_request(self, resources: Resources) -> tuple[float, int] | None:
+        return None  # one process per model server: no replicas to count
 
     def model_server_runtime(self, asked: str | None) -> str:
         """Always tfkube's own model server (`python -m tfkube.serving`): the stock

@@ -45,7 +45,6 @@ from tfkube.engines import (
     Upstream,
     WorkloadStatus,
 )
-from tfkube.render import replica_request
 from tfkube.server.core.config import ServerSettings
 from tfkube.server.core.tables import Job, ModelServer, Team
 from tfkube.server.outputs.files import exported_versions
@@ -82,7 +81,7 @@ def name_problem(name: str) -> str | None:
 
 def autoscale_problems(
     autoscale: Autoscale,
-    resources: Resources,
+    each_replica: tuple[float, int] | None,
     *,
     engine_scales: bool,
     max_replicas: int,
@@ -93,7 +92,8 @@ def autoscale_problems(
     twice: `max_replicas` (the server's `--serving-max-replicas`) for every team, and the
     team's quota (`cpu`, `memory`), which the model server at its most replicas must fit
     alone; Kubernetes' ResourceQuota refuses pods past it anyway, but silently to the
-    member (the autoscaler would want pods that never come)."""
+    member (the autoscaler would want pods that never come). `each_replica`: (cores,
+    bytes) one replica asks, as the engine renders it (`Engine.model_server_request`)."""
     where = "autoscale.maxReplicas"
     if not engine_scales:
         return [
@@ -112,7 +112,9 @@ def autoscale_problems(
                 "--serving-max-replicas); ask for fewer, or ask a site admin",
             )
         ]
-    cpu, memory = replica_request(resources if resources.model_fields_set else None)
+    if each_replica is None:  # the engine counts no replicas
+        return []
+    cpu, memory = each_replica
     problems: list[FieldError] = []
     # In whole units (millicores, bytes): 3 x 0.1 CPU fits a quota of 0.3.
     limits = (("cpu", 1000, cpu, _cores), ("memory", 1, memory, _gib))
@@ -220,7 +222,7 @@ class ModelServers:
         if autoscale is not None:
             problems = autoscale_problems(
                 autoscale,
-                resources,
+                self.engine.model_server_request(resources),
                 engine_scales=self.engine.features.autoscale,
                 max_replicas=self.settings.serving_max_replicas,
                 quota=dict(team.quota or {}),
