@@ -800,6 +800,20 @@ def install(
             "server) tolerate, e.g. a node pool kept for the platform.",
         ),
     ] = None,
+    notebook_node_selector: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--notebook-node-selector",
+            help="--server: KEY=VALUE (repeatable), the nodes the server puts notebooks on.",
+        ),
+    ] = None,
+    notebook_toleration: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--notebook-toleration",
+            help="--server: KEY[=VALUE][:EFFECT] (repeatable), a taint notebooks tolerate.",
+        ),
+    ] = None,
 ) -> None:
     """Install (or upgrade) the TFJob CRD, RBAC and the operator on a cluster; with
     --server, the platform server too."""
@@ -822,6 +836,14 @@ def install(
             node_selector=parse_node_selector(node_selector or []),
             tolerations=tuple(parse_toleration(t) for t in toleration or []),
         )
+        notebook_placement = Placement(
+            node_selector=parse_node_selector(
+                notebook_node_selector or [], "--notebook-node-selector"
+            ),
+            tolerations=tuple(
+                parse_toleration(t, "--notebook-toleration") for t in notebook_toleration or []
+            ),
+        )
     except ValueError as exc:
         raise fail(str(exc)) from None
     server_options = (
@@ -832,13 +854,22 @@ def install(
             outputs_claim=outputs_claim,
             public_url=public_url,
             placement=placement,
+            notebook_placement=notebook_placement,
         )
         if server
         else None
     )
-    if server_options is None and (storage_class or data_claim or outputs_claim or public_url):
+    if server_options is None and (
+        storage_class
+        or data_claim
+        or outputs_claim
+        or public_url
+        or notebook_node_selector
+        or notebook_toleration
+    ):
         raise fail(
-            "--storage-class, --data-claim, --outputs-claim and --public-url go with --server"
+            "--storage-class, --data-claim, --outputs-claim, --public-url, "
+            "--notebook-node-selector and --notebook-toleration go with --server"
         )
     try:
         jobs_storage = StorageDefaults(

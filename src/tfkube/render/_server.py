@@ -120,6 +120,9 @@ class ServerInstall:
     placement: Placement = field(default_factory=Placement)
     """The server pod's node selector and tolerations (`tfkube install --node-selector
     --toleration`, the operator's too)."""
+    notebook_placement: Placement = field(default_factory=Placement)
+    """Where the server puts notebooks (`tfkube install --notebook-node-selector
+    --notebook-toleration`, passed to `tfkube server` as the same flags)."""
 
 
 def _labels() -> dict[str, str]:
@@ -158,6 +161,7 @@ def server_command(namespace: str, options: ServerInstall) -> list[str]:
         command += ["--outputs-claim", options.outputs_claim]
     if options.public_url:
         command += ["--public-url", options.public_url]
+    command += options.notebook_placement.flags("--notebook-node-selector", "--notebook-toleration")
     return command
 
 

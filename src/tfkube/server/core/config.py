@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +46,12 @@ class ServerSettings:
     serving_runtime: str = "tensorflow-serving"
     """Kubernetes engine: the model server a request that names none gets (the stock
     TensorFlow Serving image, or tfkube's). The local engine always runs tfkube's."""
+    notebook_node_selector: Mapping[str, str] = field(default_factory=dict)
+    """Kubernetes engine: the node labels notebooks' pods require
+    (`--notebook-node-selector KEY=VALUE`); none: any node."""
+    notebook_tolerations: tuple[Mapping[str, str], ...] = ()
+    """Kubernetes engine: the taints notebooks' pods tolerate (`--notebook-toleration
+    KEY[=VALUE][:EFFECT]`, as Kubernetes tolerations)."""
     cpus: float | None = None
     """Local engine: CPUs jobs may request together (default: this machine's)."""
     memory: int | None = None
@@ -102,6 +109,8 @@ class ServerSettings:
             kubeconfig=self.kubeconfig,
             outputs_claim=self.outputs_claim,
             serving_runtime=self.serving_runtime,
+            notebook_node_selector=self.notebook_node_selector,
+            notebook_tolerations=self.notebook_tolerations,
             cpus=self.cpus,
             memory=self.memory,
             workload_env=self.workload_env,
