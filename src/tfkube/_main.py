@@ -83,6 +83,21 @@ def server_command(
             "for (its maxReplicas; a team's quota may allow fewer).",
         ),
     ] = 4,
+    notebook_node_selector: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--notebook-node-selector",
+            help="Kubernetes engine: KEY=VALUE (repeatable), the nodes notebooks run on.",
+        ),
+    ] = None,
+    notebook_toleration: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--notebook-toleration",
+            help="Kubernetes engine: KEY[=VALUE][:EFFECT] (repeatable), a taint notebooks "
+            "tolerate, e.g. a node pool kept for them.",
+        ),
+    ] = None,
     cpus: Annotated[
         float | None, typer.Option("--cpus", help="Local engine: CPUs jobs may use together.")
     ] = None,
@@ -212,7 +227,12 @@ def server_command(
         from tfkube.server.core.config import default_data_dir
     except ImportError as exc:
         raise fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
-    from tfkube.render import ServingRuntime, parse_runtime
+    from tfkube.render import (
+        ServingRuntime,
+        parse_node_selector,
+        parse_runtime,
+        parse_toleration,
+    )
 
     if engine not in {"local", "kubernetes"}:
         raise fail(f"unknown engine {engine!r}; choose local or kubernetes")
@@ -220,6 +240,15 @@ def server_command(
         runtime = parse_runtime(serving_runtime, ServingRuntime.TENSORFLOW_SERVING)
     except ValueError as exc:
         raise fail(f"--serving-runtime: {exc}") from None
+    try:
+        notebook_nodes = parse_node_selector(
+            notebook_node_selector or [], "--notebook-node-selector"
+        )
+        notebook_taints = tuple(
+            parse_toleration(t, "--notebook-toleration") for t in notebook_toleration or []
+        )
+    except ValueError as exc:
+        raise fail(str(exc)) from None
     from tfkube.netguard import index_target
     from tfkube.server.core.forwarded import parse_networks
     from tfkube.server.core.origins import parse_workload_url
@@ -271,6 +300,8 @@ def server_command(
         outputs_claim=outputs_claim,
         serving_runtime=runtime.value,
         serving_max_replicas=serving_max_replicas,
+        notebook_node_selector=notebook_nodes,
+        notebook_tolerations=notebook_taints,
         cpus=cpus,
         workload_env=tuple(workload_env or ()),
         notebook_idle_seconds=notebook_idle_minutes * 60,

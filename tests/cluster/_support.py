@@ -127,6 +127,21 @@ def bind_claim(kube: KubeCluster, namespace: str, claim: str) -> str:
     return name
 
 
+def still_there(namespace: str, name: str, reads: dict[str, Callable[..., Any]]) -> list[str]:
+    """Which of the kinds (kind -> the client's `read_namespaced_*`) still have an object
+    `name` in `namespace` (a 404 is gone)."""
+    found = []
+    for kind, read in reads.items():
+        try:
+            read(name, namespace)
+        except client.exceptions.ApiException as exc:
+            if exc.status != 404:
+                raise
+        else:
+            found.append(kind)
+    return found
+
+
 def delete_volumes(kube: KubeCluster, names: list[str]) -> None:
     for name in names:
         try:

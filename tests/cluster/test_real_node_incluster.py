@@ -16,6 +16,14 @@ a loopback port; a member uploads the between-graph example and submits it throu
 port; it trains in real pods (fetching its code from the server's Service by cluster DNS
 and ClusterIP) to the example's accuracy; its logs are read through the server while it
 runs and after its pods are gone.
+
+Then more of the member's flow against the same in-cluster server (issue 18, points 1
+and 4), in a real pod on the node: a notebook started through the API (as
+the dashboard's New notebook does), placed by the server's `--notebook-node-selector` and
+`--notebook-toleration` (install passes them), its home claim bound to a node folder by
+the administrator (no StorageClass here), JupyterLab's API answered through the server's
+proxy to its owner only, a file saved there landing on the claim, and its objects gone
+once stopped.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -50,6 +59,7 @@ from ._support import (
     create_shared_claim,
     load_cluster_module,
     placed_manifest,
+    still_there,
     targz,
     wait_for,
 )
@@ -296,6 +306,9 @@ def platform(
             "--outputs-claim", OUTPUTS, "--kubeconfig", str(kube.kubeconfig),
             *[a for k, v in node.SELECTOR.items() for a in ("--node-selector", f"{k}={v}")],
             "--toleration", f"{taint['key']}:{taint['effect']}",
+            *[a for k, v in node.SELECTOR.items()
+              for a in ("--notebook-node-selector", f"{k}={v}")],
+            "--notebook-toleration", f"{taint['key']}:{taint['effect']}",
         )  # fmt: skip
         assert "installed" in out, out
         operator = wait_for("the operator's pod Ready", lambda: _ready_pod(kube, ns, "operator"),
@@ -449,3 +462,104 @@ def test_a_member_trains_through_the_in_cluster_server(platform: Platform) -> No
         pod = _ready_pod(kube, p.namespace, component)
         assert pod is not None, component
         assert pod.status.container_statuses[0].restart_count == 0, component
+
+
+# -- the rest of the member's flow: a notebook ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def outsider(platform: Platform) -> Iterator[Api]:
+    """A member of another team of the same server."""
+    other = platform.admin.new_team(None, {})
+    user = platform.admin.new_user()
+    platform.admin.add_member(other, user, "member")
+    api = api_for(platform.url, user)
+    try:
+        yield api
+    finally:
+        api.close()
+        _delete_namespace(platform.kube, f"tfkube-{other}")
+
+
+def _notebook_objects(kube: KubeCluster, ns: str, notebook_id: str) -> list[str]:
+    return still_there(ns, f"notebook-{notebook_id}", {
+        "Secret": kube.core.read_namespaced_secret,
+        "Service": kube.core.read_namespaced_service,
+        "StatefulSet": client.AppsV1Api(kube.api_client).read_namespaced_stateful_set,
+        "Pod": lambda n, namespace: kube.core.read_namespaced_pod(f"{n}-0", namespace),
+    })  # fmt: skip
+
+
+def test_a_members_notebook_runs_in_a_real_pod(platform: Platform, outsider: Api) -> None:
+    """`POST /api/v1/teams/<team>/notebook` (the dashboard's New notebook) on the in-cluster
+    server: its StatefulSet's pod lands on the real node (the server's notebook placement),
+    its home on the claim the administrator bound; JupyterLab answers its owner through
+    the server's proxy (the API server's service proxy behind it, Jupyter's token added by
+    the server) and saves to the claim; another team's member and no login are refused;
+    stopped, its Secret, Service, StatefulSet and pod are gone and its home claim stays."""
+    p, kube = platform, platform.kube
+    team_ns = f"tfkube-{p.team}"
+    t0 = time.monotonic()
+    notebook = p.member.ok(p.member.post(f"/api/v1/teams/{p.team}/notebook"))
+    nid = notebook["id"]
+    base = f"/proxy/notebook/{nid}"
+    assert urlsplit(notebook["url"]).path == f"{base}/lab"
+    assert notebook["state"] == "running", notebook
+    home = f"home-notebook-{nid}-0"  # the StatefulSet's claim; no StorageClass here
+    pvs = p.node.bind(team_ns, [home])
+    try:
+
+        def jupyter_status() -> dict[str, Any] | None:
+            r = p.member.get(f"{base}/api/status")
+            return r.json() if r.status_code == 200 else None
+
+        status = wait_for("JupyterLab through the server's proxy", jupyter_status, 300, 1.0)
+        ready = time.monotonic() - t0
+        assert "started" in status, status
+        pod = kube.core.read_namespaced_pod(f"notebook-{nid}-0", team_ns)
+        assert pod.spec.node_name == p.node.name
+        (container,) = pod.spec.containers
+        assert container.image == OPERATOR_IMAGE
+        assert pod.spec.security_context.run_as_user == 65532
+        assert container.security_context.allow_privilege_escalation is False
+        claim = kube.core.read_namespaced_persistent_volume_claim(home, team_ns)
+        assert claim.status.phase == "Bound"
+        assert claim.spec.volume_name == pvs[0]
+        specs = p.member.ok(p.member.get(f"{base}/api/kernelspecs"))
+        assert "python3" in specs["kernelspecs"], specs
+        # Saved through the proxy (Jupyter's contents API, token-authenticated): the file
+        # is on the home claim, owned by the notebook's user.
+        text = f"saved through {p.url}"
+        saved = p.member.http.put(
+            f"{base}/api/contents/hello.txt",
+            json={"type": "file", "format": "text", "content": text},
+        )
+        assert saved.status_code in (200, 201), saved.text
+        on_claim = p.node.volume(team_ns, home) / "hello.txt"
+        assert on_claim.read_text() == text
+        assert on_claim.stat().st_uid == 65532
+        # Its owner only: another team's member 404, no login 401.
+        assert outsider.get(f"{base}/api/status").status_code == 404
+        assert httpx.get(f"{p.url}{base}/api/status", timeout=30).status_code == 401
+        print(f"\nin-cluster: a notebook's JupyterLab answered through the server's proxy "
+              f"{ready:.0f}s after POST /notebook, in a real pod on {p.node.name}")  # fmt: skip
+
+        stopped = p.member.ok(p.member.post(f"/api/v1/notebooks/{nid}/stop"))
+        assert stopped["state"] == "stopped", stopped
+        try:
+            wait_for("the notebook's objects and pod gone",
+                     lambda: not _notebook_objects(kube, team_ns, nid), 120, 1.0)  # fmt: skip
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {_notebook_objects(kube, team_ns, nid)}") from None
+        # Its home stays (opening it again starts it on the same claim).
+        kept = kube.core.read_namespaced_persistent_volume_claim(home, team_ns)
+        assert kept.status.phase == "Bound"
+        assert on_claim.read_text() == text
+    finally:
+        try:
+            kube.core.delete_namespaced_persistent_volume_claim(home, team_ns)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+        for pv in pvs:
+            kube.core.delete_persistent_volume(pv)

@@ -51,12 +51,18 @@ from ._support import (
     create_shared_claim,
     load_cluster_module,
     service_account_kubeconfig,
+    still_there,
     wait_for,
 )
 from .test_operator import tfjob
 
 OUTPUTS = "team-outputs"
 NAMESPACE = OPERATOR_NAMESPACE
+NOTEBOOK_PLACEMENT = (
+    "--notebook-node-selector", "tfkube.io/pool=notebooks",
+    "--notebook-toleration", "tfkube.io/pool=notebooks:NoSchedule",
+)  # fmt: skip
+"""Where this module's server puts notebooks (no node has the label: they stay Pending)."""
 RUN_SH = '#!/bin/sh\necho "hello from $TFKUBE_ROLE-$TFKUBE_INDEX"\n'
 
 
@@ -208,7 +214,11 @@ def platform(
 ) -> Iterator[Platform]:
     tmp = tmp_path_factory.mktemp("k8s-server")
     with running_platform(
-        kube_cluster, tmp, outputs_claim=OUTPUTS, code_url=server_url(NAMESPACE)
+        kube_cluster,
+        tmp,
+        outputs_claim=OUTPUTS,
+        code_url=server_url(NAMESPACE),
+        server_args=NOTEBOOK_PLACEMENT,
     ) as made:
         yield made
 
@@ -571,6 +581,46 @@ def test_tensorboard_through_the_api_servers_service_proxy(
     assert "tensorboard" in r.json()["detail"]
     for made in (job, plain):
         api.ok(api.delete(f"/api/v1/jobs/{made['id']}"), 204)
+
+
+def test_a_notebook_goes_where_the_server_puts_notebooks(
+    platform: Platform, team: Team, outsider: Api
+) -> None:
+    """`tfkube server --notebook-node-selector --notebook-toleration`: the notebook a member
+    starts (`POST /api/v1/teams/<team>/notebook`) is a StatefulSet whose pod asks for those
+    nodes; its proxy reaches the API server's service proxy (no pod can serve: no node has
+    the label), another team's member gets 404; stopped, its objects go and its home
+    claim stays. (A notebook answering from a real pod: test_real_node_incluster.py.)"""
+    kube, api = platform.kube, team.member
+    notebook = api.ok(api.post(f"/api/v1/teams/{team.name}/notebook"))
+    name = f"notebook-{notebook['id']}"
+    apps = client.AppsV1Api(kube.api_client)
+    sts = apps.read_namespaced_stateful_set(name, team.namespace)
+    pod = sts.spec.template.spec
+    assert pod.node_selector == {"tfkube.io/pool": "notebooks"}
+    assert [(t.key, t.operator, t.value, t.effect) for t in pod.tolerations] == [
+        ("tfkube.io/pool", "Equal", "notebooks", "NoSchedule")
+    ]
+    base = f"/proxy/notebook/{notebook['id']}"
+    r = api.get(f"{base}/api/status")
+    assert r.status_code == 503, r.text
+    assert f'no endpoints available for service \\"{name}\\"' in r.text or (
+        f'no endpoints available for service "{name}"' in r.text
+    ), r.text
+    assert outsider.get(f"{base}/api/status").status_code == 404
+    home = f"home-{name}-0"
+    wait_for("the home claim made by the StatefulSet",
+             lambda: kube.core.list_namespaced_persistent_volume_claim(
+                 team.namespace, field_selector=f"metadata.name={home}").items, 60)  # fmt: skip
+    api.ok(api.post(f"/api/v1/notebooks/{notebook['id']}/stop"))
+
+    reads = {
+        "StatefulSet": apps.read_namespaced_stateful_set,
+        "Service": kube.core.read_namespaced_service,
+        "Secret": kube.core.read_namespaced_secret,
+    }
+    wait_for("the notebook's objects gone", lambda: not still_there(team.namespace, name, reads))
+    kube.core.read_namespaced_persistent_volume_claim(home, team.namespace)  # kept
 
 
 def test_a_team_the_cluster_refuses_is_not_kept(platform: Platform) -> None:

@@ -24,6 +24,7 @@ from tfkube.kube.rest import Kube
 from tfkube.render import (
     ModelServerSpec,
     NotebookSpec,
+    Placement,
     ServingRuntime,
     dump_yaml,
     render_autoscaler,
@@ -56,6 +57,11 @@ def _notebook(namespace: str) -> NotebookSpec:
         jupyter_token="j" * 64,
         client_token="tfk_" + "c" * 40,
         storage_class="standard",
+        # Where the site puts notebooks (`tfkube server --notebook-node-selector ...`).
+        placement=Placement(
+            node_selector={"pool": "notebooks"},
+            tolerations=({"key": "pool", "operator": "Exists", "effect": "NoSchedule"},),
+        ),
     )
 
 

@@ -4,6 +4,7 @@ tests/cluster/test_server_kubernetes.py)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from typing import Any
@@ -13,6 +14,7 @@ import yaml
 
 from tfkube.render import (
     OPERATOR_IMAGE,
+    SERVER_NAME,
     Placement,
     ServerInstall,
     dump_yaml,
@@ -307,6 +309,33 @@ def test_bad_placement_flags_are_refused_naming_the_flag_and_the_form(
     assert names in str(caught.value)
 
 
+def test_notebook_placement_reaches_the_server_as_its_flags() -> None:
+    """`tfkube install --server --notebook-node-selector --notebook-toleration` passes
+    them to `tfkube server`, which reads them back as they were given; the server's own
+    pod is not placed by them."""
+    notebooks = Placement(
+        node_selector={"pool": "notebooks"},
+        tolerations=(parse_toleration("pool=nb:NoSchedule"), parse_toleration("gpu")),
+    )
+    flags = notebooks.flags("--notebook-node-selector", "--notebook-toleration")
+    assert flags == ["--notebook-node-selector", "pool=notebooks",
+                     "--notebook-toleration", "pool=nb:NoSchedule",
+                     "--notebook-toleration", "gpu"]  # fmt: skip
+    assert parse_node_selector([flags[1]]) == notebooks.node_selector
+    assert tuple(parse_toleration(t) for t in flags[3::2]) == notebooks.tolerations
+    deployment = _one(
+        server_manifests("ns", OPERATOR_IMAGE, ServerInstall(notebook_placement=notebooks)),
+        "Deployment",
+    )
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["containers"][0]["command"][-6:] == flags
+    assert "nodeSelector" not in pod
+    assert "tolerations" not in pod
+    plain = _one(server_manifests("ns", OPERATOR_IMAGE), "Deployment")
+    (container,) = plain["spec"]["template"]["spec"]["containers"]
+    assert "--notebook-toleration" not in container["command"]
+
+
 def test_tfkubes_pods_get_their_service_account_token_explicitly() -> None:
     """The operator and the server reach the API server with their ServiceAccount's token
     from a projected volume at the in-cluster path (automount off): the same on a cluster
@@ -346,3 +375,29 @@ def test_cli_places_both_pods_and_refuses_a_malformed_toleration() -> None:
     assert bad.returncode == 2
     assert "--toleration 'pool:Always'" in bad.stderr
     assert "NoSchedule" in bad.stderr
+    notebooks = ["--notebook-node-selector", "pool=nb", "--notebook-toleration", "pool=nb"]
+    proc = subprocess.run([*argv, *notebooks], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    (server,) = [o for o in yaml.safe_load_all(proc.stdout)
+                 if o["kind"] == "Deployment" and o["metadata"]["name"] == SERVER_NAME]  # fmt: skip
+    assert server["spec"]["template"]["spec"]["containers"][0]["command"][-4:] == notebooks
+    alone = subprocess.run(
+        [*argv[:4], "--print", *notebooks[:2]], capture_output=True, text=True, timeout=60
+    )
+    assert alone.returncode == 2
+    assert "go with --server" in alone.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--notebook-toleration", "pool:Often"), ("--notebook-node-selector", "x")]
+)
+def test_the_server_refuses_a_malformed_notebook_placement(
+    flag: str, value: str, tmp_path: Any
+) -> None:
+    env = {**os.environ, "TFKUBE_HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfkube", "server", flag, value],
+        capture_output=True, text=True, timeout=60, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert f"{flag} {value!r}: give KEY" in " ".join(proc.stderr.split())

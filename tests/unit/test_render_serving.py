@@ -17,8 +17,11 @@ from tfkube.render import (
     OPERATOR_IMAGE,
     ModelServerSpec,
     NotebookSpec,
+    Placement,
     ServingRuntime,
+    parse_node_selector,
     parse_runtime,
+    parse_toleration,
     render_model_server,
     render_notebook,
 )
@@ -409,8 +412,8 @@ def test_model_server_objects() -> None:
     assert "&id" not in yaml.safe_dump_all(objects)  # nothing shared between objects
 
 
-def test_notebook_objects() -> None:
-    spec = NotebookSpec(
+def _notebook(**more: Any) -> NotebookSpec:
+    return NotebookSpec(
         notebook_id="abc123",
         namespace="team-a",
         user="ann",
@@ -419,8 +422,12 @@ def test_notebook_objects() -> None:
         server_url="http://tfkube-server.tfkube.svc:8470",
         jupyter_token="jupyter-secret-value",
         client_token="client-secret-value",
-        storage_class="fast",
+        **more,
     )
+
+
+def test_notebook_objects() -> None:
+    spec = _notebook(storage_class="fast")
     objects = render_notebook(spec)
     assert [o["kind"] for o in objects] == ["Secret", "Service", "StatefulSet"]
     assert {o["metadata"]["name"] for o in objects} == {"notebook-abc123"}
@@ -448,6 +455,24 @@ def test_notebook_objects() -> None:
     assert claim["spec"]["storageClassName"] == "fast"
     assert sts["persistentVolumeClaimRetentionPolicy"]["whenDeleted"] == "Retain"
     assert sts["template"]["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert "nodeSelector" not in sts["template"]["spec"]  # any node unless the site says
+    assert "tolerations" not in sts["template"]["spec"]
+    assert "--LabApp.news_url=None" in container["command"]  # no calls to the internet
+
+
+def test_a_notebook_runs_where_the_site_puts_notebooks() -> None:
+    """`tfkube server --notebook-node-selector --notebook-toleration`: the notebook's pod
+    goes to those nodes (e.g. a pool kept for notebooks by a taint)."""
+    placement = Placement(
+        node_selector=parse_node_selector(["pool=notebooks"], "--notebook-node-selector"),
+        tolerations=(parse_toleration("pool:NoSchedule", "--notebook-toleration"),),
+    )
+    sts = _by_kind(render_notebook(_notebook(placement=placement)))["StatefulSet"]
+    pod = sts["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "notebooks"}
+    assert pod["tolerations"] == [{"key": "pool", "operator": "Exists", "effect": "NoSchedule"}]
+    with pytest.raises(ValueError, match="--notebook-toleration 'pool:Always'"):
+        parse_toleration("pool:Always", "--notebook-toleration")
 
 
 # -- rolling to another version ---------------------------------------------------------------

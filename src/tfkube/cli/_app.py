@@ -829,6 +829,20 @@ def install(
             "server) tolerate, e.g. a node pool kept for the platform.",
         ),
     ] = None,
+    notebook_node_selector: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--notebook-node-selector",
+            help="--server: KEY=VALUE (repeatable), the nodes the server puts notebooks on.",
+        ),
+    ] = None,
+    notebook_toleration: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--notebook-toleration",
+            help="--server: KEY[=VALUE][:EFFECT] (repeatable), a taint notebooks tolerate.",
+        ),
+    ] = None,
 ) -> None:
     """Install (or upgrade) the TFJob CRD, RBAC and the operator on a cluster; with
     --server, the platform server too."""
@@ -853,6 +867,14 @@ def install(
             node_selector=parse_node_selector(node_selector or []),
             tolerations=tuple(parse_toleration(t) for t in toleration or []),
         )
+        notebook_placement = Placement(
+            node_selector=parse_node_selector(
+                notebook_node_selector or [], "--notebook-node-selector"
+            ),
+            tolerations=tuple(
+                parse_toleration(t, "--notebook-toleration") for t in notebook_toleration or []
+            ),
+        )
     except ValueError as exc:
         raise fail(str(exc)) from None
     try:
@@ -868,6 +890,7 @@ def install(
                 database_claim=database_claim,
                 database_size=database_size,
                 postgres_image=postgres_image or POSTGRES_IMAGE,
+                notebook_placement=notebook_placement,
             )
             if server
             else None
@@ -875,11 +898,13 @@ def install(
     except ValueError as exc:
         raise fail(str(exc)) from None
     database_flags = database != "sqlite" or database_claim or postgres_image
+    notebook_flags = notebook_node_selector or notebook_toleration
     if server_options is None and (
-        storage_class or data_claim or outputs_claim or public_url or database_flags
+        storage_class or data_claim or outputs_claim or public_url or database_flags or notebook_flags
     ):
         raise fail(
-            "--storage-class, --data-claim, --outputs-claim, --public-url and --database "
+            "--storage-class, --data-claim, --outputs-claim, --public-url, "
+            "--notebook-node-selector, --notebook-toleration and --database "
             "(with --database-claim, --postgres-image) go with --server"
         )
     secret_note = (

@@ -3,7 +3,8 @@ implementation (imported lazily: the local engine must not need the `kubernetes`
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfkube.engines._workloads import Engine
@@ -26,6 +27,10 @@ class EngineSettings:
     serving_runtime: str | None = None
     """Kubernetes: the model server a request that names none gets (default: the stock
     TensorFlow Serving image)."""
+    notebook_node_selector: Mapping[str, str] = field(default_factory=dict)
+    """Kubernetes: the node labels notebooks' pods require (`--notebook-node-selector`)."""
+    notebook_tolerations: tuple[Mapping[str, str], ...] = ()
+    """Kubernetes: the taints notebooks' pods tolerate (`--notebook-toleration`)."""
     cpus: float | None = None
     """Local: CPUs jobs may request together (default: this machine's)."""
     memory: int | None = None
@@ -62,5 +67,7 @@ def open_engine(settings: EngineSettings) -> Engine:
             kubeconfig=settings.kubeconfig,
             outputs_claim=settings.outputs_claim,
             serving_runtime=settings.serving_runtime,
+            notebook_node_selector=settings.notebook_node_selector,
+            notebook_tolerations=settings.notebook_tolerations,
         )
     raise ValueError(f"unknown engine {settings.kind!r}; choose {' or '.join(KINDS)}")

@@ -64,30 +64,40 @@ class Placement:
             out["tolerations"] = [dict(t) for t in self.tolerations]
         return out
 
+    def flags(self, node_selector: str, toleration: str) -> list[str]:
+        """The placement as command-line flags of those names (what `parse_node_selector`
+        and `parse_toleration` read back)."""
+        out: list[str] = []
+        for key, value in self.node_selector.items():
+            out += [node_selector, f"{key}={value}"]
+        for t in self.tolerations:
+            text = t["key"] + (f"={t['value']}" if t.get("operator") == "Equal" else "")
+            out += [toleration, text + (f":{t['effect']}" if t.get("effect") else "")]
+        return out
 
-def parse_node_selector(values: list[str]) -> dict[str, str]:
-    """`--node-selector KEY=VALUE` (repeatable) as a node selector; ValueError naming the
-    flag and the form for anything else."""
+
+def parse_node_selector(values: list[str], flag: str = "--node-selector") -> dict[str, str]:
+    """`--node-selector KEY=VALUE` (repeatable; or another `flag` of that form) as a node
+    selector; ValueError naming the flag and the form for anything else."""
     out: dict[str, str] = {}
     for value in values:
         key, sep, label = value.partition("=")
         if not sep or not key.strip():
-            raise ValueError(
-                f"--node-selector {value!r}: give KEY=VALUE, e.g. --node-selector pool=platform"
-            )
+            raise ValueError(f"{flag} {value!r}: give KEY=VALUE, e.g. {flag} pool=platform")
         out[key.strip()] = label.strip()
     return out
 
 
-def parse_toleration(value: str) -> dict[str, str]:
-    """`--toleration KEY[=VALUE][:EFFECT]` as a toleration (`Equal` with a value, else
-    `Exists`; every effect when none is given); ValueError naming the flag otherwise."""
+def parse_toleration(value: str, flag: str = "--toleration") -> dict[str, str]:
+    """`--toleration KEY[=VALUE][:EFFECT]` (or another `flag` of that form) as a
+    toleration (`Equal` with a value, else `Exists`; every effect when none is given);
+    ValueError naming the flag otherwise."""
     head, colon, effect = value.partition(":")
     key, eq, tolerated = head.partition("=")
     if not key.strip() or (colon and effect not in TOLERATION_EFFECTS):
         raise ValueError(
-            f"--toleration {value!r}: give KEY[=VALUE][:EFFECT] with EFFECT one of "
-            f"{', '.join(TOLERATION_EFFECTS)}, e.g. --toleration pool=platform:NoSchedule"
+            f"{flag} {value!r}: give KEY[=VALUE][:EFFECT] with EFFECT one of "
+            f"{', '.join(TOLERATION_EFFECTS)}, e.g. {flag} pool=platform:NoSchedule"
         )
     out = {"key": key.strip(), "operator": "Equal" if eq else "Exists"}
     if eq:

@@ -159,6 +159,9 @@ class ServerInstall:
     `storage_class` (or the default class), `database_size`."""
     database_size: str = DEFAULT_DATABASE_SIZE
     postgres_image: str = POSTGRES_IMAGE
+    notebook_placement: Placement = field(default_factory=Placement)
+    """Where the server puts notebooks (`tfkube install --notebook-node-selector
+    --notebook-toleration`, passed to `tfkube server` as the same flags)."""
 
     def __post_init__(self) -> None:
         if self.database not in DATABASES:
@@ -203,6 +206,7 @@ def server_command(namespace: str, options: ServerInstall) -> list[str]:
         command += ["--outputs-claim", options.outputs_claim]
     if options.public_url:
         command += ["--public-url", options.public_url]
+    command += options.notebook_placement.flags("--notebook-node-selector", "--notebook-toleration")
     return command
 
 

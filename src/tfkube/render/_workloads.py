@@ -53,7 +53,7 @@ from tfkube.kube.names import (
     model_server_name,
     notebook_name,
 )
-from tfkube.render._deploy import OPERATOR_IMAGE
+from tfkube.render._deploy import OPERATOR_IMAGE, Placement
 from tfkube.render._render import _placement, _resources
 from tfkube.render._security import WORKLOAD_USER, pod_security_context, secure_container
 from tfkube.render._storage import job_volumes
@@ -418,6 +418,9 @@ class NotebookSpec:
     storage: str = "10Gi"
     """Size of the home claim."""
     storage_class: str | None = None
+    placement: Placement = field(default_factory=Placement)
+    """Where notebooks run (`tfkube server --notebook-node-selector --notebook-toleration`,
+    a site admin's choice: e.g. a pool of nodes kept for notebooks by a taint)."""
 
 
 def render_notebook(spec: NotebookSpec) -> list[Object]:
@@ -451,6 +454,10 @@ def render_notebook(spec: NotebookSpec) -> list[Object]:
             f"--ServerApp.port={NOTEBOOK_PORT}",
             f"--ServerApp.base_url={base}",
             f"--ServerApp.root_dir={NOTEBOOK_HOME}",
+            # No calls to the internet from the pod (as the local engine's notebooks).
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.extension_manager=readonly",
         ],
         "env": [
             {"name": "HOME", "value": NOTEBOOK_HOME},
@@ -498,6 +505,7 @@ def render_notebook(spec: NotebookSpec) -> list[Object]:
                 "spec": {
                     "enableServiceLinks": False,
                     "automountServiceAccountToken": False,
+                    **spec.placement.pod_fields(),
                     "securityContext": pod_security_context(),  # NOTEBOOK_USER's
                     "containers": [container],
                 },

@@ -11,7 +11,7 @@ enforces quotas, so the server does not (`capacity` is None)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,13 @@ from tfkube.engines.kubernetes._services import (
 from tfkube.kube.names import team_priority_class
 from tfkube.kube.rest import api_client_from
 from tfkube.launcher import FetchError, check_archive
-from tfkube.render import ServingRuntime, parse_runtime, replica_request, tenant_objects
+from tfkube.render import (
+    Placement,
+    ServingRuntime,
+    parse_runtime,
+    replica_request,
+    tenant_objects,
+)
 from tfkube.spec import FieldError, Resources, SpecError
 
 
@@ -65,11 +71,18 @@ class KubernetesEngine(RunnersByKind):
         outputs_claim: str | None = None,
         serving_runtime: str | None = None,
         api_client: Any = None,
+        notebook_node_selector: Mapping[str, str] | None = None,
+        notebook_tolerations: Sequence[Mapping[str, str]] = (),
     ) -> None:
         self.data_dir = data_dir
         self.kubeconfig = kubeconfig
         self.outputs_claim = outputs_claim
         self.serving_runtime = parse_runtime(serving_runtime, ServingRuntime.TENSORFLOW_SERVING)
+        self.notebook_placement = Placement(
+            node_selector=dict(notebook_node_selector or {}),
+            tolerations=tuple(dict(t) for t in notebook_tolerations),
+        )
+        """Where notebooks run (a site admin's: the server's flags)."""
         self._api = api_client
         self._runners: dict[type, Runner] | None = None
         self._backends: dict[str, KubernetesBackend] = {}
@@ -88,7 +101,7 @@ class KubernetesEngine(RunnersByKind):
             proxy = ServiceProxy(api)
             self._runners = {
                 ModelServerWorkload: KubeModelServers(api, proxy),
-                NotebookWorkload: KubeNotebooks(api, proxy),
+                NotebookWorkload: KubeNotebooks(api, proxy, self.notebook_placement),
                 TensorBoardWorkload: KubeTensorBoards(proxy),
             }
         return self._runners

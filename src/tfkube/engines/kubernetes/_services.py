@@ -38,6 +38,7 @@ from tfkube.kube.rest import Endpoint, Kube
 from tfkube.render import (
     ModelServerSpec,
     NotebookSpec,
+    Placement,
     ServingRuntime,
     render_autoscaler,
     render_model_server,
@@ -90,7 +91,9 @@ def _model_server_spec(tenant: Tenant, workload: ModelServerWorkload) -> ModelSe
     )
 
 
-def _notebook_spec(tenant: Tenant, workload: NotebookWorkload) -> NotebookSpec:
+def _notebook_spec(
+    tenant: Tenant, workload: NotebookWorkload, placement: Placement | None = None
+) -> NotebookSpec:
     return NotebookSpec(
         notebook_id=workload.id,
         namespace=tenant.namespace,
@@ -100,6 +103,7 @@ def _notebook_spec(tenant: Tenant, workload: NotebookWorkload) -> NotebookSpec:
         server_url=workload.server_url,
         jupyter_token=workload.jupyter_token,
         client_token=workload.client_token,
+        placement=placement or Placement(),
     )
 
 
@@ -191,12 +195,16 @@ class KubeNotebooks:
     """A Secret, Service and StatefulSet `notebook-<id>` with its own home claim (kept when
     the notebook stops)."""
 
-    def __init__(self, api_client: Any, proxy: ServiceProxy) -> None:
+    def __init__(
+        self, api_client: Any, proxy: ServiceProxy, placement: Placement | None = None
+    ) -> None:
         self.api_client = api_client
         self.proxy = proxy
+        self.placement = placement or Placement()
 
     def start(self, tenant: Tenant, workload: NotebookWorkload) -> Handle:
-        apply_objects(self.api_client, render_notebook(_notebook_spec(tenant, workload)))
+        spec = _notebook_spec(tenant, workload, self.placement)
+        apply_objects(self.api_client, render_notebook(spec))
         return _NO_PROCESS
 
     def status(self, tenant: Tenant, workload: NotebookWorkload, handle: Handle) -> WorkloadStatus:

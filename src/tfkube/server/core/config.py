@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -49,6 +50,12 @@ class ServerSettings:
     """Kubernetes engine: the most replicas an autoscaled model server may have
     (`--serving-max-replicas`); a team's quota may allow fewer
     (`workloads.model_servers.autoscale_problems`)."""
+    notebook_node_selector: Mapping[str, str] = field(default_factory=dict)
+    """Kubernetes engine: the node labels notebooks' pods require
+    (`--notebook-node-selector KEY=VALUE`); none: any node."""
+    notebook_tolerations: tuple[Mapping[str, str], ...] = ()
+    """Kubernetes engine: the taints notebooks' pods tolerate (`--notebook-toleration
+    KEY[=VALUE][:EFFECT]`, as Kubernetes tolerations)."""
     cpus: float | None = None
     """Local engine: CPUs jobs may request together (default: this machine's)."""
     memory: int | None = None
@@ -106,6 +113,8 @@ class ServerSettings:
             kubeconfig=self.kubeconfig,
             outputs_claim=self.outputs_claim,
             serving_runtime=self.serving_runtime,
+            notebook_node_selector=self.notebook_node_selector,
+            notebook_tolerations=self.notebook_tolerations,
             cpus=self.cpus,
             memory=self.memory,
             workload_env=self.workload_env,
