@@ -900,7 +900,12 @@ def install(
     database_flags = database != "sqlite" or database_claim or postgres_image
     notebook_flags = notebook_node_selector or notebook_toleration
     if server_options is None and (
-        storage_class or data_claim or outputs_claim or public_url or database_flags or notebook_flags
+        storage_class
+        or data_claim
+        or outputs_claim
+        or public_url
+        or database_flags
+        or notebook_flags
     ):
         raise fail(
             "--storage-class, --data-claim, --outputs-claim, --public-url, "
