@@ -17,7 +17,11 @@ through the API server's service proxy and through the tfkube server's proxy, an
 answers are TensorFlow Serving's; `tfkube serving stop` removes its objects. Then
 (issue 20 point 5) a model server rolls to another version under load: two clients, one
 through the server's proxy and one in a pod through the Service's ClusterIP, see no failed
-request while the answers switch versions. The job is trained once for the module.
+request while the answers switch versions. Last (issue 20 point 5 too), an autoscaled
+model server scales with its load: clients in a pod drive its CPU past the target, the
+HorizontalPodAutoscaler (reading metrics-server's pod metrics) adds a second replica,
+and once they stop it goes back to one, no request failed. The job is trained once for
+the module.
 
 The stock `tensorflow/serving` image cannot be pulled or built here: that runtime is only
 checked by server-side dry run (test_serving_dry_run.py).
@@ -49,7 +53,7 @@ from kubernetes.client.exceptions import ApiException
 from server._server import Api, ServerProc, api_for, first_admin, free_port
 from tfkube.engines.kubernetes import install
 from tfkube.kube.errors import ApiError
-from tfkube.kube.resources import CONFIG_MAP, DEPLOYMENT, SERVICE
+from tfkube.kube.resources import CONFIG_MAP, DEPLOYMENT, HORIZONTAL_POD_AUTOSCALER, SERVICE
 from tfkube.kube.rest import Kube
 from tfkube.render import OPERATOR_IMAGE, OPERATOR_NAMESPACE, SERVER_NAME, ServerInstall
 from tfkube.render._server import SERVER_DATA_CLAIM
@@ -591,3 +595,208 @@ def test_a_version_roll_under_load_fails_no_request(team: Team, trained: Trained
 def pod_done(kube: KubeCluster, ns: str, name: str) -> Any:
     found = kube.core.read_namespaced_pod(name, ns)
     return found if found.status.phase in ("Succeeded", "Failed") else None
+
+
+SCALE_LOAD = textwrap.dedent(
+    """
+    import http.server, json, sys, threading, urllib.request
+    url, body = sys.argv[1] + ":predict", sys.argv[2].encode()
+    counts = {"requests": 0, "failed": 0, "errors": []}
+    lock, stop = threading.Lock(), threading.Event()
+    def send():
+        while not stop.is_set():
+            try:
+                with urllib.request.urlopen(url, data=body, timeout=30) as r:
+                    r.read()
+                error = None
+            except Exception as exc:
+                error = repr(exc)
+            with lock:
+                counts["requests"] += 1
+                if error:
+                    counts["failed"] += 1
+                    counts["errors"] = (counts["errors"] + [error])[:5]
+    senders = [threading.Thread(target=send) for _ in range(4)]
+    for t in senders:
+        t.start()
+    limit = threading.Timer(600, stop.set)  # never a load without end
+    limit.daemon = True
+    limit.start()
+    class Control(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.answer()
+        def do_POST(self):
+            stop.set()
+            for t in senders:
+                t.join()
+            self.answer()
+            threading.Thread(target=server.shutdown).start()
+        def answer(self):
+            with lock:
+                data = json.dumps(counts).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        def log_message(self, *args):
+            pass
+    server = http.server.ThreadingHTTPServer(("", 8080), Control)
+    server.serve_forever()
+    server.server_close()
+    """
+)
+"""A load in a pod: four clients sending predictions through the Service's ClusterIP
+(kube-proxy's rules) without pause, and on port 8080 their counts (GET) or their end
+(POST: stop sending, then the final counts; the process exits)."""
+
+
+def scaled_pods(kube: KubeCluster, ns: str, name: str) -> list[Any]:
+    """One model server's pods (another test's may still be terminating)."""
+    selector = f"tfkube.io/model-server={name}"
+    return list(kube.core.list_namespaced_pod(ns, label_selector=selector).items)
+
+
+def ready_pods(pods: list[Any]) -> list[Any]:
+    return [
+        p
+        for p in pods
+        if p.metadata.deletion_timestamp is None
+        and p.status.container_statuses
+        and p.status.container_statuses[0].ready
+    ]
+
+
+def autoscaling_seen(kube: KubeCluster, ns: str, name: str) -> str:
+    """What decides the replicas, for a failure's message: the autoscaler's status (its
+    conditions and the metrics it read), metrics-server's answer for the pods, the
+    autoscaler's and the Deployment's events, the pods."""
+    k = Kube(kube.api_client)
+    hpa = k.get(HORIZONTAL_POD_AUTOSCALER, ns, f"{name}-serving")
+    try:
+        found = k.request(
+            "GET",
+            f"/apis/metrics.k8s.io/v1beta1/namespaces/{ns}/pods",
+            query={"labelSelector": f"tfkube.io/model-server={name}"},
+        )
+        metrics: Any = {
+            item["metadata"]["name"]: (item["timestamp"], [c["usage"] for c in item["containers"]])
+            for item in found["items"]
+        }
+    except ApiError as exc:
+        metrics = f"no answer: {exc}"
+    events = kube.core.list_namespaced_event(
+        ns, field_selector=f"involvedObject.name={name}-serving"
+    ).items
+    said = [f"{e.involved_object.kind} {e.reason}: {e.message}" for e in events][-12:]
+    pods = [
+        (p.metadata.name, p.status.phase, bool(ready_pods([p])), p.metadata.deletion_timestamp)
+        for p in scaled_pods(kube, ns, name)
+    ]
+    return (
+        f"the autoscaler's status: {(hpa or {}).get('status')}; metrics-server's pod "
+        f"metrics: {metrics}; events: {said}; pods (name, phase, ready, deleted): {pods}"
+    )
+
+
+def test_an_autoscaled_model_server_scales_with_its_load(team: Team, trained: Trained) -> None:
+    """Issue 20 point 5: tfkube's model server served with `autoscale` (1 to 2 replicas at
+    20% of a 500m CPU request, scale-down after 10 s of low load) gets a
+    HorizontalPodAutoscaler; clients in a pod sending predictions through the Service's
+    ClusterIP drive its CPU past the target, the autoscaler (kube-controller-manager's,
+    reading metrics-server's pod metrics) adds a second pod and both answer; once the
+    clients stop, it goes back to one. No request of theirs fails."""
+    kube, ns, member = team.kube, team.namespace, team.member
+    name = "scaled"
+    asked = {
+        "minReplicas": 1,
+        "maxReplicas": 2,
+        "targetCPUUtilization": 20,
+        "scaleDownStabilizationSeconds": 10,
+    }
+    server = member.ok(
+        member.post(
+            f"/api/v1/jobs/{trained.job['id']}/model-servers",
+            json={"runtime": "tfkube", "name": name, "cpu": "500m", "autoscale": asked},
+        ),
+        201,
+    )
+    url = f"/api/v1/model-servers/{server['id']}"
+    k = Kube(kube.api_client)
+
+    def shown(replicas: int) -> dict[str, Any] | None:
+        """The API's view once it shows `replicas` ready and wanted."""
+        seen = member.ok(member.get(url))
+        wanted = (seen["status"], seen["replicas"], seen["desired_replicas"])
+        return seen if wanted == ("Ready", replicas, replicas) else None
+
+    def waited(what: str, check: Any, timeout: float) -> Any:
+        try:
+            return wait_for(what, check, timeout, 1.0)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; {autoscaling_seen(kube, ns, name)}") from None
+
+    waited("the model server ready with one replica", lambda: shown(1), 300)
+
+    x, _ = held_out_digits(32)
+    body = {"instances": x.tolist()}
+    service = f"http://{name}-serving.{ns}.svc.cluster.local:8501/v1/models/{name}"
+    argv = ["python3", "-c", SCALE_LOAD, service, json.dumps(body)]
+    kube.core.create_namespaced_pod(ns, client_pod("scale-client", argv))
+    control = f"/api/v1/namespaces/{ns}/pods/scale-client:8080/proxy/"
+
+    def counts() -> dict[str, Any] | None:
+        try:
+            return dict(k.request("GET", control, timeout=10))
+        except ApiError:  # not started yet
+            return None
+
+    def answered() -> bool:
+        seen = counts()
+        return seen is not None and seen["requests"] > seen["failed"]
+
+    waited("the clients' first answers", answered, 180)
+    t0 = time.monotonic()
+
+    def two_ready() -> list[Any] | None:
+        ready = ready_pods(scaled_pods(kube, ns, name))
+        return ready if len(ready) == 2 else None
+
+    try:
+        two = wait_for("a second replica ready under load", two_ready, 240, 1.0)
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}; the clients: {counts()}; {autoscaling_seen(kube, ns, name)}"
+        ) from None
+    up_s = time.monotonic() - t0
+    hpa = k.get(HORIZONTAL_POD_AUTOSCALER, ns, f"{name}-serving") or {}
+    read = (hpa.get("status") or {}).get("currentMetrics") or []
+    utilization = [m["resource"]["current"].get("averageUtilization") for m in read]
+    waited("the API showing two replicas", lambda: shown(2), 60)
+    for pod in two:  # each answers, through the API server's pod proxy
+        at = f"/api/v1/namespaces/{ns}/pods/{pod.metadata.name}:8501/proxy"
+        assert_tf_serving_predictions(k.request("POST", f"{at}/v1/models/{name}:predict",
+                                                body=body), 32)  # fmt: skip
+    final = dict(k.request("POST", control, timeout=90))  # the load's end, all clients joined
+    t1 = time.monotonic()
+    assert final["failed"] == 0, final
+
+    def back_to_one() -> list[Any] | None:
+        pods = scaled_pods(kube, ns, name)
+        return pods if len(pods) == 1 and len(ready_pods(pods)) == 1 else None
+
+    waited("back to one replica once the load stopped (the other pod gone)", back_to_one, 240)
+    down_s = time.monotonic() - t1
+    waited("the API showing one replica", lambda: shown(1), 60)
+    print(f"\nreal node: autoscaled model server (1-2 replicas at 20% of 500m): a second "
+          f"replica ready {up_s:.0f}s after the load began (the autoscaler then read "
+          f"{utilization} %); back to one {down_s:.0f}s after it stopped (scale-down window "
+          f"10 s); {final['requests']} requests through the ClusterIP, 0 failed")  # fmt: skip
+
+    member.ok(member.post(f"{url}/stop"))
+
+    def gone() -> bool:
+        objects = [k.get(r, ns, f"{name}-serving") for r in (DEPLOYMENT, HORIZONTAL_POD_AUTOSCALER)]
+        return objects == [None, None] and not scaled_pods(kube, ns, name)
+
+    wait_for("its Deployment, autoscaler and pods gone", gone, 120, 1.0)

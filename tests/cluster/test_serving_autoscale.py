@@ -7,8 +7,8 @@ are needed below the minimum); a version roll keeps its replica count; stopping 
 it. What a member may ask for is bounded by the server's `--serving-max-replicas` and the
 team's quota (tests/security/test_serving_autoscale_bounds.py).
 
-CPU load scaling real pods up and down (a kubelet and metrics-server) is not tested yet
-(README, "Not done yet"); the rendering and the rules are tests/unit/
+CPU load scaling real pods up and down (a kubelet and metrics-server) is
+tests/cluster/test_real_node_serving.py's; the rendering and the rules are tests/unit/
 test_serving_autoscale.py's.
 """
 
