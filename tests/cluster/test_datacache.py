@@ -28,11 +28,14 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from kubernetes import client
 
 from s3store import S3Store
 from server._server import api_for
 from server.conftest import targz
 from tfkube import contract
+from tfkube.kube.names import DATA_CACHE_ENV
+from tfkube.render import DATACACHE_NAME, OPERATOR_NAMESPACE, DataCacheInstall
 
 from ._support import KubeCluster
 from .test_k8s_data import LISTER, files_in, one_worker, run_pod, submit
@@ -54,6 +57,7 @@ class NodeCache:
         line = self.proc.stdout.readline()
         assert line.startswith("listening on "), line
         self.url = f"http://{line.split()[-1]}"
+        self.tokens_seen = []
 
     def metrics(self) -> dict[str, int]:
         text = httpx.get(f"{self.url}/metrics").text
@@ -77,6 +81,7 @@ class NodeCache:
         return self.log
 
     log = ""
+    tokens_seen: list[str] = []  # noqa: RUF012 - set per instance in __init__
 
 
 @contextlib.contextmanager
@@ -136,6 +141,8 @@ class CuttingProxy:
 def platform(
     kube_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Platform]:
+    """`tfkube install --server --data-cache`: its DaemonSet and node-local Service are
+    there; the DaemonSet is removed (its pods would be KWOK fakes: the cache runs here)."""
     tmp = tmp_path_factory.mktemp("datacache")
     with running_platform(
         kube_cluster,
@@ -143,15 +150,39 @@ def platform(
         outputs_claim=None,
         code_url=None,
         server_args=("--allow-fetch-from", "127.0.0.1/32"),
+        data_cache=DataCacheInstall(str(tmp / "host-cache")),
     ) as made:
+        apps = client.AppsV1Api(kube_cluster.api_client)
+        try:
+            service = kube_cluster.core.read_namespaced_service(DATACACHE_NAME, OPERATOR_NAMESPACE)
+            assert service.spec.internal_traffic_policy == "Local"
+            ds = apps.read_namespaced_daemon_set(DATACACHE_NAME, OPERATOR_NAMESPACE)
+            assert ds.spec.template.spec.automount_service_account_token is False
+        finally:
+            apps.delete_namespaced_daemon_set(DATACACHE_NAME, OPERATOR_NAMESPACE)
+            kube_cluster.core.delete_namespaced_service(DATACACHE_NAME, OPERATOR_NAMESPACE)
         yield made
 
 
 @pytest.fixture(scope="module")
-def teams(platform: Platform, operator_kubeconfig: Path) -> Iterator[tuple[Team, Team]]:
+def cache(platform: Platform, tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeCache]:
+    """The node's cache, as `tfkube install --server` runs it on every node."""
+    with node_cache(platform.server.url, tmp_path_factory.mktemp("node") / "cache") as made:
+        yield made
+    for token in made.tokens_seen:
+        assert token not in made.log  # never logged
+    assert "bytes from the node's disk" in made.log, made.log
+
+
+@pytest.fixture(scope="module")
+def teams(
+    platform: Platform, cache: NodeCache, operator_kubeconfig: Path
+) -> Iterator[tuple[Team, Team]]:
+    """Two teams whose operators name the node cache to replicas, as installed."""
+    env = {DATA_CACHE_ENV: cache.url}
     with (
-        operated_team(platform, operator_kubeconfig, {"run.sh": LISTER}, outputs=False) as one,
-        operated_team(platform, operator_kubeconfig, {"run.sh": LISTER}, outputs=False) as two,
+        operated_team(platform, operator_kubeconfig, {"run.sh": LISTER}, False, env) as one,
+        operated_team(platform, operator_kubeconfig, {"run.sh": LISTER}, False, env) as two,
     ):
         yield one, two
 
@@ -184,59 +215,61 @@ FILES = {"digits/train.bin": os.urandom(300_000), "readme": b"the data set\n"}
 
 
 def test_a_second_job_reads_its_data_set_from_the_nodes_disk(
-    teams: tuple[Team, Team], tmp_path: Path
+    teams: tuple[Team, Team], cache: NodeCache, tmp_path: Path
 ) -> None:
     one, two = teams
     archive = targz(FILES)
     upload_set(one, archive)
     upload_set(two, archive)  # the very same bytes, in another team
-    with node_cache(one.platform.server.url, tmp_path / "cache") as cache:
-        first, env1 = with_set(one, "first")
-        done = run_pod({**env1, contract.DATA_CACHE_URL: cache.door(env1)}, tmp_path / "p1")
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert files_in(tmp_path / "p1" / "data") == FILES
-        m1 = cache.metrics()
-        assert m1["bytes_from_server"] == len(archive), m1
-        assert m1["bytes_from_disk"] == 0, m1
-        assert len(cache.kept()) == 1
+    m0, kept0 = cache.metrics(), len(cache.kept())
+    first, env1 = with_set(one, "first")
+    # The operator names the node cache to the replica: the same path, the cache's host.
+    assert env1[contract.DATA_CACHE_URL] == cache.door(env1)
+    cache.tokens_seen.append(env1[contract.DATA_TOKEN])
+    done = run_pod(env1, tmp_path / "p1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert files_in(tmp_path / "p1" / "data") == FILES
+    m1 = cache.metrics()
+    assert m1["bytes_from_server"] - m0["bytes_from_server"] == len(archive), m1
+    assert m1["bytes_from_disk"] == m0["bytes_from_disk"], m1
+    assert len(cache.kept()) == kept0 + 1
 
-        # A second job with the same data: 0 bytes from the server, all from the disk.
-        _second, env2 = with_set(one, "second")
-        done = run_pod({**env2, contract.DATA_CACHE_URL: cache.door(env2)}, tmp_path / "p2")
-        assert done.returncode == 0, done.stderr[-3000:]
-        assert files_in(tmp_path / "p2" / "data") == FILES
-        m2 = cache.metrics()
-        assert m2["bytes_from_server"] == m1["bytes_from_server"], m2
-        assert m2["bytes_from_disk"] == len(archive), m2
+    # A second job with the same data: 0 bytes from the server, all from the disk.
+    _second, env2 = with_set(one, "second")
+    cache.tokens_seen.append(env2[contract.DATA_TOKEN])
+    done = run_pod(env2, tmp_path / "p2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert files_in(tmp_path / "p2" / "data") == FILES
+    m2 = cache.metrics()
+    assert m2["bytes_from_server"] == m1["bytes_from_server"], m2
+    assert m2["bytes_from_disk"] - m1["bytes_from_disk"] == len(archive), m2
 
-        # Another team, the same bytes: its own key, fetched from the server, never the
-        # first team's copy; and its token opens none of the first team's jobs.
-        _other, env3 = with_set(two, "other")
-        theirs = env3[contract.DATA_TOKEN]
-        refused = ask(cache.door(env1) + "/worker-0", theirs)
-        assert refused.status_code == 404, refused.text
-        assert "claim does not open it" in refused.json()["detail"]
-        got = ask(cache.door(env3) + "/worker-0", theirs)
-        assert got.status_code == 200
-        assert got.content == archive
-        m3 = cache.metrics()
-        assert m3["bytes_from_server"] == m2["bytes_from_server"] + len(archive), m3
-        assert m3["bytes_from_disk"] == m2["bytes_from_disk"], m3
-        assert len(cache.kept()) == 2
+    # Another team, the same bytes: its own key, fetched from the server, never the
+    # first team's copy; and its token opens none of the first team's jobs.
+    _other, env3 = with_set(two, "other")
+    theirs = env3[contract.DATA_TOKEN]
+    cache.tokens_seen.append(theirs)
+    refused = ask(cache.door(env1) + "/worker-0", theirs)
+    assert refused.status_code == 404, refused.text
+    assert "claim does not open it" in refused.json()["detail"]
+    got = ask(cache.door(env3) + "/worker-0", theirs)
+    assert got.status_code == 200
+    assert got.content == archive
+    m3 = cache.metrics()
+    assert m3["bytes_from_server"] == m2["bytes_from_server"] + len(archive), m3
+    assert m3["bytes_from_disk"] == m2["bytes_from_disk"], m3
+    assert len(cache.kept()) == kept0 + 2
 
-        # No token, a member's token: the server's refusal, nothing from the disk.
-        assert httpx.get(cache.door(env1) + "/worker-0").status_code == 404
-        assert ask(cache.door(env1) + "/worker-0", one.member.token).status_code == 404
+    # No token, a member's token: the server's refusal, nothing from the disk.
+    assert httpx.get(cache.door(env1) + "/worker-0").status_code == 404
+    assert ask(cache.door(env1) + "/worker-0", one.member.token).status_code == 404
 
-        # The first job ended (deleted): its token is refused, its bytes are still here.
-        one.member.ok(one.member.delete(f"/api/v1/jobs/{first['id']}"), 204)
-        gone = ask(cache.door(env1) + "/worker-0", env1[contract.DATA_TOKEN])
-        assert gone.status_code == 404, gone.text
-        assert cache.metrics()["bytes_from_disk"] == m3["bytes_from_disk"]
-        assert len(cache.kept()) == 2
-    for token in (env1[contract.DATA_TOKEN], env2[contract.DATA_TOKEN], theirs):
-        assert token not in cache.log  # never logged
-    assert "bytes from the node's disk" in cache.log, cache.log
+    # The first job ended (deleted): its token is refused, its bytes are still here.
+    one.member.ok(one.member.delete(f"/api/v1/jobs/{first['id']}"), 204)
+    gone = ask(cache.door(env1) + "/worker-0", env1[contract.DATA_TOKEN])
+    assert gone.status_code == 404, gone.text
+    assert cache.metrics()["bytes_from_disk"] == m3["bytes_from_disk"]
+    assert len(cache.kept()) == kept0 + 2
 
 
 def test_a_cut_stream_is_not_kept_and_the_launcher_asks_the_server(
@@ -245,16 +278,16 @@ def test_a_cut_stream_is_not_kept_and_the_launcher_asks_the_server(
     one, _two = teams
     proxy = CuttingProxy(one.platform.server.url, budget=50_000)
     try:
-        with node_cache(proxy.url, tmp_path / "cache") as cache:
+        with node_cache(proxy.url, tmp_path / "cache") as cutting:
             _job, env = with_set(one, "cut")
-            done = run_pod({**env, contract.DATA_CACHE_URL: cache.door(env)}, tmp_path / "p")
+            done = run_pod({**env, contract.DATA_CACHE_URL: cutting.door(env)}, tmp_path / "p")
             assert done.returncode == 0, done.stderr[-3000:]
             assert files_in(tmp_path / "p" / "data") == FILES  # from the server itself
             assert "the node's data cache cannot be used" in done.stderr, done.stderr
             assert proxy.cut == 1
-            assert cache.kept() == []
+            assert cutting.kept() == []
             assert list((tmp_path / "cache" / "incoming").iterdir()) == []
-            assert cache.metrics()["not_kept"] == 1
+            assert cutting.metrics()["not_kept"] == 1
     finally:
         proxy.close()
     # A cache that is not there at all: the launcher goes to the server.
@@ -266,7 +299,7 @@ def test_a_cut_stream_is_not_kept_and_the_launcher_asks_the_server(
 
 
 def test_a_staged_source_each_workers_shard_once_per_node(
-    teams: tuple[Team, Team], s3_store: S3Store, tmp_path: Path
+    teams: tuple[Team, Team], cache: NodeCache, s3_store: S3Store, tmp_path: Path
 ) -> None:
     one, _two = teams
     api = one.member
@@ -289,24 +322,24 @@ def test_a_staged_source_each_workers_shard_once_per_node(
     source = {"source": f"s3://{bucket}/ds/", "endpoint": s3_store.endpoint,
               "credentials": "keys", "shard": "byWorker"}  # fmt: skip
     names = sorted(objects)
-    with node_cache(one.platform.server.url, tmp_path / "cache") as cache:
-        fetched = 0
-        for round_, name in enumerate(("shard-a", "shard-b")):
-            submit(one, {"manifest": yaml.safe_dump(one_worker(name, 2, **source))})
-            env = pod_env(one.platform.kube, one.namespace, name, "worker")
-            env[contract.DATA_CACHE_URL] = cache.door(env)
-            for index in (0, 1):
-                pod = tmp_path / f"{name}-{index}"
-                done = run_pod(env, pod, index)
-                assert done.returncode == 0, done.stderr[-3000:]
-                assert files_in(pod / "data") == {n: objects[n] for n in names[index::2]}
-            m = cache.metrics()
-            if round_ == 0:
-                fetched = m["bytes_from_server"]
-                assert fetched > sum(len(b) for b in objects.values()), m
-                assert m["bytes_from_disk"] == 0, m
-                assert len(cache.kept()) == 2  # one tar per shard
-            else:
-                assert m["bytes_from_server"] == fetched, m  # the second job: 0 bytes
-                assert m["bytes_from_disk"] == fetched, m
-                assert len(cache.kept()) == 2
+    m0, kept0 = cache.metrics(), len(cache.kept())
+    fetched = 0
+    for round_, name in enumerate(("shard-a", "shard-b")):
+        submit(one, {"manifest": yaml.safe_dump(one_worker(name, 2, **source))})
+        env = pod_env(one.platform.kube, one.namespace, name, "worker")
+        assert env[contract.DATA_CACHE_URL] == cache.door(env)
+        cache.tokens_seen.append(env[contract.DATA_TOKEN])
+        for index in (0, 1):
+            pod = tmp_path / f"{name}-{index}"
+            done = run_pod(env, pod, index)
+            assert done.returncode == 0, done.stderr[-3000:]
+            assert files_in(pod / "data") == {n: objects[n] for n in names[index::2]}
+        m = cache.metrics()
+        assert len(cache.kept()) == kept0 + 2  # one tar per shard
+        if round_ == 0:
+            fetched = m["bytes_from_server"] - m0["bytes_from_server"]
+            assert fetched > sum(len(b) for b in objects.values()), m
+            assert m["bytes_from_disk"] == m0["bytes_from_disk"], m
+        else:  # the second job: 0 bytes from the server
+            assert m["bytes_from_server"] - m0["bytes_from_server"] == fetched, m
+            assert m["bytes_from_disk"] - m0["bytes_from_disk"] == fetched, m

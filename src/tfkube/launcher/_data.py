@@ -17,6 +17,7 @@ from __future__ import annotations
 import http.client
 import os
 import shutil
+import socket
 import time
 import urllib.error
 import urllib.parse
@@ -32,6 +33,7 @@ from tfkube.launcher._ship import detail_of
 MAX_DATA_BYTES = 256 * 1024**3
 """The most a replica's data may be (downloaded, and unpacked)."""
 REQUEST_TIMEOUT = 60.0
+CACHE_CONNECT_TIMEOUT = 5.0
 MIN_WAIT = 0.5
 MAX_WAIT = 10.0
 UNPACKING = ".tfkube-unpacking"
@@ -88,6 +90,18 @@ def _download(request: urllib.request.Request, dest: Path, max_bytes: int) -> in
     return written
 
 
+def _answers(url: str, timeout: float = CACHE_CONNECT_TIMEOUT) -> bool:
+    """Whether `url`'s host takes a connection now: a node-local Service with no cache on
+    this node drops packets, and the fetch's own timeout is a minute."""
+    parts = urllib.parse.urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname or "", port), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
+
+
 def _clear(folder: Path) -> None:
     """Empty a data folder (a mount point: the folder itself stays)."""
     for child in folder.iterdir():
@@ -125,7 +139,9 @@ def fetch_data(
     deadline = time.monotonic() + wait_seconds
     said = ""
     attempt = 0
-    via = cache_url
+    via = cache_url if cache_url and _answers(cache_url) else None
+    if cache_url and via is None:
+        say("the node's data cache cannot be used: fetching from the server")
     step: Wait | Fail | None
     while True:
         request = urllib.request.Request(f"{(via or url).rstrip('/')}/{quoted}")
