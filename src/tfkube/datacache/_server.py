@@ -178,7 +178,7 @@ class _Handler(BaseHTTPRequestHandler):
         except _RefusedError as refused:
             self._relay(refused.refusal)
             return
-        except (_Unreachable, ValueError) as exc:
+        except (_Unreachable, ValueError, http.client.HTTPException) as exc:
             cache.counters.add(unreachable=1)
             log.warning("job %s %s: the server cannot be asked: %s", job, replica, exc)
             self._detail(502, "the node cache cannot reach the tfkube server")
