@@ -20,6 +20,13 @@ the REST client or `kubernetes` (import-linter contracts in pyproject.toml).
 """
 
 from tfkube.render._crd import crd
+from tfkube.render._datacache import (
+    DATACACHE_NAME,
+    DATACACHE_PORT,
+    DataCacheInstall,
+    datacache_manifests,
+    datacache_url,
+)
 from tfkube.render._deploy import (
     OPERATOR_IMAGE,
     OPERATOR_NAME,
@@ -29,6 +36,7 @@ from tfkube.render._deploy import (
     deploy_file_texts,
     dump_yaml,
     install_manifests,
+    operator_manifests,
     parse_node_selector,
     parse_toleration,
 )
@@ -74,6 +82,8 @@ from tfkube.render._workloads import (
 __all__ = [
     "DATABASES",
     "DATABASE_SECRET",
+    "DATACACHE_NAME",
+    "DATACACHE_PORT",
     "DEFAULT_CLAIM_SIZE",
     "EMPTY_DIR",
     "MAX_CODE_CONFIGMAP_BYTES",
@@ -85,6 +95,7 @@ __all__ = [
     "POSTGRES_SECRET",
     "REGISTRY_SECRET",
     "SERVER_NAME",
+    "DataCacheInstall",
     "JobVolumes",
     "ModelServerSpec",
     "NotebookSpec",
@@ -97,10 +108,13 @@ __all__ = [
     "crd",
     "data_claim_name",
     "database_claim_name",
+    "datacache_manifests",
+    "datacache_url",
     "deploy_file_texts",
     "dump_yaml",
     "install_manifests",
     "job_volumes",
+    "operator_manifests",
     "parse_node_selector",
     "parse_runtime",
     "parse_toleration",
