@@ -632,7 +632,7 @@ def test_a_member_charts_serves_and_predicts_through_the_in_cluster_server(
     (board,) = board_pods()
     assert board.spec.node_name == p.node.name
     page = member.get(f"{tb}/")
-    assert page.status_code == 200
+    assert page.status_code == 200, (dict(page.headers), page.text[:1000])
     assert "tensorboard" in page.text.lower()
     assert outsider.get(f"{tb}/data/plugin/scalars/tags").status_code == 404
 
