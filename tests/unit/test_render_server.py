@@ -164,6 +164,7 @@ NEEDED = [
     ("apps", "statefulsets", "patch"),  # notebooks
     ("apps", "statefulsets", "delete"),
     ("", "services", "patch"),
+    ("", "services", "get"),  # a model server's ClusterIP, dialed for gRPC
     ("", "configmaps", "patch"),
     ("scheduling.k8s.io", "priorityclasses", "create"),  # a team's priority
     ("scheduling.k8s.io", "priorityclasses", "patch"),

@@ -104,11 +104,10 @@ SERVER_RULES: tuple[dict[str, Any], ...] = (
         "resources": ["deployments", "statefulsets"],
         "verbs": ["get", "create", "patch", "delete"],
     },
-    {
-        "apiGroups": [""],
-        "resources": ["services", "configmaps"],
-        "verbs": ["create", "patch", "delete"],
-    },
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "patch", "delete"]},
+    # Services also read: a model server's ClusterIP, which the server dials for gRPC
+    # (`--kube-service-network cluster-ip`; patch returns as much).
+    {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "create", "patch", "delete"]},
     # An autoscaled model server's HorizontalPodAutoscaler: applied, read for its
     # replicas, deleted with it (owned by its Deployment, without blockOwnerDeletion: no
     # right on deployments/finalizers needed).
