@@ -209,3 +209,59 @@ def poll(what: str, check: Callable[[], Any], timeout: float) -> Any:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(0.5)
     return value
+
+
+def through_grpc(
+    address: str,
+    server_id: str,
+    model: str,
+    token: str,
+    stranger: str,
+    x: Any,
+    version: int | None = None,
+) -> Any:
+    """TensorFlow Serving's own client (tensorflow-serving-api), unchanged, through the
+    server's gRPC door at `address` (`host:port`): the token and the model server's id as
+    metadata. -> the classes predicted for `x` (an array); on the way, GetModelStatus
+    answers AVAILABLE (for `version`, which answered the prediction, when given), a call
+    without a token or with a bad one is UNAUTHENTICATED, and `stranger`'s (another
+    team's member) is told NOT_FOUND."""
+    import grpc
+    import numpy as np
+    import pytest
+    import tensorflow as tf
+    from tensorflow_serving.apis import (
+        get_model_status_pb2,
+        model_service_pb2_grpc,
+        predict_pb2,
+        prediction_service_pb2_grpc,
+    )
+
+    def metadata(bearer: str | None) -> list[tuple[str, str]]:
+        given = [("tfkube-model-server", server_id)]
+        return given + ([("authorization", f"Bearer {bearer}")] if bearer else [])
+
+    with grpc.insecure_channel(address) as channel:
+        predictions = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = model
+        request.inputs["x"].CopyFrom(tf.make_tensor_proto(x, dtype=tf.float32))
+        answer = predictions.Predict(request, metadata=metadata(token), timeout=120)
+        status = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
+            get_model_status_pb2.GetModelStatusRequest(model_spec=request.model_spec),
+            metadata=metadata(token),
+            timeout=60,
+        )
+        (served,) = status.model_version_status
+        assert served.state == 30, status  # AVAILABLE
+        if version is not None:
+            assert served.version == version, status
+            assert answer.model_spec.version.value == version, answer.model_spec
+        for bearer, code in ((None, grpc.StatusCode.UNAUTHENTICATED), ("tfk_nope", None)):
+            with pytest.raises(grpc.RpcError) as refused:
+                predictions.Predict(request, metadata=metadata(bearer), timeout=60)
+            assert refused.value.code() == (code or grpc.StatusCode.UNAUTHENTICATED)
+        with pytest.raises(grpc.RpcError) as hidden:  # another team's: no such model server
+            predictions.Predict(request, metadata=metadata(stranger), timeout=60)
+        assert hidden.value.code() == grpc.StatusCode.NOT_FOUND
+    return np.asarray(tf.make_ndarray(answer.outputs["classes"]))
