@@ -54,6 +54,9 @@ STATUS = {
 }
 """The REST proxy's refusals as gRPC status codes."""
 UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+DIRECT = [*UNLIMITED, ("grpc.enable_http_proxy", 0)]
+"""The channels to model servers: a route the engine chose (a relay's socket, a Service
+on the cluster's network), never an HTTP proxy of the server's environment."""
 
 
 def grpc_status(http_status: int) -> grpc.StatusCode:
@@ -109,7 +112,7 @@ class GrpcProxy:
         with self._lock:
             channel = self._channels.get(target)
             if channel is None:
-                channel = grpc.insecure_channel(target, options=UNLIMITED)
+                channel = grpc.insecure_channel(target, options=DIRECT)
                 self._channels[target] = channel
             return channel
 
