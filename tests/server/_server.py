@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -265,3 +266,44 @@ def through_grpc(
             predictions.Predict(request, metadata=metadata(stranger), timeout=60)
         assert hidden.value.code() == grpc.StatusCode.NOT_FOUND
     return np.asarray(tf.make_ndarray(answer.outputs["classes"]))
+
+
+@contextlib.contextmanager
+def in_process(settings: Any, **config: Any) -> Iterator[tuple[Any, httpx.Client]]:
+    """The real app (`create_app`) under uvicorn in a thread of this process, so its
+    objects and loggers are the test's -> (its Platform, a client signed in as the first
+    admin with an API token). `config`: more of uvicorn.Config's."""
+    import threading
+
+    import uvicorn
+
+    from tfkube.server.accounts import new_setup_token
+    from tfkube.server.app import build_platform, create_app
+
+    platform = build_platform(settings)
+    app = create_app(settings, platform)
+    server = uvicorn.Server(uvicorn.Config(app, port=settings.port, log_level="warning", **config))
+    thread = threading.Thread(target=server.run, name="test-server")
+    thread.start()
+    base = settings.base_url
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with platform.sessions() as db:  # the one it printed at start, made again
+            setup = new_setup_token(db)
+        with httpx.Client(base_url=base, timeout=60) as client:
+            who = {"name": "admin", "password": PASSWORD}
+            assert client.post("/api/v1/setup", json={"token": setup, **who}).status_code == 201
+            csrf = client.post("/api/v1/auth/login", json=who).json()["csrf_token"]
+            made = client.post(
+                "/api/v1/tokens",
+                json={"name": "tests"},
+                headers={"X-CSRF-Token": csrf, "Origin": base},
+            )
+            client.cookies.clear()
+            client.headers["Authorization"] = f"Bearer {made.json()['token']}"
+            yield platform, client
+    finally:
+        server.should_exit = True
+        thread.join(30)

@@ -383,7 +383,7 @@ async def proxy(
                 request.method,
                 path,
                 type(exc).__name__,
-                exc,
+                exc or "no detail",
             )
             raise UpstreamCut(str(exc)) from None
         finally:
