@@ -28,6 +28,7 @@ from tfkube.engines.kubernetes._services import (
     no_route,
     service_route,
 )
+from tfkube.kube.errors import Forbidden
 from tfkube.kube.rest import in_cluster
 from tfkube.server.api.grpc_proxy import unreachable
 
@@ -191,3 +192,20 @@ def test_a_model_servers_upstream(mode: str, inside: bool, door: str | None) -> 
     assert found.grpc == door
     assert found.grpc_metadata == {}
     assert bool(found.no_grpc) is (door is None)
+
+
+def test_a_refused_read_leaves_rest_alone() -> None:
+    """An install whose RBAC predates `get services`: no gRPC door, said why; REST's
+    upstream (which asks the same) is still given."""
+
+    def forbidden(namespace: str, name: str) -> dict[str, Any] | None:
+        raise Forbidden(403, "Forbidden", 'services "digits-serving" is forbidden')
+
+    network = ServiceNetwork(forbidden, "cluster-ip", in_cluster=False)
+    runner = KubeModelServers(None, _engine_proxy, network)  # type: ignore[arg-type]
+    workload = ModelServerWorkload("m1", "digits", None, Path("/x"))  # type: ignore[arg-type]
+    found = runner.upstream(Tenant("a", "tfkube-a", {}), workload, None)  # type: ignore[arg-type]
+    assert found.prefix.endswith("/services/digits-serving:http/proxy")
+    assert found.grpc is None
+    assert "cannot read its Service tfkube-a/digits-serving" in found.no_grpc
+    assert "forbidden" in found.no_grpc

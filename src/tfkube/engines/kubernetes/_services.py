@@ -31,7 +31,7 @@ from tfkube.engines._workloads import (
     WorkloadStatus,
 )
 from tfkube.engines.kubernetes._install import apply_objects, delete_objects
-from tfkube.kube.errors import NotFound
+from tfkube.kube.errors import ApiError, NotFound
 from tfkube.kube.names import (
     TENSORBOARD_PORT_NAME,
     model_server_name,
@@ -214,8 +214,14 @@ class ServiceNetwork:
             self._ips.pop((namespace, service), None)
 
     def door(self, namespace: str, service: str) -> tuple[str | None, str]:
-        """(`host:port` of the Service's grpc port, or None; why not, for the caller)."""
-        ip = self._cluster_ip(namespace, service) if self.route == "cluster-ip" else None
+        """(`host:port` of the Service's grpc port, or None; why not, for the caller).
+        Never raises for the API server's refusal: REST asks this too, and goes on."""
+        ip = None
+        if self.route == "cluster-ip":
+            try:
+                ip = self._cluster_ip(namespace, service)
+            except ApiError as exc:  # e.g. an install from before `get services`
+                return None, f"cannot read its Service {namespace}/{service}: {exc}"
         found = grpc_address(self.route, service, namespace, ip)
         if found is not None:
             return found, ""
