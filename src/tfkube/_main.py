@@ -73,6 +73,16 @@ def server_command(
             "tensorflow-serving (the stock image) or tfkube (tfkube's, in tfkube's image).",
         ),
     ] = "tensorflow-serving",
+    kube_service_network: Annotated[
+        str,
+        typer.Option(
+            "--kube-service-network",
+            help="Kubernetes engine: how the server reaches model servers' Services for "
+            "gRPC (--grpc-port): auto (their DNS names when the server runs in the "
+            "cluster, else not), cluster-ip (a host that routes the Service network, e.g. "
+            "a node with kube-proxy), dns (a host resolving the cluster's names) or none.",
+        ),
+    ] = "auto",
     serving_max_replicas: Annotated[
         int,
         typer.Option(
@@ -249,12 +259,14 @@ def server_command(
         )
     except ValueError as exc:
         raise fail(str(exc)) from None
+    from tfkube.engines import parse_service_network
     from tfkube.netguard import index_target
     from tfkube.server.core.forwarded import parse_networks
     from tfkube.server.core.origins import parse_workload_url
     from tfkube.server.notifications import parse_smtp
 
     checks: list[tuple[str, Callable[[], object]]] = [
+        ("--kube-service-network", lambda: parse_service_network(kube_service_network)),
         ("--trusted-proxy", lambda: parse_networks(trusted_proxy or [])),
         ("--allow-fetch-from", lambda: parse_networks(allow_fetch_from or [])),
         ("--package-index", lambda: [index_target(u) for u in package_index or []]),
@@ -299,6 +311,7 @@ def server_command(
         kubeconfig=kubeconfig,
         outputs_claim=outputs_claim,
         serving_runtime=runtime.value,
+        service_network=kube_service_network,
         serving_max_replicas=serving_max_replicas,
         notebook_node_selector=notebook_nodes,
         notebook_tolerations=notebook_taints,

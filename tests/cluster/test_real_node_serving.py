@@ -50,7 +50,15 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from server._server import Api, ServerProc, api_for, first_admin, free_port
+from server._server import (
+    Api,
+    ServerProc,
+    api_for,
+    first_admin,
+    free_port,
+    through_grpc,
+    token_for,
+)
 from tfkube.engines.kubernetes import install
 from tfkube.kube.errors import ApiError
 from tfkube.kube.resources import CONFIG_MAP, DEPLOYMENT, HORIZONTAL_POD_AUTOSCALER, SERVICE
@@ -99,6 +107,8 @@ class Team:
     """A user's environment for the CLI: the server's URL, the member's token, the team."""
     admin: Api | None = None
     """The site admin (`/metrics`)."""
+    grpc: str | None = None
+    """`host:port` of the server's gRPC door (`--grpc-port`), when it has one."""
 
 
 @contextlib.contextmanager
@@ -222,7 +232,14 @@ def team(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Team]:
     tmp = tmp_path_factory.mktemp("node-serving")
-    with node_platform(kube_cluster, real_node, operator_kubeconfig, tmp, outputs=True) as made:
+    # The server's gRPC door too; it runs on this host, whose kube-proxy routes the
+    # cluster's ClusterIPs (the real node's), so an operator tells it so.
+    grpc_port = free_port()
+    grpc = ("--grpc-port", str(grpc_port), "--kube-service-network", "cluster-ip")
+    with node_platform(
+        kube_cluster, real_node, operator_kubeconfig, tmp, outputs=True, server_args=grpc
+    ) as made:
+        made.grpc = f"{real_node.node_ip}:{grpc_port}"
         yield made
 
 
@@ -357,9 +374,15 @@ def test_tfkube_model_server_answers_in_a_real_pod(team: Team, trained: Trained)
     assert wrong.status_code == 400, wrong.text
     assert set(wrong.json()) == {"error"}
     accuracy = float(np.mean(np.array(classes) == y))
+    # gRPC through the tfkube server's door (issue 20 point 1), as a client of the team:
+    # TensorFlow Serving's own client; the server dials the Service's ClusterIP.
+    t1 = time.monotonic()
+    assert grpc_as_a_member(team, listed["id"], x, int(exported[-1].name)) == classes
+    grpc_s = time.monotonic() - t1
     print(f"\nreal node: {JOB} trained and exported {trained_s:.0f}s after submit; tfkube's "
           f"model server Ready {served:.0f}s after `tfkube serve`; accuracy on 32 held-out "
-          f"digits after 300 steps: {accuracy:.2f}")  # fmt: skip
+          f"digits after 300 steps: {accuracy:.2f}; the same classes through the server's "
+          f"gRPC door (Predict, GetModelStatus, refusals: {grpc_s:.1f}s)")  # fmt: skip
 
     tfkube_cli(team, "serving", "stop", JOB)
     try:
@@ -373,6 +396,24 @@ def test_tfkube_model_server_answers_in_a_real_pod(team: Team, trained: Trained)
         pass
     else:
         pytest.fail("the stopped model server still answers")
+
+
+def grpc_as_a_member(team: Team, server_id: str, x: np.ndarray, version: int) -> list[int]:
+    """Predict and GetModelStatus with the `tensorflow-serving-api` package's own stubs
+    through the tfkube server's gRPC door, with a member's token and the model server's id
+    as metadata -> the classes predicted for `x` (`server.through_grpc`: another team's
+    member is told the model server does not exist; no token or a bad one is refused)."""
+    assert team.grpc is not None
+    assert team.admin is not None
+    admin = team.admin
+    other = admin.new_team()  # another team, with a member of its own
+    try:
+        stranger = admin.new_user()
+        admin.add_member(other, stranger, "member")
+        args = (server_id, JOB, team.member.token, token_for(team.server.url, stranger), x)
+        return [int(c) for c in through_grpc(team.grpc, *args, version=version)]
+    finally:
+        delete_namespace(team.kube, f"tfkube-{other}")
 
 
 def copy_as_version(src: Path, version: int) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -209,3 +210,100 @@ def poll(what: str, check: Callable[[], Any], timeout: float) -> Any:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(0.5)
     return value
+
+
+def through_grpc(
+    address: str,
+    server_id: str,
+    model: str,
+    token: str,
+    stranger: str,
+    x: Any,
+    version: int | None = None,
+) -> Any:
+    """TensorFlow Serving's own client (tensorflow-serving-api), unchanged, through the
+    server's gRPC door at `address` (`host:port`): the token and the model server's id as
+    metadata. -> the classes predicted for `x` (an array); on the way, GetModelStatus
+    answers AVAILABLE (for `version`, which answered the prediction, when given), a call
+    without a token or with a bad one is UNAUTHENTICATED, and `stranger`'s (another
+    team's member) is told NOT_FOUND."""
+    import grpc
+    import numpy as np
+    import pytest
+    import tensorflow as tf
+    from tensorflow_serving.apis import (
+        get_model_status_pb2,
+        model_service_pb2_grpc,
+        predict_pb2,
+        prediction_service_pb2_grpc,
+    )
+
+    def metadata(bearer: str | None) -> list[tuple[str, str]]:
+        given = [("tfkube-model-server", server_id)]
+        return given + ([("authorization", f"Bearer {bearer}")] if bearer else [])
+
+    with grpc.insecure_channel(address) as channel:
+        predictions = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = model
+        request.inputs["x"].CopyFrom(tf.make_tensor_proto(x, dtype=tf.float32))
+        answer = predictions.Predict(request, metadata=metadata(token), timeout=120)
+        status = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
+            get_model_status_pb2.GetModelStatusRequest(model_spec=request.model_spec),
+            metadata=metadata(token),
+            timeout=60,
+        )
+        (served,) = status.model_version_status
+        assert served.state == 30, status  # AVAILABLE
+        if version is not None:
+            assert served.version == version, status
+            assert answer.model_spec.version.value == version, answer.model_spec
+        for bearer, code in ((None, grpc.StatusCode.UNAUTHENTICATED), ("tfk_nope", None)):
+            with pytest.raises(grpc.RpcError) as refused:
+                predictions.Predict(request, metadata=metadata(bearer), timeout=60)
+            assert refused.value.code() == (code or grpc.StatusCode.UNAUTHENTICATED)
+        with pytest.raises(grpc.RpcError) as hidden:  # another team's: no such model server
+            predictions.Predict(request, metadata=metadata(stranger), timeout=60)
+        assert hidden.value.code() == grpc.StatusCode.NOT_FOUND
+    return np.asarray(tf.make_ndarray(answer.outputs["classes"]))
+
+
+@contextlib.contextmanager
+def in_process(settings: Any, **config: Any) -> Iterator[tuple[Any, httpx.Client]]:
+    """The real app (`create_app`) under uvicorn in a thread of this process, so its
+    objects and loggers are the test's -> (its Platform, a client signed in as the first
+    admin with an API token). `config`: more of uvicorn.Config's."""
+    import threading
+
+    import uvicorn
+
+    from tfkube.server.accounts import new_setup_token
+    from tfkube.server.app import build_platform, create_app
+
+    platform = build_platform(settings)
+    app = create_app(settings, platform)
+    server = uvicorn.Server(uvicorn.Config(app, port=settings.port, log_level="warning", **config))
+    thread = threading.Thread(target=server.run, name="test-server")
+    thread.start()
+    base = settings.base_url
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with platform.sessions() as db:  # the one it printed at start, made again
+            setup = new_setup_token(db)
+        with httpx.Client(base_url=base, timeout=60) as client:
+            who = {"name": "admin", "password": PASSWORD}
+            assert client.post("/api/v1/setup", json={"token": setup, **who}).status_code == 201
+            csrf = client.post("/api/v1/auth/login", json=who).json()["csrf_token"]
+            made = client.post(
+                "/api/v1/tokens",
+                json={"name": "tests"},
+                headers={"X-CSRF-Token": csrf, "Origin": base},
+            )
+            client.cookies.clear()
+            client.headers["Authorization"] = f"Bearer {made.json()['token']}"
+            yield platform, client
+    finally:
+        server.should_exit = True
+        thread.join(30)

@@ -33,7 +33,7 @@ import tfkube
 from conftest import tagged_processes  # tests/conftest.py
 from tfkube.wire import JobOut
 
-from ._server import Api, ServerProc, api_for, free_port
+from ._server import Api, ServerProc, api_for, free_port, through_grpc
 from .conftest import start_server, stop_server
 
 pytestmark = pytest.mark.tf
@@ -210,47 +210,6 @@ def _wrong_requests_answer_like_tensorflow_serving(http: httpx.Client, url: str)
         assert words in answer.json()["error"]
 
 
-def _through_grpc(
-    grpc_port: int, server_id: str, model: str, token: str, stranger: str, x: np.ndarray
-) -> np.ndarray:
-    """TensorFlow Serving's own client (tensorflow-serving-api), unchanged, through the
-    server's gRPC port: the token and the model server's id as metadata. -> the classes
-    predicted for `x`; refusals checked on the way."""
-    import grpc
-    import tensorflow as tf
-    from tensorflow_serving.apis import (
-        get_model_status_pb2,
-        model_service_pb2_grpc,
-        predict_pb2,
-        prediction_service_pb2_grpc,
-    )
-
-    def metadata(bearer: str | None) -> list[tuple[str, str]]:
-        given = [("tfkube-model-server", server_id)]
-        return given + ([("authorization", f"Bearer {bearer}")] if bearer else [])
-
-    with grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
-        predictions = prediction_service_pb2_grpc.PredictionServiceStub(channel)
-        request = predict_pb2.PredictRequest()
-        request.model_spec.name = model
-        request.inputs["x"].CopyFrom(tf.make_tensor_proto(x, dtype=tf.float32))
-        answer = predictions.Predict(request, metadata=metadata(token), timeout=120)
-        status = model_service_pb2_grpc.ModelServiceStub(channel).GetModelStatus(
-            get_model_status_pb2.GetModelStatusRequest(model_spec=request.model_spec),
-            metadata=metadata(token),
-            timeout=60,
-        )
-        assert status.model_version_status[0].state == 30  # AVAILABLE
-        for bearer, code in ((None, grpc.StatusCode.UNAUTHENTICATED), ("tfk_nope", None)):
-            with pytest.raises(grpc.RpcError) as refused:
-                predictions.Predict(request, metadata=metadata(bearer), timeout=60)
-            assert refused.value.code() == (code or grpc.StatusCode.UNAUTHENTICATED)
-        with pytest.raises(grpc.RpcError) as hidden:  # another team's: no such model server
-            predictions.Predict(request, metadata=metadata(stranger), timeout=60)
-        assert hidden.value.code() == grpc.StatusCode.NOT_FOUND
-    return np.asarray(tf.make_ndarray(answer.outputs["classes"]))
-
-
 def test_train_serve_predict_both_examples(
     served_platform: tuple[ServerProc, Api, str], trained: Trained, tmp_path: Path
 ) -> None:
@@ -311,7 +270,7 @@ def test_train_serve_predict_both_examples(
             grpc_port = int(server.extra[server.extra.index("--grpc-port") + 1])
             model = url.rsplit("/", 1)[1]
             args = (servers["mnist"].id, model, api.token, outsider_api.token, x)
-            classes = _through_grpc(grpc_port, *args)
+            classes = through_grpc(f"127.0.0.1:{grpc_port}", *args)
             reported = float(_result(c, between.id, tmp_path)["test_accuracy"])
             assert abs(float(np.mean(classes == y)) - reported) <= 0.005
 

@@ -16,14 +16,11 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
-from tfkube.server.accounts import new_setup_token
-from tfkube.server.app import build_platform, create_app
 from tfkube.server.core.config import ServerSettings
 from tfkube.spec import TFJob
 
-from ._server import PASSWORD, free_port
+from ._server import free_port, in_process
 from .conftest import targz
 
 RUN_SH = {"run.sh": "#!/usr/bin/env bash\necho parsed-once\n"}
@@ -33,37 +30,12 @@ RUN_SH = {"run.sh": "#!/usr/bin/env bash\necho parsed-once\n"}
 def api(tfkube_home: Path, tmp_path: Path) -> Iterator[tuple[httpx.Client, str]]:
     """The server with its loops running, an admin's API token and a team it is in."""
     settings = ServerSettings(data_dir=tmp_path / "server", port=free_port(), cpus=2)
-    platform = build_platform(settings)
-    app = create_app(settings, platform)
-    server = uvicorn.Server(uvicorn.Config(app, port=settings.port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="test-server")
-    thread.start()
-    base = settings.base_url
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        with platform.sessions() as db:  # the one it printed at start, made again
-            setup = new_setup_token(db)
-        with httpx.Client(base_url=base, timeout=60) as client:
-            yield _signed_in(client, setup, base), "t"
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    with in_process(settings) as (_, client):
+        yield _in_team(client), "t"
 
 
-def _signed_in(client: httpx.Client, setup: str, base: str) -> httpx.Client:
-    """The first admin, with an API token, in team t, which has the code uploaded."""
-    who = {"name": "admin", "password": PASSWORD}
-    assert client.post("/api/v1/setup", json={"token": setup, **who}).status_code == 201
-    csrf = client.post("/api/v1/auth/login", json=who).json()["csrf_token"]
-    made = client.post(
-        "/api/v1/tokens",
-        json={"name": "tests"},
-        headers={"X-CSRF-Token": csrf, "Origin": base},
-    )
-    client.cookies.clear()
-    client.headers["Authorization"] = f"Bearer {made.json()['token']}"
+def _in_team(client: httpx.Client) -> httpx.Client:
+    """The admin in team t, which has the code uploaded."""
     assert client.post("/api/v1/teams", json={"name": "t", "quota": {}}).status_code == 201
     assert client.put("/api/v1/teams/t/members/admin", json={"role": "member"}).is_success
     uploaded = client.post(

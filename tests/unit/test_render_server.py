@@ -63,6 +63,10 @@ def test_the_server_runs_the_kubernetes_engine_on_its_claim():
     assert flags["--data-dir"] == "/var/lib/tfkube"
     # Replicas in every team namespace fetch their code through the Service's DNS name.
     assert flags["--code-url"] == "http://tfkube-server.ops.svc:8470"
+    # Its gRPC door, which dials the model servers' Services by name (in the cluster).
+    assert flags["--grpc-port"] == "8500"
+    assert "--kube-service-network" not in flags  # auto: the DNS names, in a pod
+    assert {"name": "grpc", "containerPort": 8500, "protocol": "TCP"} in container["ports"]
     assert "--outputs-claim" not in flags
     assert container["volumeMounts"][0] == {"name": "data", "mountPath": "/var/lib/tfkube"}
     pod = _one(objects, "Deployment")["spec"]["template"]["spec"]
@@ -78,7 +82,10 @@ def test_the_server_runs_the_kubernetes_engine_on_its_claim():
     assert ref == {"name": "tfkube-server-database", "key": "url", "optional": True}
     assert _one(objects, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
     service = _one(objects, "Service")
-    assert service["spec"]["ports"][0]["port"] == 8470
+    assert [(p["name"], p["port"]) for p in service["spec"]["ports"]] == [
+        ("http", 8470),
+        ("grpc", 8500),
+    ]
     assert (
         service["spec"]["selector"]
         == _one(objects, "Deployment")["spec"]["selector"]["matchLabels"]
@@ -164,6 +171,7 @@ NEEDED = [
     ("apps", "statefulsets", "patch"),  # notebooks
     ("apps", "statefulsets", "delete"),
     ("", "services", "patch"),
+    ("", "services", "get"),  # a model server's ClusterIP, dialed for gRPC
     ("", "configmaps", "patch"),
     ("scheduling.k8s.io", "priorityclasses", "create"),  # a team's priority
     ("scheduling.k8s.io", "priorityclasses", "patch"),

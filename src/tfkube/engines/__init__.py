@@ -31,7 +31,13 @@ from tfkube.engines._data import (
     credentials_problem,
     parse_credentials,
 )
-from tfkube.engines._open import KINDS, EngineSettings, open_engine
+from tfkube.engines._open import (
+    KINDS,
+    SERVICE_NETWORKS,
+    EngineSettings,
+    open_engine,
+    parse_service_network,
+)
 from tfkube.engines._served import (
     FAILED as STAGING_FAILED,
 )
@@ -70,6 +76,7 @@ from tfkube.engines._workloads import (
 
 __all__ = [
     "KINDS",
+    "SERVICE_NETWORKS",
     "STAGED",
     "STAGING",
     "STAGING_FAILED",
@@ -115,6 +122,7 @@ __all__ = [
     "forget_served",
     "open_engine",
     "parse_credentials",
+    "parse_service_network",
     "prepare_artifact",
     "read_state",
     "served_cache_limit",

@@ -10,6 +10,20 @@ from pathlib import Path
 from tfkube.engines._workloads import Engine
 
 KINDS = ("local", "kubernetes")
+SERVICE_NETWORKS = ("auto", "cluster-ip", "dns", "none")
+"""Kubernetes: how the server reaches a model server's Service for gRPC
+(`--kube-service-network`): `auto` its DNS name when the server runs in the cluster, else
+not at all; `cluster-ip` its ClusterIP (a host whose kube-proxy, or routes, carry the
+Service network); `dns` `<name>-serving.<namespace>.svc` (a host resolving the cluster's
+names); `none` never (gRPC calls answer UNAVAILABLE). REST goes through the API server's
+service proxy whatever this says."""
+
+
+def parse_service_network(value: str) -> str:
+    """One of SERVICE_NETWORKS. Raises ValueError naming the choices. Pure."""
+    if value not in SERVICE_NETWORKS:
+        raise ValueError(f"{value!r} is not one of {', '.join(SERVICE_NETWORKS)}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -27,6 +41,9 @@ class EngineSettings:
     serving_runtime: str | None = None
     """Kubernetes: the model server a request that names none gets (default: the stock
     TensorFlow Serving image)."""
+    service_network: str = "auto"
+    """Kubernetes: how the server reaches model servers' Services for gRPC
+    (SERVICE_NETWORKS, `--kube-service-network`)."""
     notebook_node_selector: Mapping[str, str] = field(default_factory=dict)
     """Kubernetes: the node labels notebooks' pods require (`--notebook-node-selector`)."""
     notebook_tolerations: tuple[Mapping[str, str], ...] = ()
@@ -67,6 +84,7 @@ def open_engine(settings: EngineSettings) -> Engine:
             kubeconfig=settings.kubeconfig,
             outputs_claim=settings.outputs_claim,
             serving_runtime=settings.serving_runtime,
+            service_network=parse_service_network(settings.service_network),
             notebook_node_selector=settings.notebook_node_selector,
             notebook_tolerations=settings.notebook_tolerations,
         )

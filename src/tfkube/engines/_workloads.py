@@ -171,10 +171,15 @@ class Upstream:
     """Query parameters added to the caller's."""
     grpc: str | None = None
     """`host:port` (or `unix:<path>`, its relay's socket) of the workload's gRPC door, when
-    it has one the server can reach (a local model server's TensorFlow Serving gRPC API);
-    `headers`, lower-cased, go with each
-    call as metadata. None on Kubernetes: the API server's service proxy carries HTTP/1.1
-    only, not gRPC."""
+    it has one the server can reach (a model server's TensorFlow Serving gRPC API: a local
+    one's relay; on Kubernetes its Service's `grpc` port, when the server reaches the
+    cluster's Service network). None: no gRPC door (`no_grpc` says why)."""
+    grpc_metadata: dict[str, str] = field(default_factory=dict)
+    """Sent with each gRPC call as metadata (lower-case keys): the workload's own
+    credential, never `headers` (on Kubernetes those are the engine's credentials for the
+    API server, which must not reach a model server)."""
+    no_grpc: str = ""
+    """Why there is no gRPC door, for the caller (what would give one)."""
     unix: str | None = None
     """A Unix socket to connect to instead of `prefix`'s host and port (whose URL still
     names the request, Host header included): the workload is in a network namespace of

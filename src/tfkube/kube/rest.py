@@ -94,6 +94,15 @@ def api_client_from(kubeconfig: Path | None = None, context: str | None = None) 
         return client.ApiClient()
 
 
+def in_cluster(api_client: Any) -> bool:
+    """Whether the client speaks with a pod's service account (the in-cluster config
+    `api_client_from` falls back to, recognised by its CA file): the program runs in a
+    pod of the cluster it talks to, so it reaches the cluster's Services."""
+    from kubernetes.config.incluster_config import SERVICE_CERT_FILENAME
+
+    return bool(getattr(api_client.configuration, "ssl_ca_cert", None) == SERVICE_CERT_FILENAME)
+
+
 def context_namespace(kubeconfig: Path | None) -> str | None:
     """The namespace of the kubeconfig's current context, if it names one."""
     try:

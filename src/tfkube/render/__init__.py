@@ -69,6 +69,7 @@ from tfkube.render._storage import (
 )
 from tfkube.render._tenant import tenant_objects
 from tfkube.render._workloads import (
+    GRPC_PORT,
     ModelServerSpec,
     NotebookSpec,
     ServingRuntime,
@@ -86,6 +87,7 @@ __all__ = [
     "DATACACHE_PORT",
     "DEFAULT_CLAIM_SIZE",
     "EMPTY_DIR",
+    "GRPC_PORT",
     "MAX_CODE_CONFIGMAP_BYTES",
     "OPERATOR_IMAGE",
     "OPERATOR_NAME",

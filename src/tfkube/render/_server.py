@@ -56,6 +56,9 @@ from tfkube.render._postgres import (
 
 SERVER_NAME = "tfkube-server"
 SERVER_PORT = 8470
+SERVER_GRPC_PORT = 8500
+"""The server's gRPC door (TensorFlow Serving's API for the teams' model servers, with a
+member's token): in the cluster it dials each model server's Service by its DNS name."""
 SERVER_DATA_DIR = "/var/lib/tfkube"
 SERVER_DATA_CLAIM = "tfkube-server-data"
 DATABASE_SECRET = "tfkube-server-database"
@@ -105,11 +108,10 @@ SERVER_RULES: tuple[dict[str, Any], ...] = (
         "resources": ["deployments", "statefulsets"],
         "verbs": ["get", "create", "patch", "delete"],
     },
-    {
-        "apiGroups": [""],
-        "resources": ["services", "configmaps"],
-        "verbs": ["create", "patch", "delete"],
-    },
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "patch", "delete"]},
+    # Services also read: a model server's ClusterIP, which the server dials for gRPC
+    # (`--kube-service-network cluster-ip`; patch returns as much).
+    {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "create", "patch", "delete"]},
     # An autoscaled model server's HorizontalPodAutoscaler: applied, read for its
     # replicas, deleted with it (owned by its Deployment, without blockOwnerDeletion: no
     # right on deployments/finalizers needed).
@@ -202,6 +204,8 @@ def server_command(namespace: str, options: ServerInstall) -> list[str]:
         "0.0.0.0",
         "--port",
         str(SERVER_PORT),
+        "--grpc-port",
+        str(SERVER_GRPC_PORT),
         "--data-dir",
         SERVER_DATA_DIR,
         "--code-url",
@@ -296,7 +300,10 @@ def _deployment(namespace: str, image: str, options: ServerInstall) -> dict[str,
         "image": image,
         "command": server_command(namespace, options),
         "env": env,
-        "ports": [{"name": "http", "containerPort": SERVER_PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": "http", "containerPort": SERVER_PORT, "protocol": "TCP"},
+            {"name": "grpc", "containerPort": SERVER_GRPC_PORT, "protocol": "TCP"},
+        ],
         "readinessProbe": probe(),
         "livenessProbe": probe(failureThreshold=6),
         "resources": {
@@ -382,7 +389,13 @@ def _service(namespace: str) -> dict[str, Any]:
             "type": "ClusterIP",
             "selector": _selector(),
             "ports": [
-                {"name": "http", "port": SERVER_PORT, "targetPort": "http", "protocol": "TCP"}
+                {"name": "http", "port": SERVER_PORT, "targetPort": "http", "protocol": "TCP"},
+                {
+                    "name": "grpc",
+                    "port": SERVER_GRPC_PORT,
+                    "targetPort": "grpc",
+                    "protocol": "TCP",
+                },
             ],
         },
     }

@@ -312,6 +312,7 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
     ):
         app.include_router(module.router)
     app.include_router(checkpoints.router)
+    proxy.quiet_upstream_cuts()  # an upstream's cut answer: the proxy's one line, no traceback
     web.install(app)
     return app
 

@@ -32,10 +32,12 @@ from tfkube.engines.kubernetes._services import (
     KubeModelServers,
     KubeNotebooks,
     KubeTensorBoards,
+    ServiceNetwork,
     ServiceProxy,
+    service_reader,
 )
 from tfkube.kube.names import team_priority_class
-from tfkube.kube.rest import api_client_from
+from tfkube.kube.rest import api_client_from, in_cluster
 from tfkube.launcher import FetchError, check_archive
 from tfkube.render import (
     Placement,
@@ -71,6 +73,7 @@ class KubernetesEngine(RunnersByKind):
         outputs_claim: str | None = None,
         serving_runtime: str | None = None,
         api_client: Any = None,
+        service_network: str = "auto",
         notebook_node_selector: Mapping[str, str] | None = None,
         notebook_tolerations: Sequence[Mapping[str, str]] = (),
     ) -> None:
@@ -78,6 +81,8 @@ class KubernetesEngine(RunnersByKind):
         self.kubeconfig = kubeconfig
         self.outputs_claim = outputs_claim
         self.serving_runtime = parse_runtime(serving_runtime, ServingRuntime.TENSORFLOW_SERVING)
+        self.service_network = service_network
+        """How the server reaches model servers' Services for gRPC (`ServiceNetwork`)."""
         self.notebook_placement = Placement(
             node_selector=dict(notebook_node_selector or {}),
             tolerations=tuple(dict(t) for t in notebook_tolerations),
@@ -99,8 +104,9 @@ class KubernetesEngine(RunnersByKind):
         if self._runners is None:
             api = self.api_client()
             proxy = ServiceProxy(api)
+            network = ServiceNetwork(service_reader(api), self.service_network, in_cluster(api))
             self._runners = {
-                ModelServerWorkload: KubeModelServers(api, proxy),
+                ModelServerWorkload: KubeModelServers(api, proxy, network),
                 NotebookWorkload: KubeNotebooks(api, proxy, self.notebook_placement),
                 TensorBoardWorkload: KubeTensorBoards(proxy),
             }

@@ -1,7 +1,9 @@
 """The Kubernetes engine's other workloads: model servers and notebooks as objects in the
 tenant's namespace (rendered by `tfkube.render`, server-side applied), TensorBoard as the
 job's own (rendered with the job when it asks for one); all reached through the API
-server's service proxy with the engine's own credentials (RBAC: services/proxy).
+server's service proxy with the engine's own credentials (RBAC: services/proxy). A model
+server's gRPC door is its Service's `grpc` port, dialed directly when the server reaches
+the cluster's Service network (`ServiceNetwork`): that proxy carries HTTP/1.1 only.
 
 One runner per kind (`tfkube.engines.Runner`). Names are derived from the workload
 (`<name>-serving`, `notebook-<id>`, `<job>-tensorboard`), so a handle is empty: a restarted
@@ -11,7 +13,10 @@ so nothing here is ever `exited`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import ipaddress
+import threading
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tfkube.engines._workloads import (
@@ -26,7 +31,7 @@ from tfkube.engines._workloads import (
     WorkloadStatus,
 )
 from tfkube.engines.kubernetes._install import apply_objects, delete_objects
-from tfkube.kube.errors import NotFound
+from tfkube.kube.errors import ApiError, NotFound
 from tfkube.kube.names import (
     TENSORBOARD_PORT_NAME,
     model_server_name,
@@ -36,6 +41,7 @@ from tfkube.kube.names import (
 from tfkube.kube.resources import DEPLOYMENT, HORIZONTAL_POD_AUTOSCALER, SERVICE, STATEFUL_SET
 from tfkube.kube.rest import Endpoint, Kube
 from tfkube.render import (
+    GRPC_PORT,
     ModelServerSpec,
     NotebookSpec,
     Placement,
@@ -123,17 +129,130 @@ class ServiceProxy:
         return Upstream(f"{endpoint.host}{at}{path}", endpoint.headers(), endpoint.ssl_context)
 
 
+OPTION = "--kube-service-network"
+"""The server's option choosing the route (`tfkube.engines.SERVICE_NETWORKS`), named in
+the reasons a caller is given."""
+CACHE_SECONDS = 30.0
+"""How long a Service's ClusterIP is reused before it is read again (a Service made again,
+by another server, gets another)."""
+
+
+def service_route(mode: str, in_cluster: bool) -> str:
+    """The route to Services a mode means (pure): `auto` is `dns` in a pod of the cluster,
+    else `none`; any other mode is itself."""
+    if mode == "auto":
+        return "dns" if in_cluster else "none"
+    return mode
+
+
+def grpc_address(route: str, service: str, namespace: str, cluster_ip: str | None) -> str | None:
+    """`host:port` of a Service's `grpc` port on a route, or None (pure): `dns` its name
+    below the cluster's search domains, `cluster-ip` its ClusterIP when it has one (not a
+    headless Service's `None`)."""
+    if route == "dns":
+        return f"{service}.{namespace}.svc:{GRPC_PORT}"
+    if route == "cluster-ip" and cluster_ip:
+        try:
+            ip = ipaddress.ip_address(cluster_ip)
+        except ValueError:
+            return None
+        return f"[{ip}]:{GRPC_PORT}" if ip.version == 6 else f"{ip}:{GRPC_PORT}"
+    return None
+
+
+def no_route(mode: str, route: str, service: str, namespace: str) -> str:
+    """Why a Service has no gRPC door on a route, for the caller (pure)."""
+    if route == "none" and mode == "auto":
+        return (
+            "the server runs outside the cluster and was not told it reaches the cluster's "
+            f"Service network (start it with {OPTION} cluster-ip, or dns, on a host that "
+            "does), or call the Service's grpc port from inside the cluster"
+        )
+    if route == "none":
+        return f"the server was started with {OPTION} none"
+    return f"its Service {namespace}/{service} has no ClusterIP (yet)"
+
+
+class ServiceNetwork:
+    """How the server reaches a model server's Service for gRPC: the mode asked for
+    (`tfkube.engines.SERVICE_NETWORKS`) and whether the server runs in the cluster decide
+    the route once; a ClusterIP is read from the Service (RBAC: get services) and kept
+    for CACHE_SECONDS, or until the model server is started or stopped here."""
+
+    def __init__(
+        self,
+        read_service: Callable[[str, str], Mapping[str, Any] | None],
+        mode: str,
+        in_cluster: bool,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.read_service = read_service
+        """(namespace, name) -> the Service, or None."""
+        self.mode = mode
+        self.route = service_route(mode, in_cluster)
+        self.clock = clock
+        self._ips: dict[tuple[str, str], tuple[float, str | None]] = {}
+        self._lock = threading.Lock()
+
+    def _cluster_ip(self, namespace: str, service: str) -> str | None:
+        key = (namespace, service)
+        now = self.clock()
+        with self._lock:
+            kept = self._ips.get(key)
+        if kept is not None and now - kept[0] < CACHE_SECONDS:
+            return kept[1]
+        found = self.read_service(namespace, service)
+        ip = ((found or {}).get("spec") or {}).get("clusterIP")
+        ip = str(ip) if ip else None
+        if ip is not None:  # a Service not made yet is read again next time
+            with self._lock:
+                self._ips[key] = (now, ip)
+        return ip
+
+    def forget(self, namespace: str, service: str) -> None:
+        with self._lock:
+            self._ips.pop((namespace, service), None)
+
+    def door(self, namespace: str, service: str) -> tuple[str | None, str]:
+        """(`host:port` of the Service's grpc port, or None; why not, for the caller).
+        Never raises for the API server's refusal: REST asks this too, and goes on."""
+        ip = None
+        if self.route == "cluster-ip":
+            try:
+                ip = self._cluster_ip(namespace, service)
+            except ApiError as exc:  # e.g. an install from before `get services`
+                return None, f"cannot read its Service {namespace}/{service}: {exc}"
+        found = grpc_address(self.route, service, namespace, ip)
+        if found is not None:
+            return found, ""
+        return None, no_route(self.mode, self.route, service, namespace)
+
+
+def service_reader(api_client: Any) -> Callable[[str, str], Mapping[str, Any] | None]:
+    """(namespace, name) -> the Service through the API server, or None."""
+
+    def read(namespace: str, name: str) -> Mapping[str, Any] | None:
+        found: Mapping[str, Any] | None = Kube(api_client).get(SERVICE, namespace, name)
+        return found
+
+    return read
+
+
 class KubeModelServers:
     """A Deployment, Service and ConfigMap `<name>-serving` (TensorFlow Serving's image or
     tfkube's) reading the job's output volume; autoscaled, a HorizontalPodAutoscaler of
     the same name, owned by the Deployment."""
 
-    def __init__(self, api_client: Any, proxy: ServiceProxy) -> None:
+    def __init__(
+        self, api_client: Any, proxy: ServiceProxy, network: ServiceNetwork | None = None
+    ) -> None:
         self.api_client = api_client
         self.proxy = proxy
+        self.network = network or ServiceNetwork(lambda ns, name: None, "none", in_cluster=False)
 
     def start(self, tenant: Tenant, workload: ModelServerWorkload) -> Handle:
         spec = _model_server_spec(tenant, workload)
+        self.network.forget(tenant.namespace, model_server_name(workload.name))
         apply_objects(self.api_client, render_model_server(spec))
         if spec.autoscale is not None:
             # Owned by the Deployment (its uid, read back): deleted with it.
@@ -186,9 +305,17 @@ class KubeModelServers:
             # remove it too, a moment later).
             self._drop_autoscaler(tenant, workload)
         delete_objects(self.api_client, objects)
+        self.network.forget(tenant.namespace, model_server_name(workload.name))
 
     def upstream(self, tenant: Tenant, workload: ModelServerWorkload, handle: Handle) -> Upstream:
-        return self.proxy(tenant, model_server_name(workload.name), "http")
+        """REST through the API server's service proxy (the engine's credentials); gRPC
+        straight to the Service's `grpc` port when the server reaches the Service network,
+        with no metadata (the model server does not authenticate inside the cluster, and
+        the engine's credentials never go to it)."""
+        name = model_server_name(workload.name)
+        found = self.proxy(tenant, name, "http")
+        door, why = self.network.door(tenant.namespace, name)
+        return Upstream(found.prefix, found.headers, found.verify, grpc=door, no_grpc=why)
 
 
 class KubeNotebooks:

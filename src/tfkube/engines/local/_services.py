@@ -515,6 +515,9 @@ class LocalModelServers(_Processes):
             f"http://127.0.0.1:{_port(handle)}",
             {"Authorization": f"Bearer {workload.secret}"},
             grpc=f"unix:{grpc_socket}" if grpc_socket else grpc,
+            grpc_metadata={"authorization": f"Bearer {workload.secret}"},
+            no_grpc="the model server was started before gRPC was offered: stop it and "
+            "serve it again",
             unix=_socket(handle),
         )
 

@@ -11,12 +11,15 @@ TensorFlow Serving client adds any metadata:
 Each call is checked as the REST proxy checks a request (`routes.proxy.model_target`:
 the token, the team visible, `serving:read`, the model server running; anyone else is
 told NOT_FOUND) and its bytes go unchanged to the engine's gRPC door for that model
-server (`Upstream.grpc`) with the model server's own secret as metadata; the caller's
-token never goes upstream. Only TensorFlow Serving's two services are forwarded
-(`tensorflow.serving.PredictionService`, `tensorflow.serving.ModelService`); any other
-method is UNIMPLEMENTED. Where the engine has no gRPC door the server can reach (a
-Kubernetes model server: the API server's service proxy carries HTTP/1.1 only) the call
-answers UNAVAILABLE, saying so.
+server (`Upstream.grpc`) with the engine's metadata for it (`Upstream.grpc_metadata`: a
+local model server's own secret; none on Kubernetes, and never the engine's credentials
+for the API server); the caller's token never goes upstream. Only TensorFlow Serving's two
+services are forwarded (`tensorflow.serving.PredictionService`,
+`tensorflow.serving.ModelService`); any other method is UNIMPLEMENTED. Where the engine
+has no gRPC door the server can reach (a Kubernetes model server when the server is
+outside the cluster and not told it reaches the Service network: the API server's service
+proxy carries HTTP/1.1 only) the call answers UNAVAILABLE with the engine's reason
+(`Upstream.no_grpc`, which names the option that gives one).
 """
 
 from __future__ import annotations
@@ -51,6 +54,9 @@ STATUS = {
 }
 """The REST proxy's refusals as gRPC status codes."""
 UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+DIRECT = [*UNLIMITED, ("grpc.enable_http_proxy", 0)]
+"""The channels to model servers: a route the engine chose (a relay's socket, a Service
+on the cluster's network), never an HTTP proxy of the server's environment."""
 
 
 def grpc_status(http_status: int) -> grpc.StatusCode:
@@ -61,6 +67,12 @@ def grpc_status(http_status: int) -> grpc.StatusCode:
 def forwarded(method: str) -> bool:
     """Whether a gRPC method is one of TensorFlow Serving's. Pure."""
     return method.startswith(SERVICES) and method.count("/") == 2
+
+
+def unreachable(why: str) -> str:
+    """The UNAVAILABLE message when the engine offers no gRPC door. Pure."""
+    said = "this model server has no gRPC door the server can reach"
+    return f"{said}: {why}" if why else said
 
 
 def bearer(metadata: dict[str, str]) -> str | None:
@@ -100,7 +112,7 @@ class GrpcProxy:
         with self._lock:
             channel = self._channels.get(target)
             if channel is None:
-                channel = grpc.insecure_channel(target, options=UNLIMITED)
+                channel = grpc.insecure_channel(target, options=DIRECT)
                 self._channels[target] = channel
             return channel
 
@@ -131,14 +143,10 @@ class GrpcProxy:
                 context.abort(grpc_status(exc.status_code), str(exc.detail))
             db.commit()
         if found.grpc is None:
-            context.abort(
-                grpc.StatusCode.UNAVAILABLE,
-                "this model server has no gRPC door the server can reach (on Kubernetes "
-                "call its Service's grpc port from inside the cluster)",
-            )
+            context.abort(grpc.StatusCode.UNAVAILABLE, unreachable(found.no_grpc))
         assert found.grpc is not None
         call = self._channel(found.grpc).unary_unary(method)
-        upstream = [(k.lower(), v) for k, v in found.headers.items()]
+        upstream = [(k.lower(), v) for k, v in found.grpc_metadata.items()]
         try:
             answer: bytes = call(request, metadata=upstream, timeout=context.time_remaining())
         except grpc.RpcError as exc:
@@ -167,4 +175,4 @@ class _Handler(grpc.GenericRpcHandler):  # type: ignore[misc]
         return grpc.unary_unary_rpc_method_handler(unary)
 
 
-__all__ = ["MODEL_SERVER", "GrpcProxy", "bearer", "forwarded", "grpc_status"]
+__all__ = ["MODEL_SERVER", "GrpcProxy", "bearer", "forwarded", "grpc_status", "unreachable"]

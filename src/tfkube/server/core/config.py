@@ -46,6 +46,11 @@ class ServerSettings:
     serving_runtime: str = "tensorflow-serving"
     """Kubernetes engine: the model server a request that names none gets (the stock
     TensorFlow Serving image, or tfkube's). The local engine always runs tfkube's."""
+    service_network: str = "auto"
+    """Kubernetes engine: how the server reaches model servers' Services for gRPC
+    (`--kube-service-network`, `tfkube.engines.SERVICE_NETWORKS`): `auto` when it runs in
+    the cluster; `cluster-ip` or `dns` for a server outside on a host that reaches the
+    Service network; `none` never."""
     serving_max_replicas: int = 4
     """Kubernetes engine: the most replicas an autoscaled model server may have
     (`--serving-max-replicas`); a team's quota may allow fewer
@@ -113,6 +118,7 @@ class ServerSettings:
             kubeconfig=self.kubeconfig,
             outputs_claim=self.outputs_claim,
             serving_runtime=self.serving_runtime,
+            service_network=self.service_network,
             notebook_node_selector=self.notebook_node_selector,
             notebook_tolerations=self.notebook_tolerations,
             cpus=self.cpus,

@@ -20,12 +20,19 @@ browser asking for one is redirected there, and nothing proxied is ever a page: 
 answer proxied on this origin (model servers' JSON, API clients' TensorBoard and
 notebook requests with a Bearer token) carries `Content-Security-Policy: sandbox;
 default-src 'none'` and `nosniff`.
+
+An upstream that cuts its answer mid-body (its status and headers already passed on) cuts
+the client's too: the proxy logs one line and raises `UpstreamCut`, uvicorn closes the
+connection with the chunked body unfinished (the client sees an incomplete answer, never
+a whole one), and `QuietCuts`, on uvicorn's error logger, keeps uvicorn's traceback for
+that one exception out of the log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -53,6 +60,37 @@ from tfkube.server.tenants import tenant_of
 from tfkube.spec import load_job_text
 
 router = APIRouter(tags=["proxy"])
+log = logging.getLogger(__name__)
+
+
+class UpstreamCut(Exception):
+    """The upstream cut its answer after the client's response had begun: raised to end
+    that response unfinished (the proxy logged it; `QuietCuts` keeps uvicorn quiet)."""
+
+
+def _is_cut(exc: BaseException | None) -> bool:
+    """Whether an exception is UpstreamCut, or a group holding only such. Pure."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_is_cut(e) for e in exc.exceptions)
+    return isinstance(exc, UpstreamCut)
+
+
+class QuietCuts(logging.Filter):
+    """On uvicorn's error logger: drops its "Exception in ASGI application" record for an
+    UpstreamCut (already logged in one line by the proxy); any other record passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and _is_cut(record.exc_info[1]))
+
+
+QUIET_CUTS = QuietCuts()
+
+
+def quiet_upstream_cuts() -> None:
+    """Install QuietCuts on uvicorn's error logger (once: the same filter each time)."""
+    logging.getLogger("uvicorn.error").addFilter(QUIET_CUTS)
+
+
 HOP_BY_HOP = {
     "connection",
     "keep-alive",
@@ -336,6 +374,18 @@ async def proxy(
         try:
             async for chunk in upstream.aiter_raw():
                 yield chunk
+        except httpx.HTTPError as exc:
+            log.warning(
+                "proxy: the %s %s cut its answer to %s /%s mid-body (%s: %s); the "
+                "client's answer is cut too",
+                kind,
+                target_id,
+                request.method,
+                path,
+                type(exc).__name__,
+                exc or "no detail",
+            )
+            raise UpstreamCut(str(exc)) from None
         finally:
             await upstream.aclose()
             if own:

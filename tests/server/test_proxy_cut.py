@@ -1,0 +1,141 @@
+"""An upstream that cuts its answer mid-body, through the server's proxy (seen once in a
+real-node run: the proxy's stream raised, and uvicorn logged "Exception in ASGI
+application" with a traceback).
+
+The real app under uvicorn in a thread of this process (its loggers are this process's),
+a real SQLite database, and a real upstream: a socket on loopback that answers with
+headers, part of its body and a close. The proxy's resolver for model servers is swapped
+for one naming that socket (what is tested is the stream, not who may use it: a valid API
+token is still required). The client must see a cut answer, never a whole one; the server
+logs one line saying so, no traceback; and the server goes on answering."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tfkube.server.api.routes import proxy
+from tfkube.server.core.config import ServerSettings
+
+from ._server import free_port, in_process
+
+SENT = b"x" * 5000
+"""What the upstream sends of its body before it closes (it promised 100,000 bytes)."""
+
+
+class CuttingUpstream:
+    """Answers every request with a 200, `Content-Length: 100000`, SENT and a close."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.served = 0
+        self._thread = threading.Thread(target=self._serve, name="cutting-upstream")
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed: the test is over
+                return
+            with conn:
+                seen = b""
+                while b"\r\n\r\n" not in seen:
+                    data = conn.recv(65536)
+                    if not data:
+                        break
+                    seen += data
+                head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                conn.sendall(head + b"Content-Length: 100000\r\n\r\n" + SENT)
+                self.served += 1
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):  # wakes the accept() (Linux)
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        self._thread.join(10)
+
+
+@pytest.fixture
+def served(
+    tfkube_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[httpx.Client, CuttingUpstream]]:
+    """The server (its model-server resolver naming the cutting upstream), signed in with
+    an API token."""
+    upstream = CuttingUpstream()
+
+    def resolver(*_: Any) -> proxy.Upstream:
+        return proxy.Upstream(f"http://127.0.0.1:{upstream.port}")
+
+    monkeypatch.setitem(proxy.TARGETS, "model", resolver)
+    settings = ServerSettings(data_dir=tmp_path / "server", port=free_port(), cpus=2)
+    try:
+        # log_config=None: uvicorn's loggers propagate to the root, where caplog reads them.
+        with in_process(settings, log_config=None) as (platform, client):
+            try:
+                yield client, upstream
+            finally:
+                platform.engine.close()
+                platform.database.dispose()
+    finally:
+        upstream.close()
+
+
+def test_a_body_cut_upstream_is_cut_for_the_client_with_one_line_logged(
+    served: tuple[httpx.Client, CuttingUpstream], caplog: pytest.LogCaptureFixture
+) -> None:
+    client, upstream = served
+    caplog.set_level(logging.INFO)
+    chunks: list[bytes] = []
+    # A GET: no request body the upstream leaves unread (its close would then be a reset).
+    with client.stream("GET", "/proxy/model/cut/v1/models/m") as answer:
+        assert answer.status_code == 200  # sent before the cut
+        with pytest.raises(httpx.RemoteProtocolError, match="incomplete chunked read"):
+            chunks.extend(answer.iter_raw())
+    assert b"".join(chunks) == SENT  # what came, and no end: the client sees a cut
+    assert upstream.served == 1
+
+    def said() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if "cut its answer" in r.getMessage()]
+
+    deadline = time.monotonic() + 10
+    while not said() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (line,) = said()
+    assert line.levelno == logging.WARNING
+    assert "model cut" in line.getMessage()
+    assert "RemoteProtocolError" in line.getMessage()
+    assert all(r.exc_info is None for r in caplog.records), [
+        r.getMessage() for r in caplog.records if r.exc_info
+    ]
+    logged = [r.getMessage() for r in caplog.records]
+    assert not [m for m in logged if "ASGI" in m], logged
+    # The server answers on.
+    assert client.get("/api/v1/users/me").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("exc", "dropped"),
+    [
+        (proxy.UpstreamCut("cut"), True),
+        (BaseExceptionGroup("task group", [proxy.UpstreamCut("cut")]), True),
+        (BaseExceptionGroup("task group", [proxy.UpstreamCut("cut"), ValueError()]), False),
+        (ValueError("a bug"), False),
+        (None, False),
+    ],
+)
+def test_only_a_cut_is_kept_out_of_uvicorns_log(exc: BaseException | None, dropped: bool) -> None:
+    record = logging.LogRecord("uvicorn.error", logging.ERROR, __file__, 1, "x", None, None)
+    if exc is not None:
+        record.exc_info = (type(exc), exc, None)
+    assert proxy.QUIET_CUTS.filter(record) is not dropped
