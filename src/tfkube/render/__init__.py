@@ -49,7 +49,12 @@ from tfkube.render._postgres import (
     postgres_secret,
     postgres_secret_command,
 )
-from tfkube.render._render import MAX_CODE_CONFIGMAP_BYTES, RenderOptions, render_job
+from tfkube.render._render import (
+    MAX_CODE_CONFIGMAP_BYTES,
+    TENSORBOARD_PORT,
+    RenderOptions,
+    render_job,
+)
 from tfkube.render._server import (
     DATABASE_SECRET,
     DATABASES,
@@ -97,6 +102,7 @@ __all__ = [
     "POSTGRES_SECRET",
     "REGISTRY_SECRET",
     "SERVER_NAME",
+    "TENSORBOARD_PORT",
     "DataCacheInstall",
     "JobVolumes",
     "ModelServerSpec",
