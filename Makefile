@@ -61,9 +61,11 @@ lint: $(STAMP)
 ## test: everything: lint, unit tests, real TensorFlow tests, tests against a real control plane
 ## and real TensorFlow pods on its real kubelet node, the dashboard in Chromium, data sources
 ## staged from a real S3-compatible store (SeaweedFS).
+## The control plane's tests run beside the rest (tools/test/suite.sh; SUITE_SERIAL=1: one
+## session).
 test: install chromium kube-bins kube-node s3-bins hdfs-bins
 	$(MAKE) lint
-	$(BIN)/pytest
+	BIN=$(BIN) bash tools/test/suite.sh
 
 ## test-stress: the local and TensorFlow tests while 2 CPU burners compete for the cores,
 ## then the Ctrl-C / kill tests 10 times under the same load (docs/testing.md).

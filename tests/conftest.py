@@ -119,3 +119,27 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         for text in leaked:
             print(f"  {text}", file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_SECONDS_BY_FILE: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Where the session's time goes: each test's setup, call and teardown, by file."""
+    path = report.nodeid.split("::", 1)[0]
+    _SECONDS_BY_FILE[path] = _SECONDS_BY_FILE.get(path, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _SECONDS_BY_FILE:
+        return
+    folders: dict[str, float] = {}
+    for path, seconds in _SECONDS_BY_FILE.items():
+        folder = path.rsplit("/", 1)[0]
+        folders[folder] = folders.get(folder, 0.0) + seconds
+    write = terminalreporter.write_line
+    terminalreporter.write_sep("=", "time by folder and file (setup + call + teardown)")
+    for folder, seconds in sorted(folders.items(), key=lambda kv: -kv[1]):
+        write(f"{seconds:9.1f}s  {folder}/")
+    for path, seconds in sorted(_SECONDS_BY_FILE.items(), key=lambda kv: -kv[1])[:25]:
+        write(f"{seconds:9.1f}s  {path}")

@@ -263,6 +263,25 @@ def shipped_file(path: str) -> tuple[str, ...] | None:
 #
 # The launcher marks a fetched data folder in its work folder (DATA_READY_FILE): a
 # restarted container of the same pod does not fetch again.
+#
+#   GET <DATA_URL>/<replica>/key   what a node cache (`tfkube.datacache`) asks with the
+#                              replica's own token before it serves anything: 200
+#                              {"key": ..., "size": ..., "sha256": ...}, the name the
+#                              server gives that tar for the job's team (never the same
+#                              for two teams, even for the same bytes), its length and
+#                              sha256; else the data route's 503/404/410, same detail
+#
+# With a node cache (DATA_CACHE_URL set), the launcher asks it first, the same way: it
+# answers as the server would, from its disk when it holds the key; when it cannot be
+# reached (or answers 502: it cannot reach the server) the launcher asks DATA_URL.
+
+DATA_KEY_PATH: Final = "key"
+"""The last part of the key request's path: `<DATA_URL>/<replica>/key`."""
+DATA_CACHE_URL: Final = "TFKUBE_DATA_CACHE_URL"
+"""Optional: the node cache's address for this job, `<cache>/api/v1/data/<job id>` (the
+same path as DATA_URL's); asked first, DATA_URL when it cannot be reached."""
+DATA_KEY_PATTERN: Final = re.compile(r"[0-9a-f]{64}")
+"""What a node cache accepts as a key (its file name on the node's disk)."""
 
 DATA_READY_FILE: Final = "data-ready"
 """In TFKUBE_WORK_DIR: written once the data folder holds the replica's data."""

@@ -69,6 +69,7 @@ ENABLE_HINT = (
 _WANTS_REAL_NODE = pytest.StashKey[bool]()
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m cluster` / `-m "not cluster"` select (make test)
 def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.Item]) -> None:
     wants = False
     for item in items:

@@ -48,6 +48,12 @@ POOL_LABEL = "tfkube.io/gang-pool"
 RETRY_SECONDS = 30
 """The scheduler's flush of its unschedulable pods (`--pod-max-in-unschedulable-pods-duration`,
 default 5 minutes): how long a rejected gang may wait to see capacity that was added."""
+PERMIT_SECONDS = RETRY_SECONDS
+"""How long a placed pod waits at Permit for its siblings. Once capacity is added, each
+rejected pod is retried at the first flush after it has been unschedulable RETRY_SECONDS:
+its siblings may come up to one flush period (30 s) apart. With a shorter wait (10 s, as
+before) the first sibling could give up before the last was retried, again and again on a
+loaded machine (a CI run where the gang never ran in 150 s)."""
 SEEN_WITHIN = 90.0
 """Seconds for the scheduler's verdict, or for the pods to run (loaded CI)."""
 
@@ -125,7 +131,7 @@ def gang_scheduler(kube_cluster: KubeCluster) -> Iterator[str]:
         "  pluginConfig:\n"
         "  - name: Coscheduling\n"
         "    args:\n"
-        "      permitWaitingTimeSeconds: 10\n"
+        f"      permitWaitingTimeSeconds: {PERMIT_SECONDS}\n"
     )
     port = kube.free_port()
     proc = harness._spawn(
@@ -249,7 +255,14 @@ def test_a_gang_above_capacity_waits_then_runs_once_capacity_is_added(
         return found if len(found) == 3 and all(p.spec.node_name for p in found) else None
 
     # The flush runs every 30 s and takes pods unschedulable for RETRY_SECONDS.
-    placed_pods = wait_for("every replica placed", all_placed, 2 * RETRY_SECONDS + SEEN_WITHIN)
+    try:
+        placed_pods = wait_for("every replica placed", all_placed, 3 * RETRY_SECONDS + SEEN_WITHIN)
+    except AssertionError as exc:
+        log = Path(gang_scheduler).read_text(errors="replace")
+        lines = [ln for ln in log.splitlines() if "gang" in ln or "Permit" in ln]
+        raise AssertionError(
+            f"{exc}\nthe scheduler's log on the gang:\n" + "\n".join(lines[-60:])
+        ) from None
     placed_after = time.monotonic() - added
     assert {p.spec.node_name for p in placed_pods} == set(small_nodes)
     status = wait_for(

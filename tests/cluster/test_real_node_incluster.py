@@ -17,13 +17,15 @@ port; it trains in real pods (fetching its code from the server's Service by clu
 and ClusterIP) to the example's accuracy; its logs are read through the server while it
 runs and after its pods are gone.
 
-Then more of the member's flow against the same in-cluster server (issue 18, points 1
-and 4), in a real pod on the node: a notebook started through the API (as
+Then the rest of the member's flow against the same in-cluster server (issue 18, points 1
+and 4), every workload in a real pod on the node: a notebook started through the API (as
 the dashboard's New notebook does), placed by the server's `--notebook-node-selector` and
 `--notebook-toleration` (install passes them), its home claim bound to a node folder by
 the administrator (no StorageClass here), JupyterLab's API answered through the server's
 proxy to its owner only, a file saved there landing on the claim, and its objects gone
-once stopped.
+once stopped; and a job with TensorBoard: its charts' scalars through the API,
+TensorBoard's own scalars through the proxy, tfkube's model server serving its export and
+predicting held-out digits through the proxy (another team's member: 404).
 """
 
 from __future__ import annotations
@@ -46,11 +48,13 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from server._server import PASSWORD, Api, api_for, free_port
 from tfkube.render import OPERATOR_IMAGE, SERVER_NAME
+from web._browser import LAPTOP, chromium, sign_in
 
 from ._support import (
     REPO,
@@ -63,6 +67,7 @@ from ._support import (
     targz,
     wait_for,
 )
+from .test_real_node_serving import assert_tf_serving_predictions, held_out_digits
 
 SERVICE_NET = ipaddress.ip_network("198.19.224.0/20")
 CA_ITEM = {"key": "ca.crt", "path": "ca.crt"}
@@ -464,7 +469,7 @@ def test_a_member_trains_through_the_in_cluster_server(platform: Platform) -> No
         assert pod.status.container_statuses[0].restart_count == 0, component
 
 
-# -- the rest of the member's flow: a notebook ---------------------------------------------
+# -- the rest of the member's flow: notebook, charts, TensorBoard, serve, predict ----------
 
 
 @pytest.fixture(scope="module")
@@ -563,3 +568,155 @@ def test_a_members_notebook_runs_in_a_real_pod(platform: Platform, outsider: Api
                 raise
         for pv in pvs:
             kube.core.delete_persistent_volume(pv)
+
+
+BOARD = "board"
+
+
+def test_a_member_charts_serves_and_predicts_through_the_in_cluster_server(
+    platform: Platform, outsider: Api
+) -> None:
+    """A job with TensorBoard in real pods through the in-cluster server: its charts'
+    scalars through the API while it trains (read by the server from the outputs share) and
+    drawn on its page in Chromium; TensorBoard's own scalars through the server's proxy
+    (its pod on the node, the API server's service proxy behind it; another team's member:
+    404); stopped, its TensorBoard goes with it. Then tfkube's model server serves the
+    export of the job this module trained (test_a_member_trains_through_the_in_cluster_server)
+    in a real pod, held-out digits are predicted through the server's proxy (another team's
+    member: 404, no token: 401), and once stopped its objects are gone."""
+    p, kube, member = platform, platform.kube, platform.member
+    team_ns = f"tfkube-{p.team}"
+    # Trains until stopped: TensorBoard's pod starts beside it (its Deployment goes with
+    # the job's end, so a short job can end before TensorBoard answers).
+    endless = ["--train_steps=1000000", "--step_sleep=0.05", "--checkpoint_steps=100"]
+    raw = yaml.safe_load(placed_manifest(p.node, EXAMPLE, BOARD, endless))
+    raw["spec"]["tensorboard"] = {
+        "nodeSelector": dict(p.node.SELECTOR),
+        "tolerations": list(p.node.TOLERATIONS),
+    }
+    t0 = time.monotonic()
+    job = member.ok(
+        member.post(f"/api/v1/teams/{p.team}/jobs", json={"manifest": yaml.safe_dump(raw)}), 201
+    )
+    tb = f"/proxy/tensorboard/{job['id']}"
+
+    def phase() -> str:
+        return str(member.ok(member.get(f"/api/v1/jobs/{job['id']}"))["phase"])
+
+    def board_tags() -> dict[str, Any] | None:
+        assert phase() in ("Pending", "Running"), f"job {BOARD} ended: {phase()}"
+        r = member.get(f"{tb}/data/plugin/scalars/tags")
+        if r.status_code != 200:
+            return None
+        runs = r.json()
+        return runs if any("accuracy" in tags for tags in runs.values()) else None
+
+    def board_pods() -> list[client.V1Pod]:
+        return list(
+            kube.core.list_namespaced_pod(
+                team_ns,
+                label_selector=f"tfkube.io/job-name={BOARD},tfkube.io/component=tensorboard",
+            ).items
+        )
+
+    try:
+        runs = wait_for("TensorBoard's scalars through the proxy", board_tags, JOB_TIMEOUT, 1.0)
+    except AssertionError as exc:
+        seen = [(x.metadata.name, x.status.phase, x.spec.node_name) for x in board_pods()]
+        last = member.get(f"{tb}/data/plugin/scalars/tags")
+        raise AssertionError(
+            f"{exc}; TensorBoard pods: {seen}; the proxy's last answer: "
+            f"{last.status_code} {last.text[:300]}"
+        ) from None
+    boarded = time.monotonic() - t0
+    (board,) = board_pods()
+    assert board.spec.node_name == p.node.name
+    page = member.get(f"{tb}/")
+    assert page.status_code == 200, (dict(page.headers), page.text[:1000])
+    assert "tensorboard" in page.text.lower()
+    assert outsider.get(f"{tb}/data/plugin/scalars/tags").status_code == 404
+
+    # The charts: the job page's scalars while it trains, and its page in Chromium (through
+    # the port-forward) draws them.
+    def charted() -> dict[str, Any] | None:
+        scalars = member.ok(member.get(f"/api/v1/jobs/{job['id']}/scalars"))
+        tags = {x["tag"] for x in scalars["series"]}
+        points = all(x["points"] for x in scalars["series"])
+        return scalars if {"loss", "accuracy"} <= tags and points else None
+
+    scalars = wait_for("the job's scalars through the API", charted, 120, 1.0)
+    assert scalars["progress"]["step"], scalars["progress"]
+    with chromium() as browser:
+        context = browser.new_context(viewport=LAPTOP, base_url=p.url)
+        context.set_default_timeout(30_000)
+        try:
+            page_ = context.new_page()
+            sign_in(page_, p.url, member.name, PASSWORD)
+            page_.goto(f"/jobs/{job['id']}")
+            loss = page_.locator('figure.chart[data-tag="loss"]')
+            wait_for("loss points charted on the job page",
+                     lambda: int(loss.get_attribute("data-points") or 0) > 0, 60, 0.5)  # fmt: skip
+        finally:
+            context.close()
+
+    # Stopped: the job ends and its TensorBoard goes with it.
+    member.ok(member.post(f"/api/v1/jobs/{job['id']}/stop"))
+    wait_for(f"job {BOARD} stopped", lambda: phase() in ("Failed", "Stopped"), 120, 1.0)
+    wait_for("its TensorBoard pod gone", lambda: not board_pods(), 120, 1.0)
+
+    (trained,) = member.ok(
+        member.get("/api/v1/jobs", params={"team": p.team, "name": JOB, "phase": "Succeeded"})
+    )["items"]  # the module's first job (test_a_member_trains_through_the_in_cluster_server)
+    # Serve the export with tfkube's model server (in tfkube's image), predict through
+    # the proxy.
+    t1 = time.monotonic()
+    server = member.ok(
+        member.post(
+            f"/api/v1/jobs/{trained['id']}/model-servers", json={"runtime": "tfkube", "cpu": "500m"}
+        ),
+        201,
+    )
+
+    def ready() -> dict[str, Any] | None:
+        seen = member.ok(member.get(f"/api/v1/model-servers/{server['id']}"))
+        assert seen["status"] != "Failed", seen
+        return seen if seen["status"] == "Ready" else None
+
+    listed = wait_for("the model server Ready", ready, 300, 1.0)
+    served = time.monotonic() - t1
+    assert listed["runtime"] == "tfkube", listed
+    (pod,) = kube.core.list_namespaced_pod(
+        team_ns, label_selector="tfkube.io/component=model-server"
+    ).items
+    assert pod.spec.node_name == p.node.name
+    assert pod.spec.containers[0].image == OPERATOR_IMAGE
+    model = urlsplit(listed["url"]).path  # the API's URLs name the server's own address
+    x, y = held_out_digits(32)
+    body = {"instances": x.tolist()}
+    answer = member.http.post(f"{model}:predict", json=body)
+    assert answer.status_code == 200, answer.text
+    classes = assert_tf_serving_predictions(answer.json(), 32)
+    accuracy = sum(int(c == t) for c, t in zip(classes, y, strict=True)) / 32
+    assert accuracy >= 0.75, (accuracy, classes, y.tolist())  # the job's ~0.95, on 32 digits
+    assert outsider.http.post(f"{model}:predict", json=body).status_code == 404
+    assert httpx.post(f"{p.url}{model}:predict", json=body, timeout=30).status_code == 401
+    print(f"\nin-cluster: TensorBoard's scalars ({sorted(runs)}) through the proxy "
+          f"{boarded:.0f}s after {BOARD}'s submit; tfkube's model server of {JOB} Ready "
+          f"{served:.0f}s after POST, accuracy on 32 held-out digits: {accuracy:.2f}")  # fmt: skip
+
+    member.ok(member.post(f"/api/v1/model-servers/{server['id']}/stop"))
+
+    def model_server_left() -> list[str]:
+        pods = kube.core.list_namespaced_pod(
+            team_ns, label_selector="tfkube.io/component=model-server"
+        ).items
+        return [f"Pod {x.metadata.name}" for x in pods] + still_there(team_ns, f"{JOB}-serving", {
+            "Deployment": client.AppsV1Api(kube.api_client).read_namespaced_deployment,
+            "Service": kube.core.read_namespaced_service,
+        })  # fmt: skip
+
+    try:
+        wait_for("the model server's objects and pod gone",
+                 lambda: not model_server_left(), 120, 1.0)  # fmt: skip
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {model_server_left()}") from None

@@ -119,6 +119,7 @@ def node_platform(
     tmp: Path,
     outputs: bool,
     server_args: tuple[str, ...] = (),
+    operator_env: dict[str, str] | None = None,
 ) -> Iterator[Team]:
     """The platform with its server listening on the real node's bridge, a team allowed on
     the node with a member and the operator, and the example uploaded as `mnist`.
@@ -183,7 +184,9 @@ def node_platform(
             if seen_by_server.is_dir():  # made empty by the server: the mount goes over it
                 seen_by_server.rmdir()
             seen_by_server.symlink_to(shared, target_is_directory=True)
-        operator = Operator(kube, namespace, tmp / "operator.log", operator_kubeconfig)
+        operator = Operator(
+            kube, namespace, tmp / "operator.log", operator_kubeconfig, operator_env
+        )
         operator.start()
         member.ok(
             member.post(

@@ -41,6 +41,7 @@ from tfkube.kube.names import GROUP, PLURAL
 from tfkube.render import (
     OPERATOR_NAMESPACE,
     SERVER_NAME,
+    DataCacheInstall,
     ServerInstall,
 )
 from tfkube.render._server import SERVER_DATA_CLAIM, server_url
@@ -143,18 +144,22 @@ def running_platform(
     outputs_claim: str | None,
     code_url: str | None,
     server_args: tuple[str, ...] = (),
+    data_cache: DataCacheInstall | None = None,
 ) -> Iterator[Platform]:
     """`tfkube install --server` (its Deployment removed: the server runs here, not as a
     KWOK fake pod), then `tfkube server --engine kubernetes` here with the server's
     ServiceAccount token, set up with an admin; everything removed afterwards, and the
     server's log checked for errors. `outputs_claim`: the teams' shared claim (None: the
     replicas ship what the server keeps); `code_url`: how replicas reach the server
-    (None: its own loopback address); `server_args`: more of `tfkube server`'s options."""
+    (None: its own loopback address); `server_args`: more of `tfkube server`'s options;
+    `data_cache`: `--data-cache` (its DaemonSet is the test's to remove)."""
     # No StorageClass here: the server's data is on a claim the administrator names (none
     # is made; the server runs here, so it is never needed).
     install(
         kube.api_client,
-        server=ServerInstall(outputs_claim=outputs_claim, data_claim=SERVER_DATA_CLAIM),
+        server=ServerInstall(
+            outputs_claim=outputs_claim, data_claim=SERVER_DATA_CLAIM, data_cache=data_cache
+        ),
     )
     apps = client.AppsV1Api(kube.api_client)
     with contextlib.suppress(ApiException):  # a module before this one removed it
@@ -255,12 +260,13 @@ class Team:
             201,
         )
 
-    def start_operator(self, kubeconfig: Path) -> None:
+    def start_operator(self, kubeconfig: Path, env: dict[str, str] | None = None) -> None:
         self.operator = Operator(
             self.platform.kube,
             self.namespace,
             self.platform.tmp / f"{self.name}-op.log",
             kubeconfig,
+            env,
         )
         self.operator.start()
 
@@ -275,12 +281,17 @@ class Team:
 
 @contextlib.contextmanager
 def operated_team(
-    platform: Platform, operator_kubeconfig: Path, code: dict[str, str], outputs: bool = True
+    platform: Platform,
+    operator_kubeconfig: Path,
+    code: dict[str, str],
+    outputs: bool = True,
+    operator_env: dict[str, str] | None = None,
 ) -> Iterator[Team]:
-    """A new team with its operator running and `code` uploaded as its artifact `hello`."""
+    """A new team with its operator running (`operator_env` added to its environment) and
+    `code` uploaded as its artifact `hello`."""
     made = Team(platform, {"cpu": 8, "memory": 32 * 2**30, "gpu": 2, "jobs": 4}, outputs)
     try:
-        made.start_operator(operator_kubeconfig)
+        made.start_operator(operator_kubeconfig, operator_env)
         made.upload_code("hello", code)
         yield made
     finally:

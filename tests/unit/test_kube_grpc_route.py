@@ -17,12 +17,14 @@ from tfkube.engines import (
     SERVICE_NETWORKS,
     ModelServerWorkload,
     Tenant,
+    TensorBoardWorkload,
     Upstream,
     parse_service_network,
 )
 from tfkube.engines.kubernetes._services import (
     CACHE_SECONDS,
     KubeModelServers,
+    KubeTensorBoards,
     ServiceNetwork,
     grpc_address,
     no_route,
@@ -54,13 +56,13 @@ def test_the_route_follows_the_mode_and_where_the_server_runs(
     ("route", "cluster_ip", "expected"),
     [
         ("dns", None, "digits-serving.tfkube-a.svc:8500"),
-        ("cluster-ip", "10.96.3.7", "10.96.3.7:8500"),
+        ("cluster-ip", "198.19.227.7", "198.19.227.7:8500"),
         ("cluster-ip", "fd00:10:96::3", "[fd00:10:96::3]:8500"),
         ("cluster-ip", "None", None),  # a headless Service
         ("cluster-ip", "", None),
         ("cluster-ip", None, None),  # no Service (yet)
         ("cluster-ip", "evil.example:80", None),  # never anything but an address
-        ("none", "10.96.3.7", None),
+        ("none", "198.19.227.7", None),
     ],
 )
 def test_the_address_on_a_route(route: str, cluster_ip: str | None, expected: str | None) -> None:
@@ -143,16 +145,16 @@ def test_a_cluster_ip_is_read_once_kept_a_while_and_forgotten() -> None:
     door, why = network.door("tfkube-a", "digits-serving")
     assert (door, services.reads) == (None, 1)  # not made yet: asked again next time
     assert "no ClusterIP" in why
-    services.ips["tfkube-a", "digits-serving"] = "10.96.0.20"
-    assert network.door("tfkube-a", "digits-serving") == ("10.96.0.20:8500", "")
-    assert network.door("tfkube-a", "digits-serving") == ("10.96.0.20:8500", "")
+    services.ips["tfkube-a", "digits-serving"] = "198.19.224.20"
+    assert network.door("tfkube-a", "digits-serving") == ("198.19.224.20:8500", "")
+    assert network.door("tfkube-a", "digits-serving") == ("198.19.224.20:8500", "")
     assert services.reads == 2  # kept
-    services.ips["tfkube-a", "digits-serving"] = "10.96.0.21"  # made again elsewhere
+    services.ips["tfkube-a", "digits-serving"] = "198.19.224.21"  # made again elsewhere
     clock.now += CACHE_SECONDS
-    assert network.door("tfkube-a", "digits-serving") == ("10.96.0.21:8500", "")
-    services.ips["tfkube-a", "digits-serving"] = "10.96.0.22"
+    assert network.door("tfkube-a", "digits-serving") == ("198.19.224.21:8500", "")
+    services.ips["tfkube-a", "digits-serving"] = "198.19.224.22"
     network.forget("tfkube-a", "digits-serving")  # started or stopped here
-    assert network.door("tfkube-a", "digits-serving") == ("10.96.0.22:8500", "")
+    assert network.door("tfkube-a", "digits-serving") == ("198.19.224.22:8500", "")
     assert services.reads == 4
 
 
@@ -172,14 +174,14 @@ def _engine_proxy(tenant: Tenant, service: str, port: str, path: str = "") -> Up
 @pytest.mark.parametrize(
     ("mode", "inside", "door"),
     [
-        ("cluster-ip", False, "10.96.0.20:8500"),
+        ("cluster-ip", False, "198.19.224.20:8500"),
         ("auto", True, "digits-serving.tfkube-a.svc:8500"),
         ("auto", False, None),
     ],
 )
 def test_a_model_servers_upstream(mode: str, inside: bool, door: str | None) -> None:
     services = Services()
-    services.ips["tfkube-a", "digits-serving"] = "10.96.0.20"
+    services.ips["tfkube-a", "digits-serving"] = "198.19.224.20"
     network = ServiceNetwork(services, mode, in_cluster=inside)
     runner = KubeModelServers(None, _engine_proxy, network)  # type: ignore[arg-type]
     tenant = Tenant("a", "tfkube-a", {})
@@ -209,3 +211,31 @@ def test_a_refused_read_leaves_rest_alone() -> None:
     assert found.grpc is None
     assert "cannot read its Service tfkube-a/digits-serving" in found.no_grpc
     assert "forbidden" in found.no_grpc
+
+
+@pytest.mark.parametrize(
+    ("mode", "inside", "prefix"),
+    [
+        # In a pod of the cluster: straight to the Service (the API server's service proxy
+        # rewrites text/html answers and dropped TensorBoard's page).
+        ("auto", True, "http://board-tensorboard.tfkube-a.svc:6006"),
+        ("cluster-ip", False, "http://198.19.224.30:6006"),
+        # Outside, not told it reaches the Service network: the API server's proxy.
+        ("auto", False, None),
+        ("none", True, None),
+    ],
+)
+def test_a_tensorboards_upstream(mode: str, inside: bool, prefix: str | None) -> None:
+    services = Services()
+    services.ips["tfkube-a", "board-tensorboard"] = "198.19.224.30"
+    network = ServiceNetwork(services, mode, in_cluster=inside)
+    runner = KubeTensorBoards(_engine_proxy, network)  # type: ignore[arg-type]
+    job = SimpleNamespace(name="board")
+    workload = TensorBoardWorkload("j1", job, Path("/x"), "/proxy/tensorboard/j1")  # type: ignore[arg-type]
+    found = runner.upstream(Tenant("a", "tfkube-a", {}), workload, None)  # type: ignore[arg-type]
+    if prefix is None:
+        assert found.prefix.endswith("/services/board-tensorboard:http/proxy")
+        assert found.headers == {"Authorization": "Bearer engine-sa-token"}
+    else:  # plain HTTP to its pod, and the engine's credentials never go with it
+        assert found.prefix == prefix
+        assert found.headers == {}

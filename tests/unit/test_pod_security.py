@@ -15,7 +15,9 @@ import yaml
 
 from tfkube.kube.pod_security import template_violations, violations
 from tfkube.render import (
+    DATACACHE_NAME,
     OPERATOR_IMAGE,
+    DataCacheInstall,
     ModelServerSpec,
     NotebookSpec,
     RenderOptions,
@@ -373,6 +375,33 @@ def test_model_servers_notebooks_operator_and_server_are_restricted() -> None:
         assert template_violations(workload) == [], workload["metadata"]["name"]
     notebook = next(o for o in objects if o["kind"] == "Secret")
     assert notebook["metadata"]["labels"]["tfkube.io/credential"] == "notebook"
+
+
+def test_the_node_data_cache_is_the_one_pod_with_a_host_folder() -> None:
+    """The DaemonSet breaks `restricted` (and `baseline`) by its hostPath and the init
+    container that gives that folder to the cache's user: nothing else (docs/security.md)."""
+    options = ServerInstall(data_cache=DataCacheInstall())
+    objects = server_manifests("tfkube-system", OPERATOR_IMAGE, options)
+    cache = next(o for o in objects if o["metadata"]["name"] == DATACACHE_NAME)
+    found = " | ".join(template_violations(cache))
+    assert "hostPath" in found, found
+    pod = cache["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (main,) = pod["containers"]
+    assert main["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert "runAsUser" not in main["securityContext"]  # the pod's: 65532
+    assert main["resources"]["limits"] == {"cpu": "1", "memory": "256Mi"}
+    (init,) = pod["initContainers"]
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN", "FOWNER"]}
+    assert [v["name"] for v in pod["volumes"]] == ["cache"]
+    # Without the cache: no hostPath anywhere.
+    bare = server_manifests("tfkube-system", OPERATOR_IMAGE, ServerInstall())
+    assert all(template_violations(w) == [] for w in _workloads(bare))
 
 
 def test_the_registry_copy_is_labelled_a_credential() -> None:

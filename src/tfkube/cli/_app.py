@@ -843,18 +843,40 @@ def install(
             help="--server: KEY[=VALUE][:EFFECT] (repeatable), a taint notebooks tolerate.",
         ),
     ] = None,
+    data_cache: Annotated[
+        bool,
+        typer.Option(
+            "--data-cache/--no-data-cache",
+            help="--server: a node data cache on every node (a DaemonSet with a hostPath "
+            "folder, docs/security.md) that replicas fetch their data through.",
+        ),
+    ] = False,
+    data_cache_path: Annotated[
+        str,
+        typer.Option("--data-cache-path", help="--server: the cache's folder on each node."),
+    ] = "/var/lib/tfkube-datacache",
+    data_cache_size: Annotated[
+        str,
+        typer.Option(
+            "--data-cache-size", help="--server: at most this much on each node (e.g. 20GiB)."
+        ),
+    ] = "20GiB",
 ) -> None:
     """Install (or upgrade) the TFJob CRD, RBAC and the operator on a cluster; with
     --server, the platform server too."""
+    from tfkube.datacache import parse_size
     from tfkube.render import (
         OPERATOR_IMAGE,
         POSTGRES_IMAGE,
+        DataCacheInstall,
         Placement,
         ServerInstall,
         StorageDefaults,
+        datacache_url,
         deploy_file_texts,
         dump_yaml,
         install_manifests,
+        operator_manifests,
         parse_node_selector,
         parse_toleration,
         postgres_secret_command,
@@ -878,6 +900,10 @@ def install(
     except ValueError as exc:
         raise fail(str(exc)) from None
     try:
+        parse_size(data_cache_size)
+    except ValueError as exc:
+        raise fail(f"--data-cache-size: {exc}") from None
+    try:
         server_options = (
             ServerInstall(
                 storage_class=storage_class,
@@ -891,6 +917,9 @@ def install(
                 database_size=database_size,
                 postgres_image=postgres_image or POSTGRES_IMAGE,
                 notebook_placement=notebook_placement,
+                data_cache=DataCacheInstall(data_cache_path, data_cache_size)
+                if data_cache
+                else None,
             )
             if server
             else None
@@ -935,13 +964,20 @@ def install(
                 f"{server_options.database}`), namespace {namespace}.\n{secret_note}"
             )
             target = write_manifests / "server.yaml"
-            target.write_text(
-                dump_yaml(server_manifests(namespace, chosen_image, server_options), header)
-            )
+            objects = server_manifests(namespace, chosen_image, server_options)
+            if server_options.data_cache:  # the operator then names the cache to replicas
+                header += (
+                    "# With the node data cache: the operator's Deployment again, naming it.\n"
+                )
+                objects += operator_manifests(
+                    namespace, chosen_image, jobs_storage, placement, datacache_url(namespace)
+                )
+            target.write_text(dump_yaml(objects, header))
             out.print(f"wrote {target}", highlight=False)
         return
     if print_only:
-        objects = install_manifests(namespace, chosen_image, jobs_storage, placement)
+        cache = datacache_url(namespace) if server_options and server_options.data_cache else None
+        objects = install_manifests(namespace, chosen_image, jobs_storage, placement, cache)
         if server_options is not None:
             objects += server_manifests(namespace, chosen_image, server_options)
         print(dump_yaml(objects, secret_note), end="")

@@ -51,7 +51,9 @@ from tfkube.engines._served import (
     forget_served,
     read_state,
     served_cache_limit,
+    served_digest,
     share_of,
+    tar_digest,
     tar_stream,
 )
 from tfkube.engines._workloads import (
@@ -124,6 +126,8 @@ __all__ = [
     "prepare_artifact",
     "read_state",
     "served_cache_limit",
+    "served_digest",
     "share_of",
+    "tar_digest",
     "tar_stream",
 ]

@@ -18,6 +18,7 @@ waits for a store.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -126,6 +127,49 @@ def tar_stream(folder: Path) -> Iterator[bytes]:
             if st.st_size % _BLOCK:
                 yield b"\0" * (_BLOCK - st.st_size % _BLOCK)
     yield b"\0" * (2 * _BLOCK)
+
+
+def tar_digest(folder: Path) -> tuple[str, int]:
+    """The sha256 and the length of `tar_stream(folder)` (read once, nothing kept)."""
+    digest = hashlib.sha256()
+    size = 0
+    for chunk in tar_stream(folder):
+        digest.update(chunk)
+        size += len(chunk)
+    return digest.hexdigest(), size
+
+
+def digests_path(served: Path) -> Path:
+    return served.with_name(served.name + ".digests.json")
+
+
+_digest_locks: dict[Path, threading.Lock] = {}
+_digest_locks_guard = threading.Lock()
+
+
+def served_digest(served: Path, share: str) -> tuple[str, int]:
+    """`tar_digest` of a ready view's `share` (`share_of`), computed once per job and
+    share (kept in `<served>.digests.json`, removed with the view): what a node cache
+    keys the tar by and checks it against. A view never changes once ready."""
+    with _digest_locks_guard:
+        lock = _digest_locks.setdefault(served, threading.Lock())
+    with lock:
+        path = digests_path(served)
+        try:
+            known = json.loads(path.read_text())
+        except (OSError, ValueError):
+            known = {}
+        if not isinstance(known, dict):
+            known = {}
+        found = known.get(share)
+        if isinstance(found, list) and len(found) == 2:
+            return str(found[0]), int(found[1])
+        sha256, size = tar_digest(served / share)
+        known[share] = [sha256, size]
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+        tmp.write_text(json.dumps(known))
+        tmp.replace(path)
+        return sha256, size
 
 
 @dataclass(frozen=True)
@@ -293,5 +337,6 @@ def remove(served: Path) -> None:
 def forget_served(served: Path) -> None:
     """The view and its state: the job is deleted."""
     remove(served)
-    with contextlib.suppress(FileNotFoundError):
-        state_path(served).unlink()
+    for path in (state_path(served), digests_path(served)):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()

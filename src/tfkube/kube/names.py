@@ -74,6 +74,10 @@ OPERATOR_NAMESPACE_ENV = "TFKUBE_OPERATOR_NAMESPACE"
 sets it from the pod's namespace, so `tfkube install -n <ns>` needs nothing more."""
 REGISTRY_SECRET_ENV = "TFKUBE_REGISTRY_SECRET"
 """The name of the platform's image-pull Secret in the operator's namespace (empty: none)."""
+DATA_CACHE_ENV = "TFKUBE_NODE_DATA_CACHE"
+"""The operator's: the node data cache's address (`tfkube install --server`, unless
+`--no-data-cache`); every replica with a data address also gets its job's address at the
+cache (TFKUBE_DATA_CACHE_URL). Unset: replicas fetch from the server only."""
 LOGS_STORAGE_CLASS_ENV = "TFKUBE_LOGS_STORAGE_CLASS"
 """The operator's: a StorageClass; every job whose spec names no logs storage gets a new
 claim `<job>-logs` of it (`tfkube install --logs-storage-class`)."""

@@ -101,6 +101,8 @@ LIMIT_RANGE = _core("LimitRange", "limitranges")
 JOB = Resource("batch", "v1", "Job", "jobs", True)
 DEPLOYMENT = Resource("apps", "v1", "Deployment", "deployments", True)
 STATEFUL_SET = Resource("apps", "v1", "StatefulSet", "statefulsets", True)
+DAEMON_SET = Resource("apps", "v1", "DaemonSet", "daemonsets", True)
+"""The node data cache's (`tfkube install --server`)."""
 HORIZONTAL_POD_AUTOSCALER = Resource(
     "autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", True
 )
@@ -139,6 +141,7 @@ RESOURCES: tuple[Resource, ...] = (
     JOB,
     DEPLOYMENT,
     STATEFUL_SET,
+    DAEMON_SET,
     HORIZONTAL_POD_AUTOSCALER,
     PRIORITY_CLASS,
     STORAGE_CLASS,

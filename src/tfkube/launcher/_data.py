@@ -3,7 +3,9 @@
 whose data folder the server cannot share with its pods (a cluster job with an uploaded
 data set, or a data source the server staged into its content-keyed cache).
 
-    GET <url>/<replica>  503 while the server stages: wait (Retry-After), say how far
+    GET <url>/<replica>  (first at the node cache's address when there is one: the same
+                         answers; unreachable or 502, the server's address from then on)
+                         503 while the server stages: wait (Retry-After), say how far
                          200: a tar, unpacked with the code's checks (`_fetch.unpack`)
                          404/410: a permanent failure, the server's reason
 
@@ -12,8 +14,10 @@ data set, or a data source the server staged into its content-keyed cache).
 
 from __future__ import annotations
 
+import http.client
 import os
 import shutil
+import socket
 import time
 import urllib.error
 import urllib.parse
@@ -29,6 +33,7 @@ from tfkube.launcher._ship import detail_of
 MAX_DATA_BYTES = 256 * 1024**3
 """The most a replica's data may be (downloaded, and unpacked)."""
 REQUEST_TIMEOUT = 60.0
+CACHE_CONNECT_TIMEOUT = 5.0
 MIN_WAIT = 0.5
 MAX_WAIT = 10.0
 UNPACKING = ".tfkube-unpacking"
@@ -69,12 +74,32 @@ def answer_step(status: int, detail: str, retry_after: str | None, attempt: int)
 def _download(request: urllib.request.Request, dest: Path, max_bytes: int) -> int:
     written = 0
     with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT) as answer, dest.open("wb") as f:
-        for chunk in iter(lambda: answer.read(_CHUNK), b""):
-            written += len(chunk)
-            if written > max_bytes:
-                raise FetchError(f"the data is larger than {max_bytes:,} bytes", permanent=True)
-            f.write(chunk)
+        length = answer.headers.get("Content-Length")
+        try:
+            for chunk in iter(lambda: answer.read(_CHUNK), b""):
+                written += len(chunk)
+                if written > max_bytes:
+                    raise FetchError(f"the data is larger than {max_bytes:,} bytes",
+                                     permanent=True)  # fmt: skip
+                f.write(chunk)
+        except http.client.HTTPException as exc:  # a chunked answer cut short
+            raise ConnectionError(f"the answer ended after {written:,} bytes: {exc!r}") from None
+    if length is not None and length.isdigit() and written != int(length):
+        # Cut short (the answer's sender went away): asked again, never unpacked.
+        raise ConnectionError(f"the answer ended after {written:,} of {int(length):,} bytes")
     return written
+
+
+def _answers(url: str, timeout: float = CACHE_CONNECT_TIMEOUT) -> bool:
+    """Whether `url`'s host takes a connection now: a node-local Service with no cache on
+    this node drops packets, and the fetch's own timeout is a minute."""
+    parts = urllib.parse.urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname or "", port), timeout=timeout).close()
+    except OSError:
+        return False
+    return True
 
 
 def _clear(folder: Path) -> None:
@@ -95,12 +120,15 @@ def fetch_data(
     wait_seconds: float = contract.DEFAULT_DATA_WAIT_SECONDS,
     say: Callable[[str], None] = lambda _m: None,
     max_bytes: int = MAX_DATA_BYTES,
+    cache_url: str | None = None,
 ) -> int:
     """The replica's data into `data_dir` (emptied first), unless this pod fetched it
     already (`contract.DATA_READY_FILE` in `work_dir`). Returns the bytes downloaded (0
     when already there). Raises FetchError: permanent when the server refuses or the
     archive is unsafe, else (its staging or its answer took longer than `wait_seconds`)
-    not."""
+    not. With `cache_url` (the node cache, `contract.DATA_CACHE_URL`) it asks there first,
+    and the server itself from the first time the cache cannot be reached or answers 502
+    (it cannot reach the server); the cache's other answers are the server's."""
     ready = work_dir / contract.DATA_READY_FILE
     if ready.is_file():
         return 0
@@ -111,8 +139,12 @@ def fetch_data(
     deadline = time.monotonic() + wait_seconds
     said = ""
     attempt = 0
+    via = cache_url if cache_url and _answers(cache_url) else None
+    if cache_url and via is None:
+        say("the node's data cache cannot be used: fetching from the server")
+    step: Wait | Fail | None
     while True:
-        request = urllib.request.Request(f"{url.rstrip('/')}/{quoted}")
+        request = urllib.request.Request(f"{(via or url).rstrip('/')}/{quoted}")
         request.add_header("Authorization", f"Bearer {token}")
         try:
             size = _download(request, archive, max_bytes)
@@ -121,12 +153,18 @@ def fetch_data(
             step = answer_step(err.code, detail_of(err.read(4096)), err.headers.get("Retry-After"),
                                attempt)  # fmt: skip
             err.close()
+            if via and err.code == 502:
+                step = None
         except (urllib.error.URLError, OSError, TimeoutError) as exc:
-            step = answer_step(0, f"cannot reach the server: {exc}", None, attempt)
+            step = None if via else answer_step(0, f"cannot reach the server: {exc}", None, attempt)
         except FetchError:
             archive.unlink(missing_ok=True)
             raise
         archive.unlink(missing_ok=True)
+        if step is None:  # the node cache is not there (or cannot reach the server)
+            say("the node's data cache cannot be used: fetching from the server")
+            via = None
+            continue
         attempt += 1
         if isinstance(step, Fail):
             raise FetchError(step.message, permanent=step.permanent)

@@ -214,7 +214,14 @@ def _fetch_data(contract: ReplicaContract) -> None:
     _say(f"{contract.job} {contract.key}: fetching its data into {contract.data_dir}")
     try:
         size = fetch_data(
-            url, token, contract.key, Path(contract.data_dir), Path(contract.work_dir), wait, _say
+            url,
+            token,
+            contract.key,
+            Path(contract.data_dir),
+            Path(contract.work_dir),
+            wait,
+            _say,
+            cache_url=os.environ.get(c.DATA_CACHE_URL) or None,
         )
     except FetchError as exc:
         if exc.permanent:

@@ -65,6 +65,7 @@ class ReplicaContract:
         env.pop(c.SHIP_URL, None)
         env.pop(c.DATA_TOKEN, None)  # nor the data's (tfkube.launcher._data)
         env.pop(c.DATA_URL, None)
+        env.pop(c.DATA_CACHE_URL, None)
         env[c.TF_CONFIG] = tf_config(self.cluster, self.role, self.index)
         env[c.INDEX] = str(self.index)
         env[c.CHECKPOINT_DIR] = self.log_dir

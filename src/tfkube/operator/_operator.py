@@ -118,6 +118,7 @@ class Reconciler:
                     code_token_secret=annotations.get(CODE_TOKEN_ANNOTATION) or None,
                     ship_url=annotations.get(SHIP_URL_ANNOTATION) or None,
                     data_url=annotations.get(DATA_URL_ANNOTATION) or None,
+                    data_cache=self.settings.data_cache,
                     storage=self.settings.storage,
                 ),
             )

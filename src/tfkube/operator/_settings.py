@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfkube.kube.names import (
+    DATA_CACHE_ENV,
     LOGS_CLAIM_ENV,
     LOGS_SIZE_ENV,
     LOGS_STORAGE_CLASS_ENV,
@@ -42,6 +43,9 @@ class OperatorSettings:
     """The platform's image-pull Secret in `operator_namespace` (TFKUBE_REGISTRY_SECRET; set
     but empty: none), copied into every job's namespace as `<job>-registry` when it exists;
     without it jobs pull anonymously."""
+    data_cache: str | None = None
+    """The node data cache's address (TFKUBE_NODE_DATA_CACHE), given to replicas that
+    fetch data (TFKUBE_DATA_CACHE_URL); None: they fetch from the server only."""
     storage: StorageDefaults = field(default_factory=StorageDefaults)
     """What jobs whose spec names no logs storage get (TFKUBE_LOGS_STORAGE_CLASS,
     TFKUBE_LOGS_CLAIM, TFKUBE_LOGS_SIZE); by default nothing: their logs stay in their
@@ -64,6 +68,7 @@ class OperatorSettings:
             verbose=verbose,
             operator_namespace=environ.get(OPERATOR_NAMESPACE_ENV) or OPERATOR_NAMESPACE,
             registry_secret=environ.get(REGISTRY_SECRET_ENV, REGISTRY_SECRET) or None,
+            data_cache=environ.get(DATA_CACHE_ENV) or None,
             storage=StorageDefaults(
                 logs_storage_class=environ.get(LOGS_STORAGE_CLASS_ENV) or None,
                 logs_claim=environ.get(LOGS_CLAIM_ENV) or None,

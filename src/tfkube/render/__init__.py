@@ -20,6 +20,13 @@ the REST client or `kubernetes` (import-linter contracts in pyproject.toml).
 """
 
 from tfkube.render._crd import crd
+from tfkube.render._datacache import (
+    DATACACHE_NAME,
+    DATACACHE_PORT,
+    DataCacheInstall,
+    datacache_manifests,
+    datacache_url,
+)
 from tfkube.render._deploy import (
     OPERATOR_IMAGE,
     OPERATOR_NAME,
@@ -29,6 +36,7 @@ from tfkube.render._deploy import (
     deploy_file_texts,
     dump_yaml,
     install_manifests,
+    operator_manifests,
     parse_node_selector,
     parse_toleration,
 )
@@ -41,7 +49,12 @@ from tfkube.render._postgres import (
     postgres_secret,
     postgres_secret_command,
 )
-from tfkube.render._render import MAX_CODE_CONFIGMAP_BYTES, RenderOptions, render_job
+from tfkube.render._render import (
+    MAX_CODE_CONFIGMAP_BYTES,
+    TENSORBOARD_PORT,
+    RenderOptions,
+    render_job,
+)
 from tfkube.render._server import (
     DATABASE_SECRET,
     DATABASES,
@@ -75,6 +88,8 @@ from tfkube.render._workloads import (
 __all__ = [
     "DATABASES",
     "DATABASE_SECRET",
+    "DATACACHE_NAME",
+    "DATACACHE_PORT",
     "DEFAULT_CLAIM_SIZE",
     "EMPTY_DIR",
     "GRPC_PORT",
@@ -87,6 +102,8 @@ __all__ = [
     "POSTGRES_SECRET",
     "REGISTRY_SECRET",
     "SERVER_NAME",
+    "TENSORBOARD_PORT",
+    "DataCacheInstall",
     "JobVolumes",
     "ModelServerSpec",
     "NotebookSpec",
@@ -99,10 +116,13 @@ __all__ = [
     "crd",
     "data_claim_name",
     "database_claim_name",
+    "datacache_manifests",
+    "datacache_url",
     "deploy_file_texts",
     "dump_yaml",
     "install_manifests",
     "job_volumes",
+    "operator_manifests",
     "parse_node_selector",
     "parse_runtime",
     "parse_toleration",

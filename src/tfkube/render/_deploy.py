@@ -19,6 +19,7 @@ import yaml
 
 from tfkube import __version__
 from tfkube.kube.names import (
+    DATA_CACHE_ENV,
     GROUP,
     LABEL_MANAGED_BY,
     LOGS_CLAIM_ENV,
@@ -285,10 +286,12 @@ def operator_manifests(
     image: str = OPERATOR_IMAGE,
     storage: StorageDefaults | None = None,
     placement: Placement | None = None,
+    data_cache: str | None = None,
 ) -> list[dict[str, Any]]:
     """The operator's Deployment: one replica, `Recreate` so two never reconcile at once;
     with `storage`, what it gives jobs that name no logs storage; with `placement`, its
-    node selector and tolerations."""
+    node selector and tolerations; with `data_cache`, the node data cache's address it
+    gives replicas that fetch data."""
     labels = _labels("operator")
     access_volume, access_mount = api_access()
     selector = {"app.kubernetes.io/name": "tfkube", "app.kubernetes.io/component": "operator"}
@@ -326,6 +329,11 @@ def operator_manifests(
                                     },
                                     {"name": REGISTRY_SECRET_ENV, "value": REGISTRY_SECRET},
                                     *storage_env(storage),
+                                    *(
+                                        [{"name": DATA_CACHE_ENV, "value": data_cache}]
+                                        if data_cache
+                                        else []
+                                    ),
                                 ],
                                 "resources": {
                                     "requests": {"cpu": "100m", "memory": "256Mi"},
@@ -364,13 +372,14 @@ def install_manifests(
     image: str = OPERATOR_IMAGE,
     storage: StorageDefaults | None = None,
     placement: Placement | None = None,
+    data_cache: str | None = None,
 ) -> list[dict[str, Any]]:
     """Everything `tfkube install` applies, in order: CRD, namespace, RBAC, operator."""
     return [
         crd(),
         namespace_manifest(namespace),
         *rbac_manifests(namespace),
-        *operator_manifests(namespace, image, storage, placement),
+        *operator_manifests(namespace, image, storage, placement, data_cache),
     ]
 
 

@@ -39,6 +39,7 @@ import base64
 import binascii
 import hashlib
 import json
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -186,6 +187,10 @@ class RenderOptions:
     with an uploaded data set or a data source the server staged. Their token is the key
     `data` of the job's Secret `code_token_secret_name`. None: a job with a data source is
     refused (only a server stages one)."""
+    data_cache: str | None = None
+    """The node data cache's address (the operator's settings: `tfkube install --server`):
+    replicas with a data_url also get TFKUBE_DATA_CACHE_URL, the same path at the cache,
+    which they ask first. None: they ask the server only."""
 
 
 def _meta(name: str, namespace: str, labels: Mapping[str, str], user: Mapping[str, str]) -> Object:
@@ -705,6 +710,10 @@ def _environment(ctx: _Context, role: Role) -> list[Object]:
     if ctx.options.data_url and role is not Role.PS:  # PS never read data
         secret = code_token_secret_name(job.name)
         out.append({"name": contract.DATA_URL, "value": ctx.options.data_url})
+        if ctx.options.data_cache:
+            path = urllib.parse.urlsplit(ctx.options.data_url).path
+            out.append({"name": contract.DATA_CACHE_URL,
+                        "value": ctx.options.data_cache.rstrip("/") + path})  # fmt: skip
         out.append(
             {
                 "name": contract.DATA_TOKEN,

@@ -42,6 +42,7 @@ from typing import Any
 
 from tfkube import contract
 from tfkube.kube.names import GROUP, LABEL_MANAGED_BY, MANAGED_BY, PLURAL
+from tfkube.render._datacache import DataCacheInstall, datacache_manifests
 from tfkube.render._deploy import Placement, api_access
 from tfkube.render._postgres import (
     DEFAULT_DATABASE_SIZE,
@@ -164,6 +165,10 @@ class ServerInstall:
     notebook_placement: Placement = field(default_factory=Placement)
     """Where the server puts notebooks (`tfkube install --notebook-node-selector
     --notebook-toleration`, passed to `tfkube server` as the same flags)."""
+    data_cache: DataCacheInstall | None = None
+    """The node data cache on every node (`tfkube install --server --data-cache`,
+    `tfkube.render._datacache`); None (the default until it is shown on a real node):
+    replicas fetch their data from the server only."""
 
     def __post_init__(self) -> None:
         if self.database not in DATABASES:
@@ -419,4 +424,9 @@ def server_manifests(
         *database,
         _deployment(namespace, image, chosen),
         _service(namespace),
+        *(
+            datacache_manifests(namespace, image, server_url(namespace), chosen.data_cache)
+            if chosen.data_cache
+            else []
+        ),
     ]

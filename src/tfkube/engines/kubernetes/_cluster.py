@@ -108,7 +108,7 @@ class KubernetesEngine(RunnersByKind):
             self._runners = {
                 ModelServerWorkload: KubeModelServers(api, proxy, network),
                 NotebookWorkload: KubeNotebooks(api, proxy, self.notebook_placement),
-                TensorBoardWorkload: KubeTensorBoards(proxy),
+                TensorBoardWorkload: KubeTensorBoards(proxy, network),
             }
         return self._runners
 

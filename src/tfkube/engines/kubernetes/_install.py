@@ -41,6 +41,7 @@ from tfkube.render import (
     Placement,
     ServerInstall,
     StorageDefaults,
+    datacache_url,
     install_manifests,
     postgres_secret,
     server_manifests,
@@ -129,7 +130,8 @@ def install(
         say(f"storage: {note}")
     done: list[Applied] = []
     namespace_missing = False
-    objects = install_manifests(namespace, image, storage, placement)
+    cache = datacache_url(namespace) if server is not None and server.data_cache else None
+    objects = install_manifests(namespace, image, storage, placement, cache)
     if server is not None:
         objects += server_manifests(namespace, image, server)
     for obj in objects:

@@ -42,6 +42,7 @@ from tfkube.kube.resources import DEPLOYMENT, HORIZONTAL_POD_AUTOSCALER, SERVICE
 from tfkube.kube.rest import Endpoint, Kube
 from tfkube.render import (
     GRPC_PORT,
+    TENSORBOARD_PORT,
     ModelServerSpec,
     NotebookSpec,
     Placement,
@@ -145,19 +146,26 @@ def service_route(mode: str, in_cluster: bool) -> str:
     return mode
 
 
-def grpc_address(route: str, service: str, namespace: str, cluster_ip: str | None) -> str | None:
-    """`host:port` of a Service's `grpc` port on a route, or None (pure): `dns` its name
-    below the cluster's search domains, `cluster-ip` its ClusterIP when it has one (not a
+def service_address(
+    route: str, service: str, namespace: str, cluster_ip: str | None, port: int
+) -> str | None:
+    """`host:port` of a Service's `port` on a route, or None (pure): `dns` its name below
+    the cluster's search domains, `cluster-ip` its ClusterIP when it has one (not a
     headless Service's `None`)."""
     if route == "dns":
-        return f"{service}.{namespace}.svc:{GRPC_PORT}"
+        return f"{service}.{namespace}.svc:{port}"
     if route == "cluster-ip" and cluster_ip:
         try:
             ip = ipaddress.ip_address(cluster_ip)
         except ValueError:
             return None
-        return f"[{ip}]:{GRPC_PORT}" if ip.version == 6 else f"{ip}:{GRPC_PORT}"
+        return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
     return None
+
+
+def grpc_address(route: str, service: str, namespace: str, cluster_ip: str | None) -> str | None:
+    """`host:port` of a model server's Service's `grpc` port on a route, or None (pure)."""
+    return service_address(route, service, namespace, cluster_ip, GRPC_PORT)
 
 
 def no_route(mode: str, route: str, service: str, namespace: str) -> str:
@@ -216,13 +224,17 @@ class ServiceNetwork:
     def door(self, namespace: str, service: str) -> tuple[str | None, str]:
         """(`host:port` of the Service's grpc port, or None; why not, for the caller).
         Never raises for the API server's refusal: REST asks this too, and goes on."""
+        return self.address(namespace, service, GRPC_PORT)
+
+    def address(self, namespace: str, service: str, port: int) -> tuple[str | None, str]:
+        """(`host:port` of the Service's `port` on this server's route, or None; why not)."""
         ip = None
         if self.route == "cluster-ip":
             try:
                 ip = self._cluster_ip(namespace, service)
             except ApiError as exc:  # e.g. an install from before `get services`
                 return None, f"cannot read its Service {namespace}/{service}: {exc}"
-        found = grpc_address(self.route, service, namespace, ip)
+        found = service_address(self.route, service, namespace, ip, port)
         if found is not None:
             return found, ""
         return None, no_route(self.mode, self.route, service, namespace)
@@ -358,10 +370,14 @@ class KubeNotebooks:
 
 class KubeTensorBoards:
     """The job's own TensorBoard (rendered with the job when it asks for one): nothing to
-    start or stop here."""
+    start or stop here. Reached straight at its Service where the server reaches the
+    Service network (in the cluster: its DNS name), else through the API server's service
+    proxy, which rewrites the links of text/html answers and dropped the connection on
+    TensorBoard's page (its scalars' JSON passed) on the real node."""
 
-    def __init__(self, proxy: ServiceProxy) -> None:
+    def __init__(self, proxy: ServiceProxy, network: ServiceNetwork | None = None) -> None:
         self.proxy = proxy
+        self.network = network or ServiceNetwork(lambda ns, name: None, "none", in_cluster=False)
 
     @staticmethod
     def start(tenant: Tenant, workload: TensorBoardWorkload) -> Handle:
@@ -382,4 +398,8 @@ class KubeTensorBoards:
 
     def upstream(self, tenant: Tenant, workload: TensorBoardWorkload, handle: Handle) -> Upstream:
         # TensorBoard's pages use relative links, so it serves below any prefix.
-        return self.proxy(tenant, tensorboard_name(workload.job.name), TENSORBOARD_PORT_NAME)
+        service = tensorboard_name(workload.job.name)
+        at, _ = self.network.address(tenant.namespace, service, TENSORBOARD_PORT)
+        if at is not None:  # plain HTTP inside the cluster, as its pods speak
+            return Upstream(f"http://{at}")
+        return self.proxy(tenant, service, TENSORBOARD_PORT_NAME)
