@@ -816,9 +816,12 @@ def quiet_until_end(kube: KubeCluster, ns: str, name: str, restarts: int) -> flo
 
 # -- resizing (`tfkube scale`) ------------------------------------------------------------
 
-SCALE_ARGS = ["--train_steps=800", "--step_sleep=0.1", "--checkpoint_steps=200"]
-"""As tests/tf/test_scale.py locally: ~10 steps/s per worker, so the job still trains when
-the added workers have started (TensorFlow takes seconds to import) and when it shrinks."""
+SCALE_STEPS = 1600
+SCALE_ARGS = [f"--train_steps={SCALE_STEPS}", "--step_sleep=0.1", "--checkpoint_steps=200"]
+"""~10 steps/s per worker, so the job still trains when the added workers have started
+(TensorFlow takes seconds to import) and when it shrinks: at 800 steps, on a quiet machine,
+the job ended 30 s after growing to 4 workers, before the test shrank it (CI, 2026-12-02);
+by then it had trained ~800 steps, so twice that leaves it training."""
 SCALE_ACCURACY_POINTS = 1.0
 """Issue 21: a job scaled while it trains keeps its accuracy within 1 point of a fixed run."""
 
@@ -884,7 +887,7 @@ def test_between_graph_scaled_2_4_1_keeps_its_accuracy(
     assert final["restarts"] == 0, final
     assert final["workers"] == 1
     assert final["message"] == "worker-0 succeeded"
-    assert res["global_step"] >= 800
+    assert res["global_step"] >= SCALE_STEPS
     assert replica_pods(kube, ns, name, "ps", 0) == [] or (
         replica_pods(kube, ns, name, "ps", 0)[-1].metadata.uid == ps_pod
     )
@@ -911,7 +914,8 @@ def test_between_graph_scaled_2_4_1_keeps_its_accuracy(
         f"{fixed_result['test_accuracy']}, {gap:.2f} points apart)"
     )
     # Resizing must not cost accuracy: at most 1 point below the fixed run. Above it is no
-    # failure (asynchronous training at 800 steps varies by 1-2 points between runs: the
-    # same fixed job gave 0.958 on the real node and 0.969 locally).
+    # failure (asynchronous training at 800 steps varied by 1-2 points between runs: the
+    # same fixed job gave 0.958 on the real node and 0.969 locally; at SCALE_STEPS both
+    # come nearer the example's plateau).
     lost = (fixed_result["test_accuracy"] - res["test_accuracy"]) * 100
     assert lost <= SCALE_ACCURACY_POINTS, (res, fixed_result)
