@@ -38,7 +38,7 @@ from tfkube.kube.names import DATA_CACHE_ENV
 from tfkube.render import DATACACHE_NAME, OPERATOR_NAMESPACE, DataCacheInstall
 
 from ._support import KubeCluster
-from .test_k8s_data import LISTER, files_in, one_worker, run_pod, submit
+from .test_k8s_data import LISTER, files_in, one_worker, run_pod, submit, upload_set
 from .test_server_kubernetes import Platform, Team, operated_team, running_platform
 from .test_shipping import pod_env
 
@@ -185,19 +185,6 @@ def teams(
         operated_team(platform, operator_kubeconfig, {"run.sh": LISTER}, False, env) as two,
     ):
         yield one, two
-
-
-def upload_set(team: Team, archive: bytes) -> None:
-    api = team.member
-    api.ok(
-        api.post(
-            f"/api/v1/teams/{team.name}/artifacts",
-            params={"name": "digits", "filename": "digits.tar.gz", "kind": "data"},
-            content=archive,
-            headers={"Content-Type": "application/octet-stream"},
-        ),
-        201,
-    )
 
 
 def with_set(team: Team, name: str) -> tuple[dict[str, Any], dict[str, str]]:

@@ -88,6 +88,20 @@ def submit(team: Team, body: dict[str, Any]) -> dict[str, Any]:
     return dict(api.ok(api.post(f"/api/v1/teams/{team.name}/jobs", json=body), 201))
 
 
+def upload_set(team: Team, archive: bytes) -> None:
+    """A member of `team` uploads `archive` as the team's data set `digits`."""
+    api = team.member
+    api.ok(
+        api.post(
+            f"/api/v1/teams/{team.name}/artifacts",
+            params={"name": "digits", "filename": "digits.tar.gz", "kind": "data"},
+            content=archive,
+            headers={"Content-Type": "application/octet-stream"},
+        ),
+        201,
+    )
+
+
 def one_worker(name: str, workers: int = 1, **data: Any) -> dict[str, Any]:
     made = manifest(name, code={"source": "artifact:hello"})
     made["spec"]["replicas"]["worker"]["replicas"] = workers
@@ -99,18 +113,9 @@ def one_worker(name: str, workers: int = 1, **data: Any) -> dict[str, Any]:
 def test_an_uploaded_data_set_reaches_the_workers_not_the_ps(
     data_team: Team, tmp_path: Path
 ) -> None:
-    team, api = data_team, data_team.member
+    team = data_team
     kube = team.platform.kube
-    archive = targz({"digits/hello.txt": "42 digits\n", "readme": "the data set\n"})
-    api.ok(
-        api.post(
-            f"/api/v1/teams/{team.name}/artifacts",
-            params={"name": "digits", "filename": "digits.tar.gz", "kind": "data"},
-            content=archive,
-            headers={"Content-Type": "application/octet-stream"},
-        ),
-        201,
-    )
+    upload_set(team, targz({"digits/hello.txt": "42 digits\n", "readme": "the data set\n"}))
     job = submit(team, {"manifest": yaml.safe_dump(one_worker("with-set")), "data": "digits"})
     tf = wait_for("the TFJob", lambda: tfjob(kube, team.namespace, "with-set"), 30)
     door = f"{team.platform.server.url}/api/v1/data/{job['id']}"

@@ -38,8 +38,7 @@ import pytest
 import yaml
 
 from cluster._support import KubeCluster, wait_for
-from cluster.test_datacache import upload_set
-from cluster.test_k8s_data import LISTER, one_worker, submit
+from cluster.test_k8s_data import LISTER, one_worker, submit, upload_set
 from cluster.test_operator import tfjob
 from cluster.test_server_kubernetes import (
     Platform,

@@ -4,9 +4,6 @@ the address on it, the reason when there is none, and what goes with a call."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -33,6 +30,8 @@ from tfkube.engines.kubernetes._services import (
 from tfkube.kube.errors import Forbidden
 from tfkube.kube.rest import in_cluster
 from tfkube.server.api.grpc_proxy import unreachable
+
+from ._cli import usage_error
 
 
 @pytest.mark.parametrize(
@@ -94,18 +93,8 @@ def test_a_bad_mode_names_the_choices(value: str) -> None:
 
 
 def test_the_server_refuses_a_bad_mode_naming_the_flag(tmp_path: Path) -> None:
-    env = {**os.environ, "TFKUBE_HOME": str(tmp_path)}
     argv = ["server", "--data-dir", str(tmp_path), "--kube-service-network", "routed"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "tfkube", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
-    said = " ".join(proc.stderr.split())  # rich wraps long lines
-    assert proc.returncode == 2, proc.stderr
+    said = usage_error(argv, tmp_path)
     assert "--kube-service-network: 'routed' is not one of auto, cluster-ip, dns, none" in said
 
 

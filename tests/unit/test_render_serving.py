@@ -36,6 +36,8 @@ from tfkube.render._workloads import (
 )
 from tfkube.spec import Resources, SpecError, load_job_text
 
+from ._cli import usage_error
+
 SELECTOR = {"tfkube.io/real-node": "true"}
 TOLERATION = {"key": "tfkube.io/real-node", "operator": "Equal", "value": "true",
               "effect": "NoSchedule"}  # fmt: skip
@@ -320,24 +322,10 @@ def test_the_image_built_here_is_the_one_the_renderer_and_dockerfile_name() -> N
     ],
 )
 def test_cli_refuses_a_bad_runtime_before_doing_anything(
-    argv: list[str], words: str, tmp_path: Any
+    argv: list[str], words: str, tmp_path: Path
 ) -> None:
-    import os
-    import subprocess
-    import sys
-
-    env = {**os.environ, "TFKUBE_HOME": str(tmp_path)}
-    proc = subprocess.run(
-        [sys.executable, "-m", "tfkube", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
-    said = " ".join(proc.stderr.split())  # rich wraps long lines
-    assert proc.returncode == 2, proc.stderr
-    assert words in said, proc.stderr
+    said = usage_error(argv, tmp_path)
+    assert words in said, said
     assert "choose tensorflow-serving or tfkube" in said or "local" in words
 
 
