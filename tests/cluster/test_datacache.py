@@ -31,14 +31,21 @@ import yaml
 from kubernetes import client
 
 from s3store import S3Store
-from server._server import api_for
 from server.conftest import targz
 from tfkube import contract
 from tfkube.kube.names import DATA_CACHE_ENV
 from tfkube.render import DATACACHE_NAME, OPERATOR_NAMESPACE, DataCacheInstall
 
 from ._support import KubeCluster
-from .test_k8s_data import LISTER, files_in, one_worker, run_pod, submit, upload_set
+from .test_k8s_data import (
+    LISTER,
+    files_in,
+    one_worker,
+    run_pod,
+    store_secret,
+    submit,
+    upload_set,
+)
 from .test_server_kubernetes import Platform, Team, operated_team, running_platform
 from .test_shipping import pod_env
 
@@ -292,16 +299,7 @@ def test_a_staged_source_each_workers_shard_once_per_node(
     api = one.member
     for job in api.ok(api.get("/api/v1/jobs", params={"team": one.name}))["items"]:
         api.delete(f"/api/v1/jobs/{job['id']}")  # room in the team's quota (4 jobs)
-    admin = one.platform.admin
-    boss_name = admin.new_user()
-    admin.add_member(one.name, boss_name, "admin")
-    boss = api_for(one.platform.server.url, boss_name)
-    try:
-        body = {"name": "keys", "access_key_id": s3_store.access_key,
-                "secret_access_key": s3_store.secret_key}  # fmt: skip
-        boss.ok(boss.post(f"/api/v1/teams/{one.name}/secrets", json=body), 201)
-    finally:
-        boss.close()
+    store_secret(one, s3_store, "keys")
     bucket = s3_store.bucket()
     objects = {f"part-{i}.bin": bytes([i]) * (5000 + i) for i in range(4)}
     for name, data in objects.items():

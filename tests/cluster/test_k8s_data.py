@@ -140,25 +140,25 @@ def test_an_uploaded_data_set_reaches_the_workers_not_the_ps(
     assert "data ready (0 bytes fetched)" in again.stderr, again.stderr
 
 
-@pytest.fixture(scope="module")
-def store_keys(data_team: Team, s3_store: S3Store) -> str:
-    """The team's secret `store-keys`: the store's credentials, stored by a team admin."""
-    team = data_team
+def store_secret(team: Team, store: S3Store, name: str) -> str:
+    """The team's secret `name`: the store's credentials, stored by a new team admin."""
     admin = team.platform.admin
-    name = admin.new_user()
-    admin.add_member(team.name, name, "admin")
-    store = s3_store
-    boss = api_for(team.platform.server.url, name)
+    user = admin.new_user()
+    admin.add_member(team.name, user, "admin")
+    boss = api_for(team.platform.server.url, user)
     try:
-        body = {
-            "name": "store-keys",
-            "access_key_id": store.access_key,
-            "secret_access_key": store.secret_key,
-        }
+        body = {"name": name, "access_key_id": store.access_key,
+                "secret_access_key": store.secret_key}  # fmt: skip
         boss.ok(boss.post(f"/api/v1/teams/{team.name}/secrets", json=body), 201)
     finally:
         boss.close()
-    return "store-keys"
+    return name
+
+
+@pytest.fixture(scope="module")
+def store_keys(data_team: Team, s3_store: S3Store) -> str:
+    """The team's secret `store-keys`."""
+    return store_secret(data_team, s3_store, "store-keys")
 
 
 def staged_event(api: Any, job_id: str, nth: int = 0) -> str:
