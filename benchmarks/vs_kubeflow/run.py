@@ -870,10 +870,17 @@ def isolate() -> int:
         sys.executable,
         *sys.argv,
     ]
-    code = subprocess.call(argv, env={**os.environ, ISOLATED: "1"})
-    with contextlib.suppress(OSError):
-        WEBHOOK_CERTS.rmdir()  # the empty mount point left in the real /tmp
-    return code
+    child = subprocess.Popen(argv, env={**os.environ, ISOLATED: "1"})
+
+    def forward(signum: int, _frame: Any) -> None:  # to the run, which cleans up after itself
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, forward)
+    # The empty mount point stays in the real /tmp: removing it would detach the tmpfs of any
+    # other run still using it in its own mount namespace (Linux does that since 3.18).
+    return child.wait()
 
 
 def main() -> int:
