@@ -3,6 +3,7 @@ with the plain-client floor, on one fresh control plane, the same fake nodes, th
 
     nice .venv/bin/python benchmarks/vs_kubeflow/run.py [--sizes 1x2,10x100,100x1000]
         [--runners floor,tfkube,kubeflow,kubeflow-running,kubeflow-tuned] [--duration 30s] [--json]
+        [--cpus 0.5 [--runner-unquoted]]   # everything within a CPU quota (_cpu.py)
 
 Needs the control plane (`make kube-bins`) and Kubeflow's operator
 (`tools/kubeflow/build.sh`). A size is PSxWORKERS. Runners, one at a time, each on its own
@@ -57,6 +58,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import _cpu
 import yaml
 from _api import Api, ApiError, Identity
 from _audit import AuditLog, Requests, apiserver_args
@@ -411,6 +413,7 @@ class Runner:
             self.popen = subprocess.Popen(
                 argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, **kwargs
             )
+        _cpu.release(self.popen.pid)  # with --cpus N --runner-unquoted
         return self.popen
 
     def _log_text(self) -> str:
@@ -908,6 +911,16 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="one JSON object per runner and size")
     parser.add_argument("--keep", type=Path, help="copy the work dir (logs, audit log) here")
     parser.add_argument("--profile", type=Path, help="py-spy tfkube's operator into this dir")
+    parser.add_argument(
+        "--cpus",
+        type=float,
+        help="run everything within this many cores (a cgroup-v1 CPU quota; root)",
+    )
+    parser.add_argument(
+        "--runner-unquoted",
+        action="store_true",
+        help="with --cpus: each runner's own process (operator, floor client) outside the quota",
+    )
     args = parser.parse_args()
     args.sizes = [Size.parse(s) for s in args.sizes.split(",")]
     args.runners = [r.strip() for r in args.runners.split(",")]
@@ -915,7 +928,10 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown runners {sorted(unknown)}; choose from {', '.join(RUNNERS)}")
     if os.environ.get(ISOLATED) != "1":
-        return isolate()
+        if args.cpus is None:
+            return isolate()
+        with _cpu.quota(args.cpus, args.runner_unquoted):
+            return isolate()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="tfkube-vs-kubeflow-") as tmp:
         work = Path(tmp)
