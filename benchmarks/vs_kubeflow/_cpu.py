@@ -29,7 +29,10 @@ def quota(cpus: float, runner_unquoted: bool) -> Iterator[None]:
     if not (ROOT / "cpu.cfs_quota_us").exists():
         raise SystemExit(f"--cpus needs the cgroup-v1 cpu controller at {ROOT} (and root)")
     group = ROOT / f"tfkube-bench-{os.getpid()}"
-    group.mkdir()
+    try:
+        group.mkdir()
+    except OSError as exc:
+        raise SystemExit(f"--cpus: cannot make the cgroup {group} (root?): {exc}") from exc
     try:
         (group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
         (group / "cpu.cfs_quota_us").write_text(str(int(cpus * PERIOD_US)))
