@@ -306,6 +306,30 @@ def test_the_image_built_here_is_the_one_the_renderer_and_dockerfile_name() -> N
     assert any(r.startswith("tensorflow-cpu") for r in wanted)
 
 
+def test_another_tree_of_tfkube_is_an_image_of_its_own(tmp_path: Path) -> None:
+    """A release's source (the upgrade test's) gets its own name and cache folder; neither
+    image's clean-up of older recipes (`<key>-<16 hex>`) can reach the other's folder."""
+    images = _images_script()
+    tree = tmp_path / "release"
+    (tree / "src" / "tfkube").mkdir(parents=True)
+    (tree / "src" / "tfkube" / "__init__.py").write_text('__version__ = "0.1.0"\n')
+    (tree / "pyproject.toml").write_text("[project]\nname = 'tfkube'\n")
+    (tree / "README.md").write_text("the release\n")
+    tensorflow = images.tensorflow_image(tmp_path)
+    today = images.tfkube_image(tensorflow)
+    other = images.tfkube_image(tensorflow, source=tree, tag="0.1.0-3b451d0")
+    assert other.name == "ghcr.io/tfkube/operator:0.1.0-3b451d0" != today.name
+    assert other.layout.parent == today.layout.parent
+    assert not today.layout.match(f"{other.key}-{'?' * 16}")
+    assert not other.layout.match(f"{today.key}-{'?' * 16}")
+    assert not other.layout.name.startswith("tfkube-")  # an older images.py's `tfkube-*`
+    (tree / "src" / "tfkube" / "wire.py").write_text("")
+    changed = images.tfkube_image(tensorflow, source=tree, tag="0.1.0-3b451d0")
+    assert changed.recipe_hash != other.recipe_hash  # keyed by the tree's source
+    with pytest.raises(images.ImageError):
+        images.tfkube_image(tensorflow, source=tree)
+
+
 @pytest.mark.parametrize(
     ("argv", "words"),
     [

@@ -25,7 +25,10 @@ folder as a tar to `ctr images import -` (cluster.py does it when the real node 
   cached under `images/layers/` by the hash of those requirements), then tfkube itself (a
   `pip install --no-deps` of this checkout; keyed by the hash of its source, so a source
   change rebuilds in seconds). Non-root (65532) like deploy/Dockerfile, which builds the
-  same thing for a registry.
+  same thing for a registry. The same recipe builds another tree of tfkube (a release from
+  this repository's history: `tfkube_image(tf, source=..., tag=...)`) as
+  `ghcr.io/tfkube/operator:<tag>`, over the same dependency layer; the upgrade test
+  (tests/cluster/test_real_node_upgrade.py) builds and imports it itself.
 - `ghcr.io/tfkube/postgres:15-bookworm` — the platform server's PostgreSQL (`tfkube install
   --server --database postgres`, `tfkube.render.POSTGRES_IMAGE`). Recipe (`POSTGRES`): Debian
   bookworm's `postgresql-15` (mmdebstrap, variant `essential`), its user `postgres` made
@@ -236,19 +239,31 @@ def deps_key(tensorflow: Image, repo: Path = REPO) -> str:
     return hashlib.sha256(recipe.encode()).hexdigest()
 
 
-def tfkube_image(tensorflow: Image, repo: Path = REPO) -> Image:
+def tfkube_image(
+    tensorflow: Image, repo: Path = REPO, source: Path | None = None, tag: str | None = None
+) -> Image:
+    """tfkube's image of this checkout; with `source` and `tag`, of another tree of tfkube
+    (its pyproject.toml, README.md and src/: a release from this repository's history, for
+    the upgrade test) as `ghcr.io/tfkube/operator:<tag>` over this checkout's dependency
+    layer (a release's own dependencies are not rebuilt: it runs with today's libraries, as
+    tests/release.py runs it), in a folder of its own (`operator-<tag>-<hash>`)."""
+    if (source is None) != (tag is None):
+        raise ImageError("give both source and tag (another tree of tfkube), or neither")
+    name = tfkube_name(repo) if tag is None else f"ghcr.io/tfkube/operator:{tag}"
+    # not `tfkube-...`: an older images.py removes every `tfkube-*` folder but its own
+    key = "tfkube" if tag is None else f"operator-{re.sub(r'[^A-Za-z0-9_.-]', '-', tag)}"
     recipe = json.dumps(
         {
             "format": FORMAT,
-            "name": tfkube_name(repo),
+            "name": name,
             "deps": deps_key(tensorflow, repo),
-            "source": source_digest(repo),
+            "source": source_digest(source or repo),
             **TFKUBE,
         },
         sort_keys=True,
     )
     digest = hashlib.sha256(recipe.encode()).hexdigest()
-    return Image("tfkube", tfkube_name(repo), digest, tensorflow.root)
+    return Image(key, name, digest, tensorflow.root)
 
 
 def postgres_image(root: Path | None = None) -> Image:
@@ -388,7 +403,8 @@ def _finish(
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     (layout / "image.json").write_text(json.dumps(meta, indent=2) + "\n")
-    for old in image.root.glob(f"{image.key}-*"):  # an older recipe's folder
+    # an older recipe's folder (`<key>-<16 hex>`: not another key's that starts the same)
+    for old in image.root.glob(f"{image.key}-{'?' * 16}"):
         if old != image.layout and old.is_dir():
             shutil.rmtree(old, ignore_errors=True)
     layout.replace(image.layout)
@@ -747,8 +763,10 @@ def source_layer(tmp: Path, repo: Path = REPO) -> Layer:
     return Layer(tar)
 
 
-def build_tfkube(image: Image, tensorflow: Image) -> None:
-    """tfkube's image: the TensorFlow image's layer, the dependency layer, tfkube's own."""
+def build_tfkube(image: Image, tensorflow: Image, source: Path = REPO) -> None:
+    """tfkube's image: the TensorFlow image's layer, the dependency layer (this
+    checkout's), tfkube's own (of `source`: this checkout, or the tree `tfkube_image` was
+    given)."""
     with _locked(image.root):
         if image.present():
             return
@@ -761,7 +779,7 @@ def build_tfkube(image: Image, tensorflow: Image) -> None:
         _log(f"{image.name}: building tfkube's own layer")
         tmp = Path(tempfile.mkdtemp(prefix=".build-tfkube-", dir=image.root))
         try:
-            own = source_layer(tmp)
+            own = source_layer(tmp, source)
             config = {
                 "Env": [f"{k}={v}" for k, v in TFKUBE["env"].items()],  # type: ignore[attr-defined]
                 "User": TFKUBE["user"],
