@@ -16,12 +16,23 @@ REPO = Path(__file__).resolve().parents[1]
 RELEASE = "3b451d041f366156913e020dcbf6fa6444cf47fd"
 """The submission that landed on 2026-12-02 03:42 UTC (session 8): schema revision 0011."""
 RELEASE_HEAD = "0011"
+POD_RELEASE = "e1cabdacf1309e03189f246ef3e2dad610691234"
+"""The version the in-cluster upgrade starts from (tests/cluster/test_real_node_upgrade.py):
+main on 2026-12-02 at 13:22 UTC, schema revision 0012, the newest state before today's
+schema (0013). `RELEASE` cannot run as pods of tfkube's image: its operator dies at start
+(kopf asks the password database for uid 65532, which has no entry: KeyError; fixed after
+it by 7ac930d) and its server answers every upload 500 on the image's Python 3.11.2
+(`tarfile.data_filter` is 3.11.4's); it also had no `--node-selector`/`--toleration`."""
+POD_RELEASE_HEAD = "0012"
 
 
-def release_source(dest: Path) -> Path:
-    """The release's `src/` under `dest`; checked to be what `import tfkube` finds there."""
+def release_source(dest: Path, commit: str = RELEASE) -> Path:
+    """The release's `src/` under `dest` (beside it its pyproject.toml and README.md, what
+    its image is built from: tests/cluster/test_real_node_upgrade.py); checked to be what
+    `import tfkube` finds there."""
     archive = dest / "src.tar"
-    argv = ["git", "-C", str(REPO), "archive", "-o", str(archive), RELEASE, "src/tfkube"]
+    argv = ["git", "-C", str(REPO), "archive", "-o", str(archive), commit, "src/tfkube",
+            "pyproject.toml", "README.md"]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:  # a shallow clone: its history from where it was cloned
         subprocess.run(
@@ -33,7 +44,7 @@ def release_source(dest: Path) -> Path:
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         pytest.fail(
-            f"the release {RELEASE[:7]} is not in this clone's history ({proc.stderr.strip()}):"
+            f"the release {commit[:7]} is not in this clone's history ({proc.stderr.strip()}):"
             " test from a full clone (git clone, not --depth)",
             pytrace=False,
         )

@@ -62,6 +62,7 @@ class RealNode:
     volumes_dir: Path  # where its hostPath PersistentVolumes keep their files
     bind: Callable[[str, list[str]], list[str]]  # (namespace, claims) -> pre-bound PV names
     timings: dict[str, float]  # start-up steps in seconds (image import, kubelet Ready, total)
+    ctr: tuple[str, ...] = ()  # `ctr` on its containerd (k8s.io namespace): import an image
 
     SELECTOR: ClassVar[dict[str, str]] = {"tfkube.io/real-node": "true"}
     TOLERATIONS: ClassVar[list[dict[str, str]]] = [

@@ -174,6 +174,7 @@ def real_node(kube_cluster: KubeCluster) -> Iterator[RealNode]:
                 kube_cluster.harness.api, node, ns, claims
             ),
             timings=dict(node.timings),
+            ctr=(realnode.CTR, "--address", node.containerd_socket, "--namespace", "k8s.io"),
         )
     finally:
         for line in kube_cluster.harness.stop_real_node():

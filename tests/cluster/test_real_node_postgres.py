@@ -199,53 +199,12 @@ def pg_platform(
         assert database.spec.node_name == node.name
         assert database.spec.containers[0].image == POSTGRES_IMAGE
         url = forward.start()
-        log = kube.core.read_namespaced_pod_log(server.metadata.name, ns, container="server")
-        (token,) = set(re.findall(r"/setup\?token=([A-Za-z0-9_-]+)", log)) or {None}
-        assert token, log[-3000:]
-        r = httpx.post(f"{url}/api/v1/setup",
-                       json={"token": token, "name": "admin", "password": PASSWORD})  # fmt: skip
-        assert r.status_code == 201, r.text
-        admin = api_for(url, "admin")
+        admin = set_up_admin(kube, ns, server, url)
         apis.append(admin)
-        admin.new_team(team, {})
-        admin.ok(admin.http.put(f"/api/v1/teams/{team}/allowances",
-                                json={"toleration_keys": [taint["key"]]}))  # fmt: skip
-        user = admin.new_user()
-        admin.add_member(team, user, "member")
-        member = api_for(url, user)
+        member = team_member(admin, url, team, node)
         apis.append(member)
-        code = tmp / "code"
-        code.mkdir()
-        (code / "run.sh").write_text(RUN_SH)
-        member.ok(
-            member.post(
-                f"/api/v1/teams/{team}/artifacts",
-                params={"name": "hello", "filename": "code.tar.gz"},
-                content=targz(code),
-                headers={"Content-Type": "application/octet-stream"},
-            ),
-            201,
-        )
-        worker = {
-            "replicas": 1,
-            "resources": {"memory": "512Mi"},
-            "nodeSelector": dict(node.SELECTOR),
-            "tolerations": list(node.TOLERATIONS),
-        }
-        manifest = {
-            "apiVersion": "tfkube.io/v1alpha1",
-            "kind": "TFJob",
-            "metadata": {"name": JOB},
-            "spec": {
-                "replicas": {"worker": worker},
-                "code": {"source": "artifact:hello", "entrypoint": "run.sh"},
-            },
-        }
         t1 = time.monotonic()
-        job = member.ok(
-            member.post(f"/api/v1/teams/{team}/jobs", json={"manifest": yaml.safe_dump(manifest)}),
-            201,
-        )
+        job = submit_hello(member, team, node, tmp, JOB)
 
         def finished() -> dict[str, Any] | None:
             seen = member.ok(member.get(f"/api/v1/jobs/{job['id']}"))
@@ -265,26 +224,97 @@ def pg_platform(
         yield PgPlatform(kube, node, ns, forward, admin, member, team, final, data_dir,
                          install_args, env, timings)  # fmt: skip
     finally:
-        try:
-            if apis:
-                admin_now = _api(forward.url, apis[0]) if forward.url else apis[0]
-                try:
-                    listed = admin_now.get("/api/v1/jobs", params={"limit": 500})
-                    if listed.status_code == 200:
-                        for job_seen in listed.json()["items"]:
-                            admin_now.delete(f"/api/v1/jobs/{job_seen['id']}")
-                except httpx.HTTPError:
-                    pass
-                finally:
-                    admin_now.close()
-        finally:
-            for api in apis:
-                api.close()
-            forward.stop()
+        take_down(kube, forward, apis, [ns, team_ns], pvs, tmp)
+
+
+def team_member(admin: Api, url: str, team: str, node: RealNode) -> Api:
+    """A new team (no quota: the pods ask no CPU) allowed the real node's taint, and a new
+    member of it: the member's client."""
+    (taint,) = node.TOLERATIONS
+    admin.new_team(team, {})
+    admin.ok(admin.http.put(f"/api/v1/teams/{team}/allowances",
+                            json={"toleration_keys": [taint["key"]]}))  # fmt: skip
+    user = admin.new_user()
+    admin.add_member(team, user, "member")
+    return api_for(url, user)
+
+
+def upload_code(member: Api, team: str, name: str, folder: Path) -> None:
+    """`folder` as the team's code artifact `name` (a .tar.gz)."""
+    member.ok(
+        member.post(
+            f"/api/v1/teams/{team}/artifacts",
+            params={"name": name, "filename": "code.tar.gz"},
+            content=targz(folder),
+            headers={"Content-Type": "application/octet-stream"},
+        ),
+        201,
+    )
+
+
+def submit_hello(member: Api, team: str, node: RealNode, tmp: Path, name: str) -> Any:
+    """A one-worker job `name` on the real node that prints a line (`RUN_SH`, its code
+    uploaded as the artifact `hello`), submitted by `member`: the job as the API returns it."""
+    code = tmp / "hello"
+    code.mkdir(exist_ok=True)
+    (code / "run.sh").write_text(RUN_SH)
+    upload_code(member, team, "hello", code)
+    worker = {
+        "replicas": 1,
+        "resources": {"memory": "512Mi"},
+        "nodeSelector": dict(node.SELECTOR),
+        "tolerations": list(node.TOLERATIONS),
+    }
+    manifest = {
+        "apiVersion": "tfkube.io/v1alpha1",
+        "kind": "TFJob",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": {"worker": worker},
+            "code": {"source": "artifact:hello", "entrypoint": "run.sh"},
+        },
+    }
+    jobs = f"/api/v1/teams/{team}/jobs"
+    return member.ok(member.post(jobs, json={"manifest": yaml.safe_dump(manifest)}), 201)
+
+
+def set_up_admin(kube: KubeCluster, ns: str, server: client.V1Pod, url: str) -> Api:
+    """The first administrator, with the one-time link the server's pod printed."""
+    log = kube.core.read_namespaced_pod_log(server.metadata.name, ns, container="server")
+    (token,) = set(re.findall(r"/setup\?token=([A-Za-z0-9_-]+)", log)) or {None}
+    assert token, log[-3000:]
+    r = httpx.post(f"{url}/api/v1/setup",
+                   json={"token": token, "name": "admin", "password": PASSWORD})  # fmt: skip
+    assert r.status_code == 201, r.text
+    return api_for(url, "admin")
+
+
+def take_down(kube: KubeCluster, forward: Forward, apis: list[Api], namespaces: list[str],
+              pvs: list[str], tmp: Path) -> None:  # fmt: skip
+    """Undo a test's in-cluster install: every job deleted through the server (`apis[0]`,
+    an administrator, through the port-forward's current port; best effort), the clients
+    and the port-forward closed, every container's log kept in `tmp`, then the
+    `namespaces` (the install's first) and the volumes `pvs` removed."""
+    try:
+        if apis:
+            admin_now = _api(forward.url, apis[0]) if forward.url else apis[0]
             try:
-                _keep_logs(kube, ns, tmp)
+                listed = admin_now.get("/api/v1/jobs", params={"limit": 500})
+                if listed.status_code == 200:
+                    for job_seen in listed.json()["items"]:
+                        admin_now.delete(f"/api/v1/jobs/{job_seen['id']}")
+            except httpx.HTTPError:
+                pass
             finally:
-                remove_install(kube, [ns, team_ns], pvs)
+                admin_now.close()
+    finally:
+        for api in apis:
+            api.close()
+        forward.stop()
+        try:
+            _keep_logs(kube, namespaces[0], tmp)
+        finally:
+            remove_install(kube, namespaces, pvs)
 
 
 def _keep_logs(kube: KubeCluster, ns: str, tmp: Path) -> None:
