@@ -93,9 +93,21 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     ignored, and so would every process the tests start: `tfkube run` would then rightly
     ignore the tests' Ctrl-C (and `os.kill(self, SIGINT)` would raise nothing), failing the
     interrupt tests for a reason no user at a terminal has. Python's own handler again; the
-    processes the tests start get the default disposition."""
+    processes the tests start get the default disposition.
+
+    `nohup make test` ignores SIGHUP the same way, and the commands the tests hang up on
+    would rightly keep ignoring it (tests/local/test_lifetimes.py). The suite itself keeps
+    surviving a hang-up, as nohup asked, through a handler that does nothing: unlike an
+    ignored signal, a handler does not survive `exec`, so the processes the tests start
+    get the default disposition here too."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, _survive_hangup)
+
+
+def _survive_hangup(signum: int, frame: object) -> None:
+    """pytest's SIGHUP under `nohup` (pytest_sessionstart): nothing happens."""
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
