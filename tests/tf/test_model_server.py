@@ -11,6 +11,7 @@ TensorFlow's v1 builder as an Estimator export would be, classify and regress on
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -88,7 +89,8 @@ class Server:
     log: Path
 
 
-def _start(base: Path, log: Path, *flags: str) -> Server:
+def _start(base: Path, log: Path, *flags: str, versions: int = 2) -> Server:
+    """A model server of model "m" from `base`, once `versions` versions are available."""
     from tfkube.engines.local import free_ports
 
     rest_port, grpc_port = free_ports(2)
@@ -116,7 +118,7 @@ def _start(base: Path, log: Path, *flags: str) -> Server:
         try:
             r = httpx.get(f"{server.rest}/v1/models/m", headers=dict(AUTH), timeout=2)
             states = [v["state"] for v in r.json().get("model_version_status", [])]
-            if r.status_code == 200 and states.count("AVAILABLE") >= 2:
+            if r.status_code == 200 and states.count("AVAILABLE") >= versions:
                 return server
         except httpx.HTTPError:
             pass
@@ -125,23 +127,29 @@ def _start(base: Path, log: Path, *flags: str) -> Server:
     raise AssertionError(f"the model server did not start: {log.read_text()[-3000:]}")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    base = tmp_path_factory.mktemp("models")
-    build_model(base, 1)
-    build_model(base, 2, warm_up=3)
-    started = _start(
-        base,
-        base.parent / "server.log",
-        "--model_version_policy=latest:2",
-        "--version_labels=stable=1,canary=2",
-        "--enable_batching",
-    )
+@contextlib.contextmanager
+def running(base: Path, *flags: str, versions: int = 2) -> Iterator[Server]:
+    """`_start`ed for the block (its log beside `base`), then stopped."""
+    started = _start(base, base.parent / "server.log", *flags, versions=versions)
     try:
         yield started
     finally:
         started.proc.terminate()
         started.proc.wait(30)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    base = tmp_path_factory.mktemp("models")
+    build_model(base, 1)
+    build_model(base, 2, warm_up=3)
+    with running(
+        base,
+        "--model_version_policy=latest:2",
+        "--version_labels=stable=1,canary=2",
+        "--enable_batching",
+    ) as started:
+        yield started
 
 
 @pytest.fixture(scope="module")

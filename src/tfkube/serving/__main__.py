@@ -30,7 +30,18 @@ def _flag_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"{text!r}: expected true or false")
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive whole number")
+    return value
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    from tfkube.serving._rest import DEFAULT_MAX_ELEMENTS, DEFAULT_MAX_REQUEST_BYTES
     from tfkube.serving._versions import parse_pairs, parse_policy
 
     p = argparse.ArgumentParser(prog="python -m tfkube.serving", description=__doc__)
@@ -42,6 +53,22 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rest_api_host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0, help="gRPC port (0: none).")
     p.add_argument("--grpc_max_threads", type=int, default=32)
+    p.add_argument(
+        "--max_request_bytes",
+        type=_positive,
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        help="The largest gRPC message or REST body read (default 64 MiB); larger ones are "
+        "refused, RESOURCE_EXHAUSTED (REST: 413).",
+    )
+    p.add_argument(
+        "--max_request_elements",
+        type=_positive,
+        default=DEFAULT_MAX_ELEMENTS,
+        help="The most numbers or strings one request may bring over all its inputs "
+        f"(default {DEFAULT_MAX_ELEMENTS}); with batching, an input whose rows have a known "
+        "shape takes at most max_batch_size rows. More: INVALID_ARGUMENT, before any array "
+        "is made.",
+    )
     p.add_argument(
         "--model_version", type=int, default=None, help="Serve this version only (default: latest)."
     )
@@ -127,7 +154,11 @@ def main(argv: list[str] | None = None) -> None:
         warmer=warm_up if args.enable_model_warmup else None,
     )
     calls = Calls(
-        store, batcher, ThreadPoolExecutor(max_workers=8, thread_name_prefix="tfkube-run")
+        store,
+        batcher,
+        ThreadPoolExecutor(max_workers=8, thread_name_prefix="tfkube-run"),
+        max_elements=args.max_request_elements,
+        max_request_bytes=args.max_request_bytes,
     )
     store.start(args.file_system_poll_wait_seconds)
     token = os.environ.pop(contract.SERVING_TOKEN, None) or None

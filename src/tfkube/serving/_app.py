@@ -53,13 +53,32 @@ async def _answer(send: Send, status: int, body: bytes) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def _body(receive: Receive) -> bytes:
+def _too_large(limit: int) -> ServingError:
+    return ServingError(
+        Code.RESOURCE_EXHAUSTED,
+        f"the request body is over {limit} bytes, the most this model server reads "
+        "(--max_request_bytes)",
+        http_status=413,
+    )
+
+
+async def _body(receive: Receive, scope: Scope, limit: int) -> bytes:
+    """The request's body, at most `limit` bytes: a declared `Content-Length` over it is
+    refused before a byte is read, a streamed body as it passes it."""
+    for key, value in scope["headers"]:
+        if key == b"content-length" and (not value.strip().isdigit() or int(value) > limit):
+            raise _too_large(limit)
     parts = []
+    received = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             raise ConnectionError("the client went away")
-        parts.append(message.get("body", b""))
+        part = message.get("body", b"")
+        received += len(part)
+        if received > limit:
+            raise _too_large(limit)
+        parts.append(part)
         if not message.get("more_body"):
             return parts[0] if len(parts) == 1 else b"".join(parts)
 
@@ -84,7 +103,7 @@ def create_app(
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    async def answer(method: str, path: str, receive: Receive) -> tuple[int, bytes]:
+    async def answer(method: str, path: str, receive: Receive, scope: Scope) -> tuple[int, bytes]:
         call = route(method, path)
         if call.kind == "status":
             if call.model != store.name:
@@ -96,8 +115,8 @@ def create_app(
         version, servable = calls.servable(call.model, call.version, call.label)
         if call.kind == "metadata":
             return 200, dumps(metadata_answer(store.name, servable.info))
-        body = await _body(receive)
-        request = parse_predict(body, servable.info.signatures)
+        body = await _body(receive, scope, calls.max_request_bytes)
+        request = parse_predict(body, servable.info.signatures, calls.max_elements, calls.bounds)
         outputs = await loop_calls.run(version, servable, request.signature_name, request.inputs)
         return 200, predict_body(outputs, request.row_format)
 
@@ -134,7 +153,7 @@ def create_app(
             await _answer(send, 404, dumps({"error": f"Not found: {path}"}))
             return
         try:
-            status, body = await answer(method, path, receive)
+            status, body = await answer(method, path, receive, scope)
         except ServingError as exc:
             status, body = exc.http_status, dumps(exc.body())
         except ConnectionError:

@@ -19,6 +19,8 @@ import numpy as np
 
 from tfkube.serving._batching import Batcher
 from tfkube.serving._rest import (
+    DEFAULT_MAX_ELEMENTS,
+    DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_SIGNATURE,
     DTYPES,
     Code,
@@ -88,6 +90,28 @@ def examples_signature(servable: Servable, name: str, method: str) -> tuple[str,
     return input_name, signature
 
 
+def element_bounds(signature: Signature, max_batch_size: int | None) -> dict[str, int]:
+    """The most elements each input of a signature can take in one request (pure): its
+    whole shape's when the shape is known; `max_batch_size` rows when only the first
+    dimension is unknown and batching is on (a request of more rows is refused anyway).
+    Inputs of another shape are bounded only by the request's `max_elements`."""
+    bounds = {}
+    for name, info in signature.inputs.items():
+        if info.shape is None or not info.shape:
+            continue
+        first, rest = info.shape[0], info.shape[1:]
+        if any(d is None for d in rest):
+            continue
+        row = 1
+        for d in rest:
+            row *= d or 0
+        if first is not None:
+            bounds[name] = first * row
+        elif max_batch_size is not None:
+            bounds[name] = max_batch_size * row
+    return bounds
+
+
 @dataclass
 class Calls:
     store: ModelStore
@@ -96,6 +120,15 @@ class Calls:
     pool: ThreadPoolExecutor
     took: dict[tuple[int, int, str], float] = field(default_factory=dict)
     """How long each model call (version, servable, signature) last ran, in seconds."""
+    max_elements: int = DEFAULT_MAX_ELEMENTS
+    """The most numbers or strings one request may bring (`--max_request_elements`)."""
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    """The largest request body or gRPC message (`--max_request_bytes`)."""
+
+    def bounds(self, signature: Signature) -> dict[str, int]:
+        """Each input's bound in elements by the signature (`element_bounds`)."""
+        batch = self.batcher.params.max_batch_size if self.batcher is not None else None
+        return element_bounds(signature, batch)
 
     def servable(self, model: str, version: int | None, label: str | None) -> tuple[int, Servable]:
         if model != self.store.name:

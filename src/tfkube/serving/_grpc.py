@@ -32,8 +32,8 @@ from tfkube.serving._calls import CLASSIFY, REGRESS, Calls, checked_inputs, exam
 from tfkube.serving._calls import signature_of as _signature_of
 from tfkube.serving._protowire import (
     decode_examples_request,
+    decode_inputs,
     decode_metadata_request,
-    decode_predict,
     decode_status_request,
     encode_classify_response,
     encode_metadata_response,
@@ -41,8 +41,15 @@ from tfkube.serving._protowire import (
     encode_regress_response,
     encode_status_response,
     filtered,
+    predict_parts,
 )
-from tfkube.serving._rest import DEFAULT_SIGNATURE, Code, ServingError, not_found
+from tfkube.serving._rest import (
+    DEFAULT_SIGNATURE,
+    Code,
+    ServingError,
+    check_input_names,
+    not_found,
+)
 
 log = logging.getLogger("tfkube.serving")
 
@@ -59,6 +66,7 @@ STATUS: dict[Code, grpc.StatusCode] = {
     Code.UNIMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
     Code.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     Code.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    Code.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Code.INTERNAL: grpc.StatusCode.INTERNAL,
     Code.UNKNOWN: grpc.StatusCode.UNKNOWN,
 }
@@ -80,22 +88,31 @@ class Service:
         }
 
     def predict(self, request: bytes) -> bytes:
-        call = decode_predict(request)
+        # the tensors stay bytes until the signature has said how large each may be
+        call = predict_parts(request)
         spec = call.spec
         version, servable = self.calls.servable(spec.name, spec.version, spec.label or None)
         name = spec.signature_name or DEFAULT_SIGNATURE
-        inputs = checked_inputs(call.inputs, _signature_of(servable, name), name)
+        signature = _signature_of(servable, name)
+        check_input_names(call.tensors, signature, name)
+        arrays = decode_inputs(call.tensors, self.calls.max_elements, self.calls.bounds(signature))
+        inputs = checked_inputs(arrays, signature, name)
         outputs = self.calls.run(version, servable, name, inputs, here=True).result()
         return encode_predict_response(
             spec.name, version, name, filtered(outputs, call.output_filter)
         )
 
     def _examples(self, request: bytes, method: str) -> tuple[str, int, str, dict[str, Any]]:
-        call = decode_examples_request(request)
-        spec = call.spec
+        # the model_spec first: the signature bounds how many examples are read
+        spec = decode_status_request(request)
         version, servable = self.calls.servable(spec.name, spec.version, spec.label or None)
         name = spec.signature_name or DEFAULT_SIGNATURE
-        input_name, _ = examples_signature(servable, name, method)
+        input_name, signature = examples_signature(servable, name, method)
+        limit = min(
+            self.calls.max_elements,
+            self.calls.bounds(signature).get(input_name, self.calls.max_elements),
+        )
+        call = decode_examples_request(request, limit, self.calls.max_request_bytes)
         strings = np.empty(len(call.examples), dtype=object)
         strings[:] = call.examples
         outputs = self.calls.run(version, servable, name, {input_name: strings}, here=True).result()
@@ -199,12 +216,14 @@ def _guarded(method: Method) -> Callable[[bytes, grpc.ServicerContext], bytes]:
 def start_server(
     calls: Calls, host: str, port: int, token: str | None, threads: int = 32
 ) -> grpc.Server:
-    """gRPC on host:port (TensorFlow Serving's `--port`), started."""
+    """gRPC on host:port (TensorFlow Serving's `--port`), started. A message larger than
+    `calls.max_request_bytes` is refused by grpcio before it is handed over
+    (RESOURCE_EXHAUSTED); answers are not bounded (their size is the model's)."""
     server = grpc.server(
         ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tfkube-grpc"),
         handlers=[_Handler(Service(calls), token)],
         options=[
-            ("grpc.max_receive_message_length", -1),
+            ("grpc.max_receive_message_length", calls.max_request_bytes),
             ("grpc.max_send_message_length", -1),
             ("grpc.so_reuseport", 0),
         ],

@@ -30,7 +30,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tfkube.serving._rest import Code, ServingError, Signature, TensorInfo, VersionStatus
+from tfkube.serving._rest import (
+    DEFAULT_MAX_ELEMENTS,
+    DEFAULT_MAX_REQUEST_BYTES,
+    Code,
+    ServingError,
+    Signature,
+    TensorInfo,
+    VersionStatus,
+)
 
 # -- the wire format ------------------------------------------------------------------------
 
@@ -42,18 +50,23 @@ def _malformed(what: str) -> ServingError:
 
 
 def read_varint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """The varint at `pos` -> (value, the position after it)."""
+    """The varint at `pos` -> (value, the position after it); at most 64 bits (ten
+    bytes), as protobuf's own parsers read them."""
     end = len(buf)
     if pos < end and buf[pos] < 0x80:  # one byte: most tags and lengths
         return buf[pos], pos + 1
     result = shift = 0
     while True:
-        if pos >= end or shift > 63:
+        if pos >= end:
             raise _malformed("a truncated varint")
+        if shift > 63:
+            raise _malformed("a varint longer than ten bytes")
         b = buf[pos]
         pos += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
+            if result >> 64:
+                raise _malformed("a varint over 64 bits")
             return result, pos
         shift += 7
 
@@ -87,7 +100,7 @@ def fields(buf: bytes | memoryview) -> Iterator[tuple[int, int, int | memoryview
                 raise _malformed("a truncated field")
             yield number, kind, int.from_bytes(view[pos : pos + 4], "little")
             pos += 4
-        else:
+        else:  # 3 and 4 (groups: in no message served here), 6 and 7 (none)
             raise _malformed(f"wire type {kind}")
 
 
@@ -205,16 +218,41 @@ DT: Mapping[int, str] = {
 """TensorFlow's DataType enum -> the dtype name tfkube uses (TensorInfo.dtype)."""
 DT_OF: Mapping[str, int] = {v: k for k, v in DT.items()}
 
-_VALUES = {5: "float32", 6: "float64", 7: "int32", 10: "int64", 11: "bool", 13: "half"}
-"""TensorProto's repeated value fields (besides strings and unsigned ones)."""
+MAX_RANK = 32
+"""The most dimensions a tensor may have here (numpy's own bound of old; TensorFlow's is
+254): a shape with more is refused before anything is made of it."""
+
+_FIXED_VALUES = {5: 4, 6: 8}
+"""float_val and double_val: fixed32 and fixed64 numbers (packed or one by one)."""
+_VARINT_VALUES = (7, 10, 11, 13, 16, 17)
+"""int_val, int64_val, bool_val, half_val, uint32_val, uint64_val: varints."""
 
 
-def _packed_varints(buf: memoryview) -> list[int]:
-    out, pos = [], 0
-    while pos < len(buf):
-        value, pos = read_varint(buf, pos)
-        out.append(value)
+def _varints(buf: memoryview) -> np.ndarray:
+    """Packed varints -> uint64 (numpy throughout: no Python int per number; bits over
+    64 dropped, as protobuf's parsers do)."""
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    if raw.size == 0:
+        return np.zeros(0, np.uint64)
+    if raw[-1] >= 0x80:
+        raise _malformed("a truncated varint")
+    ends = np.flatnonzero(raw < 0x80)
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    lengths = ends - starts + 1
+    if int(lengths.max()) > 10:
+        raise _malformed("a varint longer than ten bytes")
+    out = np.zeros(ends.size, np.uint64)
+    for k in range(int(lengths.max())):
+        has = lengths > k
+        part = (raw[starts[has] + k] & 0x7F).astype(np.uint64)
+        out[has] |= part << np.uint64(7 * k)
     return out
+
+
+def _count_varints(buf: memoryview) -> int:
+    return int(np.count_nonzero(np.frombuffer(buf, dtype=np.uint8) < 0x80))
 
 
 @dataclass
@@ -222,56 +260,109 @@ class _Tensor:
     dtype: int = 0
     shape: list[int] | None = None
     content: memoryview | None = None
-    values: dict[int, list[int | memoryview]] = field(default_factory=dict)
+    varints: dict[int, list[memoryview | int]] = field(default_factory=dict)
+    fixed: dict[int, list[memoryview | int]] = field(default_factory=dict)
+    strings: list[bytes] = field(default_factory=list)
+    counted: int = 0
+    """Values seen so far in the repeated fields (packed ones counted without reading)."""
 
 
-def decode_tensor(buf: bytes | memoryview) -> np.ndarray:
+def _too_many(elements: int, limit: int, what: str) -> ServingError:
+    return ServingError(
+        Code.INVALID_ARGUMENT,
+        f"{what} holds {elements} elements; this model server takes at most {limit} in one "
+        "request (--max_request_elements, and the signature's batch bound)",
+    )
+
+
+def _read_shape(buf: memoryview) -> list[int] | None:
+    dims: list[int] = []
+    unknown = False
+    for inner, _, v in fields(buf):
+        if inner == 2:  # Dim {1: size}; a size of 0 is not on the wire
+            if len(dims) >= MAX_RANK:
+                raise ServingError(
+                    Code.INVALID_ARGUMENT,
+                    f"a tensor of more than {MAX_RANK} dimensions",
+                )
+            size = 0
+            for dim_field, _, d in fields(_bytes(v)):
+                if dim_field == 1:
+                    size = _signed64(_int(d))
+            dims.append(size)
+        elif inner == 3:
+            unknown = bool(_int(v))
+    return None if unknown else dims
+
+
+def decode_tensor(buf: bytes | memoryview, max_elements: int = DEFAULT_MAX_ELEMENTS) -> np.ndarray:
     """A TensorProto -> an array (numbers without a copy where it came as
     `tensor_content` at an address aligned for its dtype; strings as an object array of
-    bytes)."""
+    bytes). INVALID_ARGUMENT for a malformed tensor or one of more than `max_elements`
+    elements (its shape's or its values'), checked before any array is made: TensorFlow's
+    rule that one value stands for all (a shape of a billion and one `float_val`) cannot
+    allocate more, nor a shape whose product passes int64."""
     t = _Tensor()
+
+    def count(more: int) -> None:
+        t.counted += more
+        if t.counted > max_elements:
+            raise _too_many(t.counted, max_elements, "a tensor's values")
+
     for number, kind, value in fields(buf):
         if number == 1:
             t.dtype = _int(value)
         elif number == 2:
-            dims: list[int] = []
-            unknown = False
-            for inner, _, v in fields(_bytes(value)):
-                if inner == 2:  # Dim {1: size}; a size of 0 is not on the wire
-                    size = 0
-                    for dim_field, _, d in fields(_bytes(v)):
-                        if dim_field == 1:
-                            size = _signed64(_int(d))
-                    dims.append(size)
-                elif inner == 3:
-                    unknown = bool(_int(v))
-            t.shape = None if unknown else dims
+            t.shape = _read_shape(_bytes(value))
         elif number == 4:
             t.content = _bytes(value)
-        elif number in (5, 6, 7, 8, 10, 11, 13, 16, 17):
-            t.values.setdefault(number, []).append(value if kind == BYTES else _int(value))
-    return _tensor_array(t)
-
-
-def _repeated(t: _Tensor, number: int, item: str, kind_fixed: bool) -> np.ndarray:
-    """A repeated numeric field's values (packed or not) as an array."""
-    parts = t.values.get(number, [])
-    if kind_fixed:
-        width = np.dtype(item).itemsize
-        chunks: list[bytes] = []
-        for p in parts:
-            if isinstance(p, memoryview):
-                chunks.append(bytes(p))
+        elif number == 8:
+            count(1)
+            t.strings.append(bytes(_bytes(value)))
+        elif number in _FIXED_VALUES:
+            width = _FIXED_VALUES[number]
+            if kind == BYTES:
+                assert isinstance(value, memoryview)
+                if len(value) % width:
+                    raise _malformed(f"packed field {number} of {len(value)} bytes")
+                count(len(value) // width)
+            elif kind != (FIXED32 if width == 4 else FIXED64):
+                raise _malformed(f"field {number} of wire type {kind}")
             else:
-                chunks.append(p.to_bytes(width, "little"))
-        return np.frombuffer(b"".join(chunks), dtype=np.dtype(item).newbyteorder("<"))
-    numbers: list[int] = []
-    for p in parts:
-        numbers.extend(_packed_varints(p) if isinstance(p, memoryview) else [p])
-    return np.array(numbers, dtype=np.uint64).astype(item) if numbers else np.zeros(0, item)
+                count(1)
+            t.fixed.setdefault(number, []).append(value)
+        elif number in _VARINT_VALUES:
+            if kind == BYTES:
+                assert isinstance(value, memoryview)
+                count(_count_varints(value))
+            elif kind != VARINT:
+                raise _malformed(f"field {number} of wire type {kind}")
+            else:
+                count(1)
+            t.varints.setdefault(number, []).append(value)
+    return _tensor_array(t, max_elements)
 
 
-def _tensor_array(t: _Tensor) -> np.ndarray:
+def _fixed(t: _Tensor, number: int, item: str) -> np.ndarray:
+    """A repeated fixed-width field's values (packed or not) as an array."""
+    width = np.dtype(item).itemsize
+    chunks = [
+        bytes(p) if isinstance(p, memoryview) else p.to_bytes(width, "little")
+        for p in t.fixed.get(number, [])
+    ]
+    return np.frombuffer(b"".join(chunks), dtype=np.dtype(item).newbyteorder("<"))
+
+
+def _repeated(t: _Tensor, number: int) -> np.ndarray:
+    """A repeated varint field's values (packed or not) as uint64."""
+    parts = [
+        _varints(p) if isinstance(p, memoryview) else np.array([p], np.uint64)
+        for p in t.varints.get(number, [])
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+
+
+def _tensor_array(t: _Tensor, max_elements: int) -> np.ndarray:
     dtype = DT.get(t.dtype)
     if dtype is None:
         raise ServingError(Code.INVALID_ARGUMENT, f"a tensor of an unsupported dtype ({t.dtype})")
@@ -279,12 +370,15 @@ def _tensor_array(t: _Tensor) -> np.ndarray:
         raise ServingError(Code.INVALID_ARGUMENT, "a tensor of unknown rank")
     if any(d < 0 for d in t.shape):
         raise ServingError(Code.INVALID_ARGUMENT, "a tensor with a negative dimension")
-    size = int(np.prod(t.shape, dtype=np.int64))
+    size = 1
+    for d in t.shape:  # Python's integers: a product past int64 is seen, not wrapped
+        size *= d
+    if size > max_elements:
+        raise _too_many(size, max_elements, f"a tensor of shape {t.shape}")
     flat: np.ndarray
     if dtype == "string":
-        strings = [bytes(s) for s in t.values.get(8, []) if isinstance(s, memoryview)]
-        flat = np.empty(len(strings), dtype=object)
-        flat[:] = strings
+        flat = np.empty(len(t.strings), dtype=object)
+        flat[:] = t.strings
     elif t.content is not None:
         item = np.dtype(dtype).newbyteorder("<")
         if len(t.content) != size * item.itemsize:
@@ -299,27 +393,25 @@ def _tensor_array(t: _Tensor) -> np.ndarray:
         # copy costs a microsecond
         return array if array.flags.aligned else array.copy()
     elif dtype == "float32":
-        flat = _repeated(t, 5, "float32", True)
+        flat = _fixed(t, 5, "float32")
     elif dtype == "float64":
-        flat = _repeated(t, 6, "float64", True)
+        flat = _fixed(t, 6, "float64")
     elif dtype == "float16":
-        flat = _repeated(t, 13, "uint16", False).view(np.float16)
+        flat = _repeated(t, 13).astype(np.uint16).view(np.float16)
     elif dtype == "int64":
-        flat = _repeated(t, 10, "uint64", False).view(np.int64)
+        flat = _repeated(t, 10).view(np.int64)
     elif dtype == "bool":
-        flat = _repeated(t, 11, "uint64", False).astype(bool)
+        flat = _repeated(t, 11).astype(bool)
     elif dtype == "uint32":
-        flat = _repeated(t, 16, "uint32", False)
+        flat = _repeated(t, 16).astype(np.uint32)
     elif dtype == "uint64":
-        flat = _repeated(t, 17, "uint64", False)
+        flat = _repeated(t, 17)
     else:  # int32, int16, int8, uint8, uint16 travel in int_val
-        flat = _repeated(t, 7, "uint64", False).astype(np.uint32).view(np.int32).astype(dtype)
+        flat = _repeated(t, 7).astype(np.uint32).view(np.int32).astype(dtype)
     if flat.size == size:
         return flat.reshape(t.shape)
     if flat.size == 1 and size > 1:  # one value stands for all (TensorFlow's rule)
         return np.full(t.shape, flat[0], dtype=flat.dtype)
-    if flat.size == 0 and size == 0:
-        return flat.reshape(t.shape)
     raise ServingError(
         Code.INVALID_ARGUMENT,
         f"a {dtype} tensor of shape {t.shape} holds {flat.size} values",
@@ -361,6 +453,22 @@ class PredictCall:
     output_filter: tuple[str, ...] = ()
 
 
+MAX_NAMES = 1024
+"""The most distinct input names, and output_filter entries, one request may give."""
+
+
+@dataclass(frozen=True)
+class PredictParts:
+    """A PredictRequest read but for its tensors: each input's TensorProto still as bytes,
+    so the model's signature can bound them before any array is made."""
+
+    spec: ModelSpec
+    tensors: dict[str, memoryview]
+    """Input name -> its TensorProto (a name given twice: the last wins, protobuf's rule
+    for a map)."""
+    output_filter: tuple[str, ...] = ()
+
+
 def _map_entry(buf: memoryview) -> tuple[str, memoryview]:
     key, value = "", memoryview(b"")
     for number, _, v in fields(buf):
@@ -371,19 +479,51 @@ def _map_entry(buf: memoryview) -> tuple[str, memoryview]:
     return key, value
 
 
-def decode_predict(buf: bytes | memoryview) -> PredictCall:
+def predict_parts(buf: bytes | memoryview) -> PredictParts:
     spec = ModelSpec()
-    inputs: dict[str, np.ndarray] = {}
+    tensors: dict[str, memoryview] = {}
     wanted: list[str] = []
     for number, _, value in fields(buf):
         if number == 1:
             spec = decode_spec(_bytes(value))
         elif number == 2:
             key, tensor = _map_entry(_bytes(value))
-            inputs[key] = decode_tensor(tensor)
+            if key not in tensors and len(tensors) >= MAX_NAMES:
+                raise ServingError(
+                    Code.INVALID_ARGUMENT, f"a request naming more than {MAX_NAMES} inputs"
+                )
+            tensors[key] = tensor
         elif number == 3:
+            if len(wanted) >= MAX_NAMES:
+                raise ServingError(
+                    Code.INVALID_ARGUMENT,
+                    f"an output_filter of more than {MAX_NAMES} names",
+                )
             wanted.append(_text(value))
-    return PredictCall(spec, inputs, tuple(wanted))
+    return PredictParts(spec, tensors, tuple(wanted))
+
+
+def decode_inputs(
+    tensors: Mapping[str, memoryview],
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+    bounds: Mapping[str, int] | None = None,
+) -> dict[str, np.ndarray]:
+    """The inputs as arrays: all of them together at most `max_elements` elements, and
+    each at most its bound in `bounds` (what the signature allows: max batch x a row)."""
+    inputs: dict[str, np.ndarray] = {}
+    left = max_elements
+    for key, tensor in tensors.items():
+        limit = left if bounds is None or key not in bounds else min(left, bounds[key])
+        inputs[key] = decode_tensor(tensor, limit)
+        left -= inputs[key].size
+    return inputs
+
+
+def decode_predict(
+    buf: bytes | memoryview, max_elements: int = DEFAULT_MAX_ELEMENTS
+) -> PredictCall:
+    parts = predict_parts(buf)
+    return PredictCall(parts.spec, decode_inputs(parts.tensors, max_elements), parts.output_filter)
 
 
 def encode_predict_response(
@@ -420,22 +560,42 @@ class ExamplesCall:
     example's (protobuf merges concatenated messages: the example's features win)."""
 
 
-def decode_examples_request(buf: bytes | memoryview) -> ExamplesCall:
+def decode_examples_request(
+    buf: bytes | memoryview,
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+    max_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+) -> ExamplesCall:
+    """INVALID_ARGUMENT past `max_elements` examples, or when the examples with their
+    context copied before each would make more than `max_bytes` (a context is one field
+    on the wire but a copy per example: a megabyte's context and a million empty
+    examples would make a terabyte)."""
     spec = ModelSpec()
     examples: list[bytes] = []
+    budget = max_bytes
+    made = 0
     for number, _, value in fields(buf):
         if number == 1:
             spec = decode_spec(_bytes(value))
         elif number == 2:
             for kind, _, listed in fields(_bytes(value)):
                 context = b""
-                found: list[bytes] = []
+                found: list[memoryview] = []
                 for inner, _, v in fields(_bytes(listed)):
                     if inner == 1:
-                        found.append(bytes(_bytes(v)))
+                        found.append(_bytes(v))
+                        if len(examples) + len(found) > max_elements:
+                            raise _too_many(len(examples) + len(found), max_elements, "Input")
                     elif inner == 2 and kind == 2:
                         context = bytes(_bytes(v))
-                examples.extend(context + e for e in found)
+                made += len(context) * len(found) + sum(len(e) for e in found)
+                if made > budget:
+                    raise ServingError(
+                        Code.INVALID_ARGUMENT,
+                        f"the examples with their context make over {budget} bytes (the "
+                        "context is copied before each example); send fewer examples or "
+                        "a smaller context",
+                    )
+                examples.extend(context + bytes(e) for e in found)
     if not examples:
         raise ServingError(Code.INVALID_ARGUMENT, "Input is empty")
     return ExamplesCall(spec, examples)

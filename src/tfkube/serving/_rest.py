@@ -19,7 +19,7 @@ import base64
 import json
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
@@ -42,6 +42,7 @@ class Code(StrEnum):
     UNIMPLEMENTED = "UNIMPLEMENTED"
     UNAVAILABLE = "UNAVAILABLE"
     UNAUTHENTICATED = "UNAUTHENTICATED"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
     INTERNAL = "INTERNAL"
     UNKNOWN = "UNKNOWN"
 
@@ -53,21 +54,37 @@ HTTP_STATUS: Mapping[Code, int] = {
     Code.UNIMPLEMENTED: 501,
     Code.UNAVAILABLE: 503,
     Code.UNAUTHENTICATED: 401,
+    Code.RESOURCE_EXHAUSTED: 429,
     Code.INTERNAL: 500,
     Code.UNKNOWN: 500,
 }
 """TensorFlow Serving's mapping from error code to HTTP status (http_server.cc)."""
 
 
+DEFAULT_MAX_REQUEST_BYTES = 64 * 2**20
+"""The largest request either door reads unless told otherwise (`--max_request_bytes`):
+a gRPC message (grpcio's `max_receive_message_length`; TensorFlow Serving sets 2 GiB, tfkube
+used to set no bound at all) and a REST body. The platform's proxy takes as much
+(`server/core/inputs.MAX_PROXY_BODY_BYTES`)."""
+DEFAULT_MAX_ELEMENTS = 2**22
+"""The most numbers (or strings) one request may bring, over all its inputs, unless the
+model server is told otherwise (`--max_request_elements`): 16 MiB of float32. Where a
+signature's input has a known row shape and batching is on, the bound for that input is
+`max_batch_size` rows of it, when smaller."""
+
+
 class ServingError(Exception):
-    def __init__(self, code: Code, message: str) -> None:
+    def __init__(self, code: Code, message: str, http_status: int | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self._http_status = http_status
 
     @property
     def http_status(self) -> int:
-        return HTTP_STATUS[self.code]
+        """TensorFlow Serving's status for the code, unless this error names its own (413
+        for a body over the bound, as the platform's proxy answers)."""
+        return self._http_status or HTTP_STATUS[self.code]
 
     def body(self) -> dict[str, str]:
         return {"error": self.message}
@@ -386,6 +403,8 @@ def loads(body: bytes) -> Any:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ServingError(Code.INVALID_ARGUMENT, f"JSON Parse error: {exc}") from None
+    except RecursionError:  # orjson refuses past 1024 levels, then the standard library
+        raise ServingError(Code.INVALID_ARGUMENT, "JSON Parse error: nested too deeply") from None
 
 
 def check_input_names(given: Mapping[str, object], signature: Signature, name: str) -> None:
@@ -405,8 +424,69 @@ def check_input_names(given: Mapping[str, object], signature: Signature, name: s
         )
 
 
-def parse_predict(body: bytes, signatures: Mapping[str, Signature]) -> Predict:
-    """A :predict body -> the arrays to feed, checked against the signature."""
+Bounds = Callable[[Signature], Mapping[str, int]]
+"""A signature -> the most elements each of its inputs may have (those it bounds)."""
+
+
+def check_elements(
+    arrays: Mapping[str, np.ndarray], max_elements: int, bounds: Mapping[str, int]
+) -> None:
+    """INVALID_ARGUMENT when the arrays hold more than `max_elements` together, or one more
+    than its bound."""
+    total = sum(a.size for a in arrays.values())
+    if total > max_elements:
+        raise ServingError(
+            Code.INVALID_ARGUMENT,
+            f"the request holds {total} elements; this model server takes at most "
+            f"{max_elements} in one request (--max_request_elements)",
+        )
+    for name, array in arrays.items():
+        bound = bounds.get(name)
+        if bound is not None and array.size > bound:
+            raise ServingError(
+                Code.INVALID_ARGUMENT,
+                f"input {name!r} holds {array.size} elements; the signature takes at most "
+                f"{bound} (max_batch_size rows of its shape)",
+            )
+
+
+def parse_predict(
+    body: bytes,
+    signatures: Mapping[str, Signature],
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+    bounds: Bounds | None = None,
+) -> Predict:
+    """A :predict body -> the arrays to feed, checked against the signature and the
+    element bounds. A body with twice as many commas as any signature may take values
+    (`max_elements`, or the sum of a signature's bounds) is refused unread: parsed, each
+    number would cost a Python object (32 bytes) before it is counted."""
+    limit = max_elements
+    if bounds is not None:  # the most any signature takes, where each bounds all its inputs
+        most = 0
+        for signature in signatures.values():
+            each = bounds(signature)
+            if set(each) != set(signature.inputs):
+                most = max_elements
+                break
+            most = max(most, sum(each.values()))
+        limit = min(limit, most)
+    if body.count(b",") >= 2 * limit:  # a value per comma; rows as objects add one a row
+        raise ServingError(
+            Code.INVALID_ARGUMENT,
+            f"the request holds over {limit} values; this model server takes at most that "
+            "many in one request (--max_request_elements, the signature's batch bound)",
+        )
+    try:
+        found = _parse_predict(body, signatures)
+    except RecursionError:
+        raise ServingError(Code.INVALID_ARGUMENT, "the request is nested too deeply") from None
+    check_elements(
+        found.inputs, max_elements, bounds(signatures[found.signature_name]) if bounds else {}
+    )
+    return found
+
+
+def _parse_predict(body: bytes, signatures: Mapping[str, Signature]) -> Predict:
     fast = _fast_predict(body, signatures)
     if fast is not None:
         return fast
