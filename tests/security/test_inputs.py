@@ -32,7 +32,7 @@ from urllib.parse import unquote
 import httpx
 import pytest
 
-from server._server import Api, ServerProc, api_for
+from server._server import Api, ServerProc, api_for, free_port
 from server.conftest import start_server, stop_server, targz, upload, wait_job
 
 MiB = 2**20
@@ -44,7 +44,10 @@ CODE_LIMIT = 512 * MiB
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProc, Api, Api, str]]:
     """A server, its admin, a member of a fresh team, the team's name."""
     server, admin, tag = start_server(
-        tmp_path_factory.mktemp("inputs"), "sqlite", None, ["--cpus", "2"]
+        tmp_path_factory.mktemp("inputs"),
+        "sqlite",
+        None,
+        ["--cpus", "2", "--grpc-port", str(free_port())],
     )
     try:
         team = admin.new_team()
@@ -275,6 +278,33 @@ def test_a_multipart_upload_over_the_limit_is_cut_off_while_it_streams(
     while any(incoming.iterdir()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(incoming.iterdir()), "a refused upload leaves nothing behind"
+
+
+def test_a_grpc_message_over_the_bound_is_refused_before_its_token_is_read(
+    site: tuple[ServerProc, Api, Api, str],
+) -> None:
+    """The server's gRPC listener (TensorFlow Serving's API through the server): grpcio
+    reads a whole message before the handler sees the call's token. With no bound (it
+    was -1) a caller with no token at all made the server hold all of a 256 MiB message
+    (up to 2 GiB a call) before it was told UNAUTHENTICATED; now the REST proxy's bound
+    holds, RESOURCE_EXHAUSTED."""
+    import grpc
+
+    from tfkube.server.core.inputs import MAX_PROXY_BODY_BYTES
+
+    server = site[0]
+    port = server.extra[server.extra.index("--grpc-port") + 1]
+    predict = "/tensorflow.serving.PredictionService/Predict"
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = channel.unary_unary(predict)
+        with RssSampler(server) as rss, pytest.raises(grpc.RpcError) as caught:
+            call(b"\0" * 256 * MiB, timeout=120)
+        seen = f"{caught.value.code()}: {caught.value.details()} (+{rss.grew_mib:.0f} MiB)"
+        assert caught.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, seen
+        assert rss.grew_mib < MAX_PROXY_BODY_BYTES / MiB, seen
+        with pytest.raises(grpc.RpcError) as caught:
+            call(b"", timeout=30)
+        assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
 
 # -- control characters in names -------------------------------------------------------------

@@ -43,6 +43,7 @@ from fastapi import HTTPException
 from tfkube.server.accounts import actor_of, token_user
 from tfkube.server.api.deps import Principal
 from tfkube.server.api.routes.proxy import model_target
+from tfkube.server.core.inputs import MAX_PROXY_BODY_BYTES
 
 if TYPE_CHECKING:
     from tfkube.server.platform import Platform
@@ -61,6 +62,14 @@ STATUS = {
 }
 """The REST proxy's refusals as gRPC status codes."""
 UNLIMITED = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
+LISTENER = [
+    ("grpc.max_receive_message_length", MAX_PROXY_BODY_BYTES),
+    ("grpc.max_send_message_length", -1),
+]
+"""The listener's bound on a call's message: the REST proxy's on a body. grpcio reads a
+whole message before the handler sees the call's token, so without a bound anyone who
+reaches the port could make the server hold 2 GiB a call (RESOURCE_EXHAUSTED now, before
+the token is looked at)."""
 DIRECT = [*UNLIMITED, ("grpc.enable_http_proxy", 0)]
 """The channels to model servers: a route the engine chose (a relay's socket, a Service
 on the cluster's network), never an HTTP proxy of the server's environment."""
@@ -217,7 +226,7 @@ class GrpcProxy:
         self._server = grpc.server(
             ThreadPoolExecutor(max_workers=threads, thread_name_prefix="tfkube-grpc-proxy"),
             handlers=[_Handler(self._forward)],
-            options=UNLIMITED,
+            options=LISTENER,
         )
         if self._server.add_insecure_port(self.address) == 0:
             raise OSError(f"cannot listen for gRPC on {self.address}")
