@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -138,6 +139,24 @@ def serve(
             help="Local engine: also TensorFlow Serving's gRPC API on this port (0: none).",
         ),
     ] = 0,
+    max_request_bytes: Annotated[
+        int | None,
+        typer.Option(
+            "--max-request-bytes",
+            min=1,
+            help="Local engine: the largest REST body or gRPC message the model server "
+            "reads (default 64 MiB).",
+        ),
+    ] = None,
+    max_request_elements: Annotated[
+        int | None,
+        typer.Option(
+            "--max-request-elements",
+            min=1,
+            help="Local engine: the most numbers or strings one request may bring "
+            "(default 4194304; an input of known row shape also at most max_batch_size rows).",
+        ),
+    ] = None,
     engine: EngineOpt = "local",
     namespace: NamespaceOpt = None,
 ) -> None:
@@ -173,10 +192,17 @@ def serve(
                 "--runtime: --engine local runs tfkube's model server only; leave --runtime "
                 "out, or use --engine server with a tfkube server on Kubernetes"
             )
-        _serve_here(job, name, version, port, grpc_port)
+        _serve_here(
+            job, name, version, port, grpc_port, Bounds(max_request_bytes, max_request_elements)
+        )
         return
     if grpc_port:
         raise fail("--grpc-port is for --engine local (a server's model servers have their own)")
+    if max_request_bytes is not None or max_request_elements is not None:
+        raise fail(
+            "--max-request-bytes and --max-request-elements are for --engine local (a "
+            "server's model servers keep the defaults, which its proxy's bound matches)"
+        )
     if engine != "server":
         raise fail("serve needs --engine server (a tfkube server, on either engine) or local")
     from tfkube.spec import SpecError
@@ -236,7 +262,46 @@ def _autoscale(
     return {k: v for k, v in asked.items() if v is not None}
 
 
-def _serve_here(job: str, name: str | None, version: int | None, port: int, grpc_port: int) -> None:
+@dataclass(frozen=True)
+class Bounds:
+    """`--max-request-bytes` and `--max-request-elements` (None: the model server's own
+    default)."""
+
+    max_request_bytes: int | None = None
+    max_request_elements: int | None = None
+
+
+def model_server_argv(
+    model: str,
+    base: Path,
+    port: int,
+    version: int | None = None,
+    grpc_port: int = 0,
+    bounds: Bounds = Bounds(),
+) -> list[str]:
+    """The command of `tfkube serve --engine local`'s model server (pure)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "tfkube.serving",
+        f"--model_name={model}",
+        f"--model_base_path={base}",
+        f"--rest_api_port={port}",
+    ]
+    if version is not None:
+        argv.append(f"--model_version={version}")
+    if grpc_port:
+        argv.append(f"--port={grpc_port}")
+    if bounds.max_request_bytes is not None:
+        argv.append(f"--max_request_bytes={bounds.max_request_bytes}")
+    if bounds.max_request_elements is not None:
+        argv.append(f"--max_request_elements={bounds.max_request_elements}")
+    return argv
+
+
+def _serve_here(
+    job: str, name: str | None, version: int | None, port: int, grpc_port: int, bounds: Bounds
+) -> None:
     from tfkube.serving import choose_version, exported_versions
 
     try:
@@ -250,18 +315,7 @@ def _serve_here(job: str, name: str | None, version: int | None, port: int, grpc
     if why is not None:
         raise fail(f"job {job!r}: {why}", 1)
     model = name or job
-    argv = [
-        sys.executable,
-        "-m",
-        "tfkube.serving",
-        f"--model_name={model}",
-        f"--model_base_path={base}",
-        f"--rest_api_port={port}",
-    ]
-    if version is not None:
-        argv.append(f"--model_version={version}")
-    if grpc_port:
-        argv.append(f"--port={grpc_port}")
+    argv = model_server_argv(model, base, port, version, grpc_port, bounds)
     url = f"http://127.0.0.1:{port}/v1/models/{model}"
     out.print(f"REST URL: {url}  (predict: POST {url}:predict; Ctrl-C stops it)", highlight=False)
     if grpc_port:
