@@ -51,6 +51,7 @@ PEAK_GROWTH = 96 * 2**20
 old code allocate."""
 PREDICT = "/tensorflow.serving.PredictionService/Predict"
 CLASSIFY = "/tensorflow.serving.PredictionService/Classify"
+METADATA = "/tensorflow.serving.PredictionService/GetModelMetadata"
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +154,19 @@ GRPC_ATTACKS: dict[str, tuple[Callable[[], bytes], grpc.StatusCode, str]] = {
         grpc.StatusCode.INVALID_ARGUMENT,
         "at most 256",
     ),
+    # old: 1.3 million Python strings made before the names were refused
+    "metadata-millions-of-fields": (
+        lambda: length_delimited(1, encode_spec("m", None)) + text_field(2, "a") * 1_300_000,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "more than 1024 names",
+    ),
+    # old: the names echoed whole in the status details (3.9 MB): the client refused
+    # them, "Stream removed" (RESOURCE_EXHAUSTED), never seeing the error
+    "metadata-long-names": (
+        lambda: length_delimited(1, encode_spec("m", None)) + text_field(2, "a" * 2**20) * 3,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "characters left out",
+    ),
     # old: read whole (no bound on a message), refused only by the batch bound
     "over-max-message": (
         lambda: predict(encode_tensor(np.ones((MAX_BYTES // 8 + 1, 2), np.float32))),
@@ -222,7 +236,7 @@ def test_grpc_attack_is_refused_in_bounded_memory(
 ) -> None:
     make, code, words = GRPC_ATTACKS[attack]
     request = make()
-    method = CLASSIFY if attack.startswith("classify") else PREDICT
+    method = {"classify": CLASSIFY, "metadata": METADATA}.get(attack.split("-")[0], PREDICT)
     _good_grpc(channel)
     with Peak(server.proc.pid) as peak, pytest.raises(grpc.RpcError) as caught:
         channel.unary_unary(method)(request, timeout=60, metadata=AUTH)

@@ -84,3 +84,15 @@ def test_tfkube_serve_refuses_the_bounds_where_they_do_not_apply(
     result = CliRunner().invoke(app, ["serve", "mnist", *argv])
     assert result.exit_code == 2, result.output
     assert words in " ".join(result.output.split()), result.output
+
+
+def test_error_messages_are_shortened_in_the_middle() -> None:
+    from tfkube.serving._rest import MAX_MESSAGE, Code, ServingError, shortened
+
+    assert shortened("short") == "short"
+    long = "a" * 10 + "b" * 10_000 + "z" * 10
+    cut = ServingError(Code.INVALID_ARGUMENT, long).message
+    assert cut.startswith("a" * 10)
+    assert cut.endswith("z" * 10)
+    assert f"({len(long) - MAX_MESSAGE} characters left out)" in cut
+    assert len(cut) < MAX_MESSAGE + 100

@@ -33,6 +33,7 @@ from tfkube.serving._rest import (
     parse_predict,
     predict_body,
     route,
+    shortened,
     status_answer,
 )
 
@@ -160,7 +161,7 @@ def create_app(
             return
         except Exception as exc:  # never a crash, never a bare 500 page
             log.exception("request %s %s failed", method, path)
-            status, body = 500, dumps({"error": f"{type(exc).__name__}: {exc}"})
+            status, body = 500, dumps({"error": shortened(f"{type(exc).__name__}: {exc}")})
         await _answer(send, status, body)
 
     return app

@@ -49,6 +49,7 @@ from tfkube.serving._rest import (
     ServingError,
     check_input_names,
     not_found,
+    shortened,
 )
 
 log = logging.getLogger("tfkube.serving")
@@ -207,7 +208,7 @@ def _guarded(method: Method) -> Callable[[bytes, grpc.ServicerContext], bytes]:
             context.abort(STATUS[exc.code], exc.message)
         except Exception as exc:  # never a crash without TensorFlow Serving's shape
             log.exception("gRPC call failed")
-            context.abort(grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+            context.abort(grpc.StatusCode.INTERNAL, shortened(f"{type(exc).__name__}: {exc}"))
         raise AssertionError  # pragma: no cover - abort raises
 
     return handle

@@ -579,10 +579,10 @@ def decode_examples_request(
         elif number == 2:
             for kind, _, listed in fields(_bytes(value)):
                 context = b""
-                found: list[memoryview] = []
+                found: list[bytes] = []  # bytes, not views: a view costs 184 bytes
                 for inner, _, v in fields(_bytes(listed)):
                     if inner == 1:
-                        found.append(_bytes(v))
+                        found.append(bytes(_bytes(v)))
                         if len(examples) + len(found) > max_elements:
                             raise _too_many(len(examples) + len(found), max_elements, "Input")
                     elif inner == 2 and kind == 2:
@@ -595,7 +595,7 @@ def decode_examples_request(
                         "context is copied before each example); send fewer examples or "
                         "a smaller context",
                     )
-                examples.extend(context + bytes(e) for e in found)
+                examples.extend([context + e for e in found] if context else found)
     if not examples:
         raise ServingError(Code.INVALID_ARGUMENT, "Input is empty")
     return ExamplesCall(spec, examples)
@@ -650,11 +650,15 @@ def encode_regress_response(
 
 
 def decode_metadata_request(buf: bytes | memoryview) -> tuple[ModelSpec, list[str]]:
-    spec, wanted = ModelSpec(), []
+    spec, wanted = ModelSpec(), list[str]()
     for number, _, value in fields(buf):
         if number == 1:
             spec = decode_spec(_bytes(value))
         elif number == 2:
+            if len(wanted) >= MAX_NAMES:
+                raise ServingError(
+                    Code.INVALID_ARGUMENT, f"a metadata_field of more than {MAX_NAMES} names"
+                )
             wanted.append(_text(value))
     return spec, wanted
 

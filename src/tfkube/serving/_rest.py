@@ -73,8 +73,24 @@ signature's input has a known row shape and batching is on, the bound for that i
 `max_batch_size` rows of it, when smaller."""
 
 
+MAX_MESSAGE = 2048
+"""The longest error message sent: messages name what a request sent (input names,
+metadata fields), and a gRPC client refuses status details over its metadata bound
+(16 KiB: "Stream removed", RESOURCE_EXHAUSTED, instead of the error)."""
+
+
+def shortened(message: str) -> str:
+    """The message, its middle cut out past MAX_MESSAGE characters (pure)."""
+    if len(message) <= MAX_MESSAGE:
+        return message
+    cut = len(message) - MAX_MESSAGE
+    half = MAX_MESSAGE // 2
+    return f"{message[:half]} ... ({cut} characters left out) ... {message[-half:]}"
+
+
 class ServingError(Exception):
     def __init__(self, code: Code, message: str, http_status: int | None = None) -> None:
+        message = shortened(message)
         super().__init__(message)
         self.code = code
         self.message = message
