@@ -13,7 +13,10 @@ product passes int64, 100,000 dimensions, a 70-bit dimension and a fixed64 `floa
 answered INTERNAL (numpy's and Python's own exceptions); two million tiny strings, a
 Classify context copied before each of thousands of examples and REST rows as objects
 allocated hundreds of megabytes before anything was refused; REST bodies had no size
-bound; and a JSON body nested 100,000 deep answered 500 (a RecursionError).
+bound; a JSON body nested 100,000 deep answered 500 (a RecursionError); and
+GetModelMetadata echoed every `metadata_field` it was sent in its error, which the client
+dropped ("Stream removed"). The malformed-wire cases at the end of GRPC_ATTACKS were
+refused rightly before too: they are kept so they stay so.
 """
 
 from __future__ import annotations
