@@ -96,3 +96,24 @@ def test_error_messages_are_shortened_in_the_middle() -> None:
     assert cut.endswith("z" * 10)
     assert f"({len(long) - MAX_MESSAGE} characters left out)" in cut
     assert len(cut) < MAX_MESSAGE + 100
+
+
+def test_a_rest_body_is_refused_unread_by_its_commas_only_past_what_a_signature_takes() -> None:
+    from tfkube.serving._calls import element_bounds
+    from tfkube.serving._rest import ServingError, parse_predict
+
+    signatures = {"serving_default": _signature(x=(None, 2))}
+
+    def bounds(signature: Signature) -> dict[str, int]:
+        return element_bounds(signature, 4)  # 8 elements
+
+    rows = '{"signature_name": "serving_default", "instances": [%s]}'
+    ok = parse_predict((rows % ",".join(["[1, 2]"] * 4)).encode(), signatures, 100, bounds)
+    assert ok.inputs["x"].shape == (4, 2)
+    with pytest.raises(ServingError, match="holds 10 elements; the signature takes at most 8"):
+        parse_predict((rows % ",".join(["[1, 2]"] * 5)).encode(), signatures, 100, bounds)
+    with pytest.raises(ServingError, match="over 8 values"):
+        parse_predict((rows % ",".join(["[1, 2]"] * 50)).encode(), signatures, 100, bounds)
+    # no signature: the body's own error, not a bound of 0
+    with pytest.raises(ServingError, match="not found in signature def"):
+        parse_predict(b'{"instances": [[1, 2], [3, 4]]}', {}, 100, bounds)

@@ -477,7 +477,7 @@ def parse_predict(
     (`max_elements`, or the sum of a signature's bounds) is refused unread: parsed, each
     number would cost a Python object (32 bytes) before it is counted."""
     limit = max_elements
-    if bounds is not None:  # the most any signature takes, where each bounds all its inputs
+    if bounds is not None and signatures:  # the most any signature takes, if all bound
         most = 0
         for signature in signatures.values():
             each = bounds(signature)
@@ -486,7 +486,8 @@ def parse_predict(
                 break
             most = max(most, sum(each.values()))
         limit = min(limit, most)
-    if body.count(b",") >= 2 * limit:  # a value per comma; rows as objects add one a row
+    # a value per comma, rows as objects one more a row, and the envelope's few
+    if body.count(b",") > 2 * limit + 2:
         raise ServingError(
             Code.INVALID_ARGUMENT,
             f"the request holds over {limit} values; this model server takes at most that "
