@@ -22,7 +22,9 @@ refused rightly before too: they are kept so they stay so.
 from __future__ import annotations
 
 import os
+import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -361,3 +363,47 @@ def test_attacks_in_parallel_leave_the_server_answering(
     _good_grpc(channel)
     _good_rest(server)
     assert os.path.exists(f"/proc/{server.proc.pid}")
+
+
+def _until(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.05)
+
+
+def test_rest_bodies_held_at_once_are_bounded(server: Server) -> None:
+    """Clients that each send most of a body of the bound and stall before its end made
+    the old server hold all of them, however many (no bound over requests; and there was
+    no PENDING_BODIES to import). Now the REST door takes a body's declared size from a
+    budget of PENDING_BODIES bounds before reading it, a request past the budget is told
+    RESOURCE_EXHAUSTED (429) at once, and when those clients go requests are answered."""
+    from tfkube.serving._app import PENDING_BODIES
+
+    host, port = server.rest.removeprefix("http://").split(":")
+    head = (
+        f"POST /v1/models/m:predict HTTP/1.1\r\nHost: {host}\r\n"
+        f"Authorization: {dict(AUTH)['authorization']}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {MAX_BYTES}\r\n\r\n"
+    ).encode()
+    slow = []
+    try:
+        for _ in range(PENDING_BODIES):
+            sock = socket.create_connection((host, int(port)), timeout=30)
+            slow.append(sock)
+            sock.sendall(head + b'{"instances": [')
+
+        def refused() -> bool:
+            r = _post(server, b'{"instances": [[1.0, 2.0]]}')
+            if r.status_code == 429:
+                assert "request bodies already" in r.json()["error"], r.text
+                return True
+            assert r.status_code == 200, r.text
+            return False
+
+        _until(refused, "a request refused while slow bodies hold the budget")
+    finally:
+        for sock in slow:
+            sock.close()
+    _until(lambda: _post(server, b'{"instances": [[1.0, 2.0]]}').status_code == 200, "answered")
+    _good_rest(server)

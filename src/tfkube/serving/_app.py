@@ -63,12 +63,46 @@ def _too_large(limit: int) -> ServingError:
     )
 
 
-async def _body(receive: Receive, scope: Scope, limit: int) -> bytes:
+PENDING_BODIES = 4
+"""The REST door holds at most this many `--max_request_bytes` of bodies at once, over all
+its requests (read, parsed or waiting for their model call); a request past it is
+refused at once, RESOURCE_EXHAUSTED (429, TensorFlow Serving's status for the code)."""
+
+
+class BodyBudget:
+    """The bytes of request bodies the REST door holds now (one event loop: no lock)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.held = 0
+
+    def take(self, size: int) -> None:
+        if self.held + size > self.total:
+            raise ServingError(
+                Code.RESOURCE_EXHAUSTED,
+                f"the model server holds {self.held} bytes of request bodies already; "
+                f"{size} more would pass its {self.total} ({PENDING_BODIES} x "
+                "--max_request_bytes): try again",
+            )
+        self.held += size
+
+    def give(self, size: int) -> None:
+        self.held -= size
+
+
+async def _body(
+    receive: Receive, scope: Scope, limit: int, budget: BodyBudget, taken: list[int]
+) -> bytes:
     """The request's body, at most `limit` bytes: a declared `Content-Length` over it is
-    refused before a byte is read, a streamed body as it passes it."""
+    refused before a byte is read, a streamed body as it passes it. Its bytes are taken
+    from `budget` as they are declared or arrive (`taken` says how many, for the caller
+    to give back once the request is answered)."""
     for key, value in scope["headers"]:
-        if key == b"content-length" and (not value.strip().isdigit() or int(value) > limit):
-            raise _too_large(limit)
+        if key == b"content-length":
+            if not value.strip().isdigit() or int(value) > limit:
+                raise _too_large(limit)
+            budget.take(int(value))
+            taken[0] += int(value)
     parts = []
     received = 0
     while True:
@@ -79,6 +113,9 @@ async def _body(receive: Receive, scope: Scope, limit: int) -> bytes:
         received += len(part)
         if received > limit:
             raise _too_large(limit)
+        if received > taken[0]:
+            budget.take(received - taken[0])
+            taken[0] = received
         parts.append(part)
         if not message.get("more_body"):
             return parts[0] if len(parts) == 1 else b"".join(parts)
@@ -94,6 +131,7 @@ def create_app(
     expected = f"Bearer {token}".encode() if token is not None else None
     store = calls.store
     loop_calls = LoopCalls(calls)
+    budget = BodyBudget(PENDING_BODIES * calls.max_request_bytes)
 
     async def lifespan(receive: Receive, send: Send) -> None:
         while True:
@@ -116,10 +154,18 @@ def create_app(
         version, servable = calls.servable(call.model, call.version, call.label)
         if call.kind == "metadata":
             return 200, dumps(metadata_answer(store.name, servable.info))
-        body = await _body(receive, scope, calls.max_request_bytes)
-        request = parse_predict(body, servable.info.signatures, calls.max_elements, calls.bounds)
-        outputs = await loop_calls.run(version, servable, request.signature_name, request.inputs)
-        return 200, predict_body(outputs, request.row_format)
+        taken = [0]
+        try:
+            body = await _body(receive, scope, calls.max_request_bytes, budget, taken)
+            request = parse_predict(
+                body, servable.info.signatures, calls.max_elements, calls.bounds
+            )
+            outputs = await loop_calls.run(
+                version, servable, request.signature_name, request.inputs
+            )
+            return 200, predict_body(outputs, request.row_format)
+        finally:
+            budget.give(taken[0])
 
     async def _answer_ready(send: Send) -> None:
         why = None if store.serving_version is not None else "no version is available yet"
