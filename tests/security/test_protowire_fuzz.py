@@ -198,3 +198,15 @@ def test_the_fill_rule_and_strings_are_bounded_before_they_are_made() -> None:
     )
     assert full.shape == (100,)
     assert (full == 1.0).all()
+
+
+def test_packed_varints_read_as_one_by_one() -> None:
+    rng = random.Random("tfkube-packed")
+    values = [0, 1, 127, 128, 2**63, 2**64 - 1] + [rng.randrange(2**64) for _ in range(200)]
+    shape = pw.length_delimited(2, pw.length_delimited(2, pw.varint_field(1, len(values))))
+    packed = pw.length_delimited(17, b"".join(pw.varint(v) for v in values))
+    array = pw.decode_tensor(pw.varint_field(1, 23) + shape + packed)
+    assert array.tolist() == values
+    too_wide = pw.length_delimited(17, b"\xff" * 9 + b"\x02")  # bit 64 set
+    with pytest.raises(ServingError, match="over 64 bits"):
+        pw.decode_tensor(pw.varint_field(1, 23) + shape + too_wide)

@@ -229,8 +229,8 @@ _VARINT_VALUES = (7, 10, 11, 13, 16, 17)
 
 
 def _varints(buf: memoryview) -> np.ndarray:
-    """Packed varints -> uint64 (numpy throughout: no Python int per number; bits over
-    64 dropped, as protobuf's parsers do)."""
+    """Packed varints -> uint64 (numpy throughout: no Python int per number; one over 64
+    bits is malformed, as `read_varint` says)."""
     raw = np.frombuffer(buf, dtype=np.uint8)
     if raw.size == 0:
         return np.zeros(0, np.uint64)
@@ -243,6 +243,8 @@ def _varints(buf: memoryview) -> np.ndarray:
     lengths = ends - starts + 1
     if int(lengths.max()) > 10:
         raise _malformed("a varint longer than ten bytes")
+    if np.any(raw[ends[lengths == 10]] > 1):
+        raise _malformed("a varint over 64 bits")
     out = np.zeros(ends.size, np.uint64)
     for k in range(int(lengths.max())):
         has = lengths > k
