@@ -36,6 +36,10 @@ INDEX: Final = "TFKUBE_INDEX"
 """The replica's index within its role (local engine)."""
 K8S_INDEX: Final = "JOB_COMPLETION_INDEX"
 """Kubernetes: an Indexed Job's pods share one template, so the index comes from here."""
+INDEX_OFFSET: Final = "TFKUBE_INDEX_OFFSET"
+"""Kubernetes: the first replica index of a role's Indexed Job when the role is split into
+several (`tfkube.tfcluster.shard_of`); the replica's index is JOB_COMPLETION_INDEX plus
+this. Unset (0) in a role's first Job."""
 CLUSTER: Final = "TFKUBE_CLUSTER"
 """JSON object role -> list of host:port (the TensorFlow cluster): the local engine."""
 ADDRESS: Final = "TFKUBE_ADDRESS"

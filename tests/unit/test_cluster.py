@@ -15,7 +15,10 @@ from tfkube.tfcluster import (
     rule_address,
     service_address,
     service_address_rule,
+    shard_counts,
     shard_for,
+    shard_of,
+    shard_suffix,
     tf_config,
 )
 
@@ -255,6 +258,96 @@ def test_service_address_rule(job, port, namespace, expected):
 def test_rule_address_refuses_other_rules(rule):
     with pytest.raises(ValueError, match=r"rule|Single"):
         rule_address(rule)
+
+
+@pytest.mark.parametrize(
+    ("index", "size", "expected"),
+    [
+        pytest.param(0, 500, (0, 0), id="first"),
+        pytest.param(499, 500, (0, 499), id="last-of-shard-0"),
+        pytest.param(500, 500, (1, 0), id="first-of-shard-1"),
+        pytest.param(4499, 500, (8, 499), id="last-of-4500"),
+        pytest.param(5, 1, (5, 0), id="size-1"),
+        pytest.param(4, 3, (1, 1), id="size-3"),
+    ],
+)
+def test_shard_of(index, size, expected):
+    assert shard_of(index, size) == expected
+    shard, local = expected
+    assert shard * size + local == index
+
+
+@pytest.mark.parametrize(
+    ("replicas", "size", "expected"),
+    [
+        pytest.param(0, 3, [], id="none"),
+        pytest.param(2, 3, [2], id="within-one"),
+        pytest.param(3, 3, [3], id="exactly-one"),
+        pytest.param(5, 3, [3, 2], id="two"),
+        pytest.param(9, 3, [3, 3, 3], id="full"),
+        pytest.param(4500, 500, [500] * 9, id="4500"),
+    ],
+)
+def test_shard_counts(replicas, size, expected):
+    assert shard_counts(replicas, size) == expected
+    assert sum(expected) == replicas
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.0])
+def test_shard_size_must_be_a_whole_number_of_at_least_one(bad):
+    with pytest.raises(ValueError, match="shard size"):
+        shard_counts(4, bad)
+    with pytest.raises(ValueError, match="shard size"):
+        service_address_rule("j", 1, None, bad)
+
+
+def test_shard_suffix():
+    assert [shard_suffix(k) for k in range(3)] == ["", "-s1", "-s2"]
+    with pytest.raises(ValueError, match="at least 0"):
+        shard_suffix(-1)
+
+
+def test_sharded_rule_maps_a_global_index_to_its_shard_hostname():
+    rule = service_address_rule("j", 2222, None, 3)
+    assert rule == "j-{role}{shard:3}-{index}.j:2222"
+    address = rule_address(rule)
+    assert [address("worker", i) for i in range(7)] == [
+        "j-worker-0.j:2222",
+        "j-worker-1.j:2222",
+        "j-worker-2.j:2222",
+        "j-worker-s1-0.j:2222",
+        "j-worker-s1-1.j:2222",
+        "j-worker-s1-2.j:2222",
+        "j-worker-s2-0.j:2222",
+    ]
+    assert address == address  # a pure function of the rule
+    assert service_address("j", 2222, "ns", 3)("ps", 4) == "j-ps-s1-1.j.ns.svc:2222"
+
+
+def test_sharded_rule_keeps_the_addresses_of_the_first_shard():
+    """A role within shard 0 is addressed exactly as without shards."""
+    plain, sharded = service_address("j", 2222), service_address("j", 2222, None, 500)
+    assert [plain("ps", i) for i in range(500)] == [sharded("ps", i) for i in range(500)]
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        pytest.param("j-{role}{shard}-{index}.j:1", id="shard-without-size"),
+        pytest.param("j-{role}{shard:0}-{index}.j:1", id="shard-size-0"),
+        pytest.param("j-{role}{shard:x}-{index}.j:1", id="shard-size-text"),
+        pytest.param("j-{role}{shard:2}{shard:2}-{index}.j:1", id="two-shards"),
+        pytest.param("j-{role}-{index:03}.j:1", id="format-spec"),
+        pytest.param("j-{role!r}-{index}.j:1", id="conversion"),
+    ],
+)
+def test_rule_address_refuses_bad_shard_rules(rule):
+    with pytest.raises(ValueError, match="rule"):
+        rule_address(rule)
+
+
+def test_rule_with_literal_braces_keeps_them():
+    assert rule_address("{{x}}-{role}-{index}")("ps", 1) == "{x}-ps-1"
 
 
 def test_service_address_builds_a_cluster():

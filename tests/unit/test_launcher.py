@@ -305,6 +305,52 @@ def test_contract_from_env_bad_address_rule(name, value, match):
         contract_from_env({**env, name: value})
 
 
+def test_contract_from_env_sharded_rule_and_offset():
+    """A pod of a role's later Indexed Job (`<job>-worker-s1`): its index is its Job's
+    offset plus JOB_COMPLETION_INDEX, and the sharded rule gives every replica its Job's
+    hostname; the pod's env stays a rule and two numbers."""
+    env = contract_env(
+        TFKUBE_CLUSTER=None,
+        TFKUBE_INDEX=None,
+        TFKUBE_ADDRESS="j-{role}{shard:3}-{index}.j:2222",
+        TFKUBE_NUM_WORKERS="5",
+        JOB_COMPLETION_INDEX="1",
+        TFKUBE_INDEX_OFFSET="3",
+    )
+    c = contract_from_env(env)
+    assert c.index == 4
+    assert c.cluster == {
+        "ps": ["j-ps-0.j:2222"],
+        "worker": [
+            "j-worker-0.j:2222",
+            "j-worker-1.j:2222",
+            "j-worker-2.j:2222",
+            "j-worker-s1-0.j:2222",
+            "j-worker-s1-1.j:2222",
+        ],
+    }
+    assert json.loads(c.environment({})["TF_CONFIG"])["task"] == {"type": "worker", "index": 4}
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        pytest.param({"TFKUBE_INDEX_OFFSET": "-3"}, "TFKUBE_INDEX_OFFSET must be", id="sign"),
+        pytest.param({"TFKUBE_INDEX_OFFSET": "3"}, "worker index 4 is outside", id="past-end"),
+    ],
+)
+def test_contract_from_env_bad_offset(changes, match):
+    env = contract_env(TFKUBE_CLUSTER=None, TFKUBE_INDEX=None, TFKUBE_ADDRESS=RULE)
+    with pytest.raises(ContractError, match=match):
+        contract_from_env({**env, "JOB_COMPLETION_INDEX": "1", **changes})
+
+
+def test_contract_from_env_local_index_ignores_an_offset():
+    """TFKUBE_INDEX (the local engine's) is the replica's index as it stands."""
+    c = contract_from_env(contract_env(TFKUBE_INDEX_OFFSET="3"))
+    assert c.index == 1
+
+
 def test_contract_from_env_evaluator_is_outside_the_cluster():
     c = contract_from_env(contract_env(TFKUBE_ROLE="evaluator", TFKUBE_INDEX="0"))
     assert c.role == "evaluator"

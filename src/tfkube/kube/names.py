@@ -5,6 +5,9 @@ users all rely on. Pure constants and string functions (no planner, no client), 
 
     <job>                 headless Service (pods' subdomain) and PodGroup
     <job>-<role>          Indexed Job; its pods' hostnames are <job>-<role>-<i>
+    <job>-<role>-s<k>     a role of more than S replicas (the operator's
+                          --max-pods-per-job) is ceil(n/S) Indexed Jobs: shard k (k >= 1)
+                          holds replicas k*S..k*S+S-1, hostnames <job>-<role>-s<k>-<i - k*S>
     <job>-launcher        ConfigMap with the launcher zipapp
     <job>-code            ConfigMap with a small local code folder (when packed)
     <job>-size            ConfigMap with a resizable job's current number of workers
@@ -27,6 +30,7 @@ admission policy (`tfkube.engines.admission_refusals`) never lets a job name one
 from __future__ import annotations
 
 from tfkube.spec import API_VERSION
+from tfkube.tfcluster import shard_suffix
 
 GROUP, VERSION = API_VERSION.split("/")
 """The TFJob resource's API group and version (`tfkube.io/v1alpha1`)."""
@@ -41,6 +45,10 @@ LABEL_COMPONENT = "tfkube.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "tfkube"
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+LABEL_INDEX_OFFSET = "tfkube.io/index-offset"
+"""On the Jobs of a role's shards after the first (`role_job_name`) and on their pods: the
+replica index of the Job's index 0 (k*S), so a pod's replica index is its completion
+index plus this (`tfkube.kube.observe.pod_index`). Absent: 0."""
 REPLICA_CONTAINER = "tensorflow"
 """The replica container's name in each pod (status, logs and stall detection read it)."""
 """Kubernetes' own label (and annotation) with a pod's index in its Indexed Job."""
@@ -123,9 +131,12 @@ def owner_reference(tfjob_name: str, uid: str) -> dict[str, object]:
     }
 
 
-def role_job_name(job_name: str, role: str) -> str:
-    """The Indexed Job of one role; Kubernetes names its pods' hostnames `<this>-<i>`."""
-    return f"{job_name}-{role}"
+def role_job_name(job_name: str, role: str, shard: int = 0) -> str:
+    """The Indexed Job of one role (of one of its shards: `tfkube.tfcluster.shard_of`);
+    Kubernetes names its pods' hostnames `<this>-<i>`. Shard 0 is the role's one Job of
+    old, `<job>-<role>`; shard k is `<job>-<role>-s<k>`. The job name's limit
+    (`tfkube.spec.MAX_NAME_LENGTH`) leaves room for both in a 63-character hostname."""
+    return f"{job_name}-{role}{shard_suffix(shard)}"
 
 
 def launcher_configmap_name(job_name: str) -> str:

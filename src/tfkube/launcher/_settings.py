@@ -129,6 +129,8 @@ def contract_from_env(env: Mapping[str, str]) -> ReplicaContract:
     # isascii: str.isdigit() also accepts digits such as '²' that int() rejects.
     if index_text is None or not (index_text.isascii() and index_text.isdigit()):
         raise ContractError(f"{c.INDEX} (or {c.K8S_INDEX}) must be a whole number")
+    # A role split into several Indexed Jobs: this Job's first index comes on top.
+    offset = 0 if env.get(c.INDEX) else _count(env, c.INDEX_OFFSET)
     try:
         cluster = _cluster(env)
         args = json.loads(env.get(c.ARGS) or "[]")
@@ -154,7 +156,7 @@ def contract_from_env(env: Mapping[str, str]) -> ReplicaContract:
     if code_url is None and command is None:
         raise ContractError(f"{c.CODE_URL} or {c.COMMAND} must be set: there is nothing to run")
     role = _require(env, c.ROLE)
-    index = int(index_text)
+    index = int(index_text) + offset
     try:
         tf_config(cluster, role, index)
     except ValueError as exc:

@@ -19,7 +19,10 @@ from tfkube.tfcluster._wiring import (
     rule_address,
     service_address,
     service_address_rule,
+    shard_counts,
     shard_for,
+    shard_of,
+    shard_suffix,
     tf_config,
 )
 
@@ -37,6 +40,9 @@ __all__ = [
     "rule_address",
     "service_address",
     "service_address_rule",
+    "shard_counts",
     "shard_for",
+    "shard_of",
+    "shard_suffix",
     "tf_config",
 ]

@@ -80,36 +80,103 @@ def local_address(
     return address
 
 
-def service_address(job: str, port: int, namespace: str | None = None) -> Callable[[str, int], str]:
+def service_address(
+    job: str, port: int, namespace: str | None = None, shard_size: int | None = None
+) -> Callable[[str, int], str]:
     """Addressing through a headless Service named after the job.
 
     Pods of the Indexed Job `<job>-<role>` get hostname `<job>-<role>-<i>` and the
     Service's name as subdomain, so `<job>-<role>-<i>.<job>` resolves to the pod IP
-    within the namespace (DNS only: no cluster IP, no iptables rule per replica).
+    within the namespace (DNS only: no cluster IP, no iptables rule per replica). With
+    `shard_size` S a role of more than S replicas is several Indexed Jobs (`shard_of`):
+    replica `g` is index `g % S` of Job `<job>-<role>` (g < S) or `<job>-<role>-s<k>`
+    (k = g // S), so its hostname is `<job>-<role>-<g>` or `<job>-<role>-s<k>-<g % S>`.
     """
-    return rule_address(service_address_rule(job, port, namespace))
+    return rule_address(service_address_rule(job, port, namespace, shard_size))
 
 
-def service_address_rule(job: str, port: int, namespace: str | None = None) -> str:
+def service_address_rule(
+    job: str, port: int, namespace: str | None = None, shard_size: int | None = None
+) -> str:
     """`service_address` as one rule, `<job>-{role}-{index}.<job>:<port>` (filled in with
-    `str.format`). A cluster's pods carry this rule and the replica counts instead of
-    every address: at 11,000 replicas the list is 330 KB, copied into every pod the Job
-    controller creates (3.6 GB through etcd and every watch); the launcher expands it."""
+    `str.format`), or with `shard_size` S `<job>-{role}{shard:S}-{index}.<job>:<port>`
+    (`rule_address` says how it expands). A cluster's pods carry this rule and the replica
+    counts instead of every address: at 11,000 replicas the list is 330 KB, copied into
+    every pod the Job controller creates (3.6 GB through etcd and every watch); the
+    launcher expands it."""
     suffix = f".{namespace}.svc" if namespace else ""
-    return f"{job}-{{role}}-{{index}}.{job}{suffix}:{port}"
+    shard = "" if shard_size is None else f"{{shard:{_shard_size(shard_size)}}}"
+    return f"{job}-{{role}}{shard}-{{index}}.{job}{suffix}:{port}"
+
+
+def _shard_size(size: int) -> int:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"a shard size is a whole number of at least 1, not {size!r}")
+    return size
+
+
+def shard_of(index: int, shard_size: int) -> tuple[int, int]:
+    """(shard, index within the shard) of a role's replica `index` when each of the role's
+    Indexed Jobs holds at most `shard_size` replicas: shard k holds k*S .. k*S+S-1."""
+    if index < 0:
+        raise ValueError(f"a replica index is at least 0, not {index}")
+    return divmod(index, _shard_size(shard_size))
+
+
+def shard_suffix(shard: int) -> str:
+    """What a role's Job (and so its pods' hostnames) adds for shard `shard`: nothing for
+    shard 0, so a role within one shard keeps its one Job's name; `-s<k>` after that."""
+    if shard < 0:
+        raise ValueError(f"a shard is at least 0, not {shard}")
+    return "" if shard == 0 else f"-s{shard}"
+
+
+def shard_counts(replicas: int, shard_size: int) -> list[int]:
+    """How many replicas each of a role's Indexed Jobs holds, shard 0 first: every shard
+    full but the last (`[]` for no replica)."""
+    size = _shard_size(shard_size)
+    if replicas < 0:
+        raise ValueError(f"a replica count is at least 0, not {replicas}")
+    full, rest = divmod(replicas, size)
+    return [size] * full + ([rest] if rest else [])
 
 
 def rule_address(rule: str) -> Callable[[str, int], str]:
-    """Addressing by a rule with `{role}` and `{index}` fields (`service_address_rule`).
-    Raises ValueError for a rule with any other field, or without both."""
-    fields = {name for _, name, _, _ in Formatter().parse(rule) if name is not None}
-    if fields != {"role", "index"}:
+    """Addressing by a rule with `{role}` and `{index}` fields (`service_address_rule`),
+    and optionally `{shard:S}`: then `{index}` is the index within the replica's shard
+    and `{shard}` the shard's suffix (`shard_of`, `shard_suffix`). Raises ValueError for
+    a rule with any other field, without both of the first two, or a shard size that is
+    not a whole number of at least 1."""
+    parsed = list(Formatter().parse(rule))
+    fields = {name for _, name, _, _ in parsed if name is not None}
+    if fields - {"shard"} != {"role", "index"}:
         raise ValueError(
-            f"an address rule needs exactly the fields {{role}} and {{index}}: {rule!r}"
+            f"an address rule needs exactly the fields {{role}} and {{index}} (and may have "
+            f"{{shard:<size>}}): {rule!r}"
         )
+    size: int | None = None
+    template = ""
+    for literal, name, spec, conversion in parsed:
+        template += literal.replace("{", "{{").replace("}", "}}")
+        if name is None:
+            continue
+        if conversion or (spec and name != "shard"):
+            raise ValueError(f"an address rule's fields take no format or conversion: {rule!r}")
+        if name == "shard":
+            if not (spec and spec.isascii() and spec.isdigit() and int(spec) >= 1):
+                raise ValueError(
+                    f"an address rule's {{shard:<size>}} needs a size of at least 1: {rule!r}"
+                )
+            if size is not None:
+                raise ValueError(f"an address rule has at most one {{shard}}: {rule!r}")
+            size = int(spec)
+        template += f"{{{name}}}"
 
     def address(role: str, index: int) -> str:
-        return rule.format(role=role, index=index)
+        if size is None:
+            return template.format(role=role, index=index)
+        shard, local = shard_of(index, size)
+        return template.format(role=role, shard=shard_suffix(shard), index=local)
 
     return address
 
