@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from tfkube import contract
-from tfkube.kube.names import REPLICA_CONTAINER, job_labels
+from tfkube.kube.names import REPLICA_CONTAINER, job_labels, role_job_name
 from tfkube.kube.resources import resource_for
 from tfkube.launcher._settings import contract_from_env
 from tfkube.planner import JobPhase, should_retry
@@ -49,7 +49,7 @@ from tfkube.render._render import (
     image_registry,
     stall_probe,
 )
-from tfkube.spec import SpecError, TFJob, dump_job, parse_job
+from tfkube.spec import MAX_NAME_LENGTH, SpecError, TFJob, dump_job, parse_job
 from tfkube.tfcluster import cluster_spec, service_address
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,10 +99,12 @@ def pod(objects: list[dict[str, Any]], role: str) -> dict[str, Any]:
     return spec
 
 
-def env_of(objects: list[dict[str, Any]], role: str) -> dict[str, str]:
+def env_of(objects: list[dict[str, Any]], role: str, job: str | None = None) -> dict[str, str]:
     """The container's environment as its pod gets it: a rendered ConfigMap's key
-    resolved (as the kubelet does), another reference as `from <json>`."""
-    container = pod(objects, role)["containers"][0]
+    resolved (as the kubelet does), another reference as `from <json>`. `job`: of that
+    Job (a shard's), not the role's first."""
+    template = one(objects, "Job", job)["spec"]["template"]["spec"] if job else pod(objects, role)
+    container = template["containers"][0]
     out = {}
     for e in container["env"]:
         ref = e.get("valueFrom", {}).get("configMapKeyRef")
@@ -241,7 +243,96 @@ def test_pod_templates_do_not_grow_with_the_job(ps: int, workers: int):
     big = render(job_of(replicas={"ps": {"replicas": ps}, "worker": {"replicas": workers}}))
     for role in ("ps", "worker"):
         size = len(json.dumps(pod(big, role)))
-        assert size - len(json.dumps(pod(small, role))) < 10  # digits of the counts
+        # digits of the counts, and past 500 replicas the rule's `{shard:500}`
+        assert size - len(json.dumps(pod(small, role))) < (10 if ps + workers < 500 else 25)
+    # every shard's template: + its offset (an env var and a label, a few digits each)
+    largest = [max(len(json.dumps(j["spec"]["template"])) for j in by_kind(objects, "Job"))
+               for objects in (big, small)]  # fmt: skip
+    assert largest[0] - largest[1] < 150
+
+
+# -- roles split into several Indexed Jobs (shards) ---------------------------------------------
+
+
+def _jobs(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in by_kind(objects, "Job")}
+
+
+def test_roles_within_the_shard_size_render_exactly_as_one_job_each():
+    """S only matters above it: the same objects for any S at least the largest role."""
+    assert render(max_pods_per_job=3) == render() == render(max_pods_per_job=10_000)
+    assert list(_jobs(render(max_pods_per_job=3))) == ["mnist-ps", "mnist-worker"]
+
+
+def test_a_role_above_the_shard_size_is_several_indexed_jobs():
+    """1 PS + 5 workers with S=2: the PS Job, and the workers in Jobs of 2, 2 and 1; shard
+    k is `<job>-worker-s<k>` with its first replica index as env var and label, and every
+    pod carries the one sharded rule."""
+    job = job_of(replicas={"ps": {"replicas": 1}, "worker": {"replicas": 5}})
+    objects = render(job, max_pods_per_job=2)
+    jobs = _jobs(objects)
+    assert list(jobs) == ["mnist-ps", "mnist-worker", "mnist-worker-s1", "mnist-worker-s2"]
+    counts = {n: (j["spec"]["completions"], j["spec"]["parallelism"]) for n, j in jobs.items()}
+    assert counts == {
+        "mnist-ps": (1, 1),
+        "mnist-worker": (2, 2),
+        "mnist-worker-s1": (2, 2),
+        "mnist-worker-s2": (1, 1),
+    }
+    offsets = {n: env_of(objects, "", n).get("TFKUBE_INDEX_OFFSET") for n in jobs}
+    assert offsets == {
+        "mnist-ps": None,
+        "mnist-worker": None,
+        "mnist-worker-s1": "2",
+        "mnist-worker-s2": "4",
+    }
+    for name, j in jobs.items():
+        labels = j["metadata"]["labels"]
+        assert labels["tfkube.io/replica-type"] == name.split("-")[1]
+        pod_labels = j["spec"]["template"]["metadata"]["labels"]
+        assert labels.get("tfkube.io/index-offset") == offsets[name]
+        assert pod_labels.get("tfkube.io/index-offset") == offsets[name]
+        env = env_of(objects, "", name)
+        assert env["TFKUBE_ADDRESS"] == "mnist-{role}{shard:2}-{index}.mnist:2222"
+        assert env["TFKUBE_NUM_WORKERS"] == "5"
+        assert j["spec"]["completionMode"] == "Indexed"
+        assert j["spec"]["template"]["spec"]["subdomain"] == "mnist"
+
+
+def test_the_launcher_reads_every_shard_pod_as_its_global_replica():
+    """What each pod's launcher makes of its env (the Job controller adds
+    JOB_COMPLETION_INDEX, and names the pod's hostname `<job name>-<index>`): replica
+    k*S+i, and that replica's hostname is its own address in every pod's cluster."""
+    job = job_of(replicas={"ps": {"replicas": 1}, "worker": {"replicas": 5}})
+    seen = {}
+    objects = render(job, max_pods_per_job=2)
+    for name, j in _jobs(objects).items():
+        for i in range(j["spec"]["completions"]):
+            env = {**env_of(objects, "", name), "JOB_COMPLETION_INDEX": str(i)}
+            c = contract_from_env(env)
+            hostname = f"{name}-{i}"
+            assert c.cluster[c.role][c.index] == f"{hostname}.mnist:2222"
+            seen[f"{c.role}-{c.index}"] = hostname
+    assert seen == {
+        "ps-0": "mnist-ps-0",
+        "worker-0": "mnist-worker-0",
+        "worker-1": "mnist-worker-1",
+        "worker-2": "mnist-worker-s1-0",
+        "worker-3": "mnist-worker-s1-1",
+        "worker-4": "mnist-worker-s2-0",
+    }
+
+
+def test_shard_names_fit_the_longest_job_name():
+    """The longest job name, the longest role and the most digits S and the count allow:
+    every Job name fits a label value and every hostname a DNS label (63)."""
+    name = "j" * MAX_NAME_LENGTH
+    for size, count in ((1, 100_000), (317, 100_000), (500, 100_000), (10_000, 100_000)):
+        last_shard, last_local = divmod(count - 1, size)
+        job_name = role_job_name(name, "evaluator", last_shard)
+        assert len(job_name) <= 63
+        assert len(f"{job_name}-{min(size, count) - 1}") <= 63, (size, count)
+        assert last_local < size
 
 
 # -- the launcher contract -------------------------------------------------------------------

@@ -1040,6 +1040,14 @@ def operator_command(
         typer.Option("--kubeconfig", help="Kubeconfig file (default: $KUBECONFIG, in-cluster)."),
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+    max_pods_per_job: Annotated[
+        int | None,
+        typer.Option(
+            "--max-pods-per-job",
+            help="At most this many replicas of a role per Indexed Job; a role with more is "
+            "several Jobs, created side by side (default: $TFKUBE_MAX_PODS_PER_JOB or 500).",
+        ),
+    ] = None,
 ) -> None:
     """Run the TFJob operator: reconcile TFJobs in the cluster until Ctrl-C, SIGTERM or
     SIGHUP (the jobs carry on: they are the cluster's)."""
@@ -1049,7 +1057,10 @@ def operator_command(
         raise fail("give --namespace or --all-namespaces, not both")
     try:
         settings = OperatorSettings.read(
-            namespaces=tuple(namespace or ()), kubeconfig=kubeconfig, verbose=verbose
+            namespaces=tuple(namespace or ()),
+            kubeconfig=kubeconfig,
+            verbose=verbose,
+            max_pods_per_job=max_pods_per_job,
         )
     except ValueError as exc:  # its environment contradicts itself
         raise fail(f"the operator's settings: {exc}") from None

@@ -64,10 +64,12 @@ from tfkube import contract
 from tfkube.kube.names import (
     GENERATION_ANNOTATION,
     INDEX_KEY,
+    LABEL_INDEX_OFFSET,
     LABEL_ROLE,
     REPLICA_CONTAINER,
     SCRATCH_VOLUME,
     role_job_name,
+    role_job_shard,
 )
 from tfkube.planner import JobPhase, JobStatus, ReplicaState, ReplicaStatus, stalled_replicas
 from tfkube.spec import GangScheduler, Role, TFJob, parse_job
@@ -132,13 +134,25 @@ def tfjob_model(obj: Obj) -> TFJob:
 # -- reading one pod -------------------------------------------------------------------------
 
 
+def index_offset(obj: Obj) -> int:
+    """The replica index of index 0 of a role's Job (a later shard's, `role_job_name`), from
+    its label, which its pods carry too; 0 without (a role's first or only Job)."""
+    value = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_INDEX_OFFSET)
+    try:
+        return max(int(value or 0), 0)
+    except ValueError:
+        return 0
+
+
 def pod_index(pod: Obj) -> int | None:
+    """A replica pod's replica index: its completion index in its Job, plus the Job's
+    offset when the role is split into several Jobs."""
     meta = pod.get("metadata") or {}
     for source in (meta.get("labels") or {}, meta.get("annotations") or {}):
         value = source.get(INDEX_KEY)
         if value is not None:
             try:
-                return int(value)
+                return int(value) + index_offset(pod)
             except ValueError:
                 return None
     return None
@@ -443,12 +457,14 @@ class RoleIndexes(NamedTuple):
 
 
 def role_indexes(job: Obj) -> RoleIndexes:
-    """A role Job's completed and failed indexes, parsed once for the whole role (a
-    10,000-worker Job's ranges parsed per replica made observing quadratic)."""
+    """A role Job's completed and failed indexes as replica indexes (its offset added),
+    parsed once for the whole Job (a 10,000-worker Job's ranges parsed per replica made
+    observing quadratic)."""
     status = job.get("status") or {}
+    offset = index_offset(job)
     return RoleIndexes(
-        frozenset(parse_indexes(status.get("completedIndexes"))),
-        frozenset(parse_indexes(status.get("failedIndexes"))),
+        frozenset(i + offset for i in parse_indexes(status.get("completedIndexes"))),
+        frozenset(i + offset for i in parse_indexes(status.get("failedIndexes"))),
     )
 
 
@@ -601,12 +617,15 @@ class ReplicaObservation:
 class Observation:
     status: JobStatus
     replicas: dict[str, ReplicaObservation]
-    role_jobs: dict[str, Obj]
-    """Role -> its Kubernetes Job, for the roles whose Job exists (and is not dying)."""
+    role_jobs: dict[str, tuple[Obj, ...]]
+    """Role -> its current Kubernetes Jobs (one, or its shards', first index first), for
+    the roles with such a Job."""
     dying_jobs: frozenset[str] = frozenset()
-    """Roles whose Job is being deleted."""
+    """Roles with a Job being deleted."""
     stale_jobs: frozenset[str] = frozenset()
-    """Roles whose Job is of an earlier generation: to delete, then re-create."""
+    """Roles with a Job of an earlier generation: to delete, then re-create."""
+    stale_shards: tuple[tuple[str, Obj], ...] = ()
+    """(role, Job) of every stale Job (a role split into shards has several)."""
     counts: dict[str, RoleCounts] = field(default_factory=dict)
     live_pods: dict[str, list[str]] = field(default_factory=dict)
     """Role -> names of its pods not yet finished and not being deleted."""
@@ -796,21 +815,40 @@ def read_replica(
 # -- the whole job ---------------------------------------------------------------------------
 
 
-def _role_jobs(job_name: str, jobs: Iterable[Obj], prior: Prior) -> dict[str, tuple[RoleJob, Obj]]:
-    """Role -> where its Job stands, and the Job (every role whose Job exists)."""
-    by_name = {_name(j): j for j in jobs}
-    out: dict[str, tuple[RoleJob, Obj]] = {}
-    for each in Role:
-        found = by_name.get(role_job_name(job_name, each.value))
-        if found is None:
+def _role_jobs(
+    job: TFJob, jobs: Iterable[Obj], prior: Prior
+) -> dict[str, list[tuple[RoleJob, Obj]]]:
+    """Role -> where each of its Jobs stands, and the Job (every role with a Job), first
+    index first. A role is one Job `<job>-<role>`, or several (`role_job_name`'s shards):
+    known by its name."""
+    out: dict[str, list[tuple[RoleJob, Obj]]] = {}
+    for found in jobs:
+        name = _name(found)
+        role = next(
+            (r.value for r in Role if role_job_shard(job.name, r.value, name) is not None), None
+        )
+        if role is None:
             continue
         if is_dying(found):
-            out[each.value] = (RoleJob.DYING, found)
-        elif job_generation(found) != prior.generations.get(each.value, 0):
-            out[each.value] = (RoleJob.STALE, found)
+            where = RoleJob.DYING
+        elif job_generation(found) != prior.generations.get(role, 0):
+            where = RoleJob.STALE
         else:
-            out[each.value] = (RoleJob.CURRENT, found)
+            where = RoleJob.CURRENT
+        out.setdefault(role, []).append((where, found))
+    for each in out.values():
+        each.sort(key=lambda found: index_offset(found[1]))
     return out
+
+
+def _job_of_index(found: list[tuple[RoleJob, Obj]], index: int) -> tuple[RoleJob, Obj] | None:
+    """The role's Job that holds replica `index`: the one with the greatest first index
+    not past it (a role's only Job holds every index, also those past its completions)."""
+    holder = None
+    for where, each in found:  # first index first
+        if index_offset(each) <= index:
+            holder = (where, each)
+    return holder
 
 
 def observe(
@@ -827,9 +865,13 @@ def observe(
     of replicas without a pod, or of a gang's unplaced replicas."""
     events = list(events)
     failures = creation_failures(events)
-    found = _role_jobs(job.name, jobs, prior)
-    role_jobs = {r: j for r, (where, j) in found.items() if where is RoleJob.CURRENT}
-    current_uids = {str(j["metadata"].get("uid")): r for r, j in role_jobs.items()}
+    found = _role_jobs(job, jobs, prior)
+    role_jobs = {
+        r: current
+        for r, each in found.items()
+        if (current := tuple(j for where, j in each if where is RoleJob.CURRENT))
+    }
+    current_uids = {str(j["metadata"].get("uid")): r for r, js in role_jobs.items() for j in js}
 
     pods_by_key: dict[str, list[Obj]] = {}
     for pod in pods:
@@ -838,11 +880,19 @@ def observe(
             continue  # not a replica, or a pod of a stale or deleted Job
         pods_by_key.setdefault(replica_key(pod_of, index), []).append(pod)
 
-    failed_role_jobs = {
-        r: cond for r, j in role_jobs.items() if (cond := job_failed_condition(j)) is not None
-    }
-    indexes = {r: role_indexes(j) for r, j in role_jobs.items()}  # once per role, not replica
-    waits = {r: waiting_message(j, failures) for r, j in role_jobs.items()}
+    failed_role_jobs: dict[str, Obj] = {}
+    for r, js in role_jobs.items():
+        conds = [cond for j in js if (cond := job_failed_condition(j)) is not None]
+        if conds:
+            failed_role_jobs[r] = conds[0]
+    indexes: dict[str, RoleIndexes] = {}  # once per role, not replica
+    for r, js in role_jobs.items():
+        each = [role_indexes(j) for j in js]
+        indexes[r] = RoleIndexes(
+            frozenset().union(*(i.completed for i in each)),
+            frozenset().union(*(i.failed for i in each)),
+        )
+    waits = {_name(j): waiting_message(j, failures) for js in role_jobs.values() for j in js}
     gave_up: set[str] = set()
     unplaced: set[str] = set()  # pending replicas whose pod is not on a node yet
     replicas: dict[str, ReplicaObservation] = {}
@@ -855,16 +905,17 @@ def observe(
         if index in failed:
             gave_up.add(key)
         mine = pods_by_key.get(key, [])
+        holder = _job_of_index(found.get(role, []), index)
         seen = read_replica(
             role,
             index,
             mine,
             completed=index in completed,
-            role_job=found[role][0] if role in found else RoleJob.MISSING,
+            role_job=holder[0] if holder is not None else RoleJob.MISSING,
             job_failed=role in failed_role_jobs,
             prior=prior,
             now=now,
-            waiting=waits.get(role),
+            waiting=waits.get(_name(holder[1])) if holder is not None else None,
             stall_seconds=job.spec.run_policy.stall_seconds,
         )
         replicas[key] = seen
@@ -912,8 +963,15 @@ def observe(
         status=status,
         replicas=replicas,
         role_jobs=role_jobs,
-        dying_jobs=frozenset(r for r, (where, _) in found.items() if where is RoleJob.DYING),
-        stale_jobs=frozenset(r for r, (where, _) in found.items() if where is RoleJob.STALE),
+        dying_jobs=frozenset(
+            r for r, each in found.items() if any(w is RoleJob.DYING for w, _ in each)
+        ),
+        stale_jobs=frozenset(
+            r for r, each in found.items() if any(w is RoleJob.STALE for w, _ in each)
+        ),
+        stale_shards=tuple(
+            (r, j) for r, each in sorted(found.items()) for w, j in each if w is RoleJob.STALE
+        ),
         counts=counts,
         live_pods=live_pods,
         failed_role_jobs=failed_role_jobs,

@@ -29,6 +29,8 @@ admission policy (`tfkube.engines.admission_refusals`) never lets a job name one
 
 from __future__ import annotations
 
+import re
+
 from tfkube.spec import API_VERSION
 from tfkube.tfcluster import shard_suffix
 
@@ -92,6 +94,10 @@ claim `<job>-logs` of it (`tfkube install --logs-storage-class`)."""
 LOGS_CLAIM_ENV = "TFKUBE_LOGS_CLAIM"
 """The operator's: an existing claim in every job namespace; every job whose spec names no
 logs storage writes its logs in a folder of it (`tfkube install --logs-claim`)."""
+MAX_PODS_PER_JOB_ENV = "TFKUBE_MAX_PODS_PER_JOB"
+"""The operator's: at most this many replicas of a role per Indexed Job (default 500, the
+Job controller's creations per sync of one Job): a role with more is several Jobs, which
+Kubernetes creates side by side (`tfkube operator --max-pods-per-job`)."""
 LOGS_SIZE_ENV = "TFKUBE_LOGS_SIZE"
 """The operator's: the size of the claims `TFKUBE_LOGS_STORAGE_CLASS` makes (default 10Gi)."""
 SCRATCH_VOLUME = "emptyDir"
@@ -137,6 +143,17 @@ def role_job_name(job_name: str, role: str, shard: int = 0) -> str:
     old, `<job>-<role>`; shard k is `<job>-<role>-s<k>`. The job name's limit
     (`tfkube.spec.MAX_NAME_LENGTH`) leaves room for both in a 63-character hostname."""
     return f"{job_name}-{role}{shard_suffix(shard)}"
+
+
+def role_job_shard(job_name: str, role: str, name: str) -> int | None:
+    """Which shard of the role's Jobs `name` is (`role_job_name`), or None: not one."""
+    base = role_job_name(job_name, role)
+    if name == base:
+        return 0
+    found = (
+        re.fullmatch(r"-s([1-9][0-9]{0,5})", name[len(base) :]) if name.startswith(base) else None
+    )
+    return int(found.group(1)) if found is not None else None
 
 
 def launcher_configmap_name(job_name: str) -> str:

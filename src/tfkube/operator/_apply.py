@@ -49,7 +49,8 @@ def apply(kube: Kube, op: Op, tfjob: Mapping[str, Any], component: str = COMPONE
         # count their template was made with.
         size = {"data": {SIZE_WORKERS_KEY: str(op.workers)}}
         kube.merge_patch(CONFIG_MAP.url(ns, op.configmap), size, allow=(NotFound,))
-        count = {"spec": {"completions": op.workers, "parallelism": op.workers}}
+        mine = op.workers if op.completions is None else op.completions
+        count = {"spec": {"completions": mine, "parallelism": mine}}
         kube.merge_patch(JOB.url(ns, op.job), count, allow=(NotFound,))
     elif isinstance(op, DeleteRoleJob):
         kube.request("DELETE", JOB.url(ns, op.name), body=BACKGROUND, allow=(NotFound,))

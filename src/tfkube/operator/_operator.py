@@ -32,6 +32,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any, cast
 
 from tfkube.kube.errors import ApiError, Forbidden, NotFound
@@ -50,7 +51,12 @@ from tfkube.kube.resources import CONFIG_MAP, EVENT, JOB, POD, SECRET, TFJOB
 from tfkube.kube.rest import Kube, api_client_from
 from tfkube.operator._apply import apply, write_status
 from tfkube.operator._ops import DeleteTFJob
-from tfkube.operator._reconcile import invalid_spec_plan, reconcile
+from tfkube.operator._reconcile import (
+    PODS_PER_JOB,
+    invalid_spec_plan,
+    pods_per_job,
+    reconcile,
+)
 from tfkube.operator._settings import OperatorSettings
 from tfkube.planner import JobPhase
 from tfkube.render import RenderOptions, StorageDefaults, render_job
@@ -106,6 +112,7 @@ class Reconciler:
             return None
         now = self.clock()
         annotations = tfjob["metadata"].get("annotations") or {}
+        per_job = pods_per_job(tfjob.get("status") or {}, self.settings.max_pods_per_job)
         try:
             job = tfjob_model(tfjob)
             rendered = render_job(
@@ -120,6 +127,7 @@ class Reconciler:
                     data_url=annotations.get(DATA_URL_ANNOTATION) or None,
                     data_cache=self.settings.data_cache,
                     storage=self.settings.storage,
+                    max_pods_per_job=per_job,
                 ),
             )
         except SpecError as exc:
@@ -128,6 +136,7 @@ class Reconciler:
             jobs = self.kube.list(JOB, namespace, f"{LABEL_JOB}={name}")
             events = self._preempted_events(namespace, tfjob)
             plan = reconcile(tfjob, job, jobs, pods, rendered, now, events)
+            plan = replace(plan, status={**plan.status, PODS_PER_JOB: per_job})
         for op in plan.ops:
             log.info("%s/%s: %s", namespace, name, _describe(op))
             apply(self.kube, op, tfjob)

@@ -31,6 +31,9 @@ class ResizeWorkers:
     job: str
     configmap: str
     workers: int
+    completions: int | None = None
+    """This Job's share of `workers` when the workers are split into several Jobs
+    (shards); None: it runs them all."""
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ from typing import Any
 
 from tfkube.kube.names import (
     GENERATION_ANNOTATION,
+    LABEL_INDEX_OFFSET,
     LABEL_ROLE,
     SCRATCH_VOLUME,
     STOP_ANNOTATION,
@@ -58,10 +59,19 @@ from tfkube.kube.names import (
     owner_reference,
     replica_selector,
     role_job_name,
+    role_job_shard,
     size_configmap_name,
     tensorboard_name,
 )
-from tfkube.kube.observe import Obj, Observation, Prior, format_time, is_stranded, observe
+from tfkube.kube.observe import (
+    Obj,
+    Observation,
+    Prior,
+    format_time,
+    index_offset,
+    is_stranded,
+    observe,
+)
 from tfkube.kube.resources import DEPLOYMENT, JOB, SERVICE, resource_for
 from tfkube.operator._ops import (
     Create,
@@ -141,15 +151,45 @@ def owned(
 
 def _role_job_objects(
     objects: Iterable[dict[str, Any]], job_name: str
-) -> dict[str, dict[str, Any]]:
-    """Role -> its rendered Indexed Job."""
-    out = {}
+) -> dict[str, list[dict[str, Any]]]:
+    """Role -> its rendered Indexed Jobs (one, or its shards', first index first)."""
+    out: dict[str, list[dict[str, Any]]] = {}
     for obj in objects:
         role = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE)
-        name = (obj.get("metadata") or {}).get("name")
-        if obj.get("kind") == "Job" and role is not None and name == role_job_name(job_name, role):
-            out[str(role)] = obj
+        name = str((obj.get("metadata") or {}).get("name"))
+        if (
+            obj.get("kind") == "Job"
+            and role is not None
+            and role_job_shard(job_name, str(role), name) is not None
+        ):
+            out.setdefault(str(role), []).append(obj)
     return out
+
+
+def _delete_role_job(job_name: str, role: str, role_job: Obj) -> DeleteRoleJob:
+    """Delete one of a role's Jobs with its pods: all the role's pods for its first Job
+    (as when a role was one Job), only its own for a later shard's (its offset label)."""
+    selector = replica_selector(job_name, role)
+    offset = index_offset(role_job)
+    if offset:
+        selector += f",{LABEL_INDEX_OFFSET}={offset}"
+    return DeleteRoleJob(str(role_job["metadata"]["name"]), selector)
+
+
+PODS_PER_JOB = "podsPerJob"
+UNSHARDED = 100_000
+"""More than any role may have (`tfkube.spec`): every role is one Job."""
+
+
+def pods_per_job(status: Mapping[str, Any], setting: int) -> int:
+    """The most replicas per Indexed Job the job renders with: what its status recorded
+    when it was made (`PODS_PER_JOB`), so the operator's setting changing never re-splits
+    a running job; a job made before shards (started, nothing recorded) is one Job per
+    role; a new job takes the operator's setting."""
+    recorded = status.get(PODS_PER_JOB)
+    if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 1:
+        return recorded
+    return UNSHARDED if status.get("startTime") else setting
 
 
 def _condition(
@@ -240,7 +280,7 @@ def reconcile(
     ops = ensure(job, prior, obs, objects, first, now)
     ops += release_stranded(pods, now)
     if not prior.phase.terminal:
-        resizing = resize(job, prior.phase, status, obs)
+        resizing = resize(job, prior.phase, status, obs, objects)
         ops += resizing.ops
         status = resizing.status
     if first:
@@ -299,13 +339,11 @@ def ensure(
         busy = obs.role_jobs.keys() | obs.dying_jobs | obs.stale_jobs
         ops += [
             Create(o)
-            for role, o in _role_job_objects(objects, job.name).items()
+            for role, rendered in _role_job_objects(objects, job.name).items()
             if role not in busy
+            for o in rendered
         ]
-    ops += [
-        DeleteRoleJob(role_job_name(job.name, role), replica_selector(job.name, role))
-        for role in sorted(obs.stale_jobs)
-    ]
+    ops += [_delete_role_job(job.name, role, j) for role, j in obs.stale_shards]
     return ops
 
 
@@ -315,18 +353,26 @@ class Resizing:
     status: dict[str, Any]
 
 
-def resize(job: TFJob, phase: JobPhase, status: dict[str, Any], obs: Observation) -> Resizing:
-    """`tfkube scale` (or an edit of spec.replicas.worker.replicas): the worker Job runs
+def resize(
+    job: TFJob,
+    phase: JobPhase,
+    status: dict[str, Any],
+    obs: Observation,
+    objects: list[dict[str, Any]] | None = None,
+) -> Resizing:
+    """`tfkube scale` (or an edit of spec.replicas.worker.replicas): the worker Jobs run
     the spec's count, when the planner's rules allow (`scale_problems`: a PS, no chief,
     1..MAX_WORKERS; no gang: `cluster_scale_problems`); the Event saying so, once.
-    Refused: a Warning Event, once per count (`status.refusedWorkers`), and the Job keeps
-    its size. `status.workers` is the size
-    the worker Job runs with."""
-    worker_job = obs.role_jobs.get(Role.WORKER.value)
-    if worker_job is None:
+    Refused: a Warning Event, once per count (`status.refusedWorkers`), and the Jobs keep
+    their sizes. `status.workers` is the size the worker Jobs run with. A role split into
+    shards (`objects`, the rendered ones, say which) grows its last Job and adds Jobs, and
+    shrinks from the end: its later Jobs deleted, the last kept one shrunk; the first Job
+    (worker 0's) always stays."""
+    worker_jobs = obs.role_jobs.get(Role.WORKER.value)
+    if not worker_jobs:
         return Resizing((), status)
     want = job.spec.replicas.count(Role.WORKER)
-    have = int((worker_job.get("spec") or {}).get("completions") or want)
+    have = sum(int((j.get("spec") or {}).get("completions") or 0) for j in worker_jobs) or want
     new = {k: v for k, v in status.items() if k not in ("workers", "refusedWorkers")}
     if have == want:
         return Resizing((), {**new, "workers": have})
@@ -338,11 +384,27 @@ def resize(job: TFJob, phase: JobPhase, status: dict[str, Any], obs: Observation
         why = "; ".join(f"{p.field}: {p.message}" for p in problems)
         text = f"not scaled from {have} to {want} workers: {why}"
         return Resizing((Event("Warning", "ScaleRefused", text),), new)
-    name = worker_job["metadata"]["name"]
-    ops: tuple[Op, ...] = (
-        ResizeWorkers(name, size_configmap_name(job.name), want),
-        Event("Normal", "Scaled", Resize(have, want).text()),
-    )
+    configmap = size_configmap_name(job.name)
+    rendered = _role_job_objects(objects or [], job.name).get(Role.WORKER.value, [])
+    if not rendered:  # as rendered before shards: the one worker Job runs them all
+        rendered = [{"metadata": {"name": worker_jobs[0]["metadata"]["name"]}}]
+    running = {str(j["metadata"]["name"]): j for j in worker_jobs}
+    resized: list[Op] = []
+    created: list[Op] = []
+    for k, shard in enumerate(rendered):  # the size ConfigMap first: with the first Job
+        name = str(shard["metadata"]["name"])
+        count = want if len(rendered) == 1 else int(shard["spec"]["completions"])
+        if name not in running:
+            created.append(Create(shard))
+        elif k == 0 or int((running[name].get("spec") or {}).get("completions") or 0) != count:
+            resized.append(ResizeWorkers(name, configmap, want, None if count == want else count))
+    kept = {str(shard["metadata"]["name"]) for shard in rendered}
+    deleted: list[Op] = [
+        _delete_role_job(job.name, Role.WORKER.value, j)
+        for j in reversed(worker_jobs)
+        if str(j["metadata"]["name"]) not in kept
+    ]
+    ops = (*resized, *created, *deleted, Event("Normal", "Scaled", Resize(have, want).text()))
     return Resizing(ops, {**new, "workers": want})
 
 
@@ -385,7 +447,8 @@ def suspended(
     pods), said once; nothing else is decided until it is resumed."""
     ops = ops + [
         SuspendJob(j["metadata"]["name"], True)
-        for j in obs.role_jobs.values()
+        for js in obs.role_jobs.values()
+        for j in js
         if not (j.get("spec") or {}).get("suspend")
     ]
     if not _is_suspended(status):
@@ -410,7 +473,8 @@ def resume(job: TFJob, obs: Observation) -> list[Op]:
     kueue = scheduling is not None and scheduling.gang is GangScheduler.KUEUE
     ops: list[Op] = [
         SuspendJob(j["metadata"]["name"], False)
-        for j in obs.role_jobs.values()
+        for js in obs.role_jobs.values()
+        for j in js
         if (j.get("spec") or {}).get("suspend") and not kueue
     ]
     ops.append(Event("Normal", "Resumed", "resumed: replicas start again"))
@@ -753,13 +817,19 @@ def _cleanup(job: TFJob, obs: Observation, stop_roles: frozenset[str], finishing
     else:
         roles = {r for r in stop_roles if r in obs.role_jobs or obs.live_pods.get(r)}
     for role in sorted(roles):
-        name = role_job_name(job.name, role)
-        role_job = obs.role_jobs.get(role)
-        if policy is not CleanPodPolicy.ALL and role_job is not None:
-            if not (role_job.get("spec") or {}).get("suspend"):
-                ops.append(SuspendJob(name, True))
-        elif role_job is not None or obs.live_pods.get(role):
-            ops.append(DeleteRoleJob(name, replica_selector(job.name, role)))
+        role_jobs = obs.role_jobs.get(role, ())
+        if policy is not CleanPodPolicy.ALL and role_jobs:
+            ops += [
+                SuspendJob(j["metadata"]["name"], True)
+                for j in role_jobs
+                if not (j.get("spec") or {}).get("suspend")
+            ]
+        elif role_jobs:
+            ops += [_delete_role_job(job.name, role, j) for j in role_jobs]
+        elif obs.live_pods.get(role):
+            ops.append(
+                DeleteRoleJob(role_job_name(job.name, role), replica_selector(job.name, role))
+            )
     if finishing and policy is not CleanPodPolicy.NONE:
         tb = tensorboard_name(job.name)
         ops.append(DeleteObject(DEPLOYMENT, tb))

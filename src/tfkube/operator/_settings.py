@@ -21,10 +21,17 @@ from tfkube.kube.names import (
     LOGS_CLAIM_ENV,
     LOGS_SIZE_ENV,
     LOGS_STORAGE_CLASS_ENV,
+    MAX_PODS_PER_JOB_ENV,
     OPERATOR_NAMESPACE_ENV,
     REGISTRY_SECRET_ENV,
 )
-from tfkube.render import DEFAULT_CLAIM_SIZE, OPERATOR_NAMESPACE, REGISTRY_SECRET, StorageDefaults
+from tfkube.render import (
+    DEFAULT_CLAIM_SIZE,
+    DEFAULT_MAX_PODS_PER_JOB,
+    OPERATOR_NAMESPACE,
+    REGISTRY_SECRET,
+    StorageDefaults,
+)
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,11 @@ class OperatorSettings:
     """What jobs whose spec names no logs storage get (TFKUBE_LOGS_STORAGE_CLASS,
     TFKUBE_LOGS_CLAIM, TFKUBE_LOGS_SIZE); by default nothing: their logs stay in their
     pods (an emptyDir each)."""
+    max_pods_per_job: int = DEFAULT_MAX_PODS_PER_JOB
+    """At most this many replicas of a role per Indexed Job (`--max-pods-per-job`,
+    TFKUBE_MAX_PODS_PER_JOB): a role with more is split into several Jobs
+    (`tfkube.render.RenderOptions.max_pods_per_job`). A job keeps the value it was made
+    with (`status.podsPerJob`)."""
 
     @classmethod
     def read(
@@ -59,9 +71,22 @@ class OperatorSettings:
         namespaces: tuple[str, ...] = (),
         kubeconfig: Path | None = None,
         verbose: bool = False,
+        max_pods_per_job: int | None = None,
     ) -> OperatorSettings:
-        """The settings from the command's flags and the environment. Raises ValueError
-        when both a logs storage class and a logs claim are set."""
+        """The settings from the command's flags and the environment (a flag wins). Raises
+        ValueError when both a logs storage class and a logs claim are set, or for a
+        maximum of pods per Job that is not a whole number of at least 1."""
+        per_job = max_pods_per_job
+        if per_job is None:
+            text = environ.get(MAX_PODS_PER_JOB_ENV) or str(DEFAULT_MAX_PODS_PER_JOB)
+            if not (text.isascii() and text.isdigit()):
+                raise ValueError(f"{MAX_PODS_PER_JOB_ENV} must be a whole number, not {text!r}")
+            per_job = int(text)
+        if per_job < 1:
+            raise ValueError(
+                f"the maximum of pods per Job ({MAX_PODS_PER_JOB_ENV}, --max-pods-per-job) "
+                f"must be at least 1, not {per_job}"
+            )
         return cls(
             namespaces=namespaces,
             kubeconfig=kubeconfig,
@@ -74,4 +99,5 @@ class OperatorSettings:
                 logs_claim=environ.get(LOGS_CLAIM_ENV) or None,
                 logs_size=environ.get(LOGS_SIZE_ENV) or DEFAULT_CLAIM_SIZE,
             ),
+            max_pods_per_job=per_job,
         )

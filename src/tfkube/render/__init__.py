@@ -50,6 +50,7 @@ from tfkube.render._postgres import (
     postgres_secret_command,
 )
 from tfkube.render._render import (
+    DEFAULT_MAX_PODS_PER_JOB,
     MAX_CODE_CONFIGMAP_BYTES,
     TENSORBOARD_PORT,
     RenderOptions,
@@ -91,6 +92,7 @@ __all__ = [
     "DATACACHE_NAME",
     "DATACACHE_PORT",
     "DEFAULT_CLAIM_SIZE",
+    "DEFAULT_MAX_PODS_PER_JOB",
     "EMPTY_DIR",
     "GRPC_PORT",
     "MAX_CODE_CONFIGMAP_BYTES",

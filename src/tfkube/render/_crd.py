@@ -164,6 +164,11 @@ def status_schema() -> Schema:
                 "A worker count the spec asks for that the job cannot change to while it "
                 "runs (only asynchronous PS training can): the Job kept its size."
             ),
+            "podsPerJob": _counts(
+                "At most this many replicas per Indexed Job (the operator's "
+                "--max-pods-per-job when the job was made): a role with more is several "
+                "Jobs, <job>-<role> and <job>-<role>-s<k>; fixed for the job's life."
+            ),
             "replicaStatuses": {
                 "type": "object",
                 "description": "Per role (chief, ps, worker, evaluator).",

@@ -10,7 +10,9 @@
                                          emptyDir per pod
          Service <job>                   headless: DNS names only, no cluster IP
          [PodGroup <job>]                Volcano / scheduler-plugins gang
-         Job <job>-<role> per role       Indexed: hostnames <job>-<role>-<i>
+         Job <job>-<role> per role       Indexed: hostnames <job>-<role>-<i>; a role of
+                                         more than max_pods_per_job (S) replicas is
+                                         ceil(n/S) Jobs, <job>-<role>-s<k> for k >= 1
          [Deployment, Service <job>-tensorboard]
 
 Who retries what (see docs/kubernetes.md):
@@ -50,6 +52,7 @@ from tfkube.kube.names import (
     DATA_TOKEN_KEY,
     LABEL_COMPONENT,
     LABEL_CREDENTIAL,
+    LABEL_INDEX_OFFSET,
     LABEL_JOB,
     LABEL_MANAGED_BY,
     MANAGED_BY,
@@ -98,7 +101,7 @@ from tfkube.spec import (
     VolumeSpec,
     replica_environment,
 )
-from tfkube.tfcluster import service_address_rule
+from tfkube.tfcluster import service_address_rule, shard_counts
 
 LAUNCHER_DIR = "/opt/tfkube"
 LAUNCHER_FILE = "launcher.pyz"
@@ -139,6 +142,10 @@ GRACE_MARGIN_SECONDS = 5
 DOCKER_HUB = "docker.io"
 
 Object = dict[str, Any]
+
+DEFAULT_MAX_PODS_PER_JOB = 500
+"""The Job controller's own cap of pod creations per sync of one Job
+(`MaxPodCreateDeletePerSync`): a larger Job needs more than one sync, one after another."""
 
 
 @dataclass(frozen=True)
@@ -191,6 +198,12 @@ class RenderOptions:
     """The node data cache's address (the operator's settings: `tfkube install --server`):
     replicas with a data_url also get TFKUBE_DATA_CACHE_URL, the same path at the cache,
     which they ask first. None: they ask the server only."""
+    max_pods_per_job: int = DEFAULT_MAX_PODS_PER_JOB
+    """S: a role of more than S replicas is split into ceil(n/S) Indexed Jobs (shards) of
+    at most S, which Kubernetes' Job controller creates side by side (it creates one Job's
+    pods at most 500 per sync, slowly starting each; different Jobs are synced at once:
+    docs/benchmarks.md). Shard k holds replicas k*S..k*S+S-1 (`tfkube.tfcluster.shard_of`);
+    a job whose every role fits one Job renders exactly as without shards."""
 
 
 def _meta(name: str, namespace: str, labels: Mapping[str, str], user: Mapping[str, str]) -> Object:
@@ -324,6 +337,8 @@ class _Context:
     """None: the logs are an emptyDir in each pod."""
     logs_sub_path: str | None
     scheduler_name: str | None
+    shard_size: int | None
+    """`shard_size(job, options)`: None when every role is one Job."""
 
     @property
     def ns(self) -> str:
@@ -386,6 +401,7 @@ def _context(job: TFJob, options: RenderOptions) -> _Context:
         # An existing logs claim is shared by many jobs: each gets its own folder in it.
         logs_sub_path=volumes.logs.sub_path,
         scheduler_name=scheduler,
+        shard_size=shard_size(job, options),
     )
 
 
@@ -667,12 +683,22 @@ def _venv_volume(ctx: _Context) -> Object:
     return {"name": "venvs", "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
 
 
-def _environment(ctx: _Context, role: Role) -> list[Object]:
+def shard_size(job: TFJob, options: RenderOptions) -> int | None:
+    """S when some role of the job needs more than one Indexed Job, else None (every role
+    is one Job, named and addressed as without shards)."""
+    size = options.max_pods_per_job
+    if any(job.spec.replicas.count(role) > size for role in Role):
+        return size
+    return None
+
+
+def _environment(ctx: _Context, role: Role, offset: int = 0) -> list[Object]:
     job = ctx.job
+    rule = service_address_rule(job.name, job.spec.run_policy.port, None, ctx.shard_size)
     env = replica_environment(
         job,
         role,
-        service_address_rule(job.name, job.spec.run_policy.port),  # not 11,000 addresses
+        rule,  # not 11,000 addresses
         code_url=ctx.code_url,
         code_sha256=ctx.code_sha256,
         data_dir=_mount_path(job.spec.storage.data, "data"),
@@ -684,6 +710,8 @@ def _environment(ctx: _Context, role: Role) -> list[Object]:
     )
     if job.spec.run_policy.stall_seconds is not None:
         env[contract.HEARTBEAT_FILE] = HEARTBEAT_PATH
+    if offset:  # a later shard's Job: its index 0 is replica `offset`
+        env[contract.INDEX_OFFSET] = str(offset)
     spec = job.spec.replicas.get(role)
     if job.spec.pod_security is PodSecurity.RESTRICTED and "HOME" not in (spec.env if spec else {}):
         env.setdefault("HOME", HOME_DIR)  # the image has no home for the pod's user
@@ -858,13 +886,24 @@ def stall_probe(stall_seconds: int) -> Object:
     }
 
 
-def _role_job(ctx: _Context, role: Role) -> Object:
+def _role_jobs(ctx: _Context, role: Role) -> list[Object]:
+    """The role's Indexed Job, or its shards' (`RenderOptions.max_pods_per_job`)."""
+    count = ctx.job.spec.replicas.count(role)
+    if ctx.shard_size is None:
+        return [_role_job(ctx, role, 0, count)]
+    size = ctx.shard_size
+    return [_role_job(ctx, role, k, n) for k, n in enumerate(shard_counts(count, size))]
+
+
+def _role_job(ctx: _Context, role: Role, shard: int, count: int) -> Object:
     job = ctx.job
     spec = job.spec.replicas.get(role)
     assert spec is not None
-    count = spec.replicas
-    name = role_job_name(job.name, role.value)
+    offset = shard * (ctx.shard_size or 0)
+    name = role_job_name(job.name, role.value, shard)
     labels = {**job_labels(job.name, role.value), LABEL_COMPONENT: "replica"}
+    if offset:
+        labels[LABEL_INDEX_OFFSET] = str(offset)
     scheduling = job.spec.scheduling
     pod_labels = {**ctx.user_labels, **spec.labels, **labels}
     annotations = {**ctx.options.pod_annotations, **spec.annotations}
@@ -887,7 +926,7 @@ def _role_job(ctx: _Context, role: Role) -> Object:
         "image": image,
         "imagePullPolicy": ctx.pull.policy(image),
         "command": list(LAUNCHER_COMMAND),
-        "env": _environment(ctx, role),
+        "env": _environment(ctx, role, offset),
         "ports": [{"name": PORT_NAME, "containerPort": port, "protocol": "TCP"}],
         "resources": _resources(spec.resources),
         "volumeMounts": mounts,
@@ -1068,6 +1107,8 @@ def render_job(job: TFJob, options: RenderOptions) -> list[dict[str, Any]]:
     objects += _claims(ctx)
     objects.append(_headless_service(ctx))
     objects += _pod_group(ctx)
-    objects += [_role_job(ctx, role) for role in Role if job.spec.replicas.count(role) > 0]
+    objects += [
+        j for role in Role if job.spec.replicas.count(role) > 0 for j in _role_jobs(ctx, role)
+    ]
     objects += _tensorboard(ctx)
     return objects
