@@ -22,6 +22,8 @@ Fixtures:
                              ServiceAccount token.
   operator        (function) `tfkube operator` (a subprocess with that token) watching the
                              test's namespace; stopped by PID afterwards.
+  operator_at     (function) the same, started by the test with a maximum of pods per
+                             Indexed Job (`operator_at(3)`: TFKUBE_MAX_PODS_PER_JOB=3).
   code            (function) a folder holding `code/` (run.sh, train.py) to submit from.
 
 TFKUBE_KUBE_KEEP=1 keeps the control plane's temp dir (logs/, kubeconfig) after the session.
@@ -38,7 +40,7 @@ import os
 import re
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -246,6 +248,29 @@ def operator(
     op.kill()
     assert not op.errors(), op.log.read_text()[-5000:]
     assert "Forbidden" not in op.log.read_text(), op.log.read_text()[-5000:]
+
+
+@pytest.fixture
+def operator_at(
+    crd: KubeCluster, operator_kubeconfig: Path, kube_namespace: str, tmp_path: Path
+) -> Iterator[Callable[[int], Operator]]:
+    """Start `tfkube operator` with TFKUBE_MAX_PODS_PER_JOB set: call it with the number
+    (roles with more replicas are several Indexed Jobs). Its log must show no traceback and
+    no Forbidden request."""
+    started: list[Operator] = []
+
+    def start(per_job: int) -> Operator:
+        env = {"TFKUBE_MAX_PODS_PER_JOB": str(per_job)}
+        op = Operator(crd, kube_namespace, tmp_path / "operator.log", operator_kubeconfig, env)
+        op.start()
+        started.append(op)
+        return op
+
+    yield start
+    for op in started:
+        op.kill()
+        assert not op.errors(), op.log.read_text()[-5000:]
+        assert "Forbidden" not in op.log.read_text(), op.log.read_text()[-5000:]
 
 
 def write_code(base: Path) -> Path:

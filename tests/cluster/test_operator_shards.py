@@ -13,11 +13,9 @@ resolve and TensorFlow trains across shards; tests/cluster/test_real_node.py
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import pytest
 from kubernetes import client
 
 from tfkube.kube.names import INDEX_KEY, LABEL_INDEX_OFFSET
@@ -26,28 +24,6 @@ from tfkube.tfcluster import replica_key
 
 from ._support import KubeCluster, Operator, wait_for
 from .test_operator import events, job_dict, phase_is, submit, tfjob
-
-
-@pytest.fixture
-def operator_at(
-    crd: KubeCluster, operator_kubeconfig: Path, kube_namespace: str, tmp_path: Path
-) -> Iterator[Any]:
-    """Start `tfkube operator` with TFKUBE_MAX_PODS_PER_JOB set (call it with the number);
-    its log must show no traceback and no Forbidden request."""
-    started: list[Operator] = []
-
-    def start(per_job: int) -> Operator:
-        env = {"TFKUBE_MAX_PODS_PER_JOB": str(per_job)}
-        op = Operator(crd, kube_namespace, tmp_path / "operator.log", operator_kubeconfig, env)
-        op.start()
-        started.append(op)
-        return op
-
-    yield start
-    for op in started:
-        op.kill()
-        assert not op.errors(), op.log.read_text()[-5000:]
-        assert "Forbidden" not in op.log.read_text(), op.log.read_text()[-5000:]
 
 
 def role_pods(kube: KubeCluster, ns: str, job: str, role: str) -> list[client.V1Pod]:
@@ -103,7 +79,7 @@ def launcher_view(kube: KubeCluster, ns: str, pod: client.V1Pod) -> tuple[str, s
 
 
 def test_one_ps_five_workers_in_jobs_of_two(
-    operator_at: Any, code: Path, kube_namespace: str
+    operator_at: Callable[[int], Operator], code: Path, kube_namespace: str
 ) -> None:
     """1 PS + 5 workers at 2 pods per Job: 1 + 3 Jobs, every pod its replica's hostname and
     every pod the same cluster; a failed worker in the last-but-one Job is retried as
@@ -182,7 +158,7 @@ def test_one_ps_five_workers_in_jobs_of_two(
 
 
 def test_scaled_2_5_1_across_jobs_of_three(
-    operator_at: Any, code: Path, kube_namespace: str
+    operator_at: Callable[[int], Operator], code: Path, kube_namespace: str
 ) -> None:
     """`tfkube scale` 2 -> 5 -> 1 at 3 pods per Job: growing grows the first Job to 3 and
     adds `<job>-worker-s1` (workers 3 and 4, their own hostnames); shrinking deletes it and

@@ -24,7 +24,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -152,13 +152,18 @@ def pods(kube: KubeCluster, ns: str, selector: str) -> list[client.V1Pod]:
     return kube.core.list_namespaced_pod(ns, label_selector=selector).items
 
 
+def replica_index(pod: client.V1Pod) -> int | None:
+    """A replica pod's index: its completion index in its Job, plus the Job's offset when
+    the role is several Jobs (`tfkube.io/index-offset`)."""
+    local = (pod.metadata.annotations or {}).get("batch.kubernetes.io/job-completion-index")
+    if local is None:
+        return None
+    return int(local) + int((pod.metadata.labels or {}).get("tfkube.io/index-offset", "0"))
+
+
 def replica_pods(kube: KubeCluster, ns: str, name: str, role: str, index: int) -> list:
     selector = f"tfkube.io/job-name={name},tfkube.io/replica-type={role}"
-    found = [
-        p
-        for p in pods(kube, ns, selector)
-        if p.metadata.annotations.get("batch.kubernetes.io/job-completion-index") == str(index)
-    ]
+    found = [p for p in pods(kube, ns, selector) if replica_index(p) == index]
     return sorted(found, key=lambda p: p.metadata.creation_timestamp)
 
 
@@ -852,7 +857,10 @@ def paused(real_node: RealNode, pods: list[client.V1Pod]) -> Iterator[None]:
 
 
 def test_between_graph_scaled_2_4_1_keeps_its_accuracy(
-    operator: Operator, real_node: RealNode, kube_namespace: str, tmp_path: Path
+    operator_at: Callable[[int], Operator],
+    real_node: RealNode,
+    kube_namespace: str,
+    tmp_path: Path,
 ) -> None:
     """The between-graph example in real pods, resized 2 -> 4 -> 1 workers while it trains
     (`tfkube scale --engine kubernetes`): the added workers boot knowing the new size (the
@@ -860,12 +868,15 @@ def test_between_graph_scaled_2_4_1_keeps_its_accuracy(
     (worker-1..3) stop between steps on SIGTERM; nothing is counted as a failure or a
     restart, the PS pod is the one it started with, and the accuracy is within 1 point of
     the same job at a fixed 2 workers (run beside it, in the same namespace: one wait for
-    both trainings).
+    both trainings). The operator makes at most 3 pods per Indexed Job, so worker-3 is
+    the first pod of a second worker Job (`scaled-worker-s1`, hostname
+    `scaled-worker-s1-0`) and trains beside the others all the same.
 
     While workers 2 and 3 boot, workers 0 and 1 are paused (the PS keeps serving): the job
     cannot reach its last step before the added workers train, however long a loaded
     machine takes to start them (TensorFlow's import; CI, 2026-12-03: not within 300 s
     with three other test runs beside it, and the job had ended by then)."""
+    operator = operator_at(3)
     kube, ns = operator.kube, kube_namespace
     fixed_path, raw = real_node_job(real_node, tmp_path, "mnist-between-graph", SCALE_ARGS)
     raw["metadata"]["name"] = fixed = "fixed"
@@ -900,6 +911,10 @@ def test_between_graph_scaled_2_4_1_keeps_its_accuracy(
     found = logged(kube, ns, name, "worker", 3, r"worker 3: shard (\d+)/(\d+)")
     assert found is not None
     assert found.group(2) == "4", found.group(0)
+    # ... from the second worker Job, as its first pod, under that Job's hostname.
+    worker_3 = replica_pods(kube, ns, name, "worker", 3)[-1]
+    assert [r.name for r in worker_3.metadata.owner_references] == [f"{name}-worker-s1"]
+    assert worker_3.spec.hostname == f"{name}-worker-s1-0"
 
     shrinking = time.monotonic()
     assert "now has 1 workers" in tfkube(kube, ns, "scale", name, "--workers", "1")
