@@ -85,6 +85,22 @@ def test_a_pod_name_names_its_replica(name: str, expected: str | None):
     assert replica_of_pod(job_model(), name) == expected
 
 
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("j-worker-s1-0-abcde", "worker-2"),
+        ("j-worker-s2-0-abcde", "worker-4"),
+        ("j-worker-1-abcde", "worker-1"),
+        ("j-worker-s3-0-abcde", None),  # no such Job
+        ("j-worker-s2-1-abcde", None),  # worker-5: the job has 5 workers
+    ],
+)
+def test_a_pod_name_names_its_replica_in_a_later_job(name: str, expected: str | None):
+    """Workers in Jobs of 2: a pod of `j-worker-s<k>` is replica k*2 + its index."""
+    offsets = {"j-worker-s1": 2, "j-worker-s2": 4}
+    assert replica_of_pod(job_model(workers=5), name, offsets) == expected
+
+
 def test_preemptions_from_pods_and_events_one_per_replica():
     job = job_model()
     prior = Prior(phase=JobPhase.RUNNING, started_at=T0)

@@ -214,14 +214,24 @@ def preempted_by_scheduler(pod: Obj) -> bool:
     )
 
 
-def replica_of_pod(job: TFJob, pod_name: str) -> str | None:
-    """The replica key of one of the job's pods from its name alone (`<job>-<role>-<index>-
-    <5 chars>`, as an Indexed Job names them): what an Event names of a pod that is gone."""
-    for role, index in job.replica_keys():
-        prefix = f"{role_job_name(job.name, role.value)}-"
-        rest = pod_name.removeprefix(prefix)
+def replica_of_pod(
+    job: TFJob, pod_name: str, offsets: Mapping[str, int] | None = None
+) -> str | None:
+    """The replica key of one of the job's pods from its name alone (`<Job>-<index>-<5
+    chars>`, as an Indexed Job names them): what an Event names of a pod that is gone.
+    `offsets`: the first replica index of each of the job's role Jobs by name (a role in
+    several Jobs, `role_job_name`); a role's first Job is always known (offset 0)."""
+    known = dict(offsets or {})
+    for role in Role:
+        known.setdefault(role_job_name(job.name, role.value), 0)
+    for name, offset in known.items():
+        rest = pod_name.removeprefix(f"{name}-")
         found = _POD_SUFFIX.fullmatch(rest) if rest != pod_name else None
-        if found is not None and int(found.group(1)) == index:
+        if found is None:
+            continue
+        role = next(r for r in Role if role_job_shard(job.name, r.value, name) is not None)
+        index = int(found.group(1)) + offset
+        if index < job.spec.replicas.count(role):
             return replica_key(role.value, index)
     return None
 
@@ -237,7 +247,11 @@ class Preemption:
 
 
 def preemptions(
-    job: TFJob, prior: Prior, current: Iterable[Obj], events: Iterable[Obj]
+    job: TFJob,
+    prior: Prior,
+    current: Iterable[Obj],
+    events: Iterable[Obj],
+    offsets: Mapping[str, int] | None = None,
 ) -> tuple[Preemption, ...]:
     """The job's pods preempted since the last counted preemption: `current` pods (of the
     current generation's Jobs, dying ones too) that carry the scheduler's DisruptionTarget,
@@ -262,7 +276,7 @@ def preemptions(
         involved = event.get("involvedObject") or {}
         if event.get("reason") != PREEMPTED_EVENT or involved.get("kind") != "Pod":
             continue
-        victim = replica_of_pod(job, str(involved.get("name") or ""))
+        victim = replica_of_pod(job, str(involved.get("name") or ""), offsets)
         if victim is None or _event_time(event) <= since:
             continue
         detail = _one_line(event.get("message"))
@@ -978,6 +992,10 @@ def observe(
         gave_up=frozenset(gave_up),
         stalled=stalled,
         preempted=preemptions(
-            job, prior, [p for mine in pods_by_key.values() for p in mine], events
+            job,
+            prior,
+            [p for mine in pods_by_key.values() for p in mine],
+            events,
+            {_name(j): index_offset(j) for each in found.values() for _, j in each},
         ),
     )
