@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import secrets
 import time
+from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -189,8 +190,9 @@ def close_session(db: Session, value: str) -> None:
 
 
 def create_token(
-    db: Session, user: User, name: str, expires_at: float | None
+    db: Session, user: User, name: str, expires_at: float | None, team_id: int | None = None
 ) -> tuple[ApiToken, str]:
+    """A new API token of the user's (`team_id`: limited to that team, `Bearer`). Commits."""
     value = new_api_token()
     token = ApiToken(
         user_id=user.id,
@@ -199,6 +201,7 @@ def create_token(
         prefix=value[:10],
         created_at=time.time(),
         expires_at=expires_at,
+        team_id=team_id,
     )
     db.add(token)
     db.commit()
@@ -211,7 +214,19 @@ def revoke_token(db: Session, token: ApiToken) -> None:
     db.commit()
 
 
-def token_user(db: Session, value: str) -> User | None:
+@dataclass(frozen=True)
+class Bearer:
+    """Who an API token speaks for."""
+
+    user: User
+    team_id: int | None = None
+    """A token limited to one team (a notebook's): only the user's role there counts, and
+    nothing site-wide (`actor_of`); None: the user's own token, wherever they may act."""
+
+
+def token_bearer(db: Session, value: str) -> Bearer | None:
+    """The token's user and its limit, or None for an unknown, revoked or expired token
+    (or a disabled user)."""
     token = db.scalars(select(ApiToken).where(ApiToken.token_hash == digest(value))).first()
     now = time.time()
     if token is None or token.revoked_at is not None:
@@ -224,12 +239,15 @@ def token_user(db: Session, value: str) -> User | None:
     if token.last_used_at is None or now - token.last_used_at > 60:
         token.last_used_at = now  # at most once a minute: no write per request
         db.commit()
-    return user
+    return Bearer(user, token.team_id)
 
 
-def actor_of(db: Session, user: User) -> Actor:
-    roles = {
-        m.team_id: Role(m.role)
-        for m in db.scalars(select(Membership).where(Membership.user_id == user.id)).all()
-    }
-    return Actor(user_id=user.id, site_admin=user.site_admin, roles=roles)
+def actor_of(db: Session, user: User, team_id: int | None = None) -> Actor:
+    """The user as the permission checks see them; `team_id`: as a token limited to that
+    team (a notebook's) sees them: their role in that team only (none once they left it),
+    never a site admin."""
+    query = select(Membership).where(Membership.user_id == user.id)
+    if team_id is not None:
+        query = query.where(Membership.team_id == team_id)
+    roles = {m.team_id: Role(m.role) for m in db.scalars(query).all()}
+    return Actor(user_id=user.id, site_admin=user.site_admin and team_id is None, roles=roles)

@@ -18,7 +18,7 @@ from fastapi import Depends, HTTPException, Request
 from sqlalchemy.orm import Session
 
 from tfkube.server import queries
-from tfkube.server.accounts import actor_of, session_user, token_user
+from tfkube.server.accounts import Bearer, actor_of, session_user, token_bearer
 from tfkube.server.core.scopes import Actor, Scope, allowed
 from tfkube.server.core.security import CSRF_HEADER, SESSION_COOKIE, check_csrf, csrf_token
 from tfkube.server.core.tables import Artifact, Job, Team, User
@@ -56,28 +56,44 @@ class Principal:
     actor: Actor
     session_id: str | None = None
     """The session cookie's value when signed in by cookie (None with a token)."""
+    team_id: int | None = None
+    """Signed in with a token limited to this team (a notebook's): `actor` holds the
+    user's role there only, and the user's own account (tokens, password, notebooks of
+    other teams) is out of its reach (`personal`)."""
 
     def require(self, scope: Scope, team_id: int | None = None) -> None:
         if not allowed(self.actor, scope, team_id):
             raise HTTPException(403, f"your role does not allow this ({scope.value})")
+
+    def personal(self) -> None:
+        """Refuse a token limited to one team: what is the user's own, not a team's."""
+        if self.team_id is not None:
+            raise HTTPException(
+                403, "this token is limited to one team (a notebook's); use your own token"
+            )
 
 
 def not_found(what: str) -> HTTPException:
     return HTTPException(404, f"{what} not found")
 
 
+def bearer_principal(db: Session, bearer: Bearer) -> Principal:
+    """The principal of an API token (its team limit kept)."""
+    return Principal(bearer.user, actor_of(db, bearer.user, bearer.team_id), team_id=bearer.team_id)
+
+
 def current_principal(request: Request, db: SessionDep, platform: PlatformDep) -> Principal:
     header = request.headers.get("authorization", "")
     if header:
         scheme, _, value = header.partition(" ")
-        user = token_user(db, value.strip()) if scheme.lower() == "bearer" and value else None
-        if user is None:
+        bearer = token_bearer(db, value.strip()) if scheme.lower() == "bearer" and value else None
+        if bearer is None:
             raise HTTPException(
                 401,
                 "the API token is not valid (expired or revoked?)",
                 {"WWW-Authenticate": "Bearer"},
             )
-        principal = Principal(user, actor_of(db, user))
+        principal = bearer_principal(db, bearer)
         db.commit()
         return principal
     cookie = request.cookies.get(SESSION_COOKIE)
@@ -101,6 +117,15 @@ def current_principal(request: Request, db: SessionDep, platform: PlatformDep) -
 
 
 CurrentUser = Annotated[Principal, Depends(current_principal)]
+
+
+def personal_principal(principal: CurrentUser) -> Principal:
+    principal.personal()
+    return principal
+
+
+PersonalUser = Annotated[Principal, Depends(personal_principal)]
+"""Signed in as the user themselves (a session, or a token not limited to one team)."""
 
 
 def site_admin(principal: CurrentUser) -> Principal:

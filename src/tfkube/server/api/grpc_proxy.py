@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from fastapi import HTTPException
 
-from tfkube.server.accounts import actor_of, token_user
-from tfkube.server.api.deps import Principal
+from tfkube.server.accounts import token_bearer
+from tfkube.server.api.deps import bearer_principal
 from tfkube.server.api.routes.proxy import model_target
 from tfkube.server.core.inputs import MAX_PROXY_BODY_BYTES
 
@@ -263,13 +263,13 @@ class GrpcProxy:
                 f"name the model server by its id as metadata: {MODEL_SERVER}: <id>",
             )
         with self.platform.sessions() as db:
-            user = token_user(db, token or "")
-            if user is None:
+            holder = token_bearer(db, token or "")
+            if holder is None:
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, "the API token is not valid")
-            assert user is not None
+            assert holder is not None
             try:
                 found, counted = model_target(
-                    db, server_id, Principal(user, actor_of(db, user)), self.platform
+                    db, server_id, bearer_principal(db, holder), self.platform
                 )
             except HTTPException as exc:
                 context.abort(grpc_status(exc.status_code), str(exc.detail))

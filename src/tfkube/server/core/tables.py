@@ -110,6 +110,11 @@ class ApiToken(Base):
     expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     last_used_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    team_id: Mapped[int | None] = mapped_column(
+        ForeignKey("teams.id", name="fk_api_tokens_team", ondelete="CASCADE"), nullable=True
+    )
+    """The one team the token acts in, with the user's role there and no site-wide power
+    (a notebook's, for its `tfkube.Client()`); None: wherever the user may act."""
 
 
 class Blob(Base):

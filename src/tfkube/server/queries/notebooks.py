@@ -24,7 +24,12 @@ def view(db: Session, row: Notebook, base_url: str) -> NotebookOut:
     return notebook_out(row, team.name if team else "", user.name if user else "", base_url)
 
 
-def list_own(db: Session, user_id: int, base_url: str) -> list[NotebookOut]:
-    """The user's notebooks (one per team at most)."""
-    rows = db.scalars(select(Notebook).where(Notebook.user_id == user_id)).all()
+def list_own(
+    db: Session, user_id: int, base_url: str, team_id: int | None = None
+) -> list[NotebookOut]:
+    """The user's notebooks (one per team at most; `team_id`: that team's only)."""
+    query = select(Notebook).where(Notebook.user_id == user_id)
+    if team_id is not None:
+        query = query.where(Notebook.team_id == team_id)
+    rows = db.scalars(query).all()
     return [view(db, r, base_url) for r in rows]

@@ -2,8 +2,10 @@
 at `/proxy/notebook/<id>/lab`, for its owner only.
 
     POST /api/v1/teams/<team>/notebook, or opening its proxy URL -> ensure:
-        a fresh API token for the user (the notebook's `tfkube.Client()` signs in with it:
-        TFKUBE_URL, TFKUBE_TOKEN, TFKUBE_TEAM in its environment); the previous one revoked;
+        a fresh API token for the user limited to the notebook's team (its `tfkube.Client()`
+        signs in with it: TFKUBE_URL, TFKUBE_TOKEN, TFKUBE_TEAM in its environment; the
+        user's role in that team only, nothing site-wide, not their account's tokens or
+        password: `accounts.Bearer`); the previous one revoked;
         Engine.start(team, NotebookWorkload) (the team's latest artifacts offered with it;
         Jupyter's own token on: the proxy sends it, the notebook's port alone opens nothing)
     idle loop (every 30 s at most): a notebook whose Jupyter saw no activity (its own
@@ -172,7 +174,7 @@ class Notebooks:
     def _client_token(self, db: Session, row: Notebook, user: User) -> str:
         self._revoke(db, row)
         token, value = create_token(
-            db, user, f"notebook {row.id}", time.time() + TOKEN_DAYS * 86400
+            db, user, f"notebook {row.id}", time.time() + TOKEN_DAYS * 86400, team_id=row.team_id
         )
         row.token_id = token.id
         return value

@@ -33,8 +33,10 @@ def open_notebook(
 def list_notebooks(
     principal: CurrentUser, db: SessionDep, platform: PlatformDep
 ) -> list[NotebookOut]:
-    """The caller's own notebooks (each team's)."""
-    return queries.notebooks.list_own(db, principal.user.id, platform.settings.base_url)
+    """The caller's own notebooks (each team's; a token limited to one team: that team's)."""
+    return queries.notebooks.list_own(
+        db, principal.user.id, platform.settings.base_url, principal.team_id
+    )
 
 
 @router.post("/notebooks/{notebook_id}/stop")
@@ -43,7 +45,7 @@ def stop_notebook(
 ) -> NotebookOut:
     """Stop it now (its home folder stays; opening it again starts it)."""
     row = queries.notebooks.find_own(db, principal.user.id, notebook_id)
-    if row is None:
+    if row is None or principal.team_id not in (None, row.team_id):
         raise not_found(f"notebook {notebook_id!r}")
     if row.state == "running":
         platform.notebooks.stop(db, row, "stopped by its owner")

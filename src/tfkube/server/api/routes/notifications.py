@@ -1,13 +1,14 @@
 """A user's notifications: which events of their own jobs (succeeded, failed, stalled)
 they are told of, by webhook (signed) and/or e-mail; their signing secret (shown once);
-the messages sent and how their delivery went."""
+the messages sent and how their delivery went. The user's own: not with a token limited to
+one team (a notebook's)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 
 from tfkube.server import queries
-from tfkube.server.api.deps import CurrentUser, PlatformDep, SessionDep
+from tfkube.server.api.deps import PersonalUser, PlatformDep, SessionDep
 from tfkube.server.api.errors import FieldHTTPError
 from tfkube.server.notifications import check_prefs, new_secret, save_prefs
 from tfkube.wire import (
@@ -22,7 +23,7 @@ router = APIRouter(prefix="/api/v1/users/me/notifications", tags=["notifications
 
 @router.get("")
 def read_prefs(
-    principal: CurrentUser, db: SessionDep, platform: PlatformDep
+    principal: PersonalUser, db: SessionDep, platform: PlatformDep
 ) -> NotificationPrefsOut:
     """What the caller is told about their jobs, and where."""
     return queries.notifications.prefs(db, principal.user.id, platform.notifier.smtp is not None)
@@ -30,7 +31,7 @@ def read_prefs(
 
 @router.put("")
 def write_prefs(
-    body: NotificationPrefsIn, principal: CurrentUser, db: SessionDep, platform: PlatformDep
+    body: NotificationPrefsIn, principal: PersonalUser, db: SessionDep, platform: PlatformDep
 ) -> NotificationPrefsOut:
     """Replace the caller's choices. 422 naming the field: an event not among succeeded,
     failed, stalled; a webhook URL that is not http(s); a format not json or slack; an
@@ -48,7 +49,7 @@ def write_prefs(
 
 @router.post("/secret", status_code=201)
 def rotate_secret(
-    principal: CurrentUser, db: SessionDep, platform: PlatformDep
+    principal: PersonalUser, db: SessionDep, platform: PlatformDep
 ) -> NotificationSecretOut:
     """A new secret to check webhook signatures with, shown this once:
     `X-Tfkube-Signature` is `sha256=` and the hex HMAC-SHA256 of
@@ -57,6 +58,6 @@ def rotate_secret(
 
 
 @router.get("/sent")
-def sent(principal: CurrentUser, db: SessionDep) -> list[NotificationOut]:
+def sent(principal: PersonalUser, db: SessionDep) -> list[NotificationOut]:
     """The caller's newest 50 messages (newest first) and how each delivery went."""
     return queries.notifications.recent(db, principal.user.id)

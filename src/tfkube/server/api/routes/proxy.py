@@ -49,7 +49,7 @@ from starlette.websockets import WebSocketState
 
 from tfkube.engines import NotAvailable
 from tfkube.engines import Upstream as Target
-from tfkube.server.api.deps import PlatformDep, Principal, SessionDep
+from tfkube.server.api.deps import PlatformDep, Principal, SessionDep, bearer_principal
 from tfkube.server.api.routes.workload_origin import enter_location, pass_principal, workload_in
 from tfkube.server.core.origins import WORKLOAD_KINDS
 from tfkube.server.core.scopes import Scope, visible
@@ -236,7 +236,7 @@ def _bearer(conn: HTTPConnection) -> bool:
 def _principal(
     conn: HTTPConnection, db: Session, method: str, key: bytes, kind: str, target_id: str
 ) -> Principal:
-    from tfkube.server.accounts import actor_of, session_user, token_user
+    from tfkube.server.accounts import actor_of, session_user, token_bearer
     from tfkube.server.core.security import SAFE_METHODS, SESSION_COOKIE
 
     header = conn.headers.get("authorization", "")
@@ -248,10 +248,10 @@ def _principal(
         _same_origin(conn, method, SAFE_METHODS)
         return principal
     if header.lower().startswith("bearer "):
-        user = token_user(db, header[7:].strip())
-        if user is None:
+        bearer = token_bearer(db, header[7:].strip())
+        if bearer is None:
             raise HTTPException(401, "the API token is not valid")
-        return Principal(user, actor_of(db, user))
+        return bearer_principal(db, bearer)
     cookie = conn.cookies.get(SESSION_COOKIE)
     user = session_user(db, cookie) if cookie else None
     if user is None:

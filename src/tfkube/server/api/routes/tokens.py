@@ -1,4 +1,5 @@
-"""Personal API tokens: created (shown once), listed, revoked."""
+"""Personal API tokens: created (shown once), listed, revoked; by the user themselves (a
+token limited to one team, a notebook's, gets 403: it cannot make itself a wider one)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from tfkube.server import queries
 from tfkube.server.accounts import create_token, revoke_token
-from tfkube.server.api.deps import CurrentUser, SessionDep, not_found
+from tfkube.server.api.deps import PersonalUser, SessionDep, not_found
 from tfkube.server.api.errors import field_error
 from tfkube.server.core.inputs import control_problem
 from tfkube.server.queries.views import token_out
@@ -26,12 +27,12 @@ class TokenIn(BaseModel):
 
 
 @router.get("")
-def list_tokens(principal: CurrentUser, db: SessionDep) -> list[TokenOut]:
+def list_tokens(principal: PersonalUser, db: SessionDep) -> list[TokenOut]:
     return queries.tokens.list_tokens(db, principal.user.id)
 
 
 @router.post("", status_code=201)
-def new_token(body: TokenIn, principal: CurrentUser, db: SessionDep) -> NewToken:
+def new_token(body: TokenIn, principal: PersonalUser, db: SessionDep) -> NewToken:
     if problem := control_problem(body.name):
         raise field_error("name", problem)
     expires = time.time() + body.expires_in_days * 86400 if body.expires_in_days else None
@@ -40,7 +41,7 @@ def new_token(body: TokenIn, principal: CurrentUser, db: SessionDep) -> NewToken
 
 
 @router.delete("/{token_id}", status_code=204)
-def revoke(token_id: str, principal: CurrentUser, db: SessionDep) -> None:
+def revoke(token_id: str, principal: PersonalUser, db: SessionDep) -> None:
     token = queries.tokens.find_own(db, principal.user.id, token_id)
     if token is None:
         raise not_found(f"token {token_id!r}")

@@ -52,8 +52,9 @@ def add_user(body: UserIn, _: SiteAdmin, db: SessionDep) -> UserOut:
 
 @router.patch("/{name}")
 def change_user(name: str, body: UserPatch, principal: CurrentUser, db: SessionDep) -> UserOut:
+    principal.personal()  # a password, a user's flags: never with a notebook's token
     user = queries.users.find(db, principal.actor, name)
-    is_admin = principal.user.site_admin
+    is_admin = principal.actor.site_admin
     if user is None:
         raise not_found(f"user {name!r}")
     if (body.disabled is not None or body.site_admin is not None) and not is_admin:
