@@ -710,6 +710,10 @@ IGNORE_DISRUPTION = {
     "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
 }
 FAIL_ANY = {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}}
+FAIL_DISRUPTED = {  # first: the Job's condition then names the disruption (a drain)
+    "action": "FailJob",
+    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+}
 FAIL_USER = {
     "action": "FailJob",
     "onExitCodes": {"operator": "In", "values": list(USER_ERROR_EXIT_CODES)},
@@ -722,14 +726,14 @@ FAIL_USER = {
         ("OnFailure", False, "worker", 4, [IGNORE_DISRUPTION]),
         ("OnFailure", False, "ps", 4, [IGNORE_DISRUPTION]),
         ("OnFailure", True, "worker", 4, [IGNORE_DISRUPTION]),
-        ("OnFailure", True, "ps", 0, [FAIL_ANY]),
+        ("OnFailure", True, "ps", 0, [FAIL_DISRUPTED, FAIL_ANY]),
         ("ExitCode", False, "worker", 4, [IGNORE_DISRUPTION, FAIL_USER]),
         ("ExitCode", False, "ps", 4, [IGNORE_DISRUPTION, FAIL_USER]),
         ("ExitCode", True, "worker", 4, [IGNORE_DISRUPTION, FAIL_USER]),
-        ("ExitCode", True, "ps", 0, [FAIL_ANY]),
+        ("ExitCode", True, "ps", 0, [FAIL_DISRUPTED, FAIL_ANY]),
         ("Never", False, "worker", 0, [IGNORE_DISRUPTION, FAIL_ANY]),
         ("Never", True, "worker", 0, [IGNORE_DISRUPTION, FAIL_ANY]),
-        ("Never", True, "ps", 0, [FAIL_ANY]),
+        ("Never", True, "ps", 0, [FAIL_DISRUPTED, FAIL_ANY]),
     ],
 )
 def test_pod_failure_policy_and_backoff_limit(policy, managed, role, backoff, rules):

@@ -284,6 +284,81 @@ def preemptions(
     return tuple(found[k] for k in sorted(found))
 
 
+EVICTION_BY_API = "EvictionByEvictionAPI"
+"""The DisruptionTarget reason of a pod evicted through the Eviction API (`kubectl drain`,
+a cluster autoscaler's scale-down, a node upgrade)."""
+FAILURE_DISRUPTIONS = frozenset({NODE_LOSS_EVICTION, "TerminationByKubelet", "DeletionByPodGC"})
+"""DisruptionTarget reasons that stay failures, counted against backoffLimit: the node was
+lost (the taint manager evicted its pods), the kubelet ended the pod itself (node pressure,
+its node shut down), the pod GC removed a pod whose node is gone."""
+_DISRUPTION_RULE = re.compile(
+    r"^Pod (?P<namespace>[^/\s]+)/(?P<pod>\S+) has condition DisruptionTarget matching FailJob"
+)
+"""The Job controller's message for a pod that failed by the managed PS Job's first
+podFailurePolicy rule (`tfkube.render`: FailJob on DisruptionTarget; Kubernetes'
+pkg/controller/job/pod_failure_policy.go says "Pod <ns>/<name> has condition <type>
+matching <action> rule at index <i>")."""
+
+
+def disruption_reason(pod: Obj) -> str | None:
+    """The reason of the pod's DisruptionTarget condition (status True), or None."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
+            return str(c.get("reason") or "") or None
+    return None
+
+
+@dataclass(frozen=True)
+class Disruption:
+    """A PS whose pod was ended by a planned disruption (`disruptions`): its Job failed by
+    the DisruptionTarget rule."""
+
+    replica: str
+    pod: str
+    reason: str | None
+    """The condition's reason (`EvictionByEvictionAPI`), or None when the pod was gone
+    before anyone read it."""
+
+    def text(self) -> str:
+        if self.reason == EVICTION_BY_API:
+            return f"{self.replica} was evicted (its node drained, or the Eviction API)"
+        if self.reason:
+            return f"{self.replica}'s pod was disrupted ({self.reason})"
+        return f"{self.replica}'s pod was evicted (its node drained, or the Eviction API)"
+
+
+def disruptions(
+    job: TFJob,
+    failed_role_jobs: Mapping[str, Obj],
+    current: Iterable[Obj],
+    offsets: Mapping[str, int] | None = None,
+) -> tuple[Disruption, ...]:
+    """The replicas whose role Job Kubernetes failed for a planned disruption of their pod:
+    the Job's Failed condition names the pod and the DisruptionTarget rule (only the
+    managed PS Job has one that fails it: the other roles ignore disruptions), and the
+    pod, when still there (`current`: the current Jobs' pods), does not say a reason that
+    stays a failure (`FAILURE_DISRUPTIONS`: a lost node's pod stays, Terminating, until the
+    operator fails it, so it is always there to say so). The scheduler's preemptions carry
+    the same condition: `preemptions` counts those first. Sorted by replica."""
+    pods = {_name(p): p for p in current}
+    found: dict[str, Disruption] = {}
+    for condition in failed_role_jobs.values():
+        if condition.get("reason") != "PodFailurePolicy":
+            continue
+        matched = _DISRUPTION_RULE.match(str(condition.get("message") or ""))
+        if matched is None:
+            continue
+        name = matched.group("pod")
+        replica = replica_of_pod(job, name, offsets)
+        if replica is None:
+            continue
+        reason = disruption_reason(pods[name]) if name in pods else None
+        if reason in FAILURE_DISRUPTIONS or reason == PREEMPTION_BY_SCHEDULER:
+            continue
+        found.setdefault(replica, Disruption(replica, name, reason))
+    return tuple(found[k] for k in sorted(found))
+
+
 def pod_phase(pod: Obj) -> str:
     return str((pod.get("status") or {}).get("phase") or "Pending")
 
@@ -652,6 +727,9 @@ class Observation:
     preempted: tuple[Preemption, ...] = ()
     """Replicas whose pod the scheduler preempted since the last counted preemption
     (`preemptions`): the operator restarts the whole job, counted as one preemption."""
+    disrupted: tuple[Disruption, ...] = ()
+    """PS replicas whose Job failed for a planned disruption of their pod (an eviction: a
+    drain; `disruptions`): the operator restarts the whole job, counted as a disruption."""
 
 
 @dataclass(frozen=True)
@@ -680,6 +758,9 @@ class Prior:
     """Times the job was preempted (`status.preemptions`), counted apart from restarts."""
     preempted_at: float | None = None
     """When the operator counted the last preemption (`status.preemptedAt`)."""
+    disruptions: int = 0
+    """Whole-job restarts after a PS's planned disruption (`status.disruptions`: a drain's
+    eviction), counted apart from restarts."""
 
     @property
     def checkpoints_kept(self) -> bool:
@@ -711,6 +792,7 @@ class Prior:
             storage={str(k): str(v) for k, v in (status.get("storage") or {}).items()},
             preemptions=int(status.get("preemptions") or 0),
             preempted_at=parse_time(status.get("preemptedAt")),
+            disruptions=int(status.get("disruptions") or 0),
         )
 
 
@@ -959,6 +1041,8 @@ def observe(
         for key in unplaced:
             replicas[key] = replace(replicas[key], message=gang)
     statuses = tuple(r.status for r in replicas.values())
+    current_pods = [p for mine in pods_by_key.values() for p in mine]
+    offsets = {_name(j): index_offset(j) for each in found.values() for _, j in each}
     status = JobStatus(
         phase=prior.phase,
         started_at=prior.started_at if prior.started_at is not None else now,
@@ -991,11 +1075,6 @@ def observe(
         failed_role_jobs=failed_role_jobs,
         gave_up=frozenset(gave_up),
         stalled=stalled,
-        preempted=preemptions(
-            job,
-            prior,
-            [p for mine in pods_by_key.values() for p in mine],
-            events,
-            {_name(j): index_offset(j) for each in found.values() for _, j in each},
-        ),
+        preempted=preemptions(job, prior, current_pods, events, offsets),
+        disrupted=disruptions(job, failed_role_jobs, current_pods, offsets),
     )

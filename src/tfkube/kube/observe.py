@@ -14,6 +14,7 @@ unit test row for every branch; this module is what the rest of tfkube may use o
 from tfkube.kube._observe import (
     GANG_SCHEDULERS,
     PREEMPTED_EVENT,
+    Disruption,
     Obj,
     Observation,
     Preemption,
@@ -33,6 +34,7 @@ from tfkube.kube._observe import (
 __all__ = [
     "GANG_SCHEDULERS",
     "PREEMPTED_EVENT",
+    "Disruption",
     "Obj",
     "Observation",
     "Preemption",

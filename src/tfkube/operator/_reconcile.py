@@ -258,8 +258,9 @@ def reconcile(
               generation's Jobs once due; delete stale generations' Jobs; fail the
               pods stranded on a lost node (`release_stranded`)
     suspend   a suspended job stops here; a resumed one starts its clock again
-    preempt   a pod preempted by the scheduler: the whole job starts again, counted as a
-              preemption, not a restart (`preempted`), in place of the planner
+    preempt   a pod preempted by the scheduler, or a PS evicted (a drain): the whole job
+              starts again, counted as a preemption or a disruption, not a restart
+              (`preempted`, `disrupted`), in place of the planner
     decide    the planner, overruled where Kubernetes gave up or a stop was asked
     act       the decision as operations: events, restarts, stops, clean-up, TTL
     record    the whole new status, and when to look again
@@ -292,12 +293,14 @@ def reconcile(
         status = resumed_status(status, now)
         obs = observe(job, Prior.from_status(status), jobs, pods, now, events)
 
-    preemption = preempted(job, obs, prior, now) if not prior.phase.terminal else None
+    interruption = None
+    if not prior.phase.terminal:
+        interruption = preempted(job, obs, prior, now) or disrupted(job, obs, prior, now)
     restart: WholeJobRestart | None
-    if preemption is not None:
-        decision, restart = preemption.decision, preemption.restart
-        ops.append(preemption.event)
-        status = {**status, **preemption.status()}
+    if interruption is not None:
+        decision, restart = interruption.decision, interruption.restart
+        ops.append(interruption.event)
+        status = {**status, **interruption.status()}
     else:
         decision = decide(tfjob, job, obs, now)
         restart = whole_job_restart(decision, obs, prior)
@@ -543,24 +546,52 @@ def whole_job_restart(decision: Decision, obs: Observation, prior: Prior) -> Who
 
 
 @dataclass(frozen=True)
-class Preempted:
-    """The scheduler preempted some of the job's pods for pods of higher priority: the
-    whole job starts again (a new generation of every role's Job, with no backoff), its
-    new pods wait for room and it resumes from its checkpoint; one preemption is counted,
-    no restart, so it never uses up backoffLimit."""
+class Interrupted:
+    """The job's pods were taken away for a reason not of the job's making (the scheduler
+    preempted some for pods of higher priority, `preempted`; a PS was evicted by a drain,
+    `disrupted`): the whole job starts again (a new generation of every role's Job, with no
+    backoff), its new pods wait for room and it resumes from its checkpoint; the
+    interruption is counted apart (`counted`, into the status), no restart, so it never
+    uses up backoffLimit."""
 
     decision: Decision
     restart: WholeJobRestart
     event: Event
-    count: int
-    at: float
+    counted: Mapping[str, Any]
 
     def status(self) -> dict[str, Any]:
-        # Rounded up: the Events of this preemption's other victims must not count again.
-        return {"preemptions": self.count, "preemptedAt": format_time(math.ceil(self.at))}
+        return dict(self.counted)
 
 
-def preempted(job: TFJob, obs: Observation, prior: Prior, now: float) -> Preempted | None:
+def _resumes(prior: Prior) -> str:
+    return (
+        "resumes from its checkpoint"
+        if prior.checkpoints_kept
+        else "starts from scratch (no logs claim keeps its checkpoints)"
+    )
+
+
+def _interrupted(
+    job: TFJob, obs: Observation, prior: Prior, now: float, reason: str, message: str,
+    counted: Mapping[str, Any],
+) -> Interrupted:  # fmt: skip
+    generations = dict(prior.generations)
+    for role in Role:
+        if job.spec.replicas.count(role):
+            generations[role.value] = generations.get(role.value, 0) + 1
+    restarts = obs.status.restarts
+    decision = Decision(
+        phase=JobPhase.RESTARTING, restarts=restarts, reason=reason, message=message
+    )
+    return Interrupted(
+        decision=decision,
+        restart=WholeJobRestart(generations, restarts, now),
+        event=Event("Normal", reason, message),
+        counted=counted,
+    )
+
+
+def preempted(job: TFJob, obs: Observation, prior: Prior, now: float) -> Interrupted | None:
     """What a preemption does (`Observation.preempted`), or None when there is none. Why the
     whole job and not only the preempted pod: a PS's loss restarts the whole job anyway,
     a job short of a replica holds the rest of its room without making progress
@@ -573,30 +604,30 @@ def preempted(job: TFJob, obs: Observation, prior: Prior, now: float) -> Preempt
     names = ", ".join(p.replica for p in obs.preempted)
     first = obs.preempted[0]
     detail = f" ({first.detail})" if first.detail else ""
-    resumes = (
-        "resumes from its checkpoint"
-        if prior.checkpoints_kept
-        else "starts from scratch (no logs claim keeps its checkpoints)"
-    )
     message = (
         f"{names} preempted by the scheduler for a pod of higher priority{detail}: the whole "
-        f"job waits for room and {resumes}; not a restart (preemption {count})"
+        f"job waits for room and {_resumes(prior)}; not a restart (preemption {count})"
     )
-    generations = dict(prior.generations)
-    for role in Role:
-        if job.spec.replicas.count(role):
-            generations[role.value] = generations.get(role.value, 0) + 1
-    restarts = obs.status.restarts
-    decision = Decision(
-        phase=JobPhase.RESTARTING, restarts=restarts, reason="Preempted", message=message
+    # Rounded up: the Events of this preemption's other victims must not count again.
+    counted = {"preemptions": count, "preemptedAt": format_time(math.ceil(now))}
+    return _interrupted(job, obs, prior, now, "Preempted", message, counted)
+
+
+def disrupted(job: TFJob, obs: Observation, prior: Prior, now: float) -> Interrupted | None:
+    """What a PS's planned disruption does (`Observation.disrupted`: its pod evicted, e.g.
+    its node drained), or None when there is none: the whole job restarts, as for any PS
+    loss, but at once and counted as a disruption (`status.disruptions`), not a restart: a
+    routine drain must not use up backoffLimit (nor fail a job whose limit is 0). A lost
+    node's PS stays a failure (`kube.observe`: FAILURE_DISRUPTIONS)."""
+    if not obs.disrupted:
+        return None
+    count = prior.disruptions + 1
+    said = "; ".join(d.text() for d in obs.disrupted)
+    message = (
+        f"restarted after its PS was evicted: {said}; the whole job {_resumes(prior)}; "
+        f"a disruption, not counted against backoffLimit (disruption {count})"
     )
-    return Preempted(
-        decision=decision,
-        restart=WholeJobRestart(generations, restarts, now),
-        event=Event("Normal", "Preempted", message),
-        count=count,
-        at=now,
-    )
+    return _interrupted(job, obs, prior, now, "Disrupted", message, {"disruptions": count})
 
 
 def announce(decision: Decision, prior: Prior) -> list[Op]:

@@ -153,6 +153,10 @@ def status_schema() -> Schema:
                 "format": "date-time",
                 "description": "When the operator counted the last preemption.",
             },
+            "disruptions": _counts(
+                "Times a PS's pod was evicted (its node drained, the Eviction API): the "
+                "whole job started again from its checkpoint; never counted as restarts."
+            ),
             "replicas": _counts("Replicas the job has in all (PS included)."),
             "readyReplicas": _counts("Replicas whose pod is Ready."),
             "succeededReplicas": _counts("Replicas that exited 0."),
@@ -219,6 +223,12 @@ PRINTER_COLUMNS: tuple[dict[str, str], ...] = (
         "name": "Preempted",
         "type": "integer",
         "jsonPath": ".status.preemptions",
+        "priority": "1",
+    },
+    {
+        "name": "Disrupted",
+        "type": "integer",
+        "jsonPath": ".status.disruptions",
         "priority": "1",
     },
     {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "priority": "1"},

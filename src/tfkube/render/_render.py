@@ -27,8 +27,9 @@ Who retries what (see docs/kubernetes.md):
 - The operator (`managed=True`) decides what concerns the job as a whole with the shared
   planner: success policy, ending PS/TensorBoard, restarts counted over all roles, the
   job-wide deadline and TTL. A PS failure must restart the whole job (workers resume from
-  the checkpoint), so a managed PS Job has backoffLimit 0 and no rules: its first failure
-  fails it at once and the operator re-creates every role's Job. Managed Jobs also get no
+  the checkpoint), so a managed PS Job has backoffLimit 0 and fails on its first failure
+  (a disruption by a rule of its own, so the operator can tell a drain's eviction from a
+  crash once the pod is gone) and the operator re-creates every role's Job. Managed Jobs also get no
   `ttlSecondsAfterFinished`: Kubernetes deleting a finished Job behind the operator's back
   would look like a missing Job to re-create; the TFJob's TTL deletes everything.
 - Rendered for plain `kubectl apply` (`managed=False`) Kubernetes is all there is: the PS
@@ -293,15 +294,24 @@ def _mount_path(volume: VolumeSpec, which: str) -> str:
     return volume.mount_path or DEFAULT_MOUNTS[which]
 
 
+DISRUPTED: Object = {"type": "DisruptionTarget", "status": "True"}
+"""A pod ended by a disruption (preempted, evicted, its node lost): Kubernetes' condition."""
+
+
 def _pod_failure_policy(job: TFJob, role: Role, managed: bool) -> Object:
     if managed and role is Role.PS:
-        # Any PS loss, disruptions included, is the operator's whole-job restart.
+        # Any PS loss, disruptions included, is the operator's whole-job restart. A
+        # disruption fails the Job by a rule of its own, so the Job's Failed condition
+        # names it ("Pod <ns>/<pod> has condition DisruptionTarget matching FailJob rule at
+        # index 0") after the evicted pod is gone: a drain is then not counted as a
+        # restart (`tfkube.kube.observe`: disruptions).
         return {
-            "rules": [{"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}}]
+            "rules": [
+                {"action": "FailJob", "onPodConditions": [DISRUPTED]},
+                {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}},
+            ]
         }
-    rules: list[Object] = [
-        {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
-    ]
+    rules: list[Object] = [{"action": "Ignore", "onPodConditions": [DISRUPTED]}]
     policy = job.spec.restart_policy(role)
     if policy is RestartPolicy.NEVER:
         rules.append({"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}})
