@@ -437,6 +437,8 @@ async def proxy_websocket(websocket: WebSocket, kind: str, target_id: str, path:
         else:
             upstream = await connect(url, **options)
     except (OSError, InvalidHandshake, TimeoutError) as exc:
+        # Closed before it was accepted, the caller sees only a 403: the reason is logged.
+        log.warning("a %s's WebSocket: its upstream refused it: %s", kind, exc)
         await websocket.close(code=1011, reason=f"upstream: {exc}"[:120])
         return
     await websocket.accept(subprotocol=upstream.subprotocol)
