@@ -192,9 +192,8 @@ def resumed_on_first(
     assert restored, "the chief of the restarted job restores the checkpoint"
     assert restored[0] >= checkpointed > 0
     assert ready[0] >= restored[0]
-    # A whole-job restart (the PS's generation moved on). Whether it counts against
-    # backoffLimit is not asserted: today a PS ended by a drain's eviction is counted (its
-    # container exits 143), a preempted one is not (docs/kubernetes.md).
+    # A whole-job restart (the PS's generation moved on); whether it was counted against
+    # backoffLimit is the test's own (a drain's is not: a disruption).
     assert final["restartGenerations"].get("ps", 0) >= 1, final
     assert chief.spec.node_name == first.name
     # The PS's pod is ended once the job succeeds; if still listed, it ran on the first node.
@@ -218,7 +217,8 @@ def test_ps_on_one_node_workers_on_the_other_and_a_drained_node(
     """1 PS on the second node, 2 workers on the first: they train through the routed pod
     networks and the one CoreDNS; the PS's node is drained mid-job (`kubectl drain`); the
     job is restarted on the first node, resumes from its checkpoint and reaches the
-    example's accuracy."""
+    example's accuracy; the restart is a disruption (`status.disruptions` 1, a `Disrupted`
+    event), not one of its restarts."""
     kube, ns, second = operator.kube, kube_namespace, second_real_node
     print(f"\nsecond real node {second.name} started in {second.timings.get('total', 0):.1f}s "
           f"({second.timings})")  # fmt: skip
@@ -234,12 +234,23 @@ def test_ps_on_one_node_workers_on_the_other_and_a_drained_node(
     ready_at, final, res, restored = resumed_on_first(
         operator, real_node, ns, (ps, chief), log_dir, checkpointed
     )
+    # A planned disruption, not a failure: counted apart, not against backoffLimit, and
+    # said as such in the job's events.
+    assert (final.get("disruptions"), final.get("restarts", 0)) == (1, 0), describe(
+        kube, ns, "mnist-between-graph"
+    )
+    said = [e.message for e in kube.core.list_namespaced_event(ns).items
+            if e.reason == "Disrupted" and e.involved_object.kind == "TFJob"]  # fmt: skip
+    assert len(said) == 1, said
+    assert said[0].startswith("restarted after its PS was evicted: ps-0"), said
+    assert "not counted against backoffLimit (disruption 1)" in said[0], said
     print(
         f"two nodes, drain: checkpoint at {checkpointed} when {second.name} was drained "
         f"(kubectl drain took {drain_took:.1f}s); the restarted chief restored {restored} and "
         f"was training again {ready_at - drained:.1f}s after the drain began; Succeeded "
         f"{time.monotonic() - t0:.0f}s after submit, accuracy {res['test_accuracy']}, "
-        f"global_step {res['global_step']}, restarts {final['restarts']}"
+        f"global_step {res['global_step']}, restarts {final.get('restarts', 0)}, "
+        f"disruptions {final.get('disruptions')}"
     )
 
 
