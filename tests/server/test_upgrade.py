@@ -1,8 +1,8 @@
 """Upgrading a running installation (issue 18 point 6), on the local engine, SQLite and
 PostgreSQL: the released tfkube of 2026-12-02 (commit `RELEASE`, its schema at revision
 0011) runs a server with a finished job and a job still training; the server is stopped
-and today's tfkube started on the same data and database. Its migrations run (0012,
-0013), the users, teams, tokens and the finished job with its log are all there, and the
+and today's tfkube started on the same data and database. Its migrations run (0012
+to today's head), the users, teams, tokens and the finished job with its log are all there, and the
 running job (its supervisor a daemon the old server forked) finishes untouched: every line
 of its log once, in order, Succeeded with 0 restarts. Then a database a newer tfkube upgraded (its
 revision unknown here) is refused before anything is changed, with a message that says
