@@ -13,6 +13,7 @@ import pytest
 from tfkube.engines import (
     SERVICE_NETWORKS,
     ModelServerWorkload,
+    NotebookWorkload,
     Tenant,
     TensorBoardWorkload,
     Upstream,
@@ -21,6 +22,7 @@ from tfkube.engines import (
 from tfkube.engines.kubernetes._services import (
     CACHE_SECONDS,
     KubeModelServers,
+    KubeNotebooks,
     KubeTensorBoards,
     ServiceNetwork,
     grpc_address,
@@ -228,3 +230,34 @@ def test_a_tensorboards_upstream(mode: str, inside: bool, prefix: str | None) ->
     else:  # plain HTTP to its pod, and the engine's credentials never go with it
         assert found.prefix == prefix
         assert found.headers == {}
+
+
+@pytest.mark.parametrize(
+    ("mode", "inside", "prefix"),
+    [
+        # In a pod of the cluster: straight to the Service, Jupyter's token in the header
+        # Jupyter reads (the API server's proxy loses the query of a WebSocket upgrade, and
+        # with it the token: a kernel's channel was refused, 403, on the real node).
+        ("auto", True, "http://notebook-n1.tfkube-a.svc:8888/proxy/notebook/n1"),
+        # A headless Service has no ClusterIP: the API server's proxy, as outside.
+        ("cluster-ip", False, None),
+        ("auto", False, None),
+        ("none", True, None),
+    ],
+)
+def test_a_notebooks_upstream(mode: str, inside: bool, prefix: str | None) -> None:
+    services = Services()
+    services.ips["tfkube-a", "notebook-n1"] = "None"
+    runner = KubeNotebooks(None, _engine_proxy, None, ServiceNetwork(services, mode, inside))  # type: ignore[arg-type]
+    workload = NotebookWorkload(
+        "n1", "ann", "/proxy/notebook/n1/", "http://srv", "jupyter-secret", "client-secret"
+    )
+    found = runner.upstream(Tenant("a", "tfkube-a", {}), workload, None)  # type: ignore[arg-type]
+    if prefix is None:
+        assert found.prefix.endswith("/services/notebook-n1:http/proxy/proxy/notebook/n1")
+        assert found.headers == {"Authorization": "Bearer engine-sa-token"}
+        assert found.params == {"token": "jupyter-secret"}
+    else:  # the engine's credentials never go to the notebook's pod
+        assert found.prefix == prefix
+        assert found.headers == {"Authorization": "token jupyter-secret"}
+        assert found.params == {}

@@ -76,6 +76,7 @@ from tfkube.render._storage import (
 from tfkube.render._tenant import tenant_objects
 from tfkube.render._workloads import (
     GRPC_PORT,
+    NOTEBOOK_PORT,
     ModelServerSpec,
     NotebookSpec,
     ServingRuntime,
@@ -96,6 +97,7 @@ __all__ = [
     "EMPTY_DIR",
     "GRPC_PORT",
     "MAX_CODE_CONFIGMAP_BYTES",
+    "NOTEBOOK_PORT",
     "OPERATOR_IMAGE",
     "OPERATOR_NAME",
     "OPERATOR_NAMESPACE",

@@ -107,7 +107,7 @@ class KubernetesEngine(RunnersByKind):
             network = ServiceNetwork(service_reader(api), self.service_network, in_cluster(api))
             self._runners = {
                 ModelServerWorkload: KubeModelServers(api, proxy, network),
-                NotebookWorkload: KubeNotebooks(api, proxy, self.notebook_placement),
+                NotebookWorkload: KubeNotebooks(api, proxy, self.notebook_placement, network),
                 TensorBoardWorkload: KubeTensorBoards(proxy, network),
             }
         return self._runners

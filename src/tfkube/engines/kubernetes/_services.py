@@ -42,6 +42,7 @@ from tfkube.kube.resources import DEPLOYMENT, HORIZONTAL_POD_AUTOSCALER, SERVICE
 from tfkube.kube.rest import Endpoint, Kube
 from tfkube.render import (
     GRPC_PORT,
+    NOTEBOOK_PORT,
     TENSORBOARD_PORT,
     ModelServerSpec,
     NotebookSpec,
@@ -332,14 +333,22 @@ class KubeModelServers:
 
 class KubeNotebooks:
     """A Secret, Service and StatefulSet `notebook-<id>` with its own home claim (kept when
-    the notebook stops)."""
+    the notebook stops). Reached straight at its Service where the server reaches the
+    Service network by DNS (in the cluster, by default), else through the API server's
+    service proxy, whose WebSocket upgrades lose the query and so Jupyter's token: there a
+    kernel's channel is refused (403) and cells cannot run."""
 
     def __init__(
-        self, api_client: Any, proxy: ServiceProxy, placement: Placement | None = None
+        self,
+        api_client: Any,
+        proxy: ServiceProxy,
+        placement: Placement | None = None,
+        network: ServiceNetwork | None = None,
     ) -> None:
         self.api_client = api_client
         self.proxy = proxy
         self.placement = placement or Placement()
+        self.network = network or ServiceNetwork(lambda ns, name: None, "none", in_cluster=False)
 
     def start(self, tenant: Tenant, workload: NotebookWorkload) -> Handle:
         spec = _notebook_spec(tenant, workload, self.placement)
@@ -360,10 +369,17 @@ class KubeNotebooks:
         delete_objects(self.api_client, render_notebook(_notebook_spec(tenant, workload)))
 
     def upstream(self, tenant: Tenant, workload: NotebookWorkload, handle: Handle) -> Upstream:
-        # Jupyter serves below the same base URL in its pod as through the proxy; the API
-        # server keeps the Authorization header, so Jupyter's token goes as a parameter.
+        # Jupyter serves below the same base URL in its pod as through the proxy.
         base = workload.base_url.rstrip("/")
-        found = self.proxy(tenant, notebook_name(workload.id), "http", base)
+        name = notebook_name(workload.id)
+        at, _ = self.network.address(tenant.namespace, name, NOTEBOOK_PORT)
+        if at is not None:  # plain HTTP in the cluster; Jupyter's token as Jupyter reads it
+            return Upstream(
+                f"http://{at}{base}", {"Authorization": f"token {workload.jupyter_token}"}
+            )
+        # The API server keeps the Authorization header, so Jupyter's token goes as a
+        # parameter (lost on a WebSocket upgrade: the class's docstring).
+        found = self.proxy(tenant, name, "http", base)
         token = {"token": workload.jupyter_token}
         return Upstream(found.prefix, found.headers, found.verify, token)
 
