@@ -21,9 +21,60 @@ import psutil
 
 from tfkube.engines.local._store import ProcessRef
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def since_boot(pid: int) -> float:
+    """When the process started, in seconds after boot: field 22 of /proc/<pid>/stat, in
+    clock ticks (the kernel's count; no clock change moves it). Raises
+    psutil.NoSuchProcess when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        raise psutil.NoSuchProcess(pid) from None
+    # The name (field 2) is in parentheses and may hold any byte, ')' included.
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return int(fields[19]) / CLOCK_TICKS
+
 
 def ref_of(pid: int) -> ProcessRef:
-    return ProcessRef(pid=pid, create_time=psutil.Process(pid).create_time())
+    proc = psutil.Process(pid)
+    started = since_boot(pid)
+    return ProcessRef(pid=pid, create_time=proc.create_time(), since_boot=started)
+
+
+def ref_data(ref: ProcessRef) -> dict[str, float | int]:
+    """A reference as a handle keeps it (JSON)."""
+    data: dict[str, float | int] = {"pid": ref.pid, "started": ref.create_time}
+    if ref.since_boot is not None:
+        data["since_boot"] = ref.since_boot
+    return data
+
+
+def ref_from(data: Mapping[str, object]) -> ProcessRef | None:
+    """The reference a handle keeps (`ref_data`); None if it keeps none."""
+    pid, since_boot = data.get("pid"), data.get("since_boot")
+    if not isinstance(pid, int) or not pid:
+        return None
+    started = data.get("started")
+    return ProcessRef(
+        pid=pid,
+        create_time=float(started) if isinstance(started, (int, float)) else 0.0,
+        since_boot=float(since_boot) if isinstance(since_boot, (int, float)) else None,
+    )
+
+
+WALL_CLOCK_SLACK = 1.01
+"""How far a wall-clock start time may move between two readings of the same process: the
+kernel gives its boot time in whole seconds, and that second moves as the clock does."""
+
+
+def same_start(proc: psutil.Process, ref: ProcessRef) -> bool:
+    """Whether `proc` started when `ref` says (to the kernel's clock tick): it is ours, not
+    a process that was given the PID after ours ended."""
+    if ref.since_boot is not None:
+        return abs(since_boot(proc.pid) - ref.since_boot) < 0.5 / CLOCK_TICKS
+    return abs(proc.create_time() - ref.create_time) <= WALL_CLOCK_SLACK
 
 
 def free_ports(count: int) -> list[int]:
@@ -113,7 +164,7 @@ def alive(ref: ProcessRef | None) -> psutil.Process | None:
         return None
     try:
         proc = psutil.Process(ref.pid)
-        if abs(proc.create_time() - ref.create_time) > 0.01:
+        if not same_start(proc, ref):
             return None
         if proc.status() == psutil.STATUS_ZOMBIE:
             return None

@@ -71,7 +71,15 @@ from tfkube.engines._workloads import (
 )
 from tfkube.engines.local import _egress, _netns
 from tfkube.engines.local._cgroups import Limits, limits_of
-from tfkube.engines.local._procs import alive, free_ports, spawn, stop_tree, wait_port
+from tfkube.engines.local._procs import (
+    alive,
+    free_ports,
+    ref_data,
+    ref_from,
+    spawn,
+    stop_tree,
+    wait_port,
+)
 from tfkube.engines.local._sandbox import (
     confinement_for,
     launch,
@@ -217,10 +225,7 @@ def unpack_read_only(archive: Path, dest: Path) -> None:
 
 
 def _ref(handle: Handle) -> ProcessRef | None:
-    data = handle.data
-    if not data.get("pid"):
-        return None
-    return ProcessRef(pid=int(data["pid"]), create_time=float(data.get("started") or 0.0))
+    return ref_from(handle.data)
 
 
 def _port(handle: Handle) -> int:
@@ -238,7 +243,7 @@ def _socket(handle: Handle, door: str = "http") -> str | None:
 
 
 def _handle(ref: ProcessRef, port: int, extra: Mapping[str, Any] | None = None) -> Handle:
-    return Handle({"pid": ref.pid, "started": ref.create_time, "port": port, **(extra or {})})
+    return Handle({**ref_data(ref), "port": port, **(extra or {})})
 
 
 @dataclass(frozen=True)
@@ -391,7 +396,7 @@ class _Processes:
                 raise
         finally:
             os.close(netns)
-        relay_data = {"pid": relay.pid, "started": relay.create_time}
+        relay_data = ref_data(relay)
         return ref, {**data, "sockets": sockets, "relay": relay_data}
 
     def wait_ready(self, handle: Handle, url: str, timeout: float) -> bool:
@@ -419,7 +424,7 @@ class _Processes:
         stop_tree(_ref(handle))
         relay = handle.data.get("relay")
         if relay:
-            stop_tree(ProcessRef(pid=int(relay["pid"]), create_time=float(relay["started"])))
+            stop_tree(ref_from(relay))
         for path in (handle.data.get("sockets") or {}).values():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(str(path))
@@ -436,8 +441,7 @@ class _Processes:
         relay = handle.data.get("relay")
         if not relay:
             return True
-        relay_ref = ProcessRef(pid=int(relay["pid"]), create_time=float(relay["started"]))
-        return alive(relay_ref) is not None
+        return alive(ref_from(relay)) is not None
 
 
 class LocalModelServers(_Processes):

@@ -58,6 +58,14 @@ class ProcessRef(BaseModel):
     model_config = ConfigDict(frozen=True)
     pid: int
     create_time: float
+    """When it started, on the wall clock (shown; and the check for a reference written
+    before `since_boot`)."""
+    since_boot: float | None = None
+    """When it started, in seconds after the machine booted: the kernel's own count, which
+    no clock change moves. The wall-clock start is the kernel's boot time in whole seconds
+    plus this, and that boot time moves by a second when the clock is slewed or stepped, so
+    two processes reading it can disagree about the same process (a live supervisor once
+    read as dead that way)."""
 
 
 class ReplicaRecord(BaseModel):
