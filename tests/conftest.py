@@ -4,7 +4,6 @@ jobs started is still running when the test ends."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import time
 import uuid
@@ -14,11 +13,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-pytest_plugins = ["cluster.fixtures", "s3store", "hdfsstore"]
+pytest_plugins = ["session_signals", "cluster.fixtures", "s3store", "hdfsstore"]
 """The test control plane's fixtures (tests/cluster/fixtures.py), for every test that asks:
 one control plane and one real node per session, whichever folder the test is in; and the
 S3 store (tests/s3store.py: SeaweedFS, started once per session by the first test that
-asks for `s3_store`)."""
+asks for `s3_store`); first, what the session does with signals (tests/session_signals.py)."""
 
 TAG = "TFK_TEST_TAG"
 """Every process a test starts inherits this variable (engines pass the environment on)."""
@@ -85,29 +84,6 @@ def tfkube_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
         except psutil.Error:
             continue
     assert not described, f"processes left behind: {described}"
-
-
-def pytest_sessionstart(session: pytest.Session) -> None:
-    """Ctrl-C means what it means at a terminal. A suite started in the background by a
-    shell without job control (`make test &`, `nohup`, some CI runners) inherits SIGINT
-    ignored, and so would every process the tests start: `tfkube run` would then rightly
-    ignore the tests' Ctrl-C (and `os.kill(self, SIGINT)` would raise nothing), failing the
-    interrupt tests for a reason no user at a terminal has. Python's own handler again; the
-    processes the tests start get the default disposition.
-
-    `nohup make test` ignores SIGHUP the same way, and the commands the tests hang up on
-    would rightly keep ignoring it (tests/local/test_lifetimes.py). The suite itself keeps
-    surviving a hang-up, as nohup asked, through a handler that does nothing: unlike an
-    ignored signal, a handler does not survive `exec`, so the processes the tests start
-    get the default disposition here too."""
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
-        signal.signal(signal.SIGHUP, _survive_hangup)
-
-
-def _survive_hangup(signum: int, frame: object) -> None:
-    """pytest's SIGHUP under `nohup` (pytest_sessionstart): nothing happens."""
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
