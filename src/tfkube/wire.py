@@ -133,6 +133,9 @@ class JobOut(_Wire):
     restarts: int = 0
     preemptions: int = 0
     """Times it was stopped for a job of higher priority and queued again (not restarts)."""
+    disruptions: int = 0
+    """Times it restarted from its checkpoint because a PS was evicted (a node drained):
+    not restarts (Kubernetes)."""
     created_at: float
     started_at: float | None = None
     finished_at: float | None = None

@@ -33,6 +33,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tfkube.engines.kubernetes import KubernetesBackend
+
 from ._support import KubeCluster, Operator, RealNode, load_cluster_module, wait_for
 from .test_real_node import (
     JOB_TIMEOUT,
@@ -239,6 +241,9 @@ def test_ps_on_one_node_workers_on_the_other_and_a_drained_node(
     assert (final.get("disruptions"), final.get("restarts", 0)) == (1, 0), describe(
         kube, ns, "mnist-between-graph"
     )
+    # ... and what `tfkube status` and a server's job page show (the engine's view).
+    view = KubernetesBackend(api_client=kube.api_client, namespace=ns).get("mnist-between-graph")
+    assert (view.disruptions, view.restarts) == (1, 0), view
     said = [e.message for e in kube.core.list_namespaced_event(ns).items
             if e.reason == "Disrupted" and e.involved_object.kind == "TFJob"]  # fmt: skip
     assert len(said) == 1, said

@@ -12,14 +12,23 @@ the Job controller's message for a FailJob rule on a pod condition
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
+from tfkube.cli._display import job_panel
+from tfkube.engines.kubernetes._backend import job_view
 from tfkube.kube._observe import Disruption, disruptions
 from tfkube.kube.observe import format_time
 from tfkube.operator import reconcile
 from tfkube.operator._ops import Create, DeleteRoleJob, Event
+from tfkube.server.core.tables import Job
+from tfkube.server.jobs.service import JobService
+from tfkube.server.queries.views import job_out
+from tfkube.server.web._present import job_state
+from tfkube.server.web._render import ENV
 
 from ._kube_objects import NOW, job_model, pod, role_job
 from .test_operator_reconcile import ops_of, rendered, resource, running
@@ -179,3 +188,27 @@ def test_a_preemption_of_the_ps_is_counted_as_a_preemption_only():
     assert plan.status["preemptions"] == 1
     assert "disruptions" not in plan.status
     assert plan.status["restarts"] == 0
+
+
+def test_the_count_reaches_the_users_view_and_the_servers_job():
+    """`status.disruptions` is what `tfkube status` and the server's job (API, job page;
+    `tfkube_job_disruptions`: tests/unit/test_server_queries.py) show; the server never
+    lowers a count it has."""
+    job = job_model(backoffLimit=0)
+    jobs = [failed_ps_job(BY_CONDITION), role_job("worker")]
+    plan = reconcile(resource(running()), job, jobs, [], rendered(job), NOW)
+    view = job_view(resource(plan.status), jobs, [], NOW)
+    assert (view.disruptions, view.restarts, view.preemptions) == (1, 0, 0)
+    assert "disrupted 1x" in job_panel(view, NOW).renderables[0].plain
+
+    row = Job(id="j1", name="j", created_at=NOW, phase="Running", restarts=0, preemptions=0,
+              disruptions=0, replicas=[])  # fmt: skip
+    JobService._apply_view(row, view)
+    assert (row.disruptions, row.restarts) == (1, 0)
+    out = job_out(row, "team", None, None)
+    assert out.disruptions == 1
+    state = job_state(out.phase, out.queued, out.reason, out.message, [])
+    page = ENV.get_template("_job_summary.html").render(job=out, state=state, now=NOW)
+    assert re.search(r"<dt>Disrupted</dt><dd [^>]*>1\u00d7</dd>", page), page
+    JobService._apply_view(row, replace(view, disruptions=0))
+    assert row.disruptions == 1  # an engine that counts none (a view of another kind)

@@ -308,3 +308,27 @@ def test_the_people_picker_shows_a_bounded_page_and_counts_the_rest(db: Session)
     assert queries.users.addable(db, 2, "", limit=1) == (["alice"], 3)
     db.get(User, 4).disabled = True  # type: ignore[union-attr]
     assert queries.users.addable(db, 2, "") == (["alice", "vic"], 2)
+
+
+def test_disruptions_are_counted_per_team_for_metrics(db: Session) -> None:
+    """`tfkube_job_disruptions{team}` (and the other per-team sums) from the jobs' rows."""
+    from prometheus_client.core import Metric
+
+    from tfkube.server.metrics import _JobsCollector
+
+    for job_id, disrupted, restarted in (("b0", 2, 1), ("a0002", 1, 0), ("a0005", 1, 3)):
+        row = db.get(Job, job_id)
+        assert row is not None
+        row.disruptions, row.restarts = disrupted, restarted
+    db.commit()
+    sums = {(t, p): rest for t, p, *rest in queries.jobs.counts_by_team(db)}
+    assert sums[("b", "Running")] == [1, 1, 0, 2]
+    assert sums[("a", "Running")] == [JOBS_IN_A // 3, 3, 0, 2]
+
+    collected: dict[str, Metric] = {
+        m.name: m for m in _JobsCollector(lambda: Session(db.get_bind())).collect()
+    }
+    by_team = {s.labels["team"]: s.value for s in collected["tfkube_job_disruptions"].samples}
+    assert by_team == {"a": 2.0, "b": 2.0}
+    restarts = {s.labels["team"]: s.value for s in collected["tfkube_replica_restarts"].samples}
+    assert restarts == {"a": 3.0, "b": 1.0}

@@ -76,6 +76,7 @@ def job_panel(view: JobView, now: float | None = None, width: int = 120) -> Grou
         (view.phase.value, _PHASE_STYLE[view.phase]),
         f"  restarts {view.restarts}",
         f"  preempted {view.preemptions}x" if view.preemptions else "",
+        f"  disrupted {view.disruptions}x" if view.disruptions else "",
         f"  elapsed {_age(view, now)}",
     )
     table = Table(show_edge=False, pad_edge=False, expand=False)

@@ -52,6 +52,7 @@ def job_view(job: JobOut) -> JobView:
             **({"exports": ", ".join(str(v) for v in job.exports)} if job.exports else {}),
         },
         preemptions=job.preemptions,
+        disruptions=job.disruptions,
         result=job.result,
     )
 

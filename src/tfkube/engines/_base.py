@@ -95,11 +95,16 @@ class JobView:
     supervisor_alive: bool = True
     extra: dict[str, str] = field(default_factory=dict)
     result: dict[str, float | int] | None = None
+    """What the job reported in its result file (`tfkube.contract.RESULT_FILE`), when the
+    engine read it for us (a server does); else the CLI reads `log_dir` itself."""
     preemptions: int = 0
     """Times the job was stopped for one of higher priority and resumed (not restarts):
     counted by the Kubernetes operator (`status.preemptions`), or by the server's queue."""
-    """What the job reported in its result file (`tfkube.contract.RESULT_FILE`), when the
-    engine read it for us (a server does); else the CLI reads `log_dir` itself."""
+    disruptions: int = 0
+    """Times the whole job restarted from its checkpoint because a PS was taken away for a
+    reason not of its making (evicted by a drain, or gone with its node's removal): not
+    restarts, not counted against backoffLimit. Counted by the Kubernetes operator
+    (`status.disruptions`); the local engine has none."""
 
     @property
     def done(self) -> bool:

@@ -1,7 +1,7 @@
 """Prometheus metrics (`/metrics`, prometheus-client), one registry per app.
 
-- `tfkube_jobs{phase, team}`, `tfkube_replica_restarts{team}` and
-  `tfkube_job_preemptions{team}`: read from the database
+- `tfkube_jobs{phase, team}`, `tfkube_replica_restarts{team}`,
+  `tfkube_job_preemptions{team}` and `tfkube_job_disruptions{team}`: read from the database
   at scrape time (a custom collector), so they are right after a restart of the server
   and the same from every server process sharing the database;
 - `tfkube_replica_cpu_cores` and `tfkube_replica_memory_bytes{team, job, role, index}`: each
@@ -55,21 +55,28 @@ class _JobsCollector(Collector):
             "(not restarts, not failures)",
             labels=["team"],
         )
+        disruptions = GaugeMetricFamily(
+            "tfkube_job_disruptions",
+            "Times the jobs the server knows restarted from their checkpoint because a "
+            "parameter server was evicted (a node drained; not restarts, not failures)",
+            labels=["team"],
+        )
         with self.sessions() as db:
             rows = counts_by_team(db)
-        per_team: dict[str, float] = {}
-        preempted: dict[str, float] = {}
-        for team, phase, count, restart_sum, preemption_sum in rows:
+        sums: dict[str, list[float]] = {}
+        for team, phase, count, *counted in rows:
             jobs.add_metric([phase, team], count)
-            per_team[team] = per_team.get(team, 0.0) + float(restart_sum)
-            preempted[team] = preempted.get(team, 0.0) + float(preemption_sum)
-        for team, total in per_team.items():
-            restarts.add_metric([team], total)
-        for team, total in preempted.items():
-            preemptions.add_metric([team], total)
+            totals = sums.setdefault(team, [0.0] * len(counted))
+            for i, value in enumerate(counted):
+                totals[i] += float(value)
+        for team, (restart_sum, preemption_sum, disruption_sum) in sums.items():
+            restarts.add_metric([team], restart_sum)
+            preemptions.add_metric([team], preemption_sum)
+            disruptions.add_metric([team], disruption_sum)
         yield jobs
         yield restarts
         yield preemptions
+        yield disruptions
 
 
 class _UsageCollector(Collector):

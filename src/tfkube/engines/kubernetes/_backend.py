@@ -152,6 +152,7 @@ def job_view(
         phase=prior.phase,
         restarts=int(status.get("restarts") or 0),
         preemptions=int(status.get("preemptions") or 0),
+        disruptions=int(status.get("disruptions") or 0),
         created_at=parse_time(meta.get("creationTimestamp")) or now,
         started_at=prior.started_at,
         finished_at=prior.finished_at,

@@ -194,6 +194,9 @@ class Job(Base):
     preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     """Times the queue stopped it for a job of higher priority (never counted as restarts
     or failures: it resumes from its checkpoint)."""
+    disruptions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """Times it restarted from its checkpoint because a PS was evicted (the engine's count,
+    `JobView.disruptions`; not restarts)."""
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     replicas: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)

@@ -119,6 +119,11 @@ def pending_replicas(job: TFJob, message: str) -> list[Replica]:
     return [Replica(role=role.value, index=i, message=message) for role, i in job.replica_keys()]
 
 
+def _counts(row: Job) -> tuple[object, ...]:
+    """What of a job, changed by a sync, is news (`on_change`)."""
+    return (row.phase, row.restarts, row.preemptions, row.disruptions, row.replicas, row.state)
+
+
 def _stalled(row: Job) -> bool:
     """Whether any of the job's replicas stalls, as last recorded."""
     return any(isinstance(r, dict) and r.get("stalled") for r in row.replicas or [])
@@ -631,6 +636,7 @@ class JobService:
         # The engine's count (the Kubernetes operator's) or the server's own (its queue's
         # preemptions of local jobs, whose engine job starts anew): never lower.
         row.preemptions = max(row.preemptions or 0, view.preemptions)
+        row.disruptions = max(row.disruptions or 0, view.disruptions)
         row.started_at = view.started_at
         row.finished_at = view.finished_at
         row.replicas = replicas_json(view.replicas)
@@ -800,7 +806,7 @@ class JobService:
                 continue
             for row in rows:
                 view = views.get(row.name)
-                before = (row.phase, row.restarts, row.preemptions, row.replicas, row.state)
+                before, phase_before = _counts(row), row.phase
                 was_stalled = _stalled(row)
                 if view is None:
                     if JobPhase(row.phase).terminal:
@@ -834,11 +840,11 @@ class JobService:
                 ):
                     self._ended_seen.add(row.id)
                     self.on_ended(row, team)
-                if (row.phase, row.restarts, row.preemptions, row.replicas, row.state) != before:
+                if _counts(row) != before:
                     self.on_change(row)
                     if self.on_event is not None:
                         for event in job_events(
-                            before[0], was_stalled, row.phase, row.reason, _stalled(row)
+                            phase_before, was_stalled, row.phase, row.reason, _stalled(row)
                         ):
                             self.on_event(db, row, event)
         db.commit()

@@ -214,9 +214,9 @@ def events(db: Session, job_id: str, after: int = 0) -> list[EventOut]:
     return [event_out(e) for e in rows]
 
 
-def counts_by_team(db: Session) -> list[tuple[str, str, int, int, int]]:
-    """(team, phase, jobs, their replicas' restarts, their preemptions) for every team and
-    phase with jobs."""
+def counts_by_team(db: Session) -> list[tuple[str, str, int, int, int, int]]:
+    """(team, phase, jobs, their replicas' restarts, their preemptions, their disruptions)
+    for every team and phase with jobs."""
     rows = db.execute(
         select(
             Team.name,
@@ -224,12 +224,14 @@ def counts_by_team(db: Session) -> list[tuple[str, str, int, int, int]]:
             func.count(),
             func.coalesce(func.sum(Job.restarts), 0),
             func.coalesce(func.sum(Job.preemptions), 0),
+            func.coalesce(func.sum(Job.disruptions), 0),
         )
         .join(Team, Team.id == Job.team_id)
         .group_by(Team.name, Job.phase)
     ).all()
     return [
-        (team, phase, int(n), int(restarts), int(pre)) for team, phase, n, restarts, pre in rows
+        (team, phase, int(n), int(restarts), int(pre), int(dis))
+        for team, phase, n, restarts, pre, dis in rows
     ]
 
 

@@ -54,6 +54,7 @@ def job_out(
         message=row.message,
         restarts=row.restarts,
         preemptions=row.preemptions or 0,
+        disruptions=row.disruptions or 0,
         created_at=row.created_at,
         started_at=row.started_at,
         finished_at=row.finished_at,
