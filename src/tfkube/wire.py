@@ -95,6 +95,9 @@ class TokenOut(_Wire):
     expires_at: float | None = None
     revoked_at: float | None = None
     last_used_at: float | None = None
+    team: str | None = None
+    """The one team it acts in (a notebook's token: the user's role there, nothing
+    site-wide, nothing of the account); None: everything its user may do."""
 
 
 class NewToken(TokenOut):

@@ -94,7 +94,16 @@ def test_a_notebooks_token_reaches_its_team_only_and_dies_with_it(
                 assert nb.get("/api/v1/users/me/notifications").status_code == 403
                 # The owner's own token still has all of it.
                 assert mine.get(f"/api/v1/teams/{other_team}").status_code == 200
-                assert mine.get("/api/v1/tokens").status_code == 200
+                listed_tokens = mine.get("/api/v1/tokens")
+                assert listed_tokens.status_code == 200
+                # The owner sees which of their tokens is limited, and to which team.
+                limited = [t for t in listed_tokens.json() if not t["revoked_at"]]
+                assert {(t["name"], t["team"]) for t in limited} >= {
+                    (f"notebook {notebook.id}", "default")
+                }, limited
+                assert all(
+                    t["team"] is None for t in limited if not t["name"].startswith("notebook")
+                )
 
                 stopped = c.stop_notebook(notebook.id)
                 assert stopped.state == "stopped"

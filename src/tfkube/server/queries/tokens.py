@@ -6,17 +6,21 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from tfkube.server.core.tables import ApiToken
+from tfkube.server.core.tables import ApiToken, Team
 from tfkube.server.queries.views import token_out
 from tfkube.wire import TokenOut
 
 
 def list_tokens(db: Session, user_id: int) -> list[TokenOut]:
-    """The user's tokens, oldest first (revoked and expired ones too)."""
-    rows = db.scalars(
-        select(ApiToken).where(ApiToken.user_id == user_id).order_by(ApiToken.id)
+    """The user's tokens, oldest first (revoked and expired ones too), each with the team
+    it is limited to (a notebook's), if it is."""
+    rows = db.execute(
+        select(ApiToken, Team.name)
+        .outerjoin(Team, Team.id == ApiToken.team_id)
+        .where(ApiToken.user_id == user_id)
+        .order_by(ApiToken.id)
     ).all()
-    return [token_out(t) for t in rows]
+    return [token_out(token, team) for token, team in rows]
 
 
 def find_own(db: Session, user_id: int, public_id: str) -> ApiToken | None:

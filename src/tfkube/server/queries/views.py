@@ -94,7 +94,8 @@ def team_out(team: Team, role: str | None) -> TeamOut:
     )
 
 
-def token_out(token: ApiToken) -> TokenOut:
+def token_out(token: ApiToken, team: str | None = None) -> TokenOut:
+    """`team`: the name of the team it is limited to (`token.team_id`), if it is."""
     return TokenOut(
         id=token.public_id,
         name=token.name,
@@ -103,6 +104,7 @@ def token_out(token: ApiToken) -> TokenOut:
         expires_at=token.expires_at,
         revoked_at=token.revoked_at,
         last_used_at=token.last_used_at,
+        team=team,
     )
 
 
