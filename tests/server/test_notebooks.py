@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -129,13 +131,30 @@ def test_a_notebook_submits_and_follows_a_job(nb_platform: tuple[ServerProc, Api
 def test_an_idle_notebook_is_stopped_and_opening_it_starts_it_again(
     tmp_path: Path,
 ) -> None:
-    """`--notebook-idle-minutes 0.2`: 12 s without a proxied request or kernel activity."""
+    """`--notebook-idle-minutes 0.2`: 12 s without a proxied request or kernel activity.
+    While it runs, its API token near its expiry is renewed by the same loop (checked every
+    6 s here): a notebook in use keeps its `tfkube.Client()` past `TOKEN_DAYS`."""
     server, admin, tag = start_server(tmp_path, "sqlite", None, ["--notebook-idle-minutes", "0.2"])
     try:
         with tfkube.Client(server.url, admin.token, team="default") as c:
             notebook = c.notebook()
             assert notebook.state == "running"
             assert len(jupyterlabs(tag)) == 1
+            soon = time.time() + 3600  # as if given 6 days 23 hours ago
+            with sqlite3.connect(server.data_dir / "tfkube.db") as db:
+                changed = db.execute(
+                    "UPDATE api_tokens SET expires_at = ? WHERE name = ? AND revoked_at IS NULL",
+                    (soon, f"notebook {notebook.id}"),
+                ).rowcount
+            assert changed == 1
+
+            def renewed() -> Any:
+                tokens = admin.get("/api/v1/tokens").json()
+                (token,) = [t for t in tokens if t["name"] == f"notebook {notebook.id}"]
+                return token if token["expires_at"] > time.time() + 6 * 86400 else None
+
+            kept = poll("the running notebook's token renewed", renewed, 30)
+            assert kept["revoked_at"] is None
 
             def stopped() -> Any:
                 found = next(n for n in c.notebooks() if n.id == notebook.id)

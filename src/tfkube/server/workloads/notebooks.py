@@ -10,7 +10,9 @@ at `/proxy/notebook/<id>/lab`, for its owner only.
         Jupyter's own token on: the proxy sends it, the notebook's port alone opens nothing)
     idle loop (every 30 s at most): a notebook whose Jupyter saw no activity (its own
         `last_activity`, read through the proxy's upstream) and no proxied request for
-        `notebook_idle_seconds` is stopped; so is one whose process ended
+        `notebook_idle_seconds` is stopped; so is one whose process ended; a running one's
+        API token is renewed a day after it was given or last renewed, so it lasts as long
+        as the notebook runs (`TOKEN_DAYS` after the last renewal at most)
     stop (idle, asked, server shut-down where the engine does not keep it): Engine.stop,
         token revoked
 """
@@ -42,6 +44,12 @@ log = logging.getLogger("tfkube.server")
 RUNNING, STOPPED = "running", "stopped"
 KIND = "notebook"
 TOKEN_DAYS = 7
+"""A notebook's API token expires this long after it was made or last renewed."""
+TOKEN_RENEW_SECONDS = (TOKEN_DAYS - 1) * 86400.0
+"""The idle loop renews a running notebook's token once fewer seconds than this are left:
+a notebook in use for weeks keeps its `tfkube.Client()`; one the server stopped has its
+token revoked, and one no server watches any more (its server gone for good) loses it
+within `TOKEN_DAYS`."""
 VERIFY_SECONDS = 5.0
 """How long a notebook found running is trusted before opening it asks its engine again."""
 
@@ -253,6 +261,21 @@ class Notebooks:
                 if idle > self.settings.notebook_idle_seconds:
                     log.info("notebook %s idle for %.0f s: stopping it", row.id, idle)
                     self.stop(db, row, f"stopped after {idle / 60:.0f} idle minutes")
+                    continue
+                self._renew_token(db, row, now)
+
+    @staticmethod
+    def _renew_token(db: Session, row: Notebook, now: float) -> None:
+        """A running notebook's token, near its expiry, lasts `TOKEN_DAYS` from now (the
+        same token: the notebook's environment keeps working)."""
+        token = db.get(ApiToken, row.token_id) if row.token_id is not None else None
+        if token is None or token.revoked_at is not None or token.expires_at is None:
+            return
+        if token.expires_at - now > TOKEN_RENEW_SECONDS:
+            return
+        token.expires_at = now + TOKEN_DAYS * 86400
+        db.commit()
+        log.info("notebook %s: its API token renewed for %d days", row.id, TOKEN_DAYS)
 
     def _loop(self) -> None:
         while not self._stop.wait(min(30.0, self.settings.notebook_idle_seconds / 2)):
