@@ -50,6 +50,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from server._jupyter import run_cell
 from server._server import (
     Api,
     ServerProc,
@@ -236,9 +237,16 @@ def team(
     # cluster's ClusterIPs (the real node's), so an operator tells it so.
     grpc_port = free_port()
     grpc = ("--grpc-port", str(grpc_port), "--kube-service-network", "cluster-ip")
+    (taint,) = real_node.TOLERATIONS
+    notebooks = (
+        *[a for k, v in real_node.SELECTOR.items()
+          for a in ("--notebook-node-selector", f"{k}={v}")],
+        "--notebook-toleration", f"{taint['key']}:{taint['effect']}",
+    )  # fmt: skip
     with node_platform(
-        kube_cluster, real_node, operator_kubeconfig, tmp, outputs=True, server_args=grpc
-    ) as made:
+        kube_cluster, real_node, operator_kubeconfig, tmp, outputs=True,
+        server_args=(*grpc, *notebooks),
+    ) as made:  # fmt: skip
         made.grpc = f"{real_node.node_ip}:{grpc_port}"
         yield made
 
@@ -844,3 +852,37 @@ def test_an_autoscaled_model_server_scales_with_its_load(team: Team, trained: Tr
         return objects == [None, None] and not scaled_pods(kube, ns, name)
 
     wait_for("its Deployment, autoscaler and pods gone", gone, 120, 1.0)
+
+
+def test_a_notebooks_kernel_runs_through_the_api_servers_proxy(team: Team) -> None:
+    """A server outside the cluster reaches a notebook's pod through the API server's
+    service proxy (a headless Service has no ClusterIP), which keeps the Authorization
+    header and drops the query of a WebSocket upgrade: Jupyter's token cannot ride on a
+    kernel's channel (403 until 2026-12-03). The server signs in to Jupyter once and sends
+    its login cookie: a cell runs in the notebook's pod through the server's proxy, and
+    the cookie never reaches the member's browser."""
+    notebook = team.member.ok(team.member.post(f"/api/v1/teams/{team.name}/notebook"))
+    nid = notebook["id"]
+    base = f"/proxy/notebook/{nid}"
+    team.node.bind(team.namespace, [f"home-notebook-{nid}-0"])
+    try:
+
+        def jupyter_status() -> httpx.Response | None:
+            r = team.member.get(f"{base}/api/status")
+            return r if r.status_code == 200 else None
+
+        status = wait_for("JupyterLab through the API server's proxy", jupyter_status, 300, 1.0)
+        assert "set-cookie" not in status.headers, status.headers  # Jupyter's stays here
+        t0 = time.monotonic()
+        kernel = team.member.post(f"{base}/api/kernels", json={"name": "python3"})
+        assert kernel.status_code == 201, kernel.text
+        kid = kernel.json()["id"]
+        ws = f"{team.server.url.replace('http', 'ws', 1)}{base}/api/kernels/{kid}/channels"
+        code = "import os; print('kernel in', os.uname()[1])"
+        said = run_cell(ws, team.member.token, code, 120)
+        assert f"kernel in notebook-{nid}-0" in said, said
+        took = time.monotonic() - t0
+        print(f"\noutside the cluster: a cell ran in the notebook's pod through the API "
+              f"server's proxy {took:.1f}s after the kernel was asked for")  # fmt: skip
+    finally:
+        team.member.post(f"/api/v1/notebooks/{nid}/stop")

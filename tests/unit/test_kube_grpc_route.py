@@ -4,9 +4,14 @@ the address on it, the reason when there is none, and what goes with a call."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -232,6 +237,61 @@ def test_a_tensorboards_upstream(mode: str, inside: bool, prefix: str | None) ->
         assert found.headers == {}
 
 
+class _Jupyter:
+    """Jupyter's sign-in by token as the API server's proxy passes it (loopback): a GET
+    with `?token=` and the engine's credentials answers a login cookie."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, str | None]] = []
+        jupyter = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                url = urlsplit(self.path)
+                jupyter.asked.append((url.path, self.headers.get("Authorization")))
+                token = parse_qs(url.query).get("token")
+                if url.path.endswith("/api/status") and token == ["jupyter-secret"]:
+                    self.send_response(200)
+                    self.send_header(
+                        "Set-Cookie",
+                        'username-10-0-0-1-8888="2|1:0|10:1796270000|signed"; HttpOnly; '
+                        "Path=/proxy/notebook/n1/",
+                    )
+                else:
+                    self.send_response(403)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
+        self.thread.start()
+
+    def proxy(self, tenant: Tenant, service: str, port: str, path: str = "") -> Upstream:
+        """The API server's service proxy (here: the fake Jupyter behind it)."""
+        at = f"http://127.0.0.1:{self.http.server_port}/api/v1/namespaces/{tenant.namespace}"
+        return Upstream(
+            f"{at}/services/{service}:{port}/proxy{path}",
+            {"Authorization": "Bearer engine-sa-token"},
+        )
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def jupyter() -> Iterator[_Jupyter]:
+    found = _Jupyter()
+    try:
+        yield found
+    finally:
+        found.close()
+
+
 @pytest.mark.parametrize(
     ("mode", "inside", "prefix"),
     [
@@ -245,19 +305,41 @@ def test_a_tensorboards_upstream(mode: str, inside: bool, prefix: str | None) ->
         ("none", True, None),
     ],
 )
-def test_a_notebooks_upstream(mode: str, inside: bool, prefix: str | None) -> None:
+def test_a_notebooks_upstream(
+    mode: str, inside: bool, prefix: str | None, jupyter: _Jupyter
+) -> None:
     services = Services()
     services.ips["tfkube-a", "notebook-n1"] = "None"
-    runner = KubeNotebooks(None, _engine_proxy, None, ServiceNetwork(services, mode, inside))  # type: ignore[arg-type]
+    network = ServiceNetwork(services, mode, inside)
+    runner = KubeNotebooks(None, jupyter.proxy, None, network)  # type: ignore[arg-type]
     workload = NotebookWorkload(
         "n1", "ann", "/proxy/notebook/n1/", "http://srv", "jupyter-secret", "client-secret"
     )
     found = runner.upstream(Tenant("a", "tfkube-a", {}), workload, None)  # type: ignore[arg-type]
     if prefix is None:
+        # Through the API server: signed in to Jupyter once (the token as a parameter, the
+        # engine's credentials for the API server), its login cookie on every request,
+        # WebSocket upgrades included (they lose the query, and with it the token).
         assert found.prefix.endswith("/services/notebook-n1:http/proxy/proxy/notebook/n1")
-        assert found.headers == {"Authorization": "Bearer engine-sa-token"}
+        assert found.headers == {
+            "Authorization": "Bearer engine-sa-token",
+            "Cookie": 'username-10-0-0-1-8888="2|1:0|10:1796270000|signed"',
+        }
         assert found.params == {"token": "jupyter-secret"}
+        again = runner.upstream(Tenant("a", "tfkube-a", {}), workload, None)  # type: ignore[arg-type]
+        assert again.headers == found.headers
+        assert jupyter.asked == [
+            (
+                "/api/v1/namespaces/tfkube-a/services/notebook-n1:http/proxy/proxy/notebook/n1"
+                "/api/status",
+                "Bearer engine-sa-token",
+            )
+        ]  # once for this start of the notebook
+        restarted = replace(workload, jupyter_token="another-start")
+        refused = runner.upstream(Tenant("a", "tfkube-a", {}), restarted, None)  # type: ignore[arg-type]
+        assert "Cookie" not in refused.headers  # Jupyter refused that token: none kept
     else:  # the engine's credentials never go to the notebook's pod
         assert found.prefix == prefix
         assert found.headers == {"Authorization": "token jupyter-secret"}
         assert found.params == {}
+        assert jupyter.asked == []

@@ -17,7 +17,10 @@ import ipaddress
 import threading
 import time
 from collections.abc import Callable, Mapping
+from http.cookies import SimpleCookie
 from typing import Any
+
+import httpx
 
 from tfkube.engines._workloads import (
     Handle,
@@ -331,12 +334,21 @@ class KubeModelServers:
         return Upstream(found.prefix, found.headers, found.verify, grpc=door, no_grpc=why)
 
 
+JUPYTER_LOGINS_KEPT = 256
+"""Jupyter login cookies kept (one per notebook start reached through the API server)."""
+
+
 class KubeNotebooks:
     """A Secret, Service and StatefulSet `notebook-<id>` with its own home claim (kept when
     the notebook stops). Reached straight at its Service where the server reaches the
     Service network by DNS (in the cluster, by default), else through the API server's
-    service proxy, whose WebSocket upgrades lose the query and so Jupyter's token: there a
-    kernel's channel is refused (403) and cells cannot run."""
+    service proxy. That proxy keeps the Authorization header (the engine's credentials) and
+    its WebSocket upgrades lose the query, so Jupyter's token cannot ride on a kernel's
+    channel (refused, 403, on the real node): the server signs in to Jupyter once per
+    notebook start with the token as a parameter (a plain GET, whose query passes) and
+    sends the login cookie Jupyter answers with on every request, the upgrade included.
+    The cookie stays in the server (the proxy never forwards a caller's cookies upstream nor
+    an upstream's Set-Cookie back)."""
 
     def __init__(
         self,
@@ -349,6 +361,8 @@ class KubeNotebooks:
         self.proxy = proxy
         self.placement = placement or Placement()
         self.network = network or ServiceNetwork(lambda ns, name: None, "none", in_cluster=False)
+        self._logins: dict[tuple[str, str], str] = {}
+        self._logins_lock = threading.Lock()
 
     def start(self, tenant: Tenant, workload: NotebookWorkload) -> Handle:
         spec = _notebook_spec(tenant, workload, self.placement)
@@ -381,7 +395,41 @@ class KubeNotebooks:
         # parameter (lost on a WebSocket upgrade: the class's docstring).
         found = self.proxy(tenant, name, "http", base)
         token = {"token": workload.jupyter_token}
-        return Upstream(found.prefix, found.headers, found.verify, token)
+        cookie = self._login(found, workload.jupyter_token)
+        headers = {**found.headers, "Cookie": cookie} if cookie else found.headers
+        return Upstream(found.prefix, headers, found.verify, token)
+
+    def _login(self, found: Upstream, jupyter_token: str) -> str | None:
+        """Jupyter's login cookie for this start of the notebook (`name=value; ...`),
+        asked for through the API server with the token as a parameter, or None while
+        Jupyter does not answer yet (asked again next time)."""
+        key = (found.prefix, jupyter_token)
+        with self._logins_lock:
+            known = self._logins.get(key)
+        if known is not None:
+            return known
+        try:
+            with httpx.Client(verify=found.verify, timeout=10.0) as client:
+                answer = client.get(
+                    f"{found.prefix}/api/status",
+                    params={"token": jupyter_token},
+                    headers=found.headers,
+                )
+        except httpx.HTTPError:
+            return None
+        if answer.status_code != 200:
+            return None
+        jar: SimpleCookie = SimpleCookie()
+        for line in answer.headers.get_list("set-cookie"):
+            jar.load(line)
+        cookie = "; ".join(f"{name}={morsel.coded_value}" for name, morsel in jar.items())
+        if not cookie:
+            return None
+        with self._logins_lock:
+            if len(self._logins) >= JUPYTER_LOGINS_KEPT:
+                self._logins.pop(next(iter(self._logins)))
+            self._logins[key] = cookie
+        return cookie
 
 
 class KubeTensorBoards:
