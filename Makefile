@@ -61,8 +61,8 @@ lint: $(STAMP)
 ## test: everything: lint, unit tests, real TensorFlow tests, tests against a real control plane
 ## and real TensorFlow pods on its real kubelet node, the dashboard in Chromium, data sources
 ## staged from a real S3-compatible store (SeaweedFS).
-## The control plane's tests run beside the rest (tools/test/suite.sh; SUITE_SERIAL=1: one
-## session).
+## The real-node tests run beside the rest, then the KWOK-only tests on a control plane of
+## their own (tools/test/suite.sh; SUITE_SERIAL=1: one session).
 test: install chromium kube-bins kube-node s3-bins hdfs-bins
 	$(MAKE) lint
 	BIN=$(BIN) bash tools/test/suite.sh

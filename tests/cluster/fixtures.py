@@ -4,7 +4,8 @@ Registered once for the whole suite by tests/conftest.py (`pytest_plugins`), so 
 outside tests/cluster (tests/security) requests the same session's control plane and real
 node instead of starting its own. Every test that uses `kube_cluster` (directly or through
 another fixture) gets the `cluster` marker, every test under tests/cluster too; one that
-uses `real_node` gets `realnode`.
+uses `real_node` gets `realnode`, and `nodesession` with it (make test's real-node session,
+tools/test/suite.sh; also the KWOK-only files in `BESIDE_THE_REAL_NODE`).
 
 Fixtures:
   kube_cluster    (session)  starts etcd, kube-apiserver, kube-controller-manager,
@@ -70,17 +71,24 @@ ENABLE_HINT = (
 
 _WANTS_REAL_NODE = pytest.StashKey[bool]()
 
+BESIDE_THE_REAL_NODE = frozenset({"test_kube_faults.py"})
+"""Files of KWOK-only tests that `make test` runs in the real-node session rather than in
+the KWOK session after the rest (tools/test/suite.sh): they even out the two."""
+
 
 @pytest.hookimpl(tryfirst=True)  # before `-m cluster` / `-m "not cluster"` select (make test)
 def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.Item]) -> None:
     wants = False
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
-        if HERE in Path(str(item.path)).resolve().parents or "kube_cluster" in fixtures:
+        in_cluster_dir = HERE in Path(str(item.path)).resolve().parents
+        if in_cluster_dir or "kube_cluster" in fixtures:
             item.add_marker(pytest.mark.cluster)
         if "real_node" in fixtures:
             item.add_marker(pytest.mark.realnode)
             wants = True
+        if "real_node" in fixtures or (in_cluster_dir and item.path.name in BESIDE_THE_REAL_NODE):
+            item.add_marker(pytest.mark.nodesession)
     session.stash[_WANTS_REAL_NODE] = wants
 
 
