@@ -2,8 +2,8 @@
 priority; its job, which does not fit beside a lower team's training job, stops that job
 and runs; the stopped job is queued again and resumes from its checkpoint once there is
 room. It counts 1 preemption and 0 restarts (never a failure), in the API, its events,
-`tfkube status` and /metrics. Real TensorFlow, a real server on SQLite (PostgreSQL runs
-the migration with the rest of the API suite)."""
+`tfkube status`, /metrics and the dashboard's jobs list. Real TensorFlow, a real server on
+SQLite (PostgreSQL runs the migration with the rest of the API suite)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pytest
 import tfkube
 
 from ._postgres import Postgres
-from ._server import Api, ServerProc, api_for
+from ._server import Api, ServerProc, api_for, login
 from .conftest import start_server, stop_server
 
 pytestmark = pytest.mark.tf
@@ -119,6 +119,17 @@ def test_a_higher_priority_preempts_and_the_lower_job_resumes_from_its_checkpoin
         )
         metrics = admin.get("/metrics").text
         assert f'tfkube_job_preemptions{{team="{low}"}} 1.0' in metrics
+        # The dashboard's jobs list says it beside the restarts (0).
+        browser, _ = login(server.url, low_api.name)
+        try:
+            listing = browser.get("/jobs", params={"team": low}).text
+        finally:
+            browser.close()
+        row = re.search(rf'id="job-{training.id}".*?</tr>', listing, re.S)
+        assert row, listing
+        assert re.search(r'<td class="num hide-sm">0<span class="sub" data-preemptions="1"',
+                         row.group(0)), row.group(0)  # fmt: skip
+        assert "preempted 1\u00d7" in row.group(0)
     finally:
         low_api.close()
         high_api.close()
