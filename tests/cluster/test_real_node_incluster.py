@@ -54,8 +54,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from server._jupyter import run_cell
-from server._server import PASSWORD, Api, api_for, free_port
-from tfkube.render import OPERATOR_IMAGE, SERVER_NAME
+from server._server import PASSWORD, Api, api_for, free_port, through_grpc
+from tfkube.render import OPERATOR_IMAGE, SERVER_GRPC_PORT, SERVER_NAME, SERVER_PORT
 from web._browser import LAPTOP, chromium, sign_in
 
 from ._support import (
@@ -232,6 +232,7 @@ class Platform:
     node: RealNode
     namespace: str
     url: str  # the port-forward's loopback address
+    grpc: str  # `host:port` of the server's gRPC door through the same port-forward
     admin: Api
     member: Api
     team: str
@@ -328,11 +329,12 @@ def platform(
             assert p.spec.containers[0].image == OPERATOR_IMAGE
             assert p.spec.service_account_name in ("tfkube-operator", SERVER_NAME)
         # The administrator: kubectl port-forward to the server's Service, on loopback.
-        port = free_port()
+        port, grpc_port = free_port(), free_port()
         with (tmp / "forward.log").open("wb") as forward_log:
             forward = subprocess.Popen(
                 [str(kube.kubectl), "--kubeconfig", str(kube.kubeconfig), "-n", ns,
-                 "port-forward", f"svc/{SERVER_NAME}", f"{port}:8470", "--address", "127.0.0.1"],
+                 "port-forward", f"svc/{SERVER_NAME}", f"{port}:{SERVER_PORT}",
+                 f"{grpc_port}:{SERVER_GRPC_PORT}", "--address", "127.0.0.1"],
                 stdout=subprocess.DEVNULL, stderr=forward_log, start_new_session=True,
             )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
@@ -376,7 +378,8 @@ def platform(
         print(f"\nin-cluster platform: operator and server Ready {ready:.0f}s after install")
         member_env = {**env, "TFKUBE_URL": url, "TFKUBE_TOKEN": member.token,
                       "TFKUBE_TEAM": team, "TFKUBE_ENGINE": "server"}  # fmt: skip
-        yield Platform(kube, node, ns, url, admin, member, team, member_env, share)
+        grpc = f"127.0.0.1:{grpc_port}"
+        yield Platform(kube, node, ns, url, grpc, admin, member, team, member_env, share)
     finally:
         try:
             for api in apis[:1]:  # the server deletes each job's TFJob and outputs
@@ -682,7 +685,9 @@ def test_a_member_charts_serves_and_predicts_through_the_in_cluster_server(
     404); stopped, its TensorBoard goes with it. Then tfkube's model server serves the
     export of the job this module trained (test_a_member_trains_through_the_in_cluster_server)
     in a real pod, held-out digits are predicted through the server's proxy (another team's
-    member: 404, no token: 401), and once stopped its objects are gone."""
+    member: 404, no token: 401) and, the same, with TensorFlow Serving's own gRPC client
+    through the server pod's gRPC door (another team's member: NOT_FOUND, no token or a bad
+    one: UNAUTHENTICATED), and once stopped its objects are gone."""
     p, kube, member = platform, platform.kube, platform.member
     team_ns = f"tfkube-{p.team}"
     # Trains until stopped: TensorBoard's pod starts beside it (its Deployment goes with
@@ -799,9 +804,16 @@ def test_a_member_charts_serves_and_predicts_through_the_in_cluster_server(
     assert accuracy >= 0.75, (accuracy, classes, y.tolist())  # the job's ~0.95, on 32 digits
     assert outsider.http.post(f"{model}:predict", json=body).status_code == 404
     assert httpx.post(f"{p.url}{model}:predict", json=body, timeout=30).status_code == 401
+    # TensorFlow Serving's own gRPC client through the server pod's gRPC door: the server
+    # dials the model server's Service from inside the cluster (its ClusterIP).
+    t2 = time.monotonic()
+    by_grpc = through_grpc(p.grpc, server["id"], JOB, member.token, outsider.token, x)
+    assert [int(c) for c in by_grpc] == classes
+    grpc_s = time.monotonic() - t2
     print(f"\nin-cluster: TensorBoard's scalars ({sorted(runs)}) through the proxy "
           f"{boarded:.0f}s after {BOARD}'s submit; tfkube's model server of {JOB} Ready "
-          f"{served:.0f}s after POST, accuracy on 32 held-out digits: {accuracy:.2f}")  # fmt: skip
+          f"{served:.0f}s after POST, accuracy on 32 held-out digits: {accuracy:.2f}; the "
+          f"same through the server's gRPC door (and its refusals) in {grpc_s:.1f}s")  # fmt: skip
 
     member.ok(member.post(f"/api/v1/model-servers/{server['id']}/stop"))
 
