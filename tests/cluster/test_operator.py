@@ -34,6 +34,7 @@ from tfkube.spec import parse_job
 from ._support import KubeCluster, Operator, service_account_kubeconfig, wait_for
 
 PS_CLEANUP_LIMIT_SECONDS = 10.0
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -366,12 +367,13 @@ def test_operator_killed_and_restarted_mid_job(
     jobs = kube.batch.list_namespaced_job(ns, label_selector="tfkube.io/job-name=survive")
     assert sorted(j.metadata.name for j in jobs.items) == ["survive-ps", "survive-worker"]
     workers = pods(kube, ns, "tfkube.io/replica-type=worker")
-    assert sorted(
-        p.metadata.labels["batch.kubernetes.io/job-completion-index"] for p in workers
-    ) == [
-        "0",
-        "1",
-    ]
+    # No pod made twice. worker-1's may be gone: the job succeeds with worker-0 (its chief),
+    # and a worker still running then is stopped (KWOK may have started it later, each runs
+    # 6 s from its own start).
+    indexes = [p.metadata.labels[COMPLETION_INDEX] for p in workers]
+    assert sorted(set(indexes)) == sorted(indexes), indexes
+    (chief,) = [p for p in workers if p.metadata.labels[COMPLETION_INDEX] == "0"]
+    assert chief.status.phase == "Succeeded", chief.status
     reasons = [e.reason for e in events(kube, ns, "survive")]
     assert reasons.count("Created") == 1
     assert reasons.count("Succeeded") == 1
