@@ -71,7 +71,7 @@ ENABLE_HINT = (
 
 _WANTS_REAL_NODE = pytest.StashKey[bool]()
 
-BESIDE_THE_REAL_NODE = frozenset({"test_kube_faults.py"})
+BESIDE_THE_REAL_NODE = frozenset({"test_kube_faults.py", "test_operator.py", "test_gang.py"})
 """Files of KWOK-only tests that `make test` runs in the real-node session rather than in
 the KWOK session after the rest (tools/test/suite.sh): they even out the two."""
 
