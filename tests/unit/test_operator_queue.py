@@ -15,8 +15,8 @@ from tfkube.operator._operator import (
     COALESCE_MIN_SECONDS,
     WorkQueue,
     coalesce_pause,
-    index_reader,
 )
+from tfkube.operator._pods import PodIndex, entry_of
 
 
 @pytest.mark.parametrize(
@@ -33,13 +33,19 @@ def test_coalesce_pause(last: float, expected: float):
     assert coalesce_pause(last) == pytest.approx(expected)
 
 
-def test_index_reader_copies_a_jobs_pods():
-    index: dict[tuple[str, str], list[str]] = {("ns", "a"): ["p1", "p2"]}
-    pods_of = index_reader(index)
-    got = pods_of(("ns", "a"))
-    index[("ns", "a")].append("p3")
-    assert got == ["p1", "p2"]
-    assert pods_of(("ns", "missing")) == []
+def index_reader(index: dict[tuple[str, str], list[str]]) -> Any:
+    """A stand-in pod index: its pods by TFJob, copied as `PodIndex.pods_of` does."""
+    return lambda key: list(index.get(key, ()))
+
+
+def test_the_index_hands_out_a_copy_of_a_jobs_pods():
+    index = PodIndex()
+    pod = {"metadata": {"name": "p1", "namespace": "ns", "labels": {"tfkube.io/job-name": "a"}}}
+    index.put(entry_of(pod))  # type: ignore[arg-type]
+    got = index.pods_of(("ns", "a"))
+    got.append("p3")
+    assert [p["metadata"]["name"] for p in index.pods_of(("ns", "a"))] == ["p1"]
+    assert index.pods_of(("ns", "missing")) == []
 
 
 class Recorder:

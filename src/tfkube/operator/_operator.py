@@ -1,8 +1,10 @@
-"""`tfkube operator`: kopf watches, a per-TFJob work queue, and one reconcile function.
+"""`tfkube operator`: kopf watches TFJobs and their Jobs, an informer of ours the replica
+pods, a per-TFJob work queue, and one reconcile function.
 
-    kopf watch events: TFJob / its Jobs / its pods --poke(ns, name)--> WorkQueue
-    kopf index `replica_pods`: every replica pod (slimmed), by (namespace, TFJob), kept
-                    up to date by the pod WATCH: no reconcile ever lists pods
+    kopf watch events: TFJob / its Jobs ----------poke(ns, name)--> WorkQueue
+    PodInformer (_pods.py): LIST then WATCH of every replica pod, decoded with orjson,
+                    slimmed into PodIndex by (namespace, TFJob) --poke when a TFJob's
+                    pods changed--> WorkQueue: no reconcile ever lists pods
     WorkQueue: one reconcile at a time per TFJob, in a thread; pokes that arrive during
                     one are coalesced into one more, after a pause that grows with the
                     reconcile's own cost (a burst of 11,000 pod events is a few passes)
@@ -10,23 +12,28 @@
                     -> _reconcile.reconcile (pure) -> _apply (ops, then the status);
                     returns when to look again
 
-kopf is used for what it is good at: watching several resources with reconnects and
-per-object batching, logging in (kubeconfig or service account), signal handling. Its
+kopf is used for what it is good at: watching a few kinds of few objects with reconnects
+and per-object batching, logging in (kubeconfig or service account), signal handling.
+The pods, the one kind with thousands of objects and events, are followed by
+`tfkube.operator._pods.PodInformer` instead: kopf's decoding and per-event machinery was
+half the operator's CPU at 1,100 replicas (docs/benchmarks.md, "A lean pod watch"). kopf's
 change-detecting handlers (on.create/on.update, which keep a diff base and progress in
-annotations) are not: the reconcile is level-triggered from the objects themselves, so
-only `on.event` handlers are registered and kopf writes nothing to our objects (no
+annotations) are not used: the reconcile is level-triggered from the objects themselves,
+so only `on.event` handlers are registered and kopf writes nothing to our objects (no
 finalizers: deletion is the garbage collector's business through owner references).
 
-The work queue and the pod index are the only in-memory state. The index is a cache of
-what the API says (kopf lists, then watches; no handler runs before every index is filled
-by that first listing), and the queue only decides *when* to reconcile; a restarted
-operator lists every TFJob and pod and carries on.
+Everything runs in one event loop (`serve`): the informer, kopf, the work queue; only
+reconciles run in threads, each given its TFJob's pods as a copied list. The informer's
+first LIST fills the pod index before kopf starts, so no reconcile ever sees a partial
+index; a restarted operator lists every TFJob and pod and carries on. The work queue and
+the pod index are the only in-memory state, and the index is a cache of what the API says.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import logging
 import os
 import socket
@@ -41,16 +48,16 @@ from tfkube.kube.names import (
     DATA_URL_ANNOTATION,
     LABEL_JOB,
     LABEL_MANAGED_BY,
-    LABEL_ROLE,
     MANAGED_BY,
     SHIP_URL_ANNOTATION,
     code_configmap_name,
 )
-from tfkube.kube.observe import PREEMPTED_EVENT, slim_pod, tfjob_model
-from tfkube.kube.resources import CONFIG_MAP, EVENT, JOB, POD, SECRET, TFJOB
-from tfkube.kube.rest import Kube, api_client_from
+from tfkube.kube.observe import PREEMPTED_EVENT, tfjob_model
+from tfkube.kube.resources import CONFIG_MAP, EVENT, JOB, SECRET, TFJOB
+from tfkube.kube.rest import Endpoint, Kube, api_client_from
 from tfkube.operator._apply import apply, write_status
 from tfkube.operator._ops import DeleteTFJob
+from tfkube.operator._pods import PodIndex, PodInformer
 from tfkube.operator._reconcile import (
     PODS_PER_JOB,
     invalid_spec_plan,
@@ -176,7 +183,7 @@ class WorkQueue:
     """Coalesces pokes: at most one reconcile per TFJob runs; pokes during it make it run
     once more afterwards (after `coalesce_pause`); a reconcile asks to be run again after
     some seconds. Each reconcile gets the TFJob's pods as the index holds them then (read
-    in the event loop, which the index is updated in)."""
+    in the event loop, which the index is updated in, and copied)."""
 
     def __init__(
         self,
@@ -227,16 +234,6 @@ class WorkQueue:
             self.timers[key] = loop.call_later(max(requeue, 0.0), self.poke, key)
 
 
-def index_reader(index: Mapping[Key, Iterable[Any]]) -> PodsOf:
-    """A TFJob's pods from kopf's index, copied (the index changes under the event loop
-    while a reconcile runs in its thread)."""
-
-    def pods_of(key: Key) -> list[Any]:
-        return list(index.get(key, ()))
-
-    return pods_of
-
-
 def no_diff_base() -> Any:
     """A kopf diff-base storage that keeps nothing. kopf deep-copies every object it sees
     to compare it with the last handled state: a fifth of the operator's CPU at 1,100 pods
@@ -256,9 +253,9 @@ def no_diff_base() -> Any:
     return NoDiffBase()
 
 
-def build_registry(queue_of: Callable[[Any], WorkQueue], verbose: bool) -> Any:
-    """kopf's handlers; `queue_of(replica_pods)` is the operator's one WorkQueue, reading
-    the pod index kopf hands every handler."""
+def build_registry(poke: Callable[[Key], None]) -> Any:
+    """kopf's handlers: a TFJob's events and its Jobs' poke the work queue (the pods are
+    `PodInformer`'s)."""
     import kopf
 
     registry = kopf.OperatorRegistry()
@@ -278,8 +275,8 @@ def build_registry(queue_of: Callable[[Any], WorkQueue], verbose: bool) -> Any:
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
     @kopf.on.event(TFJOB.group, TFJOB.version, TFJOB.plural, registry=registry)  # type: ignore[arg-type]
-    async def on_tfjob(name: str, namespace: str, replica_pods: Any, **_: Any) -> None:
-        queue_of(replica_pods).poke((namespace, name))
+    async def on_tfjob(name: str, namespace: str, **_: Any) -> None:
+        poke((namespace, name))
 
     managed: dict[str, Any] = {
         LABEL_MANAGED_BY: MANAGED_BY,
@@ -287,24 +284,8 @@ def build_registry(queue_of: Callable[[Any], WorkQueue], verbose: bool) -> Any:
     }
 
     @kopf.on.event(JOB.group, JOB.version, JOB.plural, labels=managed, registry=registry)  # type: ignore[arg-type]
-    async def on_job(labels: dict[str, str], namespace: str, replica_pods: Any, **_: Any) -> None:
-        queue_of(replica_pods).poke((namespace, labels[LABEL_JOB]))
-
-    pods: dict[str, Any] = {**managed, LABEL_ROLE: kopf.PRESENT}
-
-    @kopf.index(  # type: ignore[arg-type]
-        POD.group, POD.version, POD.plural, id="replica_pods", labels=pods, registry=registry
-    )
-    async def replica_pods(
-        labels: dict[str, str], namespace: str, body: Any, **_: Any
-    ) -> dict[Key, Any]:
-        """Each replica pod, slimmed to what observe reads, under its TFJob. kopf calls
-        this before any handler of the same event, and drops the pod when it is deleted."""
-        return {(namespace, labels[LABEL_JOB]): slim_pod(body)}
-
-    @kopf.on.event(POD.group, POD.version, POD.plural, labels=pods, registry=registry)  # type: ignore[arg-type]
-    async def on_pod(labels: dict[str, str], namespace: str, replica_pods: Any, **_: Any) -> None:
-        queue_of(replica_pods).poke((namespace, labels[LABEL_JOB]))
+    async def on_job(labels: dict[str, str], namespace: str, **_: Any) -> None:
+        poke((namespace, labels[LABEL_JOB]))
 
     return registry
 
@@ -317,8 +298,6 @@ def operator_identity(host: str | None = None, pid: int | None = None) -> str:
 
 def run_operator(settings: OperatorSettings) -> None:
     """Run until SIGTERM/SIGINT."""
-    import kopf
-
     logging.basicConfig(
         level=logging.DEBUG if settings.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -327,33 +306,44 @@ def run_operator(settings: OperatorSettings) -> None:
         logging.getLogger(noisy).setLevel(logging.INFO if settings.verbose else logging.WARNING)
     if settings.kubeconfig is not None:
         os.environ["KUBECONFIG"] = str(settings.kubeconfig)  # what kopf's login reads
-    kube = Kube(api_client_from(settings.kubeconfig))
-    reconciler = Reconciler(kube, settings)
-    queues: list[WorkQueue] = []
+    api_client = api_client_from(settings.kubeconfig)
+    reconciler = Reconciler(Kube(api_client), settings)
+    index = PodIndex()
+    queue = WorkQueue(reconciler.reconcile_once, index.pods_of)
+    informer = PodInformer(Endpoint.of(api_client), settings.namespaces, index, queue.poke)
+    registry = build_registry(queue.poke)
+    with contextlib.suppress(asyncio.CancelledError):  # as kopf.run: cancelled, stopped
+        asyncio.run(serve(settings, informer, registry))
 
-    def queue_of(replica_pods: Any) -> WorkQueue:
-        if not queues:  # created inside kopf's event loop, with kopf's pod index
-            queues.append(WorkQueue(reconciler.reconcile_once, index_reader(replica_pods)))
-        return queues[0]
 
-    registry = build_registry(queue_of, settings.verbose)
-    log.info(
-        "tfkube operator watching %s",
-        ", ".join(settings.namespaces) if settings.namespaces else "all namespaces",
-    )
-    if settings.registry_secret is not None:
+async def serve(settings: OperatorSettings, informer: PodInformer, registry: Any) -> None:
+    """The informer's first LIST, then kopf (whose TFJob events start the reconciles),
+    in this one event loop; the informer is stopped when kopf stops."""
+    import kopf
+
+    informer.start()
+    try:
+        await informer.wait_synced()
         log.info(
-            "jobs get a copy of the image-pull Secret %s/%s when it exists",
-            settings.operator_namespace,
-            settings.registry_secret,
+            "tfkube operator watching %s (%d replica pods)",
+            ", ".join(settings.namespaces) if settings.namespaces else "all namespaces",
+            len(informer.index),
         )
-    log.info("jobs that name no logs storage: %s", storage_note(settings.storage))
-    kopf.run(
-        registry=registry,
-        standalone=True,
-        clusterwide=not settings.namespaces,
-        namespaces=list(settings.namespaces),
-        # Named here: kopf's default asks the password database for the user's name, and
-        # tfkube's image runs as a uid that has no entry there (65532): KeyError at start.
-        identity=cast(Any, operator_identity()),  # kopf's NewType, not exported
-    )
+        if settings.registry_secret is not None:
+            log.info(
+                "jobs get a copy of the image-pull Secret %s/%s when it exists",
+                settings.operator_namespace,
+                settings.registry_secret,
+            )
+        log.info("jobs that name no logs storage: %s", storage_note(settings.storage))
+        await kopf.operator(
+            registry=registry,
+            standalone=True,
+            clusterwide=not settings.namespaces,
+            namespaces=list(settings.namespaces),
+            # Named here: kopf's default asks the password database for the user's name, and
+            # tfkube's image runs as a uid that has no entry there (65532): KeyError at start.
+            identity=cast(Any, operator_identity()),  # kopf's NewType, not exported
+        )
+    finally:
+        await informer.stop()

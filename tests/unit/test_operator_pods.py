@@ -1,0 +1,228 @@
+"""The operator's pod informer, its pure part: the index a watch event or a relist leaves,
+the TFJobs each pokes, a watch stream cut into lines, the backoff. Its I/O against the real
+API server: tests/cluster/test_operator_pods.py."""
+
+from __future__ import annotations
+
+import ssl
+from typing import Any
+
+import pytest
+
+from tfkube.kube.errors import ServerError
+from tfkube.kube.rest import Endpoint
+from tfkube.operator._pods import (
+    BACKOFF_MAX_SECONDS,
+    REPLICA_PODS,
+    Expired,
+    PodIndex,
+    PodInformer,
+    PodStream,
+    backoff,
+    entry_of,
+    split_lines,
+)
+
+
+def pod(
+    name: str, job: str = "a", ns: str = "ns", phase: str = "Pending", rv: str = "1"
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "resourceVersion": rv,
+            "labels": {
+                "app.kubernetes.io/managed-by": "tfkube",
+                "tfkube.io/job-name": job,
+                "tfkube.io/replica-type": "worker",
+            },
+            "managedFields": [{"manager": "kube-controller-manager"}],
+            "finalizers": ["batch.kubernetes.io/job-tracking"],
+        },
+        "spec": {"containers": [{"name": "tensorflow", "image": "x"}]},
+        "status": {"phase": phase},
+    }
+
+
+def names(index: PodIndex, job: str, ns: str = "ns") -> list[str]:
+    return sorted(p["metadata"]["name"] for p in index.pods_of((ns, job)))
+
+
+def entries(*pods: dict[str, Any]) -> list[Any]:
+    return [e for e in map(entry_of, pods) if e is not None]
+
+
+def test_the_selector_is_every_replica_pod_of_tfkube():
+    assert REPLICA_PODS == (
+        "app.kubernetes.io/managed-by=tfkube,tfkube.io/job-name,tfkube.io/replica-type"
+    )
+
+
+def test_added_modified_deleted():
+    index = PodIndex()
+    assert index.apply("ADDED", pod("a-0")) == {("ns", "a")}
+    assert index.apply("ADDED", pod("b-0", job="b")) == {("ns", "b")}
+    assert index.apply("MODIFIED", pod("a-0", phase="Running")) == {("ns", "a")}
+    [kept] = index.pods_of(("ns", "a"))
+    assert kept["status"]["phase"] == "Running"
+    assert "managedFields" not in kept["metadata"]  # slimmed
+    assert index.apply("DELETED", pod("a-0", phase="Running")) == {("ns", "a")}
+    assert index.pods_of(("ns", "a")) == []
+    assert index.jobs() == {("ns", "b")}
+    assert len(index) == 1
+
+
+def test_a_change_the_reconcile_cannot_see_pokes_nothing():
+    """The Job controller removing its tracking finalizer, a new resourceVersion: the
+    slimmed pod is the same, so no reconcile is asked for."""
+    index = PodIndex()
+    index.apply("ADDED", pod("a-0", rv="1"))
+    moved_on = pod("a-0", rv="2")
+    moved_on["metadata"]["finalizers"] = []
+    assert index.apply("MODIFIED", moved_on) == set()
+
+
+def test_a_pod_is_replaced_never_changed_in_place():
+    """A reconcile's thread may still read the pods it was given."""
+    index = PodIndex()
+    index.apply("ADDED", pod("a-0"))
+    given = index.pods_of(("ns", "a"))
+    index.apply("MODIFIED", pod("a-0", phase="Running"))
+    assert given[0]["status"]["phase"] == "Pending"
+
+
+def test_a_deleted_pod_the_index_never_had_pokes_nothing():
+    assert PodIndex().apply("DELETED", pod("gone")) == set()
+
+
+def test_a_pod_whose_job_label_changes_moves_and_pokes_both():
+    index = PodIndex()
+    index.apply("ADDED", pod("p"))
+    assert index.apply("MODIFIED", pod("p", job="b")) == {("ns", "a"), ("ns", "b")}
+    assert names(index, "a") == []
+    assert names(index, "b") == ["p"]
+
+
+def test_same_names_in_two_namespaces_are_two_pods():
+    index = PodIndex()
+    index.apply("ADDED", pod("p", ns="one"))
+    index.apply("ADDED", pod("p", ns="two"))
+    index.apply("DELETED", pod("p", ns="one"))
+    assert names(index, "a", "one") == []
+    assert names(index, "a", "two") == ["p"]
+
+
+def test_a_relist_replaces_the_index_and_pokes_what_changed_or_vanished():
+    index = PodIndex()
+    index.replace(entries(pod("a-0"), pod("a-1"), pod("b-0", job="b"), pod("c-0", job="c")), None)
+    changed = index.replace(
+        entries(
+            pod("a-0"),  # a: a-1 deleted meanwhile
+            pod("b-0", job="b", phase="Running"),  # b: changed
+            pod("c-0", job="c", rv="9"),  # c: nothing it reads changed
+            pod("d-0", job="d"),  # d: new
+        ),
+        None,
+    )
+    assert changed == {("ns", "a"), ("ns", "b"), ("ns", "d")}
+    assert names(index, "a") == ["a-0"]
+    assert index.apply("DELETED", pod("a-1")) == set()  # forgotten: no ghost left behind
+    assert index.replace([], None) == {("ns", "a"), ("ns", "b"), ("ns", "c"), ("ns", "d")}
+    assert len(index) == 0
+
+
+def test_a_relist_of_one_namespace_leaves_the_others():
+    index = PodIndex()
+    index.replace(entries(pod("p", ns="one")), "one")
+    index.replace(entries(pod("q", ns="two")), "two")
+    assert index.replace(entries(pod("r", ns="one")), "one") == {("one", "a")}
+    assert names(index, "a", "one") == ["r"]
+    assert names(index, "a", "two") == ["q"]
+    assert index.apply("DELETED", pod("q", ns="two")) == {("two", "a")}
+
+
+def test_the_first_list_pokes_every_tfjob_with_pods():
+    assert PodIndex().replace(entries(pod("a-0"), pod("b-0", job="b")), None) == {
+        ("ns", "a"),
+        ("ns", "b"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("chunks", "lines", "left"),
+    [
+        pytest.param([b'{"a":1}\n'], [[b'{"a":1}']], b"", id="one-line"),
+        pytest.param(
+            [b'{"a":', b"1}\n{", b'"b":2}\n'],
+            [[], [b'{"a":1}'], [b'{"b":2}']],
+            b"",
+            id="split-across-chunks",
+        ),
+        pytest.param([b"x\ny\nz"], [[b"x", b"y"]], b"z", id="unfinished-line-kept"),
+        pytest.param([b"\n\nx\n"], [[b"x"]], b"", id="empty-lines-skipped"),
+    ],
+)
+def test_split_lines(chunks: list[bytes], lines: list[list[bytes]], left: bytes):
+    buffer = bytearray()
+    assert [split_lines(buffer, c) for c in chunks] == lines
+    assert bytes(buffer) == left
+
+
+def test_backoff_doubles_to_a_cap():
+    assert backoff(0) == 0
+    assert [backoff(n) for n in (1, 2, 3)] == [0.5, 1.0, 2.0]
+    assert backoff(100) == BACKOFF_MAX_SECONDS
+
+
+def informer(namespaces: tuple[str, ...] = ()) -> tuple[PodInformer, list[tuple[str, str]]]:
+    pokes: list[tuple[str, str]] = []
+    endpoint = Endpoint("https://127.0.0.1:1", ssl.create_default_context(), None)
+    return PodInformer(endpoint, namespaces, PodIndex(), pokes.append), pokes
+
+
+def test_watch_events_update_the_index_poke_and_move_the_version_on():
+    inf, pokes = informer()
+    [stream] = inf.streams
+    inf.listed(stream, [], "10")
+    inf.handle(stream, {"type": "ADDED", "object": pod("a-0", rv="11")})
+    inf.handle(stream, {"type": "MODIFIED", "object": pod("a-0", rv="12")})  # same to observe
+    inf.handle(
+        stream,
+        {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "20"}}},
+    )
+    assert pokes == [("ns", "a")]
+    assert stream.resource_version == "20"
+    inf.handle(stream, {"type": "DELETED", "object": pod("a-0", rv="21")})
+    assert pokes == [("ns", "a"), ("ns", "a")]
+    assert inf.index.pods_of(("ns", "a")) == []
+    assert stream.resource_version == "21"
+
+
+def test_an_expired_watch_raises_expired_and_other_errors_their_api_error():
+    inf, _ = informer()
+    [stream] = inf.streams
+    gone = {
+        "kind": "Status",
+        "code": 410,
+        "reason": "Expired",
+        "message": "too old resource version",
+    }
+    with pytest.raises(Expired, match="too old"):
+        inf.handle(stream, {"type": "ERROR", "object": gone})
+    failed = {"kind": "Status", "code": 500, "reason": "InternalError", "message": "etcd"}
+    with pytest.raises(ServerError):
+        inf.handle(stream, {"type": "ERROR", "object": failed})
+
+
+def test_synced_only_once_every_namespace_is_listed():
+    inf, pokes = informer(("one", "two"))
+    one, two = inf.streams
+    inf.listed(one, entries(pod("p", ns="one")), "5")
+    assert not inf._synced.is_set()
+    inf.listed(two, [], "6")
+    assert inf._synced.is_set()
+    assert pokes == [("one", "a")]
+    assert (one.lists, two.lists) == (1, 1)
+    assert [s.scope for s in inf.streams] == ["one", "two"]
+    assert PodStream(None).scope == "all namespaces"
