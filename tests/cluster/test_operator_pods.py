@@ -9,6 +9,7 @@ restarts, an API server restarted mid-job): test_operator.py, test_kube_faults.p
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -60,6 +61,7 @@ def test_the_informer_follows_lists_again_and_resumes(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     kube, ns = crd, kube_namespace
+    caplog.set_level(logging.INFO, logger="tfkube.operator.pods")
     api = api_client_from(operator_kubeconfig)
     pokes: list[tuple[str, str]] = []
     index = PodIndex()
