@@ -78,3 +78,11 @@ def test_the_operators_identity_needs_no_password_database_entry(
         monkeypatch.delenv(name, raising=False)
     assert operator_identity("tfkube-operator-5d9c", 7) == "tfkube-operator@tfkube-operator-5d9c/7"
     assert operator_identity().startswith("tfkube-operator@")
+
+
+@pytest.mark.parametrize("namespace", ["team-*", "Team", "-a", "a" * 64, ""])
+def test_a_namespace_is_a_name_not_a_pattern(namespace: str):
+    """The operator lists and watches each namespace's pods by its name."""
+    with pytest.raises(ValueError, match="not a namespace's name"):
+        OperatorSettings.read({}, namespaces=(namespace,))
+    assert OperatorSettings.read({}, namespaces=("team-a", "b")).namespaces == ("team-a", "b")

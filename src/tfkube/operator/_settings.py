@@ -12,6 +12,7 @@ too; unset, such jobs keep their logs in their pods.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,11 +34,16 @@ from tfkube.render import (
     StorageDefaults,
 )
 
+NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+"""A namespace's name (a DNS-1123 label)."""
+
 
 @dataclass(frozen=True)
 class OperatorSettings:
     namespaces: tuple[str, ...] = ()
-    """Watch only these namespaces (`--namespace`); empty means every namespace."""
+    """Watch only these namespaces (`--namespace`), by name (not kopf's patterns: the
+    operator's own pod informer lists and watches each by its name); empty means every
+    namespace."""
     kubeconfig: Path | None = None
     """A kubeconfig file (`--kubeconfig`); default $KUBECONFIG, ~/.kube/config, or the
     service account."""
@@ -74,8 +80,12 @@ class OperatorSettings:
         max_pods_per_job: int | None = None,
     ) -> OperatorSettings:
         """The settings from the command's flags and the environment (a flag wins). Raises
-        ValueError when both a logs storage class and a logs claim are set, or for a
-        maximum of pods per Job that is not a whole number of at least 1."""
+        ValueError when both a logs storage class and a logs claim are set, for a
+        maximum of pods per Job that is not a whole number of at least 1, or for a
+        namespace that is not a namespace's name."""
+        for namespace in namespaces:
+            if not NAMESPACE_NAME.fullmatch(namespace):
+                raise ValueError(f"{namespace!r} is not a namespace's name")
         per_job = max_pods_per_job
         if per_job is None:
             text = environ.get(MAX_PODS_PER_JOB_ENV) or str(DEFAULT_MAX_PODS_PER_JOB)
