@@ -226,3 +226,13 @@ def test_synced_only_once_every_namespace_is_listed():
     assert (one.lists, two.lists) == (1, 1)
     assert [s.scope for s in inf.streams] == ["one", "two"]
     assert PodStream(None).scope == "all namespaces"
+
+
+def test_the_kubeconfigs_proxy_is_used_as_the_official_client_uses_it():
+    from kubernetes.client import Configuration
+
+    conf = Configuration()
+    conf.proxy = "http://127.0.0.1:3128"
+    endpoint = Endpoint("https://127.0.0.1:1", ssl.create_default_context(), conf)
+    assert PodInformer(endpoint, (), PodIndex(), print).proxy == "http://127.0.0.1:3128"
+    assert informer()[0].proxy is None

@@ -45,7 +45,7 @@ pods it was given while the index moves on.
 **Credentials** are the official client's, as everywhere in the operator
 (`tfkube.kube.rest.Endpoint`): the same URL, CA (TLS verified unless the kubeconfig
 says not to), client certificate and bearer token, read again for every request (a
-rotated service-account token is picked up).
+rotated service-account token is picked up), and its proxy (a kubeconfig's `proxy-url`).
 """
 
 from __future__ import annotations
@@ -236,6 +236,8 @@ class PodInformer:
         self.page = page
         self.watch_seconds = watch_seconds
         self.streams = [PodStream(ns) for ns in namespaces] or [PodStream(None)]
+        self.proxy: str | None = getattr(endpoint.configuration, "proxy", None) or None
+        """The kubeconfig's `proxy-url`, as the official client uses it."""
         self._synced = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -355,7 +357,11 @@ class PodInformer:
             if token:
                 query["continue"] = token
             async with session.get(
-                self._url(stream), params=query, headers=self.endpoint.headers(), timeout=timeout
+                self._url(stream),
+                params=query,
+                headers=self.endpoint.headers(),
+                timeout=timeout,
+                proxy=self.proxy,
             ) as response:
                 body = await response.read()
                 status, reason = response.status, response.reason or ""
@@ -399,7 +405,11 @@ class PodInformer:
         )
         events = 0
         async with session.get(
-            self._url(stream), params=query, headers=self.endpoint.headers(), timeout=timeout
+            self._url(stream),
+            params=query,
+            headers=self.endpoint.headers(),
+            timeout=timeout,
+            proxy=self.proxy,
         ) as response:
             if response.status == 410:
                 raise Expired(f"410 {response.reason or 'Gone'}")
