@@ -87,3 +87,24 @@ def sign_in(page: Any, base: str, name: str, password: str) -> None:
     page.get_by_label("Password").fill(password)
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url(f"{base}/jobs**")
+
+
+class Failures:
+    """What a browser context's pages asked for and did not get (an answer of 400 or more,
+    or a request that failed), for a failure's message: a page that shows an error dialog
+    says which request it came from."""
+
+    def __init__(self, context: Any) -> None:
+        self.seen: list[str] = []
+        context.on("response", self._response)
+        context.on("requestfailed", self._failed)
+
+    def _response(self, response: Any) -> None:
+        if response.status >= 400:
+            self.seen.append(f"{response.status} {response.request.method} {response.url}")
+
+    def _failed(self, request: Any) -> None:
+        self.seen.append(f"failed ({request.failure}) {request.method} {request.url}")
+
+    def __str__(self) -> str:
+        return "\n".join(self.seen[-40:]) or "(no failed request)"

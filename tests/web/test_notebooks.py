@@ -20,7 +20,7 @@ import pytest
 import tfkube
 from server._server import PASSWORD, api_for
 
-from ._browser import LAPTOP, poll, shot, sign_in
+from ._browser import LAPTOP, Failures, poll, shot, sign_in
 from .conftest import Site
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist-between-graph"
@@ -144,6 +144,7 @@ def test_a_notebook_asks_no_news_and_a_browser_leaving_it_is_quiet(
     and bob's shows his notebook rather than the launcher."""
     site = ready
     context = _context(browser, site, "carol")
+    failures = Failures(context)
     closed = False
     try:
         page = context.pages[0]
@@ -173,6 +174,11 @@ def test_a_notebook_asks_no_news_and_a_browser_leaving_it_is_quiet(
         log = site.server.log.read_text(errors="replace")
         assert "Traceback" not in log, log[log.find("Traceback") - 500 :][:6000]
         assert "Exception in ASGI application" not in log
+    except Exception as exc:
+        log = site.server.log.read_text(errors="replace")[-4000:]
+        raise AssertionError(
+            f"{exc}\nrequests that failed:\n{failures}\nthe server's log:\n{log}"
+        ) from exc
     finally:
         if not closed:
             context.close()
