@@ -342,8 +342,16 @@ class PodInformer:
                 log.exception("following the pods of %s failed; retrying", stream.scope)
             await asyncio.sleep(backoff(failures))
 
-    def _url(self, stream: PodStream) -> str:
-        return self.endpoint.host + POD.url(stream.namespace)
+    def _get(self, session: Any, stream: PodStream, query: dict[str, str], timeout: Any) -> Any:
+        """A GET of the stream's pods (a page of the list, or the watch) with the
+        endpoint's current credentials, through the kubeconfig's proxy if any."""
+        return session.get(
+            self.endpoint.host + POD.url(stream.namespace),
+            params=query,
+            headers=self.endpoint.headers(),
+            timeout=timeout,
+            proxy=self.proxy,
+        )
 
     async def _list(self, session: Any, stream: PodStream) -> None:
         import aiohttp
@@ -356,13 +364,7 @@ class PodInformer:
             query = {"labelSelector": self.selector, "limit": str(self.page)}
             if token:
                 query["continue"] = token
-            async with session.get(
-                self._url(stream),
-                params=query,
-                headers=self.endpoint.headers(),
-                timeout=timeout,
-                proxy=self.proxy,
-            ) as response:
+            async with self._get(session, stream, query, timeout) as response:
                 body = await response.read()
                 status, reason = response.status, response.reason or ""
             if status == 410 and token and restarts < LIST_RESTARTS:
@@ -404,13 +406,7 @@ class PodInformer:
             sock_read=self.watch_seconds + READ_MARGIN_SECONDS,
         )
         events = 0
-        async with session.get(
-            self._url(stream),
-            params=query,
-            headers=self.endpoint.headers(),
-            timeout=timeout,
-            proxy=self.proxy,
-        ) as response:
+        async with self._get(session, stream, query, timeout) as response:
             if response.status == 410:
                 raise Expired(f"410 {response.reason or 'Gone'}")
             if response.status != 200:
