@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.tfkube-installed
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: install demo test test-stress lint unit bench clean web chromium sandbox s3-bins hdfs-bins
+.PHONY: install demo test test-stress lint unit bench clean web chromium sandbox s3-bins hdfs-bins modelserver
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -45,10 +45,16 @@ s3-bins:
 hdfs-bins:
 	bash tools/hdfs/build.sh
 
-install: $(STAMP) $(WEB_STAMP) sandbox
+## modelserver: tfkube's native model server (native/modelserver, Go over the TensorFlow
+## wheel's C API) into ~/.cache/tfkube and the venv's bin (tools/modelserver/build.sh; a
+## second run is a no-op).
+modelserver: $(STAMP)
+	VENV=$(VENV) bash tools/modelserver/build.sh
+
+install: $(STAMP) $(WEB_STAMP) sandbox modelserver
 
 ## demo: a real distributed training run on this machine (1 PS + 2 workers, between-graph).
-demo: $(STAMP)
+demo: $(STAMP) modelserver
 	$(BIN)/tfkube run examples/mnist-between-graph/job.yaml --replace --summary
 
 ## lint: ruff, mypy on the package, import layering.

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -89,18 +88,33 @@ class Server:
     log: Path
 
 
-def _start(base: Path, log: Path, *flags: str, versions: int = 2) -> Server:
+IMPLEMENTATIONS = ["python", "native"]
+"""Every test that starts a model server runs against each: `python -m tfkube.serving` and
+the native `tfkube-modelserver` (the same flags, the same answers)."""
+
+
+@pytest.fixture(scope="module", params=IMPLEMENTATIONS)
+def impl(request: pytest.FixtureRequest) -> str:
+    from tfkube.serving._native import native_binary
+
+    if request.param == "native" and native_binary() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("tfkube-modelserver is not installed (make install)")
+        pytest.skip("tfkube-modelserver is not installed (make install)")
+    return str(request.param)
+
+
+def _start(base: Path, log: Path, *flags: str, versions: int = 2, impl: str = "python") -> Server:
     """A model server of model "m" from `base`, once `versions` versions are available."""
     from tfkube.engines.local import free_ports
+    from tfkube.serving._native import model_server_command
 
     rest_port, grpc_port = free_ports(2)
     env = {**os.environ, "TFKUBE_SERVING_TOKEN": SECRET}
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "tfkube.serving",
+                *model_server_command("native" if impl == "native" else "python"),
                 "--model_name=m",
                 f"--model_base_path={base}",
                 f"--rest_api_port={rest_port}",
@@ -128,9 +142,9 @@ def _start(base: Path, log: Path, *flags: str, versions: int = 2) -> Server:
 
 
 @contextlib.contextmanager
-def running(base: Path, *flags: str, versions: int = 2) -> Iterator[Server]:
+def running(base: Path, *flags: str, versions: int = 2, impl: str = "python") -> Iterator[Server]:
     """`_start`ed for the block (its log beside `base`), then stopped."""
-    started = _start(base, base.parent / "server.log", *flags, versions=versions)
+    started = _start(base, base.parent / "server.log", *flags, versions=versions, impl=impl)
     try:
         yield started
     finally:
@@ -139,8 +153,8 @@ def running(base: Path, *flags: str, versions: int = 2) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    base = tmp_path_factory.mktemp("models")
+def server(tmp_path_factory: pytest.TempPathFactory, impl: str) -> Iterator[Server]:
+    base = tmp_path_factory.mktemp(f"models-{impl}")
     build_model(base, 1)
     build_model(base, 2, warm_up=3)
     with running(
@@ -148,6 +162,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         "--model_version_policy=latest:2",
         "--version_labels=stable=1,canary=2",
         "--enable_batching",
+        impl=impl,
     ) as started:
         yield started
 
@@ -419,7 +434,7 @@ def test_warm_up_ran_before_the_version_answered(server: Server) -> None:
     assert "serving version 2 of m (warmed up with 3 requests)" in server.log.read_text()
 
 
-def test_traffic_split_and_a_new_version_under_load(tmp_path: Path) -> None:
+def test_traffic_split_and_a_new_version_under_load(tmp_path: Path, impl: str) -> None:
     """`--label_traffic` shares unnamed requests between the labels; a third export is
     loaded while a client keeps asking, and no request fails."""
     build_model(tmp_path, 1)
@@ -430,6 +445,7 @@ def test_traffic_split_and_a_new_version_under_load(tmp_path: Path) -> None:
         "--model_version_policy=latest:2",
         "--version_labels=stable=1,canary=2",
         "--label_traffic=stable=50,canary=50",
+        impl=impl,
     )
     try:
         seen: list[int] = []

@@ -1,0 +1,820 @@
+package main
+
+// The REST door's request reader: one pass over the body, numbers read straight into a
+// tensor's bytes (no value tree), the shape found on the way and checked regular.
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+	"unsafe"
+)
+
+type jsonReader struct {
+	b   []byte
+	pos int
+}
+
+func parseError(format string, args ...any) *ServingError {
+	return invalid("JSON Parse error: "+format, args...)
+}
+
+func (r *jsonReader) ws() {
+	for r.pos < len(r.b) {
+		switch r.b[r.pos] {
+		case ' ', '\t', '\n', '\r':
+			r.pos++
+		default:
+			return
+		}
+	}
+}
+
+func (r *jsonReader) peek() byte {
+	r.ws()
+	if r.pos >= len(r.b) {
+		return 0
+	}
+	return r.b[r.pos]
+}
+
+func (r *jsonReader) expect(c byte) error {
+	if r.peek() != c {
+		return parseError("expected %q at offset %d", c, r.pos)
+	}
+	r.pos++
+	return nil
+}
+
+// str reads a string (at its opening quote), unescaped.
+func (r *jsonReader) str() ([]byte, error) {
+	if err := r.expect('"'); err != nil {
+		return nil, err
+	}
+	start := r.pos
+	for r.pos < len(r.b) {
+		c := r.b[r.pos]
+		if c == '"' {
+			r.pos++
+			return r.b[start : r.pos-1], nil
+		}
+		if c == '\\' {
+			break
+		}
+		if c < 0x20 {
+			return nil, parseError("a control character in a string at offset %d", r.pos)
+		}
+		r.pos++
+	}
+	out := append([]byte(nil), r.b[start:r.pos]...)
+	for r.pos < len(r.b) {
+		c := r.b[r.pos]
+		switch {
+		case c == '"':
+			r.pos++
+			return out, nil
+		case c < 0x20:
+			return nil, parseError("a control character in a string at offset %d", r.pos)
+		case c != '\\':
+			out = append(out, c)
+			r.pos++
+			continue
+		}
+		if r.pos+1 >= len(r.b) {
+			break
+		}
+		e := r.b[r.pos+1]
+		r.pos += 2
+		switch e {
+		case '"', '\\', '/':
+			out = append(out, e)
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			x, ok := r.hex4()
+			if !ok {
+				return nil, parseError("a bad \\u escape at offset %d", r.pos)
+			}
+			rn := rune(x)
+			if utf16.IsSurrogate(rn) && r.pos+1 < len(r.b) && r.b[r.pos] == '\\' && r.b[r.pos+1] == 'u' {
+				r.pos += 2
+				y, ok := r.hex4()
+				if !ok {
+					return nil, parseError("a bad \\u escape at offset %d", r.pos)
+				}
+				rn = utf16.DecodeRune(rn, rune(y))
+			}
+			out = utf8.AppendRune(out, rn)
+		default:
+			return nil, parseError("a bad escape at offset %d", r.pos)
+		}
+	}
+	return nil, parseError("an unterminated string")
+}
+
+func (r *jsonReader) hex4() (uint64, bool) {
+	if r.pos+4 > len(r.b) {
+		return 0, false
+	}
+	x, err := strconv.ParseUint(string(r.b[r.pos:r.pos+4]), 16, 32)
+	r.pos += 4
+	return x, err == nil
+}
+
+// literal reads a number or a bare word (true, false, null, NaN, Infinity, -Infinity).
+func (r *jsonReader) literal() []byte {
+	r.ws()
+	start := r.pos
+	for r.pos < len(r.b) {
+		c := r.b[r.pos]
+		if (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-' || c == '+' || c == '.' {
+			r.pos++
+			continue
+		}
+		break
+	}
+	return r.b[start:r.pos]
+}
+
+// skip passes over one value, checking its syntax, and returns its bytes.
+func (r *jsonReader) skip(depth int) ([]byte, error) {
+	if depth > 512 {
+		return nil, invalid("the request is nested too deeply")
+	}
+	c := r.peek()
+	start := r.pos
+	switch c {
+	case '"':
+		if _, err := r.str(); err != nil {
+			return nil, err
+		}
+	case '[', '{':
+		r.pos++
+		closing := byte(']')
+		if c == '{' {
+			closing = '}'
+		}
+		if r.peek() == closing {
+			r.pos++
+			return r.b[start:r.pos], nil
+		}
+		for {
+			if c == '{' {
+				if _, err := r.str(); err != nil {
+					return nil, err
+				}
+				if err := r.expect(':'); err != nil {
+					return nil, err
+				}
+			}
+			if _, err := r.skip(depth + 1); err != nil {
+				return nil, err
+			}
+			next := r.peek()
+			r.pos++
+			if next == closing {
+				break
+			}
+			if next != ',' {
+				return nil, parseError("expected ',' or %q at offset %d", closing, r.pos-1)
+			}
+		}
+	case 0:
+		return nil, parseError("the document ended early")
+	default:
+		lit := r.literal()
+		if len(lit) == 0 {
+			return nil, parseError("an unexpected character at offset %d", r.pos)
+		}
+		if _, ok := parseLiteral(lit); !ok {
+			return nil, parseError("an invalid value %q", clip(lit))
+		}
+	}
+	return r.b[start:r.pos], nil
+}
+
+func clip(b []byte) string {
+	if len(b) > 40 {
+		return string(b[:40]) + "..."
+	}
+	return string(b)
+}
+
+// scalar is one JSON value that is not an array.
+type scalar struct {
+	kind  byte // 'n' number, 'b' bool, 's' string, 'z' null
+	num   []byte
+	f     float64
+	truth bool
+	str   []byte
+}
+
+func parseLiteral(lit []byte) (scalar, bool) {
+	switch string(lit) {
+	case "true":
+		return scalar{kind: 'b', truth: true}, true
+	case "false":
+		return scalar{kind: 'b'}, true
+	case "null":
+		return scalar{kind: 'z'}, true
+	case "NaN":
+		return scalar{kind: 'n', num: lit, f: math.NaN()}, true
+	case "Infinity":
+		return scalar{kind: 'n', num: lit, f: math.Inf(1)}, true
+	case "-Infinity":
+		return scalar{kind: 'n', num: lit, f: math.Inf(-1)}, true
+	}
+	if !validNumber(lit) {
+		return scalar{}, false
+	}
+	f, err := strconv.ParseFloat(unsafe.String(&lit[0], len(lit)), 64)
+	if err != nil && !strings.Contains(err.Error(), "range") {
+		return scalar{}, false
+	}
+	return scalar{kind: 'n', num: lit, f: f}, true
+}
+
+// validNumber checks JSON's number grammar.
+func validNumber(b []byte) bool {
+	i := 0
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	digits := func() int {
+		n := 0
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i++
+			n++
+		}
+		return n
+	}
+	if i < len(b) && b[i] == '0' {
+		i++
+	} else if digits() == 0 {
+		return false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if digits() == 0 {
+			return false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == len(b)
+}
+
+// tensorReader reads one input's value (nested lists of scalars) into a tensor.
+type tensorReader struct {
+	name   string
+	dtype  DType
+	shape  []int64 // per depth; -1 until the first list at that depth closes
+	leaf   int     // the depth of scalars (-1: none seen yet)
+	out    []byte
+	strs   [][]byte
+	count  int
+	budget *int // elements the request may still bring
+	limit  int
+}
+
+func (t *tensorReader) fail(why string) *ServingError {
+	return invalid("input '%s': expected %s values in a regular (not ragged) nested list (%s)", t.name, t.dtype, why)
+}
+
+func (t *tensorReader) value(r *jsonReader, depth int) error {
+	if depth > 64 {
+		return invalid("the request is nested too deeply")
+	}
+	c := r.peek()
+	if c == '[' {
+		if t.leaf >= 0 && depth >= t.leaf {
+			return t.fail("ragged")
+		}
+		if depth == len(t.shape) {
+			t.shape = append(t.shape, -1)
+		}
+		r.pos++
+		n := int64(0)
+		if r.peek() == ']' {
+			r.pos++
+		} else {
+			for {
+				if err := t.value(r, depth+1); err != nil {
+					return err
+				}
+				n++
+				next := r.peek()
+				r.pos++
+				if next == ']' {
+					break
+				}
+				if next != ',' {
+					return parseError("expected ',' or ']' at offset %d", r.pos-1)
+				}
+			}
+		}
+		if t.shape[depth] == -1 {
+			t.shape[depth] = n
+		} else if t.shape[depth] != n {
+			return t.fail("ragged")
+		}
+		return nil
+	}
+	if t.leaf == -1 {
+		t.leaf = depth
+	}
+	if depth != t.leaf || depth != len(t.shape) {
+		return t.fail("ragged")
+	}
+	*t.budget--
+	if *t.budget < 0 {
+		return invalid("the request holds over %d elements; this model server takes at most %d in one request (--max_request_elements)", t.limit, t.limit)
+	}
+	t.count++
+	var s scalar
+	switch c {
+	case '"':
+		b, err := r.str()
+		if err != nil {
+			return err
+		}
+		s = scalar{kind: 's', str: b}
+	case '{':
+		b, err := t.b64(r)
+		if err != nil {
+			return err
+		}
+		s = scalar{kind: 's', str: b}
+	default:
+		lit := r.literal()
+		var ok bool
+		s, ok = parseLiteral(lit)
+		if !ok {
+			return parseError("an invalid value %q", clip(lit))
+		}
+	}
+	return t.put(s)
+}
+
+// b64 reads {"b64": "..."} (TensorFlow Serving's binary value).
+func (t *tensorReader) b64(r *jsonReader) ([]byte, error) {
+	r.pos++
+	key, err := r.str()
+	if err != nil {
+		return nil, err
+	}
+	if string(key) != "b64" {
+		return nil, invalid("an input value may not be an object here")
+	}
+	if err := r.expect(':'); err != nil {
+		return nil, err
+	}
+	if r.peek() != '"' {
+		return nil, invalid("an input value may not be an object here")
+	}
+	text, err := r.str()
+	if err != nil {
+		return nil, err
+	}
+	if err := r.expect('}'); err != nil {
+		return nil, invalid("an input value may not be an object here")
+	}
+	out := make([]byte, base64.StdEncoding.DecodedLen(len(text)))
+	n, err := base64.StdEncoding.Decode(out, text)
+	if err != nil {
+		return nil, invalid("a b64 value is not valid base64")
+	}
+	return out[:n], nil
+}
+
+func (t *tensorReader) put(s scalar) error {
+	if t.dtype == DTString {
+		if s.kind != 's' {
+			return t.fail("not strings")
+		}
+		t.strs = append(t.strs, s.str)
+		return nil
+	}
+	switch s.kind {
+	case 's':
+		return t.fail("not numbers")
+	case 'z':
+		return t.fail("null")
+	case 'b':
+		if t.dtype != DTBool {
+			return t.fail("booleans")
+		}
+		if s.truth {
+			t.out = append(t.out, 1)
+		} else {
+			t.out = append(t.out, 0)
+		}
+		return nil
+	}
+	switch t.dtype {
+	case DTFloat:
+		t.out = binary.LittleEndian.AppendUint32(t.out, math.Float32bits(float32(s.f)))
+	case DTDouble:
+		t.out = binary.LittleEndian.AppendUint64(t.out, math.Float64bits(s.f))
+	case DTBool:
+		if s.f != 0 {
+			t.out = append(t.out, 1)
+		} else {
+			t.out = append(t.out, 0)
+		}
+	case DTInt8, DTInt16, DTInt32, DTInt64, DTUint8, DTUint16, DTUint32, DTUint64:
+		var x uint64
+		if v, err := strconv.ParseInt(unsafe.String(&s.num[0], len(s.num)), 10, 64); err == nil {
+			x = uint64(v)
+		} else if v, err := strconv.ParseUint(unsafe.String(&s.num[0], len(s.num)), 10, 64); err == nil {
+			x = v
+		} else if s.f == math.Trunc(s.f) && !math.IsInf(s.f, 0) && math.Abs(s.f) < 1<<63 {
+			x = uint64(int64(s.f))
+		} else {
+			return t.fail("fractions")
+		}
+		switch t.dtype.Size() {
+		case 1:
+			t.out = append(t.out, byte(x))
+		case 2:
+			t.out = binary.LittleEndian.AppendUint16(t.out, uint16(x))
+		case 4:
+			t.out = binary.LittleEndian.AppendUint32(t.out, uint32(x))
+		default:
+			t.out = binary.LittleEndian.AppendUint64(t.out, x)
+		}
+	default:
+		return invalid("input '%s': %s is not read from JSON by this model server", t.name, t.dtype)
+	}
+	return nil
+}
+
+// readTensor reads one input's JSON value as its dtype.
+func readTensor(value []byte, info *TensorInfo, budget *int, limit int) (*Tensor, error) {
+	tr := &tensorReader{name: info.Key, dtype: info.DType, leaf: -1, budget: budget, limit: limit}
+	r := &jsonReader{b: value}
+	if err := tr.value(r, 0); err != nil {
+		return nil, err
+	}
+	if tr.leaf == -1 { // only empty lists: the shape is what the lists say
+		for i, d := range tr.shape {
+			if d < 0 {
+				tr.shape[i] = 0
+			}
+		}
+	}
+	t := &Tensor{DType: info.DType, Shape: tr.shape, Data: tr.out, Strings: tr.strs}
+	if t.Shape == nil {
+		t.Shape = []int64{}
+	}
+	if info.DType == DTString && t.Strings == nil {
+		t.Strings = [][]byte{}
+	}
+	return t, nil
+}
+
+// PredictBody is a :predict request read against the model's signatures.
+type PredictBody struct {
+	Signature string
+	Inputs    map[string]*Tensor
+	RowFormat bool
+}
+
+// object reads an object's members as raw values.
+func (r *jsonReader) object() ([]string, [][]byte, error) {
+	if err := r.expect('{'); err != nil {
+		return nil, nil, err
+	}
+	var keys []string
+	var values [][]byte
+	if r.peek() == '}' {
+		r.pos++
+		return keys, values, nil
+	}
+	for {
+		k, err := r.str()
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := r.expect(':'); err != nil {
+			return nil, nil, err
+		}
+		v, err := r.skip(0)
+		if err != nil {
+			return nil, nil, err
+		}
+		keys, values = append(keys, string(k)), append(values, v)
+		next := r.peek()
+		r.pos++
+		if next == '}' {
+			return keys, values, nil
+		}
+		if next != ',' {
+			return nil, nil, parseError("expected ',' or '}' at offset %d", r.pos-1)
+		}
+	}
+}
+
+// elements reads an array's elements as raw values.
+func (r *jsonReader) elements() ([][]byte, error) {
+	if err := r.expect('['); err != nil {
+		return nil, err
+	}
+	var values [][]byte
+	if r.peek() == ']' {
+		r.pos++
+		return values, nil
+	}
+	for {
+		v, err := r.skip(0)
+		if err != nil {
+			return nil, err
+		}
+		values = append(values, v)
+		next := r.peek()
+		r.pos++
+		if next == ']' {
+			return values, nil
+		}
+		if next != ',' {
+			return nil, parseError("expected ',' or ']' at offset %d", r.pos-1)
+		}
+	}
+}
+
+func isB64(value []byte) bool {
+	r := &jsonReader{b: value}
+	keys, _, err := r.object()
+	return err == nil && len(keys) == 1 && keys[0] == "b64"
+}
+
+func checkInputNames(given map[string][]byte, sig *Signature, name string) error {
+	var unknown, missing []string
+	for _, k := range sortedKeys(given) {
+		if _, ok := sig.Inputs[k]; !ok {
+			unknown = append(unknown, k)
+		}
+	}
+	for _, k := range sig.InputNames() {
+		if _, ok := given[k]; !ok {
+			missing = append(missing, k)
+		}
+	}
+	if len(unknown) == 0 && len(missing) == 0 {
+		return nil
+	}
+	var parts []string
+	if len(unknown) > 0 {
+		parts = append(parts, "unknown input(s) "+strings.Join(unknown, ", "))
+	}
+	if len(missing) > 0 {
+		parts = append(parts, "missing input(s) "+strings.Join(missing, ", "))
+	}
+	return invalid("%s; signature '%s' takes %s", strings.Join(parts, "; "), name, strings.Join(sig.InputNames(), ", "))
+}
+
+func unknownSignature(name string, signatures map[string]*Signature) *ServingError {
+	known := strings.Join(sortedKeys(signatures), ", ")
+	if known == "" {
+		known = "none"
+	}
+	return invalid("Serving signature name: '%s' not found in signature def (it has %s)", name, known)
+}
+
+// ParsePredict reads a :predict body: `instances` (rows) or `inputs` (columns), each
+// input as its signature's dtype and shape, at most maxElements values in all and at
+// most bounds[input] in one input.
+func ParsePredict(body []byte, signatures map[string]*Signature, maxElements int, bounds func(*Signature) map[string]int) (*PredictBody, error) {
+	r := &jsonReader{b: body}
+	if r.peek() != '{' {
+		if _, err := r.skip(0); err != nil {
+			return nil, err
+		}
+		return nil, invalid("the request body must be a JSON object")
+	}
+	keys, values, err := r.object()
+	if err != nil {
+		return nil, err
+	}
+	if r.peek() != 0 {
+		return nil, parseError("text after the document at offset %d", r.pos)
+	}
+	var instances, inputs, sigName []byte
+	for i, k := range keys {
+		switch k {
+		case "instances":
+			instances = values[i]
+		case "inputs":
+			inputs = values[i]
+		case "signature_name":
+			sigName = values[i]
+		}
+	}
+	name := "serving_default"
+	if sigName != nil && string(sigName) != "null" {
+		sr := &jsonReader{b: sigName}
+		s, err := sr.str()
+		if err != nil {
+			return nil, invalid("'signature_name' must be a string")
+		}
+		if len(s) > 0 {
+			name = string(s)
+		}
+	}
+	sig, ok := signatures[name]
+	if !ok {
+		return nil, unknownSignature(name, signatures)
+	}
+	if instances != nil && inputs != nil {
+		return nil, invalid("Not formatted correctly, expecting only one of 'inputs' or 'instances' keys")
+	}
+	if instances == nil && inputs == nil {
+		return nil, invalid("Missing 'inputs' or 'instances' key")
+	}
+	budget := maxElements
+	arrays := map[string]*Tensor{}
+	if instances != nil {
+		arrays, err = readRows(instances, sig, name, &budget, maxElements)
+	} else {
+		arrays, err = readColumns(inputs, sig, name, &budget, maxElements)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for k, t := range arrays {
+		info := sig.Inputs[k]
+		if !info.Fits(t.Shape) {
+			return nil, invalid("input '%s': expected shape %s, got %s", k, info.ShapeText(), shapeString(t.Shape))
+		}
+	}
+	if instances != nil {
+		first := -2
+		for _, t := range arrays {
+			if t.Rows() < 0 || (first != -2 && t.Rows() != first) {
+				return nil, invalid("in 'instances' every input must have the same 0-th dimension; use 'inputs' (the columnar format) otherwise")
+			}
+			first = t.Rows()
+		}
+	}
+	if err := checkBounds(arrays, bounds(sig)); err != nil {
+		return nil, err
+	}
+	return &PredictBody{Signature: name, Inputs: arrays, RowFormat: instances != nil}, nil
+}
+
+func checkBounds(arrays map[string]*Tensor, bounds map[string]int) error {
+	for _, k := range sortedKeys(arrays) {
+		if bound, ok := bounds[k]; ok && arrays[k].NumElements() > bound {
+			return invalid("input '%s' holds %d elements; the signature takes at most %d (max_batch_size rows of its shape)", k, arrays[k].NumElements(), bound)
+		}
+	}
+	return nil
+}
+
+func readColumns(value []byte, sig *Signature, name string, budget *int, limit int) (map[string]*Tensor, error) {
+	given := map[string][]byte{}
+	if len(value) > 0 && value[0] == '{' && !isB64(value) {
+		r := &jsonReader{b: value}
+		keys, values, err := r.object()
+		if err != nil {
+			return nil, err
+		}
+		for i, k := range keys {
+			given[k] = values[i]
+		}
+	} else {
+		names := sig.InputNames()
+		if len(names) != 1 {
+			return nil, invalid("the signature has %d inputs (%s): give 'inputs' as an object of input name -> value", len(names), strings.Join(names, ", "))
+		}
+		given[names[0]] = value
+	}
+	if err := checkInputNames(given, sig, name); err != nil {
+		return nil, err
+	}
+	out := map[string]*Tensor{}
+	for k, v := range given {
+		t, err := readTensor(v, sig.Inputs[k], budget, limit)
+		if err != nil {
+			return nil, err
+		}
+		out[k] = t
+	}
+	return out, nil
+}
+
+func readRows(value []byte, sig *Signature, name string, budget *int, limit int) (map[string]*Tensor, error) {
+	if len(value) == 0 || value[0] != '[' {
+		return nil, invalid("'instances' must be a non-empty list")
+	}
+	names := sig.InputNames()
+	r := &jsonReader{b: value}
+	if r.pos++; r.peek() == ']' {
+		return nil, invalid("'instances' must be a non-empty list")
+	}
+	if r.peek() != '{' || isB64FirstElement(value) {
+		// plain values: the rows of the one input, read in one pass
+		if len(names) != 1 {
+			return nil, invalid("the signature has %d inputs (%s): give each instance as an object of input name -> value", len(names), strings.Join(names, ", "))
+		}
+		t, err := readTensor(value, sig.Inputs[names[0]], budget, limit)
+		if err != nil {
+			if se, ok := err.(*ServingError); ok && strings.Contains(se.Message, "not strings") {
+				return nil, invalid("'instances' mixes objects and plain values; use one form")
+			}
+			return nil, err
+		}
+		return map[string]*Tensor{names[0]: t}, nil
+	}
+	rows, err := (&jsonReader{b: value}).elements()
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	columns := map[string][][]byte{}
+	for i, row := range rows {
+		if len(row) == 0 || row[0] != '{' {
+			return nil, invalid("'instances' mixes objects and plain values; use one form")
+		}
+		ks, vs, err := (&jsonReader{b: row}).object()
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 {
+			keys = append([]string(nil), ks...)
+		}
+		if len(ks) != len(keys) {
+			return nil, invalid("every object in 'instances' must name the same inputs")
+		}
+		for j, k := range ks {
+			if _, ok := columns[k]; !ok && i > 0 {
+				return nil, invalid("every object in 'instances' must name the same inputs")
+			}
+			columns[k] = append(columns[k], vs[j])
+		}
+	}
+	given := map[string][]byte{}
+	for k := range columns {
+		given[k] = nil
+	}
+	if err := checkInputNames(given, sig, name); err != nil {
+		return nil, err
+	}
+	out := map[string]*Tensor{}
+	for k, parts := range columns {
+		if len(parts) != len(rows) {
+			return nil, invalid("every object in 'instances' must name the same inputs")
+		}
+		info := sig.Inputs[k]
+		var rowsOf []*Tensor
+		for _, p := range parts {
+			t, err := readTensor(p, info, budget, limit)
+			if err != nil {
+				return nil, err
+			}
+			if len(rowsOf) > 0 && shapeString(t.Shape) != shapeString(rowsOf[0].Shape) {
+				return nil, invalid("input '%s': expected %s values in a regular (not ragged) nested list (ragged)", k, info.DType)
+			}
+			rowsOf = append(rowsOf, t)
+		}
+		out[k] = stack(rowsOf)
+	}
+	return out, nil
+}
+
+func isB64FirstElement(value []byte) bool {
+	elems, err := (&jsonReader{b: value}).elements()
+	return err == nil && len(elems) > 0 && isB64(elems[0])
+}
+
+// stack puts tensors of one shape side by side along a new first dimension.
+func stack(parts []*Tensor) *Tensor {
+	out := &Tensor{DType: parts[0].DType, Shape: append([]int64{int64(len(parts))}, parts[0].Shape...)}
+	for _, p := range parts {
+		out.Data = append(out.Data, p.Data...)
+		out.Strings = append(out.Strings, p.Strings...)
+	}
+	return out
+}
+
+var _ = fmt.Sprint
