@@ -31,6 +31,7 @@ import yaml
 
 import tfkube
 from conftest import tagged_processes  # tests/conftest.py
+from tfkube.modelserver import is_model_server
 from tfkube.wire import JobOut
 
 from ._server import Api, ServerProc, api_for, free_port, through_grpc
@@ -147,7 +148,7 @@ def test_between_graph_example_through_the_server(
 
 
 def _model_servers(tag: str) -> list[int]:
-    return [p.pid for p in tagged_processes(tag) if "tfkube.serving" in " ".join(p.cmdline())]
+    return [p.pid for p in tagged_processes(tag) if is_model_server(p.cmdline())]
 
 
 def _ports_alone_reach_nothing(pids: list[int]) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 import tfkube
 from conftest import port_open, still_running, tagged_processes  # tests/conftest.py
+from tfkube.modelserver import is_model_server
 
 from ._server import poll
 from .conftest import start_server, stop_server
@@ -50,7 +51,9 @@ def _loopback(tag: str) -> dict[str, tuple[psutil.Process, int]]:
     for proc in tagged_processes(tag):
         line = proc.cmdline()
         for kind, flag in LOOPBACK.items():
-            if any(kind in part for part in line[:3]):  # python -m <module>
+            if any(kind in part for part in line[:3]) or (  # python -m <module>
+                kind == "tfkube.serving" and is_model_server(line)
+            ):
                 port = next(int(a.removeprefix(flag)) for a in line if a.startswith(flag))
                 found[kind] = (proc, port)
     return found

@@ -95,7 +95,7 @@ the native `tfkube-modelserver` (the same flags, the same answers)."""
 
 @pytest.fixture(scope="module", params=IMPLEMENTATIONS)
 def impl(request: pytest.FixtureRequest) -> str:
-    from tfkube.serving._native import native_binary
+    from tfkube.modelserver import native_binary
 
     if request.param == "native" and native_binary() is None:
         if os.environ.get("CI") == "true":
@@ -107,7 +107,7 @@ def impl(request: pytest.FixtureRequest) -> str:
 def _start(base: Path, log: Path, *flags: str, versions: int = 2, impl: str = "python") -> Server:
     """A model server of model "m" from `base`, once `versions` versions are available."""
     from tfkube.engines.local import free_ports
-    from tfkube.serving._native import model_server_command
+    from tfkube.modelserver import model_server_command
 
     rest_port, grpc_port = free_ports(2)
     env = {**os.environ, "TFKUBE_SERVING_TOKEN": SECRET}
@@ -484,7 +484,9 @@ def test_traffic_split_and_a_new_version_under_load(tmp_path: Path, impl: str) -
 # The engine keeps a model server by PID, not by its Popen (it outlives a server restart),
 # so Python warns when the discarded Popen is collected with its process still running.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-def test_the_local_engines_model_server_answers_grpc_at_its_upstream(tmp_path: Path) -> None:
+def test_the_local_engines_model_server_answers_grpc_at_its_upstream(
+    tmp_path: Path, impl: str
+) -> None:
     """The local engine's model server (the one a server starts for a team): its handle
     keeps a gRPC port, its upstream names it, and a `tensorflow-serving-api` stub predicts
     there with the upstream's headers as metadata; without them it is refused."""
@@ -505,7 +507,7 @@ def test_the_local_engines_model_server_answers_grpc_at_its_upstream(tmp_path: P
     )
     workload = ModelServerWorkload("model1", "m", job, base, secret=SECRET)
     tenant = Tenant("team-a", "team-a")
-    runner = LocalModelServers(tmp_path / "data", dict(os.environ), ())
+    runner = LocalModelServers(tmp_path / "data", {**os.environ, "TFKUBE_MODEL_SERVER": impl}, ())
     handle = runner.start(tenant, workload)
     try:
         deadline = time.monotonic() + 120

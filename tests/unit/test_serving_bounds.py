@@ -58,8 +58,9 @@ def test_the_model_servers_flags() -> None:
 
 
 def test_tfkube_serve_passes_the_bounds_to_its_model_server() -> None:
-    argv = model_server_argv("m", Path("/e"), 8501, bounds=Bounds(2**20, 1000))
-    assert argv[:3] == [sys.executable, "-m", "tfkube.serving"]
+    python = [sys.executable, "-m", "tfkube.serving"]
+    argv = model_server_argv("m", Path("/e"), 8501, bounds=Bounds(2**20, 1000), command=python)
+    assert argv[:3] == python
     assert "--max_request_bytes=1048576" in argv
     assert "--max_request_elements=1000" in argv
     plain = model_server_argv("m", Path("/e"), 8501)

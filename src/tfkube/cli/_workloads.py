@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -19,6 +19,7 @@ from tfkube.cli._lifetime import describe, ends_with_this_process, foreground, s
 from tfkube.contract import EXPORT_SUBDIR, SERVING_TOKEN, exit_status
 from tfkube.engines import JobNotFound
 from tfkube.engines.local import interrupts_held
+from tfkube.modelserver import chosen_kind, model_server_command
 
 if TYPE_CHECKING:
     from tfkube.client import Client
@@ -278,12 +279,15 @@ def model_server_argv(
     version: int | None = None,
     grpc_port: int = 0,
     bounds: Bounds = Bounds(),
+    command: Sequence[str] | None = None,
 ) -> list[str]:
-    """The command of `tfkube serve --engine local`'s model server (pure)."""
+    """The command of `tfkube serve --engine local`'s model server (pure given `command`:
+    the program before its flags; None: the one `tfkube.modelserver` chooses, native
+    where installed)."""
+    if command is None:
+        command = model_server_command(chosen_kind())
     argv = [
-        sys.executable,
-        "-m",
-        "tfkube.serving",
+        *command,
         f"--model_name={model}",
         f"--model_base_path={base}",
         f"--rest_api_port={port}",

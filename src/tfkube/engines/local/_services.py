@@ -2,7 +2,8 @@
 processes on loopback ports, each in its own session, known again by PID and start time
 (after a restart of the server too), stopped as a whole by PID.
 
-    model server  python -m tfkube.serving --rest_api_port=<free port> --port=<another>
+    model server  tfkube-modelserver (native; TFKUBE_MODEL_SERVER=python: python -m
+                  tfkube.serving) --rest_api_port=<free port> --port=<another>
                   (REST and gRPC), with a secret only the server's proxy sends
                   (TFKUBE_SERVING_TOKEN), so the ports alone answer nothing; status = its
                   process + `GET /v1/models/<name>` (its gRPC door starts before REST)
@@ -89,6 +90,7 @@ from tfkube.engines.local._sandbox import (
 )
 from tfkube.engines.local._store import ProcessRef
 from tfkube.engines.local._tenants import TenantIdentity, hand_over
+from tfkube.modelserver import chosen_kind, model_server_command
 
 START_TIMEOUT = 120.0
 """How long JupyterLab or TensorBoard may take to answer on its port."""
@@ -445,7 +447,9 @@ class _Processes:
 
 
 class LocalModelServers(_Processes):
-    """`python -m tfkube.serving` on a free loopback port, answering only its secret."""
+    """tfkube's model server on a free loopback port, answering only its secret: the native
+    one (`tfkube-modelserver`) where installed, else `python -m tfkube.serving`
+    (`TFKUBE_MODEL_SERVER` in the server's environment chooses: `tfkube.modelserver`)."""
 
     def __init__(
         self,
@@ -464,9 +468,7 @@ class LocalModelServers(_Processes):
     def start(self, tenant: Tenant, workload: ModelServerWorkload) -> Handle:
         port, grpc_port = free_ports(2)
         argv = [
-            sys.executable,
-            "-m",
-            "tfkube.serving",
+            *model_server_command(chosen_kind(self.server_env)),
             f"--model_name={workload.name}",
             f"--model_base_path={workload.export_dir}",
             f"--rest_api_port={port}",

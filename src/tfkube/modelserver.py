@@ -5,12 +5,14 @@ the same flags and answer the same APIs; the native one is the default where it 
 installed, `TFKUBE_MODEL_SERVER=python` (or `native`) chooses.
 
     native_binary() -> Path | None      model_server_command(kind) -> argv prefix
+    chosen_kind(environ) -> Kind        is_model_server(argv) -> bool
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -28,7 +30,7 @@ def native_binary() -> Path | None:
     return found if found.is_file() and os.access(found, os.X_OK) else None
 
 
-def chosen_kind(environ: dict[str, str] | None = None) -> Kind:
+def chosen_kind(environ: Mapping[str, str] | None = None) -> Kind:
     """The model server to start: `TFKUBE_MODEL_SERVER` if set (ValueError for another
     word; RuntimeError for `native` without its binary), else native where installed."""
     env = os.environ if environ is None else environ
@@ -55,3 +57,11 @@ def model_server_command(kind: Kind) -> list[str]:
     if found is None:
         raise RuntimeError(f"{BINARY} is not installed beside {sys.executable}")
     return [str(found)]
+
+
+def is_model_server(argv: Sequence[str]) -> bool:
+    """Whether a process's command line is either model server's (pure)."""
+    head = list(argv[:3])
+    return any(part == "tfkube.serving" for part in head) or any(
+        Path(part).name == BINARY for part in head[:1]
+    )
