@@ -348,7 +348,7 @@ func (t *tensorReader) value(r *jsonReader, depth int) error {
 	}
 	*t.budget--
 	if *t.budget < 0 {
-		return invalid("the request holds over %d elements; this model server takes at most %d in one request (--max_request_elements)", t.limit, t.limit)
+		return invalid("the request holds over %d values; this model server takes at most %d in one request (--max_request_elements, the signature's batch bound)", t.limit, t.limit)
 	}
 	t.count++
 	var s scalar
@@ -651,7 +651,18 @@ func ParsePredict(body []byte, signatures map[string]*Signature, maxElements int
 	if instances == nil && inputs == nil {
 		return nil, invalid("Missing 'inputs' or 'instances' key")
 	}
+	// the most values this signature may take: max_request_elements, or less when every
+	// input is bounded (its shape, max_batch_size rows): counted as they are read
 	budget := maxElements
+	each := bounds(sig)
+	if len(each) == len(sig.Inputs) && len(each) > 0 {
+		most := 0
+		for _, b := range each {
+			most += b
+		}
+		budget = min(budget, most)
+	}
+	maxElements = budget
 	arrays := map[string]*Tensor{}
 	if instances != nil {
 		arrays, err = readRows(instances, sig, name, &budget, maxElements)

@@ -5,6 +5,7 @@ package main
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"sort"
 
@@ -20,8 +21,11 @@ func malformed(what string) *ServingError {
 func eachField(buf []byte, fn func(num protowire.Number, typ protowire.Type, v uint64, b []byte) error) error {
 	for len(buf) > 0 {
 		num, typ, n := protowire.ConsumeTag(buf)
-		if n < 0 || num == 0 {
-			return malformed("a bad tag")
+		if n < 0 {
+			return varintError(buf)
+		}
+		if num == 0 {
+			return malformed("field number 0")
 		}
 		buf = buf[n:]
 		var v uint64
@@ -38,9 +42,12 @@ func eachField(buf []byte, fn func(num protowire.Number, typ protowire.Type, v u
 		case protowire.BytesType:
 			b, n = protowire.ConsumeBytes(buf)
 		default:
-			return malformed("an unexpected wire type")
+			return malformed(fmt.Sprintf("field %d of wire type %d", num, typ))
 		}
 		if n < 0 {
+			if typ == protowire.VarintType {
+				return varintError(buf)
+			}
 			return malformed("a truncated field")
 		}
 		buf = buf[n:]
@@ -61,6 +68,27 @@ func firstVarint(buf []byte) (uint64, error) {
 		return nil
 	})
 	return v, err
+}
+
+// varintError tells a varint over 64 bits from one the message cuts short.
+func varintError(buf []byte) *ServingError {
+	for i := 0; i < len(buf) && i < 10; i++ {
+		if buf[i] < 0x80 {
+			return malformed("a varint over 64 bits")
+		}
+	}
+	if len(buf) >= 10 {
+		return malformed("a varint over 64 bits")
+	}
+	return malformed("a truncated field")
+}
+
+// wantMessage refuses a number where a message (or text) belongs.
+func wantMessage(num protowire.Number, typ protowire.Type) error {
+	if typ != protowire.BytesType {
+		return malformed(fmt.Sprintf("field %d is a number where a message belongs", num))
+	}
+	return nil
 }
 
 // mapEntry reads a map entry {1: key, 2: value}.
@@ -115,6 +143,9 @@ func decodeSpec(buf []byte) (ModelSpec, error) {
 	var s ModelSpec
 	err := eachField(buf, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
 		if typ != protowire.BytesType {
+			if num >= 1 && num <= 4 {
+				return wantMessage(num, typ)
+			}
 			return nil
 		}
 		switch num {
@@ -166,6 +197,9 @@ func readShape(buf []byte) ([]int64, error) {
 			if err != nil {
 				return err
 			}
+			if len(shape) == 32 {
+				return invalid("a tensor of more than 32 dimensions")
+			}
 			shape = append(shape, int64(size))
 		}
 		return nil
@@ -207,11 +241,11 @@ func decodeTensor(buf []byte, maxElements int) (*Tensor, error) {
 			}
 			p.strings = append(p.strings, b)
 		case num == 5:
-			return readRepeated(&p, typ, v, b, 4, count)
+			return readRepeated(&p, num, typ, v, b, 4, count)
 		case num == 6:
-			return readRepeated(&p, typ, v, b, 8, count)
+			return readRepeated(&p, num, typ, v, b, 8, count)
 		case num == 7 || num == 10 || num == 11 || num == 13 || num == 16 || num == 17:
-			return readRepeated(&p, typ, v, b, 0, count)
+			return readRepeated(&p, num, typ, v, b, 0, count)
 		}
 		return nil
 	})
@@ -304,7 +338,12 @@ func decodeTensor(buf []byte, maxElements int) (*Tensor, error) {
 	return t, nil
 }
 
-func readRepeated(p *tensorParts, typ protowire.Type, v uint64, b []byte, fixed int, count func(int) error) error {
+func readRepeated(p *tensorParts, num protowire.Number, typ protowire.Type, v uint64, b []byte, fixed int, count func(int) error) error {
+	wrong := (typ == protowire.Fixed32Type && fixed != 4) || (typ == protowire.Fixed64Type && fixed != 8) ||
+		(typ == protowire.VarintType && fixed != 0)
+	if wrong {
+		return malformed(fmt.Sprintf("field %d of wire type %d", num, typ))
+	}
 	switch typ {
 	case protowire.BytesType: // packed
 		switch fixed {
@@ -396,6 +435,9 @@ func decodePredict(buf []byte) (*PredictCall, error) {
 	call := &PredictCall{Tensors: map[string][]byte{}}
 	err := eachField(buf, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
 		if typ != protowire.BytesType {
+			if num >= 1 && num <= 3 {
+				return wantMessage(num, typ)
+			}
 			return nil
 		}
 		switch num {
@@ -438,6 +480,9 @@ func decodeExamples(buf []byte, maxElements, maxBytes int) (ModelSpec, [][]byte,
 	made := 0
 	err := eachField(buf, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
 		if typ != protowire.BytesType {
+			if num >= 1 && num <= 2 {
+				return wantMessage(num, typ)
+			}
 			return nil
 		}
 		if num == 1 {
@@ -551,6 +596,9 @@ func decodeMetadataRequest(buf []byte) (ModelSpec, []string, error) {
 	var fields []string
 	err := eachField(buf, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
 		if typ != protowire.BytesType {
+			if num >= 1 && num <= 2 {
+				return wantMessage(num, typ)
+			}
 			return nil
 		}
 		if num == 1 {
@@ -559,8 +607,8 @@ func decodeMetadataRequest(buf []byte) (ModelSpec, []string, error) {
 			return err
 		}
 		if num == 2 {
-			if len(fields) >= 64 {
-				return invalid("a metadata_field of more than 64 names")
+			if len(fields) >= 1024 {
+				return invalid("a metadata_field of more than 1024 names")
 			}
 			fields = append(fields, string(b))
 		}
@@ -573,12 +621,15 @@ func decodeMetadataRequest(buf []byte) (ModelSpec, []string, error) {
 func decodeSpecOnly(buf []byte) (ModelSpec, error) {
 	var spec ModelSpec
 	err := eachField(buf, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
-		if num == 1 && typ == protowire.BytesType {
-			s, err := decodeSpec(b)
-			spec = s
+		if num != 1 {
+			return nil
+		}
+		if err := wantMessage(num, typ); err != nil {
 			return err
 		}
-		return nil
+		s, err := decodeSpec(b)
+		spec = s
+		return err
 	})
 	return spec, err
 }

@@ -33,7 +33,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tf.test_model_server import AUTH, Server, build_model, running
+from tf.test_model_server import AUTH, Server, build_model, impl, running
 from tfkube.serving._protowire import (
     BYTES,
     FIXED64,
@@ -47,6 +47,7 @@ from tfkube.serving._protowire import (
 )
 
 pytestmark = pytest.mark.tf
+__all__ = ["impl"]  # the fixture: every attack against both model servers
 
 MAX_BYTES = 4 * 2**20
 """The server's --max_request_bytes here (grpcio's own default, so the test is cheap)."""
@@ -60,11 +61,11 @@ METADATA = "/tensorflow.serving.PredictionService/GetModelMetadata"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    base = tmp_path_factory.mktemp("models")
+def server(tmp_path_factory: pytest.TempPathFactory, impl: str) -> Iterator[Server]:
+    base = tmp_path_factory.mktemp(f"models-{impl}")
     build_model(base, 1)
     with running(
-        base, "--enable_batching", f"--max_request_bytes={MAX_BYTES}", versions=1
+        base, "--enable_batching", f"--max_request_bytes={MAX_BYTES}", versions=1, impl=impl
     ) as started:
         yield started
 
