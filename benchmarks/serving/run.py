@@ -4,8 +4,10 @@ and 64, batching on (the model server's measured default parameters).
 
 A SavedModel shaped like the examples' exports (64 pixels -> a 64-unit hidden layer -> 10
 classes; `serving_default` answers `probabilities` and `classes`) is written to a
-temporary export folder, `python -m tfkube.serving` serves it on two loopback ports (REST
-and gRPC, `--enable_batching`), then, alternating per round, batch size and client count:
+temporary export folder; each model server serves it on two loopback ports of its own (REST
+and gRPC, `--enable_batching`): `python -m tfkube.serving` ("python") and the native
+`tfkube-modelserver` ("native", where installed: make install), both running the whole
+time; then, alternating per round, batch size and client count:
   in-process  N threads calling the SavedModel's signature the way TensorFlow offers it
               in-process (`tf.saved_model.load(path).signatures["serving_default"](x=...)`,
               outputs `.numpy()`), on a numpy batch: the limit the issue set. Shown beside
@@ -19,11 +21,12 @@ and gRPC, `--enable_batching`), then, alternating per round, batch size and clie
   gRPC        N concurrent calls on one channel (grpc.aio) of `tensorflow-serving-api`'s
               PredictionService stub: a PredictRequest made once with `tensor_content`,
               the PredictResponse parsed and its outputs read as arrays.
-Reported: requests/s, p50 and p99 latency per kind, and the ratios to in-process with the
-same number of clients (and, for batch 1, to one sequential in-process caller).
+Reported: requests/s, p50 and p99 latency per kind and model server, and the ratios to
+in-process with the same number of clients (and, for batch 1, to one sequential
+in-process caller).
 
     .venv/bin/python benchmarks/serving/run.py [--seconds 3] [--rounds 3] [--json FILE]
-        [--server-flag=--FLAG=VALUE ...] [--server-env NAME=VALUE ...]
+        [--servers python,native] [--server-flag=--FLAG=VALUE ...] [--server-env NAME=VALUE ...]
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -200,16 +202,15 @@ def grpc_bench(port: int, x: np.ndarray, clients: int, seconds: float) -> dict[s
 
 
 def start_server(
-    export: Path, batching: bool, flags: list[str], env: dict[str, str]
+    export: Path, batching: bool, flags: list[str], env: dict[str, str], kind: str
 ) -> tuple[subprocess.Popen[bytes], int, int]:
     from tfkube.engines.local import free_ports
+    from tfkube.modelserver import model_server_command
 
     rest_port, grpc_port = free_ports(2)
     proc = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "tfkube.serving",
+            *model_server_command("native" if kind == "native" else "python"),
             "--model_name=digits",
             f"--model_base_path={export}",
             f"--rest_api_port={rest_port}",
@@ -243,6 +244,12 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the medians here")
     parser.add_argument(
+        "--servers",
+        default=None,
+        help="the model servers to measure, comma-separated: python, native (default: both, "
+        "native where installed)",
+    )
+    parser.add_argument(
         "--server-flag",
         action="append",
         default=[],
@@ -262,8 +269,15 @@ def main() -> None:
         if not sep or not name:
             parser.error(f"--server-env {pair!r}: expected NAME=VALUE")
         server_env[name] = value
+    from tfkube.modelserver import native_binary
     from tfkube.serving._store import load_saved_model
 
+    if args.servers is None:
+        servers = ["python", "native"] if native_binary() is not None else ["python"]
+    else:
+        servers = [s.strip() for s in args.servers.split(",") if s.strip()]
+        if not servers or set(servers) - {"python", "native"}:
+            parser.error("--servers: python, native or both")
     load_before = os.getloadavg()
     results: dict[tuple[int, int, str], list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="tfkube-serving-bench-") as tmp:
@@ -271,9 +285,16 @@ def main() -> None:
         write_model(export)
         reference = Reference(export / "1")
         servable = load_saved_model(export / "1", 1)
-        proc, rest_port, grpc_port = start_server(
-            export, not args.no_batching, args.server_flag, server_env
-        )
+        started = {
+            name: start_server(export, not args.no_batching, args.server_flag, server_env, name)
+            for name in servers
+        }
+        kinds: list[tuple[str, Any]] = []
+        for name, (_, rest_port, grpc_port) in started.items():
+            kinds.append((f"{name} rest", lambda c, x, p=rest_port: rest(p, x, c, args.seconds)))
+            kinds.append(
+                (f"{name} grpc", lambda c, x, p=grpc_port: grpc_bench(p, x, c, args.seconds))
+            )
         try:
             rng = np.random.default_rng(1)
             for _ in range(args.rounds):
@@ -281,21 +302,15 @@ def main() -> None:
                     x = rng.random((batch, 64), dtype=np.float32)
                     for clients in CLIENTS:
                         for kind, run in (
-                            (
-                                "in-process",
-                                lambda c, x=x: in_process(reference, x, c, args.seconds),
-                            ),
-                            (
-                                "tfkube-call",
-                                lambda c, x=x: in_process(servable, x, c, args.seconds),
-                            ),
-                            ("rest", lambda c, x=x: rest(rest_port, x, c, args.seconds)),
-                            ("grpc", lambda c, x=x: grpc_bench(grpc_port, x, c, args.seconds)),
+                            ("in-process", lambda c, x: in_process(reference, x, c, args.seconds)),
+                            ("tfkube-call", lambda c, x: in_process(servable, x, c, args.seconds)),
+                            *kinds,
                         ):
-                            results.setdefault((batch, clients, kind), []).append(run(clients))
+                            results.setdefault((batch, clients, kind), []).append(run(clients, x))
         finally:
-            proc.terminate()
-            proc.wait(30)
+            for proc, _, _ in started.values():
+                proc.terminate()
+                proc.wait(30)
     load_after = os.getloadavg()
 
     def median(batch: int, clients: int, kind: str, key: str) -> float:
@@ -309,34 +324,43 @@ def main() -> None:
         + "".join(f"; {e}" for e in args.server_env)
         + "\n"
     )
+    doors = [f"{name} {door}" for name in servers for door in ("rest", "grpc")]
+    label = {"rest": "REST", "grpc": "gRPC"}
     print(
-        "| batch | clients | in-process req/s | REST req/s | gRPC req/s | **REST ratio** | "
-        "**gRPC ratio** | in-process p50 / p99 ms | REST p50 / p99 ms | gRPC p50 / p99 ms | "
-        "**p99 ratio REST / gRPC** | tfkube's call in-process req/s |"
+        "| batch | clients | in-process req/s (p50 / p99 ms) | "
+        + " | ".join(f"{d.split()[0]} {label[d.split()[1]]}" for d in doors)
+        + " | tfkube's call in-process req/s |"
     )
-    print("| --- " * 12 + "|")
+    print("| --- " * (4 + len(doors)) + "|")
+    print(
+        "| | | | "
+        + " | ".join("req/s (**ratio**; p50 / p99 ms; p99 ratio)" for _ in doors)
+        + " | |"
+    )
     table = []
     for batch in BATCHES:
         for clients in CLIENTS:
             row = {
                 kind: {k: median(batch, clients, kind, k) for k in ("rps", "p50_ms", "p99_ms")}
-                for kind in ("in-process", "tfkube-call", "rest", "grpc")
+                for kind in ("in-process", "tfkube-call", *doors)
             }
-            a, r, g = row["in-process"], row["rest"], row["grpc"]
+            a = row["in-process"]
             table.append({"batch": batch, "clients": clients, **row})
+            cells = [
+                f"{row[d]['rps']:.0f} (**{row[d]['rps'] / a['rps']:.2f}**; "
+                f"{row[d]['p50_ms']:.2f} / {row[d]['p99_ms']:.2f}; "
+                f"{row[d]['p99_ms'] / a['p99_ms']:.1f}x)"
+                for d in doors
+            ]
             print(
-                f"| {batch} | {clients} | {a['rps']:.0f} | {r['rps']:.0f} | {g['rps']:.0f} | "
-                f"**{r['rps'] / a['rps']:.2f}** | **{g['rps'] / a['rps']:.2f}** | "
-                f"{a['p50_ms']:.2f} / {a['p99_ms']:.2f} | {r['p50_ms']:.2f} / {r['p99_ms']:.2f} | "
-                f"{g['p50_ms']:.2f} / {g['p99_ms']:.2f} | "
-                f"**{r['p99_ms'] / a['p99_ms']:.1f} / {g['p99_ms'] / a['p99_ms']:.1f}** | "
-                f"{row['tfkube-call']['rps']:.0f} |"
+                f"| {batch} | {clients} | {a['rps']:.0f} ({a['p50_ms']:.2f} / {a['p99_ms']:.2f}) | "
+                + " | ".join(cells)
+                + f" | {row['tfkube-call']['rps']:.0f} |"
             )
     seq = median(1, 1, "in-process", "rps")
-    rest_16, grpc_16 = median(1, 16, "rest", "rps"), median(1, 16, "grpc", "rps")
     print(
         f"\nbatch 1, 16 clients against one sequential in-process caller ({seq:.0f} req/s): "
-        f"REST {rest_16 / seq:.2f}x, gRPC {grpc_16 / seq:.2f}x"
+        + ", ".join(f"{d} {median(1, 16, d, 'rps') / seq:.2f}x" for d in doors)
     )
     if args.json:
         args.json.write_text(

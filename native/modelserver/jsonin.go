@@ -140,7 +140,7 @@ func (r *jsonReader) literal() []byte {
 	start := r.pos
 	for r.pos < len(r.b) {
 		c := r.b[r.pos]
-		if (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-' || c == '+' || c == '.' {
+		if literalByte(c) {
 			r.pos++
 			continue
 		}
@@ -240,11 +240,16 @@ func parseLiteral(lit []byte) (scalar, bool) {
 	if !validNumber(lit) {
 		return scalar{}, false
 	}
-	f, err := strconv.ParseFloat(unsafe.String(&lit[0], len(lit)), 64)
-	if err != nil && !strings.Contains(err.Error(), "range") {
-		return scalar{}, false
+	return scalar{kind: 'n', num: lit, f: math.NaN()}, true // read by put, as its dtype
+}
+
+// number is a JSON number's value at the precision of `bits` (32 or 64).
+func (s scalar) number(bits int) float64 {
+	if s.num[len(s.num)-1] == 'N' || s.num[len(s.num)-1] == 'y' { // NaN, Infinity
+		return s.f
 	}
-	return scalar{kind: 'n', num: lit, f: f}, true
+	f, _ := strconv.ParseFloat(unsafe.String(&s.num[0], len(s.num)), bits) // out of range: ±Inf
+	return f
 }
 
 // validNumber checks JSON's number grammar.
@@ -366,6 +371,17 @@ func (t *tensorReader) value(r *jsonReader, depth int) error {
 		}
 		s = scalar{kind: 's', str: b}
 	default:
+		if t.dtype == DTFloat || t.dtype == DTDouble {
+			if f, n, ok := fastNumber(r.b[r.pos:]); ok {
+				r.pos += n
+				if t.dtype == DTFloat {
+					t.out = binary.LittleEndian.AppendUint32(t.out, math.Float32bits(float32(f)))
+				} else {
+					t.out = binary.LittleEndian.AppendUint64(t.out, math.Float64bits(f))
+				}
+				return nil
+			}
+		}
 		lit := r.literal()
 		var ok bool
 		s, ok = parseLiteral(lit)
@@ -374,6 +390,97 @@ func (t *tensorReader) value(r *jsonReader, depth int) error {
 		}
 	}
 	return t.put(s)
+}
+
+var exactPowers = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+	1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22}
+
+func literalByte(c byte) bool {
+	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-' || c == '+' || c == '.'
+}
+
+// fastNumber reads a JSON number at the start of b in one pass when its value is exact
+// in float64 arithmetic (at most 2^53 as digits, a power of ten up to 22: Clinger's fast
+// path, the same result as strconv.ParseFloat); ok false sends it to the full reader.
+func fastNumber(b []byte) (float64, int, bool) {
+	i, neg := 0, false
+	if i < len(b) && b[i] == '-' {
+		neg = true
+		i++
+	}
+	var m uint64
+	digits, exp := 0, 0
+	start := i
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		if digits < 19 {
+			m = m*10 + uint64(b[i]-'0')
+			if m != 0 {
+				digits++
+			}
+		} else {
+			return 0, 0, false
+		}
+		i++
+	}
+	if i == start || (b[start] == '0' && i-start > 1) {
+		return 0, 0, false
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		frac := i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			if digits >= 19 {
+				return 0, 0, false
+			}
+			m = m*10 + uint64(b[i]-'0')
+			if m != 0 {
+				digits++
+			}
+			exp--
+			i++
+		}
+		if i == frac {
+			return 0, 0, false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		sign := 1
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			if b[i] == '-' {
+				sign = -1
+			}
+			i++
+		}
+		e, first := 0, i
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' && e < 10000 {
+			e = e*10 + int(b[i]-'0')
+			i++
+		}
+		if i == first {
+			return 0, 0, false
+		}
+		exp += sign * e
+	}
+	if i < len(b) && literalByte(b[i]) {
+		return 0, 0, false
+	}
+	if m > 1<<53 || exp < -22 || exp > 22 {
+		if m != 0 {
+			return 0, 0, false
+		}
+		exp = 0
+	}
+	f := float64(m)
+	if exp < 0 {
+		f /= exactPowers[-exp]
+	} else {
+		f *= exactPowers[exp]
+	}
+	if neg {
+		f = -f
+	}
+	return f, i, true
 }
 
 // b64 reads {"b64": "..."} (TensorFlow Serving's binary value).
@@ -433,11 +540,11 @@ func (t *tensorReader) put(s scalar) error {
 	}
 	switch t.dtype {
 	case DTFloat:
-		t.out = binary.LittleEndian.AppendUint32(t.out, math.Float32bits(float32(s.f)))
+		t.out = binary.LittleEndian.AppendUint32(t.out, math.Float32bits(float32(s.number(32))))
 	case DTDouble:
-		t.out = binary.LittleEndian.AppendUint64(t.out, math.Float64bits(s.f))
+		t.out = binary.LittleEndian.AppendUint64(t.out, math.Float64bits(s.number(64)))
 	case DTBool:
-		if s.f != 0 {
+		if s.number(64) != 0 {
 			t.out = append(t.out, 1)
 		} else {
 			t.out = append(t.out, 0)
@@ -448,8 +555,8 @@ func (t *tensorReader) put(s scalar) error {
 			x = uint64(v)
 		} else if v, err := strconv.ParseUint(unsafe.String(&s.num[0], len(s.num)), 10, 64); err == nil {
 			x = v
-		} else if s.f == math.Trunc(s.f) && !math.IsInf(s.f, 0) && math.Abs(s.f) < 1<<63 {
-			x = uint64(int64(s.f))
+		} else if f := s.number(64); f == math.Trunc(f) && !math.IsInf(f, 0) && math.Abs(f) < 1<<63 {
+			x = uint64(int64(f))
 		} else {
 			return t.fail("fractions")
 		}
@@ -814,8 +921,12 @@ func readRows(value []byte, sig *Signature, name string, budget *int, limit int)
 }
 
 func isB64FirstElement(value []byte) bool {
-	elems, err := (&jsonReader{b: value}).elements()
-	return err == nil && len(elems) > 0 && isB64(elems[0])
+	r := &jsonReader{b: value}
+	if r.expect('[') != nil {
+		return false
+	}
+	first, err := r.skip(0)
+	return err == nil && isB64(first)
 }
 
 // stack puts tensors of one shape side by side along a new first dimension.

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -280,5 +281,21 @@ func TestRecords(t *testing.T) {
 	log := appendBytesField(nil, 6, appendBytesField(nil, 1, []byte("req")))
 	if kind, req := predictionLog(log); kind != "predict" || string(req) != "req" {
 		t.Errorf("%s %q", kind, req)
+	}
+}
+
+func TestFastNumberAgreesWithStrconv(t *testing.T) {
+	for _, text := range []string{"0", "-0", "1", "0.5", "0.8093218207359314", "-12.25e-3", "1e22", "123456789012345678",
+		"3.14159", "1E5", "9007199254740993", "0.1", "-0.000001", "7e-22", "1.7976931348623157e308"} {
+		want, _ := strconv.ParseFloat(text, 64)
+		got, n, ok := fastNumber([]byte(text + ","))
+		if ok && (got != want || n != len(text)) {
+			t.Errorf("%s: %v (%d), want %v", text, got, n, want)
+		}
+	}
+	for _, bad := range []string{"01", "1.", ".5", "1e", "-", "1x", "+1"} {
+		if _, _, ok := fastNumber([]byte(bad)); ok {
+			t.Errorf("%s was read", bad)
+		}
 	}
 }

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+)
+
+func batch64() ([]byte, map[string]*Signature) {
+	var rows []string
+	for i := 0; i < 64; i++ {
+		var vals []string
+		for j := 0; j < 64; j++ {
+			vals = append(vals, fmt.Sprint(float32(i*64+j)/4096.0+0.123456))
+		}
+		rows = append(rows, "["+strings.Join(vals, ",")+"]")
+	}
+	body := []byte(`{"instances": [` + strings.Join(rows, ",") + `]}`)
+	x := &TensorInfo{Key: "x", DType: DTFloat, Shape: []int64{-1, 64}, KnownRank: true}
+	sig := &Signature{Inputs: map[string]*TensorInfo{"x": x}, Outputs: map[string]*TensorInfo{"y": x}}
+	sig.inputList, sig.outputList = sortedInfos(sig.Inputs), sortedInfos(sig.Outputs)
+	return body, map[string]*Signature{"serving_default": sig}
+}
+
+func BenchmarkParseBatch64(b *testing.B) {
+	body, sigs := batch64()
+	b.SetBytes(int64(len(body)))
+	for i := 0; i < b.N; i++ {
+		if _, err := ParsePredict(body, sigs, 1<<22, noBounds); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkAnswerBatch64(b *testing.B) {
+	p := &Tensor{DType: DTFloat, Shape: []int64{64, 10}}
+	for i := 0; i < 640; i++ {
+		p.Data = binary.LittleEndian.AppendUint32(p.Data, math.Float32bits(float32(i)/641.0))
+	}
+	c := &Tensor{DType: DTInt64, Shape: []int64{64}, Data: make([]byte, 512)}
+	for i := 0; i < b.N; i++ {
+		if _, err := PredictAnswer(map[string]*Tensor{"probabilities": p, "classes": c}, true); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
