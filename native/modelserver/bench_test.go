@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -13,7 +14,7 @@ func batch64() ([]byte, map[string]*Signature) {
 	for i := 0; i < 64; i++ {
 		var vals []string
 		for j := 0; j < 64; j++ {
-			vals = append(vals, fmt.Sprint(float32(i*64+j)/4096.0+0.123456))
+			vals = append(vals, strconv.FormatFloat(float64(float32(i*64+j)/4096.0+0.123456), 'g', -1, 64))
 		}
 		rows = append(rows, "["+strings.Join(vals, ",")+"]")
 	}

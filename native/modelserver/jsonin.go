@@ -372,7 +372,7 @@ func (t *tensorReader) value(r *jsonReader, depth int) error {
 		s = scalar{kind: 's', str: b}
 	default:
 		if t.dtype == DTFloat || t.dtype == DTDouble {
-			if f, n, ok := fastNumber(r.b[r.pos:]); ok {
+			if f, n, ok := fastNumber(r.b[r.pos:], t.dtype == DTFloat); ok {
 				r.pos += n
 				if t.dtype == DTFloat {
 					t.out = binary.LittleEndian.AppendUint32(t.out, math.Float32bits(float32(f)))
@@ -402,7 +402,12 @@ func literalByte(c byte) bool {
 // fastNumber reads a JSON number at the start of b in one pass when its value is exact
 // in float64 arithmetic (at most 2^53 as digits, a power of ten up to 22: Clinger's fast
 // path, the same result as strconv.ParseFloat); ok false sends it to the full reader.
-func fastNumber(b []byte) (float64, int, bool) {
+//
+// near32: the value goes to a float32, so up to 19 digits are taken (float64(m) and the
+// power of ten each round once: the double is within 2^-52 of the exact value, which
+// rounds to the same float32 unless it lies that close to a float32 rounding boundary;
+// the float32 a client sent as its shortest double never does).
+func fastNumber(b []byte, near32 bool) (float64, int, bool) {
 	i, neg := 0, false
 	if i < len(b) && b[i] == '-' {
 		neg = true
@@ -465,7 +470,7 @@ func fastNumber(b []byte) (float64, int, bool) {
 	if i < len(b) && literalByte(b[i]) {
 		return 0, 0, false
 	}
-	if m > 1<<53 || exp < -22 || exp > 22 {
+	if (m > 1<<53 && !near32) || exp < -22 || exp > 22 {
 		if m != 0 {
 			return 0, 0, false
 		}
@@ -583,6 +588,9 @@ func readTensor(value []byte, info *TensorInfo, budget *int, limit int) (*Tensor
 	if err := tr.value(r, 0); err != nil {
 		return nil, err
 	}
+	if r.peek() != 0 {
+		return nil, parseError("an unexpected %q at offset %d", r.b[r.pos], r.pos)
+	}
 	if tr.leaf == -1 { // only empty lists: the shape is what the lists say
 		for i, d := range tr.shape {
 			if d < 0 {
@@ -607,6 +615,47 @@ type PredictBody struct {
 	RowFormat bool
 }
 
+// span passes over one array, object or scalar matching brackets and strings only: the
+// numbers inside are read (and checked) by readTensor later, so the body's values are
+// scanned twice quickly instead of parsed twice.
+func (r *jsonReader) span() ([]byte, error) {
+	r.ws()
+	start := r.pos
+	if r.pos >= len(r.b) {
+		return nil, parseError("the document ended early")
+	}
+	if c := r.b[r.pos]; c != '[' && c != '{' {
+		return r.skip(0)
+	}
+	stack := make([]byte, 0, 16)
+	for r.pos < len(r.b) {
+		c := r.b[r.pos]
+		switch c {
+		case '[', '{':
+			if len(stack) >= 512 {
+				return nil, invalid("the request is nested too deeply")
+			}
+			stack = append(stack, c+2) // ']' is '[' + 2, '}' is '{' + 2
+		case ']', '}':
+			if len(stack) == 0 || stack[len(stack)-1] != c {
+				return nil, parseError("an unexpected %q at offset %d", c, r.pos)
+			}
+			stack = stack[:len(stack)-1]
+			if len(stack) == 0 {
+				r.pos++
+				return r.b[start:r.pos], nil
+			}
+		case '"':
+			if _, err := r.str(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		r.pos++
+	}
+	return nil, parseError("the document ended early")
+}
+
 // object reads an object's members as raw values.
 func (r *jsonReader) object() ([]string, [][]byte, error) {
 	if err := r.expect('{'); err != nil {
@@ -626,7 +675,12 @@ func (r *jsonReader) object() ([]string, [][]byte, error) {
 		if err := r.expect(':'); err != nil {
 			return nil, nil, err
 		}
-		v, err := r.skip(0)
+		var v []byte
+		if string(k) == "instances" || string(k) == "inputs" {
+			v, err = r.span()
+		} else {
+			v, err = r.skip(0)
+		}
 		if err != nil {
 			return nil, nil, err
 		}

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -158,7 +159,16 @@ func main() {
 	log.SetFlags(log.LstdFlags | log.Lmicroseconds)
 	log.SetPrefix("tfkube.serving ")
 	if os.Getenv("TF_CPP_MIN_LOG_LEVEL") == "" {
-		os.Setenv("TF_CPP_MIN_LOG_LEVEL", "2")
+		// TensorFlow reads it as its library loads, before main: run again with it set
+		if self, err := os.Executable(); err == nil {
+			err = syscall.Exec(self, os.Args, append(os.Environ(), "TF_CPP_MIN_LOG_LEVEL=2"))
+			log.Printf("could not quiet TensorFlow's logs: %v", err)
+		}
+	}
+	if path := os.Getenv("TFKUBE_MODELSERVER_CPUPROFILE"); path != "" { // a profile to measure with
+		if f, err := os.Create(path); err == nil && pprof.StartCPUProfile(f) == nil {
+			defer pprof.StopCPUProfile()
+		}
 	}
 	token := os.Getenv("TFKUBE_SERVING_TOKEN")
 	os.Unsetenv("TFKUBE_SERVING_TOKEN")

@@ -284,17 +284,27 @@ func TestRecords(t *testing.T) {
 	}
 }
 
+func TestFastNumberFloat32(t *testing.T) {
+	for _, text := range []string{"0.10000000149011612", "0.8093218207359314", "-3.4028234663852886e22", "1234567.125"} {
+		want, _ := strconv.ParseFloat(text, 64)
+		got, _, ok := fastNumber([]byte(text), true)
+		if !ok || float32(got) != float32(want) {
+			t.Errorf("%s: %v (%v), want %v", text, float32(got), ok, float32(want))
+		}
+	}
+}
+
 func TestFastNumberAgreesWithStrconv(t *testing.T) {
 	for _, text := range []string{"0", "-0", "1", "0.5", "0.8093218207359314", "-12.25e-3", "1e22", "123456789012345678",
 		"3.14159", "1E5", "9007199254740993", "0.1", "-0.000001", "7e-22", "1.7976931348623157e308"} {
 		want, _ := strconv.ParseFloat(text, 64)
-		got, n, ok := fastNumber([]byte(text + ","))
+		got, n, ok := fastNumber([]byte(text+","), false)
 		if ok && (got != want || n != len(text)) {
 			t.Errorf("%s: %v (%d), want %v", text, got, n, want)
 		}
 	}
 	for _, bad := range []string{"01", "1.", ".5", "1e", "-", "1x", "+1"} {
-		if _, _, ok := fastNumber([]byte(bad)); ok {
+		if _, _, ok := fastNumber([]byte(bad), false); ok {
 			t.Errorf("%s was read", bad)
 		}
 	}

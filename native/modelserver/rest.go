@@ -170,7 +170,13 @@ func (h *REST) predict(r *http.Request, model string, version *int64, label stri
 		return 0, nil, err
 	}
 	defer h.held.Add(-size)
-	body, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	var body []byte
+	if r.ContentLength >= 0 { // declared: read into a buffer of its size at once
+		body = make([]byte, r.ContentLength)
+		_, err = io.ReadFull(r.Body, body)
+	} else {
+		body, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
+	}
 	if err != nil {
 		return 0, nil, invalid("reading the request body: %v", err)
 	}
