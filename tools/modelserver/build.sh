@@ -3,7 +3,7 @@
 # TensorFlow C API that the TensorFlow wheel in the venv exports: libtensorflow_cc.so.2,
 # headers under tensorflow/include), into
 #   ${TFKUBE_CACHE:-~/.cache/tfkube}/modelserver-<hash>/bin/tfkube-modelserver
-# where <hash> covers the Go sources, go.mod/go.sum, the Go version and the wheel's
+# where <hash> covers the Go sources (not the tests), go.mod/go.sum, the Go version and the wheel's
 # folder and version (the binary's rpath names that folder). A second run is a no-op;
 # builds are serialized with flock. The binary is then copied to $VENV/bin (the
 # local engine's sandbox sees the venv, not the cache), where `python -m tfkube.serving
@@ -41,7 +41,7 @@ PY
   log "no TensorFlow C API in $tf (libtensorflow_cc.so.2, include/tensorflow/c)"; exit 1; }
 
 hash="$({ echo "go=$(go env GOVERSION)"; echo "tf=$tf $tf_version"
-          cd "$src" && for f in go.mod go.sum $(ls ./*.go | sort); do echo "== $f"; cat "$f"; done
+          cd "$src" && for f in go.mod go.sum $(ls ./*.go | grep -v _test.go | sort); do echo "== $f"; cat "$f"; done
         } | sha256sum | cut -c1-16)"
 bin_dir="$root/modelserver-$hash/bin"
 bin="$bin_dir/tfkube-modelserver"
