@@ -6,8 +6,8 @@
 # where <hash> covers the Go sources (not the tests), go.mod/go.sum, the Go version and the wheel's
 # folder and version (the binary's rpath names that folder). A second run is a no-op;
 # builds are serialized with flock. The binary is then copied to $VENV/bin (the
-# local engine's sandbox sees the venv, not the cache), where `python -m tfkube.serving
-# --native` and the local engine find it.
+# local engine's sandbox sees the venv, not the cache), where tfkube.modelserver finds it
+# for the local engine and `tfkube serve --engine local`.
 #
 #   tools/modelserver/build.sh [--print-bin | --check | --test]
 #   --test: gofmt -l (nothing may be listed), go vet, go test (the pure parts' unit tests)
