@@ -3,11 +3,13 @@
 # TensorFlow C API that the TensorFlow wheel in the venv exports: libtensorflow_cc.so.2,
 # headers under tensorflow/include), into
 #   ${TFKUBE_CACHE:-~/.cache/tfkube}/modelserver-<hash>/bin/tfkube-modelserver
-# where <hash> covers the Go sources (not the tests), go.mod/go.sum, the Go version and the wheel's
-# folder and version (the binary's rpath names that folder). A second run is a no-op;
-# builds are serialized with flock. The binary is then copied to $VENV/bin (the
-# local engine's sandbox sees the venv, not the cache), where tfkube.modelserver finds it
-# for the local engine and `tfkube serve --engine local`.
+# where <hash> covers the Go sources (not the tests), go.mod/go.sum, the Go version, the
+# wheel's version and where the wheel lies relative to the venv's bin (the binary's rpath
+# is $ORIGIN-relative: a fresh clone's venv of the same layout reuses the build). A second
+# run is a no-op; builds are serialized with flock; builds unused for 7 days are removed.
+# The binary is then copied to $VENV/bin (the local engine's sandbox sees the venv, not
+# the cache), where tfkube.modelserver finds it for the local engine and
+# `tfkube serve --engine local`.
 #
 #   tools/modelserver/build.sh [--print-bin | --check | --test]
 #   --test: gofmt -l (nothing may be listed), go vet, go test (the pure parts' unit tests)
@@ -40,7 +42,9 @@ PY
 [[ -f $tf/libtensorflow_cc.so.2 && -f $tf/include/tensorflow/c/c_api.h ]] || {
   log "no TensorFlow C API in $tf (libtensorflow_cc.so.2, include/tensorflow/c)"; exit 1; }
 
-hash="$({ echo "go=$(go env GOVERSION)"; echo "tf=$tf $tf_version"
+rel="$(realpath --relative-to="$venv/bin" "$tf")"  # e.g. ../lib/python3.11/site-packages/tensorflow
+rpath="\$ORIGIN/$rel"
+hash="$({ echo "go=$(go env GOVERSION)"; echo "tf=$rel $tf_version"
           cd "$src" && for f in go.mod go.sum $(ls ./*.go | grep -v _test.go | sort); do echo "== $f"; cat "$f"; done
         } | sha256sum | cut -c1-16)"
 bin_dir="$root/modelserver-$hash/bin"
@@ -74,13 +78,16 @@ else
   start=$SECONDS
   (
     cd "$src"
-    CGO_ENABLED=1 CGO_CFLAGS="-I$tf/include" CGO_LDFLAGS="-L$tf -Wl,-rpath,$tf" \
+    CGO_ENABLED=1 CGO_CFLAGS="-I$tf/include" CGO_LDFLAGS="-L$tf -Wl,-rpath,$rpath" \
       GOFLAGS="-mod=readonly -buildvcs=false" \
       nice -n 10 go build -p "${TFKUBE_GO_P:-2}" -trimpath -ldflags "-s -w" -o "$tmp/bin" .
   )
   mv -f "$tmp/bin" "$bin"
   log "built in $((SECONDS - start))s: $bin"
 fi
+touch "$bin_dir"  # in use: kept
+find "$root" -maxdepth 1 -name 'modelserver-*' ! -name "modelserver-$hash" -mtime +7 \
+  -exec rm -rf {} + 2>/dev/null || true
 if ! cmp -s "$bin" "$venv/bin/tfkube-modelserver" 2>/dev/null; then
   install -m 0755 "$bin" "$venv/bin/.tfkube-modelserver.tmp"
   mv -f "$venv/bin/.tfkube-modelserver.tmp" "$venv/bin/tfkube-modelserver"
