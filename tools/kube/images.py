@@ -809,16 +809,30 @@ def _unmount_all(mounts: list[Path]) -> None:
 # --------------------------------------------------------------------------- import
 
 
-def import_images(ctr: list[str], found: list[Image], timeout: float = 900.0) -> None:
+def stored_blobs(ctr: list[str], timeout: float = 60.0) -> set[str]:
+    """The blobs (hex SHA-256) the containerd behind `ctr` already has in its content store."""
+    proc = subprocess.run(
+        [*ctr, "content", "ls", "-q"], capture_output=True, text=True, timeout=timeout, check=True
+    )
+    return {d.removeprefix("sha256:") for d in proc.stdout.split() if d.startswith("sha256:")}
+
+
+def import_images(
+    ctr: list[str], found: list[Image], timeout: float = 900.0, have: set[str] | None = None
+) -> None:
     """Stream the OCI layouts as one tar (GNU tar, no archive on disk) into `ctr images
     import -`: one index naming every image, each blob once (tfkube's image shares the
-    TensorFlow image's layer, so importing both costs little more than TensorFlow alone)."""
+    TensorFlow image's layer, so importing both costs little more than TensorFlow alone).
+    `have`: blobs the store already holds (`stored_blobs`), left out of the stream:
+    containerd reads an image's manifests and config from the stream or the store alike,
+    and a layer it already has unpacked is not unpacked again (an image built on the
+    TensorFlow layer, imported after it, then streams only its own layer)."""
     for image in found:
         if not image.present():
             raise ImageError(f"{image.name} is not built: run `python3 tools/kube/images.py build`")
     manifests: list[object] = []
     members: list[str] = []
-    seen: set[str] = set()
+    seen: set[str] = set(have or ())
     for image in found:
         manifests += json.loads((image.layout / "index.json").read_text())["manifests"]
         blobs = [
@@ -851,8 +865,10 @@ def import_images(ctr: list[str], found: list[Image], timeout: float = 900.0) ->
         raise ImageError(f"importing {names} failed ({proc.returncode}): {out[-2000:]}")
 
 
-def import_image(ctr: list[str], image: Image, timeout: float = 900.0) -> None:
-    import_images(ctr, [image], timeout)
+def import_image(
+    ctr: list[str], image: Image, timeout: float = 900.0, have: set[str] | None = None
+) -> None:
+    import_images(ctr, [image], timeout, have)
 
 
 # --------------------------------------------------------------------------- CLI
