@@ -318,6 +318,7 @@ func (t *tensorReader) value(r *jsonReader, depth int) error {
 		if depth == len(t.shape) {
 			t.shape = append(t.shape, -1)
 		}
+		start := r.pos
 		r.pos++
 		n := int64(0)
 		if r.peek() == ']' {
@@ -340,6 +341,9 @@ func (t *tensorReader) value(r *jsonReader, depth int) error {
 		}
 		if t.shape[depth] == -1 {
 			t.shape[depth] = n
+			if depth == 1 {
+				t.reserve(r.pos-start, len(r.b)-r.pos)
+			}
 		} else if t.shape[depth] != n {
 			return t.fail("ragged")
 		}
@@ -375,9 +379,9 @@ func (t *tensorReader) value(r *jsonReader, depth int) error {
 			if f, n, ok := fastNumber(r.b[r.pos:], t.dtype == DTFloat); ok {
 				r.pos += n
 				if t.dtype == DTFloat {
-					t.out = binary.LittleEndian.AppendUint32(t.out, math.Float32bits(float32(f)))
+					t.add32(math.Float32bits(float32(f)))
 				} else {
-					t.out = binary.LittleEndian.AppendUint64(t.out, math.Float64bits(f))
+					t.add64(math.Float64bits(f))
 				}
 				return nil
 			}
@@ -390,6 +394,42 @@ func (t *tensorReader) value(r *jsonReader, depth int) error {
 		}
 	}
 	return t.put(s)
+}
+
+// reserve makes room for the rows still to come, guessed from the first row's text
+// (rowText bytes) and the text left: one allocation instead of doubling as they are read.
+func (t *tensorReader) reserve(rowText, left int) {
+	size := t.dtype.Size()
+	if size == 0 || t.count == 0 || rowText <= 0 {
+		return
+	}
+	rows := left/(rowText+1) + 1
+	elements := min(rows*t.count, t.count+max(*t.budget, 0))
+	if want := elements * size; want > cap(t.out) {
+		out := make([]byte, len(t.out), want)
+		copy(out, t.out)
+		t.out = out
+	}
+}
+
+// add32 and add64 append a little-endian number to the tensor's bytes (in place when
+// there is room: only the length is stored).
+func (t *tensorReader) add32(x uint32) {
+	if n := len(t.out); n+4 <= cap(t.out) {
+		t.out = t.out[:n+4]
+		binary.LittleEndian.PutUint32(t.out[n:], x)
+		return
+	}
+	t.out = binary.LittleEndian.AppendUint32(t.out, x)
+}
+
+func (t *tensorReader) add64(x uint64) {
+	if n := len(t.out); n+8 <= cap(t.out) {
+		t.out = t.out[:n+8]
+		binary.LittleEndian.PutUint64(t.out[n:], x)
+		return
+	}
+	t.out = binary.LittleEndian.AppendUint64(t.out, x)
 }
 
 var exactPowers = [...]float64{1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
@@ -417,6 +457,13 @@ func fastNumber(b []byte, near32 bool) (float64, int, bool) {
 	digits, exp := 0, 0
 	start := i
 	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		if digits <= 11 && i+8 <= len(b) {
+			if v, ok := eightDigits(b[i:]); ok {
+				m, digits = addEight(m, v, digits)
+				i += 8
+				continue
+			}
+		}
 		if digits < 19 {
 			m = m*10 + uint64(b[i]-'0')
 			if m != 0 {
@@ -434,6 +481,14 @@ func fastNumber(b []byte, near32 bool) (float64, int, bool) {
 		i++
 		frac := i
 		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			if digits <= 11 && i+8 <= len(b) {
+				if v, ok := eightDigits(b[i:]); ok {
+					m, digits = addEight(m, v, digits)
+					exp -= 8
+					i += 8
+					continue
+				}
+			}
 			if digits >= 19 {
 				return 0, 0, false
 			}
@@ -487,6 +542,32 @@ func fastNumber(b []byte, near32 bool) (float64, int, bool) {
 	}
 	return f, i, true
 }
+
+// eightDigits is the number b[0:8] spells when all eight bytes are ASCII digits (eight
+// at once in one word: the digits' nibbles paired into 2-, 4- and 8-digit numbers).
+func eightDigits(b []byte) (uint64, bool) {
+	v := binary.LittleEndian.Uint64(b)
+	if v&0xF0F0F0F0F0F0F0F0 != 0x3030303030303030 || (v+0x0606060606060606)&0xF0F0F0F0F0F0F0F0 != 0x3030303030303030 {
+		return 0, false
+	}
+	v = (v & 0x0F0F0F0F0F0F0F0F) * 2561 >> 8
+	v = (v & 0x00FF00FF00FF00FF) * 6553601 >> 16
+	return (v & 0x0000FFFF0000FFFF) * 42949672960001 >> 32, true
+}
+
+// addEight appends eight digits (worth v) to the mantissa m of `digits` significant
+// digits (at most 11, so m stays below 10^19), as eight turns of fastNumber's loop would.
+func addEight(m, v uint64, digits int) (uint64, int) {
+	if m != 0 {
+		return m*100000000 + v, digits + 8
+	}
+	for digits < 8 && v >= tens[digits] {
+		digits++
+	}
+	return v, digits
+}
+
+var tens = [...]uint64{1, 10, 100, 1000, 10000, 100000, 1000000, 10000000}
 
 // b64 reads {"b64": "..."} (TensorFlow Serving's binary value).
 func (t *tensorReader) b64(r *jsonReader) ([]byte, error) {
@@ -583,13 +664,22 @@ func (t *tensorReader) put(s scalar) error {
 
 // readTensor reads one input's JSON value as its dtype.
 func readTensor(value []byte, info *TensorInfo, budget *int, limit int) (*Tensor, error) {
-	tr := &tensorReader{name: info.Key, dtype: info.DType, leaf: -1, budget: budget, limit: limit}
 	r := &jsonReader{b: value}
-	if err := tr.value(r, 0); err != nil {
+	t, err := readTensorAt(r, info, budget, limit)
+	if err != nil {
 		return nil, err
 	}
 	if r.peek() != 0 {
 		return nil, parseError("an unexpected %q at offset %d", r.b[r.pos], r.pos)
+	}
+	return t, nil
+}
+
+// readTensorAt reads one input's value as its dtype from where r stands, leaving r after it.
+func readTensorAt(r *jsonReader, info *TensorInfo, budget *int, limit int) (*Tensor, error) {
+	tr := &tensorReader{name: info.Key, dtype: info.DType, leaf: -1, budget: budget, limit: limit}
+	if err := tr.value(r, 0); err != nil {
+		return nil, err
 	}
 	if tr.leaf == -1 { // only empty lists: the shape is what the lists say
 		for i, d := range tr.shape {
@@ -766,6 +856,110 @@ func unknownSignature(name string, signatures map[string]*Signature) *ServingErr
 // input as its signature's dtype and shape, at most maxElements values in all and at
 // most bounds[input] in one input.
 func ParsePredict(body []byte, signatures map[string]*Signature, maxElements int, bounds func(*Signature) map[string]int) (*PredictBody, error) {
+	if p, ok := fastPredict(body, signatures, maxElements, bounds); ok {
+		return p, nil
+	}
+	return parsePredict(body, signatures, maxElements, bounds)
+}
+
+// requestBudget is the most values a request to sig may bring: max_request_elements, or
+// less when every input is bounded (its shape, max_batch_size rows); counted as read.
+func requestBudget(sig *Signature, maxElements int, bounds func(*Signature) map[string]int) int {
+	each := bounds(sig)
+	if len(each) == len(sig.Inputs) && len(each) > 0 {
+		most := 0
+		for _, b := range each {
+			most += b
+		}
+		return min(maxElements, most)
+	}
+	return maxElements
+}
+
+// fastPredict reads the common body, `{"instances": [plain values]}` for a signature of
+// one input (a "signature_name" before it, other members skipped), in one pass: the
+// values go into the tensor as the object is scanned (parsePredict brackets `instances`
+// first, then reads it). ok false: the body is of another form or something in it is
+// wrong; parsePredict then reads it, giving the same tensor or the error it always gives.
+func fastPredict(body []byte, signatures map[string]*Signature, maxElements int, bounds func(*Signature) map[string]int) (*PredictBody, bool) {
+	r := &jsonReader{b: body}
+	if r.expect('{') != nil {
+		return nil, false
+	}
+	name, named := "serving_default", false
+	var input *Tensor
+	for {
+		k, err := r.str()
+		if err != nil || r.expect(':') != nil {
+			return nil, false
+		}
+		switch string(k) {
+		case "signature_name":
+			if named || input != nil {
+				return nil, false // read after the values, or twice: the general reader
+			}
+			named = true
+			if r.peek() == '"' {
+				s, err := r.str()
+				if err != nil {
+					return nil, false
+				}
+				if len(s) > 0 {
+					name = string(s)
+				}
+			} else if lit := r.literal(); string(lit) != "null" {
+				return nil, false
+			}
+		case "instances":
+			if input != nil || r.peek() != '[' {
+				return nil, false
+			}
+			sig, ok := signatures[name]
+			if !ok || len(sig.inputList) != 1 {
+				return nil, false
+			}
+			if first := r.pos + 1; first < len(r.b) {
+				r.pos = first
+				c := r.peek()
+				r.pos = first - 1
+				if c == '{' || c == ']' { // objects, or empty: the general reader
+					return nil, false
+				}
+			}
+			budget := requestBudget(sig, maxElements, bounds)
+			if input, err = readTensorAt(r, sig.inputList[0], &budget, budget); err != nil {
+				return nil, false
+			}
+		case "inputs":
+			return nil, false
+		default:
+			if _, err := r.skip(0); err != nil {
+				return nil, false
+			}
+		}
+		next := r.peek()
+		r.pos++
+		if next == '}' {
+			break
+		}
+		if next != ',' {
+			return nil, false
+		}
+	}
+	if input == nil || r.peek() != 0 {
+		return nil, false
+	}
+	sig := signatures[name]
+	info := sig.inputList[0]
+	arrays := map[string]*Tensor{info.Key: input}
+	if !info.Fits(input.Shape) || input.Rows() < 0 || checkBounds(arrays, bounds(sig)) != nil {
+		return nil, false
+	}
+	return &PredictBody{Signature: name, Inputs: arrays, RowFormat: true}, true
+}
+
+// parsePredict is ParsePredict for any body: the members first, then each input's value.
+func parsePredict(body []byte, signatures map[string]*Signature, maxElements int, bounds func(*Signature) map[string]int) (*PredictBody, error) {
 	r := &jsonReader{b: body}
 	if r.peek() != '{' {
 		if _, err := r.skip(0); err != nil {
@@ -812,17 +1006,7 @@ func ParsePredict(body []byte, signatures map[string]*Signature, maxElements int
 	if instances == nil && inputs == nil {
 		return nil, invalid("Missing 'inputs' or 'instances' key")
 	}
-	// the most values this signature may take: max_request_elements, or less when every
-	// input is bounded (its shape, max_batch_size rows): counted as they are read
-	budget := maxElements
-	each := bounds(sig)
-	if len(each) == len(sig.Inputs) && len(each) > 0 {
-		most := 0
-		for _, b := range each {
-			most += b
-		}
-		budget = min(budget, most)
-	}
+	budget := requestBudget(sig, maxElements, bounds)
 	maxElements = budget
 	arrays := map[string]*Tensor{}
 	if instances != nil {

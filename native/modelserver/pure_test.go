@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -307,5 +308,109 @@ func TestFastNumberAgreesWithStrconv(t *testing.T) {
 		if _, _, ok := fastNumber([]byte(bad), false); ok {
 			t.Errorf("%s was read", bad)
 		}
+	}
+}
+
+func TestEightDigits(t *testing.T) {
+	for _, text := range []string{"00000000", "12345678", "99999999", "00000001", "10000000", "80932182"} {
+		want, _ := strconv.ParseUint(text, 10, 64)
+		if got, ok := eightDigits([]byte(text)); !ok || got != want {
+			t.Errorf("%s: %d %v", text, got, ok)
+		}
+	}
+	for _, bad := range []string{"1234567.", "/2345678", ":2345678", "1234 678", "12345e78", "\xb0\xb1\xb2\xb3\xb4\xb5\xb6\xb7"} {
+		if _, ok := eightDigits([]byte(bad)); ok {
+			t.Errorf("%q was read", bad)
+		}
+	}
+}
+
+// fastNumber (eight digits at a time) gives what the digit-by-digit reading gave: the
+// value strconv reads, or no fast answer for more than 19 significant digits.
+func TestFastNumberRandomAgreesWithStrconv(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 200000; i++ {
+		var text string
+		switch i % 4 {
+		case 0:
+			text = strconv.FormatFloat(float64(float32(rng.Float64())), 'g', -1, 64)
+		case 1:
+			text = strconv.FormatFloat(rng.NormFloat64()*math.Pow(10, float64(rng.IntN(30)-15)), 'g', -1, 64)
+		case 2:
+			text = strconv.FormatUint(rng.Uint64()>>rng.IntN(64), 10)
+		default:
+			text = strings.Repeat("0", rng.IntN(3)) + "." + strconv.FormatUint(rng.Uint64(), 10)
+			text = "0" + text[strings.IndexByte(text, '.'):]
+		}
+		got, n, ok := fastNumber([]byte(text+"]"), false)
+		want, _ := strconv.ParseFloat(text, 64)
+		if ok && (got != want || n != len(text)) {
+			t.Fatalf("%s: %v (%d), want %v", text, got, n, want)
+		}
+		digits := len(strings.TrimLeft(strings.NewReplacer("-", "", ".", "").Replace(strings.SplitN(strings.ToLower(text), "e", 2)[0]), "0"))
+		if !ok && digits <= 15 && !strings.ContainsAny(text, "eE") {
+			t.Fatalf("%s: no fast answer", text)
+		}
+		if f32, _, ok := fastNumber([]byte(text), true); ok && float32(f32) != float32(want) {
+			t.Fatalf("%s as float32: %v, want %v", text, float32(f32), float32(want))
+		}
+	}
+}
+
+// ParsePredict's one-pass reading answers as the general reader does, or leaves the body to it.
+func TestFastPredictAgreesWithGeneralReader(t *testing.T) {
+	bodies := []string{
+		`{"instances": [[1, 2.5], [3e0, -4]]}`,
+		` { "instances" : [ [ 1 , 2.5 ] , [ 3 , -4 ] ] } `,
+		`{"signature_name": "serving_default", "instances": [[1, 2], [3, 4]]}`,
+		`{"signature_name": null, "instances": [[1, 2]]}`,
+		`{"signature_name": "", "instances": [[1, 2]]}`,
+		`{"instances": [[1, 2]], "signature_name": "serving_default"}`,
+		`{"signature_name": "two", "instances": [[1, 2]]}`,
+		`{"signature_name": "nope", "instances": [[1, 2]]}`,
+		`{"signature_name": 3, "instances": [[1, 2]]}`,
+		`{"other": {"a": [1, "b"]}, "instances": [[1, 2]], "more": null}`,
+		`{"instances": [[1, 2]], "instances": [[3, 4]]}`,
+		`{"instances": [[1, 2]], "inputs": [[1, 2]]}`,
+		`{"instances": [[1], [1, 2]]}`,
+		`{"instances": [[1, 2], 3]}`,
+		`{"instances": []}`,
+		`{"instances": [{"x": [1, 2]}]}`,
+		`{"instances": [["a", "b"]]}`,
+		`{"instances": [[1, 2]]`,
+		`{"instances": [[1, 2]]} x`,
+		`{"instances": [[1, 2], [3, 4], [5, 6]]}`,
+		`{"instances": [[1, 2, 3]]}`,
+		`{"instances": [1, 2]}`,
+		`{"instances": [[NaN, -Infinity]]}`,
+		`{"instances": [[0.10000000149011612, 1e400]]}`,
+		`{"instances": [[01, 2]]}`,
+		`{"instan\u0063es": [[1, 2]]}`,
+		`{"instances": 5}`,
+		`{}`,
+		`[]`,
+	}
+	for _, body := range bodies {
+		fast, ok := fastPredict([]byte(body), signatures(), 4, noBounds)
+		general, err := parsePredict([]byte(body), signatures(), 4, noBounds)
+		whole, wholeErr := ParsePredict([]byte(body), signatures(), 4, noBounds)
+		if fmt.Sprint(whole, wholeErr) != fmt.Sprint(general, err) && (wholeErr != nil || err != nil) {
+			t.Errorf("%s: %v, general reader %v", body, wholeErr, err)
+		}
+		if !ok {
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: read in one pass, but the general reader says %v", body, err)
+			continue
+		}
+		f, g := fast.Inputs["x"], general.Inputs["x"]
+		if fast.Signature != general.Signature || fast.RowFormat != general.RowFormat || len(fast.Inputs) != len(general.Inputs) ||
+			shapeString(f.Shape) != shapeString(g.Shape) || string(f.Data) != string(g.Data) {
+			t.Errorf("%s: one pass %+v %v, general %+v %v", body, fast, f, general, g)
+		}
+	}
+	if _, ok := fastPredict([]byte(bodies[0]), signatures(), 4, noBounds); !ok {
+		t.Error("the common body was not read in one pass")
 	}
 }
