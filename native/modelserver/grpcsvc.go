@@ -59,8 +59,14 @@ func NewGRPCServer(s *Server, token string) *grpc.Server {
 		grpc.MaxRecvMsgSize(s.MaxRequestBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.UnknownServiceHandler(g.handle),
+		// calls run on goroutines kept for them (their stacks already grown to a model
+		// call's depth) rather than a new goroutine each; past these, a new one as before
+		grpc.NumStreamWorkers(StreamWorkers),
 	)
 }
+
+// StreamWorkers is the gRPC door's kept goroutines: 16 concurrent calls run on them.
+const StreamWorkers = 16
 
 func (g *GRPC) handle(_ any, stream grpc.ServerStream) error {
 	method, _ := grpc.MethodFromServerStream(stream)
