@@ -414,3 +414,24 @@ func TestFastPredictAgreesWithGeneralReader(t *testing.T) {
 		t.Error("the common body was not read in one pass")
 	}
 }
+
+func TestBodyBuffers(t *testing.T) {
+	b := bodyBuffer(100)
+	if len(b) != 100 {
+		t.Fatalf("len %d", len(b))
+	}
+	releaseBody(b)
+	if big := bodyBuffer(pooledBody + 1); len(big) != pooledBody+1 {
+		t.Fatalf("len %d", len(big))
+	}
+	numbers := map[string]*Tensor{"x": {DType: DTFloat}}
+	strings := map[string]*Tensor{"x": {DType: DTFloat}, "s": {DType: DTString}}
+	if !bodyFree(numbers) || bodyFree(strings) {
+		t.Error("bodyFree")
+	}
+	// string values read from a body point into it: such a body is not reused
+	got, err := ParsePredict([]byte(`{"signature_name": "two", "inputs": {"s": ["abc"], "n": [1]}}`), signatures(), 100, noBounds)
+	if err != nil || bodyFree(got.Inputs) {
+		t.Fatalf("%v %v", got, err)
+	}
+}

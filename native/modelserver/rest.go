@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"sync"
 	"sync/atomic"
 )
 
@@ -171,8 +172,16 @@ func (h *REST) predict(r *http.Request, model string, version *int64, label stri
 	}
 	defer h.held.Add(-size)
 	var body []byte
+	// keep: the body's bytes may live on (string values point into them), not reused
+	keep := true
 	if r.ContentLength >= 0 { // declared: read into a buffer of its size at once
-		body = make([]byte, r.ContentLength)
+		body = bodyBuffer(int(r.ContentLength))
+		defer func() {
+			if !keep {
+				releaseBody(body)
+			}
+		}()
+		keep = false
 		_, err = io.ReadFull(r.Body, body)
 	} else {
 		body, err = io.ReadAll(io.LimitReader(r.Body, limit+1))
@@ -187,6 +196,7 @@ func (h *REST) predict(r *http.Request, model string, version *int64, label stri
 	if err != nil {
 		return 0, nil, err
 	}
+	keep = keep || !bodyFree(request.Inputs)
 	sig := sv.Model.Signatures[request.Signature]
 	outputs, err := h.Run(sv, request.Signature, sig, request.Inputs)
 	if err != nil {
@@ -194,6 +204,41 @@ func (h *REST) predict(r *http.Request, model string, version *int64, label stri
 	}
 	answer, err := PredictAnswer(outputs, request.RowFormat)
 	return 200, answer, err
+}
+
+// bodyPool keeps request-body buffers of up to pooledBody bytes for later requests: a
+// batch-64 body is ~80 KB, otherwise allocated for each request and then collected (the
+// garbage collector took 4-6% of the server's CPU in a benchmark run).
+var bodyPool sync.Pool
+
+const pooledBody = 1 << 20
+
+// bodyBuffer is n bytes to read a body into, a pooled buffer when one is big enough.
+func bodyBuffer(n int) []byte {
+	if n <= pooledBody {
+		if b, ok := bodyPool.Get().(*[]byte); ok && cap(*b) >= n {
+			return (*b)[:n]
+		}
+	}
+	return make([]byte, n)
+}
+
+// releaseBody hands a body's buffer back once nothing points into it.
+func releaseBody(b []byte) {
+	if cap(b) <= pooledBody {
+		bodyPool.Put(&b)
+	}
+}
+
+// bodyFree tells whether read inputs are free of the body's bytes: numbers are copied
+// out of it, strings are not.
+func bodyFree(inputs map[string]*Tensor) bool {
+	for _, t := range inputs {
+		if t.DType == DTString {
+			return false
+		}
+	}
+	return true
 }
 
 type statusEntry struct {
