@@ -139,15 +139,38 @@ type ModelSpec struct {
 	Label         string
 }
 
-func decodeSpec(buf []byte) (ModelSpec, error) {
-	var s ModelSpec
-	err := eachField(buf, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
+// eachBytesField calls fn with each length-delimited field of buf; a field numbered 1..last
+// of another wire type is refused (wantMessage), any other is skipped.
+func eachBytesField(buf []byte, last protowire.Number, fn func(num protowire.Number, b []byte) error) error {
+	return eachField(buf, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
 		if typ != protowire.BytesType {
-			if num >= 1 && num <= 4 {
+			if num >= 1 && num <= last {
 				return wantMessage(num, typ)
 			}
 			return nil
 		}
+		return fn(num, b)
+	})
+}
+
+// eachRequestField reads a request whose field 1 is its model_spec; fn gets its other
+// length-delimited fields (eachBytesField's rules for 1..last).
+func eachRequestField(buf []byte, last protowire.Number, fn func(num protowire.Number, b []byte) error) (ModelSpec, error) {
+	var spec ModelSpec
+	err := eachBytesField(buf, last, func(num protowire.Number, b []byte) error {
+		if num == 1 {
+			s, err := decodeSpec(b)
+			spec = s
+			return err
+		}
+		return fn(num, b)
+	})
+	return spec, err
+}
+
+func decodeSpec(buf []byte) (ModelSpec, error) {
+	var s ModelSpec
+	err := eachBytesField(buf, 4, func(num protowire.Number, b []byte) error {
 		switch num {
 		case 1:
 			s.Name = string(b)
@@ -433,18 +456,8 @@ type PredictCall struct {
 
 func decodePredict(buf []byte) (*PredictCall, error) {
 	call := &PredictCall{Tensors: map[string][]byte{}}
-	err := eachField(buf, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
-		if typ != protowire.BytesType {
-			if num >= 1 && num <= 3 {
-				return wantMessage(num, typ)
-			}
-			return nil
-		}
+	spec, err := eachRequestField(buf, 3, func(num protowire.Number, b []byte) error {
 		switch num {
-		case 1:
-			s, err := decodeSpec(b)
-			call.Spec = s
-			return err
 		case 2:
 			k, v, err := mapEntry(b)
 			if err != nil {
@@ -456,6 +469,7 @@ func decodePredict(buf []byte) (*PredictCall, error) {
 		}
 		return nil
 	})
+	call.Spec = spec
 	return call, err
 }
 
@@ -475,21 +489,9 @@ func encodePredictResponse(model string, version int64, signature string, output
 // decodeExamples reads a Classification/RegressionRequest {1: model_spec, 2: Input}:
 // each serialized tf.Example, with a context's bytes before each.
 func decodeExamples(buf []byte, maxElements, maxBytes int) (ModelSpec, [][]byte, error) {
-	var spec ModelSpec
 	var examples [][]byte
 	made := 0
-	err := eachField(buf, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
-		if typ != protowire.BytesType {
-			if num >= 1 && num <= 2 {
-				return wantMessage(num, typ)
-			}
-			return nil
-		}
-		if num == 1 {
-			s, err := decodeSpec(b)
-			spec = s
-			return err
-		}
+	spec, err := eachRequestField(buf, 2, func(num protowire.Number, b []byte) error {
 		if num != 2 {
 			return nil
 		}
@@ -592,20 +594,8 @@ func encodeRegressResponse(model string, version int64, signature string, values
 // -- metadata and status -----------------------------------------------------------------
 
 func decodeMetadataRequest(buf []byte) (ModelSpec, []string, error) {
-	var spec ModelSpec
 	var fields []string
-	err := eachField(buf, func(num protowire.Number, typ protowire.Type, _ uint64, b []byte) error {
-		if typ != protowire.BytesType {
-			if num >= 1 && num <= 2 {
-				return wantMessage(num, typ)
-			}
-			return nil
-		}
-		if num == 1 {
-			s, err := decodeSpec(b)
-			spec = s
-			return err
-		}
+	spec, err := eachRequestField(buf, 2, func(num protowire.Number, b []byte) error {
 		if num == 2 {
 			if len(fields) >= 1024 {
 				return invalid("a metadata_field of more than 1024 names")
