@@ -67,9 +67,12 @@ lint: $(STAMP)
 ## test: everything: lint, unit tests, real TensorFlow tests, tests against a real control plane
 ## and real TensorFlow pods on its real kubelet node, the dashboard in Chromium, data sources
 ## staged from a real S3-compatible store (SeaweedFS).
-## The real-node tests run beside the rest, then the KWOK-only tests on a control plane of
-## their own (tools/test/suite.sh; SUITE_SERIAL=1: one session).
-test: install chromium kube-bins kube-node s3-bins hdfs-bins
+## The venv, the browser and lint first; then the rest of the tests at once, while the heavy
+## builds (kube-bins, kube-node, s3-bins, hdfs-bins: no-ops when cached) run beside them,
+## niced; the real-node tests start when the control plane and the real node are built, the
+## KWOK-only tests after the rest (tools/test/suite.sh, tools/test/builds.sh;
+## SUITE_SERIAL=1: the builds first, then one session).
+test: install chromium
 	$(MAKE) lint
 	BIN=$(BIN) bash tools/test/suite.sh
 

@@ -2,7 +2,9 @@
 per test session, only when a test asks for `hdfs_store` (tools/hdfs/minihdfs.py: built
 into ~/.cache/tfkube by tools/hdfs/build.sh, every port a free loopback one, stopped by
 PID). Outside CI a missing build is a skip with the hint; under CI=true it is built first
-(Maven Central through mvn, some 20 s with a warm cache) and a failure fails."""
+(Maven Central through mvn, some 20 s with a warm cache) and a failure fails. `make test`
+builds it beside the tests (tools/test/suite.sh): its tests then run last in their session
+and wait for that build when it is still under way."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tooling import load_tool
+from tooling import BUILDS_BESIDE, load_tool, waiting_for_build
 
 _minihdfs = load_tool("tfkube_tools_hdfs", "hdfs", "minihdfs.py")
 HdfsUnavailable = _minihdfs.HdfsUnavailable
@@ -20,9 +22,11 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
 @pytest.fixture(scope="session")
-def hdfs_store() -> Iterator[Any]:
+def hdfs_store(request: pytest.FixtureRequest) -> Iterator[Any]:
     try:
-        hdfs = _minihdfs.start_minihdfs(build=IN_CI)
+        # Under make test, which builds it beside the tests: a wait for that build.
+        with waiting_for_build(request.config, "HDFS (MiniDFSCluster)", _minihdfs.BUILD):
+            hdfs = _minihdfs.start_minihdfs(build=IN_CI or BUILDS_BESIDE)
     except HdfsUnavailable as exc:
         if IN_CI:
             pytest.fail(f"CI=true and HDFS is unavailable: {exc}", pytrace=False)

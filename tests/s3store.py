@@ -2,7 +2,8 @@
 test session, only when a test asks for `s3_store` (tools/s3/seaweed.py: built into
 ~/.cache/tfkube by tools/s3/build.sh, every port a free loopback one, stopped by PID).
 Without it the tests that need it are skipped, except under CI=true, where a missing store
-is a failure (`make test` builds it first: the Makefile's `s3-bins`)."""
+is a failure. `make test` builds it beside the tests (tools/test/suite.sh): its tests then
+run last in their session and wait for that build when it is still under way."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tooling import load_tool
+from tooling import BUILDS_BESIDE, load_tool, waiting_for_build
 
 _seaweed = load_tool("tfkube_tools_s3", "s3", "seaweed.py")
 Seaweed = _seaweed.Seaweed
@@ -60,10 +61,12 @@ class S3Store:
 
 
 @pytest.fixture(scope="session")
-def s3_store() -> Iterator[S3Store]:
+def s3_store(request: pytest.FixtureRequest) -> Iterator[S3Store]:
     try:
-        # Outside CI a missing binary is a skip with the hint, not a 20-minute build.
-        server = _seaweed.start_seaweed(build=IN_CI)
+        # Outside CI a missing binary is a skip with the hint, not a 20-minute build; under
+        # make test, which builds it beside the tests, a wait for that build.
+        with waiting_for_build(request.config, "S3 store (SeaweedFS)", _seaweed.BUILD):
+            server = _seaweed.start_seaweed(build=IN_CI or BUILDS_BESIDE)
     except S3Unavailable as exc:
         if IN_CI:
             pytest.fail(f"CI=true and the S3 store is unavailable: {exc}", pytrace=False)

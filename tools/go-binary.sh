@@ -2,7 +2,8 @@
 # program from the Go module proxy through a helper module (go.mod + go.sum only, nothing
 # of the program committed), into ${TFKUBE_CACHE:-${XDG_CACHE_HOME:-~/.cache}/tfkube}/<dir>/bin,
 # with a stamp file (go.mod/go.sum hash, Go version, flags): a second run is a no-op. The
-# build writes to a temporary name and is moved into place, serialized with flock.
+# build writes to a temporary name and is moved into place, serialized with flock (a
+# second caller waits for the first's build, then reuses it).
 #
 #   go_binary NAME HELPER_DIR MODULE VERSION PKG CACHE_DIR BIN_NAME CRD_PATH COLD_TIME [ARG]
 #     NAME       log prefix             HELPER_DIR  the helper module (absolute)
@@ -41,15 +42,25 @@ go_binary() {
   local stamp
   stamp="$({ echo "go=$(go env GOVERSION)"; echo "ldflags=$ldflags"
              cat "$helper/go.mod" "$helper/go.sum"; } | sha256sum | cut -d' ' -f1)"
-  if [[ -x $bin && -f $bin_dir/.stamp && "$(cat "$bin_dir/.stamp")" == "$stamp" ]]; then
+  current() { [[ -x $bin && -f $bin_dir/.stamp && "$(cat "$bin_dir/.stamp")" == "$stamp" ]]; }
+  if current; then
     [[ $mode == check ]] || log "up to date: $bin"
     return 0
   fi
   if [[ $mode == check ]]; then log "missing or out of date: $bin (run $0)"; return 1; fi
 
+  # One build at a time (make test's background build and a test that needs the program
+  # may race): the second waits for the first's lock, then finds the program built.
   mkdir -p "$bin_dir"
   exec 9>"$bin_dir/.lock"
-  flock 9
+  if ! flock -n 9; then
+    log "waiting for the $name build under way (it holds $bin_dir/.lock) ..."
+    flock 9
+  fi
+  if current; then
+    log "built meanwhile by the other build: $bin"
+    return 0
+  fi
   local tmp start=$SECONDS
   tmp="$(mktemp -d "$bin_dir/.build.XXXXXX")"
   # shellcheck disable=SC2064  # $tmp is expanded now: it is local to this function

@@ -6,7 +6,8 @@
 # org.apache.hadoop:hadoop-client-minicluster 3.5.0 and what it needs, some 110 MB) into
 #   ${TFKUBE_CACHE:-${XDG_CACHE_HOME:-~/.cache}/tfkube}/hadoop-3.5.0/{lib,classes}
 # with a Maven repository of its own there (m2/); javac (Java 17) compiles the main. A stamp
-# (pom.xml and MiniHdfs.java's hash, javac's version) makes a second run a no-op. Nothing of
+# (pom.xml and MiniHdfs.java's hash, javac's version) makes a second run a no-op; builds
+# are serialized with flock (a second caller waits, then reuses the first's). Nothing of
 # Hadoop is committed.
 #
 # Usage: tools/hdfs/build.sh [--print-classpath|--check]
@@ -39,6 +40,15 @@ case "${1:-}" in
   *) echo "usage: $0 [--print-classpath|--check]" >&2; exit 2 ;;
 esac
 
+fresh && exit 0
+# One build at a time (make test's background build and a test that needs HDFS may race):
+# the second waits for the first's lock, then finds it built.
+mkdir -p "$CACHE"
+exec 9>"$CACHE/hadoop-$VERSION.lock"
+if ! flock -n 9; then
+  echo "hdfs-bins: waiting for the MiniDFSCluster build under way (it holds $CACHE/hadoop-$VERSION.lock) ..." >&2
+  flock 9
+fi
 fresh && exit 0
 for tool in mvn javac; do
   command -v "$tool" >/dev/null || { echo "$0: $tool is needed (Java 17 and Maven)" >&2; exit 1; }

@@ -115,7 +115,10 @@ build_component() { # name moddir ldflags "pkgs" "bins"
 mkdir -p "$BIN_DIR"
 # One build at a time per cache dir (make kube-bins and the pytest fixture may race).
 exec 9>"$BIN_DIR/.lock"
-if [[ $mode == build ]]; then flock 9; fi
+if [[ $mode == build ]] && ! flock -n 9; then
+  log "waiting for the build under way (it holds $BIN_DIR/.lock) ..."
+  flock 9
+fi
 
 status=0
 build_component etcd etcd \
