@@ -25,8 +25,10 @@
 # the real-node session by their PIDs (the session runs its teardown). With a warm cache
 # the builds are no-ops (seconds). The tests were written to be run alone or beside other
 # work (each makes what it writes its own: docs/testing.md, "What the tests share");
-# SUITE_SERIAL=1 runs the builds first, then the whole suite in one session. Extra
-# arguments go to every session.
+# SUITE_SERIAL=1 runs the builds first, then the whole suite in one session;
+# SUITE_NODE_FIRST=1 starts the rest only once the control plane and the real node are
+# built (the real-node session is the long pole: docs/testing.md). Extra arguments go to
+# every session.
 set -uo pipefail
 BIN=${BIN:-.venv/bin}
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
