@@ -71,19 +71,23 @@ echo "suite: the real-node session starts when its builds are done; its output: 
   exec "$BIN/pytest" -m nodesession -p no:cacheprovider "$@"
 ) >"$node_log" 2>&1 &
 node_pid=$!
-stop_all() {
+stop_all() { # INT|TERM
   # Ctrl-C or a kill of this script: the builds and the background session stop too, by
   # their PIDs, and the session runs its teardown (the control plane, the real nodes)
-  # before this script exits.
-  # The builds first: a node session still waiting for them sees them gone and ends.
+  # before this script exits. The builds first: a node session still waiting for them sees
+  # them gone and ends. The foreground session got a Ctrl-C from the terminal itself (a
+  # second one could cut its teardown short); a SIGTERM of this script reaches it here
+  # (tests/session_signals.py: torn down as after Ctrl-C).
   kill -TERM -- "-$builds_pid" 2>/dev/null
   wait "$builds_pid" 2>/dev/null
-  kill -INT "$node_pid" ${fg_pid:+"$fg_pid"} 2>/dev/null
+  kill -INT "$node_pid" 2>/dev/null
+  if [[ $1 == TERM && -n $fg_pid ]]; then kill -TERM "$fg_pid" 2>/dev/null; fi
   wait "$node_pid" ${fg_pid:+"$fg_pid"} 2>/dev/null
   echo "suite: stopped; the logs so far: $out" >&2
   exit 130
 }
-trap stop_all INT TERM
+trap 'stop_all INT' INT
+trap 'stop_all TERM' TERM
 fg_pid=
 foreground() { # command...: run it in the background and wait for it, so that a kill of
   # this script runs stop_all at once (a trap waits for a foreground command to end); its
