@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # make test's builds and pytest run: the heavy builds (tools/test/builds.sh) in the
-# background from the start, niced, beside three pytest sessions, two at a time on this
-# machine's cores:
+# background from the start -- the control plane's and the real node's first, at full
+# speed, while no test runs; then the S3 and HDFS stores and the gang scheduler, niced,
+# beside the tests -- and three pytest sessions, two at a time on this machine's cores:
 #
-#   background, from the start: the builds, one after the other: the control plane and the
-#     real node first (they gate the longest session), then the S3 and HDFS stores, then
-#     the gang scheduler; their output kept in a file, printed at the end (at once when a
-#     build fails);
+#   background, from the start: the builds, one after the other, their output kept in a
+#     file, printed at the end (at once when a build fails);
 #   background, as soon as the control plane and the real node are built: the real-node
 #     session (`-m nodesession`: every test that asks for `real_node`, plus a few KWOK-only
 #     files that even the two sides out: tests/cluster/fixtures.py, BESIDE_THE_REAL_NODE)
 #     on one control plane with its real nodes -- mostly waits on pods -- its output kept
 #     in a file and printed at the end;
-#   foreground, from the start: everything without a control plane (`-m "not cluster"`),
-#     which needs only the venv and the browser; its tests that need the S3 store or HDFS
+#   foreground, once the control plane and the real node are built (SUITE_NODE_FIRST=0:
+#     at once, beside those builds): everything without a control plane (`-m "not
+#     cluster"`), which needs only the venv and the browser; its tests that need the S3 store or HDFS
 #     run last and wait for their build if it is still running (TFKUBE_BUILDS_BESIDE:
 #     tests/conftest.py, tests/s3store.py, tests/hdfsstore.py); then, once the control
 #     plane and the gang scheduler are built, the KWOK-only session (`-m "cluster and not
@@ -26,9 +26,8 @@
 # the builds are no-ops (seconds). The tests were written to be run alone or beside other
 # work (each makes what it writes its own: docs/testing.md, "What the tests share");
 # SUITE_SERIAL=1 runs the builds first, then the whole suite in one session;
-# SUITE_NODE_FIRST=1 starts the rest only once the control plane and the real node are
-# built (the real-node session is the long pole: docs/testing.md). Extra arguments go to
-# every session.
+# the real-node session is the long pole, so its builds have the cores to themselves
+# (docs/testing.md, "Cost: the whole suite"). Extra arguments go to every session.
 set -uo pipefail
 BIN=${BIN:-.venv/bin}
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -42,10 +41,10 @@ out=$(mktemp -d "${TMPDIR:-/tmp}/tfkube-suite-XXXXXX")
 node_log="$out/realnode.log"
 build_log="$out/builds.log"
 started=$(date +%s)
-echo "suite: the builds run beside the tests, niced; their output: $build_log (printed at the end)"
+echo "suite: the builds run first (the control plane's and the real node's), then beside the tests, niced; their output: $build_log (printed at the end)"
 # A session of its own (setsid: its PID is its process group's), so that a stop reaches
 # every build program by that one PID; fd 3: the terminal, for a failed build's log.
-setsid nice -n 10 bash "$HERE/builds.sh" "$out" "$build_log" 3>&2 >"$build_log" 2>&1 </dev/null &
+setsid bash "$HERE/builds.sh" "$out" "$build_log" 3>&2 >"$build_log" 2>&1 </dev/null &
 builds_pid=$!
 
 built() { # step... : wait until each has ended; fail when one failed
@@ -100,10 +99,11 @@ foreground() { # command...: run it in the background and wait for it, so that a
   return "$rc"
 }
 
-if [[ ${SUITE_NODE_FIRST:-0} == 1 ]]; then
-  # The real-node session is the long pole: with this, the rest waits for its builds, which
-  # then have the cores (docs/testing.md, "Cost: the whole suite").
-  echo "suite: SUITE_NODE_FIRST=1: the rest starts after the control plane's and the real node's builds"
+if [[ ${SUITE_NODE_FIRST:-1} == 1 ]]; then
+  # The real-node session is the long pole: the rest waits for its builds, which then have
+  # both cores (docs/testing.md, "Cost: the whole suite"); with a warm cache they are
+  # no-ops. SUITE_NODE_FIRST=0: the rest at once, beside them.
+  echo "suite: the rest starts after the control plane's and the real node's builds"
   built kube-core kube-node
 fi
 foreground "$BIN/pytest" -m "not cluster" "$@"
