@@ -5,7 +5,7 @@
 # sandboxes.
 #
 # Sources come from the Go module proxy through the helper modules beside this script
-# (k8s/, etcd/, kwok/, kubelet/, kube-proxy/, coredns/, metrics-server/: go.mod + go.sum only; pause/ is our own program). Binaries go to
+# (k8s/, etcd/, kwok/, kubelet/, kube-proxy/, metrics-server/: go.mod + go.sum only; pause/ is our own program, coredns/ our own main over CoreDNS with six of its plugins). Binaries go to
 #   ${TFKUBE_CACHE:-${XDG_CACHE_HOME:-~/.cache}/tfkube}/kube-<k8s version>/bin
 # and are never put in the repository. Each component has a stamp file recording what it
 # was built from (go.mod/go.sum hash, Go version, flags): a component whose stamp matches is
@@ -139,7 +139,7 @@ if [[ $with_node -eq 1 ]]; then
     "kube-proxy" || status=1
   build_component coredns coredns \
     "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" \
-    "github.com/coredns/coredns" "coredns" || status=1
+    "." "coredns" || status=1
   # metrics-server: the kubelet's resource metrics as metrics.k8s.io (issue 21 point 5).
   build_component metrics-server metrics-server \
     "-s -w -X k8s.io/client-go/pkg/version.gitVersion=$METRICS_SERVER_VERSION" \

@@ -964,7 +964,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 def corefile_text(st: NodeState, kubeconfig: str) -> str:
     """Zone cluster.local only, served on the node address: `<pod>.<service>.<ns>.svc` and
     Service names resolve; anything else is NXDOMAIN (no upstream: pods have no route out).
-    `ready` tells start() when the kubernetes plugin has synced with the API."""
+    `ready` tells start() when the kubernetes plugin has synced with the API. The CoreDNS
+    built here links only the plugins used here (tools/kube/coredns/main.go): one more
+    here needs its import there."""
     return f"""{CLUSTER_DOMAIN}:53 in-addr.arpa:53 {{
     bind {st.node_ip}
     errors
