@@ -16,6 +16,8 @@
 # Env: VENV (default .venv), TFKUBE_GO_P (go build -p, default 2)
 set -euo pipefail
 here="$(cd "$(dirname "$0")/../.." && pwd)"
+# shellcheck source=../cached-build.sh
+source "$here/tools/cached-build.sh"
 src="$here/native/modelserver"
 venv="${VENV:-$here/.venv}"
 [[ $venv == /* ]] || venv="$here/$venv"
@@ -44,9 +46,8 @@ PY
 
 rel="$(realpath --relative-to="$venv/bin" "$tf")"  # e.g. ../lib/python3.11/site-packages/tensorflow
 rpath="\$ORIGIN/$rel"
-hash="$({ echo "go=$(go env GOVERSION)"; echo "tf=$rel $tf_version"
-          cd "$src" && for f in go.mod go.sum $(ls ./*.go | grep -v _test.go | sort); do echo "== $f"; cat "$f"; done
-        } | sha256sum | cut -c1-16)"
+hash="$({ echo "go=$(go env GOVERSION)"; echo "tf=$rel $tf_version"; go_sources "$src"; } \
+        | sha256sum | cut -c1-16)"
 bin_dir="$root/modelserver-$hash/bin"
 bin="$bin_dir/tfkube-modelserver"
 case "${1:-}" in
@@ -66,28 +67,14 @@ case "${1:-}" in
   *) echo "usage: $0 [--print-bin|--check|--test]" >&2; exit 2 ;;
 esac
 
-mkdir -p "$bin_dir"
-exec 9>"$bin_dir/.lock"
-flock 9
-if [[ -x $bin ]]; then
-  log "up to date: $bin"
-else
-  tmp="$(mktemp -d "$bin_dir/.build.XXXXXX")"
-  trap 'rm -rf "$tmp"' EXIT
-  log "building native/modelserver against $tf (TensorFlow $tf_version), -p ${TFKUBE_GO_P:-2}; about 1 min cold"
-  start=$SECONDS
-  (
-    cd "$src"
-    CGO_ENABLED=1 CGO_CFLAGS="-I$tf/include" CGO_LDFLAGS="-L$tf -Wl,-rpath,$rpath" \
-      GOFLAGS="-mod=readonly -buildvcs=false" \
-      nice -n 10 go build -p "${TFKUBE_GO_P:-2}" -trimpath -ldflags "-s -w" -o "$tmp/bin" .
-  )
-  mv -f "$tmp/bin" "$bin"
-  log "built in $((SECONDS - start))s: $bin"
-fi
-touch "$bin_dir"  # in use: kept
-find "$root" -maxdepth 1 -name 'modelserver-*' ! -name "modelserver-$hash" -mtime +7 \
-  -exec rm -rf {} + 2>/dev/null || true
+build_into() (  # a subshell: its cd stays in it
+  cd "$src"
+  CGO_ENABLED=1 CGO_CFLAGS="-I$tf/include" CGO_LDFLAGS="-L$tf -Wl,-rpath,$rpath" \
+    GOFLAGS="-mod=readonly -buildvcs=false" \
+    nice -n 10 go build -p "${TFKUBE_GO_P:-2}" -trimpath -ldflags "-s -w" -o "$1" .
+)
+cached_build modelserver "$bin" "native/modelserver against $tf (TensorFlow $tf_version), \
+-p ${TFKUBE_GO_P:-2}; about 1 min cold" build_into
 if ! cmp -s "$bin" "$venv/bin/tfkube-modelserver" 2>/dev/null; then
   install -m 0755 "$bin" "$venv/bin/.tfkube-modelserver.tmp"
   mv -f "$venv/bin/.tfkube-modelserver.tmp" "$venv/bin/tfkube-modelserver"
