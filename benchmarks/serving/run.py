@@ -21,25 +21,43 @@ time; then, alternating per round, batch size and client count:
   gRPC        N concurrent calls on one channel (grpc.aio) of `tensorflow-serving-api`'s
               PredictionService stub: a PredictRequest made once with `tensor_content`,
               the PredictResponse parsed and its outputs read as arrays.
-Reported: requests/s, p50 and p99 latency per kind and model server, and the ratios to
+With `--client go` (or `both`, the default where Go is available), REST and gRPC are
+(also) measured by the Go client, benchmarks/serving/loadgen (built into ~/.cache/tfkube
+by benchmarks/serving/build-loadgen.sh, a no-op when current), a subprocess per
+measurement in the same alternation and rounds (kinds `NAME rest (go client)`, `NAME grpc
+(go client)`): N callers sending the very bytes the Python clients send (the JSON body;
+the PredictRequest's `SerializeToString()`), written to a file; REST over N keep-alive
+connections, gRPC as N concurrent calls on one channel; every answer checked, not
+parsed. Why: on 2 cores the client's CPU is taken from the server's, and at batch 64 a
+Python client's CPU per call weighs as much as the model's time; the Go client's is a
+fraction of it.
+Reported: requests/s, p50 and p99 latency per kind and model server, the ratios to
 in-process with the same number of clients (and, for batch 1, to one sequential
-in-process caller).
+in-process caller), and each client's CPU per request in µs: for the Python clients this
+process's CPU time (`time.process_time()`, all its threads) over the measurement divided
+by its requests, nothing subtracted (the process does nothing else meanwhile; its
+warm-up is outside); for the Go client its own getrusage over the measurement (its
+start and warm-up outside).
 
     .venv/bin/python benchmarks/serving/run.py [--seconds 3] [--rounds 3] [--json FILE]
-        [--servers python,native] [--server-flag=--FLAG=VALUE ...] [--server-env NAME=VALUE ...]
+        [--servers python,native] [--client python|go|both]
+        [--server-flag=--FLAG=VALUE ...] [--server-env NAME=VALUE ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +70,8 @@ import orjson
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = (1, 4, 16)
 BATCHES = (1, 64)
+REST_PATH = "/v1/models/digits:predict"
+GRPC_METHOD = "/tensorflow.serving.PredictionService/Predict"
 
 
 def write_model(export: Path) -> None:
@@ -78,6 +98,7 @@ def write_model(export: Path) -> None:
 def summary(latencies: list[float], seconds: float) -> dict[str, float]:
     ordered = sorted(latencies)
     return {
+        "requests": len(latencies),
         "rps": len(latencies) / seconds,
         "p50_ms": 1000 * statistics.median(ordered),
         "p99_ms": 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
@@ -150,17 +171,31 @@ async def _rest_client(
     return summary(latencies, time.perf_counter() - started)
 
 
+def rest_body(x: np.ndarray) -> bytes:
+    """The REST request's JSON body, as both clients send it."""
+    return orjson.dumps({"instances": x.tolist()})
+
+
 def rest(port: int, x: np.ndarray, clients: int, seconds: float) -> dict[str, float]:
-    body = orjson.dumps({"instances": x.tolist()})
+    body = rest_body(x)
     request = (
-        b"POST /v1/models/digits:predict HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-        b"Content-Type: application/json\r\nContent-Length: "
+        f"POST {REST_PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\n".encode()
+        + b"Content-Type: application/json\r\nContent-Length: "
         + str(len(body)).encode()
         + b"\r\n\r\n"
         + body
     )
     asyncio.run(_rest_client(port, request, 1, 0.2, len(x)))  # warm
-    return asyncio.run(_rest_client(port, request, clients, seconds, len(x)))
+    return with_cpu(lambda: asyncio.run(_rest_client(port, request, clients, seconds, len(x))))
+
+
+def with_cpu(measure: Callable[[], dict[str, float]]) -> dict[str, float]:
+    """`measure()`'s result and the CPU this process spent over it per request, in µs: all
+    of the process's threads (the event loop, gRPC's own), nothing subtracted."""
+    cpu = time.process_time()
+    result = measure()
+    spent = time.process_time() - cpu
+    return {**result, "cpu_us": 1e6 * spent / max(1, result["requests"])}
 
 
 async def _grpc_client(
@@ -187,7 +222,8 @@ async def _grpc_client(
         return summary(latencies, time.perf_counter() - started)
 
 
-def grpc_bench(port: int, x: np.ndarray, clients: int, seconds: float) -> dict[str, float]:
+def grpc_request(x: np.ndarray) -> Any:
+    """The gRPC PredictRequest (`tensor_content`), as both clients send it."""
     from tensorflow_serving.apis import predict_pb2
 
     request = predict_pb2.PredictRequest()
@@ -197,8 +233,81 @@ def grpc_bench(port: int, x: np.ndarray, clients: int, seconds: float) -> dict[s
     for d in x.shape:
         tensor.tensor_shape.dim.add(size=d)
     tensor.tensor_content = x.tobytes()
+    return request
+
+
+def grpc_bench(port: int, x: np.ndarray, clients: int, seconds: float) -> dict[str, float]:
+    request = grpc_request(x)
     asyncio.run(_grpc_client(port, request, 1, 0.2, len(x)))  # warm
-    return asyncio.run(_grpc_client(port, request, clients, seconds, len(x)))
+    return with_cpu(lambda: asyncio.run(_grpc_client(port, request, clients, seconds, len(x))))
+
+
+class GoClient:
+    """benchmarks/serving/loadgen (built by build-loadgen.sh): one subprocess per
+    measurement, sending the very bytes the Python clients send (`rest_body`, the
+    PredictRequest's `SerializeToString()`), written to files in `folder`."""
+
+    def __init__(self, binary: Path, folder: Path) -> None:
+        self.binary, self.folder = binary, folder
+
+    def _file(self, name: str, content: bytes) -> Path:
+        path = self.folder / f"{name}-{hashlib.sha256(content).hexdigest()[:16]}"
+        if not path.exists():
+            path.write_bytes(content)
+        return path
+
+    def measure(
+        self, kind: str, port: int, request: bytes, clients: int, seconds: float
+    ) -> dict[str, float]:
+        done = subprocess.run(
+            [
+                str(self.binary),
+                f"-kind={kind}",
+                f"-addr=127.0.0.1:{port}",
+                f"-clients={clients}",
+                f"-seconds={seconds}",
+                f"-request={self._file(kind, request)}",
+                f"-path={REST_PATH}",
+                f"-method={GRPC_METHOD}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=seconds + 120,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"the Go client failed ({done.returncode}): {done.stderr[-3000:]}")
+        out = json.loads(done.stdout)
+        return {
+            "requests": out["requests"],
+            "rps": out["rps"],
+            "p50_ms": out["p50_ms"],
+            "p99_ms": out["p99_ms"],
+            "cpu_us": out["cpu_us_per_request"],
+        }
+
+    def rest(self, port: int, x: np.ndarray, clients: int, seconds: float) -> dict[str, float]:
+        return self.measure("rest", port, rest_body(x), clients, seconds)
+
+    def grpc(self, port: int, x: np.ndarray, clients: int, seconds: float) -> dict[str, float]:
+        return self.measure("grpc", port, grpc_request(x).SerializeToString(), clients, seconds)
+
+
+def go_client_binary(required: bool) -> Path | None:
+    """The Go client, built when needed (a no-op when current); None when there is no Go
+    toolchain and it is not `required`."""
+    have_go = shutil.which("go") is not None or Path("/usr/local/go/bin/go").exists()
+    if not have_go and not required:
+        return None
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "serving" / "build-loadgen.sh")],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit("benchmarks/serving/build-loadgen.sh failed (its log is above)")
+    return Path(done.stdout.strip().splitlines()[-1])
 
 
 def start_server(
@@ -262,6 +371,14 @@ def main() -> None:
         default=[],
         help="NAME=VALUE in the model server's environment (repeat), e.g. TF_ENABLE_ONEDNN_OPTS=0",
     )
+    parser.add_argument(
+        "--client",
+        choices=("python", "go", "both"),
+        default=None,
+        help="the REST and gRPC clients: Python (in this process), Go (benchmarks/serving/"
+        "loadgen, a subprocess per measurement) or both side by side (default: both where "
+        "Go is available, else python)",
+    )
     args = parser.parse_args()
     server_env: dict[str, str] = {}
     for pair in args.server_env:
@@ -278,11 +395,20 @@ def main() -> None:
         servers = [s.strip() for s in args.servers.split(",") if s.strip()]
         if not servers or set(servers) - {"python", "native"}:
             parser.error("--servers: python, native or both")
+    go_binary = go_client_binary(required=args.client in ("go", "both"))
+    client_kinds = (
+        [args.client]
+        if args.client in ("python", "go")
+        else ["python", "go"]
+        if go_binary is not None
+        else ["python"]
+    )
     load_before = os.getloadavg()
     results: dict[tuple[int, int, str], list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="tfkube-serving-bench-") as tmp:
         export = Path(tmp) / "export"
         write_model(export)
+        go = GoClient(go_binary, Path(tmp)) if go_binary is not None else None
         reference = Reference(export / "1")
         servable = load_saved_model(export / "1", 1)
         started = {
@@ -291,10 +417,23 @@ def main() -> None:
         }
         kinds: list[tuple[str, Any]] = []
         for name, (_, rest_port, grpc_port) in started.items():
-            kinds.append((f"{name} rest", lambda c, x, p=rest_port: rest(p, x, c, args.seconds)))
-            kinds.append(
-                (f"{name} grpc", lambda c, x, p=grpc_port: grpc_bench(p, x, c, args.seconds))
-            )
+            for door, port in (("rest", rest_port), ("grpc", grpc_port)):
+                if "python" in client_kinds:
+                    measure = rest if door == "rest" else grpc_bench
+                    kinds.append(
+                        (
+                            f"{name} {door}",
+                            lambda c, x, p=port, m=measure: m(p, x, c, args.seconds),
+                        )
+                    )
+                if go is not None and "go" in client_kinds:
+                    measure = go.rest if door == "rest" else go.grpc
+                    kinds.append(
+                        (
+                            f"{name} {door} (go client)",
+                            lambda c, x, p=port, m=measure: m(p, x, c, args.seconds),
+                        )
+                    )
         try:
             rng = np.random.default_rng(1)
             for _ in range(args.rounds):
@@ -322,26 +461,31 @@ def main() -> None:
         f"batching {'off' if args.no_batching else 'on'}"
         + "".join(f"; {f}" for f in args.server_flag)
         + "".join(f"; {e}" for e in args.server_env)
+        + f"; clients: {', '.join(client_kinds)}"
         + "\n"
     )
-    doors = [f"{name} {door}" for name in servers for door in ("rest", "grpc")]
-    label = {"rest": "REST", "grpc": "gRPC"}
+    doors = [kind for kind, _ in kinds]
+    label = {"rest": "REST", "grpc": "gRPC", "(go": "(Go", "client)": "client)"}
     print(
         "| batch | clients | in-process req/s (p50 / p99 ms) | "
-        + " | ".join(f"{d.split()[0]} {label[d.split()[1]]}" for d in doors)
+        + " | ".join(" ".join(label.get(w, w) for w in d.split()) for d in doors)
         + " | tfkube's call in-process req/s |"
     )
     print("| --- " * (4 + len(doors)) + "|")
     print(
         "| | | | "
-        + " | ".join("req/s (**ratio**; p50 / p99 ms; p99 ratio)" for _ in doors)
+        + " | ".join("req/s (**ratio**; p50 / p99 ms; p99 ratio; client CPU µs/req)" for _ in doors)
         + " | |"
     )
     table = []
     for batch in BATCHES:
         for clients in CLIENTS:
             row = {
-                kind: {k: median(batch, clients, kind, k) for k in ("rps", "p50_ms", "p99_ms")}
+                kind: {
+                    k: median(batch, clients, kind, k)
+                    for k in ("rps", "p50_ms", "p99_ms", "cpu_us")
+                    if k in results[(batch, clients, kind)][0]
+                }
                 for kind in ("in-process", "tfkube-call", *doors)
             }
             a = row["in-process"]
@@ -349,7 +493,7 @@ def main() -> None:
             cells = [
                 f"{row[d]['rps']:.0f} (**{row[d]['rps'] / a['rps']:.2f}**; "
                 f"{row[d]['p50_ms']:.2f} / {row[d]['p99_ms']:.2f}; "
-                f"{row[d]['p99_ms'] / a['p99_ms']:.1f}x)"
+                f"{row[d]['p99_ms'] / a['p99_ms']:.1f}x; {row[d]['cpu_us']:.0f})"
                 for d in doors
             ]
             print(
@@ -364,7 +508,10 @@ def main() -> None:
     )
     if args.json:
         args.json.write_text(
-            json.dumps({"load": [load_before, load_after], "rows": table}, indent=1)
+            json.dumps(
+                {"load": [load_before, load_after], "clients": client_kinds, "rows": table},
+                indent=1,
+            )
         )
 
 
