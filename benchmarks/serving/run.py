@@ -395,7 +395,9 @@ def main() -> None:
         servers = [s.strip() for s in args.servers.split(",") if s.strip()]
         if not servers or set(servers) - {"python", "native"}:
             parser.error("--servers: python, native or both")
-    go_binary = go_client_binary(required=args.client in ("go", "both"))
+    go_binary = (
+        None if args.client == "python" else go_client_binary(required=args.client is not None)
+    )
     client_kinds = (
         [args.client]
         if args.client in ("python", "go")
