@@ -53,7 +53,13 @@ def test_compare_search_and_notifications(team: TeamCtx) -> None:
 
     from ._server import poll
 
-    notes = poll("two messages tried", lambda: [n for n in told() if n["attempts"]], 60)
+    def both_tried() -> list[dict[str, object]]:
+        # Each job's message is made when the server sees its success, which may come after
+        # wait_job saw it: both, not the first one tried.
+        tried = [n for n in told() if n["attempts"]]
+        return tried if len(tried) >= 2 else []
+
+    notes = poll("two messages tried", both_tried, 60)
     assert {(n["job_id"], n["event"], n["channel"]) for n in told()} == {
         (ids[0], "succeeded", "webhook"),
         (ids[1], "succeeded", "webhook"),
