@@ -435,3 +435,13 @@ func TestBodyBuffers(t *testing.T) {
 		t.Fatalf("%v %v", got, err)
 	}
 }
+
+func TestIntraOpThreadsDefaultsToOneOnSmallMachines(t *testing.T) {
+	for _, c := range []struct{ flag, cpus, want int }{
+		{0, 1, 1}, {0, 2, 1}, {0, 3, 0}, {0, 64, 0}, {2, 2, 2}, {4, 1, 4}, {1, 16, 1},
+	} {
+		if got := intraOpThreads(c.flag, c.cpus); got != c.want {
+			t.Errorf("intraOpThreads(%d, %d) = %d, want %d", c.flag, c.cpus, got, c.want)
+		}
+	}
+}
