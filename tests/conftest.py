@@ -13,8 +13,6 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tooling import BUILDS_BESIDE
-
 pytest_plugins = ["session_signals", "cluster.fixtures", "s3store", "hdfsstore"]
 """The test control plane's fixtures (tests/cluster/fixtures.py), for every test that asks:
 one control plane and one real node per session, whichever folder the test is in; and the
@@ -86,17 +84,6 @@ def tfkube_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
         except psutil.Error:
             continue
     assert not described, f"processes left behind: {described}"
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under make test (TFKUBE_BUILDS_BESIDE=1: tools/test/suite.sh builds the S3 store and
-    HDFS in the background beside the sessions), the tests that need either run last in
-    their session, in their order: they find the build done rather than hold the session
-    while it runs (tests/s3store.py, tests/hdfsstore.py wait for it if need be)."""
-    if BUILDS_BESIDE:
-        stores = {"s3_store", "hdfs_store"}
-        items.sort(key=lambda item: bool(stores & set(getattr(item, "fixturenames", ()))))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -3,8 +3,8 @@ per test session, only when a test asks for `hdfs_store` (tools/hdfs/minihdfs.py
 into ~/.cache/tfkube by tools/hdfs/build.sh, every port a free loopback one, stopped by
 PID). Outside CI a missing build is a skip with the hint; under CI=true it is built first
 (Maven Central through mvn, some 20 s with a warm cache) and a failure fails. `make test`
-builds it beside the tests (tools/test/suite.sh): its tests then run last in their session
-and wait for that build when it is still under way."""
+builds it beside the tests (tools/test/suite.sh): its tests wait for that build when it is
+still under way."""
 
 from __future__ import annotations
 

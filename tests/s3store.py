@@ -3,7 +3,7 @@ test session, only when a test asks for `s3_store` (tools/s3/seaweed.py: built i
 ~/.cache/tfkube by tools/s3/build.sh, every port a free loopback one, stopped by PID).
 Without it the tests that need it are skipped, except under CI=true, where a missing store
 is a failure. `make test` builds it beside the tests (tools/test/suite.sh): its tests then
-run last in their session and wait for that build when it is still under way."""
+wait for that build when it is still under way."""
 
 from __future__ import annotations
 

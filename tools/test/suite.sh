@@ -14,8 +14,8 @@
 #   foreground, once the control plane and the real node are built (SUITE_NODE_FIRST=0:
 #     at once, beside those builds): everything without a control plane (`-m "not
 #     cluster"`), which needs only the venv and the browser; its tests that need the S3 store or HDFS
-#     run last and wait for their build if it is still running (TFKUBE_BUILDS_BESIDE:
-#     tests/conftest.py, tests/s3store.py, tests/hdfsstore.py); then, once the control
+#     wait for their build if it is still running (TFKUBE_BUILDS_BESIDE:
+#     tests/s3store.py, tests/hdfsstore.py); then, once the control
 #     plane and the gang scheduler are built, the KWOK-only session (`-m "cluster and not
 #     nodesession"`) on a control plane of its own (loopback only, no real node), while
 #     the real-node session still runs.
@@ -58,8 +58,8 @@ built() { # step... : wait until each has ended; fail when one failed
   done
 }
 
-# Every session: a test that needs the S3 store or HDFS runs last in its session and waits
-# for the store's build when it is still running (tests/conftest.py, tests/s3store.py).
+# Every session: a test that needs the S3 store or HDFS waits for the store's build when it
+# is still running (tests/s3store.py, tests/hdfsstore.py).
 export TFKUBE_BUILDS_BESIDE=1
 echo "suite: the real-node session starts when its builds are done; its output: $node_log (printed at the end)"
 # -p no:cacheprovider: one session writes .pytest_cache, not two at once. `exec`: the
