@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make test's builds, run by tools/test/suite.sh beside the first pytest session (which
-# needs none of them), one after the other, in the order the sessions need them:
+# make test's builds, run by tools/test/suite.sh one after the other, in the order the
+# sessions need them: the control plane's and the real node's first, before any session
+# starts (they gate the longest); the rest niced, beside the sessions:
 #
 #   kube-core   etcd, kube-apiserver & co., kubectl, kwok        (tools/kube/build.sh)
 #   kube-node   the real node's Debian packages, kubelet, kube-proxy, CoreDNS,
