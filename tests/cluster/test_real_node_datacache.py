@@ -102,8 +102,15 @@ def data_set() -> bytes:
 
 
 def run_job(team: Team, name: str) -> None:
+    """Run `name` to success, then wait until both its workers have read their data.
+
+    The job succeeds when worker 0 ends; under load worker 1 may not have started by
+    then, and the default cleanPodPolicy (Running) would delete it before it reads the
+    data set. With None it goes on to read it, and the job is deleted after (its PS
+    serves forever)."""
     raw = yaml.safe_load(job_manifest(team.node, name))
     raw["spec"]["replicas"]["worker"]["args"] = ["--train_steps=100"]
+    raw["spec"]["runPolicy"]["cleanPodPolicy"] = "None"
     api = team.member
     body = {"manifest": yaml.safe_dump(raw), "data": "digits"}
     job = api.ok(api.post(f"/api/v1/teams/{team.name}/jobs", json=body), 201)
@@ -123,9 +130,18 @@ def run_job(team: Team, name: str) -> None:
     ).items
     assert len(pods) == 2, [p.metadata.name for p in pods]
     for pod in pods:
-        text = kube.core.read_namespaced_pod_log(pod.metadata.name, ns, container="tensorflow")
-        assert "data ready (" in text, text[-2000:]
+
+        def log(pod: Any = pod) -> str | None:
+            try:
+                text = str(kube.core.read_namespaced_pod_log(
+                    pod.metadata.name, ns, container="tensorflow"))  # fmt: skip
+            except client.ApiException:  # not started yet
+                return None
+            return text if "data ready (" in text else None
+
+        text = wait_for(f"{pod.metadata.name} to read its data", log, JOB_TIMEOUT, 2.0)
         assert "cannot be used" not in text, text[-2000:]  # never fell back to the server
+    assert api.delete(f"/api/v1/jobs/{job['id']}").status_code in {200, 204}
 
 
 def test_two_jobs_read_their_data_through_the_nodes_cache(team: Team) -> None:
