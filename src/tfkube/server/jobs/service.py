@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -127,6 +128,20 @@ def _counts(row: Job) -> tuple[object, ...]:
 def _stalled(row: Job) -> bool:
     """Whether any of the job's replicas stalls, as last recorded."""
     return any(isinstance(r, dict) and r.get("stalled") for r in row.replicas or [])
+
+
+@dataclass(frozen=True)
+class _Before:
+    """A job's row as it was before the server recorded a change of it (`JobService.
+    _news`): what is news, and what its owner's notifications compare with."""
+
+    counts: tuple[object, ...]
+    phase: str
+    stalled: bool
+
+    @classmethod
+    def of(cls, row: Job) -> _Before:
+        return cls(_counts(row), row.phase, _stalled(row))
 
 
 def _with_message(row: Job, message: str) -> None:
@@ -503,6 +518,7 @@ class JobService:
         leaves the job queued with the reason as its message; the sync loop tries again."""
         if not self._claim_start(db, row):
             return
+        before = _Before.of(row)
         job = load_job_text(row.spec, f"job {row.name!r}")
         backend = self.engine.jobs(tenant_of(team))
         # An uploaded artifact, or code this server fetched at submit (never a URL a member
@@ -551,6 +567,8 @@ class JobService:
             self._apply_view(row, view)
             db.add(JobEvent(job_id=row.id, time=now, message="started on the engine"))
         self._changed(db, row)
+        # The engine's first view may already be the end (a short job, a slow server).
+        self._news(db, row, team, before)
         db.commit()
         self.on_change(row)
 
@@ -648,6 +666,7 @@ class JobService:
 
     def stop(self, db: Session, row: Job, team: Team) -> None:
         now = time.time()
+        before = _Before.of(row)
         served = self.storage(team, row.id, row.name).served_data
         if served is not None and self.stager.cancel(served):
             # Nothing will ask for it now; what it fetched stays in the team's cache.
@@ -663,6 +682,7 @@ class JobService:
                 self._end(row, row.phase, row.reason or "", row.message or "", now)
         db.add(JobEvent(job_id=row.id, time=now, message="stop requested through the server"))
         self._changed(db, row)
+        self._news(db, row, team, before)
         db.commit()
         self.on_change(row)
         self.poke.set()
@@ -705,6 +725,7 @@ class JobService:
         quota = admission.Quota(**team.quota)
         if (why := admission.resize_refusal(quota, team_holds, extra, free)) is not None:
             raise SpecError([FieldError("workers", why)], "scale")
+        was = _Before.of(row)
         before = job.spec.replicas.count(Role.WORKER)
         view = self.engine.jobs(tenant_of(team)).scale(row.name, workers)
         row.spec = dump_job(scaled)
@@ -719,6 +740,7 @@ class JobService:
             )
         )
         self._changed(db, row)
+        self._news(db, row, team, was)
         db.commit()
         self.on_change(row)
         self.poke.set()
@@ -806,8 +828,7 @@ class JobService:
                 continue
             for row in rows:
                 view = views.get(row.name)
-                before, phase_before = _counts(row), row.phase
-                was_stalled = _stalled(row)
+                before = _Before.of(row)
                 if view is None:
                     if JobPhase(row.phase).terminal:
                         row.state = ENDED
@@ -833,21 +854,31 @@ class JobService:
                     if self.engine.features.polled_usage:
                         self._poll_usage(row, team, view, backend)
                 self._changed(db, row)
-                if (
-                    self.on_ended is not None
-                    and JobPhase(row.phase).terminal
-                    and row.id not in self._ended_seen
-                ):
-                    self._ended_seen.add(row.id)
-                    self.on_ended(row, team)
-                if _counts(row) != before:
+                if self._news(db, row, team, before):
                     self.on_change(row)
-                    if self.on_event is not None:
-                        for event in job_events(
-                            phase_before, was_stalled, row.phase, row.reason, _stalled(row)
-                        ):
-                            self.on_event(db, row, event)
         db.commit()
+
+    def _news(self, db: Session, row: Job, team: Team, before: _Before) -> bool:
+        """What a change the server recorded of a job tells the others, in its
+        transaction (the caller commits), wherever it was recorded (the sync loop, a
+        start whose engine already saw the job end, a stop, a resize): the archiver,
+        once it ended (`on_ended`); its owner's notifications (`on_event`). -> whether
+        anything of it changed (news for `on_change`)."""
+        if (
+            self.on_ended is not None
+            and JobPhase(row.phase).terminal
+            and row.id not in self._ended_seen
+        ):
+            self._ended_seen.add(row.id)
+            self.on_ended(row, team)
+        if _counts(row) == before.counts:
+            return False
+        if self.on_event is not None:
+            for event in job_events(
+                before.phase, before.stalled, row.phase, row.reason, _stalled(row)
+            ):
+                self.on_event(db, row, event)
+        return True
 
     def _show_staging(self, row: Job, team: Team) -> None:
         """While the server stages a pending job's source for its replicas (`data_from`),
