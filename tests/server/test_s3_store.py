@@ -158,6 +158,31 @@ def test_artifacts_live_in_the_bucket_and_replicas_fetch_them(
     assert s3_store.secret_key not in server.log.read_text()
 
 
+SLEEPER = """#!/bin/sh
+echo "before the stop" > "$TFKUBE_LOG_DIR/result.txt"
+echo "waiting to be stopped"
+exec sleep 600
+"""
+
+
+def test_a_stopped_job_is_archived_too(team: TeamCtx, s3_store: S3Store, bucket: str) -> None:
+    """A job stopped through the server ends in the request, not in the sync loop, which
+    was the only place that handed an ended job to the archiver: its outputs stayed on
+    this machine only (`JobService._news` now tells the archiver wherever a job ends)."""
+    api = team.member
+    api.ok(upload(api, team.name, "sleeper", targz({"run.sh": SLEEPER})), 201)
+    body = {"name": "stopped", "workers": 1, "code": "sleeper"}
+    job = api.ok(api.post(f"/api/v1/teams/{team.name}/jobs", json=body), 201)
+    deadline = time.monotonic() + 120
+    while "waiting to be stopped" not in api.get(f"/api/v1/jobs/{job['id']}/logs/worker-0").text:
+        assert time.monotonic() < deadline, api.ok(api.get(f"/api/v1/jobs/{job['id']}"))
+        time.sleep(0.5)
+    api.ok(api.post(f"/api/v1/jobs/{job['id']}/stop"))
+    members = archived(s3_store, bucket, f"tfk/site/outputs/{team.name}/{job['id']}.tar")
+    assert members["result.txt"] == b"before the stop\n"
+    assert api.delete(f"/api/v1/jobs/{job['id']}").status_code in {200, 204}
+
+
 def refused(tmp: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
     """The server's refusal, its lines joined (the console wraps long messages)."""
     argv = [sys.executable, "-m", "tfkube", "server", "--data-dir", str(tmp / "data"), *args]
