@@ -89,6 +89,12 @@ from tfkube.tfcluster import replica_key
 
 SUPERVISOR_START_TIMEOUT = 20.0
 STOP_GRACE_MARGIN = 15.0
+SCALE_MARGIN = 60.0
+"""How long past the job's grace period `scale` waits for the supervisor to take a
+request, while the supervisor lives: it stops the leaving workers (grace, then SIGKILL)
+and reaps them on a machine that may be busy with the job itself (20 s in all was not
+always enough on a loaded 2-core machine, where the CLI then failed a resize that the
+supervisor finished seconds later)."""
 """How long beyond the job's termination grace a supervisor may take to stop."""
 
 
@@ -660,24 +666,30 @@ class LocalBackend:
         tmp = d.scale_requested.with_name(f".scale.{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"workers": workers}))
         tmp.replace(d.scale_requested)
-        deadline = time.monotonic() + job.spec.run_policy.termination_grace_seconds + 15.0
+        deadline = time.monotonic() + job.spec.run_policy.termination_grace_seconds + SCALE_MARGIN
         while time.monotonic() < deadline:
             time.sleep(0.05)
-            if d.scale_requested.exists():
-                continue
+            taken = not d.scale_requested.exists()  # the supervisor read it
             record = d.read()
-            now = sum(1 for r in record.replicas if r.role == Role.WORKER.value)
-            if now == workers:
-                return self._view(d, record)
-            refused = [
-                str(e["message"])
-                for e in d.read_events()
-                if float(str(e["time"])) >= asked_at
-                and str(e["message"]).startswith("scale refused")
-            ]
-            if refused or record.phase.terminal:
-                why = refused[0] if refused else f"the job ended ({record.phase.value})"
-                raise SpecError([FieldError("workers", why)], f"scaling job {name!r}")
+            if taken:
+                now = sum(1 for r in record.replicas if r.role == Role.WORKER.value)
+                if now == workers:
+                    return self._view(d, record)
+                refused = [
+                    str(e["message"])
+                    for e in d.read_events()
+                    if float(str(e["time"])) >= asked_at
+                    and str(e["message"]).startswith("scale refused")
+                ]
+                if refused or record.phase.terminal:
+                    why = refused[0] if refused else f"the job ended ({record.phase.value})"
+                    raise SpecError([FieldError("workers", why)], f"scaling job {name!r}")
+            if alive(record.supervisor) is None:
+                d.scale_requested.unlink(missing_ok=True)
+                if record.phase.terminal:
+                    why = f"the job ended ({record.phase.value})"
+                    raise SpecError([FieldError("workers", why)], f"scaling job {name!r}")
+                raise TimeoutError(f"job {name!r}: its supervisor ended before it resized it")
         raise TimeoutError(f"job {name!r}: its supervisor did not resize it in time")
 
     # -- ending -----------------------------------------------------------------------
