@@ -326,6 +326,10 @@ CLIENT_TEAM: Final = "TFKUBE_TEAM"
 SERVING_TOKEN: Final = "TFKUBE_SERVING_TOKEN"
 """A model server's secret: it answers only requests that carry it (the server's proxy
 does); the model server removes it from its environment at start."""
+MODEL_SERVER_BINARY: Final = "tfkube-modelserver"
+"""tfkube's native model server's program (native/modelserver): in the venv's bin for the
+local engine (`tfkube.modelserver`), in /usr/local/bin of tfkube's image for the `tfkube`
+runtime in a cluster (`tfkube.render`)."""
 SERVING_READY_PATH: Final = "/tfkube/ready"
 """tfkube's model server's readiness, on its REST port and without its secret: 200 when a
 version is available and its gRPC door (when it has one) answers its own health check

@@ -357,7 +357,7 @@ def test_tfkube_model_server_answers_in_a_real_pod(team: Team, trained: Trained)
     assert pod.spec.node_name == node.name
     (container,) = pod.spec.containers
     assert container.image == OPERATOR_IMAGE
-    assert container.command == ["python3", "-m", "tfkube.serving"]
+    assert container.command == ["tfkube-modelserver"]  # the native one, as locally
     assert container.security_context.read_only_root_filesystem is True
     assert pod.status.container_statuses[0].ready
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tfkube import contract, modelserver
 from tfkube.engines.kubernetes import KubernetesEngine
 from tfkube.engines.local import LocalEngine
 from tfkube.render import (
@@ -171,7 +172,8 @@ def test_tfkube_runtime_objects(version: int | None, pinned: list[str]) -> None:
     container = _container(objects)
     assert container["image"] == OPERATOR_IMAGE
     assert container["imagePullPolicy"] == "IfNotPresent"
-    assert container["command"] == ["python3", "-m", "tfkube.serving"]
+    # The native server the local engine runs, as tfkube's image carries it.
+    assert container["command"] == [modelserver.BINARY]
     assert container["args"] == [
         "--rest_api_host=0.0.0.0",
         "--rest_api_port=8501",
@@ -304,6 +306,12 @@ def test_the_image_built_here_is_the_one_the_renderer_and_dockerfile_name() -> N
     wanted = images.tfkube_requirements()
     assert any(r.startswith("uvicorn") for r in wanted)
     assert any(r.startswith("tensorflow-cpu") for r in wanted)
+    # The `tfkube` runtime's command: the native server both images carry.
+    assert images.NATIVE_BINARY == modelserver.BINARY == contract.MODEL_SERVER_BINARY
+    assert f"/usr/local/bin/{modelserver.BINARY}" in dockerfile
+    # ... built against the TensorFlow the serving extra installs.
+    (pin,) = re.findall(r'"(tensorflow-cpu==[0-9.]+)"', dockerfile)
+    assert pin in wanted
 
 
 def test_another_tree_of_tfkube_is_an_image_of_its_own(tmp_path: Path) -> None:

@@ -23,8 +23,10 @@ folder as a tar to `ctr images import -` (cluster.py does it when the real node 
   pyproject.toml lists for the `serving`, `server`, `kubernetes` and `notebook` extras, run in
   the TensorFlow image through an overlay mount, so the layer holds only what pip added;
   cached under `images/layers/` by the hash of those requirements), then tfkube itself (a
-  `pip install --no-deps` of this checkout; keyed by the hash of its source, so a source
-  change rebuilds in seconds). Non-root (65532) like deploy/Dockerfile, which builds the
+  `pip install --no-deps` of this checkout, and the native model server that
+  tools/modelserver/build.sh built, `/usr/local/bin/tfkube-modelserver`, which the `tfkube`
+  serving runtime runs; keyed by the hash of the source and of the binary, so a change
+  rebuilds in seconds). Non-root (65532) like deploy/Dockerfile, which builds the
   same thing for a registry. The same recipe builds another tree of tfkube (a release from
   this repository's history: `tfkube_image(tf, source=..., tag=...)`) as
   `ghcr.io/tfkube/operator:<tag>`, over the same dependency layer; the upgrade test
@@ -141,6 +143,9 @@ TFKUBE = {
 }
 """tfkube's image config, as deploy/Dockerfile sets it: non-root, HOME in the writable /tmp
 (pods run it with a read-only root filesystem)."""
+NATIVE_BINARY = "tfkube-modelserver"
+"""The native model server in tfkube's image's /usr/local/bin (`tfkube.modelserver.BINARY`;
+the `tfkube` runtime's command, `tfkube.render`)."""
 SITE_PACKAGES = "usr/local/lib/python3.11/dist-packages"
 """Where pip installs as root in Debian 12's Python (the TensorFlow image's)."""
 OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
@@ -171,6 +176,8 @@ class Image:
     name: str
     recipe_hash: str
     root: Path
+    native: Path | None = None
+    """tfkube's image: the native model server it carries (`tfkube-modelserver`)."""
 
     @property
     def layout(self) -> Path:
@@ -239,14 +246,43 @@ def deps_key(tensorflow: Image, repo: Path = REPO) -> str:
     return hashlib.sha256(recipe.encode()).hexdigest()
 
 
+def native_model_server(repo: Path = REPO, build: bool = False) -> Path:
+    """The native model server of this checkout (tools/modelserver/build.sh's binary in
+    the cache), for tfkube's image: its rpath finds TensorFlow from /usr/local/bin in the
+    image's dist-packages as in the venv. `build`: build it when missing or out of date
+    (a no-op otherwise); else ImageError when it is not built."""
+    script = repo / "tools" / "modelserver" / "build.sh"
+    env = {**os.environ, "VENV": os.environ.get("VENV", str(repo / ".venv"))}
+    if build:
+        made = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+        if made.returncode != 0:
+            raise ImageError(f"the native model server did not build:\n{made.stderr[-2000:]}")
+    out = subprocess.run(["bash", str(script), "--print-bin"], env=env, capture_output=True,
+                         text=True)  # fmt: skip
+    found = Path(out.stdout.strip())
+    if out.returncode != 0 or not found.is_file():
+        raise ImageError(
+            f"the native model server is not built ({out.stderr.strip() or found}): "
+            "run `make modelserver` (or this script's `build`)"
+        )
+    return found
+
+
 def tfkube_image(
-    tensorflow: Image, repo: Path = REPO, source: Path | None = None, tag: str | None = None
+    tensorflow: Image,
+    repo: Path = REPO,
+    source: Path | None = None,
+    tag: str | None = None,
+    native: Path | None = None,
 ) -> Image:
     """tfkube's image of this checkout; with `source` and `tag`, of another tree of tfkube
     (its pyproject.toml, README.md and src/: a release from this repository's history, for
     the upgrade test) as `ghcr.io/tfkube/operator:<tag>` over this checkout's dependency
     layer (a release's own dependencies are not rebuilt: it runs with today's libraries, as
-    tests/release.py runs it), in a folder of its own (`operator-<tag>-<hash>`)."""
+    tests/release.py runs it), in a folder of its own (`operator-<tag>-<hash>`). `native`:
+    the native model server it carries in /usr/local/bin (`native_model_server()`), keyed
+    by its bytes; a release's image has none (its model servers run `python3 -m
+    tfkube.serving`)."""
     if (source is None) != (tag is None):
         raise ImageError("give both source and tag (another tree of tfkube), or neither")
     name = tfkube_name(repo) if tag is None else f"ghcr.io/tfkube/operator:{tag}"
@@ -258,12 +294,13 @@ def tfkube_image(
             "name": name,
             "deps": deps_key(tensorflow, repo),
             "source": source_digest(source or repo),
+            "native": _file_digest(native) if native is not None else None,
             **TFKUBE,
         },
         sort_keys=True,
     )
     digest = hashlib.sha256(recipe.encode()).hexdigest()
-    return Image(key, name, digest, tensorflow.root)
+    return Image(key, name, digest, tensorflow.root, native)
 
 
 def postgres_image(root: Path | None = None) -> Image:
@@ -732,10 +769,11 @@ def deps_layer(tensorflow: Image, repo: Path = REPO) -> Layer:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def source_layer(tmp: Path, repo: Path = REPO) -> Layer:
+def source_layer(tmp: Path, repo: Path = REPO, native: Path | None = None) -> Layer:
     """tfkube itself as a layer: `pip install --no-deps --target` of a copy of the checkout
     (this interpreter's pip builds the wheel) into Debian's dist-packages, its `tfkube`
-    command in /usr/local/bin for the image's python3. Seconds: no chroot, no TensorFlow."""
+    command in /usr/local/bin for the image's python3, and `native` (the native model
+    server) there too. Seconds: no chroot, no TensorFlow."""
     src = tmp / "src"
     for path in _source_files(repo):
         target = src / path.relative_to(repo)
@@ -755,6 +793,9 @@ def source_layer(tmp: Path, repo: Path = REPO) -> Layer:
         (scripts / script.name).write_text("".join(lines))
         (scripts / script.name).chmod(0o755)
     shutil.rmtree(site / "bin")
+    if native is not None:
+        shutil.copyfile(native, scripts / NATIVE_BINARY)
+        (scripts / NATIVE_BINARY).chmod(0o755)
     tar = tmp / "tfkube.tar"
     _run(
         ["tar", "--numeric-owner", "--owner=0", "--group=0", "--sort=name",
@@ -779,7 +820,7 @@ def build_tfkube(image: Image, tensorflow: Image, source: Path = REPO) -> None:
         _log(f"{image.name}: building tfkube's own layer")
         tmp = Path(tempfile.mkdtemp(prefix=".build-tfkube-", dir=image.root))
         try:
-            own = source_layer(tmp, source)
+            own = source_layer(tmp, source, image.native)
             config = {
                 "Env": [f"{k}={v}" for k, v in TFKUBE["env"].items()],  # type: ignore[attr-defined]
                 "User": TFKUBE["user"],
@@ -880,7 +921,7 @@ def images(bin_dir: Path) -> list[Image]:
     return [
         pause_image(bin_dir / "tfkube-pause"),
         tensorflow,
-        tfkube_image(tensorflow),
+        tfkube_image(tensorflow, native=native_model_server()),
         postgres_image(),
     ]
 
@@ -896,6 +937,7 @@ def default_bin_dir() -> Path:
 
 
 def build_all(bin_dir: Path) -> list[Image]:
+    native_model_server(build=True)
     pause, tf, own, postgres = images(bin_dir)
     if not pause.present():
         build_pause(pause, bin_dir / "tfkube-pause")

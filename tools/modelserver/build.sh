@@ -45,9 +45,14 @@ PY
   log "no TensorFlow C API in $tf (libtensorflow_cc.so.2, include/tensorflow/c)"; exit 1; }
 
 rel="$(realpath --relative-to="$venv/bin" "$tf")"  # e.g. ../lib/python3.11/site-packages/tensorflow
-rpath="\$ORIGIN/$rel"
-hash="$({ echo "go=$(go env GOVERSION)"; echo "tf=$rel $tf_version"; go_sources "$src"; } \
-        | sha256sum | cut -c1-16)"
+# Also where the same TensorFlow lies from /usr/local/bin in tfkube's images: Debian's
+# python3 with pip as root (tools/kube/images.py: dist-packages; a venv's layout, as $rel,
+# in python:3.11-slim of deploy/Dockerfile). One binary for the venv and the images.
+py="$("$venv/bin/python" -c 'import sys; print(f"python{sys.version_info[0]}.{sys.version_info[1]}")')"
+image_rel="../lib/$py/dist-packages/tensorflow"
+rpath="\$ORIGIN/$rel:\$ORIGIN/$image_rel"
+hash="$({ echo "go=$(go env GOVERSION)"; echo "tf=$rel $tf_version"; echo "image=$image_rel"; \
+          go_sources "$src"; } | sha256sum | cut -c1-16)"
 bin_dir="$root/modelserver-$hash/bin"
 bin="$bin_dir/tfkube-modelserver"
 case "${1:-}" in

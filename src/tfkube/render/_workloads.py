@@ -3,7 +3,7 @@
 A model server reads the job's exported SavedModels from the job's own output volume
 (read-only), so what the job wrote is what is served, with no copy. Its runtime
 (`ServingRuntime`) is the stock `tensorflow/serving` image (the default) or tfkube's own
-model server (`python3 -m tfkube.serving`) in tfkube's image; both answer TensorFlow
+native model server (`tfkube-modelserver`) in tfkube's image; both answer TensorFlow
 Serving's REST API and its gRPC API on the same ports, so clients and the proxy do not
 care which:
 
@@ -113,7 +113,7 @@ class ServingRuntime(StrEnum):
     TENSORFLOW_SERVING = "tensorflow-serving"
     """The stock `tensorflow/serving` image (`tensorflow_model_server`)."""
     TFKUBE = "tfkube"
-    """tfkube's model server (`python3 -m tfkube.serving`) in tfkube's image: the one the
+    """tfkube's native model server (`tfkube-modelserver`) in tfkube's image: the one the
     local engine runs, so what was tested here is what runs in the cluster."""
 
 
@@ -257,7 +257,7 @@ def _serving_container(spec: ModelServerSpec, sub_path: str) -> Object:
         mounts.append({"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
     else:
         container["image"] = spec.image or TFKUBE_SERVING_IMAGE
-        container["command"] = ["python3", "-m", "tfkube.serving"]
+        container["command"] = [contract.MODEL_SERVER_BINARY]
         container["args"] = [
             "--rest_api_host=0.0.0.0",
             f"--rest_api_port={REST_PORT}",
