@@ -78,7 +78,7 @@ def test_serve_offers_the_clusters_runtimes(
     made_deployment = wait_for("the model server's Deployment", deployment, 30)
     container = made_deployment.spec.template.spec.containers[0]
     assert "tensorflow/serving" not in container.image
-    assert "tfkube.serving" in " ".join(container.command or []) + " ".join(container.args or [])
+    assert container.command == ["tfkube-modelserver"]  # the native model server
     api.ok(api.post(f"/api/v1/model-servers/{made['id']}/stop"))
     api.ok(api.delete(f"/api/v1/jobs/{job['id']}"), 204)
 
