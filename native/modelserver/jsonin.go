@@ -324,9 +324,14 @@ func (t *tensorReader) value(r *jsonReader, depth int) error {
 		if r.peek() == ']' {
 			r.pos++
 		} else {
+			// a row of float32 leaves (the usual tensor's last dimension): its plain
+			// numbers read by fastFloat, the rest (and the first row) by value
+			row := t.dtype == DTFloat && t.leaf == depth+1 && len(t.shape) == depth+1
 			for {
-				if err := t.value(r, depth+1); err != nil {
-					return err
+				if !row || !t.fastFloat(r) {
+					if err := t.value(r, depth+1); err != nil {
+						return err
+					}
 				}
 				n++
 				next := r.peek()
@@ -394,6 +399,26 @@ func (t *tensorReader) value(r *jsonReader, depth int) error {
 		}
 	}
 	return t.put(s)
+}
+
+// fastFloat reads a plain number as the next float32 leaf (true), or leaves r as it was
+// (false: value reads it, or says what is wrong with it).
+func (t *tensorReader) fastFloat(r *jsonReader) bool {
+	if *t.budget <= 0 {
+		return false
+	}
+	if c := r.peek(); c == '[' || c == '"' || c == '{' {
+		return false
+	}
+	f, size, ok := fastNumber(r.b[r.pos:], true)
+	if !ok {
+		return false
+	}
+	*t.budget--
+	t.count++
+	r.pos += size
+	t.add32(math.Float32bits(float32(f)))
+	return true
 }
 
 // reserve makes room for the rows still to come, guessed from the first row's text

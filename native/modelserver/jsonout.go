@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -136,9 +137,28 @@ func appendTensor(b []byte, name string, t *Tensor) []byte {
 
 // PredictAnswer is `{"predictions": rows}` or `{"outputs": columns}`; a single output
 // loses its name, as in TensorFlow Serving.
+// answerPool keeps answers' buffers for later answers (ReleaseAnswer): a batch-64 answer
+// is ~11 KB, otherwise grown from nothing by doubling for every request.
+var answerPool sync.Pool
+
+func answerBuffer() []byte {
+	if b, ok := answerPool.Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, 4096)
+}
+
+// ReleaseAnswer hands an answer's buffer back once it is written out (the writer keeps
+// no reference to it); buffers over 1 MiB are left to the collector.
+func ReleaseAnswer(b []byte) {
+	if c := cap(b); c >= 4096 && c <= 1<<20 {
+		answerPool.Put(&b)
+	}
+}
+
 func PredictAnswer(outputs map[string]*Tensor, rowFormat bool) ([]byte, error) {
 	names := sortedKeys(outputs)
-	b := make([]byte, 0, 256)
+	b := answerBuffer()
 	if !rowFormat {
 		b = append(b, `{"outputs":`...)
 		if len(names) == 1 {

@@ -171,6 +171,10 @@ func main() {
 			defer pprof.StopCPUProfile()
 		}
 	}
+	gc := tuneGC()
+	if gc != "" {
+		gc = "; collector " + gc
+	}
 	token := os.Getenv("TFKUBE_SERVING_TOKEN")
 	os.Unsetenv("TFKUBE_SERVING_TOKEN")
 
@@ -242,8 +246,8 @@ func main() {
 	if o.Port != 0 {
 		grpcText = fmt.Sprintf(" and gRPC %s:%d", o.RestHost, o.Port)
 	}
-	fmt.Fprintf(os.Stderr, "tfkube model server (native): %s from %s (versions: %s%s%s) at http://%s/v1/models/%s%s\n",
-		o.ModelName, o.BasePath, policy.Describe(), labels, batching,
+	fmt.Fprintf(os.Stderr, "tfkube model server (native): %s from %s (versions: %s%s%s%s) at http://%s/v1/models/%s%s\n",
+		o.ModelName, o.BasePath, policy.Describe(), labels, batching, gc,
 		net.JoinHostPort(o.RestHost, strconv.Itoa(o.RestPort)), o.ModelName, grpcText)
 
 	httpServer := &http.Server{Handler: rest, ReadHeaderTimeout: 30 * time.Second}

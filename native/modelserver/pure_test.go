@@ -445,3 +445,28 @@ func TestIntraOpThreadsDefaultsToOneOnSmallMachines(t *testing.T) {
 		}
 	}
 }
+
+func TestGCSettings(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		want int64
+	}{
+		{"max\n", 0}, {"9223372036854771712\n", 0}, {"", 0}, {"junk", 0}, {"-1", 0},
+		{"1073741824\n", 1 << 30},
+	} {
+		if got := memoryLimit(c.text); got != c.want {
+			t.Errorf("memoryLimit(%q) = %d, want %d", c.text, got, c.want)
+		}
+	}
+	if p, m, ok := gcSettings("", "", 0); !ok || p != gcPercent || m != 0 {
+		t.Errorf("no limit: %d %d %v", p, m, ok)
+	}
+	if p, m, ok := gcSettings("", "", 1<<30); !ok || p != gcPercent || m != 1<<29 {
+		t.Errorf("a 1 GiB limit: %d %d %v", p, m, ok)
+	}
+	for _, env := range [][2]string{{"100", ""}, {"", "512MiB"}, {"off", "1GiB"}} {
+		if _, _, ok := gcSettings(env[0], env[1], 1<<30); ok {
+			t.Errorf("GOGC=%q GOMEMLIMIT=%q: set anyway", env[0], env[1])
+		}
+	}
+}

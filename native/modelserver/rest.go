@@ -76,6 +76,7 @@ func (h *REST) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, status, body)
+	ReleaseAnswer(body)
 }
 
 func jsonText(v any) string {
