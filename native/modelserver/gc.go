@@ -3,9 +3,10 @@ package main
 // The collector's pace. A model server's Go heap is small and short-lived: the model's
 // weights live in TensorFlow's memory, and each request allocates its body's tensor, the
 // answer's text and a few maps that die with it. Go's default (GOGC=100: collect when the
-// heap doubles over what was live) then collects some 50 times a second under batch-64
-// load, each cycle taking a core's quarter and stopping the world twice; at GOGC=400 the
-// native server answered 1.2-1.5x the requests per second over gRPC at batch 64
+// heap doubles over what was live, at least 4 MiB) then collects tens of times a second
+// under batch-64 load (tens of KB a request, thousands of requests a second), each cycle
+// taking a quarter of the cores and stopping the world twice; at GOGC=400 the native
+// server answered 1.2-1.4x the requests per second over gRPC at batch 64
 // (benchmarks/serving, docs/benchmarks.md "The collector's pace"). The heap may then grow
 // to five times what is live, so where the process has a memory limit (a pod's, through
 // its cgroup) the collector is also told to keep the Go heap under half of it
