@@ -10,6 +10,7 @@ plane's components share the admin token and are told apart by user agent
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,13 +28,19 @@ rules:
 SA_PREFIX = "system:serviceaccount:"
 
 
+NEVER_MB = 1 << 20  # a megabyte count no run reaches (1 TiB)
+
+
 def apiserver_args(workdir: Path) -> tuple[str, ...]:
     policy = workdir / "audit-policy.yaml"
     policy.write_text(POLICY)
     return (
         f"--audit-policy-file={policy}",
         f"--audit-log-path={workdir / 'audit.log'}",
-        "--audit-log-maxsize=0",  # one file, never rotated: the benchmark reads it by offset
+        # one file, never rotated: the benchmark reads it by offset. 0 is not "never": the
+        # API server's log writer (lumberjack) then rotates at its default, 100 MB, which an
+        # 11,000-replica run passes (its second runner's requests were lost so, 2026-12-04)
+        f"--audit-log-maxsize={NEVER_MB}",
     )
 
 
@@ -91,6 +98,11 @@ class AuditLog:
         if not self.path.exists():
             return out
         with self.path.open("rb") as f:
+            if os.fstat(f.fileno()).st_size < self.offset:
+                raise SystemExit(
+                    f"{self.path} is shorter than what was read of it: it was rotated, and "
+                    "the requests of this window are not all in it"
+                )
             f.seek(self.offset)
             data = f.read()
         complete = data.rfind(b"\n") + 1  # a line being written is read next time
