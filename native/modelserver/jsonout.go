@@ -135,8 +135,6 @@ func appendTensor(b []byte, name string, t *Tensor) []byte {
 	return appendNested(b, t, 0, t.Shape, t.DType == DTString && strings.HasSuffix(name, "_bytes"))
 }
 
-// PredictAnswer is `{"predictions": rows}` or `{"outputs": columns}`; a single output
-// loses its name, as in TensorFlow Serving.
 // answerPool keeps answers' buffers for later answers (ReleaseAnswer): a batch-64 answer
 // is ~11 KB, otherwise grown from nothing by doubling for every request.
 var answerPool sync.Pool
@@ -156,6 +154,8 @@ func ReleaseAnswer(b []byte) {
 	}
 }
 
+// PredictAnswer is `{"predictions": rows}` or `{"outputs": columns}`; a single output
+// loses its name, as in TensorFlow Serving.
 func PredictAnswer(outputs map[string]*Tensor, rowFormat bool) ([]byte, error) {
 	names := sortedKeys(outputs)
 	b := answerBuffer()
