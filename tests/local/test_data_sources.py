@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from s3store import S3Store, start_seaweed
+from s3store import S3Store, Seaweed, start_seaweed
 from tfkube.engines.local import LocalBackend
 from tfkube.engines.local._procs import ref_of
 from tfkube.engines.local._store import DataRecord, JobDir, JobRecord
@@ -370,3 +370,23 @@ def test_with_the_shard_rule_each_worker_gets_only_its_objects(
         share = data.shares[f"worker-{i}"]
         size = len(objects[key])
         assert (share.files, share.bytes, share.fetched_bytes) == (1, size, size)
+
+
+def test_the_store_starts_again_on_other_ports_when_one_was_taken(
+    s3_store: S3Store, tmp_path: Path
+) -> None:
+    """A port chosen while free and taken before weed binds it (a CI run's failure:
+    `bind: address already in use`): weed is started again on new ports."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = int(taken.getsockname()[1])
+    server = Seaweed(binary=s3_store.server.binary, workdir=tmp_path / "weed", s3_port=port)
+    server.workdir.mkdir()
+    try:
+        server.start()
+        assert server.s3_port != port
+        S3Store(server).bucket()
+    finally:
+        server.stop()
+        taken.close()

@@ -30,10 +30,15 @@ from pathlib import Path
 BUILD = Path(__file__).resolve().parent / "build.sh"
 START_TIMEOUT = 90.0
 STOP_GRACE = 3.0
+START_ATTEMPTS = 3
 
 
 class S3Unavailable(RuntimeError):
     pass
+
+
+class PortTaken(S3Unavailable):
+    """weed could not bind a port chosen for it: another process took it meanwhile."""
 
 
 def _free_ports(n: int) -> list[int]:
@@ -87,7 +92,21 @@ class Seaweed:
         return self.workdir / "weed.log"
 
     def start(self) -> None:
-        master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3_grpc = _free_ports(7)
+        """Start weed on free ports, again on new ones (up to START_ATTEMPTS times) when a
+        port was taken between choosing it and weed binding it: the ports are free when
+        chosen, not reserved (a CI run failed so: `bind: address already in use`)."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                self._start_once()
+                return
+            except PortTaken:
+                if attempt == START_ATTEMPTS:
+                    raise
+                self.s3_port = _free_ports(1)[0]
+
+    def _start_once(self) -> None:
+        ports = [p for p in _free_ports(8) if p != self.s3_port][:7]
+        master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3_grpc = ports
         self.grpc_sockets = [
             Path(f"/tmp/seaweedfs-{kind}-grpc-{port}.sock")
             for kind, port in (
@@ -97,7 +116,10 @@ class Seaweed:
             )
         ]
         data = self.workdir / "data"
-        data.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(data, ignore_errors=True)  # a failed attempt's, if any
+        data.mkdir(parents=True)
+        for sock in ("filer.sock", "s3.sock"):
+            (self.workdir / sock).unlink(missing_ok=True)
         argv = [
             str(self.binary),
             "server",
@@ -143,9 +165,10 @@ class Seaweed:
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise S3Unavailable(
-                    f"weed exited with {self.process.returncode}: {self.log.read_text()[-2000:]}"
-                )
+                said = self.log.read_text()
+                self._clean_up_sockets()
+                problem = PortTaken if "address already in use" in said else S3Unavailable
+                raise problem(f"weed exited with {self.process.returncode}: {said[-2000:]}")
             if self._answers():
                 return
             time.sleep(0.3)
@@ -174,9 +197,12 @@ class Seaweed:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
+        self._clean_up_sockets()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def _clean_up_sockets(self) -> None:
         for sock in self.grpc_sockets:
             sock.unlink(missing_ok=True)
-        shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 def start_seaweed(build: bool = True) -> Seaweed:
