@@ -257,15 +257,20 @@ func main() {
 	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	drained := make(chan struct{})
 	go func() {
 		<-stop
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = httpServer.Shutdown(ctx)
+		close(drained)
 	}()
 	if err := httpServer.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Fatalf("REST: %v", err)
 	}
+	// Serve returns as soon as Shutdown begins: the answers in flight are written (or 5 s
+	// pass) before the process may end
+	<-drained
 	if grpcServer != nil {
 		done := make(chan struct{})
 		go func() { grpcServer.GracefulStop(); close(done) }()

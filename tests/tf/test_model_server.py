@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 import threading
 import time
@@ -552,3 +553,46 @@ def test_each_inter_op_setting_answers_the_same(tmp_path: Path, inter_op: int) -
     strings[:] = [e.SerializeToString() for e in _examples([0.25, 0.5]).example_list.examples]  # type: ignore[attr-defined]
     scores = servable.run("classify", {"inputs": strings})["scores"]
     np.testing.assert_allclose(scores, [[0.25, 0.75], [0.5, 0.5]])
+
+
+def test_a_stopped_native_server_writes_the_answers_in_flight(tmp_path: Path) -> None:
+    """SIGTERM while a request is in flight (its body still arriving): its answer is still
+    written before the process ends. The native server used to end as soon as its HTTP
+    server's shutdown began (Serve returns then), cutting such answers off."""
+    from tfkube.modelserver import native_binary
+
+    if native_binary() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("tfkube-modelserver is not installed (make install)")
+        pytest.skip("tfkube-modelserver is not installed (make install)")
+    base = tmp_path / "models"
+    build_model(base, 1)
+    started = _start(base, tmp_path / "server.log", versions=1, impl="native")
+    host, port = started.rest.removeprefix("http://").split(":")
+    body = b'{"instances": [[1.0, 2.0]]}'
+    head = (
+        "POST /v1/models/m:predict HTTP/1.1\r\nHost: m\r\n"
+        + "".join(f"{k}: {v}\r\n" for k, v in AUTH)
+        + f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    try:
+        with socket.create_connection((host, int(port)), timeout=30) as conn:
+            conn.sendall(head.encode() + body[:5])
+            time.sleep(0.5)  # the handler is reading the body
+            started.proc.terminate()
+            time.sleep(0.5)
+            assert started.proc.poll() is None, "ended with an answer in flight"
+            conn.sendall(body[5:])
+            answer = b""
+            while b'"predictions"' not in answer:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200 "), answer
+        assert b'"predictions"' in answer, answer
+        assert started.proc.wait(30) is not None
+    finally:
+        if started.proc.poll() is None:
+            started.proc.kill()
+            started.proc.wait(10)

@@ -667,6 +667,7 @@ class LocalBackend:
         tmp.write_text(json.dumps({"workers": workers}))
         tmp.replace(d.scale_requested)
         deadline = time.monotonic() + job.spec.run_policy.termination_grace_seconds + SCALE_MARGIN
+        taken = False
         while time.monotonic() < deadline:
             time.sleep(0.05)
             taken = not d.scale_requested.exists()  # the supervisor read it
@@ -690,7 +691,13 @@ class LocalBackend:
                     why = f"the job ended ({record.phase.value})"
                     raise SpecError([FieldError("workers", why)], f"scaling job {name!r}")
                 raise TimeoutError(f"job {name!r}: its supervisor ended before it resized it")
-        raise TimeoutError(f"job {name!r}: its supervisor did not resize it in time")
+        now = sum(1 for r in record.replicas if r.role == Role.WORKER.value)
+        events = [str(e["message"]) for e in d.read_events()][-3:]
+        raise TimeoutError(
+            f"job {name!r}: its supervisor did not resize it in time (the request "
+            f"{'was taken' if taken else 'was not taken'}; {now} workers, {workers} asked; "
+            f"its last events: {'; '.join(events) or 'none'})"
+        )
 
     # -- ending -----------------------------------------------------------------------
 
