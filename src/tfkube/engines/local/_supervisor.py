@@ -40,6 +40,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO, NoReturn
 
+import psutil
+
 from tfkube import contract
 from tfkube.engines._data import (
     Cancelled,
@@ -270,6 +272,7 @@ class Supervisor:
             self._sample_usage()
             changed |= self._claim_gpus()
             changed |= self._resize()
+            changed |= self._drop_removed()
             if self.stop_reason and not self.record.phase.terminal:
                 self._finish(JobPhase.FAILED, "Stopped", self.stop_reason)
                 changed = True
@@ -812,6 +815,34 @@ class Supervisor:
         record.replicas.sort(key=lambda r: replica_order(r.role, r.index))
         self.cluster = self._cluster()
         self.dir.event(resize.text(), workers=workers)
+        return True
+
+    def _drop_removed(self) -> bool:
+        """Workers a scale-down removed leave the record once reaped. `_resize` drops those
+        it saw end; one it did not (under a CI run's load a scale-down left one listed for
+        good, the job showing its old size to everyone) is stopped again here, by its
+        Popen's PID (our child, not yet reaped: the PID cannot have been reused), and
+        dropped once reaped."""
+        count = self.job.spec.replicas.count(Role.WORKER)
+        removed = [
+            r for r in self.record.replicas if r.role == Role.WORKER.value and r.index >= count
+        ]
+        if not removed:
+            return False
+        refs = []
+        for replica in removed:
+            proc = self.procs.get(replica.key)
+            if proc is not None and proc.poll() is None:
+                with contextlib.suppress(psutil.Error):
+                    refs.append(ref_of(proc.pid))
+        if refs:
+            stop_trees(refs, 0.0)
+            self._reap()
+        gone = {r.key for r in removed if r.key not in self.procs}
+        if not gone:
+            return False
+        self.record.replicas = [r for r in self.record.replicas if r.key not in gone]
+        self.cluster = self._cluster()
         return True
 
     def _finish(self, phase: JobPhase, reason: str, message: str) -> None:
