@@ -94,14 +94,21 @@ IMPLEMENTATIONS = ["python", "native"]
 the native `tfkube-modelserver` (the same flags, the same answers)."""
 
 
-@pytest.fixture(scope="module", params=IMPLEMENTATIONS)
-def impl(request: pytest.FixtureRequest) -> str:
+def _need_native() -> None:
+    """Fail (under CI=true) or skip when the native model server is not installed."""
     from tfkube.modelserver import native_binary
 
-    if request.param == "native" and native_binary() is None:
+    if native_binary() is None:
         if os.environ.get("CI") == "true":
             pytest.fail("tfkube-modelserver is not installed (make install)")
         pytest.skip("tfkube-modelserver is not installed (make install)")
+
+
+@pytest.fixture(scope="module", params=IMPLEMENTATIONS)
+def impl(request: pytest.FixtureRequest) -> str:
+
+    if request.param == "native":
+        _need_native()
     return str(request.param)
 
 
@@ -559,12 +566,7 @@ def test_a_stopped_native_server_writes_the_answers_in_flight(tmp_path: Path) ->
     """SIGTERM while a request is in flight (its body still arriving): its answer is still
     written before the process ends. The native server used to end as soon as its HTTP
     server's shutdown began (Serve returns then), cutting such answers off."""
-    from tfkube.modelserver import native_binary
-
-    if native_binary() is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("tfkube-modelserver is not installed (make install)")
-        pytest.skip("tfkube-modelserver is not installed (make install)")
+    _need_native()
     base = tmp_path / "models"
     build_model(base, 1)
     started = _start(base, tmp_path / "server.log", versions=1, impl="native")

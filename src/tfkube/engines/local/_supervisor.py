@@ -799,9 +799,7 @@ class Supervisor:
                 refs.append(replica.process)
         if refs:
             stop_trees(refs, self.job.spec.run_policy.termination_grace_seconds)
-        self._reap()
-        gone = {r.key for r in leaving if r.key not in self.procs}
-        record.replicas = [r for r in record.replicas if r.key not in gone]
+        self._reap()  # the leaving workers leave the record in _drop_removed, once reaped
         spec = job.spec.replicas.get(Role.WORKER)
         for index, port in zip(resize.added, free_ports(len(resize.added)), strict=True):
             record.replicas.append(
@@ -818,11 +816,11 @@ class Supervisor:
         return True
 
     def _drop_removed(self) -> bool:
-        """Workers a scale-down removed leave the record once reaped. `_resize` drops those
-        it saw end; one it did not (under a CI run's load a scale-down left one listed for
-        good, the job showing its old size to everyone) is stopped again here, by its
-        Popen's PID (our child, not yet reaped: the PID cannot have been reused), and
-        dropped once reaped."""
+        """Workers a scale-down removed leave the record here, once reaped (right after
+        `_resize` stopped them, or at a later turn: under a CI run's load one outlived its
+        stop, and the job showed its old size for good when only `_resize` dropped them).
+        One still running is stopped again, by its Popen's PID (our child, not yet reaped:
+        the PID cannot have been reused)."""
         count = self.job.spec.replicas.count(Role.WORKER)
         removed = [
             r for r in self.record.replicas if r.role == Role.WORKER.value and r.index >= count
