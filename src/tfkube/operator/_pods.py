@@ -89,6 +89,8 @@ BACKOFF_MAX_SECONDS = 30.0
 SHORT_WATCH_SECONDS = 1.0
 """A watch that ends without error and without an event sooner than this counts as a
 failure (backed off), so a server that closes watches at once is not hammered."""
+CLOSE_SECONDS = 2.0
+"""How long a stopped informer waits for a connection's TLS shutdown before aborting it."""
 
 
 def backoff(failures: int) -> float:
@@ -240,6 +242,9 @@ class PodInformer:
         """The kubeconfig's `proxy-url`, as the official client uses it."""
         self._synced = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._connections: dict[asyncio.Future[None], asyncio.Transport] = {}
+        """The informer's connections not known closed yet: each one's `connection_lost`
+        future (aiohttp's) -> its transport."""
 
     # -- the pure part: one event, one page ----------------------------------------------
 
@@ -304,10 +309,47 @@ class PodInformer:
             "Accept-Encoding": "identity",  # no gzip: both ends would spend CPU on it
             "User-Agent": "tfkube-operator (replica pods)",
         }
-        async with aiohttp.ClientSession(
-            connector=connector, headers=headers, trust_env=False
-        ) as session:
-            await asyncio.gather(*(self._follow(session, s) for s in self.streams))
+        try:
+            async with aiohttp.ClientSession(
+                connector=connector, headers=headers, trust_env=False
+            ) as session:
+                await asyncio.gather(*(self._follow(session, s) for s in self.streams))
+        finally:
+            await self._closed()
+
+    def _track(self, response: Any) -> None:
+        """Remember the connection a response came on until it is closed: a watch cut
+        off mid-stream (stop) closes its connection when it is released, outside the
+        session's pool, so closing the session does not wait for it, and a TLS transport
+        closes its socket only after its shutdown (aio-libs/aiohttp#1925). An event loop
+        ended before that left an unclosed socket behind (a ResourceWarning)."""
+        connection = getattr(response, "connection", None)
+        protocol = getattr(connection, "protocol", None)
+        closed = getattr(protocol, "closed", None)  # aiohttp >= 3.10's connection_lost future
+        transport = getattr(connection, "transport", None)
+        if isinstance(closed, asyncio.Future) and closed not in self._connections:
+            if transport is None:
+                return
+            self._connections[closed] = transport
+            closed.add_done_callback(self._forget)
+
+    def _forget(self, closed: asyncio.Future[None]) -> None:
+        self._connections.pop(closed, None)
+        if not closed.cancelled():
+            closed.exception()  # retrieved: a connection lost with an error is still gone
+
+    async def _closed(self) -> None:
+        """Until every connection of the informer is closed: CLOSE_SECONDS for a TLS
+        shutdown, then aborted (their sockets closed at once)."""
+        pending = set(self._connections)
+        if pending:
+            _, pending = await asyncio.wait(pending, timeout=CLOSE_SECONDS)
+        for closed in pending:
+            transport = self._connections.get(closed)
+            if transport is not None:
+                transport.abort()
+        if pending:
+            await asyncio.wait(pending, timeout=CLOSE_SECONDS)
 
     async def _follow(self, session: Any, stream: PodStream) -> None:
         import aiohttp
@@ -365,6 +407,7 @@ class PodInformer:
             if token:
                 query["continue"] = token
             async with self._get(session, stream, query, timeout) as response:
+                self._track(response)
                 body = await response.read()
                 status, reason = response.status, response.reason or ""
             if status == 410 and token and restarts < LIST_RESTARTS:
@@ -407,6 +450,7 @@ class PodInformer:
         )
         events = 0
         async with self._get(session, stream, query, timeout) as response:
+            self._track(response)
             if response.status == 410:
                 raise Expired(f"410 {response.reason or 'Gone'}")
             if response.status != 200:
