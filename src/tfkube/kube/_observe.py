@@ -53,6 +53,7 @@ observation is the same.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -837,7 +838,7 @@ def read_replica(
     says about pods it has not made, `waiting_message`). The rules are in the module
     docstring; every branch is a row in tests/unit/test_kube_observe.py."""
     terminal = prior.phase.terminal
-    all_pods = sorted(pods, key=_created, reverse=True)
+    all_pods = sorted(pods, key=_created, reverse=True) if len(pods) > 1 else list(pods)
     current = [p for p in all_pods if not is_dying(p)]
     own_failures = [p for p in current if pod_phase(p) == "Failed"]
     newest = current[0] if current else None
@@ -937,14 +938,18 @@ def _role_jobs(
     return out
 
 
-def _job_of_index(found: list[tuple[RoleJob, Obj]], index: int) -> tuple[RoleJob, Obj] | None:
-    """The role's Job that holds replica `index`: the one with the greatest first index
-    not past it (a role's only Job holds every index, also those past its completions)."""
-    holder = None
-    for where, each in found:  # first index first
-        if index_offset(each) <= index:
-            holder = (where, each)
-    return holder
+class _Holders:
+    """Which of a role's Jobs holds each replica index: the one with the greatest first
+    index not past it (a role's only Job holds every index, also those past its
+    completions). The offsets are read once per reconcile, not once per replica."""
+
+    def __init__(self, found: list[tuple[RoleJob, Obj]]) -> None:
+        self.found = found  # first index first (`_role_jobs`)
+        self.offsets = [index_offset(each) for _, each in found]
+
+    def of(self, index: int) -> tuple[RoleJob, Obj] | None:
+        at = bisect.bisect_right(self.offsets, index)
+        return self.found[at - 1] if at else None
 
 
 def observe(
@@ -994,6 +999,7 @@ def observe(
     replicas: dict[str, ReplicaObservation] = {}
     live_pods: dict[str, list[str]] = {}
     counts: dict[str, RoleCounts] = {}
+    holders: dict[str, _Holders] = {}
     for role_enum, index in job.replica_keys():
         role = role_enum.value
         key = replica_key(role, index)
@@ -1001,7 +1007,9 @@ def observe(
         if index in failed:
             gave_up.add(key)
         mine = pods_by_key.get(key, [])
-        holder = _job_of_index(found.get(role, []), index)
+        if role not in holders:
+            holders[role] = _Holders(found.get(role, []))
+        holder = holders[role].of(index)
         seen = read_replica(
             role,
             index,
