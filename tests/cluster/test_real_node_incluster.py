@@ -105,7 +105,10 @@ def token_volume() -> tuple[dict[str, Any], dict[str, Any]]:
 
 def pod(name: str, image: str, command: list[str], labels: dict[str, str] | None = None,
         ports: list[int] = ()) -> dict[str, Any]:  # fmt: skip
+    """A pod on the real node; with `ports`, ready once the first one accepts connections
+    (without a probe a container is ready when started: before its server listens)."""
     volume, mount = token_volume()
+    probe = {"tcpSocket": {"port": ports[0]}, "periodSeconds": 1} if ports else None
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -128,6 +131,7 @@ def pod(name: str, image: str, command: list[str], labels: dict[str, str] | None
                     "ports": [{"containerPort": p} for p in ports],
                     "volumeMounts": [mount],
                     "resources": {"requests": {"memory": "64Mi"}},
+                    "readinessProbe": probe,
                 }
             ],
         },
@@ -137,6 +141,12 @@ def pod(name: str, image: str, command: list[str], labels: dict[str, str] | None
 def pod_done(kube: KubeCluster, ns: str, name: str) -> client.V1Pod | None:
     p = kube.core.read_namespaced_pod(name, ns)
     return p if p.status.phase in ("Succeeded", "Failed") else None
+
+
+def dnat_to(destination: str) -> bool:
+    """Whether kube-proxy's NAT rules translate some ClusterIP to `destination`."""
+    out = subprocess.run(["iptables", "-t", "nat", "-S"], capture_output=True, text=True)
+    return f"--to-destination {destination}" in out.stdout
 
 
 IN_CLUSTER = textwrap.dedent(
@@ -192,7 +202,11 @@ def test_pods_reach_the_api_server_and_services_through_cluster_ips(
         p = kube.core.read_namespaced_pod("echo", ns)
         return bool(p.status.container_statuses and p.status.container_statuses[0].ready)
 
-    wait_for("the echo pod running", echo_ready, 120, 0.5)
+    wait_for("the echo pod ready", echo_ready, 120, 0.5)
+    # kube-proxy routes the ClusterIP once it has synced the pod's endpoint: until then its
+    # rules REJECT the Service (no endpoints) and the client would see "connection refused"
+    pod_ip = kube.core.read_namespaced_pod("echo", ns).status.pod_ip
+    wait_for("kube-proxy's rule for the echo pod", lambda: dnat_to(f"{pod_ip}:8080"), 60, 0.5)
     t0 = time.monotonic()
     kube.core.create_namespaced_pod(ns, pod("client", image, ["python3", "-c", IN_CLUSTER]))
     done = wait_for("the client pod done", lambda: pod_done(kube, ns, "client"), 180, 0.5)
