@@ -62,6 +62,7 @@ import _cpu
 import yaml
 from _api import Api, ApiError, Identity
 from _audit import AuditLog, Requests, apiserver_args
+from _pprof import control_plane_profiles
 from kubernetes import config
 
 from tfkube.engines._artifact import prepare_artifact
@@ -703,12 +704,18 @@ def run_one(ctx: Context, name: str, size: Size) -> tuple[dict[str, Any], Any]:
     popen = runner.start()
     profiler = profile(ctx, runner, popen)
     plane = ctx.control_plane()
+    go_profiles = (
+        control_plane_profiles(ctx.args.profile, namespace, ctx.cluster.state.token, plane)
+        if ctx.args.profile is not None
+        else contextlib.nullcontext()
+    )
     tracker = Tracker(size, time.monotonic(), runner)
     cpu0 = cpu_seconds(popen.pid)
     plane0 = {n: cpu_seconds(p) for n, p in plane.items()}
     wall0 = time.time()
     try:
-        asyncio.run(follow_run(ctx, runner, tracker))
+        with go_profiles:
+            asyncio.run(follow_run(ctx, runner, tracker))
     finally:
         end = time.time()
         alive = popen.poll() is None
@@ -726,7 +733,8 @@ def run_one(ctx: Context, name: str, size: Size) -> tuple[dict[str, Any], Any]:
 
 
 def profile(ctx: Context, runner: Runner, popen: subprocess.Popen[bytes]) -> Any:
-    """With --profile DIR: py-spy samples tfkube's operator (collapsed stacks, 50 Hz)."""
+    """With --profile DIR: py-spy samples tfkube's operator (collapsed stacks, 50 Hz); the
+    control plane's Go components are profiled beside every runner (_pprof.py)."""
     if ctx.args.profile is None or not isinstance(runner, TfkubeRunner):
         return None
     ctx.args.profile.mkdir(parents=True, exist_ok=True)
@@ -910,7 +918,11 @@ def main() -> int:
     parser.add_argument("--progress", type=float, default=5.0, help="s between progress lines")
     parser.add_argument("--json", action="store_true", help="one JSON object per runner and size")
     parser.add_argument("--keep", type=Path, help="copy the work dir (logs, audit log) here")
-    parser.add_argument("--profile", type=Path, help="py-spy tfkube's operator into this dir")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="py-spy tfkube's operator, pprof the scheduler and controller-manager, into this dir",
+    )
     parser.add_argument(
         "--cpus",
         type=float,
