@@ -43,7 +43,6 @@ class _Sampler(threading.Thread):
         super().__init__(daemon=True, name=f"pprof {prefix.name}")
         self.url, self.token, self.prefix, self.done = url, token, prefix, done
         self.error: str | None = None
-        self.files: list[Path] = []
 
     def run(self) -> None:
         tls = ssl.create_default_context()
@@ -63,7 +62,6 @@ class _Sampler(threading.Thread):
                 return
             out = self.prefix.with_name(f"{self.prefix.name}-{n:03d}.pb.gz")
             out.write_bytes(body)
-            self.files.append(out)
             n += 1
 
 
