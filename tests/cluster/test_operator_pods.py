@@ -32,9 +32,9 @@ def replica_pod(name: str, job: str, role: str = "ps") -> client.V1Pod:
     """A replica pod as the Job controller would label it (a fake node runs it; a PS pod
     keeps running until deleted)."""
     labels = {
-        "app.kubernetes.io/managed-by": "tfkube",
         "tfkube.io/job-name": job,
         "tfkube.io/replica-type": role,
+        "tfkube.io/component": "replica",
     }
     return client.V1Pod(
         metadata=client.V1ObjectMeta(name=name, labels=labels),

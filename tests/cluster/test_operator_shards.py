@@ -33,8 +33,9 @@ def role_pods(kube: KubeCluster, ns: str, job: str, role: str) -> list[client.V1
 
 
 def replica_index(pod: client.V1Pod) -> int:
-    labels = pod.metadata.labels
-    return int(labels[INDEX_KEY]) + int(labels.get(LABEL_INDEX_OFFSET, "0"))
+    """Its completion index plus its Job's offset (an annotation on the pod)."""
+    offset = (pod.metadata.annotations or {}).get(LABEL_INDEX_OFFSET, "0")
+    return int(pod.metadata.labels[INDEX_KEY]) + int(offset)
 
 
 def running(kube: KubeCluster, ns: str, job: str, role: str) -> list[int]:

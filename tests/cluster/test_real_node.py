@@ -183,7 +183,7 @@ def replica_index(pod: client.V1Pod) -> int | None:
     local = (pod.metadata.annotations or {}).get("batch.kubernetes.io/job-completion-index")
     if local is None:
         return None
-    return int(local) + int((pod.metadata.labels or {}).get("tfkube.io/index-offset", "0"))
+    return int(local) + int((pod.metadata.annotations or {}).get("tfkube.io/index-offset", "0"))
 
 
 def replica_pods(kube: KubeCluster, ns: str, name: str, role: str, index: int) -> list:

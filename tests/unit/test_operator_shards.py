@@ -11,15 +11,16 @@ import pytest
 from tfkube.kube.names import (
     GENERATION_ANNOTATION,
     INDEX_KEY,
+    JOB_UID_KEY,
     LABEL_INDEX_OFFSET,
     LABEL_JOB,
     LABEL_ROLE,
     role_job_shard,
 )
-from tfkube.kube.observe import Prior, format_time, observe, pod_index
+from tfkube.kube.observe import Prior, format_time, observe, pod_index, slim_pod
 from tfkube.operator import reconcile
 from tfkube.operator._ops import Create, DeleteRoleJob, Event, ResizeWorkers, SuspendJob
-from tfkube.operator._reconcile import PODS_PER_JOB, UNSHARDED, pods_per_job
+from tfkube.operator._reconcile import PODS_PER_JOB, UNSHARDED, _delete_role_job, pods_per_job
 from tfkube.operator._settings import OperatorSettings
 from tfkube.planner import JobPhase
 from tfkube.render import RenderOptions, render_job
@@ -53,10 +54,13 @@ def kube_jobs(rendered: list[dict[str, Any]], **status: dict[str, Any]) -> list[
 
 
 def shard_pod(job_name: str, role: str, local: int, offset: int, phase: str = "Running",
-              code: int | None = None) -> dict[str, Any]:  # fmt: skip
+              code: int | None = None, *, old: bool = False) -> dict[str, Any]:  # fmt: skip
+    """A replica pod of Job `job_name`; `old`: as operators before the offset annotation
+    made it (the offset a label)."""
     labels = {LABEL_JOB: "j", LABEL_ROLE: role, INDEX_KEY: str(local)}
+    annotations = {}
     if offset:
-        labels[LABEL_INDEX_OFFSET] = str(offset)
+        (labels if old else annotations)[LABEL_INDEX_OFFSET] = str(offset)
     body: dict[str, Any] = {"phase": phase}
     if code is not None:
         body["containerStatuses"] = [{"state": {"terminated": {"exitCode": code}}}]
@@ -65,6 +69,7 @@ def shard_pod(job_name: str, role: str, local: int, offset: int, phase: str = "R
             "name": f"{job_name}-{local}-abcde",
             "creationTimestamp": format_time(T0),
             "labels": labels,
+            "annotations": annotations,
             "ownerReferences": [{"controller": True, "uid": f"uid-{job_name}"}],
         },
         "status": body,
@@ -90,6 +95,20 @@ def test_role_job_shard_reads_the_names_render_gives():
 
 def test_pod_index_adds_its_jobs_offset():
     assert [pod_index(p) for p in ALL_PODS] == [0, 0, 1, 2, 3, 4]
+
+
+def test_pod_index_reads_older_operators_offset_label_and_survives_slimming():
+    """Pods made before the offset became an annotation (a label) keep their index, and the
+    operator's slimmed copy of a pod keeps the annotation it needs."""
+    old = shard_pod("j-worker-s2", "worker", 1, 4, old=True)
+    assert old["metadata"]["annotations"] == {}
+    assert pod_index(old) == 5
+    new = shard_pod("j-worker-s2", "worker", 1, 4)
+    assert LABEL_INDEX_OFFSET not in new["metadata"]["labels"]
+    new["metadata"]["annotations"]["other"] = "x"
+    slim = slim_pod(new)
+    assert slim["metadata"]["annotations"] == {LABEL_INDEX_OFFSET: "4"}
+    assert pod_index(slim) == 5
 
 
 def test_observe_reads_every_replica_from_its_shard():
@@ -156,9 +175,18 @@ def test_clean_pod_policy_all_deletes_every_shard_with_its_own_pods():
     selector = "tfkube.io/job-name=j,tfkube.io/replica-type=worker"
     assert [op for op in ops_of(plan, DeleteRoleJob) if "worker" in op.name] == [
         DeleteRoleJob("j-worker", selector),
-        DeleteRoleJob("j-worker-s1", f"{selector},{LABEL_INDEX_OFFSET}=2"),
-        DeleteRoleJob("j-worker-s2", f"{selector},{LABEL_INDEX_OFFSET}=4"),
+        DeleteRoleJob("j-worker-s1", f"{JOB_UID_KEY}=uid-j-worker-s1"),
+        DeleteRoleJob("j-worker-s2", f"{JOB_UID_KEY}=uid-j-worker-s2"),
     ]
+
+
+def test_a_later_shard_without_a_uid_is_deleted_by_its_offset_label():
+    """What older operators' pods carry (and a Job read without its uid): the offset."""
+    rendered = [o for o in render(job_model(workers=5), 2) if o["kind"] == "Job"]
+    s1 = next(o for o in rendered if o["metadata"]["name"] == "j-worker-s1")
+    selector = "tfkube.io/job-name=j,tfkube.io/replica-type=worker"
+    op = _delete_role_job("j", "worker", s1)
+    assert op == DeleteRoleJob("j-worker-s1", f"{selector},{LABEL_INDEX_OFFSET}=2")
 
 
 def test_a_whole_job_restart_deletes_every_stale_shard():
@@ -202,10 +230,7 @@ def test_shrinking_across_a_boundary_deletes_later_shards_and_keeps_worker_0():
     plan = resized(1, 3, kube_jobs(render(job_model(workers=5), 3)))
     assert ops_of(plan, ResizeWorkers) == [ResizeWorkers("j-worker", "j-size", 1)]
     assert ops_of(plan, DeleteRoleJob) == [
-        DeleteRoleJob(
-            "j-worker-s1",
-            f"tfkube.io/job-name=j,tfkube.io/replica-type=worker,{LABEL_INDEX_OFFSET}=3",
-        )
+        DeleteRoleJob("j-worker-s1", f"{JOB_UID_KEY}=uid-j-worker-s1")
     ]
     assert plan.status["workers"] == 1
 

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from tfkube import contract
-from tfkube.kube.names import REPLICA_CONTAINER, job_labels, role_job_name
+from tfkube.kube.names import REPLICA_CONTAINER, job_labels, replica_pod_labels, role_job_name
 from tfkube.kube.resources import resource_for
 from tfkube.launcher._settings import contract_from_env
 from tfkube.planner import JobPhase, should_retry
@@ -148,7 +148,11 @@ def test_role_job_and_pod_labels(role):
     rendered = one(render(job), "Job", f"mnist-{role}")
     expected = {**job_labels("mnist", role), "tfkube.io/component": "replica"}
     assert rendered["metadata"]["labels"] == expected
-    assert rendered["spec"]["template"]["metadata"]["labels"] == expected
+    # The pods: three of ours beside the Job controller's five, eight in all (Go's
+    # small-map path in the scheduler's label matching): no managed-by.
+    pod = {k: v for k, v in expected.items() if k != "app.kubernetes.io/managed-by"}
+    assert rendered["spec"]["template"]["metadata"]["labels"] == pod
+    assert replica_pod_labels("mnist", role) == pod
 
 
 def test_job_labels():
@@ -289,9 +293,10 @@ def test_a_role_above_the_shard_size_is_several_indexed_jobs():
     for name, j in jobs.items():
         labels = j["metadata"]["labels"]
         assert labels["tfkube.io/replica-type"] == name.split("-")[1]
-        pod_labels = j["spec"]["template"]["metadata"]["labels"]
+        template = j["spec"]["template"]["metadata"]
         assert labels.get("tfkube.io/index-offset") == offsets[name]
-        assert pod_labels.get("tfkube.io/index-offset") == offsets[name]
+        assert "tfkube.io/index-offset" not in template["labels"]  # an annotation on pods
+        assert (template.get("annotations") or {}).get("tfkube.io/index-offset") == offsets[name]
         env = env_of(objects, "", name)
         assert env["TFKUBE_ADDRESS"] == "mnist-{role}{shard:2}-{index}.mnist:2222"
         assert env["TFKUBE_NUM_WORKERS"] == "5"

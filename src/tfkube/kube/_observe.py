@@ -137,8 +137,12 @@ def tfjob_model(obj: Obj) -> TFJob:
 
 def index_offset(obj: Obj) -> int:
     """The replica index of index 0 of a role's Job (a later shard's, `role_job_name`), from
-    its label, which its pods carry too; 0 without (a role's first or only Job)."""
-    value = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_INDEX_OFFSET)
+    its label, or its pods' annotation (older operators' pods: a label); 0 without (a
+    role's first or only Job)."""
+    meta = obj.get("metadata") or {}
+    value = (meta.get("labels") or {}).get(LABEL_INDEX_OFFSET)
+    if value is None:
+        value = (meta.get("annotations") or {}).get(LABEL_INDEX_OFFSET)
     try:
         return max(int(value or 0), 0)
     except ValueError:
@@ -566,6 +570,10 @@ def job_failed_condition(job: Obj) -> Obj | None:
     return None
 
 
+SLIM_ANNOTATIONS = (INDEX_KEY, LABEL_INDEX_OFFSET)
+"""The annotations of a pod `observe` reads: its completion index and its Job's offset."""
+
+
 def slim_pod(pod: Obj) -> dict[str, Any]:
     """The parts of a pod `observe` reads (the operator keeps nothing else in memory)."""
     meta = pod.get("metadata") or {}
@@ -599,7 +607,7 @@ def slim_pod(pod: Obj) -> dict[str, Any]:
             "creationTimestamp": meta.get("creationTimestamp"),
             "deletionTimestamp": meta.get("deletionTimestamp"),
             "labels": meta.get("labels") or {},
-            "annotations": {INDEX_KEY: annotations[INDEX_KEY]} if INDEX_KEY in annotations else {},
+            "annotations": {k: annotations[k] for k in SLIM_ANNOTATIONS if k in annotations},
             "ownerReferences": [
                 {"controller": r.get("controller"), "uid": r.get("uid")}
                 for r in meta.get("ownerReferences") or []

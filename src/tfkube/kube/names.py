@@ -48,9 +48,12 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "tfkube"
 INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 LABEL_INDEX_OFFSET = "tfkube.io/index-offset"
-"""On the Jobs of a role's shards after the first (`role_job_name`) and on their pods: the
-replica index of the Job's index 0 (k*S), so a pod's replica index is its completion
-index plus this (`tfkube.kube.observe.pod_index`). Absent: 0."""
+"""A label on the Jobs of a role's shards after the first (`role_job_name`) and an
+annotation on their pods: the replica index of the Job's index 0 (k*S), so a pod's replica
+index is its completion index plus this (`tfkube.kube.observe.pod_index`). Absent: 0.
+Older operators put it on pods as a label: `index_offset` reads both."""
+JOB_UID_KEY = "batch.kubernetes.io/controller-uid"
+"""Kubernetes' own label on a Job's pods: the Job's uid (selects exactly one shard's pods)."""
 REPLICA_CONTAINER = "tensorflow"
 """The replica container's name in each pod (status, logs and stall detection read it)."""
 """Kubernetes' own label (and annotation) with a pod's index in its Indexed Job."""
@@ -115,6 +118,18 @@ def job_labels(job_name: str, role: str | None = None) -> dict[str, str]:
     if role is not None:
         labels[LABEL_ROLE] = role
     return labels
+
+
+def replica_pod_labels(job_name: str, role: str) -> dict[str, str]:
+    """tfkube's labels on a replica pod: three, beside the Job controller's five.
+
+    Eight labels in all keep every pod in Go's small-map path: the scheduler's default
+    topology spread matches every pod's labels against the job's Service selector for
+    every pod it places (the square of the replicas), and with nine or more labels each
+    lookup hashes (docs/benchmarks.md, "Where the scheduler's CPU goes"). So the pods do
+    not carry `app.kubernetes.io/managed-by` (their Jobs do), and a later shard's offset
+    is an annotation (`LABEL_INDEX_OFFSET`)."""
+    return {LABEL_JOB: job_name, LABEL_ROLE: role, LABEL_COMPONENT: "replica"}
 
 
 def replica_selector(job_name: str | None = None, role: str | None = None) -> str:

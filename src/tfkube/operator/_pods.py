@@ -59,7 +59,7 @@ from typing import Any
 import orjson
 
 from tfkube.kube.errors import ApiError, error_from
-from tfkube.kube.names import LABEL_JOB, LABEL_MANAGED_BY, LABEL_ROLE, MANAGED_BY
+from tfkube.kube.names import LABEL_JOB, LABEL_ROLE
 from tfkube.kube.observe import slim_pod
 from tfkube.kube.resources import POD
 from tfkube.kube.rest import LIST_RESTARTS, Endpoint
@@ -73,8 +73,9 @@ PodName = tuple[str, str]
 Entry = tuple[PodName, Key, dict[str, Any]]
 """A pod as the index keeps it: its name, its TFJob, the slimmed pod."""
 
-REPLICA_PODS = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_JOB},{LABEL_ROLE}"
-"""The label selector of every replica pod the operator follows."""
+REPLICA_PODS = f"{LABEL_JOB},{LABEL_ROLE}"
+"""The label selector of every replica pod the operator follows (they carry no managed-by
+label: `tfkube.kube.names.replica_pod_labels`)."""
 LIST_PAGE = 500
 WATCH_SECONDS = 300
 """How long the API server keeps one watch open (`timeoutSeconds`) before it is opened

@@ -51,6 +51,7 @@ from typing import Any
 
 from tfkube.kube.names import (
     GENERATION_ANNOTATION,
+    JOB_UID_KEY,
     LABEL_INDEX_OFFSET,
     LABEL_ROLE,
     SCRATCH_VOLUME,
@@ -168,12 +169,16 @@ def _role_job_objects(
 
 def _delete_role_job(job_name: str, role: str, role_job: Obj) -> DeleteRoleJob:
     """Delete one of a role's Jobs with its pods: all the role's pods for its first Job
-    (as when a role was one Job), only its own for a later shard's (its offset label)."""
+    (as when a role was one Job), only its own for a later shard's (the Job controller's
+    label with the Job's uid; the offset label of older operators' pods without one)."""
+    meta = role_job["metadata"]
     selector = replica_selector(job_name, role)
     offset = index_offset(role_job)
-    if offset:
+    if offset and meta.get("uid"):
+        selector = f"{JOB_UID_KEY}={meta['uid']}"
+    elif offset:
         selector += f",{LABEL_INDEX_OFFSET}={offset}"
-    return DeleteRoleJob(str(role_job["metadata"]["name"]), selector)
+    return DeleteRoleJob(str(meta["name"]), selector)
 
 
 PODS_PER_JOB = "podsPerJob"

@@ -68,6 +68,7 @@ from tfkube.kube.names import (
     job_labels,
     launcher_configmap_name,
     registry_secret_name,
+    replica_pod_labels,
     role_job_name,
     size_configmap_name,
     tensorboard_name,
@@ -912,11 +913,12 @@ def _role_job(ctx: _Context, role: Role, shard: int, count: int) -> Object:
     offset = shard * (ctx.shard_size or 0)
     name = role_job_name(job.name, role.value, shard)
     labels = {**job_labels(job.name, role.value), LABEL_COMPONENT: "replica"}
+    scheduling = job.spec.scheduling
+    pod_labels = {**ctx.user_labels, **spec.labels, **replica_pod_labels(job.name, role.value)}
+    annotations = {**ctx.options.pod_annotations, **spec.annotations}
     if offset:
         labels[LABEL_INDEX_OFFSET] = str(offset)
-    scheduling = job.spec.scheduling
-    pod_labels = {**ctx.user_labels, **spec.labels, **labels}
-    annotations = {**ctx.options.pod_annotations, **spec.annotations}
+        annotations[LABEL_INDEX_OFFSET] = str(offset)
     job_meta = _meta(name, ctx.ns, labels, ctx.user_labels)
     suspend = job.spec.run_policy.suspend
     if scheduling is not None:
