@@ -170,7 +170,8 @@ def _role_job_objects(
 def _delete_role_job(job_name: str, role: str, role_job: Obj) -> DeleteRoleJob:
     """Delete one of a role's Jobs with its pods: all the role's pods for its first Job
     (as when a role was one Job), only its own for a later shard's (the Job controller's
-    label with the Job's uid; the offset label of older operators' pods without one)."""
+    label with the Job's uid; for a Job without a uid, the role's selector and the offset
+    label older operators put on pods)."""
     meta = role_job["metadata"]
     selector = replica_selector(job_name, role)
     offset = index_offset(role_job)
