@@ -52,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,7 +68,7 @@ from kubernetes import config
 
 from tfkube.engines._artifact import prepare_artifact
 from tfkube.engines.kubernetes import KubernetesBackend
-from tfkube.kube.names import INDEX_KEY
+from tfkube.kube.names import INDEX_KEY, JOB_NAME_KEY, JOB_UID_KEY
 from tfkube.render import RenderOptions, crd, render_job
 from tfkube.spec import DEFAULT_IMAGE, parse_job
 
@@ -162,8 +163,10 @@ def kubeflow_spec(size: Size, duration: str, clean: str) -> dict[str, Any]:
 
 
 def floor_objects(size: Size, duration: str, namespace: str, code: Path) -> list[dict[str, Any]]:
-    """What tfkube would make, made by hand: its shared objects, and one pod per replica
-    from its role Jobs' templates (what the Job controller would create)."""
+    """What tfkube would make, made by hand: its shared objects (its Services among them),
+    and one pod per replica from its role Jobs' templates, with the labels the Job
+    controller would give it (its Job's name, which the Job's Service selects, and a uid:
+    eight labels, as tfkube's pods have)."""
     job = parse_job(tfkube_spec(size, duration))
     with tempfile.TemporaryDirectory(prefix="tfkube-floor-") as tmp:
         archive = prepare_artifact(job, code.parent, Path(tmp)).path.read_bytes()
@@ -173,6 +176,14 @@ def floor_objects(size: Size, duration: str, namespace: str, code: Path) -> list
     out = [o for o in rendered if o["kind"] != "Job"]
     for role_job in (o for o in rendered if o["kind"] == "Job"):
         template = role_job["spec"]["template"]
+        job_name = role_job["metadata"]["name"]
+        uid = str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{namespace}.{job_name}"))
+        controller = {
+            JOB_NAME_KEY: job_name,
+            "job-name": job_name,
+            JOB_UID_KEY: uid,
+            "controller-uid": uid,
+        }
         for index in range(role_job["spec"]["completions"]):
             name = f"{role_job['metadata']['name']}-{index}"
             meta = template["metadata"]
@@ -189,7 +200,11 @@ def floor_objects(size: Size, duration: str, namespace: str, code: Path) -> list
                     "kind": "Pod",
                     "metadata": {
                         "name": name,
-                        "labels": {**meta.get("labels", {}), INDEX_KEY: str(index)},
+                        "labels": {
+                            **meta.get("labels", {}),
+                            **controller,
+                            INDEX_KEY: str(index),
+                        },
                         "annotations": {**meta.get("annotations", {}), INDEX_KEY: str(index)},
                     },
                     "spec": spec,

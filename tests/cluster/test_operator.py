@@ -176,8 +176,10 @@ def test_success_ends_the_ps_within_seconds(
         *kube.core.list_namespaced_config_map(ns, label_selector="tfkube.io/job-name=ok").items,
     ]:
         assert [r.uid for r in obj.metadata.owner_references] == [uid], obj.metadata.name
-    service = kube.core.read_namespaced_service("ok", ns)
-    assert service.spec.cluster_ip == "None"
+    for role in ("ps", "worker"):  # a headless Service per Job, its pods' subdomain
+        service = kube.core.read_namespaced_service(f"ok-{role}", ns)
+        assert service.spec.cluster_ip == "None"
+        assert service.spec.selector == {"batch.kubernetes.io/job-name": f"ok-{role}"}
     assert len(workers) == 3
     reasons = [e.reason for e in events(kube, ns, "ok")]
     assert "Created" in reasons

@@ -79,6 +79,22 @@ def launcher_view(kube: KubeCluster, ns: str, pod: client.V1Pod) -> tuple[str, s
     return replica_key(contract.role, contract.index), address, whole
 
 
+def service_hostnames(kube: KubeCluster, ns: str, job: str) -> dict[str, list[str]]:
+    """The job's Services -> the hostnames their EndpointSlices list (what cluster DNS
+    serves as `<hostname>.<service>`)."""
+    services = kube.core.list_namespaced_service(ns, label_selector=f"tfkube.io/job-name={job}")
+    out: dict[str, list[str]] = {}
+    for service in services.items:
+        name = service.metadata.name
+        slices = kube.discovery.list_namespaced_endpoint_slice(
+            ns, label_selector=f"kubernetes.io/service-name={name}"
+        ).items
+        out[name] = sorted(
+            e.hostname for s in slices for e in (s.endpoints or []) if e.hostname is not None
+        )
+    return out
+
+
 def test_one_ps_five_workers_in_jobs_of_two(
     operator_at: Callable[[int], Operator], code: Path, kube_namespace: str
 ) -> None:
@@ -109,14 +125,25 @@ def test_one_ps_five_workers_in_jobs_of_two(
     seen = [launcher_view(kube, ns, p) for p in pods]
     views = {key: address for key, address, _ in seen}
     assert views == {
-        "ps-0": "shards-ps-0.shards:2222",
-        "worker-0": "shards-worker-0.shards:2222",
-        "worker-1": "shards-worker-1.shards:2222",
-        "worker-2": "shards-worker-s1-0.shards:2222",
-        "worker-3": "shards-worker-s1-1.shards:2222",
-        "worker-4": "shards-worker-s2-0.shards:2222",
+        "ps-0": "shards-ps-0.shards-ps:2222",
+        "worker-0": "shards-worker-0.shards-worker:2222",
+        "worker-1": "shards-worker-1.shards-worker:2222",
+        "worker-2": "shards-worker-s1-0.shards-worker-s1:2222",
+        "worker-3": "shards-worker-s1-1.shards-worker-s1:2222",
+        "worker-4": "shards-worker-s2-0.shards-worker-s2:2222",
     }
     assert len({whole for _, _, whole in seen}) == 1  # every pod sees the same cluster
+    # Each Job's headless Service lists its own pods, by hostname (the DNS records), and
+    # no other Job's: the endpoint controllers' work per pod is one Job's, not the job's.
+    expected = {
+        "shards-ps": ["shards-ps-0"],
+        "shards-worker": ["shards-worker-0", "shards-worker-1"],
+        "shards-worker-s1": ["shards-worker-s1-0", "shards-worker-s1-1"],
+        "shards-worker-s2": ["shards-worker-s2-0"],
+    }
+    wait_for(
+        "each Service its Job's pods", lambda: service_hostnames(kube, ns, "shards") == expected, 30
+    )
 
     view = wait_for(
         "every replica Running in the status",
@@ -155,7 +182,8 @@ def test_one_ps_five_workers_in_jobs_of_two(
     wait_for("PS gone", lambda: not role_pods(kube, ns, "shards", "ps"), 20)
     assert kube.batch.read_namespaced_job("shards-ps", ns).spec.suspend is True
     created = [e.message for e in events(kube, ns, "shards") if e.reason == "Created"]
-    assert created == ["created 8 objects"]  # launcher, code, size ConfigMaps, Service, 4 Jobs
+    assert created == ["created 11 objects"]  # 3 ConfigMaps (launcher, code, size), 4 Jobs
+    # and a Service for each
 
 
 def test_scaled_2_5_1_across_jobs_of_three(
@@ -183,9 +211,17 @@ def test_scaled_2_5_1_across_jobs_of_three(
     )
     added = [p for p in role_pods(kube, ns, "elastic", "worker") if replica_index(p) >= 3]
     assert sorted(launcher_view(kube, ns, p)[:2] for p in added) == [
-        ("worker-3", "elastic-worker-s1-0.elastic:2222"),
-        ("worker-4", "elastic-worker-s1-1.elastic:2222"),
+        ("worker-3", "elastic-worker-s1-0.elastic-worker-s1:2222"),
+        ("worker-4", "elastic-worker-s1-1.elastic-worker-s1:2222"),
     ]
+    wait_for(
+        "the added Job's Service lists its pods",
+        lambda: (
+            service_hostnames(kube, ns, "elastic").get("elastic-worker-s1")
+            == ["elastic-worker-s1-0", "elastic-worker-s1-1"]
+        ),
+        30,
+    )
     assert any(
         e.reason == "Scaled" and "added worker-2, worker-3, worker-4" in e.message
         for e in events(kube, ns, "elastic")
@@ -201,6 +237,11 @@ def test_scaled_2_5_1_across_jobs_of_three(
         "workers 1-4 gone",
         lambda: [replica_index(p) for p in role_pods(kube, ns, "elastic", "worker")] == [0],
         40,
+    )
+    wait_for(
+        "the later Job's Service gone",
+        lambda: set(service_hostnames(kube, ns, "elastic")) == {"elastic-ps", "elastic-worker"},
+        20,
     )
     status = (tfjob(kube, ns, "elastic") or {})["status"]
     assert status["workers"] == 1

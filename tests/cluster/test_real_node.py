@@ -724,7 +724,7 @@ def test_a_replica_that_starts_before_its_peers_resolve_still_comes_up(
             JOB_TIMEOUT,
             1.0,
         )
-        ps_name = f"{name}-ps-0.{name}.{ns}.svc.cluster.local"
+        ps_name = f"{name}-ps-0.{name}-ps.{ns}.svc.cluster.local"
         worker = replica_pods(kube, ns, name, "worker", 0)[-1]
         assert not resolves(kube, ns, worker, ps_name), "the PS must not resolve yet"
         time.sleep(10)  # let the workers meet NXDOMAIN for a while (not a wait for a state)

@@ -491,7 +491,7 @@ def test_four_fields_run_as_a_tfjob_in_the_team_namespace(
     assert states["worker-0"] == states["worker-1"] == "Succeeded"
     assert states["ps-0"] != "Running"
     addresses = {r["key"]: r["address"] for r in done["replicas"]}
-    assert addresses["worker-1"] == "four-worker-1.four:2222"
+    assert addresses["worker-1"] == "four-worker-1.four-worker:2222"
     events = [e["message"] for e in api.ok(api.get(f"/api/v1/jobs/{job['id']}/events"))]
     assert any("submitted" in m for m in events)
     assert any(m.startswith("Succeeded") for m in events), events

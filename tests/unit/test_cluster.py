@@ -219,12 +219,18 @@ def test_shard_for(role, index, num_workers, expected):
 @pytest.mark.parametrize(
     ("job", "port", "namespace", "role", "index", "expected"),
     [
-        pytest.param("mnist", 2222, None, "worker", 0, "mnist-worker-0.mnist:2222", id="no-ns"),
-        pytest.param("mnist", 2222, None, "ps", 3, "mnist-ps-3.mnist:2222", id="no-ns-ps"),
-        pytest.param("mnist", 2222, "", "chief", 0, "mnist-chief-0.mnist:2222", id="empty-ns"),
-        pytest.param("mnist", 2222, "ml", "worker", 1, "mnist-worker-1.mnist.ml.svc:2222", id="ns"),
         pytest.param(
-            "j-1", 5000, "team-a", "chief", 0, "j-1-chief-0.j-1.team-a.svc:5000", id="ns-port"
+            "mnist", 2222, None, "worker", 0, "mnist-worker-0.mnist-worker:2222", id="no-ns"
+        ),
+        pytest.param("mnist", 2222, None, "ps", 3, "mnist-ps-3.mnist-ps:2222", id="no-ns-ps"),
+        pytest.param(
+            "mnist", 2222, "", "chief", 0, "mnist-chief-0.mnist-chief:2222", id="empty-ns"
+        ),
+        pytest.param(
+            "mnist", 2222, "ml", "worker", 1, "mnist-worker-1.mnist-worker.ml.svc:2222", id="ns"
+        ),
+        pytest.param(
+            "j-1", 5000, "team-a", "chief", 0, "j-1-chief-0.j-1-chief.team-a.svc:5000", id="port"
         ),
     ],
 )
@@ -233,10 +239,28 @@ def test_service_address(job, port, namespace, role, index, expected):
 
 
 @pytest.mark.parametrize(
+    ("namespace", "shard_size", "role", "index", "expected"),
+    [
+        pytest.param(None, None, "worker", 0, "mnist-worker-0.mnist:2222", id="plain"),
+        pytest.param("ml", None, "ps", 1, "mnist-ps-1.mnist.ml.svc:2222", id="ns"),
+        pytest.param(None, 3, "worker", 4, "mnist-worker-s1-1.mnist:2222", id="shard"),
+    ],
+)
+def test_one_service_addresses_every_replica_through_the_job_s_service(
+    namespace, shard_size, role, index, expected
+):
+    """Jobs made before 2026-12-04 keep the one Service named after the job."""
+    address = service_address("mnist", 2222, namespace, shard_size, one_service=True)
+    assert address(role, index) == expected
+
+
+@pytest.mark.parametrize(
     ("job", "port", "namespace", "expected"),
     [
-        pytest.param("mnist", 2222, None, "mnist-{role}-{index}.mnist:2222", id="no-ns"),
-        pytest.param("j-1", 5000, "team-a", "j-1-{role}-{index}.j-1.team-a.svc:5000", id="ns"),
+        pytest.param("mnist", 2222, None, "mnist-{role}-{index}.mnist-{role}:2222", id="no-ns"),
+        pytest.param(
+            "j-1", 5000, "team-a", "j-1-{role}-{index}.j-1-{role}.team-a.svc:5000", id="ns"
+        ),
     ],
 )
 def test_service_address_rule(job, port, namespace, expected):
@@ -309,19 +333,18 @@ def test_shard_suffix():
 
 def test_sharded_rule_maps_a_global_index_to_its_shard_hostname():
     rule = service_address_rule("j", 2222, None, 3)
-    assert rule == "j-{role}{shard:3}-{index}.j:2222"
+    assert rule == "j-{role}{shard:3}-{index}.j-{role}{shard:3}:2222"
     address = rule_address(rule)
     assert [address("worker", i) for i in range(7)] == [
-        "j-worker-0.j:2222",
-        "j-worker-1.j:2222",
-        "j-worker-2.j:2222",
-        "j-worker-s1-0.j:2222",
-        "j-worker-s1-1.j:2222",
-        "j-worker-s1-2.j:2222",
-        "j-worker-s2-0.j:2222",
+        "j-worker-0.j-worker:2222",
+        "j-worker-1.j-worker:2222",
+        "j-worker-2.j-worker:2222",
+        "j-worker-s1-0.j-worker-s1:2222",
+        "j-worker-s1-1.j-worker-s1:2222",
+        "j-worker-s1-2.j-worker-s1:2222",
+        "j-worker-s2-0.j-worker-s2:2222",
     ]
-    assert address == address  # a pure function of the rule
-    assert service_address("j", 2222, "ns", 3)("ps", 4) == "j-ps-s1-1.j.ns.svc:2222"
+    assert service_address("j", 2222, "ns", 3)("ps", 4) == "j-ps-s1-1.j-ps-s1.ns.svc:2222"
 
 
 def test_sharded_rule_keeps_the_addresses_of_the_first_shard():
@@ -336,7 +359,7 @@ def test_sharded_rule_keeps_the_addresses_of_the_first_shard():
         pytest.param("j-{role}{shard}-{index}.j:1", id="shard-without-size"),
         pytest.param("j-{role}{shard:0}-{index}.j:1", id="shard-size-0"),
         pytest.param("j-{role}{shard:x}-{index}.j:1", id="shard-size-text"),
-        pytest.param("j-{role}{shard:2}{shard:2}-{index}.j:1", id="two-shards"),
+        pytest.param("j-{role}{shard:2}-{index}.j{shard:3}:1", id="two-shard-sizes"),
         pytest.param("j-{role}-{index:03}.j:1", id="format-spec"),
         pytest.param("j-{role!r}-{index}.j:1", id="conversion"),
     ],
@@ -353,8 +376,8 @@ def test_rule_with_literal_braces_keeps_them():
 def test_service_address_builds_a_cluster():
     spec = cluster_spec({"ps": 1, "worker": 2}, service_address("j", 2222))
     assert spec == {
-        "ps": ["j-ps-0.j:2222"],
-        "worker": ["j-worker-0.j:2222", "j-worker-1.j:2222"],
+        "ps": ["j-ps-0.j-ps:2222"],
+        "worker": ["j-worker-0.j-worker:2222", "j-worker-1.j-worker:2222"],
     }
 
 

@@ -656,7 +656,7 @@ def test_job_view_says_what_the_operator_sees(
     assert {r.key: r.restarts for r in view.replicas} == {
         k: r.status.restarts for k, r in obs.replicas.items()
     }
-    assert view.replicas[0].address == "j-ps-0.j:2222"
+    assert view.replicas[0].address == "j-ps-0.j-ps:2222"
 
 
 def test_job_view_of_an_invalid_spec_has_no_replicas():

@@ -276,7 +276,9 @@ def test_a_team_job_gets_the_teams_priority_class_unless_it_names_one():
     assert own.spec.scheduling.priority_class_name == "tfkube-priority-5"
     # The pods of the rendered job carry it.
     rendered_job = render_job(given, RenderOptions(namespace="ns", managed=True))
-    worker = next(o for o in rendered_job if o["metadata"]["name"] == "j-worker")
+    worker = next(
+        o for o in rendered_job if o["kind"] == "Job" and o["metadata"]["name"] == "j-worker"
+    )
     assert worker["spec"]["template"]["spec"]["priorityClassName"] == "tfkube-priority-5"
 
 

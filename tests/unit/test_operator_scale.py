@@ -178,7 +178,7 @@ def test_only_a_resizable_job_reads_its_size_from_a_configmap():
     ref = {"configMapKeyRef": {"name": "j-size", "key": "workers"}}
     assert _num_workers(objects, "worker") == {"name": "TFKUBE_NUM_WORKERS", "valueFrom": ref}
     assert _num_workers(objects, "ps") == {"name": "TFKUBE_NUM_WORKERS", "valueFrom": ref}
-    job = next(o for o in objects if o["metadata"]["name"] == "j-worker")
+    job = next(o for o in objects if o["kind"] == "Job" and o["metadata"]["name"] == "j-worker")
     assert job["spec"]["completions"] == job["spec"]["parallelism"] == 3  # elastic: equal
 
     for fixed in (_render(worker=2), _render(chief=1, ps=1, worker=2)):

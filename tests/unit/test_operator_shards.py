@@ -11,16 +11,37 @@ import pytest
 from tfkube.kube.names import (
     GENERATION_ANNOTATION,
     INDEX_KEY,
+    JOB_NAME_KEY,
     JOB_UID_KEY,
     LABEL_INDEX_OFFSET,
     LABEL_JOB,
     LABEL_ROLE,
     role_job_shard,
 )
-from tfkube.kube.observe import Prior, format_time, observe, pod_index, slim_pod
+from tfkube.kube.observe import (
+    ADDRESSING,
+    PODS_PER_JOB,
+    SERVICE_PER_JOB,
+    UNSHARDED,
+    Layout,
+    Prior,
+    format_time,
+    layout,
+    observe,
+    pod_index,
+    slim_pod,
+)
+from tfkube.kube.resources import SERVICE
 from tfkube.operator import reconcile
-from tfkube.operator._ops import Create, DeleteRoleJob, Event, ResizeWorkers, SuspendJob
-from tfkube.operator._reconcile import PODS_PER_JOB, UNSHARDED, _delete_role_job, pods_per_job
+from tfkube.operator._ops import (
+    Create,
+    DeleteObject,
+    DeleteRoleJob,
+    Event,
+    ResizeWorkers,
+    SuspendJob,
+)
+from tfkube.operator._reconcile import _delete_role_job
 from tfkube.operator._settings import OperatorSettings
 from tfkube.planner import JobPhase
 from tfkube.render import RenderOptions, render_job
@@ -210,13 +231,20 @@ def resized(workers: int, size: int, running_jobs: list[dict[str, Any]]) -> Any:
 
 def test_growing_past_a_shard_boundary_grows_the_last_job_and_adds_shards():
     """2 -> 5 workers, S=3: the size ConfigMap first (with the first Job, grown to 3),
-    then the new shard `j-worker-s1` of 2, made as rendered (offset 3)."""
+    then the new shard `j-worker-s1` of 2, made as rendered (offset 3), after its own
+    headless Service (its pods' subdomain)."""
     plan = resized(5, 3, kube_jobs(render(job_model(workers=2), 3)))
     assert ops_of(plan, ResizeWorkers) == [ResizeWorkers("j-worker", "j-size", 5, 3)]
     created = [op.obj for op in ops_of(plan, Create)]
-    assert [o["metadata"]["name"] for o in created] == ["j-worker-s1"]
-    assert created[0]["spec"]["completions"] == 2
-    assert created[0]["metadata"]["labels"][LABEL_INDEX_OFFSET] == "3"
+    assert [(o["kind"], o["metadata"]["name"]) for o in created] == [
+        ("Service", "j-worker-s1"),
+        ("Job", "j-worker-s1"),
+    ]
+    service, shard = created
+    assert service["spec"]["selector"] == {JOB_NAME_KEY: "j-worker-s1"}
+    assert shard["spec"]["template"]["spec"]["subdomain"] == "j-worker-s1"
+    assert shard["spec"]["completions"] == 2
+    assert shard["metadata"]["labels"][LABEL_INDEX_OFFSET] == "3"
     first = next(i for i, op in enumerate(plan.ops) if isinstance(op, ResizeWorkers))
     assert first < next(i for i, op in enumerate(plan.ops) if isinstance(op, Create))
     said = [op.message for op in ops_of(plan, Event) if op.reason == "Scaled"]
@@ -232,7 +260,47 @@ def test_shrinking_across_a_boundary_deletes_later_shards_and_keeps_worker_0():
     assert ops_of(plan, DeleteRoleJob) == [
         DeleteRoleJob("j-worker-s1", f"{JOB_UID_KEY}=uid-j-worker-s1")
     ]
+    assert ops_of(plan, DeleteObject) == [DeleteObject(SERVICE, "j-worker-s1")]  # its Service
     assert plan.status["workers"] == 1
+
+
+def test_a_job_with_one_service_keeps_it_when_it_grows_and_shrinks():
+    """A job made before 2026-12-04 (`RenderOptions.one_service`): its shards are made and
+    deleted without Services of their own (a Service of that name is someone else's)."""
+    options = RenderOptions(
+        namespace="ns", managed=True, launcher_zipapp=b"x", max_pods_per_job=3, one_service=True
+    )
+    small, big = (render_job(job_model(workers=n), options) for n in (2, 5))
+    assert [o["metadata"]["name"] for o in big if o["kind"] == "Service"] == ["j"]
+    grown = reconcile(
+        resource(running(podsPerJob=3)), job_model(workers=5), kube_jobs(small), [], big, NOW
+    )
+    created = [(op.obj["kind"], op.obj["metadata"]["name"]) for op in ops_of(grown, Create)]
+    assert created == [("Job", "j-worker-s1")]
+    shrunk = reconcile(
+        resource(running(podsPerJob=3)),
+        job_model(workers=1),
+        kube_jobs(big),
+        [],
+        render_job(job_model(workers=1), options),
+        NOW,
+    )
+    assert [op.name for op in ops_of(shrunk, DeleteRoleJob)] == ["j-worker-s1"]
+    assert not ops_of(shrunk, DeleteObject)
+
+
+def test_a_lost_role_job_is_made_again_after_its_service():
+    job = job_model(workers=5)
+    rendered = render(job, 3)
+    jobs = [j for j in kube_jobs(rendered) if not j["metadata"]["name"].startswith("j-worker")]
+    plan = reconcile(resource(running(podsPerJob=3)), job, jobs, [], rendered, NOW)
+    created = [(op.obj["kind"], op.obj["metadata"]["name"]) for op in ops_of(plan, Create)]
+    assert created == [
+        ("Service", "j-worker"),
+        ("Job", "j-worker"),
+        ("Service", "j-worker-s1"),
+        ("Job", "j-worker-s1"),
+    ]
 
 
 def test_growing_within_the_last_shard():
@@ -244,17 +312,37 @@ def test_growing_within_the_last_shard():
     assert not ops_of(plan, Create)
 
 
+STARTED = {"startTime": "2026-01-01T00:00:00Z"}
+
+
 @pytest.mark.parametrize(
     ("status", "setting", "expected"),
     [
-        pytest.param({}, 3, 3, id="new-job-takes-the-setting"),
-        pytest.param({PODS_PER_JOB: 500}, 3, 500, id="kept-for-its-life"),
-        pytest.param({"startTime": "2026-01-01T00:00:00Z"}, 3, UNSHARDED, id="made-before"),
-        pytest.param({PODS_PER_JOB: 0}, 3, 3, id="nonsense-recorded"),
+        pytest.param({}, 3, Layout(3, False), id="new-job-takes-the-setting"),
+        pytest.param(None, 3, Layout(3, False), id="no-status"),
+        pytest.param(
+            {**STARTED, PODS_PER_JOB: 500, ADDRESSING: SERVICE_PER_JOB},
+            3,
+            Layout(500, False),
+            id="kept-for-its-life",
+        ),
+        pytest.param(STARTED, 3, Layout(UNSHARDED, True), id="made-before-shards"),
+        pytest.param(
+            {**STARTED, PODS_PER_JOB: 500}, 3, Layout(500, True), id="made-before-services"
+        ),
+        pytest.param({PODS_PER_JOB: 0}, 3, Layout(3, False), id="nonsense-recorded"),
+        pytest.param(
+            {**STARTED, ADDRESSING: "other"}, 3, Layout(UNSHARDED, True), id="unknown-addressing"
+        ),
     ],
 )
-def test_pods_per_job(status, setting, expected):
-    assert pods_per_job(status, setting) == expected
+def test_layout(status, setting, expected):
+    assert layout(status, setting) == expected
+
+
+@pytest.mark.parametrize("made", [Layout(500, False), Layout(7, True)])
+def test_layout_reads_back_what_it_records(made):
+    assert layout({**STARTED, **made.status()}, 3) == made
 
 
 def test_operator_setting_from_flag_and_environment():

@@ -325,7 +325,9 @@ def test_every_job_pod_is_restricted(job: TFJob, managed: bool) -> None:
 
 def test_replica_pods_run_as_the_workload_user_with_a_home() -> None:
     objects = _rendered(_job())
-    worker = next(o for o in objects if o["metadata"]["name"] == "every-worker")
+    worker = next(
+        o for o in objects if o["kind"] == "Job" and o["metadata"]["name"] == "every-worker"
+    )
     pod = worker["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsUser"] == WORKLOAD_USER
     assert pod["securityContext"]["fsGroup"] == WORKLOAD_USER
@@ -335,7 +337,8 @@ def test_replica_pods_run_as_the_workload_user_with_a_home() -> None:
     assert env["HOME"] == "/home/me"  # the role's own
     fetch, _ship = pod["initContainers"]
     assert {"name": "HOME", "value": "/tmp"} in fetch["env"]
-    ps = next(o for o in objects if o["metadata"]["name"] == "every-ps")["spec"]["template"]
+    ps = next(o for o in objects if o["kind"] == "Job" and o["metadata"]["name"] == "every-ps")
+    ps = ps["spec"]["template"]
     assert ps["spec"]["automountServiceAccountToken"] is False  # no API credentials
     assert {"name": "HOME", "value": "/tmp"} in ps["spec"]["containers"][0]["env"]
     board = next(o for o in objects if o["metadata"]["name"] == "every-tensorboard")

@@ -127,7 +127,8 @@ def test_objects_and_order():
     assert kinds == [
         ("ConfigMap", "mnist-launcher"),
         ("ConfigMap", "mnist-size"),  # PS and no chief: it may be resized
-        ("Service", "mnist"),
+        ("Service", "mnist-ps"),  # a headless Service per Job, before the Jobs
+        ("Service", "mnist-worker"),
         ("Job", "mnist-ps"),
         ("Job", "mnist-worker"),
     ]
@@ -184,23 +185,50 @@ def test_zero_replica_role_has_no_job():
 
 
 def test_headless_service():
-    svc = one(render(job_of(runPolicy__port=3333)), "Service", "mnist")
+    svc = one(render(job_of(runPolicy__port=3333)), "Service", "mnist-worker")
     assert svc["spec"]["clusterIP"] == "None"
     assert svc["spec"]["publishNotReadyAddresses"] is True
     assert svc["spec"]["ports"] == [
         {"name": "tf", "port": 3333, "targetPort": 3333, "protocol": "TCP"}
     ]
-    assert svc["spec"]["selector"] == {
-        "tfkube.io/job-name": "mnist",
+    # the Job controller's label: this Job's pods, no other's (not another shard's)
+    assert svc["spec"]["selector"] == {"batch.kubernetes.io/job-name": "mnist-worker"}
+    assert svc["metadata"]["labels"] == {
+        **job_labels("mnist", "worker"),
         "tfkube.io/component": "replica",
     }
 
 
-def test_only_one_service_for_the_replicas_and_no_cluster_ips():
-    objects = render(job_of(tensorboard={}))
+def test_a_service_per_job_and_no_cluster_ips():
+    objects = render(job_of(tensorboard={}, replicas__chief={"replicas": 1}))
     services = by_kind(objects, "Service")
-    assert [s["metadata"]["name"] for s in services] == ["mnist", "mnist-tensorboard"]
+    assert [s["metadata"]["name"] for s in services] == [
+        "mnist-chief",
+        "mnist-ps",
+        "mnist-worker",
+        "mnist-tensorboard",
+    ]
     assert all("clusterIP" not in s["spec"] or s["spec"]["clusterIP"] == "None" for s in services)
+    for job in by_kind(objects, "Job"):
+        assert job["spec"]["template"]["spec"]["subdomain"] == job["metadata"]["name"]
+
+
+def test_one_service_renders_the_job_s_one_service_as_before():
+    """A job made before 2026-12-04 keeps its one Service and its addresses."""
+    objects = render(job_of(runPolicy__port=3333), one_service=True)
+    services = by_kind(objects, "Service")
+    assert [s["metadata"]["name"] for s in services] == ["mnist"]
+    assert services[0]["spec"]["selector"] == {
+        "tfkube.io/job-name": "mnist",
+        "tfkube.io/component": "replica",
+    }
+    assert services[0]["metadata"]["labels"] == {
+        **job_labels("mnist"),
+        "tfkube.io/component": "replica",
+    }
+    for job in by_kind(objects, "Job"):
+        assert job["spec"]["template"]["spec"]["subdomain"] == "mnist"
+    assert env_of(objects, "ps")["TFKUBE_ADDRESS"] == "mnist-{role}-{index}.mnist:3333"
 
 
 @pytest.mark.parametrize(("role", "count"), [("ps", 2), ("worker", 3)])
@@ -211,22 +239,22 @@ def test_indexed_job_gives_stable_hostnames(role, count):
     assert spec["completions"] == spec["parallelism"] == count
     # Kubernetes names an Indexed Job's pods' hostnames <job name>-<index>.
     assert rendered["metadata"]["name"] == f"mnist-{role}"
-    assert spec["template"]["spec"]["subdomain"] == "mnist"
+    assert spec["template"]["spec"]["subdomain"] == f"mnist-{role}"
     assert spec["template"]["spec"]["restartPolicy"] == "Never"
 
 
 def test_tf_config_addresses_are_the_headless_dns_names():
     env = env_of(render(job_of(runPolicy__port=2345)), "worker")
     assert "TFKUBE_CLUSTER" not in env
-    assert env["TFKUBE_ADDRESS"] == "mnist-{role}-{index}.mnist:2345"
+    assert env["TFKUBE_ADDRESS"] == "mnist-{role}-{index}.mnist-{role}:2345"
     # What the launcher makes of it in the pod of index 1:
     cluster = contract_from_env({**env, "JOB_COMPLETION_INDEX": "1"}).cluster
     assert cluster == {
-        "ps": ["mnist-ps-0.mnist:2345", "mnist-ps-1.mnist:2345"],
+        "ps": ["mnist-ps-0.mnist-ps:2345", "mnist-ps-1.mnist-ps:2345"],
         "worker": [
-            "mnist-worker-0.mnist:2345",
-            "mnist-worker-1.mnist:2345",
-            "mnist-worker-2.mnist:2345",
+            "mnist-worker-0.mnist-worker:2345",
+            "mnist-worker-1.mnist-worker:2345",
+            "mnist-worker-2.mnist-worker:2345",
         ],
     }
     assert cluster == cluster_spec({"ps": 2, "worker": 3}, service_address("mnist", 2345))
@@ -247,8 +275,8 @@ def test_pod_templates_do_not_grow_with_the_job(ps: int, workers: int):
     big = render(job_of(replicas={"ps": {"replicas": ps}, "worker": {"replicas": workers}}))
     for role in ("ps", "worker"):
         size = len(json.dumps(pod(big, role)))
-        # digits of the counts, and past 500 replicas the rule's `{shard:500}`
-        assert size - len(json.dumps(pod(small, role))) < (10 if ps + workers < 500 else 25)
+        # digits of the counts, and past 500 replicas the rule's two `{shard:500}`
+        assert size - len(json.dumps(pod(small, role))) < (10 if ps + workers < 500 else 40)
     # every shard's template: + its offset (an env var and a label, a few digits each)
     largest = [max(len(json.dumps(j["spec"]["template"])) for j in by_kind(objects, "Job"))
                for objects in (big, small)]  # fmt: skip
@@ -298,10 +326,13 @@ def test_a_role_above_the_shard_size_is_several_indexed_jobs():
         assert "tfkube.io/index-offset" not in template["labels"]  # an annotation on pods
         assert (template.get("annotations") or {}).get("tfkube.io/index-offset") == offsets[name]
         env = env_of(objects, "", name)
-        assert env["TFKUBE_ADDRESS"] == "mnist-{role}{shard:2}-{index}.mnist:2222"
+        rule = "mnist-{role}{shard:2}-{index}.mnist-{role}{shard:2}:2222"
+        assert env["TFKUBE_ADDRESS"] == rule
         assert env["TFKUBE_NUM_WORKERS"] == "5"
         assert j["spec"]["completionMode"] == "Indexed"
-        assert j["spec"]["template"]["spec"]["subdomain"] == "mnist"
+        assert j["spec"]["template"]["spec"]["subdomain"] == name  # its own Service
+        service = one(objects, "Service", name)
+        assert service["spec"]["selector"] == {"batch.kubernetes.io/job-name": name}
 
 
 def test_the_launcher_reads_every_shard_pod_as_its_global_replica():
@@ -316,7 +347,7 @@ def test_the_launcher_reads_every_shard_pod_as_its_global_replica():
             env = {**env_of(objects, "", name), "JOB_COMPLETION_INDEX": str(i)}
             c = contract_from_env(env)
             hostname = f"{name}-{i}"
-            assert c.cluster[c.role][c.index] == f"{hostname}.mnist:2222"
+            assert c.cluster[c.role][c.index] == f"{hostname}.{name}:2222"
             seen[f"{c.role}-{c.index}"] = hostname
     assert seen == {
         "ps-0": "mnist-ps-0",
@@ -1374,7 +1405,7 @@ def test_the_zipapp_runs_a_rendered_replica(tmp_path):
     assert proc.returncode == 0, proc.stderr
     config = json.loads((logs / "tf_config.json").read_text())
     assert config["task"] == {"type": "worker", "index": 2}
-    assert config["cluster"]["worker"][2] == "mnist-worker-2.mnist:2222"
+    assert config["cluster"]["worker"][2] == "mnist-worker-2.mnist-worker:2222"
     assert "--job_name=worker --task_index=2" in (logs / "args").read_text()
 
 

@@ -805,6 +805,52 @@ class Prior:
         )
 
 
+PODS_PER_JOB = "podsPerJob"
+"""`status.podsPerJob`: the most replicas per Indexed Job the job was made with."""
+ADDRESSING = "addressing"
+"""`status.addressing`: how the job's replicas are addressed (`SERVICE_PER_JOB`)."""
+SERVICE_PER_JOB = "servicePerJob"
+"""One headless Service per Indexed Job (`tfkube.tfcluster.service_address`)."""
+UNSHARDED = 100_000
+"""More than any role may have (`tfkube.spec`): every role is one Job."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a job's Jobs and Services were laid out when it was made, which it keeps for
+    life: a new operator (or a changed setting) never re-splits or re-addresses a running
+    job, whose pods know their peers by the names they were given."""
+
+    pods_per_job: int
+    """The most replicas per Indexed Job (`tfkube.render.RenderOptions.max_pods_per_job`)."""
+    one_service: bool
+    """The replicas share one headless Service named after the job, as every job made
+    before 2026-12-04 (`tfkube.render.RenderOptions.one_service`)."""
+
+    def status(self) -> dict[str, Any]:
+        """What the status records of it (`layout` reads it back)."""
+        recorded: dict[str, Any] = {PODS_PER_JOB: self.pods_per_job}
+        if not self.one_service:
+            recorded[ADDRESSING] = SERVICE_PER_JOB
+        return recorded
+
+
+def layout(status: Mapping[str, Any] | None, setting: int) -> Layout:
+    """The layout a TFJob's status recorded (`Layout.status`). A job made before a part of
+    it was recorded (started, nothing said) keeps what operators made then: one Job per
+    role, one Service for the job; a new job takes the operator's `setting` and a Service
+    per Job."""
+    status = status or {}
+    started = bool(status.get("startTime"))
+    recorded = status.get(PODS_PER_JOB)
+    if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 1:
+        per_job = recorded
+    else:
+        per_job = UNSHARDED if started else setting
+    one_service = started and status.get(ADDRESSING) != SERVICE_PER_JOB
+    return Layout(pods_per_job=per_job, one_service=one_service)
+
+
 class RoleJob(StrEnum):
     """Where a role's Kubernetes Job stands."""
 

@@ -3,11 +3,14 @@ that rendering, the operator, the Kubernetes backend, the KWOK test stages and `
 users all rely on. Pure constants and string functions (no planner, no client), so
 `tfkube.render` can stand on it too.
 
-    <job>                 headless Service (pods' subdomain) and PodGroup
-    <job>-<role>          Indexed Job; its pods' hostnames are <job>-<role>-<i>
+    <job>                 PodGroup (and the one headless Service of a job made before
+                          2026-12-04, its pods' subdomain)
+    <job>-<role>          Indexed Job and its headless Service (its pods' subdomain); its
+                          pods' hostnames are <job>-<role>-<i>
     <job>-<role>-s<k>     a role of more than S replicas (the operator's
-                          --max-pods-per-job) is ceil(n/S) Indexed Jobs: shard k (k >= 1)
-                          holds replicas k*S..k*S+S-1, hostnames <job>-<role>-s<k>-<i - k*S>
+                          --max-pods-per-job) is ceil(n/S) Indexed Jobs, each with its
+                          Service: shard k (k >= 1) holds replicas k*S..k*S+S-1, hostnames
+                          <job>-<role>-s<k>-<i - k*S>
     <job>-launcher        ConfigMap with the launcher zipapp
     <job>-code            ConfigMap with a small local code folder (when packed)
     <job>-size            ConfigMap with a resizable job's current number of workers
@@ -54,6 +57,9 @@ index is its completion index plus this (`tfkube.kube.observe.pod_index`). Absen
 Older operators put it on pods as a label: `index_offset` reads both."""
 JOB_UID_KEY = "batch.kubernetes.io/controller-uid"
 """Kubernetes' own label on a Job's pods: the Job's uid (selects exactly one shard's pods)."""
+JOB_NAME_KEY = "batch.kubernetes.io/job-name"
+"""Kubernetes' own label on a Job's pods: the Job's name (what a role Job's headless
+Service selects: that Job's pods and no other's)."""
 REPLICA_CONTAINER = "tensorflow"
 """The replica container's name in each pod (status, logs and stall detection read it)."""
 """Kubernetes' own label (and annotation) with a pod's index in its Indexed Job."""

@@ -12,9 +12,14 @@ unit test row for every branch; this module is what the rest of tfkube may use o
 """
 
 from tfkube.kube._observe import (
+    ADDRESSING,
     GANG_SCHEDULERS,
+    PODS_PER_JOB,
     PREEMPTED_EVENT,
+    SERVICE_PER_JOB,
+    UNSHARDED,
     Disruption,
+    Layout,
     Obj,
     Observation,
     Preemption,
@@ -23,6 +28,7 @@ from tfkube.kube._observe import (
     format_time,
     index_offset,
     is_stranded,
+    layout,
     observe,
     parse_time,
     pod_index,
@@ -32,9 +38,14 @@ from tfkube.kube._observe import (
 )
 
 __all__ = [
+    "ADDRESSING",
     "GANG_SCHEDULERS",
+    "PODS_PER_JOB",
     "PREEMPTED_EVENT",
+    "SERVICE_PER_JOB",
+    "UNSHARDED",
     "Disruption",
+    "Layout",
     "Obj",
     "Observation",
     "Preemption",
@@ -43,6 +54,7 @@ __all__ = [
     "format_time",
     "index_offset",
     "is_stranded",
+    "layout",
     "observe",
     "parse_time",
     "pod_index",

@@ -52,18 +52,13 @@ from tfkube.kube.names import (
     SHIP_URL_ANNOTATION,
     code_configmap_name,
 )
-from tfkube.kube.observe import PREEMPTED_EVENT, tfjob_model
+from tfkube.kube.observe import PREEMPTED_EVENT, layout, tfjob_model
 from tfkube.kube.resources import CONFIG_MAP, EVENT, JOB, SECRET, TFJOB
 from tfkube.kube.rest import Endpoint, Kube, api_client_from
 from tfkube.operator._apply import apply, write_status
 from tfkube.operator._ops import DeleteTFJob
 from tfkube.operator._pods import PodIndex, PodInformer
-from tfkube.operator._reconcile import (
-    PODS_PER_JOB,
-    invalid_spec_plan,
-    pods_per_job,
-    reconcile,
-)
+from tfkube.operator._reconcile import invalid_spec_plan, reconcile
 from tfkube.operator._settings import OperatorSettings
 from tfkube.planner import JobPhase
 from tfkube.render import RenderOptions, StorageDefaults, render_job
@@ -119,7 +114,7 @@ class Reconciler:
             return None
         now = self.clock()
         annotations = tfjob["metadata"].get("annotations") or {}
-        per_job = pods_per_job(tfjob.get("status") or {}, self.settings.max_pods_per_job)
+        made = layout(tfjob.get("status"), self.settings.max_pods_per_job)
         try:
             job = tfjob_model(tfjob)
             rendered = render_job(
@@ -134,7 +129,8 @@ class Reconciler:
                     data_url=annotations.get(DATA_URL_ANNOTATION) or None,
                     data_cache=self.settings.data_cache,
                     storage=self.settings.storage,
-                    max_pods_per_job=per_job,
+                    max_pods_per_job=made.pods_per_job,
+                    one_service=made.one_service,
                 ),
             )
         except SpecError as exc:
@@ -143,7 +139,7 @@ class Reconciler:
             jobs = self.kube.list(JOB, namespace, f"{LABEL_JOB}={name}")
             events = self._preempted_events(namespace, tfjob)
             plan = reconcile(tfjob, job, jobs, pods, rendered, now, events)
-            plan = replace(plan, status={**plan.status, PODS_PER_JOB: per_job})
+            plan = replace(plan, status={**plan.status, **made.status()})
         for op in plan.ops:
             log.info("%s/%s: %s", namespace, name, _describe(op))
             apply(self.kube, op, tfjob)

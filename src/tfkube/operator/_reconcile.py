@@ -167,6 +167,39 @@ def _role_job_objects(
     return out
 
 
+def _own_services(objects: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The rendered headless Services by name: one per role Job, named as it (none of
+    the kind for a job with one Service for all, `RenderOptions.one_service`)."""
+    jobs = {str(o["metadata"]["name"]) for o in objects if o.get("kind") == "Job"}
+    return {
+        str(o["metadata"]["name"]): o
+        for o in objects
+        if SERVICE.describes(o) and o["metadata"]["name"] in jobs
+    }
+
+
+def _creating(jobs: Iterable[dict[str, Any]], objects: list[dict[str, Any]]) -> list[Op]:
+    """Create role Jobs, each after its own headless Service (its pods' subdomain; creating
+    one that exists is harmless), so their names resolve from the pods' first moment."""
+    services = _own_services(objects)
+    ops: list[Op] = []
+    for job in jobs:
+        service = services.get(str(job["metadata"]["name"]))
+        if service is not None:
+            ops.append(Create(service))
+        ops.append(Create(job))
+    return ops
+
+
+def _deleting(job_name: str, role: str, role_job: Obj, objects: list[dict[str, Any]]) -> list[Op]:
+    """Delete a role Job (`_delete_role_job`) and, when the job has a Service per Job
+    (its first role Job's is rendered), the Job's Service."""
+    ops: list[Op] = [_delete_role_job(job_name, role, role_job)]
+    if role_job_name(job_name, role) in _own_services(objects):
+        ops.append(DeleteObject(SERVICE, str(role_job["metadata"]["name"])))
+    return ops
+
+
 def _delete_role_job(job_name: str, role: str, role_job: Obj) -> DeleteRoleJob:
     """Delete one of a role's Jobs with its pods: all the role's pods for its first Job
     (as when a role was one Job), only its own for a later shard's (the Job controller's
@@ -180,22 +213,6 @@ def _delete_role_job(job_name: str, role: str, role_job: Obj) -> DeleteRoleJob:
     elif offset:
         selector += f",{LABEL_INDEX_OFFSET}={offset}"
     return DeleteRoleJob(str(meta["name"]), selector)
-
-
-PODS_PER_JOB = "podsPerJob"
-UNSHARDED = 100_000
-"""More than any role may have (`tfkube.spec`): every role is one Job."""
-
-
-def pods_per_job(status: Mapping[str, Any], setting: int) -> int:
-    """The most replicas per Indexed Job the job renders with: what its status recorded
-    when it was made (`PODS_PER_JOB`), so the operator's setting changing never re-splits
-    a running job; a job made before shards (started, nothing recorded) is one Job per
-    role; a new job takes the operator's setting."""
-    recorded = status.get(PODS_PER_JOB)
-    if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 1:
-        return recorded
-    return UNSHARDED if status.get("startTime") else setting
 
 
 def _condition(
@@ -346,13 +363,11 @@ def ensure(
         ops.append(Event("Normal", "Storage", storage_message(prior.storage)))
     elif not prior.phase.terminal and (prior.restart_at is None or now >= prior.restart_at):
         busy = obs.role_jobs.keys() | obs.dying_jobs | obs.stale_jobs
-        ops += [
-            Create(o)
-            for role, rendered in _role_job_objects(objects, job.name).items()
-            if role not in busy
-            for o in rendered
-        ]
-    ops += [_delete_role_job(job.name, role, j) for role, j in obs.stale_shards]
+        for role, rendered in _role_job_objects(objects, job.name).items():
+            if role not in busy:
+                ops += _creating(rendered, objects)
+    for role, j in obs.stale_shards:
+        ops += _deleting(job.name, role, j, objects)
     return ops
 
 
@@ -404,14 +419,15 @@ def resize(
         name = str(shard["metadata"]["name"])
         count = want if len(rendered) == 1 else int(shard["spec"]["completions"])
         if name not in running:
-            created.append(Create(shard))
+            created += _creating([shard], objects or [])
         elif k == 0 or int((running[name].get("spec") or {}).get("completions") or 0) != count:
             resized.append(ResizeWorkers(name, configmap, want, None if count == want else count))
     kept = {str(shard["metadata"]["name"]) for shard in rendered}
     deleted: list[Op] = [
-        _delete_role_job(job.name, Role.WORKER.value, j)
+        op
         for j in reversed(worker_jobs)
         if str(j["metadata"]["name"]) not in kept
+        for op in _deleting(job.name, Role.WORKER.value, j, objects or [])
     ]
     ops = (*resized, *created, *deleted, Event("Normal", "Scaled", Resize(have, want).text()))
     return Resizing(ops, {**new, "workers": want})

@@ -54,6 +54,7 @@ from tfkube.render._render import (
     MAX_CODE_CONFIGMAP_BYTES,
     TENSORBOARD_PORT,
     RenderOptions,
+    address_rule,
     render_job,
 )
 from tfkube.render._server import (
@@ -121,6 +122,7 @@ __all__ = [
     "ServingRuntime",
     "StorageDefaults",
     "Volume",
+    "address_rule",
     "crd",
     "data_claim_name",
     "database_claim_name",

@@ -8,11 +8,14 @@
          [ConfigMap <job>-code]          a small local code folder, packed
          [PVC <job>-data, <job>-logs]    only when asked for (`_storage`): else an
                                          emptyDir per pod
-         Service <job>                   headless: DNS names only, no cluster IP
+         Service per role Job            headless, named as its Job, selecting its
+                                         pods: DNS names only, no cluster IP (one
+                                         Service <job> with `one_service`)
          [PodGroup <job>]                Volcano / scheduler-plugins gang
-         Job <job>-<role> per role       Indexed: hostnames <job>-<role>-<i>; a role of
-                                         more than max_pods_per_job (S) replicas is
-                                         ceil(n/S) Jobs, <job>-<role>-s<k> for k >= 1
+         Job <job>-<role> per role       Indexed: hostnames <job>-<role>-<i>, subdomain
+                                         its Service; a role of more than
+                                         max_pods_per_job (S) replicas is ceil(n/S)
+                                         Jobs, <job>-<role>-s<k> for k >= 1
          [Deployment, Service <job>-tensorboard]
 
 Who retries what (see docs/kubernetes.md):
@@ -51,6 +54,7 @@ from tfkube import contract
 from tfkube.kube.names import (
     CODE_TOKEN_KEY,
     DATA_TOKEN_KEY,
+    JOB_NAME_KEY,
     LABEL_COMPONENT,
     LABEL_CREDENTIAL,
     LABEL_INDEX_OFFSET,
@@ -206,6 +210,12 @@ class RenderOptions:
     pods at most 500 per sync, slowly starting each; different Jobs are synced at once:
     docs/benchmarks.md). Shard k holds replicas k*S..k*S+S-1 (`tfkube.tfcluster.shard_of`);
     a job whose every role fits one Job renders exactly as without shards."""
+    one_service: bool = False
+    """Render the one headless Service every job had before 2026-12-04 (`<job>`, selecting
+    all its replicas; addresses `<job>-<role>-<i>.<job>`) instead of one per Indexed Job
+    (`<job>-<role>-<i>.<job>-<role>`): the operator renders a job made that way so for the
+    rest of its life (`tfkube.kube.observe.layout`). One Service for every pod costs
+    Kubernetes' endpoint controllers the square of the replicas in reads as pods start."""
 
 
 def _meta(name: str, namespace: str, labels: Mapping[str, str], user: Mapping[str, str]) -> Object:
@@ -570,20 +580,38 @@ def _claims(ctx: _Context) -> list[Object]:
     return out
 
 
-def _headless_service(ctx: _Context) -> Object:
-    name = ctx.job.name
+def _headless_services(ctx: _Context) -> list[Object]:
+    """The pods' subdomains: a Service per role Job, named as the Job and selecting its
+    pods by the Job controller's label; or the job's one (`RenderOptions.one_service`)."""
+    job = ctx.job
+    if ctx.options.one_service:
+        selector = {LABEL_JOB: job.name, LABEL_COMPONENT: "replica"}
+        return [_headless_service(ctx, job.name, job_labels(job.name), selector)]
+    return [
+        _headless_service(
+            ctx,
+            role_job_name(job.name, role.value, shard),
+            job_labels(job.name, role.value),
+            {JOB_NAME_KEY: role_job_name(job.name, role.value, shard)},
+        )
+        for role in Role
+        for shard in range(len(_shard_counts(ctx, role)))
+    ]
+
+
+def _headless_service(
+    ctx: _Context, name: str, labels: Mapping[str, str], selector: Mapping[str, str]
+) -> Object:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(
-            name, ctx.ns, {**job_labels(name), LABEL_COMPONENT: "replica"}, ctx.user_labels
-        ),
+        "metadata": _meta(name, ctx.ns, {**labels, LABEL_COMPONENT: "replica"}, ctx.user_labels),
         "spec": {
             # DNS records straight to pod IPs: no virtual IP, no iptables rule per replica.
             "clusterIP": "None",
             # TF servers look each other up while starting, before any pod is Ready.
             "publishNotReadyAddresses": True,
-            "selector": {LABEL_JOB: name, LABEL_COMPONENT: "replica"},
+            "selector": dict(selector),
             "ports": [
                 {
                     "name": PORT_NAME,
@@ -703,9 +731,17 @@ def shard_size(job: TFJob, options: RenderOptions) -> int | None:
     return None
 
 
+def address_rule(job: TFJob, options: RenderOptions) -> str:
+    """The rule every replica of the job is addressed by
+    (`tfkube.tfcluster.service_address_rule`), as its pods get it (TFKUBE_ADDRESS)."""
+    return service_address_rule(
+        job.name, job.spec.run_policy.port, None, shard_size(job, options), options.one_service
+    )
+
+
 def _environment(ctx: _Context, role: Role, offset: int = 0) -> list[Object]:
     job = ctx.job
-    rule = service_address_rule(job.name, job.spec.run_policy.port, None, ctx.shard_size)
+    rule = address_rule(job, ctx.options)
     env = replica_environment(
         job,
         role,
@@ -897,13 +933,17 @@ def stall_probe(stall_seconds: int) -> Object:
     }
 
 
-def _role_jobs(ctx: _Context, role: Role) -> list[Object]:
-    """The role's Indexed Job, or its shards' (`RenderOptions.max_pods_per_job`)."""
+def _shard_counts(ctx: _Context, role: Role) -> list[int]:
+    """How many replicas each of the role's Indexed Jobs holds (none for no replica)."""
     count = ctx.job.spec.replicas.count(role)
     if ctx.shard_size is None:
-        return [_role_job(ctx, role, 0, count)]
-    size = ctx.shard_size
-    return [_role_job(ctx, role, k, n) for k, n in enumerate(shard_counts(count, size))]
+        return [count] if count > 0 else []
+    return shard_counts(count, ctx.shard_size)
+
+
+def _role_jobs(ctx: _Context, role: Role) -> list[Object]:
+    """The role's Indexed Job, or its shards' (`RenderOptions.max_pods_per_job`)."""
+    return [_role_job(ctx, role, k, n) for k, n in enumerate(_shard_counts(ctx, role))]
 
 
 def _role_job(ctx: _Context, role: Role, shard: int, count: int) -> Object:
@@ -958,8 +998,8 @@ def _role_job(ctx: _Context, role: Role, shard: int, count: int) -> Object:
     grace = int(job.spec.run_policy.termination_grace_seconds + 0.999) + GRACE_MARGIN_SECONDS
     pod_spec: Object = {
         "restartPolicy": "Never",  # retries are the Job's (podFailurePolicy needs Never)
-        # With the Service's name as subdomain, <job>-<role>-<i>.<job> resolves.
-        "subdomain": job.name,
+        # With its Service's name as subdomain, <job>-<role>-<i>.<job>-<role> resolves.
+        "subdomain": job.name if ctx.options.one_service else name,
         # One env var per Service in the namespace would only add noise (and size).
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": grace,
@@ -1117,10 +1157,8 @@ def render_job(job: TFJob, options: RenderOptions) -> list[dict[str, Any]]:
     objects += _registry_secret(ctx)
     objects += _configmaps(ctx)
     objects += _claims(ctx)
-    objects.append(_headless_service(ctx))
+    objects += _headless_services(ctx)
     objects += _pod_group(ctx)
-    objects += [
-        j for role in Role if job.spec.replicas.count(role) > 0 for j in _role_jobs(ctx, role)
-    ]
+    objects += [j for role in Role for j in _role_jobs(ctx, role)]
     objects += _tensorboard(ctx)
     return objects

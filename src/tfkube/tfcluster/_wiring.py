@@ -2,8 +2,8 @@
 
 Two placers address replicas differently, and nothing else differs:
 - locally every replica is `127.0.0.1:<port>` with a port chosen by the engine;
-- in a cluster every replica is `<job>-<role>-<i>.<job>:<port>`, the stable DNS name a
-  headless Service gives the pods of an Indexed Job.
+- in a cluster every replica is `<job>-<role>-<i>.<job>-<role>:<port>`, the stable DNS
+  name the headless Service of its Indexed Job gives the Job's pods.
 
 TensorFlow's conventions that these functions encode:
 - `TF_CONFIG["cluster"]` lists chief, ps and worker tasks. The evaluator is *not* part of
@@ -81,32 +81,51 @@ def local_address(
 
 
 def service_address(
-    job: str, port: int, namespace: str | None = None, shard_size: int | None = None
+    job: str,
+    port: int,
+    namespace: str | None = None,
+    shard_size: int | None = None,
+    one_service: bool = False,
 ) -> Callable[[str, int], str]:
-    """Addressing through a headless Service named after the job.
+    """Addressing through a headless Service per Indexed Job.
 
-    Pods of the Indexed Job `<job>-<role>` get hostname `<job>-<role>-<i>` and the
-    Service's name as subdomain, so `<job>-<role>-<i>.<job>` resolves to the pod IP
-    within the namespace (DNS only: no cluster IP, no iptables rule per replica). With
-    `shard_size` S a role of more than S replicas is several Indexed Jobs (`shard_of`):
-    replica `g` is index `g % S` of Job `<job>-<role>` (g < S) or `<job>-<role>-s<k>`
-    (k = g // S), so its hostname is `<job>-<role>-<g>` or `<job>-<role>-s<k>-<g % S>`.
+    Pods of the Indexed Job `<job>-<role>` get hostname `<job>-<role>-<i>` and, as
+    subdomain, the name of the Job's own headless Service (the Job's name), so
+    `<job>-<role>-<i>.<job>-<role>` resolves to the pod IP within the namespace (DNS
+    only: no cluster IP, no iptables rule per replica). With `shard_size` S a role of more
+    than S replicas is several Indexed Jobs (`shard_of`): replica `g` is index `g % S` of
+    Job `<job>-<role>` (g < S) or `<job>-<role>-s<k>` (k = g // S), so its name is
+    `<job>-<role>-<g>.<job>-<role>` or `<job>-<role>-s<k>-<g % S>.<job>-<role>-s<k>`.
+    A Service per Job keeps each Service's endpoints to one Job's pods: Kubernetes'
+    endpoint controllers re-read a Service's every endpoint whenever one of its pods
+    changes, so one Service for 11,000 pods costs them 11,000 x 11,000 reads to start.
+
+    `one_service`: the replicas share one headless Service named after the job,
+    `<job>-<role>-<i>.<job>`, as every job made before 2026-12-04 did (such a job keeps
+    it: `tfkube.kube.observe.one_service`).
     """
-    return rule_address(service_address_rule(job, port, namespace, shard_size))
+    return rule_address(service_address_rule(job, port, namespace, shard_size, one_service))
 
 
 def service_address_rule(
-    job: str, port: int, namespace: str | None = None, shard_size: int | None = None
+    job: str,
+    port: int,
+    namespace: str | None = None,
+    shard_size: int | None = None,
+    one_service: bool = False,
 ) -> str:
-    """`service_address` as one rule, `<job>-{role}-{index}.<job>:<port>` (filled in with
-    `str.format`), or with `shard_size` S `<job>-{role}{shard:S}-{index}.<job>:<port>`
-    (`rule_address` says how it expands). A cluster's pods carry this rule and the replica
-    counts instead of every address: at 11,000 replicas the list is 330 KB, copied into
-    every pod the Job controller creates (3.6 GB through etcd and every watch); the
-    launcher expands it."""
+    """`service_address` as one rule, `<job>-{role}-{index}.<job>-{role}:<port>` (filled
+    in with `str.format`), or with `shard_size` S
+    `<job>-{role}{shard:S}-{index}.<job>-{role}{shard:S}:<port>` (`rule_address` says how
+    it expands); with `one_service` the part after the dot is `<job>`. A cluster's pods
+    carry this rule and the replica counts instead of every address: at 11,000 replicas
+    the list is 330 KB, copied into every pod the Job controller creates (3.6 GB through
+    etcd and every watch); the launcher expands it."""
     suffix = f".{namespace}.svc" if namespace else ""
     shard = "" if shard_size is None else f"{{shard:{_shard_size(shard_size)}}}"
-    return f"{job}-{{role}}{shard}-{{index}}.{job}{suffix}:{port}"
+    host = f"{job}-{{role}}{shard}"
+    service = job if one_service else host
+    return f"{host}-{{index}}.{service}{suffix}:{port}"
 
 
 def _shard_size(size: int) -> int:
@@ -144,9 +163,10 @@ def shard_counts(replicas: int, shard_size: int) -> list[int]:
 def rule_address(rule: str) -> Callable[[str, int], str]:
     """Addressing by a rule with `{role}` and `{index}` fields (`service_address_rule`),
     and optionally `{shard:S}`: then `{index}` is the index within the replica's shard
-    and `{shard}` the shard's suffix (`shard_of`, `shard_suffix`). Raises ValueError for
-    a rule with any other field, without both of the first two, or a shard size that is
-    not a whole number of at least 1."""
+    and `{shard}` the shard's suffix (`shard_of`, `shard_suffix`). A field may appear more
+    than once (every `{shard}` with the same S). Raises ValueError for a rule with any
+    other field, without both of the first two, or a shard size that is not a whole
+    number of at least 1."""
     parsed = list(Formatter().parse(rule))
     fields = {name for _, name, _, _ in parsed if name is not None}
     if fields - {"shard"} != {"role", "index"}:
@@ -167,8 +187,8 @@ def rule_address(rule: str) -> Callable[[str, int], str]:
                 raise ValueError(
                     f"an address rule's {{shard:<size>}} needs a size of at least 1: {rule!r}"
                 )
-            if size is not None:
-                raise ValueError(f"an address rule has at most one {{shard}}: {rule!r}")
+            if size is not None and int(spec) != size:
+                raise ValueError(f"an address rule's {{shard}} fields differ in size: {rule!r}")
             size = int(spec)
         template += f"{{{name}}}"
 

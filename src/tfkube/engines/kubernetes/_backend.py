@@ -62,6 +62,7 @@ from tfkube.kube.names import (
 from tfkube.kube.observe import (
     GANG_SCHEDULERS,
     Prior,
+    layout,
     observe,
     parse_time,
     pod_index,
@@ -72,9 +73,9 @@ from tfkube.kube.podmetrics import Sample, pods_path, replica_samples
 from tfkube.kube.resources import CONFIG_MAP, EVENT, JOB, NODE, POD, SECRET, TFJOB, Resource
 from tfkube.kube.rest import Kube, api_client_from, context_namespace
 from tfkube.planner import Replica, cluster_scale_problems, scale_problems
-from tfkube.render import RenderOptions, render_job
+from tfkube.render import DEFAULT_MAX_PODS_PER_JOB, RenderOptions, address_rule, render_job
 from tfkube.spec import FieldError, SchedulingSpec, SpecError, TFJob
-from tfkube.tfcluster import parse_replica_key, replica_key, service_address
+from tfkube.tfcluster import parse_replica_key, replica_key, rule_address
 
 LOG_TIMEOUT_SECONDS = 15.0
 USAGE_TIMEOUT_SECONDS = 10.0
@@ -129,7 +130,13 @@ def job_view(
     except SpecError:
         pass
     else:
-        address = service_address(name, job.spec.run_policy.port)
+        made = layout(status, DEFAULT_MAX_PODS_PER_JOB)
+        options = RenderOptions(
+            namespace=str(meta.get("namespace") or ""),
+            max_pods_per_job=made.pods_per_job,
+            one_service=made.one_service,
+        )
+        address = rule_address(address_rule(job, options))
         pods = list(pods)
         nodes = {
             (p.get("metadata") or {}).get("name"): (p.get("spec") or {}).get("nodeName")
