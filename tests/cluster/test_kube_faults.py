@@ -92,7 +92,7 @@ def test_operator_killed_mid_reconcile_leaves_no_duplicate(
     print(
         f"\n[fault] operator SIGKILLed with {made_before} of 2 role Jobs made: "
         f"{recovered:.1f}s from the kill to Succeeded (4 s of it the workers' run); "
-        f"{len(jobs)} Jobs, {len(services)} Service, {len(workers)} worker pods"
+        f"{len(jobs)} Jobs, {len(services)} Services, {len(workers)} worker pods"
     )
 
 

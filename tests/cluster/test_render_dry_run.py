@@ -328,7 +328,8 @@ def test_cli_render_output_is_accepted_by_kubectl_apply(
     )
     assert applied.returncode == 0, applied.stderr
     assert "job.batch/mnist-between-graph-worker created (server dry run)" in applied.stdout
-    assert "service/mnist-between-graph created (server dry run)" in applied.stdout
+    for role in ("ps", "worker"):  # each Job's headless Service
+        assert f"service/mnist-between-graph-{role} created (server dry run)" in applied.stdout
 
 
 def test_cli_render_refuses_a_local_folder_without_pack_code() -> None:
