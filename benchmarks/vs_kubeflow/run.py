@@ -12,6 +12,9 @@ fresh namespace (deleted, and waited for, before the next):
   floor             floor.py: a plain client creating the same pods (tfkube's rendered pod
                     templates) with up to --floor-parallel requests in flight, deleting the
                     PS pods once it sees every worker succeed. No operator can beat it.
+  floor-one-service the floor with the job's one headless Service for every replica, as
+                    tfkube rendered jobs before 2026-12-04 (`RenderOptions.one_service`),
+                    instead of one per Indexed Job: what the layout costs the control plane.
   tfkube            `tfkube operator` (this checkout), the job submitted by KubernetesBackend.
   kubeflow          Kubeflow at its defaults: --controller-threads 1, QPS 20, burst 30,
                     development logging; the job with cleanPodPolicy None (its default).
@@ -162,7 +165,9 @@ def kubeflow_spec(size: Size, duration: str, clean: str) -> dict[str, Any]:
     }
 
 
-def floor_objects(size: Size, duration: str, namespace: str, code: Path) -> list[dict[str, Any]]:
+def floor_objects(
+    size: Size, duration: str, namespace: str, code: Path, one_service: bool = False
+) -> list[dict[str, Any]]:
     """What tfkube would make, made by hand: its shared objects (its Services among them),
     and one pod per replica from its role Jobs' templates, with the labels the Job
     controller would give it (its Job's name, which the Job's Service selects, and a uid:
@@ -170,9 +175,10 @@ def floor_objects(size: Size, duration: str, namespace: str, code: Path) -> list
     job = parse_job(tfkube_spec(size, duration))
     with tempfile.TemporaryDirectory(prefix="tfkube-floor-") as tmp:
         archive = prepare_artifact(job, code.parent, Path(tmp)).path.read_bytes()
-    rendered = render_job(
-        job, RenderOptions(namespace=namespace, managed=True, code_archive=archive)
+    options = RenderOptions(
+        namespace=namespace, managed=True, code_archive=archive, one_service=one_service
     )
+    rendered = render_job(job, options)
     out = [o for o in rendered if o["kind"] != "Job"]
     for role_job in (o for o in rendered if o["kind"] == "Job"):
         template = role_job["spec"]["template"]
@@ -537,9 +543,11 @@ class FloorRunner(Runner):
     name = "floor"
     operator = "floor"
     volumes = True
+    one_service = False
 
     def start(self) -> subprocess.Popen[bytes]:
-        objects = floor_objects(self.size, self.ctx.args.duration, self.namespace, self.ctx.code)
+        args = (self.size, self.ctx.args.duration, self.namespace, self.ctx.code)
+        objects = floor_objects(*args, one_service=self.one_service)
         path = self.ctx.work / f"{self.namespace}-objects.json"
         path.write_text(json.dumps(objects))
         argv = [
@@ -561,7 +569,12 @@ class FloorRunner(Runner):
         self.popen.stdin.close()
 
 
-RUNNERS = ("floor", "tfkube", "kubeflow", "kubeflow-running", "kubeflow-tuned")
+class FloorOneServiceRunner(FloorRunner):
+    name = "floor-one-service"
+    one_service = True
+
+
+RUNNERS = ("floor", "floor-one-service", "tfkube", "kubeflow", "kubeflow-running", "kubeflow-tuned")
 
 
 def make_runner(name: str, ctx: Context, namespace: str, size: Size) -> Runner:
@@ -569,6 +582,8 @@ def make_runner(name: str, ctx: Context, namespace: str, size: Size) -> Runner:
         return TfkubeRunner(ctx, namespace, size)
     if name == "floor":
         return FloorRunner(ctx, namespace, size)
+    if name == "floor-one-service":
+        return FloorOneServiceRunner(ctx, namespace, size)
     return KubeflowRunner(ctx, namespace, size, name)
 
 
