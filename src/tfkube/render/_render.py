@@ -214,8 +214,9 @@ class RenderOptions:
     """Render the one headless Service every job had before 2026-12-04 (`<job>`, selecting
     all its replicas; addresses `<job>-<role>-<i>.<job>`) instead of one per Indexed Job
     (`<job>-<role>-<i>.<job>-<role>`): the operator renders a job made that way so for the
-    rest of its life (`tfkube.kube.observe.layout`). One Service for every pod costs
-    Kubernetes' endpoint controllers the square of the replicas in reads as pods start."""
+    rest of its life (`tfkube.kube.observe.layout`). One Service for every pod costs the
+    scheduler's default topology spread the square of the replicas (docs/benchmarks.md,
+    runs Q6)."""
 
 
 def _meta(name: str, namespace: str, labels: Mapping[str, str], user: Mapping[str, str]) -> Object:

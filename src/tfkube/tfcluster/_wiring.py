@@ -96,9 +96,10 @@ def service_address(
     than S replicas is several Indexed Jobs (`shard_of`): replica `g` is index `g % S` of
     Job `<job>-<role>` (g < S) or `<job>-<role>-s<k>` (k = g // S), so its name is
     `<job>-<role>-<g>.<job>-<role>` or `<job>-<role>-s<k>-<g % S>.<job>-<role>-s<k>`.
-    A Service per Job keeps each Service's endpoints to one Job's pods: Kubernetes'
-    endpoint controllers re-read a Service's every endpoint whenever one of its pods
-    changes, so one Service for 11,000 pods costs them 11,000 x 11,000 reads to start.
+    A Service per Job keeps what a Service selects to one Job's pods: Kubernetes'
+    default topology spread counts, for each pod it places, the pods its Service selects
+    on every node, so one Service for 11,000 pods made that work grow with the square of
+    the replicas (1.77x slower to start them all: docs/benchmarks.md, runs Q6).
 
     `one_service`: the replicas share one headless Service named after the job,
     `<job>-<role>-<i>.<job>`, as every job made before 2026-12-04 did (such a job keeps
