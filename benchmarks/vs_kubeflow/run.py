@@ -924,6 +924,10 @@ def isolate() -> int:
     return child.wait()
 
 
+def terminated(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="1x2,10x100,100x1000", help="PSxWORKERS,...")
@@ -974,6 +978,9 @@ def main() -> int:
             return isolate()
         with _cpu.quota(args.cpus, args.runner_unquoted):
             return isolate()
+    # SIGTERM (forwarded by isolate) unwinds like Ctrl-C: each `finally` stops the runner's
+    # process by its PID and the control plane; Python's default would exit without them.
+    signal.signal(signal.SIGTERM, terminated)
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="tfkube-vs-kubeflow-") as tmp:
         work = Path(tmp)
