@@ -9,6 +9,11 @@ creates the job's few shared objects, then every pod at once (at most `--paralle
 requests in flight), follows the pods with a WATCH until every worker succeeded, and deletes
 every PS pod (all at once too). No controller, no Job, no retry logic: nothing any operator
 could do is faster, so its figures are the limit both operators are measured against.
+
+Given role Jobs instead of pods (run.py's `floor-jobs`), it creates them as they are, and
+Kubernetes' Job controller makes the pods; at the end it deletes the PS Jobs (their pods in
+the background). That is what any operator built on Jobs cannot do without: its figures
+split what Kubernetes' Job controller costs from what an operator adds to it.
 """
 
 from __future__ import annotations
@@ -22,31 +27,44 @@ from typing import Any
 
 from _api import Api, Identity
 
-from tfkube.kube.resources import POD, resource_for
+from tfkube.kube.names import INDEX_KEY, JOB_NAME_KEY
+from tfkube.kube.resources import JOB, POD, resource_for
 
 ROLE_LABEL = "tfkube.io/replica-type"
+
+
+def _role(obj: dict[str, Any]) -> str | None:
+    return (obj["metadata"].get("labels") or {}).get(ROLE_LABEL)
+
+
+def _replica(pod: dict[str, Any]) -> str:
+    """A pod's replica: its name, or for a Job's pod (a made-up name) its Job and index."""
+    meta = pod["metadata"]
+    job = (meta.get("labels") or {}).get(JOB_NAME_KEY)
+    if job is None:
+        return str(meta["name"])
+    return f"{job}-{(meta.get('annotations') or {}).get(INDEX_KEY)}"
 
 
 async def run(
     identity: Identity, namespace: str, objects: list[dict[str, Any]], parallel: int
 ) -> None:
-    shared = [o for o in objects if o["kind"] != "Pod"]
+    shared = [o for o in objects if o["kind"] not in ("Pod", "Job")]
     pods = [o for o in objects if o["kind"] == "Pod"]
-    workers = {
-        p["metadata"]["name"] for p in pods if p["metadata"]["labels"].get(ROLE_LABEL) == "worker"
-    }
+    jobs = [o for o in objects if o["kind"] == "Job"]
+    workers = sum(1 for p in pods if _role(p) == "worker")
+    workers += sum(j["spec"]["completions"] for j in jobs if _role(j) == "worker")
     done = asyncio.Event()
     succeeded: set[str] = set()
 
     def on_pod(kind: str, pod: dict[str, Any]) -> None:
-        name = pod["metadata"]["name"]
-        if name in workers and (pod.get("status") or {}).get("phase") == "Succeeded":
-            succeeded.add(name)
-            if succeeded >= workers:
+        if _role(pod) == "worker" and (pod.get("status") or {}).get("phase") == "Succeeded":
+            succeeded.add(_replica(pod))
+            if len(succeeded) >= workers:
                 done.set()
 
     async with Api(identity, connections=parallel) as api:
-        for obj in shared:  # PVCs, ConfigMaps, the Service: a handful
+        for obj in [*shared, *jobs]:  # PVCs, ConfigMaps, Services (and Jobs): a handful
             path = resource_for(obj["apiVersion"], obj["kind"]).url(namespace)
             await api.request("POST", path, body=obj, allow=(409,))
         gate = asyncio.Semaphore(parallel)
@@ -60,15 +78,16 @@ async def run(
         await asyncio.gather(*(create(p) for p in pods))
         await done.wait()
         # One DELETE per PS pod, all at once: a deletecollection is served one pod at a time.
-        ps = [
-            p["metadata"]["name"] for p in pods if p["metadata"]["labels"].get(ROLE_LABEL) == "ps"
-        ]
+        ps = [(POD, p["metadata"]["name"]) for p in pods if _role(p) == "ps"]
+        ps += [(JOB, j["metadata"]["name"]) for j in jobs if _role(j) == "ps"]
+        background = {"propagationPolicy": "Background"}  # a Job's pods: deleted by the GC
 
-        async def delete(name: str) -> None:
+        async def delete(kind: Any, name: str) -> None:
             async with gate:
-                await api.request("DELETE", POD.url(namespace, name), allow=(404,))
+                body = background if kind is JOB else None
+                await api.request("DELETE", kind.url(namespace, name), body=body, allow=(404,))
 
-        await asyncio.gather(*(delete(n) for n in ps))
+        await asyncio.gather(*(delete(k, n) for k, n in ps))
         stop.set()
         await watch
 

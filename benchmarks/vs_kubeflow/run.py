@@ -2,7 +2,8 @@
 with the plain-client floor, on one fresh control plane, the same fake nodes, the same jobs.
 
     nice .venv/bin/python benchmarks/vs_kubeflow/run.py [--sizes 1x2,10x100,100x1000]
-        [--runners floor,tfkube,kubeflow,kubeflow-running,kubeflow-tuned] [--duration 30s] [--json]
+        [--runners floor,floor-one-service,floor-jobs,tfkube,kubeflow,kubeflow-running,
+                   kubeflow-tuned] [--duration 30s] [--json]
         [--cpus 0.5 [--runner-unquoted]]   # everything within a CPU quota (_cpu.py)
 
 Needs the control plane (`make kube-bins`) and Kubeflow's operator
@@ -15,6 +16,8 @@ fresh namespace (deleted, and waited for, before the next):
   floor-one-service the floor with the job's one headless Service for every replica, as
                     tfkube rendered jobs before 2026-12-04 (`RenderOptions.one_service`),
                     instead of one per Indexed Job: what the layout costs the control plane.
+  floor-jobs        the floor creating tfkube's role Jobs as rendered (no pods): Kubernetes'
+                    Job controller makes them, so tfkube's cost above it is its own.
   tfkube            `tfkube operator` (this checkout), the job submitted by KubernetesBackend.
   kubeflow          Kubeflow at its defaults: --controller-threads 1, QPS 20, burst 30,
                     development logging; the job with cleanPodPolicy None (its default).
@@ -166,12 +169,18 @@ def kubeflow_spec(size: Size, duration: str, clean: str) -> dict[str, Any]:
 
 
 def floor_objects(
-    size: Size, duration: str, namespace: str, code: Path, one_service: bool = False
+    size: Size,
+    duration: str,
+    namespace: str,
+    code: Path,
+    one_service: bool = False,
+    jobs: bool = False,
 ) -> list[dict[str, Any]]:
     """What tfkube would make, made by hand: its shared objects (its Services among them),
     and one pod per replica from its role Jobs' templates, with the labels the Job
     controller would give it (its Job's name, which the Job's Service selects, and a uid:
-    eight labels, as tfkube's pods have)."""
+    eight labels, as tfkube's pods have). With `jobs`: the role Jobs themselves instead of
+    their pods."""
     job = parse_job(tfkube_spec(size, duration))
     with tempfile.TemporaryDirectory(prefix="tfkube-floor-") as tmp:
         archive = prepare_artifact(job, code.parent, Path(tmp)).path.read_bytes()
@@ -179,6 +188,8 @@ def floor_objects(
         namespace=namespace, managed=True, code_archive=archive, one_service=one_service
     )
     rendered = render_job(job, options)
+    if jobs:
+        return rendered
     out = [o for o in rendered if o["kind"] != "Job"]
     for role_job in (o for o in rendered if o["kind"] == "Job"):
         template = role_job["spec"]["template"]
@@ -544,10 +555,11 @@ class FloorRunner(Runner):
     operator = "floor"
     volumes = True
     one_service = False
+    jobs = False
 
     def start(self) -> subprocess.Popen[bytes]:
         args = (self.size, self.ctx.args.duration, self.namespace, self.ctx.code)
-        objects = floor_objects(*args, one_service=self.one_service)
+        objects = floor_objects(*args, one_service=self.one_service, jobs=self.jobs)
         path = self.ctx.work / f"{self.namespace}-objects.json"
         path.write_text(json.dumps(objects))
         argv = [
@@ -574,7 +586,23 @@ class FloorOneServiceRunner(FloorRunner):
     one_service = True
 
 
-RUNNERS = ("floor", "floor-one-service", "tfkube", "kubeflow", "kubeflow-running", "kubeflow-tuned")
+class FloorJobsRunner(FloorRunner):
+    """The floor creating tfkube's role Jobs as rendered, so Kubernetes' Job controller
+    makes and follows the pods: the least an operator built on Jobs pays."""
+
+    name = "floor-jobs"
+    jobs = True
+
+
+RUNNERS = (
+    "floor",
+    "floor-one-service",
+    "floor-jobs",
+    "tfkube",
+    "kubeflow",
+    "kubeflow-running",
+    "kubeflow-tuned",
+)
 
 
 def make_runner(name: str, ctx: Context, namespace: str, size: Size) -> Runner:
@@ -584,6 +612,8 @@ def make_runner(name: str, ctx: Context, namespace: str, size: Size) -> Runner:
         return FloorRunner(ctx, namespace, size)
     if name == "floor-one-service":
         return FloorOneServiceRunner(ctx, namespace, size)
+    if name == "floor-jobs":
+        return FloorJobsRunner(ctx, namespace, size)
     return KubeflowRunner(ctx, namespace, size, name)
 
 
