@@ -594,26 +594,17 @@ class FloorJobsRunner(FloorRunner):
     jobs = True
 
 
-RUNNERS = (
-    "floor",
-    "floor-one-service",
-    "floor-jobs",
-    "tfkube",
-    "kubeflow",
-    "kubeflow-running",
-    "kubeflow-tuned",
-)
+FLOORS: dict[str, type[FloorRunner]] = {
+    r.name: r for r in (FloorRunner, FloorOneServiceRunner, FloorJobsRunner)
+}
+RUNNERS = (*FLOORS, "tfkube", "kubeflow", "kubeflow-running", "kubeflow-tuned")
 
 
 def make_runner(name: str, ctx: Context, namespace: str, size: Size) -> Runner:
     if name == "tfkube":
         return TfkubeRunner(ctx, namespace, size)
-    if name == "floor":
-        return FloorRunner(ctx, namespace, size)
-    if name == "floor-one-service":
-        return FloorOneServiceRunner(ctx, namespace, size)
-    if name == "floor-jobs":
-        return FloorJobsRunner(ctx, namespace, size)
+    if name in FLOORS:
+        return FLOORS[name](ctx, namespace, size)
     return KubeflowRunner(ctx, namespace, size, name)
 
 
