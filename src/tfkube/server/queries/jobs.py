@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Select, and_, func, select
 from sqlalchemy.orm import Session, aliased
 
+from tfkube.planner import JobPhase
 from tfkube.server.core.scopes import Actor, visible
 from tfkube.server.core.tables import Artifact, Job, JobEvent, JobMetric, Team, User
 from tfkube.server.queries.views import event_out, job_out
@@ -62,6 +63,17 @@ class Sort:
 def get(db: Session, job_id: str) -> Job | None:
     """A job by id, whoever may see it (the caller decided that already)."""
     return db.get(Job, job_id)
+
+
+def unfinished(db: Session, job_id: str) -> Job | None:
+    """A job whose replicas may still fetch what their claims open (code, data): one that
+    has not ended. Its phase decides as soon as the server read it terminal, not only once
+    its pods are gone too (the row's state): a stopped or finished job's claim opens
+    nothing, though its pods may take a while to stop."""
+    row = db.get(Job, job_id)
+    if row is None or row.state == "ended" or JobPhase(row.phase).terminal:
+        return None
+    return row
 
 
 def find(db: Session, actor: Actor, job_id: str) -> Job | None:

@@ -25,8 +25,8 @@ def fetch_code(sha256: str, request: Request, db: SessionDep, platform: Platform
         claim = bearer_claim(header, platform.key, sha256, time.time())
     except ClaimError:
         raise denied from None
-    job = queries.jobs.get(db, claim.job)
-    if job is None or job.state == "ended" or job.code_sha256 != sha256:
+    job = queries.jobs.unfinished(db, claim.job)
+    if job is None or job.code_sha256 != sha256:
         raise denied
     response = blob_response(platform.blobs, sha256)
     if response is None:

@@ -75,8 +75,8 @@ def _resolve(
         raise denied from None
     if claim.job != job_id or not SHIP_REPLICA.fullmatch(replica):
         raise denied
-    job = queries.jobs.get(db, job_id)
-    if job is None or job.state == "ended":
+    job = queries.jobs.unfinished(db, job_id)
+    if job is None:
         raise denied
     team = db.get(Team, job.team_id)
     if team is None:
