@@ -52,7 +52,7 @@ from tfkube.kube.names import (
     SHIP_URL_ANNOTATION,
     code_configmap_name,
 )
-from tfkube.kube.observe import PREEMPTED_EVENT, layout, tfjob_model
+from tfkube.kube.observe import PREEMPTED_EVENT, ObserveMemo, layout, tfjob_model
 from tfkube.kube.resources import CONFIG_MAP, EVENT, JOB, SECRET, TFJOB
 from tfkube.kube.rest import Endpoint, Kube, api_client_from
 from tfkube.operator._apply import apply, write_status
@@ -80,6 +80,9 @@ class Reconciler:
         self.kube = kube
         self.settings = settings
         self.clock = clock
+        self.memos: dict[tuple[str, str], ObserveMemo] = {}
+        """(namespace, name) -> what the last reconcile of that TFJob observed (one
+        reconcile per TFJob at a time: the WorkQueue's rule)."""
 
     def _registry_secret(self) -> dict[str, Any] | None:
         """The platform's image-pull Secret, if there is one (and the operator may read it)."""
@@ -111,6 +114,7 @@ class Reconciler:
         them (slimmed)."""
         tfjob = self.kube.get(TFJOB, namespace, name)
         if tfjob is None or tfjob["metadata"].get("deletionTimestamp"):
+            self.memos.pop((namespace, name), None)
             return None
         now = self.clock()
         annotations = tfjob["metadata"].get("annotations") or {}
@@ -138,7 +142,8 @@ class Reconciler:
         else:
             jobs = self.kube.list(JOB, namespace, f"{LABEL_JOB}={name}")
             events = self._preempted_events(namespace, tfjob)
-            plan = reconcile(tfjob, job, jobs, pods, rendered, now, events)
+            memo = self.memos.setdefault((namespace, name), ObserveMemo())
+            plan = reconcile(tfjob, job, jobs, pods, rendered, now, events, memo)
             plan = replace(plan, status={**plan.status, **made.status()})
         for op in plan.ops:
             log.info("%s/%s: %s", namespace, name, _describe(op))

@@ -67,6 +67,7 @@ from tfkube.kube.names import (
 from tfkube.kube.observe import (
     Obj,
     Observation,
+    ObserveMemo,
     Prior,
     format_time,
     index_offset,
@@ -272,8 +273,11 @@ def reconcile(
     rendered: Iterable[Mapping[str, Any]],
     now: float,
     events: Iterable[Obj] = (),
+    memo: ObserveMemo | None = None,
 ) -> Plan:
-    """Decide everything for one TFJob, phase by phase (each a small function below):
+    """Decide everything for one TFJob, phase by phase (each a small function below);
+    `memo`: what the last reconcile of this TFJob observed (`ObserveMemo`), so observing
+    reads again only the pods that changed.
 
     observe   what the API objects say (`tfkube.kube.observe`; `events`: the namespace's
               `Preempted` Events of pods, which outlive the preempted pods)
@@ -298,7 +302,7 @@ def reconcile(
     policy = job.spec.run_policy
     objects = owned(rendered, tfjob, suspend=policy.suspend, generations=prior.generations)
     events = list(events)
-    obs = observe(job, prior, jobs, pods, now, events)
+    obs = observe(job, prior, jobs, pods, now, events, memo)
     first = prior.started_at is None and not prior.phase.terminal
 
     ops = ensure(job, prior, obs, objects, first, now)
@@ -314,7 +318,7 @@ def reconcile(
     if not prior.phase.terminal and _is_suspended(status):
         ops += resume(job, obs)
         status = resumed_status(status, now)
-        obs = observe(job, Prior.from_status(status), jobs, pods, now, events)
+        obs = observe(job, Prior.from_status(status), jobs, pods, now, events, memo)
 
     interruption = None
     if not prior.phase.terminal:
