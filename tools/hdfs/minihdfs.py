@@ -93,7 +93,13 @@ class MiniHdfs:
 
     def start(self) -> None:
         rpc, http = _free_ports(2)
-        argv = ["java", "-Xmx512m", "-cp", self.classpath, "MiniHdfs", str(self.workdir / "dfs")]
+        # Jetty (the NameNode's and DataNode's web servers) unpacks into java.io.tmpdir: in
+        # the work folder, so `stop` removes it too (in /tmp, a jetty-* folder per start
+        # was left behind).
+        scratch = self.workdir / "tmp"
+        scratch.mkdir(exist_ok=True)
+        argv = ["java", "-Xmx512m", f"-Djava.io.tmpdir={scratch}", "-cp", self.classpath]
+        argv += ["MiniHdfs", str(self.workdir / "dfs")]
         argv += [str(rpc), str(http)]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(self.workdir)}
         if "JAVA_HOME" in os.environ:
