@@ -149,6 +149,29 @@ def test_the_first_list_pokes_every_tfjob_with_pods():
     }
 
 
+def test_the_snapshot_counts_the_pods_that_went():
+    """What a reconcile cannot see in the pods themselves: that one went (deleted, or moved
+    to another TFJob), or may have come and gone unseen (a relist)."""
+    index = PodIndex()
+    a, b = ("ns", "a"), ("ns", "b")
+    assert index.snapshot(a) == ([], 0)
+    index.apply("ADDED", pod("a-0"))
+    index.apply("ADDED", pod("a-1"))
+    index.apply("MODIFIED", pod("a-0", phase="Running"))
+    seen = index.snapshot(a)
+    assert (sorted(p["metadata"]["name"] for p in seen.pods), seen.gone) == (["a-0", "a-1"], 0)
+    index.apply("DELETED", pod("a-1"))
+    assert index.snapshot(a).gone == 1
+    index.apply("MODIFIED", pod("a-0", job="b"))  # moved: gone from a, not from b
+    assert (index.snapshot(a).gone, index.snapshot(b).gone) == (2, 0)
+    index.apply("DELETED", pod("never-seen"))
+    assert index.snapshot(a).gone == 2
+    index.apply("ADDED", pod("c-0", ns="other", job="c"))
+    index.replace(entries(pod("a-2")), "ns")
+    assert (index.snapshot(a).gone, index.snapshot(b).gone) == (3, 1)  # relisted there
+    assert index.snapshot(("other", "c")).gone == 0  # another namespace: not relisted
+
+
 @pytest.mark.parametrize(
     ("chunks", "lines", "left"),
     [

@@ -38,8 +38,8 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from tfkube.kube.errors import ApiError, Forbidden, NotFound
@@ -57,7 +57,7 @@ from tfkube.kube.resources import CONFIG_MAP, EVENT, JOB, SECRET, TFJOB
 from tfkube.kube.rest import Endpoint, Kube, api_client_from
 from tfkube.operator._apply import apply, write_status
 from tfkube.operator._ops import DeleteTFJob
-from tfkube.operator._pods import PodIndex, PodInformer
+from tfkube.operator._pods import JobPods, PodIndex, PodInformer
 from tfkube.operator._reconcile import invalid_spec_plan, reconcile
 from tfkube.operator._settings import OperatorSettings
 from tfkube.planner import JobPhase
@@ -66,7 +66,39 @@ from tfkube.spec import SpecError, TFJob
 
 log = logging.getLogger("tfkube.operator")
 Key = tuple[str, str]
-PodsOf = Callable[[Key], list[Any]]
+PodsOf = Callable[[Key], JobPods]
+PREEMPTED_EVENTS_SECONDS = 60.0
+"""How long after it last found a pod of its TFJob gone a reconcile still reads the
+namespace's Preempted Events (`JobMemory.read_events`): the scheduler records its Event
+apart from deleting the pod, and may record it late."""
+
+
+@dataclass
+class JobMemory:
+    """What the operator remembers of a TFJob between its reconciles (one at a time: the
+    WorkQueue's rule). Only to spare work; a new operator starts without it and does the
+    same."""
+
+    observed: ObserveMemo = field(default_factory=ObserveMemo)
+    gone: int | None = None
+    """`JobPods.gone` at the last reconcile (None: no reconcile yet)."""
+    events_until: float = 0.0
+
+    def read_events(self, gone: int, now: float) -> bool:
+        """Whether this reconcile reads the namespace's `Preempted` Events: the first one,
+        one that finds a pod of the job gone since the last (`gone` moved on), and every
+        one for PREEMPTED_EVENTS_SECONDS after. A preempted pod says so itself while it
+        exists (its DisruptionTarget condition, `kube.observe.preemptions`); its Event
+        matters only once it is gone. Listing them at every reconcile read all of the
+        namespace's Events from etcd (Events have no watch cache), each scheduled and each
+        created pod's among them: 70 ms of API server CPU per LIST at 5,000 pods, 76
+        times during one 5,000-replica start (docs/benchmarks.md, runs Q8)."""
+        if self.gone is None or gone != self.gone:
+            self.events_until = now + PREEMPTED_EVENTS_SECONDS
+        self.gone = gone
+        return now < self.events_until
+
+
 ERROR_REQUEUE_SECONDS = 5.0
 CODE_FILE = "code.tar.gz"
 
@@ -80,9 +112,8 @@ class Reconciler:
         self.kube = kube
         self.settings = settings
         self.clock = clock
-        self.memos: dict[tuple[str, str], ObserveMemo] = {}
-        """(namespace, name) -> what the last reconcile of that TFJob observed (one
-        reconcile per TFJob at a time: the WorkQueue's rule)."""
+        self.memory: dict[Key, JobMemory] = {}
+        """(namespace, name) -> what the operator remembers of that TFJob."""
 
     def _registry_secret(self) -> dict[str, Any] | None:
         """The platform's image-pull Secret, if there is one (and the operator may read it)."""
@@ -109,12 +140,12 @@ class Reconciler:
         data = self.kube.request("GET", EVENT.url(namespace), query=query, allow=(Forbidden,))
         return list((data or {}).get("items") or [])
 
-    def reconcile_once(self, namespace: str, name: str, pods: Iterable[Any]) -> float | None:
-        """One reconcile of one TFJob; `pods` are its replica pods as the watch last saw
-        them (slimmed)."""
+    def reconcile_once(self, namespace: str, name: str, seen: JobPods) -> float | None:
+        """One reconcile of one TFJob; `seen`: its replica pods as the watch last saw
+        them (slimmed), and how many went."""
         tfjob = self.kube.get(TFJOB, namespace, name)
         if tfjob is None or tfjob["metadata"].get("deletionTimestamp"):
-            self.memos.pop((namespace, name), None)
+            self.memory.pop((namespace, name), None)
             return None
         now = self.clock()
         annotations = tfjob["metadata"].get("annotations") or {}
@@ -141,9 +172,12 @@ class Reconciler:
             plan = invalid_spec_plan(tfjob, str(exc), now)
         else:
             jobs = self.kube.list(JOB, namespace, f"{LABEL_JOB}={name}")
-            events = self._preempted_events(namespace, tfjob)
-            memo = self.memos.setdefault((namespace, name), ObserveMemo())
-            plan = reconcile(tfjob, job, jobs, pods, rendered, now, events, memo)
+            memory = self.memory.setdefault((namespace, name), JobMemory())
+            events = []
+            if memory.read_events(seen.gone, now):
+                events = self._preempted_events(namespace, tfjob)
+            pods = seen.pods
+            plan = reconcile(tfjob, job, jobs, pods, rendered, now, events, memory.observed)
             plan = replace(plan, status={**plan.status, **made.status()})
         for op in plan.ops:
             log.info("%s/%s: %s", namespace, name, _describe(op))
@@ -183,12 +217,13 @@ def coalesce_pause(last_reconcile_seconds: float) -> float:
 class WorkQueue:
     """Coalesces pokes: at most one reconcile per TFJob runs; pokes during it make it run
     once more afterwards (after `coalesce_pause`); a reconcile asks to be run again after
-    some seconds. Each reconcile gets the TFJob's pods as the index holds them then (read
-    in the event loop, which the index is updated in, and copied)."""
+    some seconds. Each reconcile gets the TFJob's pods as the index holds them then, and
+    how many went (`JobPods`: read in the event loop, which the index is updated in, and
+    copied)."""
 
     def __init__(
         self,
-        work: Callable[[str, str, list[Any]], float | None],
+        work: Callable[[str, str, JobPods], float | None],
         pods_of: PodsOf,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -310,7 +345,7 @@ def run_operator(settings: OperatorSettings) -> None:
     api_client = api_client_from(settings.kubeconfig)
     reconciler = Reconciler(Kube(api_client), settings)
     index = PodIndex()
-    queue = WorkQueue(reconciler.reconcile_once, index.pods_of)
+    queue = WorkQueue(reconciler.reconcile_once, index.snapshot)
     informer = PodInformer(Endpoint.of(api_client), settings.namespaces, index, queue.poke)
     registry = build_registry(queue.poke)
     with contextlib.suppress(asyncio.CancelledError):  # as kopf.run: cancelled, stopped
