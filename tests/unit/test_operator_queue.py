@@ -137,14 +137,13 @@ def test_a_failed_reconcile_is_retried(
 
 def test_preempted_events_are_read_only_after_a_pod_went():
     """The namespace's Preempted Events (a LIST of every Event there, from etcd) are read by
-    a TFJob's first reconcile, and after its pods were last seen to go for
-    PREEMPTED_EVENTS_SECONDS; not while its pods only come and change (a start of 5,000)."""
+    a TFJob's first reconcile, once, and for PREEMPTED_EVENTS_SECONDS after its pods were
+    last seen to go; not while its pods only come and change (a start of 5,000)."""
     memory, t = JobMemory(), 1000.0
-    assert memory.read_events(0, t)  # the first: what went before the operator started
-    assert memory.read_events(0, t + PREEMPTED_EVENTS_SECONDS - 1)
-    assert not memory.read_events(0, t + PREEMPTED_EVENTS_SECONDS)
-    assert not memory.read_events(0, t + 500)
-    assert memory.read_events(1, t + 600)  # a pod went: its Event may come late
-    assert memory.read_events(1, t + 600 + PREEMPTED_EVENTS_SECONDS - 1)
-    assert not memory.read_events(1, t + 600 + PREEMPTED_EVENTS_SECONDS)
-    assert memory.read_events(3, t + 900)
+    assert memory.read_events(1, t)  # the first: what went before the operator started
+    assert not memory.read_events(1, t + 1)  # once (a job starting: no pod went)
+    assert not memory.read_events(1, t + 500)
+    assert memory.read_events(2, t + 600)  # a pod went: its Event may come late
+    assert memory.read_events(2, t + 600 + PREEMPTED_EVENTS_SECONDS - 1)
+    assert not memory.read_events(2, t + 600 + PREEMPTED_EVENTS_SECONDS)
+    assert memory.read_events(4, t + 900)

@@ -85,18 +85,20 @@ class JobMemory:
     events_until: float = 0.0
 
     def read_events(self, gone: int, now: float) -> bool:
-        """Whether this reconcile reads the namespace's `Preempted` Events: the first one,
-        one that finds a pod of the job gone since the last (`gone` moved on), and every
-        one for PREEMPTED_EVENTS_SECONDS after. A preempted pod says so itself while it
+        """Whether this reconcile reads the namespace's `Preempted` Events: the first one
+        (once: what went before the operator started), one that finds a pod of the job
+        gone since the last (`gone` moved on), and every one for PREEMPTED_EVENTS_SECONDS
+        after. A preempted pod says so itself while it
         exists (its DisruptionTarget condition, `kube.observe.preemptions`); its Event
         matters only once it is gone. Listing them at every reconcile read all of the
         namespace's Events from etcd (Events have no watch cache), each scheduled and each
         created pod's among them: 70 ms of API server CPU per LIST at 5,000 pods, 76
         times during one 5,000-replica start (docs/benchmarks.md, runs Q8)."""
-        if self.gone is None or gone != self.gone:
+        first = self.gone is None
+        if not first and gone != self.gone:
             self.events_until = now + PREEMPTED_EVENTS_SECONDS
         self.gone = gone
-        return now < self.events_until
+        return first or now < self.events_until
 
 
 ERROR_REQUEUE_SECONDS = 5.0
