@@ -88,12 +88,12 @@ class JobMemory:
         """Whether this reconcile reads the namespace's `Preempted` Events: the first one
         (once: what went before the operator started), one that finds a pod of the job
         gone since the last (`gone` moved on), and every one for PREEMPTED_EVENTS_SECONDS
-        after. A preempted pod says so itself while it
-        exists (its DisruptionTarget condition, `kube.observe.preemptions`); its Event
-        matters only once it is gone. Listing them at every reconcile read all of the
-        namespace's Events from etcd (Events have no watch cache), each scheduled and each
-        created pod's among them: 70 ms of API server CPU per LIST at 5,000 pods, 76
-        times during one 5,000-replica start (docs/benchmarks.md, runs Q8)."""
+        after. A preempted pod says so itself while it exists (its DisruptionTarget
+        condition, `kube.observe.preemptions`); its Event matters only once it is gone.
+        Listing them at every reconcile read all of the namespace's Events from etcd
+        (Events have no watch cache), each scheduled and each created pod's among them: 70
+        ms of API server CPU per LIST at 5,000 pods, 76 times during one 5,000-replica
+        start (docs/benchmarks.md, runs Q8)."""
         first = self.gone is None
         if not first and gone != self.gone:
             self.events_until = now + PREEMPTED_EVENTS_SECONDS
@@ -178,8 +178,7 @@ class Reconciler:
             events = []
             if memory.read_events(seen.gone, now):
                 events = self._preempted_events(namespace, tfjob)
-            pods = seen.pods
-            plan = reconcile(tfjob, job, jobs, pods, rendered, now, events, memory.observed)
+            plan = reconcile(tfjob, job, jobs, seen.pods, rendered, now, events, memory.observed)
             plan = replace(plan, status={**plan.status, **made.status()})
         for op in plan.ops:
             log.info("%s/%s: %s", namespace, name, _describe(op))
