@@ -1204,20 +1204,18 @@ def observe(
         waiting = waits.get(_name(holder[1])) if holder is not None else None
         done, job_failed = index in completed, role in failed_role_jobs
         read: _Read | None = None
+        signature: _Signature | None = None
         if kept is not None and holder is not None:
-            where = holder[0]
-            signature = (tuple(map(id, mine)), done, where, job_failed, waiting)
+            signature = (tuple(map(id, mine)), done, holder[0], job_failed, waiting)
             last = kept.get(key)
             if last is not None and last[0] == signature:
                 read = last[2]
-            else:
-                read = _read(role, index, mine, done, holder, job_failed, prior, now, waiting, None)
-            assert memo is not None
-            memo.keep(key, signature, mine, read)
         if read is None:
             read = _read(
                 role, index, mine, done, holder, job_failed, prior, now, waiting, stall_seconds
             )
+        if memo is not None and signature is not None:
+            memo.keep(key, signature, mine, read)
         seen = read.seen
         replicas[key] = seen
         if read.unplaced:
