@@ -8,13 +8,23 @@ memo. Pure: no cluster, the pods as the operator's informer keeps them (`slim_po
 
 Prints milliseconds per call (the median of --repeat) and each against `observe` without the
 memo; the machine is shared, so read the ratios.
+
+    .venv/bin/python benchmarks/vs_kubeflow/reconcile_cost.py --gc [--sizes 1000x10000]
+
+compares Python's garbage-collector thresholds instead: CPU per reconcile over a run of
+reconciles with 2 % of the pods changed before each (as during a ramp), once with CPython's
+default threshold and once with the operator's (`tune_gc`), each in a fresh process that
+has imported what the operator imports (kopf, the Kubernetes client, aiohttp).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -132,11 +142,90 @@ def measure(ps: int, workers: int, repeat: int) -> list[tuple[str, float]]:
     ]
 
 
+GC_MODES = ("CPython's default", "the operator's (tune_gc)")
+
+
+def gc_child(mode: str, ps: int, workers: int, reconciles: int) -> None:
+    """One side of `--gc`, in its own process: prints CPU ms per reconcile and how many
+    collections of each generation ran during the reconciles."""
+    import aiohttp  # noqa: F401  what the operator's process holds besides the job
+    import kopf  # noqa: F401
+    import kubernetes  # noqa: F401
+
+    from tfkube.operator._operator import tune_gc
+
+    job = the_job(ps, workers)
+    jobs = [role_job("ps"), role_job("worker")]
+    pods = [running_pod("ps", i) for i in range(ps)]
+    pods += [running_pod("worker", i) for i in range(workers)]
+    memo = ObserveMemo()
+    tfjob = {
+        "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
+        "status": {"phase": "Running", "startTime": STARTED},
+    }
+    rendered = [
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"j-{r}", "namespace": "ns"}}
+        for r in ("ps", "worker")
+    ]
+    tfjob["status"] = reconcile(tfjob, job, jobs, pods, rendered, NOW, memo=memo).status
+    if mode == GC_MODES[1]:
+        tune_gc()
+    rng = random.Random(0)
+    before = [each["collections"] for each in gc.get_stats()]
+    started = time.process_time()
+    for _ in range(reconciles):
+        for i in rng.sample(range(len(pods)), len(pods) // 50):
+            pods[i] = dict(pods[i])  # a new object, as the informer replaces a changed pod
+        reconcile(tfjob, job, jobs, pods, rendered, NOW, memo=memo)
+    ms = (time.process_time() - started) * 1000 / reconciles
+    runs = [each["collections"] - b for each, b in zip(gc.get_stats(), before, strict=True)]
+    print(f"{ms:.1f} {' '.join(map(str, runs))}")
+
+
+def gc_rows(sizes: str, reconciles: int) -> None:
+    print(
+        "| replicas | gc threshold | CPU ms per reconcile | x default"
+        " | collections (young, middle, full) |"
+    )
+    print("| --- | --- | --- | --- | --- |")
+    for size in sizes.split(","):
+        ps, workers = (int(n) for n in size.split("x"))
+        base = 0.0
+        for mode in GC_MODES:
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--gc-child",
+                    mode,
+                    "--sizes",
+                    size,
+                    "--repeat",
+                    str(reconciles),
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout.split()
+            ms, runs = float(out[0]), ", ".join(f"{int(n):,}" for n in out[1:])
+            base = base or ms
+            print(f"| {ps + workers:,} | {mode} | {ms:.1f} | {ms / base:.2f} | {runs} |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="100x1000,500x4500,1000x10000")
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--gc", action="store_true", help="compare the gc thresholds")
+    parser.add_argument("--gc-child", choices=GC_MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.gc_child:
+        ps, workers = (int(n) for n in args.sizes.split("x"))
+        gc_child(args.gc_child, ps, workers, args.repeat)
+        return 0
+    if args.gc:
+        gc_rows(args.sizes, max(args.repeat, 30))
+        return 0
     print("| replicas | what | ms per call | x observe without memo |")
     print("| --- | --- | --- | --- |")
     for size in args.sizes.split(","):
