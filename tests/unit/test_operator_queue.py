@@ -4,6 +4,7 @@ index (no pod is listed), the pause between coalesced reconciles."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from typing import Any
 
@@ -13,10 +14,12 @@ from tfkube.kube.errors import Unreachable, error_from
 from tfkube.operator._operator import (
     COALESCE_MAX_SECONDS,
     COALESCE_MIN_SECONDS,
+    GC_YOUNG_OBJECTS,
     PREEMPTED_EVENTS_SECONDS,
     JobMemory,
     WorkQueue,
     coalesce_pause,
+    tune_gc,
 )
 from tfkube.operator._pods import PodIndex, entry_of
 
@@ -147,3 +150,13 @@ def test_preempted_events_are_read_only_after_a_pod_went():
     assert memory.read_events(2, t + 600 + PREEMPTED_EVENTS_SECONDS - 1)
     assert not memory.read_events(2, t + 600 + PREEMPTED_EVENTS_SECONDS)
     assert memory.read_events(4, t + 900)
+
+
+def test_the_operator_collects_young_garbage_less_often_and_keeps_the_rest() -> None:
+    before = gc.get_threshold()
+    try:
+        tune_gc()
+        assert gc.get_threshold() == (GC_YOUNG_OBJECTS, before[1], before[2])
+        assert GC_YOUNG_OBJECTS > before[0]
+    finally:
+        gc.set_threshold(*before)
