@@ -66,6 +66,12 @@ class Requests:
     by_component_verb: Counter[tuple[str, str]] = field(default_factory=Counter)
     created: Counter[tuple[str, str]] = field(default_factory=Counter)
     """(component, resource) -> objects created in the run's namespace (2xx creates)."""
+    calls: Counter[str] = field(default_factory=Counter)
+    """"component verb resource[/subresource] code" -> requests: what each actor asked and
+    how it was answered (a conflict, 409, is work done twice)."""
+
+    def top_calls(self, n: int = 16) -> dict[str, int]:
+        return dict(self.calls.most_common(n))
 
     def total(self) -> int:
         return sum(self.by_component.values())
@@ -119,6 +125,8 @@ class AuditLog:
             out.by_component_verb[(who, verb)] += 1
             ref = entry.get("objectRef") or {}
             code = (entry.get("responseStatus") or {}).get("code", 0)
+            what = "/".join(filter(None, (ref.get("resource"), ref.get("subresource"))))
+            out.calls[f"{who} {verb} {what or '-'} {code}"] += 1
             # a pod's binding (a subresource) is not a new object
             new = verb == "create" and 200 <= code < 300 and not ref.get("subresource")
             if new and ref.get("namespace") == namespace:

@@ -833,6 +833,7 @@ def report_row(
         "created_in_namespace": requests.creates(),
         "requests_total": requests.total(),
         "requests_by_component": dict(requests.by_component.most_common()),
+        "requests_top": requests.top_calls(),
         "control_plane_cpu_s": plane_cpu,
     }
 
