@@ -857,6 +857,34 @@ def cleanup(ctx: Context, namespace: str, volumes: list[str]) -> None:
     for name in volumes:
         ctx.admin("DELETE", f"/api/v1/persistentvolumes/{name}")
     log(f"namespace {namespace} deleted in {time.monotonic() - t:.1f}s")
+    settle(ctx)
+
+
+QUIET_CORES = 0.15
+"""The control plane counts as idle below this much CPU (in cores, all its processes)."""
+SETTLE_SECONDS = 300.0
+
+
+def settle(ctx: Context, window: float = 2.0) -> None:
+    """Until the control plane is idle: with its namespace gone a run's pods are deleted,
+    but the fake kubelet (KWOK) may still be working through their events for a minute or
+    more (patching and deleting pods that are gone: 404s), and a run started meanwhile
+    found it busy. Such runs came out 10-20 % faster than the same run on an idle
+    control plane: a busy KWOK reads each new pod's events later, by when they have
+    coalesced, and so patched each pod's status about once, where an idle one patched
+    about 1.5 times per pod, each extra patch a pod change every watcher and the endpoint
+    controllers then processed (runs Q9, docs/benchmarks.md). So every run starts on an
+    idle control plane, as the first run does."""
+    t = time.monotonic()
+    pids = ctx.control_plane()
+    while time.monotonic() - t < SETTLE_SECONDS:
+        before = sum(cpu_seconds(pid) for pid in pids.values())
+        time.sleep(window)
+        busy = (sum(cpu_seconds(pid) for pid in pids.values()) - before) / window
+        if busy < QUIET_CORES:
+            log(f"control plane idle after {time.monotonic() - t:.1f}s ({busy:.2f} cores)")
+            return
+    log(f"control plane still busy after {SETTLE_SECONDS:.0f}s ({busy:.2f} cores); going on")
 
 
 # --------------------------------------------------------------------------- report
