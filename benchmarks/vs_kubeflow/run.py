@@ -868,13 +868,11 @@ SETTLE_SECONDS = 300.0
 def settle(ctx: Context, window: float = 2.0) -> None:
     """Until the control plane is idle: with its namespace gone a run's pods are deleted,
     but the fake kubelet (KWOK) may still be working through their events for a minute or
-    more (patching and deleting pods that are gone: 404s), and a run started meanwhile
-    found it busy. Such runs came out 10-20 % faster than the same run on an idle
-    control plane: a busy KWOK reads each new pod's events later, by when they have
-    coalesced, and so patched each pod's status about once, where an idle one patched
-    about 1.5 times per pod, each extra patch a pod change every watcher and the endpoint
-    controllers then processed (runs Q9, docs/benchmarks.md). So every run starts on an
-    idle control plane, as the first run does."""
+    more (patching and deleting pods that are gone: 5,000-6,000 answers 404 during the
+    next run's ramp in runs Q9, docs/benchmarks.md). A run started meanwhile shares the
+    control plane with that backlog, and how its own pods' status patches then fall
+    (once per pod, or about 1.5 times) moved its figures by more than the 10 % being
+    measured. So every run starts on an idle control plane, as the first run does."""
     t = time.monotonic()
     pids = ctx.control_plane()
     while time.monotonic() - t < SETTLE_SECONDS:
