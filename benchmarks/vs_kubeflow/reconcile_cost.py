@@ -91,6 +91,19 @@ def running_pod(role: str, index: int) -> dict[str, Any]:
     )
 
 
+def tfjob_objects() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The running TFJob as the operator reads it, and its rendered role Jobs."""
+    tfjob = {
+        "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
+        "status": {"phase": "Running", "startTime": STARTED},
+    }
+    rendered = [
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"j-{r}", "namespace": "ns"}}
+        for r in ("ps", "worker")
+    ]
+    return tfjob, rendered
+
+
 def median_ms(call: Callable[[], Any], repeat: int) -> float:
     times = []
     for _ in range(repeat):
@@ -115,14 +128,7 @@ def measure(ps: int, workers: int, repeat: int) -> list[tuple[str, float]]:
             pods[i] = dict(pods[i])  # a new object, as the informer replaces a changed pod
         observe(job, prior, jobs, pods, NOW, memo=memo)
 
-    tfjob = {
-        "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
-        "status": {"phase": "Running", "startTime": STARTED},
-    }
-    rendered = [
-        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"j-{r}", "namespace": "ns"}}
-        for r in ("ps", "worker")
-    ]
+    tfjob, rendered = tfjob_objects()
     tfjob["status"] = reconcile(tfjob, job, jobs, pods, rendered, NOW, memo=memo).status
     return [
         ("observe, no memo", median_ms(lambda: observe(job, prior, jobs, pods, NOW), repeat)),
@@ -159,14 +165,7 @@ def gc_child(mode: str, ps: int, workers: int, reconciles: int) -> None:
     pods = [running_pod("ps", i) for i in range(ps)]
     pods += [running_pod("worker", i) for i in range(workers)]
     memo = ObserveMemo()
-    tfjob = {
-        "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
-        "status": {"phase": "Running", "startTime": STARTED},
-    }
-    rendered = [
-        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": f"j-{r}", "namespace": "ns"}}
-        for r in ("ps", "worker")
-    ]
+    tfjob, rendered = tfjob_objects()
     tfjob["status"] = reconcile(tfjob, job, jobs, pods, rendered, NOW, memo=memo).status
     if mode == GC_MODES[1]:
         tune_gc()
