@@ -236,6 +236,52 @@ def test_ps_runs_until_deleted_worker_completes(
     wait_for("ps-0 to be deleted", ps_gone, timeout=30)
 
 
+def test_stage_times_and_ip_come_from_the_pod(
+    kube_cluster: KubeCluster, kube_namespace: str
+) -> None:
+    """KWOK plays a stage again for an event that still shows a pod's old state: what a stage
+    writes must come from the pod alone (bind time, start + delay, deletion, its UID),
+    so that the second play writes the status the pod already has, a no-op, not a change
+    every pod watcher processes (tools/kube/stages, docs/benchmarks.md runs Q10)."""
+    kube, ns = kube_cluster, kube_namespace
+    worker = _pod("timed", annotations={"tfkube.io/fake-duration": "2s"})
+    killed = _pod("killed", labels={"tfkube.io/replica-type": "ps"})
+    killed.metadata.finalizers = ["tfkube.io/test-hold"]
+    for pod in (worker, killed):
+        kube.core.create_namespaced_pod(ns, pod)
+
+    def status(name: str) -> client.V1Pod:
+        return kube.core.read_namespaced_pod_status(name, ns)
+
+    done = wait_for(
+        "timed to succeed", lambda: (p := status("timed")).status.phase == "Succeeded" and p
+    )
+    running = wait_for(
+        "killed to run", lambda: (p := status("killed")).status.phase == "Running" and p
+    )
+    for pod in (done, running):
+        uid = pod.metadata.uid
+        assert pod.status.pod_ip == f"198.18.{int(uid[-4:-2], 16)}.{int(uid[-2:], 16)}", pod.status
+        bound = next(c for c in pod.status.conditions if c.type == "PodScheduled")
+        assert pod.status.start_time == bound.last_transition_time, pod.status
+        state = pod.status.container_statuses[0].state
+        assert (state.running or state.terminated).started_at == bound.last_transition_time
+    finished = done.status.container_statuses[0].state.terminated.finished_at
+    assert finished - done.status.start_time == timedelta(seconds=2), done.status
+    ready = next(c for c in running.status.conditions if c.type == "Ready")
+    assert ready.last_transition_time == running.status.start_time, running.status
+
+    kube.core.delete_namespaced_pod("killed", ns)
+    dead = wait_for(
+        "killed to end Failed", lambda: (p := status("killed")).status.phase == "Failed" and p
+    )
+    term = dead.status.container_statuses[0].state.terminated
+    assert term.exit_code == 137
+    grace = timedelta(seconds=dead.metadata.deletion_grace_period_seconds)
+    assert term.finished_at == dead.metadata.deletion_timestamp - grace, dead
+    kube.core.patch_namespaced_pod("killed", ns, {"metadata": {"finalizers": None}})
+
+
 def test_namespace_deletion_removes_objects(kube_cluster: KubeCluster) -> None:
     kube, ns = kube_cluster, "doomed-namespace"
     kube.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
