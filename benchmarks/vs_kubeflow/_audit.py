@@ -1,5 +1,7 @@
 """Who asked the API server for what: its audit log, one JSON line per finished request
-(level Metadata: user, user agent, verb, object reference, status code; no bodies).
+(level Metadata: user, user agent, verb, object reference, status code; no bodies), except
+pod status patches, kept with their bodies (level Request): the fake kubelet's, whose
+repeats tell whether KWOK's second play of a stage changed the pod (`StatusPlays`).
 
 The benchmark gives every actor it starts its own ServiceAccount token, so the operators,
 the plain client and the benchmark's own watches are told apart by user; the control
@@ -22,6 +24,9 @@ apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived", "ResponseStarted"]
 rules:
+- level: Request
+  resources: [{group: "", resources: ["pods/status"]}]
+  verbs: ["patch"]
 - level: Metadata
 """
 
@@ -59,6 +64,39 @@ def component(entry: dict[str, Any]) -> str:
 
 
 @dataclass
+class StatusPlays:
+    """The pod status patches of one window (KWOK's, in the benchmark): KWOK plays a stage
+    again for an event that still shows a pod's old state, and whether that second play
+    changes the pod depends on what its status template writes (tools/kube/stages)."""
+
+    patches: int = 0
+    """Pod status patches answered 200."""
+    again: int = 0
+    """... that set a phase the same pod's earlier patch had set (a stage played again)."""
+    again_differing: int = 0
+    """... of those, with a body unlike the earlier one: a change every pod watcher gets."""
+    _seen: dict[tuple[str, str], bytes] = field(default_factory=dict, repr=False)
+
+    def add(self, pod: str, body: dict[str, Any]) -> None:
+        self.patches += 1
+        key = (pod, str((body.get("status") or {}).get("phase")))
+        text = json.dumps(body, sort_keys=True).encode()
+        seen = self._seen.get(key)
+        if seen is None:
+            self._seen[key] = text
+            return
+        self.again += 1
+        self.again_differing += seen != text
+
+    def summary(self) -> dict[str, int]:
+        return {
+            "patches": self.patches,
+            "again": self.again,
+            "again_differing": self.again_differing,
+        }
+
+
+@dataclass
 class Requests:
     """Requests of one time window."""
 
@@ -69,6 +107,7 @@ class Requests:
     calls: Counter[str] = field(default_factory=Counter)
     """"component verb resource[/subresource] code" -> requests: what each actor asked and
     how it was answered (a conflict, 409, is work done twice)."""
+    status_plays: StatusPlays = field(default_factory=StatusPlays)
 
     def top_calls(self, n: int = 16) -> dict[str, int]:
         return dict(self.calls.most_common(n))
@@ -131,4 +170,7 @@ class AuditLog:
             new = verb == "create" and 200 <= code < 300 and not ref.get("subresource")
             if new and ref.get("namespace") == namespace:
                 out.created[(who, ref.get("resource", ""))] += 1
+            status = ref.get("resource") == "pods" and ref.get("subresource") == "status"
+            if status and verb == "patch" and code == 200 and ref.get("namespace") == namespace:
+                out.status_plays.add(ref.get("name", ""), entry.get("requestObject") or {})
         return out

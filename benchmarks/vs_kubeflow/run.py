@@ -834,6 +834,7 @@ def report_row(
         "requests_total": requests.total(),
         "requests_by_component": dict(requests.by_component.most_common()),
         "requests_top": requests.top_calls(),
+        "pod_status_patches": requests.status_plays.summary(),
         "control_plane_cpu_s": plane_cpu,
     }
 
