@@ -1,9 +1,11 @@
-"""`--profile DIR`, the control plane's side: Go CPU profiles of kube-scheduler and
-kube-controller-manager over one runner's run (the test cluster's API server runs with
-`--profiling=false`).
+"""`--profile DIR`, the control plane's side: Go CPU profiles of kube-apiserver,
+kube-scheduler and kube-controller-manager over one runner's run.
 
-Each serves `/debug/pprof/profile` on its secure port (profiling is on by default; the
-admin token authenticates, by the API server's TokenReview, and is allowed). A profile
+Each serves `/debug/pprof/profile` on its secure port (the admin token authenticates, by
+TokenReview for the two controllers, and is allowed; the test cluster's API server runs
+with `--profiling=false`, so the benchmark adds `--profiling=true` with `--profile`). The
+fake kubelet (KWOK v0.7.0) is not profiled: it mounts only pprof's index, whose
+`/debug/pprof/profile` answers 404 (its CPU seconds are in every row). A profile
 covers one window of `WINDOW` seconds, so each component is sampled in back-to-back
 windows from the runner's start to its end, one file per window:
 `{namespace}-{component}-{n}.pb.gz`. pprof merges them when given together:
@@ -11,7 +13,8 @@ windows from the runner's start to its end, one file per window:
     go tool pprof -top -nodecount 40 DIR/tfkube-1000x10000-kube-scheduler-*.pb.gz
 
 Why: at 11,000 replicas the scheduler spent 1.57x the floor's CPU on the same pods (run
-Q3, docs/benchmarks.md); the profiles say where.
+Q3), and one tfkube run cost the control plane 605 CPU-s against 384-436 in the others
+(run Q10.4, docs/benchmarks.md); the profiles say where.
 """
 
 from __future__ import annotations
@@ -23,17 +26,26 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-COMPONENTS = ("kube-scheduler", "kube-controller-manager")
+COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
 WINDOW = 15  # s per profile: the last window ends at most this long after the run
+APISERVER_ARGS = ("--profiling=true",)  # after the cluster's own --profiling=false: last wins
 
 
-def secure_port(pid: int) -> int:
-    """The port a component serves on: its `--secure-port=` argument."""
-    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    for arg in argv:
-        if arg.startswith(b"--secure-port="):
-            return int(arg.split(b"=", 1)[1])
-    raise LookupError(f"pid {pid} has no --secure-port argument")
+def _flag(pid: int, name: str) -> str | None:
+    """The value of a component's `--name=value` argument (the last, as Go's flags take)."""
+    value = None
+    for arg in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0"):
+        if arg.startswith(f"--{name}="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def profile_url(name: str, pid: int) -> str:
+    """Where a component serves its pprof handlers."""
+    port = _flag(pid, "secure-port")
+    if port is None:
+        raise LookupError(f"{name} (pid {pid}) has no --secure-port argument")
+    return f"https://{_flag(pid, 'bind-address') or '127.0.0.1'}:{port}"
 
 
 class _Sampler(threading.Thread):
@@ -74,7 +86,7 @@ def control_plane_profiles(
     done = threading.Event()
     samplers = [
         _Sampler(
-            f"https://127.0.0.1:{secure_port(pids[name])}",
+            profile_url(name, pids[name]),
             token,
             out_dir / f"{namespace}-{name}",
             done,

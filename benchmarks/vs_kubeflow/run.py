@@ -69,7 +69,7 @@ import _cpu
 import yaml
 from _api import Api, ApiError, Identity
 from _audit import AuditLog, Requests, apiserver_args
-from _pprof import control_plane_profiles
+from _pprof import APISERVER_ARGS, control_plane_profiles
 from kubernetes import config
 
 from tfkube.engines._artifact import prepare_artifact
@@ -313,7 +313,7 @@ def setup(args: argparse.Namespace, work: Path) -> Context:
     cluster = kube.Cluster(
         nodes=nodes,
         die_with_parent=True,
-        apiserver_args=apiserver_args(work),
+        apiserver_args=apiserver_args(work) + (APISERVER_ARGS if args.profile else ()),
         kwok_args=(f"--config={kwok}",),
     )
     t = time.monotonic()
@@ -1004,7 +1004,7 @@ def main() -> int:
     parser.add_argument(
         "--profile",
         type=Path,
-        help="py-spy tfkube's operator, pprof the scheduler and controller-manager, into this dir",
+        help="py-spy the operator, pprof the control plane (_pprof.py), into this dir",
     )
     parser.add_argument(
         "--cpus",
