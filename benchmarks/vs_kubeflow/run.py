@@ -1,5 +1,6 @@
 """Benchmark: tfkube's operator side by side with Kubeflow's training operator v1.9.4 and
-with the plain-client floor, on one fresh control plane, the same fake nodes, the same jobs.
+with the plain-client floor, each run on a fresh control plane, the same fake nodes, the
+same jobs.
 
     nice .venv/bin/python benchmarks/vs_kubeflow/run.py [--sizes 1x2,10x100,100x1000]
         [--runners floor,floor-one-service,floor-jobs,tfkube,kubeflow,kubeflow-running,
@@ -7,8 +8,10 @@ with the plain-client floor, on one fresh control plane, the same fake nodes, th
         [--cpus 0.5 [--runner-unquoted]]   # everything within a CPU quota (_cpu.py)
 
 Needs the control plane (`make kube-bins`) and Kubeflow's operator
-(`tools/kubeflow/build.sh`). A size is PSxWORKERS. Runners, one at a time, each on its own
-fresh namespace (deleted, and waited for, before the next):
+(`tools/kubeflow/build.sh`). A size is PSxWORKERS. Runners, one at a time, each on a control
+plane started for it and stopped after it, so that no run starts where another left the
+control plane (`--shared-plane`: one for all, a fresh namespace per run, deleted and waited
+for before the next; runs Q11 in docs/benchmarks.md):
 
   floor             floor.py: a plain client creating the same pods (tfkube's rendered pod
                     templates) with up to --floor-parallel requests in flight, deleting the
@@ -644,7 +647,13 @@ class Tracker:
     workers_ok: set[str] = field(default_factory=set)
     ps_seen: set[str] = field(default_factory=set)
     ps_live: set[str] = field(default_factory=set)
+    bound: set[str] = field(default_factory=set)
+    all_created: float | None = None
+    """When every replica's pod had been seen: the ramp's first part (creating)..."""
+    all_bound: float | None = None
+    """...its second (the scheduler binding them)..."""
     all_running: float | None = None
+    """...and its end (the fake kubelet starting them)."""
     workers_done: float | None = None
     outcome: str | None = None
     succeeded: float | None = None
@@ -666,6 +675,12 @@ class Tracker:
             self.changed.set()
             return
         self.phases[name] = phase + ("/terminating" if meta.get("deletionTimestamp") else "")
+        if self.all_created is None and len(self.phases) >= self.size.total:
+            self.all_created = self.now()
+        if (pod.get("spec") or {}).get("nodeName") and name not in self.bound:
+            self.bound.add(name)
+            if len(self.bound) >= self.size.total and self.all_bound is None:
+                self.all_bound = self.now()
         if role == "ps":
             self.ps_seen.add(name)
             self.ps_live.add(name)
@@ -816,6 +831,8 @@ def report_row(
         "workers": size.workers,
         "replicas": size.total,
         "outcome": t.outcome,
+        "all_created_s": r(t.all_created),
+        "all_bound_s": r(t.all_bound),
         "all_running_s": r(t.all_running),
         "workers_done_s": r(t.workers_done),
         "succeeded_s": r(t.succeeded),
@@ -1000,7 +1017,16 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=3600.0, help="s per run")
     parser.add_argument("--progress", type=float, default=5.0, help="s between progress lines")
     parser.add_argument("--json", action="store_true", help="one JSON object per runner and size")
-    parser.add_argument("--keep", type=Path, help="copy the work dir (logs, audit log) here")
+    parser.add_argument(
+        "--keep", type=Path, help="copy the work dir (logs, audit log) here (a dir per run)"
+    )
+    parser.add_argument(
+        "--shared-plane",
+        action="store_true",
+        help="run every runner and size on one control plane, deleting each run's namespace "
+        "after it (the default: each run on a control plane of its own, so that no run "
+        "starts where another left the control plane; runs Q11)",
+    )
     parser.add_argument(
         "--profile",
         type=Path,
@@ -1031,26 +1057,46 @@ def main() -> int:
     # process by its PID and the control plane; Python's default would exit without them.
     signal.signal(signal.SIGTERM, terminated)
     rows: list[dict[str, Any]] = []
+    runs = [(size, name) for size in args.sizes for name in args.runners]
     with tempfile.TemporaryDirectory(prefix="tfkube-vs-kubeflow-") as tmp:
-        work = Path(tmp)
-        ctx = setup(args, work)
-        try:
-            runs = [(size, name) for size in args.sizes for name in args.runners]
+        if args.shared_plane:
+            ctx = setup(args, Path(tmp))
+            try:
+                for i, (size, name) in enumerate(runs):
+                    row, clean = run_logged(ctx, name, size)
+                    rows.append(row)
+                    if i + 1 < len(runs):
+                        clean()
+            finally:
+                ctx.cluster.stop(remove_workdir=True)
+                keep(args, Path(tmp))
+        else:
             for i, (size, name) in enumerate(runs):
-                log(f"== {name}, {size.ps} PS + {size.workers} workers")
-                row, clean = run_one(ctx, name, size)
-                rows.append(row)
-                if args.json:
-                    print(json.dumps(row), flush=True)
-                if i + 1 < len(runs):
-                    clean()
-        finally:
-            ctx.cluster.stop(remove_workdir=True)
-            if args.keep is not None:
-                shutil.copytree(work, args.keep, dirs_exist_ok=True)
+                work = Path(tmp) / f"{i:02d}-{name}-{size}"  # a runner may come twice
+                work.mkdir()
+                ctx = setup(args, work)
+                try:
+                    rows.append(run_logged(ctx, name, size)[0])
+                finally:
+                    ctx.cluster.stop(remove_workdir=True)
+                    keep(args, work)
     if not args.json:
         print(markdown(rows))
     return 0
+
+
+def run_logged(ctx: Context, name: str, size: Size) -> tuple[dict[str, Any], Any]:
+    log(f"== {name}, {size.ps} PS + {size.workers} workers")
+    row, clean = run_one(ctx, name, size)
+    if ctx.args.json:
+        print(json.dumps(row), flush=True)
+    return row, clean
+
+
+def keep(args: argparse.Namespace, work: Path) -> None:
+    if args.keep is not None:
+        target = args.keep if args.shared_plane else args.keep / work.name
+        shutil.copytree(work, target, dirs_exist_ok=True)
 
 
 if __name__ == "__main__":
