@@ -20,6 +20,7 @@ from tfkube.operator._pods import (
     PodStream,
     backoff,
     entry_of,
+    progress_only,
     split_lines,
 )
 
@@ -259,3 +260,76 @@ def test_the_kubeconfigs_proxy_is_used_as_the_official_client_uses_it():
     endpoint = Endpoint("https://127.0.0.1:1", ssl.create_default_context(), conf)
     assert PodInformer(endpoint, (), PodIndex(), print).proxy == "http://127.0.0.1:3128"
     assert informer()[0].proxy is None
+
+
+def with_status(p: dict[str, Any], **status: Any) -> dict[str, Any]:
+    return {**p, "status": {**p["status"], **status}}
+
+
+def deleting(p: dict[str, Any]) -> dict[str, Any]:
+    return {**p, "metadata": {**p["metadata"], "deletionTimestamp": "2026-12-05T10:00:00Z"}}
+
+
+RUNNING = pod("a-0", phase="Running")
+TERMINATED = {"name": "tensorflow", "state": {"terminated": {"exitCode": 1}}}
+RESTARTED = {
+    "name": "tensorflow",
+    "state": {"running": {}},
+    "lastState": {"terminated": {"exitCode": 137}},
+}
+EVICTION = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "progress"),
+    [
+        pytest.param(None, pod("a-0"), True, id="made"),
+        pytest.param(pod("a-0"), RUNNING, True, id="started"),
+        pytest.param(
+            RUNNING,
+            with_status(RUNNING, conditions=[{"type": "Ready", "status": "True"}]),
+            True,
+            id="ready",
+        ),
+        pytest.param(RUNNING, pod("a-0", phase="Succeeded"), False, id="succeeded"),
+        pytest.param(RUNNING, pod("a-0", phase="Failed"), False, id="failed"),
+        pytest.param(RUNNING, None, False, id="gone"),
+        pytest.param(RUNNING, deleting(RUNNING), False, id="being-deleted"),
+        pytest.param(
+            RUNNING, with_status(RUNNING, containerStatuses=[TERMINATED]), False, id="exited"
+        ),
+        pytest.param(
+            RUNNING, with_status(RUNNING, containerStatuses=[RESTARTED]), False, id="restarted"
+        ),
+        pytest.param(RUNNING, with_status(RUNNING, conditions=[EVICTION]), False, id="evicted"),
+        pytest.param(RUNNING, with_status(RUNNING, reason="Evicted"), False, id="reason"),
+        pytest.param(pod("a-0", job="b"), pod("a-0"), False, id="moved-to-another-tfjob"),
+        pytest.param(pod("a-0", phase="Failed"), pod("a-0"), False, id="after-an-end"),
+    ],
+)
+def test_only_a_replica_coming_up_is_progress(
+    old: dict[str, Any] | None, new: dict[str, Any] | None, progress: bool
+):
+    def slim(p: dict[str, Any] | None) -> dict[str, Any] | None:
+        e = None if p is None else entry_of(p)
+        return None if e is None else e[2]
+
+    assert progress_only(slim(old), slim(new)) is progress
+
+
+def test_a_replica_coming_up_calls_progress_anything_else_pokes():
+    progressed: list[tuple[str, str]] = []
+    inf, pokes = informer()
+    inf.progress = progressed.append
+    [stream] = inf.streams
+    inf.listed(stream, [], "10")
+    inf.handle(stream, {"type": "ADDED", "object": pod("a-0", rv="11")})
+    inf.handle(stream, {"type": "MODIFIED", "object": pod("a-0", phase="Running", rv="12")})
+    assert (progressed, pokes) == ([("ns", "a")] * 2, [])
+    inf.handle(stream, {"type": "MODIFIED", "object": pod("a-0", phase="Failed", rv="13")})
+    inf.handle(stream, {"type": "DELETED", "object": pod("a-0", phase="Failed", rv="14")})
+    assert pokes == [("ns", "a")] * 2
+    inf.handle(stream, {"type": "ADDED", "object": pod("a-1", job="b", rv="15")})
+    inf.handle(stream, {"type": "MODIFIED", "object": pod("a-1", rv="16")})  # moved to a
+    assert pokes[:2] == [("ns", "a")] * 2
+    assert sorted(pokes[2:]) == [("ns", "a"), ("ns", "b")]

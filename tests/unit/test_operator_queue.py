@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -16,9 +17,11 @@ from tfkube.operator._operator import (
     COALESCE_MIN_SECONDS,
     GC_YOUNG_OBJECTS,
     PREEMPTED_EVENTS_SECONDS,
+    PROGRESS_MAX_SECONDS,
     JobMemory,
     WorkQueue,
     coalesce_pause,
+    progress_pause,
     tune_gc,
 )
 from tfkube.operator._pods import PodIndex, entry_of
@@ -160,3 +163,80 @@ def test_the_operator_collects_young_garbage_less_often_and_keeps_the_rest() -> 
         assert before[0] < GC_YOUNG_OBJECTS
     finally:
         gc.set_threshold(*before)
+
+
+@pytest.mark.parametrize(
+    ("last", "expected"),
+    [
+        pytest.param(0.0, COALESCE_MIN_SECONDS, id="instant-reconcile"),
+        pytest.param(0.01, 0.08, id="small-job"),
+        pytest.param(0.3, 2.4, id="eight-times-its-cost"),
+        pytest.param(30.0, PROGRESS_MAX_SECONDS, id="capped"),
+    ],
+)
+def test_progress_pause(last: float, expected: float):
+    assert progress_pause(last) == pytest.approx(expected)
+    assert progress_pause(last) >= coalesce_pause(last)
+
+
+class Steps:
+    """A clock that moves `step` seconds at each reading: every reconcile costs `step`."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def reconcile_times(urgent_after: float | None) -> list[float]:
+    """When (monotonic s, from the first) a TFJob was reconciled: a first reconcile during
+    which its pods only came up, and, `urgent_after` s after it, a poke."""
+
+    async def scenario() -> list[float]:
+        times: list[float] = []
+        work = Recorder()
+        queue = WorkQueue(
+            lambda ns, name, pods: times.append(time.monotonic()) or work(ns, name, pods),
+            index_reader({}),
+            clock=Steps(0.25),  # coalesce_pause 0.5 s, progress_pause 2 s
+        )
+        queue.poke(("ns", "j"))
+        await asyncio.sleep(0.05)
+        for _ in range(20):
+            queue.progress(("ns", "j"))
+        work.release.set()
+        if urgent_after is not None:
+            await asyncio.sleep(urgent_after)
+            queue.poke(("ns", "j"))
+        for _ in range(1000):
+            if not queue.running:
+                break
+            await asyncio.sleep(0.01)
+        return [t - times[0] for t in times]
+
+    return asyncio.run(scenario())
+
+
+def test_pods_coming_up_make_one_more_reconcile_after_the_longer_pause():
+    first, second = reconcile_times(urgent_after=None)
+    assert first == 0
+    assert second >= progress_pause(0.25)
+
+
+def test_a_poke_cuts_the_longer_pause_short():
+    _, second = reconcile_times(urgent_after=0.8)
+    assert 0.8 <= second < progress_pause(0.25)
+
+
+def test_progress_of_an_idle_tfjob_reconciles_it_at_once():
+    async def scenario() -> Recorder:
+        work = Recorder()
+        work.release.set()
+        queue = WorkQueue(work, index_reader({}))
+        queue.progress(("ns", "j"))
+        await settle(queue)
+        return work
+
+    assert [c[:2] for c in asyncio.run(scenario()).calls] == [("ns", "j")]

@@ -6,6 +6,8 @@
       WATCH pods?...&resourceVersion=<last>&allowWatchBookmarks=true
             each line: orjson -> slim_pod -> PodIndex.apply -> poke the TFJob if its
             pods changed; BOOKMARKs only move the resourceVersion on
+            (`progress` instead of `poke` when the change only says a replica is
+            coming up: `progress_only`)
     PodIndex: (namespace, TFJob) -> {pod name: slimmed pod}, and how many of its pods went;
               read by the WorkQueue
 
@@ -112,6 +114,33 @@ def entry_of(pod: dict[str, Any]) -> Entry | None:
     return (namespace, name), (namespace, job), slim_pod(pod)
 
 
+STARTING_PHASES = (None, "Pending", "Running")
+
+
+def progress_only(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+    """Whether a pod's change (slimmed pods; None: none before, or deleted) only says that
+    its replica is coming up: made, bound, started, ready. A big job's start is thousands of
+    such changes, and nothing the operator does waits on them but the counts in its status
+    (`WorkQueue.progress`). Anything else is acted on as soon as the last reconcile allows:
+    a pod that ended, failed, restarted, is being deleted or evicted, or went."""
+    if new is None:
+        return False
+    meta, status = new["metadata"], new["status"]
+    if status["phase"] not in STARTING_PHASES or meta.get("deletionTimestamp"):
+        return False
+    if status.get("reason") or status.get("message"):  # Evicted, preempted, node lost...
+        return False
+    if any(c["type"] == "DisruptionTarget" for c in status["conditions"]):
+        return False
+    if any("terminated" in cs["state"] or cs["lastState"] for cs in status["containerStatuses"]):
+        return False
+    if old is None:
+        return True
+    return old["status"]["phase"] in STARTING_PHASES and old["metadata"]["labels"].get(
+        LABEL_JOB
+    ) == meta["labels"].get(LABEL_JOB)
+
+
 class JobPods(NamedTuple):
     """What a reconcile gets of its TFJob from the index (`PodIndex.snapshot`)."""
 
@@ -143,6 +172,11 @@ class PodIndex:
 
     def jobs(self) -> set[Key]:
         return set(self._by_job)
+
+    def get(self, pod: PodName) -> dict[str, Any] | None:
+        """One pod as the index holds it (slimmed), or None."""
+        key = self._job_of.get(pod)
+        return None if key is None else self._by_job[key].get(pod[1])
 
     def __len__(self) -> int:
         return len(self._job_of)
@@ -249,6 +283,7 @@ class PodInformer:
         index: PodIndex,
         poke: Callable[[Key], None],
         *,
+        progress: Callable[[Key], None] | None = None,
         selector: str = REPLICA_PODS,
         page: int = LIST_PAGE,
         watch_seconds: int = WATCH_SECONDS,
@@ -256,6 +291,9 @@ class PodInformer:
         self.endpoint = endpoint
         self.index = index
         self.poke = poke
+        self.progress = progress
+        """Called instead of `poke` for a change that only says a replica is coming up
+        (`progress_only`); None: `poke` for every change."""
         self.selector = selector
         self.page = page
         self.watch_seconds = watch_seconds
@@ -281,8 +319,19 @@ class PodInformer:
                 raise Expired(obj.get("message") or "410 Gone")
             raise error_from(code, str(obj.get("reason") or ""), orjson.dumps(obj))
         if kind in ("ADDED", "MODIFIED", "DELETED"):
-            for key in self.index.apply(kind, obj):
-                self.poke(key)
+            meta = obj.get("metadata") or {}
+            name = (meta.get("namespace") or "", meta.get("name") or "")
+            old = self.index.get(name) if self.progress is not None else None
+            changed = self.index.apply(kind, obj)
+            poke = self.poke
+            if (
+                self.progress is not None
+                and len(changed) == 1
+                and progress_only(old, self.index.get(name))
+            ):
+                poke = self.progress
+            for key in changed:
+                poke(key)
         version = (obj.get("metadata") or {}).get("resourceVersion")
         if version:
             stream.resource_version = str(version)
