@@ -21,7 +21,10 @@ from tfkube.operator._operator import (
     JobMemory,
     WorkQueue,
     coalesce_pause,
+    job_marks,
     progress_pause,
+    same_marks,
+    tfjob_marks,
     tune_gc,
 )
 from tfkube.operator._pods import PodIndex, entry_of
@@ -240,3 +243,85 @@ def test_progress_of_an_idle_tfjob_reconciles_it_at_once():
         return work
 
     assert [c[:2] for c in asyncio.run(scenario()).calls] == [("ns", "j")]
+
+
+TFJOB_BODY = {
+    "metadata": {"generation": 1, "labels": {"a": "b"}, "annotations": {}},
+    "status": {"phase": "Pending"},
+}
+JOB_BODY = {
+    "metadata": {"generation": 1, "labels": {"tfkube.io/job-name": "j"}},
+    "status": {"active": 3, "ready": 1, "succeeded": 0},
+}
+
+
+def changed(body: dict[str, Any], part: str, **fields: Any) -> dict[str, Any]:
+    return {**body, part: {**body[part], **fields}}
+
+
+@pytest.mark.parametrize(
+    ("marks", "before", "after", "same"),
+    [
+        pytest.param(
+            tfjob_marks,
+            TFJOB_BODY,
+            changed(TFJOB_BODY, "status", phase="Running"),
+            True,
+            id="tfjob-own-status-write",
+        ),
+        pytest.param(
+            tfjob_marks,
+            TFJOB_BODY,
+            changed(TFJOB_BODY, "metadata", generation=2),
+            False,
+            id="tfjob-spec",
+        ),
+        pytest.param(
+            tfjob_marks,
+            TFJOB_BODY,
+            changed(TFJOB_BODY, "metadata", annotations={"stop": "1"}),
+            False,
+            id="tfjob-annotation",
+        ),
+        pytest.param(
+            tfjob_marks,
+            TFJOB_BODY,
+            changed(TFJOB_BODY, "metadata", deletionTimestamp="x"),
+            False,
+            id="tfjob-deleted",
+        ),
+        pytest.param(
+            job_marks,
+            JOB_BODY,
+            changed(JOB_BODY, "status", active=9, ready=8),
+            True,
+            id="job-counting-pods",
+        ),
+        pytest.param(
+            job_marks,
+            JOB_BODY,
+            changed(JOB_BODY, "status", succeeded=1),
+            False,
+            id="job-a-pod-succeeded",
+        ),
+        pytest.param(
+            job_marks,
+            JOB_BODY,
+            changed(JOB_BODY, "status", conditions=[{"type": "Failed"}]),
+            False,
+            id="job-failed",
+        ),
+        pytest.param(
+            job_marks,
+            JOB_BODY,
+            changed(JOB_BODY, "status", failedIndexes="3"),
+            False,
+            id="job-failed-index",
+        ),
+    ],
+)
+def test_an_event_that_changed_only_counts_or_status_may_wait(
+    marks: Any, before: dict[str, Any], after: dict[str, Any], same: bool
+):
+    assert same_marks(marks(before), marks(after)) is same
+    assert not same_marks(None, marks(after))  # the first event of an object: at once

@@ -342,10 +342,64 @@ def no_diff_base() -> Any:
     return NoDiffBase()
 
 
-def build_registry(poke: Callable[[Key], None]) -> Any:
+def same_marks(before: tuple[Any, ...] | None, after: tuple[Any, ...]) -> bool:
+    """Whether an event of a TFJob or a role Job changed nothing a reconcile acts on at
+    once (`tfjob_marks`, `job_marks`): the operator's own status write, a Job counting
+    its pods as they come up."""
+    return before is not None and before == after
+
+
+def tfjob_marks(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a TFJob a reconcile acts on, apart from its status: its spec (through the
+    generation), labels, annotations, deletion."""
+    meta = body.get("metadata") or {}
+    return (
+        meta.get("generation"),
+        dict(meta.get("labels") or {}),
+        dict(meta.get("annotations") or {}),
+        meta.get("deletionTimestamp"),
+    )
+
+
+JOB_COUNTERS = ("active", "ready", "terminating")
+"""A Job's status fields that only count pods coming and going: the rest (conditions,
+succeeded and failed counts and indexes) is what a reconcile acts on."""
+
+
+def job_marks(body: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What of a role Job a reconcile acts on: all but its counters of live pods."""
+    meta = body.get("metadata") or {}
+    status = {k: v for k, v in (body.get("status") or {}).items() if k not in JOB_COUNTERS}
+    return (
+        meta.get("generation"),
+        dict(meta.get("labels") or {}),
+        meta.get("deletionTimestamp"),
+        status,
+    )
+
+
+def build_registry(
+    poke: Callable[[Key], None], progress: Callable[[Key], None] | None = None
+) -> Any:
     """kopf's handlers: a TFJob's events and its Jobs' poke the work queue (the pods are
-    `PodInformer`'s)."""
+    `PodInformer`'s). With `progress`, an event that changed only a TFJob's status or a
+    Job's counters of live pods (`tfjob_marks`, `job_marks`: the operator's own status
+    write, pods coming up during a start) calls it instead: the reconcile may wait."""
     import kopf
+
+    seen: dict[tuple[str, str, str], tuple[Any, ...]] = {}
+    """(kind, namespace, name) -> its marks at its last event (ADDED and MODIFIED only)."""
+
+    def notify(kind: str, event_type: str | None, body: Any, key: Key) -> None:
+        meta = body.get("metadata") or {}
+        where = (kind, meta.get("namespace") or "", meta.get("name") or "")
+        if event_type == "DELETED" or progress is None:
+            seen.pop(where, None)
+            poke(key)
+            return
+        marks = tfjob_marks(body) if kind == "tfjob" else job_marks(body)
+        before, seen[where] = seen.get(where), marks
+        (progress if same_marks(before, marks) else poke)(key)
 
     registry = kopf.OperatorRegistry()
 
@@ -364,8 +418,8 @@ def build_registry(poke: Callable[[Key], None]) -> Any:
         return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
     @kopf.on.event(TFJOB.group, TFJOB.version, TFJOB.plural, registry=registry)  # type: ignore[arg-type]
-    async def on_tfjob(name: str, namespace: str, **_: Any) -> None:
-        poke((namespace, name))
+    async def on_tfjob(name: str, namespace: str, body: Any, type: str | None, **_: Any) -> None:
+        notify("tfjob", type, body, (namespace, name))
 
     managed: dict[str, Any] = {
         LABEL_MANAGED_BY: MANAGED_BY,
@@ -373,8 +427,10 @@ def build_registry(poke: Callable[[Key], None]) -> Any:
     }
 
     @kopf.on.event(JOB.group, JOB.version, JOB.plural, labels=managed, registry=registry)  # type: ignore[arg-type]
-    async def on_job(labels: dict[str, str], namespace: str, **_: Any) -> None:
-        poke((namespace, labels[LABEL_JOB]))
+    async def on_job(
+        labels: dict[str, str], namespace: str, body: Any, type: str | None, **_: Any
+    ) -> None:
+        notify("job", type, body, (namespace, labels[LABEL_JOB]))
 
     return registry
 
@@ -422,7 +478,7 @@ def run_operator(settings: OperatorSettings) -> None:
     informer = PodInformer(
         Endpoint.of(api_client), settings.namespaces, index, queue.poke, progress=queue.progress
     )
-    registry = build_registry(queue.poke)
+    registry = build_registry(queue.poke, queue.progress)
     with contextlib.suppress(asyncio.CancelledError):  # as kopf.run: cancelled, stopped
         asyncio.run(serve(settings, informer, registry))
 
