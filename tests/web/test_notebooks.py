@@ -175,10 +175,14 @@ def test_a_notebook_asks_no_news_and_a_browser_leaving_it_is_quiet(
         assert "Traceback" not in log, log[log.find("Traceback") - 500 :][:6000]
         assert "Exception in ASGI application" not in log
     except Exception as exc:
+        # What failed first, the error's first line next, the server's log last: a CI
+        # report that keeps only the start of a failure still says which request it was.
         log = site.server.log.read_text(errors="replace")[-4000:]
+        first = str(exc).splitlines()[0] if str(exc) else ""
         raise AssertionError(
-            f"{exc}\nrequests that failed:\n{failures}\nthe server's log:\n{log}"
-        ) from exc
+            f"requests that failed:\n{failures}\n{type(exc).__name__}: {first}\n"
+            f"the server's log (its end):\n{log}"
+        ) from None
     finally:
         if not closed:
             context.close()

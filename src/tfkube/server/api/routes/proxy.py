@@ -25,7 +25,9 @@ An upstream that cuts its answer mid-body (its status and headers already passed
 the client's too: the proxy logs one line and raises `UpstreamCut`, uvicorn closes the
 connection with the chunked body unfinished (the client sees an incomplete answer, never
 a whole one), and `QuietCuts`, on uvicorn's error logger, keeps uvicorn's traceback for
-that one exception out of the log.
+that one exception out of the log. An upstream that gives no answer at all (`NO_ANSWER`: a
+refused or dropped connection, closed before a status line) is asked once more for a GET
+or HEAD, with a line logged; anything else gets 502 at once.
 """
 
 from __future__ import annotations
@@ -299,6 +301,24 @@ def _enter(
     return RedirectResponse(location, status_code=303)
 
 
+NO_ANSWER = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError)
+"""An upstream that gave no answer at all: refused or dropped the connection, or closed it
+before a status line (a relay whose inside connection failed closes its side)."""
+AGAIN_FOR = {"GET": 1, "HEAD": 1}
+"""Requests sent once more after NO_ANSWER: only those that change nothing (a page loads
+dozens of files at once, and one of them failing is an error dialog in JupyterLab);
+anything else is the caller's to retry."""
+AGAIN_AFTER = 0.2
+"""Seconds before that second try."""
+
+
+def _warn(said: str, kind: str, target: str, method: str, path: str, exc: Exception) -> None:
+    """One line on what an upstream did to a request: "proxy: the <kind> <id> " + said, %s
+    for the method, the path, the error's type and its text."""
+    args = (kind, target, method, path, type(exc).__name__, exc or "no detail")
+    log.warning("proxy: the %s %s " + said, *args)
+
+
 def _client(request: Request, target: Upstream) -> tuple[httpx.AsyncClient, bool]:
     """The app's shared client (kept-alive connections to loopback targets), or a new one
     for a target with its own TLS settings or behind a Unix socket (-> (client, close it
@@ -347,26 +367,35 @@ async def proxy(
         k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP | NOT_FORWARDED
     }
     headers.update(upstream_at.headers)
-    client, own = _client(request, upstream_at)
-    try:
-        upstream = await client.send(
-            client.build_request(
-                request.method,
-                url,
-                params=[*request.query_params.multi_items(), *upstream_at.params.items()],
-                headers=headers,
-                content=await request.body(),
-            ),
-            stream=True,
-        )
-    except httpx.HTTPError as exc:
-        if own:
-            await client.aclose()
-        detail = f"cannot reach the {kind} of {target_id}: {exc}"
-        shape = ERROR_SHAPES.get(kind)
-        if shape is not None:
-            return JSONResponse(shape(detail), status_code=502)
-        raise HTTPException(502, detail) from None
+    content = await request.body()
+    tries = 1 + AGAIN_FOR.get(request.method, 0)
+    for attempt in range(1, tries + 1):
+        client, own = _client(request, upstream_at)
+        try:
+            upstream = await client.send(
+                client.build_request(
+                    request.method,
+                    url,
+                    params=[*request.query_params.multi_items(), *upstream_at.params.items()],
+                    headers=headers,
+                    content=content,
+                ),
+                stream=True,
+            )
+            break
+        except httpx.HTTPError as exc:
+            if own:
+                await client.aclose()
+            if attempt < tries and isinstance(exc, NO_ANSWER):
+                said = "gave no answer to %s /%s (%s: %s); asking once more"
+                _warn(said, kind, target_id, request.method, path, exc)
+                await asyncio.sleep(AGAIN_AFTER)
+                continue
+            detail = f"cannot reach the {kind} of {target_id}: {exc}"
+            shape = ERROR_SHAPES.get(kind)
+            if shape is not None:
+                return JSONResponse(shape(detail), status_code=502)
+            raise HTTPException(502, detail) from None
     if upstream_at.on_response is not None:
         upstream_at.on_response(upstream.status_code)
 
@@ -375,16 +404,8 @@ async def proxy(
             async for chunk in upstream.aiter_raw():
                 yield chunk
         except httpx.HTTPError as exc:
-            log.warning(
-                "proxy: the %s %s cut its answer to %s /%s mid-body (%s: %s); the "
-                "client's answer is cut too",
-                kind,
-                target_id,
-                request.method,
-                path,
-                type(exc).__name__,
-                exc or "no detail",
-            )
+            said = "cut its answer to %s /%s mid-body (%s: %s); the client's answer is cut too"
+            _warn(said, kind, target_id, request.method, path, exc)
             raise UpstreamCut(str(exc)) from None
         finally:
             await upstream.aclose()
