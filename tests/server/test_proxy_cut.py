@@ -113,27 +113,23 @@ def _proxying(
 
 
 @pytest.fixture
-def served(
-    tfkube_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[httpx.Client, CuttingUpstream]]:
-    upstream = CuttingUpstream()
+def proxied(
+    request: pytest.FixtureRequest,
+    tfkube_home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[tuple[httpx.Client, Upstream]]:
+    """The server proxying to an upstream of the class the test names (indirect)."""
+    upstream = request.param()
     with _proxying(upstream, tmp_path, monkeypatch) as client:
         yield client, upstream
 
 
-@pytest.fixture
-def dropping(
-    tfkube_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[httpx.Client, DroppingUpstream]]:
-    upstream = DroppingUpstream()
-    with _proxying(upstream, tmp_path, monkeypatch) as client:
-        yield client, upstream
-
-
+@pytest.mark.parametrize("proxied", [CuttingUpstream], indirect=True)
 def test_a_body_cut_upstream_is_cut_for_the_client_with_one_line_logged(
-    served: tuple[httpx.Client, CuttingUpstream], caplog: pytest.LogCaptureFixture
+    proxied: tuple[httpx.Client, Upstream], caplog: pytest.LogCaptureFixture
 ) -> None:
-    client, upstream = served
+    client, upstream = proxied
     caplog.set_level(logging.INFO)
     chunks: list[bytes] = []
     # A GET: no request body the upstream leaves unread (its close would then be a reset).
@@ -180,14 +176,16 @@ def test_only_a_cut_is_kept_out_of_uvicorns_log(exc: BaseException | None, dropp
     assert proxy.QUIET_CUTS.filter(record) is not dropped
 
 
+@pytest.mark.parametrize("proxied", [DroppingUpstream], indirect=True)
 def test_a_get_with_no_answer_is_asked_once_more_and_a_post_is_not(
-    dropping: tuple[httpx.Client, DroppingUpstream], caplog: pytest.LogCaptureFixture
+    proxied: tuple[httpx.Client, Upstream], caplog: pytest.LogCaptureFixture
 ) -> None:
     """A GET whose first connection closed before any answer gets the second try's answer,
     with one line logged (a notebook's page loads dozens of files through the proxy; one
     failed stylesheet is JupyterLab's "Error Loading Theme" dialog, seen once in CI, its
     cause not known); a POST, which may have changed something, gets 502."""
-    client, upstream = dropping
+    client, upstream = proxied
+    assert isinstance(upstream, DroppingUpstream)
     caplog.set_level(logging.INFO)
     r = client.get("/proxy/model/m/v1/models/m")
     assert (r.status_code, r.text) == (200, "ok")
