@@ -79,7 +79,7 @@ from kubernetes import config
 from tfkube.engines._artifact import prepare_artifact
 from tfkube.engines.kubernetes import KubernetesBackend
 from tfkube.kube.names import INDEX_KEY, JOB_NAME_KEY, JOB_UID_KEY
-from tfkube.render import RenderOptions, crd, render_job
+from tfkube.render import DEFAULT_MAX_PODS_PER_JOB, RenderOptions, crd, render_job
 from tfkube.spec import DEFAULT_IMAGE, parse_job
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -179,6 +179,7 @@ def floor_objects(
     code: Path,
     one_service: bool = False,
     jobs: bool = False,
+    max_pods_per_job: int = DEFAULT_MAX_PODS_PER_JOB,
 ) -> list[dict[str, Any]]:
     """What tfkube would make, made by hand: its shared objects (its Services among them),
     and one pod per replica from its role Jobs' templates, with the labels the Job
@@ -189,7 +190,11 @@ def floor_objects(
     with tempfile.TemporaryDirectory(prefix="tfkube-floor-") as tmp:
         archive = prepare_artifact(job, code.parent, Path(tmp)).path.read_bytes()
     options = RenderOptions(
-        namespace=namespace, managed=True, code_archive=archive, one_service=one_service
+        namespace=namespace,
+        managed=True,
+        code_archive=archive,
+        one_service=one_service,
+        max_pods_per_job=max_pods_per_job,
     )
     rendered = render_job(job, options)
     if jobs:
@@ -466,6 +471,7 @@ class TfkubeRunner(Runner):
     def start(self) -> subprocess.Popen[bytes]:
         kubeconfig = self.ctx.kubeconfigs["tfkube-operator"]
         argv = [sys.executable, "-m", "tfkube", "operator", "--kubeconfig", str(kubeconfig)]
+        argv += ["--max-pods-per-job", str(self.ctx.args.max_pods_per_job)]
         popen = self._spawn([*argv, "--namespace", self.namespace])
         wait_until("tfkube operator ready", lambda: "watching" in self._log_text(), popen)
         time.sleep(1.0)  # kopf's first listings
@@ -564,7 +570,10 @@ class FloorRunner(Runner):
 
     def start(self) -> subprocess.Popen[bytes]:
         args = (self.size, self.ctx.args.duration, self.namespace, self.ctx.code)
-        objects = floor_objects(*args, one_service=self.one_service, jobs=self.jobs)
+        per_job = self.ctx.args.max_pods_per_job
+        objects = floor_objects(
+            *args, one_service=self.one_service, jobs=self.jobs, max_pods_per_job=per_job
+        )
         path = self.ctx.work / f"{self.namespace}-objects.json"
         path.write_text(json.dumps(objects))
         argv = [
@@ -650,6 +659,8 @@ class Tracker:
     ps_seen: set[str] = field(default_factory=set)
     ps_live: set[str] = field(default_factory=set)
     bound: set[str] = field(default_factory=set)
+    first_created: float | None = None
+    """When the first replica's pod was seen: what the runner took to start creating."""
     all_created: float | None = None
     """When every replica's pod had been seen: the ramp's first part (creating)..."""
     all_bound: float | None = None
@@ -677,6 +688,8 @@ class Tracker:
             self.changed.set()
             return
         self.phases[name] = phase + ("/terminating" if meta.get("deletionTimestamp") else "")
+        if self.first_created is None:
+            self.first_created = self.now()
         if self.all_created is None and len(self.phases) >= self.size.total:
             self.all_created = self.now()
         if (pod.get("spec") or {}).get("nodeName") and name not in self.bound:
@@ -833,6 +846,7 @@ def report_row(
         "workers": size.workers,
         "replicas": size.total,
         "outcome": t.outcome,
+        "first_created_s": r(t.first_created),
         "all_created_s": r(t.all_created),
         "all_bound_s": r(t.all_bound),
         "all_running_s": r(t.all_running),
@@ -1010,6 +1024,13 @@ def main() -> int:
         help="pods the fake kubelet (KWOK) moves through its stages at once (default: one per "
         "fake node, as real kubelets would; KWOK's own default, 4, was the benchmark's until "
         "runs Q11: at 11,000 replicas it made the fake kubelet the pace and its repeats the noise)",
+    )
+    parser.add_argument(
+        "--max-pods-per-job",
+        type=int,
+        default=DEFAULT_MAX_PODS_PER_JOB,
+        help="tfkube's role Jobs: at most this many pods each, for the operator and for the "
+        "floors' layout alike (their Services and pods as tfkube would render them)",
     )
     parser.add_argument(
         "--floor-parallel", type=int, default=250, help="the floor's requests in flight"
