@@ -10,7 +10,8 @@ with a 422 naming the field and the fix, and nothing at all is created in the na
 - a member's job reading the Secret that holds a notebook owner's full API token (here the
   site admin's), by env `secretKeyRef`, a secret volume, a helper container's env or an
   image-pull secret; another Secret of the namespace; a ServiceAccount; `spec.tenant`
-  (the namespace's quota objects); a TensorBoard image that is not the default;
+  (the namespace's quota objects); a TensorBoard image that is not the default; a
+  scheduler other than the cluster's default, or a Volcano queue other than `default`;
 - a team admin's allowance lets the Secret it names through (and a platform credential
   can never be allowed);
 - Kubernetes itself refuses a privileged or root pod in a team namespace: the namespace
@@ -229,6 +230,23 @@ def test_a_members_job_cannot_read_a_secret_nobody_allowed(
     assert "team admin" in message, message
 
 
+def admitted(
+    platform: on_kube.Platform, tenant: Tenant, manifest: dict[str, Any]
+) -> dict[str, Any]:
+    """The member's job goes through: its TFJob as made; then the job is deleted and its
+    objects waited out (the next check starts from an empty namespace)."""
+    kube, member, name = platform.kube, tenant.member, manifest["metadata"]["name"]
+    made = member.ok(submit(member, tenant.name, manifest), 201)
+    created: dict[str, Any] = wait_for("the TFJob", lambda: tfjob(kube, tenant.namespace, name), 30)
+    member.ok(member.delete(f"/api/v1/jobs/{made['id']}"), 204)
+    wait_for(
+        f"the deleted job {name}'s objects to go",
+        lambda: not any(name in o for o in in_namespace(kube, tenant.namespace)),
+        60,
+    )
+    return created
+
+
 @pytest.mark.parametrize(
     ("manifest", "field"),
     [
@@ -345,7 +363,7 @@ def test_priority_and_tolerations_are_a_site_admins_to_allow(
     """A PriorityClass preempts other teams' pods, a toleration lands on nodes a taint
     keeps for others: a team admin can neither use them nor allow them; a site admin can
     allow them for the team, and then a member's job runs with them."""
-    kube, member, admin, site = kube_platform.kube, tenant.member, tenant.admin, kube_platform.admin
+    kube, admin, site = kube_platform.kube, tenant.admin, kube_platform.admin
     path = f"/api/v1/teams/{tenant.name}/allowances"
     for body in ({"priority_classes": ["system-cluster-critical"]}, {"toleration_keys": ["*"]}):
         r = admin.http.put(path, json=body)
@@ -367,15 +385,45 @@ def test_priority_and_tolerations_are_a_site_admins_to_allow(
     allow = {"priority_classes": ["system-cluster-critical"], "toleration_keys": ["dedicated"]}
     site.ok(site.http.put(path, json=allow))
     try:
-        made = member.ok(submit(member, tenant.name, job("placed", **copy.deepcopy(placed))), 201)
-        created = wait_for("the TFJob", lambda: tfjob(kube, tenant.namespace, "placed"), 30)
+        created = admitted(kube_platform, tenant, job("placed", **copy.deepcopy(placed)))
         assert created["spec"]["scheduling"]["priorityClassName"] == "system-cluster-critical"
-        member.ok(member.delete(f"/api/v1/jobs/{made['id']}"), 204)
-        wait_for(
-            "the deleted job's objects to go",
-            lambda: not any("placed" in o for o in in_namespace(kube, tenant.namespace)),
-            60,
-        )
+    finally:
+        site.ok(site.http.put(path, json={}))
+
+
+def test_a_scheduler_and_a_volcano_queue_are_a_site_admins_to_allow(
+    kube_platform: on_kube.Platform, tenant: Tenant
+) -> None:
+    """A scheduler places and preempts pods by its own rules, for every team; a Volcano
+    queue (cluster-scoped) is its owners' share of the cluster. Before, a member's job
+    named either and went through (the TFJob was made, its pods sent to that scheduler or
+    queue); now a member or team admin is refused, naming the field, with nothing made,
+    and a site admin can allow them for the team."""
+    kube, member, admin, site = kube_platform.kube, tenant.member, tenant.admin, kube_platform.admin
+    path = f"/api/v1/teams/{tenant.name}/allowances"
+    named = {"scheduling": {"schedulerName": "team-scheduler"}}
+    assert_refused(kube_platform, tenant, job("sched", **named), "spec.scheduling.schedulerName")
+    for body in ({"schedulers": ["team-scheduler"]}, {"volcano_queues": ["*"]}):
+        r = admin.http.put(path, json=body)
+        assert r.status_code == 403, (body, r.text)
+    r = submit(admin, tenant.name, job("sched", **copy.deepcopy(named)))
+    assert r.status_code == 422, r.text
+    # A gang's own scheduler is one too, and Volcano's queue is checked beside it.
+    queued = {"scheduling": {"gang": "Volcano", "queue": "other-teams-share"}}
+    r = submit(member, tenant.name, job("queued", **queued))
+    assert r.status_code == 422, r.text
+    assert {e["field"] for e in r.json()["errors"]} == {
+        "spec.scheduling.gang",
+        "spec.scheduling.queue",
+    }, r.json()
+    assert tfjob(kube, tenant.namespace, "queued") is None
+    # The cluster's default scheduler, named, stays free.
+    default = {"scheduling": {"schedulerName": "default-scheduler"}}
+    assert admitted(kube_platform, tenant, job("plain", **default))
+    site.ok(site.http.put(path, json={"schedulers": ["team-*"]}))
+    try:
+        created = admitted(kube_platform, tenant, job("sched", **copy.deepcopy(named)))
+        assert created["spec"]["scheduling"]["schedulerName"] == "team-scheduler"
     finally:
         site.ok(site.http.put(path, json={}))
 

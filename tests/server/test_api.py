@@ -108,6 +108,8 @@ def test_team_allowances_who_reads_and_who_changes(
         "pod_security": "restricted",
         "priority_classes": [],
         "toleration_keys": [],
+        "schedulers": [],
+        "volcano_queues": [],
     }
     assert team.viewer.ok(team.viewer.get(path)) == none
     assert team.member.http.put(path, json={"secrets": ["db"]}).status_code == 403
@@ -122,6 +124,8 @@ def test_team_allowances_who_reads_and_who_changes(
             {"pod_security": "baseline"},
             {"priority_classes": ["high"]},
             {"toleration_keys": ["pool-a"]},
+            {"schedulers": ["volcano"]},
+            {"volcano_queues": ["team-a"]},
         ):
             assert team_admin.http.put(path, json=site_admins).status_code == 403, site_admins
         changed = team_admin.ok(team_admin.http.put(path, json={"secrets": ["team-*", "db"]}))

@@ -89,8 +89,15 @@ ALLOWED = Allowances(
     service_accounts=["uploader"],
     tensorboard_images=["registry.example/board:*"],
 )
-PLACED = Allowances(priority_classes=["batch-*"], toleration_keys=["nvidia.com/gpu", "pool-*"])
-"""What a site admin may allow a team: priorities and taints reach past it."""
+PLACED = Allowances(
+    priority_classes=["batch-*"],
+    toleration_keys=["nvidia.com/gpu", "pool-*"],
+    schedulers=["volcano", "team-*"],
+    volcano_queues=["team-a"],
+)
+"""What a site admin may allow a team: priorities, taints, schedulers and Volcano queues
+reach past it."""
+S = "spec.scheduling"
 
 
 def tolerate(*keys: str | None) -> list[dict[str, Any]]:
@@ -501,6 +508,63 @@ ROWS = [
         [],
         id="kubeflow claim, allowed",
     ),
+    # -- schedulers and Volcano queues: a site admin's --------------------------------
+    pytest.param(
+        tfjob(scheduling={"schedulerName": "team-b-scheduler"}),
+        TEAM_ADMIN,
+        ALLOWED,
+        [f"{S}.schedulerName"],
+        id="a scheduler, even a team admin's",
+    ),
+    pytest.param(
+        tfjob(scheduling={"schedulerName": "default-scheduler"}),
+        MEMBER,
+        NONE,
+        [],
+        id="the default scheduler, named",
+    ),
+    pytest.param(
+        tfjob(scheduling={"gang": "SchedulerPlugins"}),
+        MEMBER,
+        NONE,
+        [f"{S}.gang"],
+        id="a gang's own scheduler",
+    ),
+    pytest.param(
+        tfjob(scheduling={"gang": "Volcano", "queue": "team-b"}),
+        MEMBER,
+        NONE,
+        [f"{S}.gang", f"{S}.queue"],
+        id="volcano and another team's queue",
+    ),
+    pytest.param(
+        tfjob(scheduling={"gang": "Volcano", "queue": "default"}),
+        MEMBER,
+        Allowances(schedulers=["volcano"]),
+        [],
+        id="volcano's default queue",
+    ),
+    pytest.param(
+        tfjob(scheduling={"gang": "Volcano", "queue": "team-a", "schedulerName": "team-v"}),
+        MEMBER,
+        PLACED,
+        [],
+        id="allowed scheduler and queue",
+    ),
+    pytest.param(
+        tfjob(scheduling={"gang": "Kueue", "queue": "team-b"}),
+        MEMBER,
+        NONE,
+        [],
+        id="a Kueue LocalQueue is the namespace's own",
+    ),
+    pytest.param(
+        tfjob(scheduling={"gang": "Volcano", "queue": "any", "schedulerName": "x"}),
+        SITE_ADMIN,
+        NONE,
+        [],
+        id="a site admin's scheduler and queue",
+    ),
     # -- priority and tolerations: a site admin's --------------------------------------
     pytest.param(
         tfjob(scheduling={"priorityClassName": "system-cluster-critical"}),
@@ -577,8 +641,8 @@ def test_refusals(
         assert any(w in error.message for w in ("remove", "set ", "ask")), error.message
 
 
-def _message(document: dict[str, Any], submitter: Submitter = MEMBER) -> str:
-    (error,) = refusals(parse_job(document), submitter, NONE)
+def _message(document: dict[str, Any], submitter: Submitter = MEMBER, **allowed: Any) -> str:
+    (error,) = refusals(parse_job(document), submitter, Allowances(**allowed))
     assert isinstance(error, FieldError)
     return error.message
 
@@ -603,14 +667,27 @@ def test_messages_say_why_and_how() -> None:
     taint = _message(tfjob(worker={"tolerations": tolerate("dedicated")}), TEAM_ADMIN)
     assert "taint 'dedicated'" in taint
     assert "toleration_keys" in taint
+    gang = _message(tfjob(scheduling={"gang": "Volcano"}), TEAM_ADMIN)
+    assert "scheduler 'volcano' (gang Volcano uses it)" in gang
+    assert "schedulers in the team's allowances" in gang
+    queue = _message(
+        tfjob(scheduling={"gang": "Volcano", "queue": "q"}), TEAM_ADMIN, schedulers=["volcano"]
+    )
+    assert "Volcano queue 'q'" in queue
+    assert "volcano_queues" in queue
 
 
 def test_the_kubeflow_corpus_needs_allowances_for_members() -> None:
     """The corpus' manifests that name Secrets and ConfigMaps: a member's are refused
     until a team admin allows those names; a team admin's go through once a site admin
-    allowed the corpus' priority and GPU taint."""
+    allowed the corpus' priority, GPU taint, scheduler and Volcano queue."""
     expected = yaml.safe_load((KUBEFLOW / "expected.yaml").read_text())
-    site = {"priority_classes": ["high-priority"], "toleration_keys": ["nvidia.com/gpu"]}
+    site = {
+        "priority_classes": ["high-priority"],
+        "toleration_keys": ["nvidia.com/gpu"],
+        "schedulers": ["volcano"],
+        "volcano_queues": ["research"],
+    }
     allowed = Allowances(
         secrets=["s3-credentials"],
         config_maps=["train-settings"],
@@ -686,6 +763,8 @@ def test_matches(name: str, entries: list[str], hit: bool) -> None:
         ({"priority_classes": ["System Critical"]}, "priority_classes[0]"),
         ({"toleration_keys": ["a b"]}, "toleration_keys[0]"),
         ({"toleration_keys": ["/gpu"]}, "toleration_keys[0]"),
+        ({"schedulers": ["My Scheduler"]}, "schedulers[0]"),
+        ({"volcano_queues": ["a/b"]}, "volcano_queues[0]"),
         ({"volumes": []}, "volumes"),
         ({"secrets": ["x"] * 201}, "secrets"),
     ],

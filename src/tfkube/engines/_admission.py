@@ -18,6 +18,9 @@ decides here, before anything is created (`tfkube.server.jobs.allowances`), with
     a TensorBoard image other than DEFAULT_IMAGE     if allowed    yes         yes
     spec.podSecurity: baseline                       only where a site admin allowed the team
     spec.scheduling.priorityClassName                only those a site admin allowed    yes
+    a scheduler other than the default (schedulerName or the gang's)
+                                                     only those a site admin allowed    yes
+    a Volcano queue other than `default`             only those a site admin allowed    yes
     a toleration (of a role or of TensorBoard)       only keys a site admin allowed     yes
     pod annotations setting AppArmor/seccomp         refused       refused     refused
 
@@ -25,11 +28,14 @@ decides here, before anything is created (`tfkube.server.jobs.allowances`), with
 model server's (a pull-secret copy is one too, except as a pull secret); and a notebook's
 home claim.
 
-A priority and a toleration reach past the team: a higher PriorityClass preempts other
-teams' pods, a toleration lands pods on the nodes a taint keeps for someone else (a GPU
-pool, a team's own machines). So those two lists are a site admin's, and bind team admins
-too; a node selector alone only narrows where the pods may go, and stays free, and so do
-the node-lost taints (tolerating them only delays an eviction: `runPolicy.nodeLostSeconds`).
+A priority, a toleration, a scheduler and a Volcano queue reach past the team: a higher
+PriorityClass preempts other teams' pods, a toleration lands pods on the nodes a taint
+keeps for someone else (a GPU pool, a team's own machines), a scheduler decides placement
+and preemption by its own rules, and a Volcano queue (cluster-scoped) is its owners' share
+of the cluster (Kueue's LocalQueues are the namespace's own, so a Kueue queue stays free).
+So those lists are a site admin's, and bind team admins too; a node selector alone only
+narrows where the pods may go, and stays free, and so do the node-lost taints (tolerating
+them only delays an eviction: `runPolicy.nodeLostSeconds`).
 
 Allowances are per team (`Allowances`): names, or prefixes written `name-*`. Every refusal
 names the field and the fix. Kubernetes enforces the Pod Security level a second time
@@ -58,6 +64,7 @@ from tfkube.spec import (
     EnvFromConfigMap,
     EnvFromSecret,
     FieldError,
+    GangScheduler,
     PodSecurity,
     ReplicaSpec,
     Role,
@@ -186,6 +193,15 @@ class Allowances(BaseModel):
     toleration_keys: TaintKeys = []
     """Taint keys the team's jobs may tolerate (`nvidia.com/gpu`, `pool-*`; `*` every
     taint): a taint keeps nodes for their owners; only a site admin changes it."""
+    schedulers: Names = []
+    """Schedulers the team's pods may go to besides the cluster's default
+    (spec.scheduling.schedulerName, or the one a gang implies: `volcano`,
+    `scheduler-plugins-scheduler`): a scheduler decides where pods land and whom they
+    preempt, for every team; only a site admin changes it."""
+    volcano_queues: Names = []
+    """Volcano queues the team's jobs may name (spec.scheduling.queue with gang Volcano)
+    besides `default`: a queue is cluster-wide and holds its owners' share of the
+    cluster; only a site admin changes it."""
 
     @field_validator(
         "secrets",
@@ -195,6 +211,8 @@ class Allowances(BaseModel):
         "tensorboard_images",
         "priority_classes",
         "toleration_keys",
+        "schedulers",
+        "volcano_queues",
     )
     @classmethod
     def _sorted(cls, values: list[str]) -> list[str]:
@@ -357,6 +375,49 @@ def _priority(check: _Check, job: TFJob) -> None:
         )
 
 
+DEFAULT_SCHEDULER = "default-scheduler"
+"""The cluster's own scheduler's name: every pod may go to it."""
+DEFAULT_VOLCANO_QUEUE = "default"
+"""The queue Volcano gives a PodGroup that names none: every team may use it."""
+
+
+def _scheduling(check: _Check, job: TFJob) -> None:
+    """A scheduler and a Volcano queue reach past the team: a site admin's lists."""
+    scheduling = job.spec.scheduling
+    if scheduling is None or check.submitter is Submitter.SITE_ADMIN:
+        return
+    scheduler = scheduling.scheduler
+    if scheduler not in (None, DEFAULT_SCHEDULER) and not matches(
+        scheduler, check.allowed.schedulers
+    ):
+        field, why = "spec.scheduling.schedulerName", ""
+        if not scheduling.scheduler_name:
+            field, why = "spec.scheduling.gang", f" (gang {scheduling.gang.value} uses it)"
+        check.errors.append(
+            FieldError(
+                field,
+                f"scheduler {scheduler!r}{why} decides where every team's pods land and whom "
+                "they preempt; remove it, or ask a site admin to allow it for the team "
+                "(schedulers in the team's allowances: PUT /api/v1/teams/<team>/allowances)",
+            )
+        )
+    queue = scheduling.queue
+    if (
+        scheduling.gang is GangScheduler.VOLCANO
+        and queue not in (None, DEFAULT_VOLCANO_QUEUE)
+        and not matches(queue, check.allowed.volcano_queues)
+    ):
+        check.errors.append(
+            FieldError(
+                "spec.scheduling.queue",
+                f"Volcano queue {queue!r} is cluster-wide and holds its owners' share of the "
+                f"cluster; remove it (the {DEFAULT_VOLCANO_QUEUE!r} queue), or ask a site "
+                "admin to allow it for the team (volcano_queues in the team's allowances: "
+                "PUT /api/v1/teams/<team>/allowances)",
+            )
+        )
+
+
 def _tensorboard(check: _Check, job: TFJob) -> None:
     board = job.spec.tensorboard
     if board is not None and board.enabled:
@@ -399,6 +460,7 @@ def admission_refusals(
             )
         )
     _priority(check, job)
+    _scheduling(check, job)
     _tensorboard(check, job)
     if job.spec.pod_security is PodSecurity.BASELINE and (
         allowances.pod_security is PodSecurity.RESTRICTED

@@ -86,6 +86,7 @@ from tfkube.render._security import (
 from tfkube.render._storage import JobVolumes, StorageDefaults, job_volumes
 from tfkube.spec import (
     CLUSTER_ONLY_ENV,
+    GANG_SCHEDULERS,
     EnvFromConfigMap,
     EnvFromField,
     EnvFromSecret,
@@ -137,10 +138,6 @@ TERMINATION_LOG = "/dev/termination-log"
 .terminated.message), where the operator reads it."""
 USER_ERROR_EXIT_CODES = tuple(c for c in range(1, 128) if c not in contract.RETRYABLE_EXITS)
 """Under restartPolicy ExitCode these fail the job at once (the planner's rule too)."""
-DEFAULT_SCHEDULERS = {
-    GangScheduler.VOLCANO: "volcano",
-    GangScheduler.SCHEDULER_PLUGINS: "scheduler-plugins-scheduler",
-}
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 COSCHEDULING_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 GRACE_MARGIN_SECONDS = 5
@@ -409,9 +406,7 @@ def _context(job: TFJob, options: RenderOptions) -> _Context:
     code_url, code_sha = _code(job, options)
     volumes = job_volumes(job, options.storage)
     scheduling = job.spec.scheduling
-    scheduler = None
-    if scheduling is not None:
-        scheduler = scheduling.scheduler_name or DEFAULT_SCHEDULERS.get(scheduling.gang)
+    scheduler = scheduling.scheduler if scheduling is not None else None
     return _Context(
         job=job,
         options=options,
@@ -627,7 +622,7 @@ def _headless_service(
 
 def _pod_group(ctx: _Context) -> list[Object]:
     scheduling = ctx.job.spec.scheduling
-    if scheduling is None or scheduling.gang not in DEFAULT_SCHEDULERS:
+    if scheduling is None or scheduling.gang not in GANG_SCHEDULERS:
         return []
     name = ctx.job.name
     meta = _meta(name, ctx.ns, {**job_labels(name), LABEL_COMPONENT: "gang"}, ctx.user_labels)

@@ -910,6 +910,13 @@ class GangScheduler(StrEnum):
     """Kueue admits the job's Jobs from a LocalQueue (label kueue.x-k8s.io/queue-name)."""
 
 
+GANG_SCHEDULERS = {
+    GangScheduler.VOLCANO: "volcano",
+    GangScheduler.SCHEDULER_PLUGINS: "scheduler-plugins-scheduler",
+}
+"""The scheduler a gang's pods go to unless `schedulerName` names another."""
+
+
 class SchedulingSpec(_Model):
     """Cluster: gang scheduling and priority."""
 
@@ -926,6 +933,12 @@ class SchedulingSpec(_Model):
     min_available: Annotated[int, Field(ge=1)] | None = None
     """Volcano/SchedulerPlugins: how many pods must be placeable together before any
     starts (the PodGroup's minMember); default every chief, PS and worker."""
+
+    @property
+    def scheduler(self) -> str | None:
+        """The scheduler the pods go to: `scheduler_name`, else the gang's own (`volcano`,
+        `scheduler-plugins-scheduler`), else None (the cluster's default)."""
+        return self.scheduler_name or GANG_SCHEDULERS.get(self.gang)
 
     @model_validator(mode="after")
     def _queue_for_kueue(self) -> Self:

@@ -148,11 +148,11 @@ def put_allowances(
 ) -> Allowances:
     """Replace the team's allowances (team admins). A name or a prefix (`datasets-*`) per
     entry; platform credentials and notebook homes are refused (422 naming the entry).
-    `pod_security` (`restricted` or `baseline`), `priority_classes` and `toleration_keys`
-    are a site admin's: they decide what runs on the nodes every team shares, at what
-    priority, on whose nodes. The namespace is labelled again with its level (also
-    what brings a team made before the labels up to date); 502 when the cluster refuses,
-    and nothing changes."""
+    `pod_security` (`restricted` or `baseline`), `priority_classes`, `toleration_keys`,
+    `schedulers` and `volcano_queues` are a site admin's: they decide what runs on the
+    nodes every team shares, at what priority, on whose nodes, by whose rules and share.
+    The namespace is labelled again with its level (also what brings a team made before the
+    labels up to date); 502 when the cluster refuses, and nothing changes."""
     principal.require(Scope.TEAM_ADMIN, team.id)
     try:
         wanted = Allowances.model_validate(body)
@@ -160,7 +160,13 @@ def put_allowances(
         errors = [(e.field, e.message) for e in errors_from(exc)]
         raise FieldHTTPError(errors, f"{errors[0][0]}: {errors[0][1]}") from None
     before = allowances_of(team)
-    site_admins = ("pod_security", "priority_classes", "toleration_keys")
+    site_admins = (
+        "pod_security",
+        "priority_classes",
+        "toleration_keys",
+        "schedulers",
+        "volcano_queues",
+    )
     if any(getattr(wanted, key) != getattr(before, key) for key in site_admins):
         principal.require(Scope.SITE_ADMIN)
     team.allowances = wanted.model_dump(mode="json")
