@@ -730,12 +730,36 @@ def test_a_replica_that_starts_before_its_peers_resolve_still_comes_up(
         time.sleep(10)  # let the workers meet NXDOMAIN for a while (not a wait for a state)
         assert replica_pods(kube, ns, name, "ps", 0)[-1].status.phase == "Pending"
         kube.core.patch_node(real_node.name, {"metadata": {"labels": {gate: "open"}}})
-        wait_for("the PS name to resolve", lambda: resolves(kube, ns, worker, ps_name), 120, 2)
+        try:
+            wait_for("the PS name to resolve", lambda: resolves(kube, ns, worker, ps_name), 120, 2)
+        except AssertionError as exc:  # once in CI (2026-12-05): say where the PS stood
+            pods = [
+                *replica_pods(kube, ns, name, "ps", 0),
+                *replica_pods(kube, ns, name, "worker", 0),
+            ]
+            raise AssertionError(f"{exc}; {'; '.join(pod_state(p) for p in pods)}") from None
         final = wait_done(kube, ns, name)
     finally:
         kube.core.patch_node(real_node.name, {"metadata": {"labels": {gate: None}}})
     assert final["restarts"] == 0, "the workers waited for the PS instead of failing"
     assert result(kube, ns, name)["test_accuracy"] >= MIN_ACCURACY
+
+
+def pod_state(pod: client.V1Pod) -> str:
+    """A pod in one line, for a failure message: phase, node, IP, conditions, containers."""
+    status = pod.status
+    conditions = [
+        f"{c.type}={c.status}" + (f" ({c.reason}: {c.message})" if c.message else "")
+        for c in status.conditions or []
+    ]
+    containers = [
+        f"{c.name} ready={c.ready} restarts={c.restart_count} {c.state.to_dict()}"
+        for c in status.container_statuses or []
+    ]
+    return (
+        f"{pod.metadata.name}: {status.phase} on {pod.spec.node_name} at {status.pod_ip}, "
+        f"{', '.join(conditions)}; {'; '.join(containers)}"
+    )
 
 
 def resolves(kube: KubeCluster, ns: str, pod: client.V1Pod, host: str) -> bool:
