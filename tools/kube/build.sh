@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Build (or reuse) the test control plane binaries: etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubectl and kwok; with --with-node also what the
-# real node runs: kubelet, kube-proxy, CoreDNS, metrics-server and the pause program of pod
-# sandboxes.
+# real node runs: kubelet, kube-proxy, kube-router (its network policy controller), CoreDNS,
+# metrics-server and the pause program of pod sandboxes.
 #
 # Sources come from the Go module proxy through the helper modules beside this script
-# (k8s/, etcd/, kwok/, kubelet/, kube-proxy/, metrics-server/: go.mod + go.sum only; pause/ is our own program, coredns/ our own main over CoreDNS with six of its plugins). Binaries go to
+# (k8s/, etcd/, kwok/, kubelet/, kube-proxy/, kube-router/, metrics-server/: go.mod + go.sum only; pause/ is our own program, coredns/ our own main over CoreDNS with six of its plugins). Binaries go to
 #   ${TFKUBE_CACHE:-${XDG_CACHE_HOME:-~/.cache}/tfkube}/kube-<k8s version>/bin
 # and are never put in the repository. Each component has a stamp file recording what it
 # was built from (go.mod/go.sum hash, Go version, flags): a component whose stamp matches is
@@ -13,7 +13,7 @@
 # into place at the end, so an interrupted build never leaves a half-written binary.
 #
 # Usage: tools/kube/build.sh [--with-node] [--print-bin-dir] [--check]
-#   --with-node      also kubelet, kube-proxy, coredns, metrics-server and pause (the real node: cluster.py up --real-node)
+#   --with-node      also kubelet, kube-proxy, kube-router, coredns, metrics-server and pause (the real node: cluster.py up --real-node)
 #   --print-bin-dir  print the bin directory and exit (no build)
 #   --check          exit 0 if every binary is present and current, 1 otherwise (no build)
 # Env: TFKUBE_GO_P   go build -p (default 2; the machine has 2 cores and other work)
@@ -25,6 +25,7 @@ ETCD_VERSION="v3.6.16"   # keep in step with etcd/go.mod
 KWOK_VERSION="v0.7.0"    # keep in step with kwok/go.mod
 COREDNS_VERSION="v1.12.1" # keep in step with coredns/go.mod
 METRICS_SERVER_VERSION="v0.8.0" # keep in step with metrics-server/go.mod
+KUBE_ROUTER_VERSION="v2.1.0" # keep in step with kube-router/go.mod
 
 CACHE_ROOT="${TFKUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tfkube}"
 BIN_DIR="$CACHE_ROOT/kube-$KUBE_VERSION/bin"
@@ -137,6 +138,10 @@ if [[ $with_node -eq 1 ]]; then
   # kube-proxy (iptables mode) makes ClusterIPs work for the real node's pods (issue 18).
   build_component kube-proxy kube-proxy "$(k8s_ldflags)" "k8s.io/kubernetes/cmd/kube-proxy" \
     "kube-proxy" || status=1
+  # kube-router's network policy controller: NetworkPolicy enforced on the real nodes.
+  build_component kube-router kube-router \
+    "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$KUBE_ROUTER_VERSION" \
+    "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router" "kube-router" || status=1
   build_component coredns coredns \
     "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" \
     "." "coredns" || status=1

@@ -17,6 +17,10 @@ What it runs, all as root, every file under `<cluster workdir>/real-node/`:
     kube-proxy v1.34.4 (built from its Go module), iptables mode: ClusterIPs (198.19.224.0/20)
       route for the node's pods (a CNI route to the service range via 198.19.N.1, forwarding
       on the bridge only) and for this machine; its rules are removed at stop (`--cleanup`)
+    kube-router v2.1.0 (built from its Go module), its network policy controller only
+      (`--run-firewall`, no routing, no service proxy): NetworkPolicy enforced with iptables
+      and ipset (Debian's) for the node's pods; its chains and sets are removed at stop
+      (`remove_kube_router_rules`)
 
 When the control plane is started for a real node (cluster.py: `up --real-node`, or the test
 session that has real-node tests), the bridge is claimed first (`claim_network`) and the API
@@ -42,13 +46,15 @@ A second node (`RealNode(cluster, second=True)`, cluster.py `add_second_real_nod
       <-> eth0 (namespace, .2/30); bridge cbr0 198.19.(16+N).1/24 in the namespace: node IP,
       kubelet address, CNI bridge. Routes: the machine sends 198.19.(16+N).0/24 down the veth
       (forwarding on the veth only), the namespace sends the first node's /24 up it (forwarding
-      on inside: the namespace's own); both nodes' pods route the other's /24 via their node
-      address (the first node's CNI file is rewritten: containerd reloads it)
-    containerd, kubelet and kube-proxy run inside it through `nsenter --net=` (not `ip netns
-      exec`: the mount namespace stays the machine's, so the kubelet's volume mounts and
-      containerd's pod namespaces are seen by both); their own root, state, socket, kubelet
-      dirs and cgroup root /tfkube-<N>b; node `tfkube-real-<N>b`; kube-proxy's iptables rules
-      are the namespace's own, so they go with it
+      on inside: the namespace's own; the machine's own connections to it leave from the first
+      node's address, the API server's, as from a control-plane host); both nodes' pods route
+      the other's /24 via their node address (the first node's CNI file is rewritten:
+      containerd reloads it)
+    containerd, kubelet, kube-proxy and kube-router run inside it through `nsenter --net=`
+      (not `ip netns exec`: the mount namespace stays the machine's, so the kubelet's volume
+      mounts and containerd's pod namespaces are seen by both); their own root, state, socket,
+      kubelet dirs and cgroup root /tfkube-<N>b; node `tfkube-real-<N>b`; kube-proxy's and
+      kube-router's iptables rules (and ipsets) are the namespace's own, so they go with it
     no CoreDNS, no metrics-server of its own: its pods use the first node's DNS address (routed),
       metrics-server scrapes both kubelets; the API server stays on the first node's bridge
     taints: NODE_TAINT and SECOND_NODE_TAINT, so pods written for one real node never land there
@@ -56,7 +62,7 @@ A second node (`RealNode(cluster, second=True)`, cluster.py `add_second_real_nod
 Its hostPath claims can be folders every node mounts (`bind_claims(..., nodes=[...])`): the
 nodes share this machine's file system, so a checkpoint written on one is read on the other.
 
-Not emulated: NetworkPolicy, a route off the bridge (pods reach only each other, the node
+Not emulated: a route off the bridge (pods reach only each other, the node
 addresses and ClusterIPs), registries (images are imported, once per node), GPUs, node
 restarts. One kube-proxy per machine's network namespace: its iptables chains are global to
 it, so a first real node is refused while another runs in the machine's namespace.
@@ -70,6 +76,7 @@ import importlib.util
 import ipaddress
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -105,6 +112,7 @@ CNI_BIN_DIR = "/usr/lib/cni"
 CONTAINERD = "/usr/bin/containerd"
 CTR = "/usr/bin/ctr"
 RUNC = "/usr/sbin/runc"
+IPSET = "/usr/sbin/ipset"
 KUBELET_PORT = 10250
 KUBE_PROXY_HEALTHZ_PORT = 10256
 KUBE_PROXY_METRICS_PORT = 10249
@@ -150,7 +158,10 @@ def missing_parts(bin_dir: Path) -> list[str]:
     for path in (CONTAINERD, CTR, RUNC, f"{CNI_BIN_DIR}/bridge", f"{CNI_BIN_DIR}/host-local"):
         if not os.access(path, os.X_OK):
             out.append(f"{path} (run tools/kube/node-deps.sh)")
-    for name in ("kubelet", "kube-proxy", "coredns", "metrics-server", "tfkube-pause"):
+    if not os.access(IPSET, os.X_OK):
+        out.append(f"{IPSET} (run tools/kube/node-deps.sh)")
+    node_bins = ("kubelet", "kube-proxy", "kube-router", "coredns", "metrics-server")
+    for name in (*node_bins, "tfkube-pause"):
         if not os.access(bin_dir / name, os.X_OK):
             out.append(f"{bin_dir / name} (run tools/kube/build.sh --with-node)")
     if not out:  # the images need the pause binary: only look once the rest is there
@@ -290,7 +301,10 @@ def claim_second_network(first: dict[str, Any]) -> dict[str, Any]:
         _run(["ip", "addr", "add", f"{net['link_host']}/30", "dev", uplink])
         _run(["ip", "link", "set", uplink, "up"])
         Path(f"/proc/sys/net/ipv4/conf/{uplink}/forwarding").write_text("1\n")
-        _run(["ip", "route", "add", net["subnet"], "via", net["link_node"], "dev", uplink])
+        # From the first node's address (the API server's): the service proxy's connections
+        # to this node's pods come from the address NetworkPolicies allow it by.
+        _run(["ip", "route", "add", net["subnet"], "via", net["link_node"], "dev", uplink,
+              "src", first["node_ip"]])  # fmt: skip
         for argv in (
             ["ip", "link", "set", "lo", "up"],
             ["ip", "link", "set", f"{uplink}n", "name", "eth0"],
@@ -675,10 +689,46 @@ class RealNode:
             ),
         )
 
+        self._timed("kube-router synced", lambda: self._kube_router(bin_dir, workdir, pki))
+
         if not self.second:  # one for the cluster: it scrapes every real node's kubelet
             self._timed(
                 "metrics-server", lambda: self._metrics_server(bin_dir, workdir, pki, timeout)
             )
+
+    def _kube_router(self, bin_dir: Path, workdir: Path, pki: Path) -> None:
+        """kube-router's network policy controller for this node (its own iptables chains
+        KUBE-ROUTER-* and ipsets in the node's network namespace): a pod selected by a
+        NetworkPolicy accepts only what one allows; traffic from the node itself always
+        (the kubelet's probes). Its identity: a test cluster's component (system:masters,
+        as metrics-server's)."""
+        st = self.state
+        assert st is not None
+        rdir = workdir / "kube-router"
+        kubeconfig = self._client(pki, rdir, "tfkube-kube-router", "system:masters")
+        if not st.netns:  # a crashed run's chains and sets (one real-node cluster at a time)
+            remove_kube_router_rules()
+        port = self.kube.free_port()
+        proc = self._spawn(
+            "kube-router",
+            [
+                str(bin_dir / "kube-router"),
+                f"--kubeconfig={kubeconfig}",
+                "--run-firewall=true",
+                "--run-router=false",
+                "--run-service-proxy=false",
+                f"--hostname-override={st.name}",
+                f"--service-cluster-ip-range={st.service_cidr}",
+                f"--health-port={port}",
+                "--v=1",
+            ],
+        )
+        self.cluster._wait(
+            "kube-router /healthz",
+            lambda: _http_ok(f"http://{st.node_ip}:{port}/healthz") and _has_chain(st.netns),
+            proc,
+            60,
+        )
 
     def _metrics_server(self, bin_dir: Path, workdir: Path, pki: Path, timeout: float) -> None:
         """metrics-server v0.8.0 (built from its Go module) as a host process on the bridge
@@ -1071,6 +1121,13 @@ def kube_proxy_config(st: NodeState, kubeconfig: Path) -> dict[str, Any]:
     }
 
 
+def _has_chain(netns: str, chain: str = "KUBE-ROUTER-FORWARD") -> bool:
+    """Whether kube-router's filter chain exists in the node's network namespace (its
+    first sync is done)."""
+    argv = _in_netns(netns, ["iptables", "-S", chain]) if netns else ["iptables", "-S", chain]
+    return subprocess.run(argv, capture_output=True, check=False).returncode == 0
+
+
 def _other_kube_proxy() -> int | None:
     """The PID of a kube-proxy already running in this machine's network namespace, if any
     (a second node's runs in a namespace of its own, with iptables of its own)."""
@@ -1150,16 +1207,58 @@ def _remove_kubelet_chains() -> list[str]:
     return report
 
 
+KUBE_ROUTER_CHAINS = ("KUBE-ROUTER-", "KUBE-NWPLCY-", "KUBE-POD-FW-")
+"""Prefixes of the filter chains kube-router's network policy controller makes (kube-proxy's
+are KUBE-* too, never these)."""
+KUBE_ROUTER_SETS = ("KUBE-SRC-", "KUBE-DST-")
+"""Prefixes of its ipsets (a policy's sources and destinations)."""
+KUBE_ROUTER_JUMP = "kube-router netpol"
+"""The comment on its jumps from INPUT, FORWARD and OUTPUT."""
+
+
+def remove_kube_router_rules() -> list[str]:
+    """kube-router's chains, the jumps to them and its ipsets in this network namespace,
+    once it has stopped (ours: its own `--cleanup-config` panics in v2.1.0 after a partial
+    cleanup). Idempotent: nothing of it, nothing done."""
+
+    def ours() -> tuple[list[str], list[str], list[str]]:
+        rules = _run(["iptables", "-S"], check=False).splitlines()
+        jumps = [r for r in rules if r.startswith("-A ") and KUBE_ROUTER_JUMP in r]
+        made = [r.split()[1] for r in rules if r.startswith("-N ")]
+        sets = _run([IPSET, "list", "-n"], check=False).split()
+        return (
+            jumps,
+            [c for c in made if c.startswith(KUBE_ROUTER_CHAINS)],
+            [n for n in sets if n.startswith(KUBE_ROUTER_SETS)],
+        )
+
+    jumps, chains, sets = ours()
+    if not (jumps or chains or sets):
+        return []
+    for rule in jumps:  # shlex: the comment is quoted
+        _run(["iptables", "-D", *shlex.split(rule)[1:]], check=False)
+    for flag in ("-F", "-X"):  # every chain emptied first: they jump to each other
+        for chain in chains:
+            _run(["iptables", flag, chain], check=False)
+    for name in sets:
+        _run([IPSET, "destroy", name], check=False)
+    if any(ours()):
+        return ["kube-router's iptables chains or ipsets could not all be removed: left"]
+    return [f"kube-router's {len(chains)} iptables chains and {len(sets)} ipsets removed"]
+
+
 def power_off(raw: dict[str, Any], is_ours: Callable[[Any], bool], proc_type: type) -> list[str]:
-    """A node as a machine that lost its power: SIGKILL its kubelet, kube-proxy and
-    containerd (the PIDs it started, if still theirs), every process in its cgroups (its
-    pods' containers) and its containerd's shims. Nothing tells the API server: the node
-    stops renewing its Lease and the node lifecycle controller finds it NotReady. Its
-    state is kept, so `stop` removes the rest afterwards."""
+    """A node as a machine that lost its power: SIGKILL its kubelet, kube-proxy,
+    kube-router and containerd (the PIDs it started, if still theirs), every process in its
+    cgroups (its pods' containers) and its containerd's shims. Nothing tells the API
+    server: the node stops renewing its Lease and the node lifecycle controller finds it
+    NotReady. Its state is kept, so `stop` removes the rest afterwards."""
     st = NodeState(**raw)
     report = []
     for proc in (proc_type(**p) for p in st.procs):
-        if proc.name.removesuffix("-b") in ("kubelet", "kube-proxy") and is_ours(proc):
+        if proc.name.removesuffix("-b") in ("kubelet", "kube-proxy", "kube-router") and is_ours(
+            proc
+        ):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGKILL)
             report.append(f"{proc.name} (pid {proc.pid}) killed")
@@ -1244,6 +1343,8 @@ def stop(
             report.append(f"kube-proxy --cleanup left KUBE-SERVICES: {cleanup.stderr[-500:]}")
         else:
             report.append("kube-proxy's iptables rules removed")
+    if "kube-router" in by_name and not st.netns:  # the namespace's go with it
+        report += remove_kube_router_rules()
     if "kubelet" in by_name and not st.netns:  # the namespace's go with it
         report += _remove_kubelet_chains()
     if containerd_up:
