@@ -295,6 +295,19 @@ def targz(folder: Path) -> bytes:
     return buffer.getvalue()
 
 
+def upload_code(api: Any, team: str, name: str, folder: Path) -> None:
+    """`folder` uploaded as the team's artifact `name` (a .tar.gz, as a member does), 201."""
+    api.ok(
+        api.post(
+            f"/api/v1/teams/{team}/artifacts",
+            params={"name": name, "filename": "code.tar.gz"},
+            content=targz(folder),
+            headers={"Content-Type": "application/octet-stream"},
+        ),
+        201,
+    )
+
+
 def placed_manifest(node: RealNode, example: Path, name: str, worker_args: list[str]) -> str:
     """`example`'s job.yaml as `name`, its code the uploaded artifact `mnist`, every role
     placed on the real node (its label and taint) without CPU requests (2 cores)."""

@@ -67,6 +67,7 @@ from ._support import (
     placed_manifest,
     still_there,
     targz,
+    upload_code,
     wait_for,
 )
 from .test_real_node_serving import assert_tf_serving_predictions, held_out_digits
@@ -380,15 +381,7 @@ def platform(
         # The team's outputs claim on the same share: <share>/<team>/outputs.
         pvs.append(_pv(kube, node, f"{ns}-{team}", share / team / "outputs", team_ns, OUTPUTS))
         create_shared_claim(kube, team_ns, OUTPUTS)
-        member.ok(
-            member.post(
-                f"/api/v1/teams/{team}/artifacts",
-                params={"name": "mnist", "filename": "code.tar.gz"},
-                content=targz(EXAMPLE),
-                headers={"Content-Type": "application/octet-stream"},
-            ),
-            201,
-        )
+        upload_code(member, team, "mnist", EXAMPLE)
         print(f"\nin-cluster platform: operator and server Ready {ready:.0f}s after install")
         member_env = {**env, "TFKUBE_URL": url, "TFKUBE_TOKEN": member.token,
                       "TFKUBE_TEAM": team, "TFKUBE_ENGINE": "server"}  # fmt: skip

@@ -75,7 +75,7 @@ from ._support import (
     create_shared_claim,
     placed_manifest,
     service_account_kubeconfig,
-    targz,
+    upload_code,
     wait_for,
 )
 
@@ -189,15 +189,7 @@ def node_platform(
             kube, namespace, tmp / "operator.log", operator_kubeconfig, operator_env
         )
         operator.start()
-        member.ok(
-            member.post(
-                f"/api/v1/teams/{name}/artifacts",
-                params={"name": "mnist", "filename": "code.tar.gz"},
-                content=targz(EXAMPLE),
-                headers={"Content-Type": "application/octet-stream"},
-            ),
-            201,
-        )
+        upload_code(member, name, "mnist", EXAMPLE)
         env = {**os.environ, "TFKUBE_URL": server.url, "TFKUBE_TOKEN": member.token,
                "TFKUBE_TEAM": name, "TFKUBE_HOME": str(tmp / "home")}  # fmt: skip
         yield Team(name, namespace, member, server, kube, real_node, env, admin)

@@ -33,7 +33,7 @@ from server._server import PASSWORD, Api, api_for
 from server.test_team_secrets import digits_npz
 from web._browser import LAPTOP, chromium, sign_in
 
-from ._support import KubeCluster, RealNode, targz, wait_for
+from ._support import KubeCluster, RealNode, upload_code, wait_for
 from .test_real_node_serving import EXAMPLE, JOB_TIMEOUT, Team, node_platform
 
 JOB = "shipped"
@@ -380,15 +380,7 @@ def test_a_replica_over_its_memory_limit_ends_oomkilled(team: Team, tmp_path: Pa
         "#!/bin/sh\npython3 -c 'import time; x = bytearray(1 << 30); time.sleep(60)'\n"
     )
     (code / "run.sh").chmod(0o755)
-    api.ok(
-        api.post(
-            f"/api/v1/teams/{team.name}/artifacts",
-            params={"name": "oom", "filename": "code.tar.gz"},
-            content=targz(code),
-            headers={"Content-Type": "application/octet-stream"},
-        ),
-        201,
-    )
+    upload_code(api, team.name, "oom", code)
     manifest = {
         "apiVersion": "tfkube.io/v1alpha1",
         "kind": "TFJob",
