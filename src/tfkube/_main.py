@@ -108,6 +108,24 @@ def server_command(
             "tolerate, e.g. a node pool kept for them.",
         ),
     ] = None,
+    kube_ingress_from: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--kube-ingress-from",
+            help="Kubernetes engine: CIDR (repeatable) outside the pod network that may open "
+            "connections to team pods, besides the team's own pods and tfkube's namespace: "
+            "where the API server's service proxy connects from (default: the API servers' "
+            "own addresses, the `kubernetes` Service's endpoints).",
+        ),
+    ] = None,
+    kube_platform_namespace: Annotated[
+        str,
+        typer.Option(
+            "--kube-platform-namespace",
+            help="Kubernetes engine: tfkube's own namespace (where `tfkube install` put the "
+            "operator and the server); its pods may reach team pods.",
+        ),
+    ] = "tfkube-system",
     cpus: Annotated[
         float | None, typer.Option("--cpus", help="Local engine: CPUs jobs may use together.")
     ] = None,
@@ -239,6 +257,7 @@ def server_command(
         raise fail(f"{exc}; install the extra: pip install 'tfkube[server]'") from None
     from tfkube.render import (
         ServingRuntime,
+        TenantNetwork,
         parse_node_selector,
         parse_runtime,
         parse_toleration,
@@ -267,6 +286,8 @@ def server_command(
 
     checks: list[tuple[str, Callable[[], object]]] = [
         ("--kube-service-network", lambda: parse_service_network(kube_service_network)),
+        ("--kube-ingress-from", lambda: TenantNetwork(sources=tuple(kube_ingress_from or ()))),
+        ("--kube-platform-namespace", lambda: TenantNetwork(kube_platform_namespace)),
         ("--trusted-proxy", lambda: parse_networks(trusted_proxy or [])),
         ("--allow-fetch-from", lambda: parse_networks(allow_fetch_from or [])),
         ("--package-index", lambda: [index_target(u) for u in package_index or []]),
@@ -315,6 +336,8 @@ def server_command(
         serving_max_replicas=serving_max_replicas,
         notebook_node_selector=notebook_nodes,
         notebook_tolerations=notebook_taints,
+        ingress_from=tuple(kube_ingress_from or ()),
+        platform_namespace=kube_platform_namespace,
         cpus=cpus,
         workload_env=tuple(workload_env or ()),
         notebook_idle_seconds=notebook_idle_minutes * 60,

@@ -415,6 +415,28 @@ def test_a_team_is_a_namespace_with_its_quota(platform: Platform, team: Team) ->
         "requests.nvidia.com/gpu": "2",
         f"count/{PLURAL}.{GROUP}": "4",
     }
+    # Only the team's own pods, tfkube's namespace and the API server (its address, read
+    # from the `kubernetes` Service with the server's RBAC) may connect to its pods.
+    policy = _network_policy(kube, team.namespace)
+    assert policy is not None
+    assert policy.spec.pod_selector.match_labels is None  # every pod of the namespace
+    assert policy.spec.policy_types == ["Ingress"]
+    (rule,) = policy.spec.ingress
+    peers = [p.to_dict() for p in rule._from]
+    assert {"pod_selector": {"match_expressions": None, "match_labels": None},
+            "namespace_selector": None, "ip_block": None} in peers  # fmt: skip
+    assert any(
+        (p["namespace_selector"] or {}).get("match_labels")
+        == {"kubernetes.io/metadata.name": OPERATOR_NAMESPACE}
+        for p in peers
+    ), peers
+    # The API servers' own addresses as the `kubernetes` Service lists them (none here: the
+    # API server of this control plane listens on loopback, which it does not publish).
+    slices = kube.discovery.list_namespaced_endpoint_slice(
+        "default", label_selector="kubernetes.io/service-name=kubernetes"
+    ).items
+    published = sorted(f"{a}/32" for s in slices for e in s.endpoints or [] for a in e.addresses)
+    assert sorted(p["ip_block"]["cidr"] for p in peers if p["ip_block"]) == published, peers
     # Pods that ask for nothing still fit a namespace whose quota counts requests.
     limits = kube.core.read_namespaced_limit_range("tfkube-tenant", team.namespace)
     assert limits.spec.limits[0].default_request == {"cpu": "500m", "memory": "512Mi"}
@@ -435,6 +457,31 @@ def test_a_team_is_a_namespace_with_its_quota(platform: Platform, team: Team) ->
         ),
         30,
     )
+
+
+def _network_policy(kube: KubeCluster, namespace: str) -> Any:
+    try:
+        return client.NetworkingV1Api(kube.api_client).read_namespaced_network_policy(
+            "tfkube-tenant", namespace
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def test_a_starting_server_makes_every_team_ready_again(platform: Platform, team: Team) -> None:
+    """An upgrade brings the teams made before it what this version makes: a team
+    namespace without its NetworkPolicy (as one made by an older server) has it again
+    once the server has started (`tenants.prepare_teams`)."""
+    kube = platform.kube
+    client.NetworkingV1Api(kube.api_client).delete_namespaced_network_policy(
+        "tfkube-tenant", team.namespace
+    )
+    assert _network_policy(kube, team.namespace) is None
+    platform.restart()
+    wait_for("the team's NetworkPolicy again",
+             lambda: _network_policy(kube, team.namespace) is not None, 30)  # fmt: skip
 
 
 def test_four_fields_run_as_a_tfjob_in_the_team_namespace(

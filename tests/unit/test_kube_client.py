@@ -257,7 +257,6 @@ def test_each_kind_is_declared_once_and_found_by_what_objects_carry() -> None:
     ("api_version", "kind"),
     [
         pytest.param("policy/v1", "PodDisruptionBudget", id="poddisruptionbudget"),
-        pytest.param("networking.k8s.io/v1", "NetworkPolicy", id="networkpolicy"),
         pytest.param("v1", "Endpoints", id="endpoints"),
         pytest.param("apps/v1beta1", "Deployment", id="old-version"),
     ],

@@ -258,9 +258,10 @@ def test_a_team_priority_names_its_priority_class(priority: int, name: str | Non
 
 
 def test_tenant_objects_carry_the_priority_class_only_when_there_is_a_priority():
-    assert [o["kind"] for o in tenant_objects("tfkube-vision", {})] == ["Namespace"]
+    kinds = [o["kind"] for o in tenant_objects("tfkube-vision", {})]
+    assert kinds == ["Namespace", "NetworkPolicy"]
     kinds = [o["kind"] for o in tenant_objects("tfkube-vision", {}, "restricted", 7)]
-    assert kinds == ["Namespace", "PriorityClass"]
+    assert kinds == ["Namespace", "NetworkPolicy", "PriorityClass"]
 
 
 def test_a_team_job_gets_the_teams_priority_class_unless_it_names_one():

@@ -47,6 +47,7 @@ def test_objects_and_order():
         ("PersistentVolumeClaim", "tfkube-server-data"),  # uploads and keys stay on a claim
         ("ServiceAccount", "tfkube-postgres"),
         ("Service", "tfkube-postgres"),
+        ("NetworkPolicy", "tfkube-postgres"),
         ("StatefulSet", "tfkube-postgres"),
         ("Deployment", "tfkube-server"),
         ("Service", "tfkube-server"),
@@ -55,6 +56,24 @@ def test_objects_and_order():
     assert "Secret" not in [o["kind"] for o in objects]
     assert "&id" not in dump_yaml(objects)
     assert objects == server_manifests("ops", "img:1", PG)
+
+
+def test_only_the_servers_pods_may_connect_to_postgres():
+    """The password gates a login; the policy keeps every other pod (a team's) from
+    trying: PostgreSQL's pods accept only the server's, on 5432."""
+    objects = server_manifests("ops", "img:1", PG)
+    policy = _one(objects, "NetworkPolicy", "tfkube-postgres")
+    database = _one(objects, "StatefulSet", "tfkube-postgres")
+    server = _one(objects, "Deployment", "tfkube-server")
+    assert (
+        policy["spec"]["podSelector"]["matchLabels"] == database["spec"]["selector"]["matchLabels"]
+    )
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    (peer,) = rule["from"]
+    labels = server["spec"]["template"]["metadata"]["labels"]
+    assert peer["podSelector"]["matchLabels"].items() <= labels.items()
+    assert rule["ports"] == [{"protocol": "TCP", "port": 5432}]
 
 
 def test_postgres_runs_least_privileged_on_its_claim():

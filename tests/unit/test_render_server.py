@@ -66,6 +66,10 @@ def test_the_server_runs_the_kubernetes_engine_on_its_claim():
     # Its gRPC door, which dials the model servers' Services by name (in the cluster).
     assert flags["--grpc-port"] == "8500"
     assert "--kube-service-network" not in flags  # auto: the DNS names, in a pod
+    # Team namespaces admit this namespace's pods (`TenantNetwork`); the API servers' own
+    # addresses unless the administrator named others.
+    assert flags["--kube-platform-namespace"] == "ops"
+    assert "--kube-ingress-from" not in flags
     assert {"name": "grpc", "containerPort": 8500, "protocol": "TCP"} in container["ports"]
     assert "--outputs-claim" not in flags
     assert container["volumeMounts"][0] == {"name": "data", "mountPath": "/var/lib/tfkube"}
@@ -172,6 +176,9 @@ NEEDED = [
     ("apps", "statefulsets", "delete"),
     ("", "services", "patch"),
     ("", "services", "get"),  # a model server's ClusterIP, dialed for gRPC
+    ("networking.k8s.io", "networkpolicies", "create"),  # a team namespace's
+    ("networking.k8s.io", "networkpolicies", "patch"),
+    ("discovery.k8s.io", "endpointslices", "list"),  # the API servers' addresses
     ("", "configmaps", "patch"),
     ("scheduling.k8s.io", "priorityclasses", "create"),  # a team's priority
     ("scheduling.k8s.io", "priorityclasses", "patch"),
@@ -211,6 +218,8 @@ def test_rbac_grants_what_the_server_does(need):
         ("apps", "deployments/scale", "update"),  # the autoscaler scales, not the server
         ("apps", "deployments/finalizers", "update"),  # owned without blockOwnerDeletion
         ("autoscaling", "horizontalpodautoscalers", "list"),
+        ("networking.k8s.io", "networkpolicies", "delete"),  # a team's stays with it
+        ("discovery.k8s.io", "endpointslices", "patch"),
     ],
     ids="/".join,
 )
@@ -245,6 +254,24 @@ def test_cli_prints_the_server_objects_after_the_operators():
         "Deployment",
         "Service",
     ]
+
+
+def test_ingress_sources_reach_the_server_as_its_flags_and_a_bad_one_is_refused():
+    objects = server_manifests(
+        "ops", "img", ServerInstall(ingress_from=("198.19.0.1/32", "198.19.32.0/30"))
+    )
+    command = _container(objects)["command"]
+    at = [i for i, word in enumerate(command) if word == "--kube-ingress-from"]
+    assert [command[i + 1] for i in at] == ["198.19.0.1/32", "198.19.32.0/30"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfkube", "install", "--server", "--print",
+         "--ingress-from", "198.19.0.0/33"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert "--ingress-from: '198.19.0.0/33' is not an address or a CIDR" in proc.stderr
 
 
 def test_cli_server_options_need_server():

@@ -1,13 +1,20 @@
-"""The server's pure rules for a cluster: a team's namespace, quota and default requests;
-which submit refusals only make a job wait."""
+"""The server's pure rules for a cluster: a team's namespace, its NetworkPolicy, quota and
+default requests; which submit refusals only make a job wait."""
 
 from __future__ import annotations
 
 import pytest
 
 from tfkube.engines.kubernetes._backend import passing_refusal
+from tfkube.engines.kubernetes._cluster import api_server_sources
 from tfkube.kube.errors import ApiError, Unreachable, error_from
-from tfkube.render._tenant import DEFAULT_REQUEST, quota_hard, tenant_objects
+from tfkube.render._tenant import (
+    DEFAULT_REQUEST,
+    TenantNetwork,
+    network_policy,
+    quota_hard,
+    tenant_objects,
+)
 
 
 @pytest.mark.parametrize(
@@ -38,11 +45,11 @@ def test_quota_counts_requests_only(quota, hard):
 @pytest.mark.parametrize(
     ("quota", "kinds"),
     [
-        ({}, ["Namespace"]),
-        ({"jobs": 2}, ["Namespace", "ResourceQuota"]),
-        ({"gpu": 1}, ["Namespace", "ResourceQuota"]),
-        ({"cpu": 1}, ["Namespace", "ResourceQuota", "LimitRange"]),
-        ({"memory": 10}, ["Namespace", "ResourceQuota", "LimitRange"]),
+        ({}, ["Namespace", "NetworkPolicy"]),
+        ({"jobs": 2}, ["Namespace", "NetworkPolicy", "ResourceQuota"]),
+        ({"gpu": 1}, ["Namespace", "NetworkPolicy", "ResourceQuota"]),
+        ({"cpu": 1}, ["Namespace", "NetworkPolicy", "ResourceQuota", "LimitRange"]),
+        ({"memory": 10}, ["Namespace", "NetworkPolicy", "ResourceQuota", "LimitRange"]),
     ],
 )
 def test_tenant_objects(quota, kinds):
@@ -66,7 +73,7 @@ def test_tenant_objects(quota, kinds):
 def test_a_team_namespace_enforces_its_pod_security_level(level):
     """Kubernetes' own Pod Security admission, at the team's level (restricted unless a
     site admin allowed baseline): whatever creates a pod there is held to it."""
-    (namespace,) = tenant_objects("tfkube-vision", {}, level)
+    namespace, _ = tenant_objects("tfkube-vision", {}, level)
     assert namespace["metadata"]["labels"] == {
         "app.kubernetes.io/managed-by": "tfkube",
         "tfkube.io/component": "tenant",
@@ -123,3 +130,72 @@ def test_job_view_names_the_node_of_each_replicas_pod():
     nodes = {r.key: r.node for r in view.replicas}
     assert nodes == {"ps-0": "node-a", "worker-0": None, "worker-1": None}
     assert view.created_at == T0
+
+
+def test_a_team_namespace_admits_only_its_own_pods_tfkubes_and_the_api_server():
+    """Every pod of the namespace selected (none left open), ingress only: the team's own
+    pods, tfkube's namespace (by the name label the API server sets), and each source as
+    a CIDR (an address becomes a /32)."""
+    network = TenantNetwork("tfkube-platform", ("198.19.0.1", "198.19.32.0/30", "fd00::1"))
+    policy = network_policy("tfkube-vision", network)
+    assert policy["metadata"]["name"] == "tfkube-tenant"
+    assert policy["metadata"]["namespace"] == "tfkube-vision"
+    spec = policy["spec"]
+    assert spec["podSelector"] == {}
+    assert spec["policyTypes"] == ["Ingress"]
+    (rule,) = spec["ingress"]
+    assert "ports" not in rule  # every port of the allowed peers; nothing else, any port
+    assert rule["from"] == [
+        {"podSelector": {}},
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "tfkube-platform"}}},
+        {"ipBlock": {"cidr": "198.19.0.1/32"}},
+        {"ipBlock": {"cidr": "198.19.32.0/30"}},
+        {"ipBlock": {"cidr": "fd00::1/128"}},
+    ]
+    # The default: tfkube-system, no address outside the pod network.
+    assert network_policy("t", TenantNetwork())["spec"]["ingress"][0]["from"][1] == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "tfkube-system"}}
+    }
+    assert tenant_objects("tfkube-vision", {}, network=network)[1] == policy
+
+
+@pytest.mark.parametrize(
+    ("namespace", "sources", "says"),
+    [
+        ("Tfkube", (), "not a namespace name"),
+        ("-tfkube", (), "not a namespace name"),
+        ("a" * 64, (), "not a namespace name"),
+        ("tfkube-system", ("198.19.0.300",), "'198.19.0.300' is not an address or a CIDR"),
+        ("tfkube-system", ("everywhere",), "'everywhere' is not an address or a CIDR"),
+    ],
+)
+def test_a_bad_platform_namespace_or_source_is_named(namespace, sources, says):
+    with pytest.raises(ValueError, match=says):
+        TenantNetwork(namespace, sources)
+
+
+class _Slices:
+    """`Kube.list` over fixed EndpointSlices (the `kubernetes` Service's)."""
+
+    def __init__(self, slices):
+        self.slices, self.asked = slices, []
+
+    def list(self, resource, namespace, selector=""):
+        self.asked.append((resource.plural, namespace, selector))
+        return self.slices
+
+
+def test_the_api_servers_addresses_come_from_the_kubernetes_services_endpoints():
+    kube = _Slices(
+        [
+            {"addressType": "IPv4", "endpoints": [{"addresses": ["198.19.0.1"]},
+                                                  {"addresses": ["198.19.1.1"]}]},
+            {"addressType": "IPv6", "endpoints": [{"addresses": ["fd00::1"]}]},
+            {"addressType": "FQDN", "endpoints": [{"addresses": ["api.example"]}]},
+            {"addressType": "IPv4", "endpoints": [{"addresses": ["198.19.0.1"]}]},
+            {"addressType": "IPv4"},
+        ]
+    )  # fmt: skip
+    assert api_server_sources(kube) == ("198.19.0.1/32", "198.19.1.1/32", "fd00::1/128")
+    assert kube.asked == [("endpointslices", "default", "kubernetes.io/service-name=kubernetes")]
+    assert api_server_sources(_Slices([])) == ()

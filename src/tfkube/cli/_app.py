@@ -843,6 +843,15 @@ def install(
             help="--server: KEY[=VALUE][:EFFECT] (repeatable), a taint notebooks tolerate.",
         ),
     ] = None,
+    ingress_from: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--ingress-from",
+            help="--server: CIDR (repeatable) outside the pod network that may reach team "
+            "pods: where the API server's service proxy connects from, when not from the "
+            "API servers' own addresses (default).",
+        ),
+    ] = None,
     data_cache: Annotated[
         bool,
         typer.Option(
@@ -872,6 +881,7 @@ def install(
         Placement,
         ServerInstall,
         StorageDefaults,
+        TenantNetwork,
         datacache_url,
         deploy_file_texts,
         dump_yaml,
@@ -904,6 +914,10 @@ def install(
     except ValueError as exc:
         raise fail(f"--data-cache-size: {exc}") from None
     try:
+        TenantNetwork(namespace, tuple(ingress_from or ()))
+    except ValueError as exc:
+        raise fail(f"--ingress-from: {exc}") from None
+    try:
         server_options = (
             ServerInstall(
                 storage_class=storage_class,
@@ -917,6 +931,7 @@ def install(
                 database_size=database_size,
                 postgres_image=postgres_image or POSTGRES_IMAGE,
                 notebook_placement=notebook_placement,
+                ingress_from=tuple(ingress_from or ()),
                 data_cache=DataCacheInstall(data_cache_path, data_cache_size)
                 if data_cache
                 else None,
@@ -935,10 +950,11 @@ def install(
         or public_url
         or database_flags
         or notebook_flags
+        or ingress_from
     ):
         raise fail(
             "--storage-class, --data-claim, --outputs-claim, --public-url, "
-            "--notebook-node-selector, --notebook-toleration and --database "
+            "--notebook-node-selector, --notebook-toleration, --ingress-from and --database "
             "(with --database-claim, --postgres-image) go with --server"
         )
     secret_note = (

@@ -48,6 +48,11 @@ class EngineSettings:
     """Kubernetes: the node labels notebooks' pods require (`--notebook-node-selector`)."""
     notebook_tolerations: tuple[Mapping[str, str], ...] = ()
     """Kubernetes: the taints notebooks' pods tolerate (`--notebook-toleration`)."""
+    ingress_from: tuple[str, ...] = ()
+    """Kubernetes: CIDRs outside the pod network that may reach team pods
+    (`--kube-ingress-from`; `tfkube.render.TenantNetwork`)."""
+    platform_namespace: str = "tfkube-system"
+    """Kubernetes: tfkube's own namespace, whose pods may reach team pods."""
     cpus: float | None = None
     """Local: CPUs jobs may request together (default: this machine's)."""
     memory: int | None = None
@@ -87,5 +92,7 @@ def open_engine(settings: EngineSettings) -> Engine:
             service_network=parse_service_network(settings.service_network),
             notebook_node_selector=settings.notebook_node_selector,
             notebook_tolerations=settings.notebook_tolerations,
+            ingress_from=settings.ingress_from,
+            platform_namespace=settings.platform_namespace,
         )
     raise ValueError(f"unknown engine {settings.kind!r}; choose {' or '.join(KINDS)}")

@@ -119,6 +119,11 @@ CLUSTER_ROLE_BINDING = Resource(
     "rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", False
 )
 
+NETWORK_POLICY = Resource("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", True)
+"""A team namespace's and the server's own (`tfkube.render.TenantNetwork`)."""
+ENDPOINT_SLICE = Resource("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", True)
+"""Read: the `kubernetes` Service's, the API server's own addresses."""
+
 VOLCANO_POD_GROUP = Resource("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups", True)
 """A gang for Volcano."""
 COSCHEDULING_POD_GROUP = Resource("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups", True)
@@ -147,6 +152,8 @@ RESOURCES: tuple[Resource, ...] = (
     STORAGE_CLASS,
     CLUSTER_ROLE,
     CLUSTER_ROLE_BINDING,
+    NETWORK_POLICY,
+    ENDPOINT_SLICE,
     VOLCANO_POD_GROUP,
     COSCHEDULING_POD_GROUP,
 )

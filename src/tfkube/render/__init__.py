@@ -76,7 +76,7 @@ from tfkube.render._storage import (
     job_volumes,
     rendered_storage,
 )
-from tfkube.render._tenant import tenant_objects
+from tfkube.render._tenant import TenantNetwork, network_policy, tenant_objects
 from tfkube.render._workloads import (
     GRPC_PORT,
     NOTEBOOK_PORT,
@@ -121,6 +121,7 @@ __all__ = [
     "ServerInstall",
     "ServingRuntime",
     "StorageDefaults",
+    "TenantNetwork",
     "Volume",
     "address_rule",
     "crd",
@@ -132,6 +133,7 @@ __all__ = [
     "dump_yaml",
     "install_manifests",
     "job_volumes",
+    "network_policy",
     "operator_manifests",
     "parse_node_selector",
     "parse_runtime",

@@ -4,6 +4,7 @@ postgres` adds (pure).
     ServiceAccount  tfkube-postgres   no RBAC, no token mounted: it never calls the API
     Service         tfkube-postgres   headless (the StatefulSet's), :5432; its DNS name
                                       resolves only while the pod is Ready (pg_isready)
+    NetworkPolicy   tfkube-postgres   only the server's pods reach it, on 5432 (`clients`)
     StatefulSet     tfkube-postgres   one replica of POSTGRES_IMAGE, data on a claim (its
                                       template's `data-tfkube-postgres-0`, or the
                                       administrator's `database_claim`)
@@ -241,10 +242,14 @@ def postgres_manifests(
     storage_class: str | None = None,
     size: str = DEFAULT_DATABASE_SIZE,
     pod_fields: dict[str, Any] | None = None,
+    clients: dict[str, str] | None = None,
 ) -> list[dict[str, Any]]:
-    """PostgreSQL's ServiceAccount, headless Service and StatefulSet, in the order to
-    apply them (the Secret is install's: `postgres_secret`)."""
+    """PostgreSQL's ServiceAccount, headless Service, NetworkPolicy and StatefulSet, in
+    the order to apply them (the Secret is install's: `postgres_secret`). The policy lets
+    only the pods labelled `clients` (the server's) open a connection: the password still
+    gates a login, and no other pod of the cluster, a team's above all, gets to try it."""
     labels = _labels()
+    allowed = [{"podSelector": {"matchLabels": dict(clients)}}] if clients else []
     return [
         {
             "apiVersion": "v1",
@@ -267,6 +272,23 @@ def postgres_manifests(
                         "protocol": "TCP",
                     }
                 ],
+            },
+        },
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {"name": POSTGRES_NAME, "namespace": namespace, "labels": labels},
+            "spec": {
+                "podSelector": {"matchLabels": _selector()},
+                "policyTypes": ["Ingress"],
+                "ingress": [
+                    {
+                        "from": allowed,
+                        "ports": [{"protocol": "TCP", "port": POSTGRES_PORT}],
+                    }
+                ]
+                if allowed
+                else [],
             },
         },
         _statefulset(namespace, image, claim, storage_class, size, pod_fields or {}),

@@ -73,6 +73,15 @@ SERVER_RULES: tuple[dict[str, Any], ...] = (
     # A team is a namespace with its quota and default requests (server-side apply: patch,
     # and create when new).
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "create", "patch"]},
+    # ... and its NetworkPolicy: only its own pods, tfkube's and the API server reach its
+    # pods (`tfkube.render.TenantNetwork`); the API server's addresses are read from the
+    # `kubernetes` Service's EndpointSlices unless `--kube-ingress-from` names them.
+    {
+        "apiGroups": ["networking.k8s.io"],
+        "resources": ["networkpolicies"],
+        "verbs": ["get", "create", "patch"],
+    },
+    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list"]},
     {
         "apiGroups": [""],
         "resources": ["resourcequotas", "limitranges"],
@@ -165,6 +174,11 @@ class ServerInstall:
     notebook_placement: Placement = field(default_factory=Placement)
     """Where the server puts notebooks (`tfkube install --notebook-node-selector
     --notebook-toleration`, passed to `tfkube server` as the same flags)."""
+    ingress_from: tuple[str, ...] = ()
+    """CIDRs outside the pod network that may reach team pods (`tfkube install --server
+    --ingress-from`, passed as `--kube-ingress-from`): where the API server's service
+    proxy connects from when that is not the API servers' own addresses (a managed
+    control plane behind a tunnel). Empty: those addresses."""
     data_cache: DataCacheInstall | None = None
     """The node data cache on every node (`tfkube install --server --data-cache`,
     `tfkube.render._datacache`); None (the default until it is shown on a real node):
@@ -210,12 +224,16 @@ def server_command(namespace: str, options: ServerInstall) -> list[str]:
         SERVER_DATA_DIR,
         "--code-url",
         server_url(namespace),
+        "--kube-platform-namespace",
+        namespace,
     ]
     if options.outputs_claim:
         command += ["--outputs-claim", options.outputs_claim]
     if options.public_url:
         command += ["--public-url", options.public_url]
     command += options.notebook_placement.flags("--notebook-node-selector", "--notebook-toleration")
+    for cidr in options.ingress_from:
+        command += ["--kube-ingress-from", cidr]
     return command
 
 
@@ -414,6 +432,7 @@ def server_manifests(
             chosen.storage_class,
             chosen.database_size,
             chosen.placement.pod_fields(),
+            clients=_selector(),
         )
         if chosen.database == "postgres"
         else []

@@ -1,10 +1,14 @@
-"""A team's objects in a cluster: its namespace, and its quota as a ResourceQuota with
-default requests (a LimitRange) where the quota counts CPU or memory; for a team with a
-priority, the PriorityClass its jobs' pods get (`team_priority_class`). Pure."""
+"""A team's objects in a cluster: its namespace, the NetworkPolicy that keeps other
+teams' pods out of it (`TenantNetwork`), and its quota as a ResourceQuota with default
+requests (a LimitRange) where the quota counts CPU or memory; for a team with a priority,
+the PriorityClass its jobs' pods get (`team_priority_class`). Pure."""
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from tfkube import contract
@@ -18,11 +22,75 @@ from tfkube.kube.names import (
     pod_security_labels,
     team_priority_class,
 )
+from tfkube.render._deploy import OPERATOR_NAMESPACE
 
 DEFAULT_REQUEST = {"cpu": contract.DEFAULT_CPU_REQUEST, "memory": "512Mi"}
 """What a container that asks for nothing is counted as in a team namespace with a quota
 (a LimitRange default): Kubernetes refuses a pod without requests where a quota counts
 them. The CPU is the local queue's too (`contract.DEFAULT_CPU_REQUEST`)."""
+
+
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+@dataclass(frozen=True)
+class TenantNetwork:
+    """Who may open a connection to a team's pods (the team namespace's NetworkPolicy
+    `tfkube-tenant`, ingress only): the namespace's own pods (a job's replicas, its
+    TensorBoard, the team's notebooks and model servers), the pods of tfkube's own
+    namespace (the server in a cluster dials a model server's gRPC door), and `sources`,
+    the addresses outside the pod network that must (the API server: its service proxy
+    carries the server's requests to a TensorBoard, a notebook or a model server). Every
+    other pod of the cluster, another team's above all, is refused: a TensorFlow server
+    (a PS, a worker) runs any graph a peer sends it, so reaching a job's port is reading
+    and writing its variables. Traffic from a pod's own node is always allowed (the
+    kubelet's probes). A NetworkPolicy needs a network plugin that enforces it; without
+    one it is kept and does nothing (docs/security.md)."""
+
+    platform_namespace: str = OPERATOR_NAMESPACE
+    sources: tuple[str, ...] = ()
+    """CIDRs (`198.19.0.1/32`); a site admin's (`tfkube server --kube-ingress-from`),
+    by default the API server's own addresses (the `kubernetes` Service's endpoints)."""
+
+    def __post_init__(self) -> None:
+        if not _NAMESPACE.fullmatch(self.platform_namespace):
+            raise ValueError(
+                f"{self.platform_namespace!r} is not a namespace name (lower-case letters, "
+                "digits and '-', at most 63, e.g. tfkube-system)"
+            )
+        for cidr in self.sources:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"{cidr!r} is not an address or a CIDR (e.g. 198.19.0.1/32)"
+                ) from None
+
+
+def network_policy(namespace: str, network: TenantNetwork) -> dict[str, Any]:
+    """The team namespace's NetworkPolicy (`TenantNetwork`). Every pod of the namespace
+    is selected, so none is open by default; egress is not limited here (a site's own
+    policies may)."""
+    peers: list[dict[str, Any]] = [
+        {"podSelector": {}},
+        {
+            "namespaceSelector": {
+                "matchLabels": {"kubernetes.io/metadata.name": network.platform_namespace}
+            }
+        },
+    ]
+    for cidr in network.sources:
+        peers.append({"ipBlock": {"cidr": str(ipaddress.ip_network(cidr, strict=False))}})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": TENANT_OBJECTS,
+            "namespace": namespace,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: "tenant"},
+        },
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{"from": peers}]},
+    }
 
 
 def quota_hard(quota: Mapping[str, Any]) -> dict[str, str]:
@@ -64,12 +132,17 @@ def priority_class(priority: int) -> dict[str, Any] | None:
 
 
 def tenant_objects(
-    namespace: str, quota: Mapping[str, Any], pod_security: str = "restricted", priority: int = 0
+    namespace: str,
+    quota: Mapping[str, Any],
+    pod_security: str = "restricted",
+    priority: int = 0,
+    network: TenantNetwork = TenantNetwork(),
 ) -> list[dict[str, Any]]:
-    """A team's namespace and its quota, with default requests where the quota counts
-    CPU or memory, and its priority's PriorityClass (`priority_class`). The namespace
-    enforces the team's Pod Security level (`restricted` unless a site admin allowed
-    `baseline`: `tfkube.engines.admission_refusals`)."""
+    """A team's namespace, its NetworkPolicy (`network_policy`), its quota, with default
+    requests where the quota counts CPU or memory, and its priority's PriorityClass
+    (`priority_class`). The namespace enforces the team's Pod Security level
+    (`restricted` unless a site admin allowed `baseline`:
+    `tfkube.engines.admission_refusals`)."""
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: "tenant"}
     ns_labels = {**labels, **pod_security_labels(pod_security)}
     objects: list[dict[str, Any]] = [
@@ -77,7 +150,8 @@ def tenant_objects(
             "apiVersion": "v1",
             "kind": "Namespace",
             "metadata": {"name": namespace, "labels": ns_labels},
-        }
+        },
+        network_policy(namespace, network),
     ]
     hard = quota_hard(quota)
     meta = {"name": TENANT_OBJECTS, "namespace": namespace, "labels": labels}

@@ -59,6 +59,7 @@ from tfkube.server.outputs.archive import BOTH, LOCAL
 from tfkube.server.platform import Platform
 from tfkube.server.retention import Retention
 from tfkube.server.s3blobs import ArchiveReader, OutputArchiver, S3BlobStore, open_client
+from tfkube.server.tenants import prepare_teams_in_background
 from tfkube.server.workloads.model_servers import ModelServers
 from tfkube.server.workloads.notebooks import Notebooks
 from tfkube.server.workloads.tensorboards import TensorBoards
@@ -139,6 +140,7 @@ def build_platform(settings: ServerSettings) -> Platform:
         TensorBoards(runs_on, settings.tensorboard_idle_seconds),
         notifier,
     )
+    platform.starting.append(lambda: prepare_teams_in_background(runs_on, sessions))
     if archiver is not None:
         assert isinstance(blobs, S3BlobStore)
         platform.archive = ArchiveReader(blobs)

@@ -37,16 +37,38 @@ from tfkube.engines.kubernetes._services import (
     service_reader,
 )
 from tfkube.kube.names import team_priority_class
-from tfkube.kube.rest import api_client_from, in_cluster
+from tfkube.kube.resources import ENDPOINT_SLICE
+from tfkube.kube.rest import Kube, api_client_from, in_cluster
 from tfkube.launcher import FetchError, check_archive
 from tfkube.render import (
+    OPERATOR_NAMESPACE,
     Placement,
     ServingRuntime,
+    TenantNetwork,
     parse_runtime,
     replica_request,
     tenant_objects,
 )
 from tfkube.spec import FieldError, Resources, SpecError
+
+API_SERVER_SERVICE = ("default", "kubernetes")
+"""The Service every cluster has for its API servers: its endpoints are their addresses."""
+
+
+def api_server_sources(kube: Kube) -> tuple[str, ...]:
+    """The API servers' own addresses as CIDRs (`/32`, `/128`), from the `kubernetes`
+    Service's EndpointSlices: where the service proxy's connections to pods come from
+    when the API server's host routes to the pod network itself. Sorted, no repeats."""
+    namespace, service = API_SERVER_SERVICE
+    found: set[str] = set()
+    for piece in kube.list(ENDPOINT_SLICE, namespace, f"kubernetes.io/service-name={service}"):
+        bits = {"IPv4": 32, "IPv6": 128}.get(piece.get("addressType", ""))
+        if bits is None:
+            continue
+        for endpoint in piece.get("endpoints") or []:
+            for address in endpoint.get("addresses") or []:
+                found.add(f"{address}/{bits}")
+    return tuple(sorted(found))
 
 
 class KubernetesEngine(RunnersByKind):
@@ -76,6 +98,8 @@ class KubernetesEngine(RunnersByKind):
         service_network: str = "auto",
         notebook_node_selector: Mapping[str, str] | None = None,
         notebook_tolerations: Sequence[Mapping[str, str]] = (),
+        ingress_from: Sequence[str] = (),
+        platform_namespace: str = OPERATOR_NAMESPACE,
     ) -> None:
         self.data_dir = data_dir
         self.kubeconfig = kubeconfig
@@ -88,6 +112,12 @@ class KubernetesEngine(RunnersByKind):
             tolerations=tuple(dict(t) for t in notebook_tolerations),
         )
         """Where notebooks run (a site admin's: the server's flags)."""
+        self.ingress_from = tuple(ingress_from)
+        """Addresses outside the pod network allowed into team namespaces
+        (`--kube-ingress-from`); empty: the API servers' own (`api_server_sources`)."""
+        self.platform_namespace = platform_namespace
+        """tfkube's own namespace (the in-cluster server's): its pods may reach teams'."""
+        self._network: TenantNetwork | None = None
         self._api = api_client
         self._runners: dict[type, Runner] | None = None
         self._backends: dict[str, KubernetesBackend] = {}
@@ -114,11 +144,28 @@ class KubernetesEngine(RunnersByKind):
 
     # -- tenants and jobs ---------------------------------------------------------------
 
+    def tenant_network(self) -> TenantNetwork:
+        """Who may reach a team's pods (`TenantNetwork`): read once, the API servers'
+        addresses unless the site named its own."""
+        with self._lock:
+            found = self._network
+        if found is None:
+            sources = self.ingress_from or api_server_sources(Kube(self.api_client()))
+            found = TenantNetwork(self.platform_namespace, sources)
+            with self._lock:
+                self._network = found
+        return found
+
     def prepare_tenant(self, tenant: Tenant) -> None:
-        """The team's namespace and the ResourceQuota holding its quota, and its
+        """The team's namespace, its NetworkPolicy (only its own pods, tfkube's and the
+        API server reach its pods), the ResourceQuota holding its quota, and its
         priority's PriorityClass (server-side apply, idempotent)."""
         objects = tenant_objects(
-            tenant.namespace, tenant.quota, tenant.pod_security, tenant.priority
+            tenant.namespace,
+            tenant.quota,
+            tenant.pod_security,
+            tenant.priority,
+            self.tenant_network(),
         )
         apply_objects(self.api_client(), objects)
 

@@ -61,6 +61,11 @@ class ServerSettings:
     notebook_tolerations: tuple[Mapping[str, str], ...] = ()
     """Kubernetes engine: the taints notebooks' pods tolerate (`--notebook-toleration
     KEY[=VALUE][:EFFECT]`, as Kubernetes tolerations)."""
+    ingress_from: tuple[str, ...] = ()
+    """Kubernetes engine: CIDRs outside the pod network that may reach team pods
+    (`--kube-ingress-from`); empty: the API servers' own addresses."""
+    platform_namespace: str = "tfkube-system"
+    """Kubernetes engine: tfkube's own namespace (`--kube-platform-namespace`)."""
     cpus: float | None = None
     """Local engine: CPUs jobs may request together (default: this machine's)."""
     memory: int | None = None
@@ -121,6 +126,8 @@ class ServerSettings:
             service_network=self.service_network,
             notebook_node_selector=self.notebook_node_selector,
             notebook_tolerations=self.notebook_tolerations,
+            ingress_from=self.ingress_from,
+            platform_namespace=self.platform_namespace,
             cpus=self.cpus,
             memory=self.memory,
             workload_env=self.workload_env,
