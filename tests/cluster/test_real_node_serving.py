@@ -464,11 +464,33 @@ class Load:
                             self.versions.append((time.monotonic(), version))
 
 
-IN_CLUSTER_LOAD = textwrap.dedent(
+ADMITTED = textwrap.dedent(
+    """
+    def admitted(url):
+        # A new pod's address joins the NetworkPolicy's sets a moment after it starts (the
+        # network plugin syncs on pod events): its first connections can be refused. The
+        # load counts from its first answer on.
+        import time, urllib.request
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    r.read()
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    """
+)
+"""Waits, uncounted, for a load script's first answer (`admitted(url)`): put before it."""
+
+IN_CLUSTER_LOAD = ADMITTED + textwrap.dedent(
     """
     import json, sys, time, urllib.request
     base, body, new = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
     requests, failures, versions, since_new = 0, [], [], None
+    admitted(base)
     t_end = time.monotonic() + 400
     while time.monotonic() < t_end:
         for data in (body, None):
@@ -641,11 +663,12 @@ def pod_done(kube: KubeCluster, ns: str, name: str) -> Any:
     return found if found.status.phase in ("Succeeded", "Failed") else None
 
 
-SCALE_LOAD = textwrap.dedent(
+SCALE_LOAD = ADMITTED + textwrap.dedent(
     """
     import http.server, json, sys, threading, urllib.request
     url, body = sys.argv[1] + ":predict", sys.argv[2].encode()
     counts = {"requests": 0, "failed": 0, "errors": []}
+    admitted(sys.argv[1])
     lock, stop = threading.Lock(), threading.Event()
     def send():
         while not stop.is_set():
