@@ -15,7 +15,11 @@ A member submits a short job through `kubectl port-forward`; it runs in a real p
   backup (docs/kubernetes.md, "Backing up");
 - install is run again: the Secret (and so the password) is kept; PostgreSQL's pod is
   deleted: it comes back on its claim with the data, and the running server reconnects
-  without a restart.
+  without a restart;
+- install is run with `--database external`, the database named by a URL in the Secret
+  `tfkube-server-database` (that same PostgreSQL, as a site's own would be: by its DNS
+  name, the password in the URL): the server's new pod waits for it, connects, and answers
+  the same users and job.
 
 Helpers come from test_real_node_incluster (the same install, on SQLite); the whole
 member's flow is that module's.
@@ -44,14 +48,20 @@ from kubernetes.client.exceptions import ApiException
 
 from server._server import PASSWORD, Api, api_for, free_port
 from tfkube.kube.names import pod_security_labels
-from tfkube.render import POSTGRES_IMAGE, POSTGRES_NAME, POSTGRES_SECRET, SERVER_NAME
+from tfkube.render import (
+    DATABASE_SECRET,
+    POSTGRES_IMAGE,
+    POSTGRES_NAME,
+    POSTGRES_SECRET,
+    SERVER_NAME,
+)
 
 from ._support import (
     KubeCluster,
     RealNode,
     create_shared_claim,
     remove_install,
-    targz,
+    upload_code,
     wait_for,
 )
 from .test_real_node_incluster import _pv, _ready_pod, _tfkube
@@ -237,19 +247,6 @@ def team_member(admin: Api, url: str, team: str, node: RealNode) -> Api:
     user = admin.new_user()
     admin.add_member(team, user, "member")
     return api_for(url, user)
-
-
-def upload_code(member: Api, team: str, name: str, folder: Path) -> None:
-    """`folder` as the team's code artifact `name` (a .tar.gz)."""
-    member.ok(
-        member.post(
-            f"/api/v1/teams/{team}/artifacts",
-            params={"name": name, "filename": "code.tar.gz"},
-            content=targz(folder),
-            headers={"Content-Type": "application/octet-stream"},
-        ),
-        201,
-    )
 
 
 def submit_hello(member: Api, team: str, node: RealNode, tmp: Path, name: str) -> Any:
@@ -446,3 +443,50 @@ def test_postgres_pod_replaced_keeps_its_data_and_install_keeps_the_password(
     assert now.status.container_statuses[0].restart_count == 0
     print(f"\npostgres in a pod: PostgreSQL's new pod Ready {back:.0f}s after the old one was "
           "deleted; the server reconnected without a restart")  # fmt: skip
+
+
+def test_the_server_in_a_pod_on_an_external_database_named_by_its_secret(
+    pg_platform: PgPlatform,
+) -> None:
+    """`--database external`: the administrator's Secret `tfkube-server-database` (key
+    `url`, with the password) names the database; install changes the server's Deployment
+    only (the URL reaches the pod as a secretKeyRef, never in its spec), its new pod's init
+    container waits for that database, and the server answers from it. The database here
+    is the module's PostgreSQL by its Service's DNS name, standing for a site's own (no TLS:
+    a site's would add `?sslmode=verify-full`)."""
+    p, kube, ns = pg_platform, pg_platform.kube, pg_platform.namespace
+    password = _secret_password(kube, ns)
+    url = f"postgresql://tfkube:{password}@{POSTGRES_NAME}.{ns}.svc:5432/tfkube"
+    kube.core.create_namespaced_secret(
+        ns,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name=DATABASE_SECRET), string_data={"url": url}
+        ),
+    )
+    old = _ready_pod(kube, ns, "server")
+    assert old is not None
+    args = [a for a in p.install_args if a not in ("--database-claim", PG_CLAIM)]
+    args[args.index("postgres")] = "external"
+    _tfkube(p.env, *args)
+    new = wait_for("the server's pod on the external database",
+                   lambda: _replaced(kube, ns, "server", old.metadata.uid), 300, 0.5)  # fmt: skip
+    deployment = client.AppsV1Api(kube.api_client).read_namespaced_deployment(SERVER_NAME, ns)
+    spec = deployment.spec.template.spec
+    (env,) = [e for e in spec.containers[0].env if e.name == "TFKUBE_DATABASE_URL"]
+    assert env.value is None
+    assert env.value_from.secret_key_ref.name == DATABASE_SECRET
+    assert password not in json.dumps(kube.api_client.sanitize_for_serialization(new))
+    waited = kube.core.read_namespaced_pod_log(new.metadata.name, ns,
+                                               container="wait-for-database")  # fmt: skip
+    assert "the database answers" in waited, waited
+    forward_url = p.forward.start()
+    member = _api(forward_url, p.member)
+    try:
+        seen = member.ok(member.get(f"/api/v1/jobs/{p.job['id']}"))
+        assert seen["phase"] == "Succeeded", seen
+    finally:
+        member.close()
+    print(
+        "\nexternal database: the server's new pod answered the same job from the URL in "
+        f"{DATABASE_SECRET}"
+    )
