@@ -52,8 +52,10 @@ async def run(
     shared = [o for o in objects if o["kind"] not in ("Pod", "Job")]
     pods = [o for o in objects if o["kind"] == "Pod"]
     jobs = [o for o in objects if o["kind"] == "Job"]
+    adopt = bool(pods and jobs)  # floor-adopt: the pods first, then Jobs adopting them
     workers = sum(1 for p in pods if _role(p) == "worker")
-    workers += sum(j["spec"]["completions"] for j in jobs if _role(j) == "worker")
+    if not adopt:
+        workers += sum(j["spec"]["completions"] for j in jobs if _role(j) == "worker")
     done = asyncio.Event()
     succeeded: set[str] = set()
 
@@ -64,9 +66,13 @@ async def run(
                 done.set()
 
     async with Api(identity, connections=parallel) as api:
-        for obj in [*shared, *jobs]:  # PVCs, ConfigMaps, Services (and Jobs): a handful
-            path = resource_for(obj["apiVersion"], obj["kind"]).url(namespace)
-            await api.request("POST", path, body=obj, allow=(409,))
+
+        async def post(objs: list[dict[str, Any]]) -> None:
+            for obj in objs:  # PVCs, ConfigMaps, Services (and Jobs): a handful
+                path = resource_for(obj["apiVersion"], obj["kind"]).url(namespace)
+                await api.request("POST", path, body=obj, allow=(409,))
+
+        await post(shared if adopt else [*shared, *jobs])
         gate = asyncio.Semaphore(parallel)
 
         async def create(pod: dict[str, Any]) -> None:
@@ -76,9 +82,11 @@ async def run(
         stop = asyncio.Event()
         watch = asyncio.create_task(api.follow(POD.url(namespace), on_pod, stop))
         await asyncio.gather(*(create(p) for p in pods))
+        if adopt:
+            await post(jobs)
         await done.wait()
         # One DELETE per PS pod, all at once: a deletecollection is served one pod at a time.
-        ps = [(POD, p["metadata"]["name"]) for p in pods if _role(p) == "ps"]
+        ps = [] if adopt else [(POD, p["metadata"]["name"]) for p in pods if _role(p) == "ps"]
         ps += [(JOB, j["metadata"]["name"]) for j in jobs if _role(j) == "ps"]
         background = {"propagationPolicy": "Background"}  # a Job's pods: deleted by the GC
 

@@ -3,8 +3,8 @@ with the plain-client floor, each run on a fresh control plane, the same fake no
 same jobs.
 
     nice .venv/bin/python benchmarks/vs_kubeflow/run.py [--sizes 1x2,10x100,100x1000]
-        [--runners floor,floor-one-service,floor-jobs,tfkube,kubeflow,kubeflow-running,
-                   kubeflow-tuned] [--duration 30s] [--json]
+        [--runners floor,floor-one-service,floor-jobs,floor-adopt,tfkube,kubeflow,
+                   kubeflow-running,kubeflow-tuned] [--duration 30s] [--json]
         [--cpus 0.5 [--runner-unquoted]]   # everything within a CPU quota (_cpu.py)
 
 Needs the control plane (`make kube-bins`) and Kubeflow's operator
@@ -21,6 +21,9 @@ for before the next; runs Q11 in docs/benchmarks.md):
                     instead of one per Indexed Job: what the layout costs the control plane.
   floor-jobs        the floor creating tfkube's role Jobs as rendered (no pods): Kubernetes'
                     Job controller makes them, so tfkube's cost above it is its own.
+  floor-adopt       the floor's pods made as orphans, at the floor's pace, then tfkube's role
+                    Jobs (selecting them by a label of their own) adopting them: the Job
+                    controller's slow start skipped, its guarantees kept after.
   tfkube            `tfkube operator` (this checkout), the job submitted by KubernetesBackend.
   kubeflow          Kubeflow at its defaults: --controller-threads 1, QPS 20, burst 30,
                     development logging; the job with cleanPodPolicy None (its default).
@@ -82,6 +85,8 @@ from tfkube.kube.names import INDEX_KEY, JOB_NAME_KEY, JOB_UID_KEY
 from tfkube.render import DEFAULT_MAX_PODS_PER_JOB, RenderOptions, crd, render_job
 from tfkube.spec import DEFAULT_IMAGE, parse_job
 
+ADOPT_KEY = "tfkube.io/pod-set"
+"""floor-adopt's Jobs select their pods by this label (manualSelector)."""
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 KUBEFLOW_BUILD = ROOT / "tools" / "kubeflow" / "build.sh"
@@ -180,12 +185,15 @@ def floor_objects(
     one_service: bool = False,
     jobs: bool = False,
     max_pods_per_job: int = DEFAULT_MAX_PODS_PER_JOB,
+    adopt: bool = False,
 ) -> list[dict[str, Any]]:
     """What tfkube would make, made by hand: its shared objects (its Services among them),
     and one pod per replica from its role Jobs' templates, with the labels the Job
     controller would give it (its Job's name, which the Job's Service selects, and a uid:
     eight labels, as tfkube's pods have). With `jobs`: the role Jobs themselves instead of
-    their pods."""
+    their pods. With `adopt`: both, each pod an orphan its Job adopts (the Job selects
+    them by a label of its own, `manualSelector`; adopting a pod, the Job controller adds
+    its tracking finalizer: an orphan with one would have it removed), the pods first."""
     job = parse_job(tfkube_spec(size, duration))
     with tempfile.TemporaryDirectory(prefix="tfkube-floor-") as tmp:
         archive = prepare_artifact(job, code.parent, Path(tmp)).path.read_bytes()
@@ -200,6 +208,7 @@ def floor_objects(
     if jobs:
         return rendered
     out = [o for o in rendered if o["kind"] != "Job"]
+    adopters = []
     for role_job in (o for o in rendered if o["kind"] == "Job"):
         template = role_job["spec"]["template"]
         job_name = role_job["metadata"]["name"]
@@ -210,6 +219,22 @@ def floor_objects(
             JOB_UID_KEY: uid,
             "controller-uid": uid,
         }
+        if adopt:
+            controller = {JOB_NAME_KEY: job_name, "job-name": job_name, ADOPT_KEY: uid}
+            template = {
+                **template,
+                "metadata": {
+                    **template["metadata"],
+                    "labels": {**template["metadata"].get("labels", {}), **controller},
+                },
+            }
+            spec = {
+                **role_job["spec"],
+                "manualSelector": True,
+                "selector": {"matchLabels": {ADOPT_KEY: uid}},
+                "template": template,
+            }
+            adopters.append({**role_job, "spec": spec})
         for index in range(role_job["spec"]["completions"]):
             name = f"{role_job['metadata']['name']}-{index}"
             meta = template["metadata"]
@@ -236,7 +261,7 @@ def floor_objects(
                     "spec": spec,
                 }
             )
-    return out
+    return out + adopters
 
 
 # --------------------------------------------------------------------------- processes
@@ -567,12 +592,17 @@ class FloorRunner(Runner):
     volumes = True
     one_service = False
     jobs = False
+    adopt = False
 
     def start(self) -> subprocess.Popen[bytes]:
         args = (self.size, self.ctx.args.duration, self.namespace, self.ctx.code)
         per_job = self.ctx.args.max_pods_per_job
         objects = floor_objects(
-            *args, one_service=self.one_service, jobs=self.jobs, max_pods_per_job=per_job
+            *args,
+            one_service=self.one_service,
+            jobs=self.jobs,
+            max_pods_per_job=per_job,
+            adopt=self.adopt,
         )
         path = self.ctx.work / f"{self.namespace}-objects.json"
         path.write_text(json.dumps(objects))
@@ -600,6 +630,15 @@ class FloorOneServiceRunner(FloorRunner):
     one_service = True
 
 
+class FloorAdoptRunner(FloorRunner):
+    """The floor's pods made as orphans, then tfkube's role Jobs adopting them: an
+    operator that makes its pods at the floor's pace and leaves them to Kubernetes' Job
+    controller after (re-making a failed one, counting completions)."""
+
+    name = "floor-adopt"
+    adopt = True
+
+
 class FloorJobsRunner(FloorRunner):
     """The floor creating tfkube's role Jobs as rendered, so Kubernetes' Job controller
     makes and follows the pods: the least an operator built on Jobs pays."""
@@ -609,7 +648,7 @@ class FloorJobsRunner(FloorRunner):
 
 
 FLOORS: dict[str, type[FloorRunner]] = {
-    r.name: r for r in (FloorRunner, FloorOneServiceRunner, FloorJobsRunner)
+    r.name: r for r in (FloorRunner, FloorOneServiceRunner, FloorJobsRunner, FloorAdoptRunner)
 }
 RUNNERS = (*FLOORS, "tfkube", "kubeflow", "kubeflow-running", "kubeflow-tuned")
 
