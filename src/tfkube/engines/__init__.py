@@ -33,7 +33,6 @@ from tfkube.engines._data import (
 )
 from tfkube.engines._open import (
     KINDS,
-    METADATA_ADDRESSES,
     SERVICE_NETWORKS,
     EngineSettings,
     open_engine,
@@ -77,7 +76,6 @@ from tfkube.engines._workloads import (
 
 __all__ = [
     "KINDS",
-    "METADATA_ADDRESSES",
     "SERVICE_NETWORKS",
     "STAGED",
     "STAGING",
