@@ -118,6 +118,16 @@ def server_command(
             "own addresses, the `kubernetes` Service's endpoints).",
         ),
     ] = None,
+    kube_egress_deny: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--kube-egress-deny",
+            help="Kubernetes engine: CIDR (repeatable) team pods may not open connections "
+            "to, e.g. a cloud's metadata service, which hands out the node's credentials "
+            "(default: 169.254.169.254/32 and fd00:ec2::254/128; `none`: egress is not "
+            "limited).",
+        ),
+    ] = None,
     kube_platform_namespace: Annotated[
         str,
         typer.Option(
@@ -258,6 +268,7 @@ def server_command(
     from tfkube.render import (
         ServingRuntime,
         TenantNetwork,
+        parse_egress_deny,
         parse_node_selector,
         parse_runtime,
         parse_toleration,
@@ -288,6 +299,10 @@ def server_command(
         ("--kube-service-network", lambda: parse_service_network(kube_service_network)),
         ("--kube-ingress-from", lambda: TenantNetwork(sources=tuple(kube_ingress_from or ()))),
         ("--kube-platform-namespace", lambda: TenantNetwork(kube_platform_namespace)),
+        (
+            "--kube-egress-deny",
+            lambda: TenantNetwork(denied=parse_egress_deny(kube_egress_deny)),
+        ),
         ("--trusted-proxy", lambda: parse_networks(trusted_proxy or [])),
         ("--allow-fetch-from", lambda: parse_networks(allow_fetch_from or [])),
         ("--package-index", lambda: [index_target(u) for u in package_index or []]),
@@ -338,6 +353,7 @@ def server_command(
         notebook_tolerations=notebook_taints,
         ingress_from=tuple(kube_ingress_from or ()),
         platform_namespace=kube_platform_namespace,
+        egress_deny=parse_egress_deny(kube_egress_deny),
         cpus=cpus,
         workload_env=tuple(workload_env or ()),
         notebook_idle_seconds=notebook_idle_minutes * 60,

@@ -420,7 +420,11 @@ def test_a_team_is_a_namespace_with_its_quota(platform: Platform, team: Team) ->
     policy = _network_policy(kube, team.namespace)
     assert policy is not None
     assert policy.spec.pod_selector.match_labels is None  # every pod of the namespace
-    assert policy.spec.policy_types == ["Ingress"]
+    assert policy.spec.policy_types == ["Ingress", "Egress"]
+    # Out: everywhere but the clouds' metadata services (the server's default).
+    (out,) = policy.spec.egress
+    blocks = {p.ip_block.cidr: p.ip_block._except for p in out.to if p.ip_block}
+    assert blocks == {"0.0.0.0/0": ["169.254.169.254/32"], "::/0": ["fd00:ec2::254/128"]}
     (rule,) = policy.spec.ingress
     peers = [p.to_dict() for p in rule._from]
     assert {"pod_selector": {"match_expressions": None, "match_labels": None},

@@ -1,4 +1,5 @@
-"""One team's pods cannot open a connection to another team's pods in a cluster.
+"""One team's pods cannot open a connection to another team's pods in a cluster, nor to
+an address the site denies them (by default the clouds' metadata services).
 
 The attack: a TensorFlow server (a PS, a worker) runs whatever graph a peer sends it, with
 no authentication, so whoever reaches a job's port reads and overwrites its variables. On
@@ -16,10 +17,24 @@ does, and the listener never saw team B's pod. On the code before the policy, te
 probe got in (the test fails there). The probes try for a while because a pod's address
 joins the policy's sets a moment after the pod starts (kube-router syncs on pod events),
 as with every policy plugin; a refused first attempt is retried.
+
+The second attack: in a cloud, a pod that reaches the instance metadata service
+(169.254.169.254) gets the node's cloud credentials, and with them what every team's jobs
+can read. The team's policy allows every destination but the denied ones (`tfkube server
+--kube-egress-deny`, by default the metadata services). Here the platform's server denies
+the metadata address and `denied`, an address of this machine standing for it, with
+`allowed` beside it (`outside`: the node's pod subnet's .2 and .3, which its pods reach on
+the bridge and its address manager never hands out; the test network has no default
+route): a team's job reaches `allowed`'s listener and never `denied`'s. On the code before
+egress was limited, it reached `denied` (the test fails there).
 """
 
 from __future__ import annotations
 
+import ipaddress
+import socket
+import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +47,14 @@ from cluster._support import KubeCluster, Operator, RealNode, upload_code, wait_
 from cluster.test_real_node_serving import JOB_TIMEOUT, Team, delete_namespace, node_platform
 from server._server import Api, api_for
 
+DENIED, ALLOWED = 2, 3
+"""The egress test's addresses, as offsets in the real node's pod subnet (its pods get .10
+and up): the first stands for a metadata service the server denies, the second for any
+other address outside the cluster."""
+EGRESS_SECONDS = 20
+"""How long the egress tries run (one every half second)."""
+WINDOW_LIMIT = 10.0
+"""The most seconds a new pod may go unfiltered before the plugin programs it."""
 PORT = 7000
 PROBE_SECONDS = 15
 LISTEN_SECONDS = 300
@@ -70,6 +93,24 @@ while time.time() < deadline:
 print("NOT REACHED", host, " ".join(seen), flush=True)
 """
 
+EGRESS = """\
+import socket, sys, time
+host, port, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+t0 = time.time()
+while time.time() - t0 < seconds:
+    try:
+        with socket.create_connection((host, port), timeout=1) as conn:
+            conn.sendall(b"egress")
+        outcome = "REACHED"
+    except OSError as exc:
+        outcome = "REFUSED " + type(exc).__name__
+    print(f"egress {time.time() - t0:.2f} {outcome}", flush=True)
+    time.sleep(0.5)
+"""
+"""Tries `host:port` every half second for `seconds`: one line per try, its time and
+outcome (a pod's first moments are the network plugin's to program: the test reads the
+whole series)."""
+
 
 def code_folder(base: Path) -> Path:
     folder = base / "net-code"
@@ -80,6 +121,7 @@ def code_folder(base: Path) -> Path:
     )
     (folder / "listen.py").write_text(LISTEN)
     (folder / "probe.py").write_text(PROBE)
+    (folder / "egress.py").write_text(EGRESS)
     return folder
 
 
@@ -125,8 +167,73 @@ def platform(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Team]:
     tmp = tmp_path_factory.mktemp("kube-network")
-    with node_platform(kube_cluster, real_node, operator_kubeconfig, tmp, outputs=False) as made:
+    denied = ("--kube-egress-deny", "169.254.169.254/32",
+              "--kube-egress-deny", f"{subnet_address(real_node, DENIED)}/32")  # fmt: skip
+    with node_platform(
+        kube_cluster, real_node, operator_kubeconfig, tmp, outputs=False, server_args=denied
+    ) as made:
         yield made
+
+
+class Listener:
+    """A TCP listener of this machine's on `address`, in a thread: who connected, and what
+    they said."""
+
+    def __init__(self, address: str) -> None:
+        self.sock = socket.create_server((address, 0))
+        self.sock.settimeout(0.5)
+        self.port = self.sock.getsockname()[1]
+        self.heard: list[tuple[str, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, peer = self.sock.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(2)
+                try:
+                    said = conn.recv(16).decode(errors="replace")
+                except OSError:
+                    said = ""
+            self.heard.append((peer[0], said))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.sock.close()
+
+
+def subnet_address(node: RealNode, offset: int) -> str:
+    """The address `offset` in the real node's pod subnet (its bridge's /24)."""
+    return str(ipaddress.ip_network(f"{node.node_ip}/24", strict=False).network_address + offset)
+
+
+@pytest.fixture
+def outside(real_node: RealNode) -> Iterator[dict[int, Listener]]:
+    """The DENIED and ALLOWED addresses on the node's bridge (the interface holding its
+    address), a listener on each, by offset; removed after."""
+    shown = subprocess.run(["ip", "-o", "addr", "show", "to", real_node.node_ip],
+                           check=True, capture_output=True, text=True).stdout  # fmt: skip
+    device = shown.split()[1]
+    added: list[str] = []
+    listeners: dict[int, Listener] = {}
+    try:
+        for offset in (DENIED, ALLOWED):
+            address = subnet_address(real_node, offset)
+            subprocess.run(["ip", "addr", "add", f"{address}/32", "dev", device], check=True)
+            added.append(address)
+            listeners[offset] = Listener(address)
+        yield listeners
+    finally:
+        for listener in listeners.values():
+            listener.close()
+        for address in added:
+            subprocess.run(["ip", "addr", "del", f"{address}/32", "dev", device], check=False)
 
 
 def test_another_teams_job_cannot_reach_a_teams_replica(
@@ -191,7 +298,7 @@ def test_another_teams_job_cannot_reach_a_teams_replica(
             policy = client.NetworkingV1Api(kube.api_client).read_namespaced_network_policy(
                 "tfkube-tenant", namespace
             )
-            assert policy.spec.policy_types == ["Ingress"], policy
+            assert policy.spec.policy_types == ["Ingress", "Egress"], policy
         print(f"\nteam A's probe: {a_log.strip().splitlines()[-3:]}")
         print(f"team B's probe: {b_log.strip().splitlines()[-3:]}")
     finally:
@@ -202,3 +309,66 @@ def test_another_teams_job_cannot_reach_a_teams_replica(
         operator.kill()
         delete_namespace(kube, b_namespace)
     assert not operator.errors(), operator.log.read_text()[-5000:]
+
+
+def series(log: str) -> list[tuple[float, bool]]:
+    """An `EGRESS` log as (seconds since its start, reached) per try."""
+    out = []
+    for line in log.splitlines():
+        words = line.split()
+        if len(words) >= 3 and words[0] == "egress":
+            out.append((float(words[1]), words[2] == "REACHED"))
+    return out
+
+
+def test_a_teams_job_cannot_reach_an_address_the_site_denies(
+    platform: Team, outside: dict[int, Listener], tmp_path: Path
+) -> None:
+    team, node = platform, platform.node
+    allowed, denied = (subnet_address(node, o) for o in (ALLOWED, DENIED))
+    folder = code_folder(tmp_path)
+    upload_code(team.member, team.name, "net", folder)
+    jobs = {
+        offset: submit(
+            team.member,
+            team.name,
+            node,
+            f"egress-{offset}",
+            [
+                "egress.py",
+                subnet_address(node, offset),
+                str(outside[offset].port),
+                str(EGRESS_SECONDS),
+            ],
+        )
+        for offset in (ALLOWED, DENIED)
+    }
+    tries = {}
+    for offset, jid in jobs.items():
+        done = wait_for(f"the tries of .{offset} to end",
+                        lambda jid=jid: ended(team.member, jid), JOB_TIMEOUT, 2.0)  # fmt: skip
+        assert done["phase"] == "Succeeded", done
+        log = log_of(team.member, jid)
+        tries[offset] = series(log)
+        assert len(tries[offset]) >= EGRESS_SECONDS, log[-3000:]
+    # The control: an address outside the cluster that is not denied is reached, every try.
+    assert all(reached for _, reached in tries[ALLOWED]), tries[ALLOWED]
+    assert any(said == "egress" for _, said in outside[ALLOWED].heard), outside[ALLOWED].heard
+    # The denied one is refused once the network plugin has programmed the pod, and from
+    # then on at every try (kube-router programs a pod when its address reaches the API,
+    # after its containers start: the tries before that get through; docs/security.md).
+    first = next((i for i, (_, reached) in enumerate(tries[DENIED]) if not reached), None)
+    assert first is not None, f"{denied} was reached at every try: {tries[DENIED]}"
+    assert not any(reached for _, reached in tries[DENIED][first:]), tries[DENIED]
+    window = tries[DENIED][first][0]
+    assert window <= WINDOW_LIMIT, tries[DENIED]
+    policy = client.NetworkingV1Api(team.kube.api_client).read_namespaced_network_policy(
+        "tfkube-tenant", team.namespace
+    )
+    (out,) = policy.spec.egress
+    blocks = {p.ip_block.cidr: p.ip_block._except for p in out.to if p.ip_block}
+    assert blocks["0.0.0.0/0"] == ["169.254.169.254/32", f"{denied}/32"], blocks
+    reached = sum(1 for _, r in tries[DENIED][:first])
+    print(f"\n{allowed}: reached at all {len(tries[ALLOWED])} tries; {denied}: refused from "
+          f"{window:.2f}s after the container started ({reached} tries before got through), "
+          f"then at all {len(tries[DENIED]) - first}")  # fmt: skip

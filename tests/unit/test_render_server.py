@@ -256,22 +256,51 @@ def test_cli_prints_the_server_objects_after_the_operators():
     ]
 
 
+def _install_server(*flags: str) -> subprocess.CompletedProcess[str]:
+    """`tfkube install --server --print` with `flags`."""
+    return subprocess.run(
+        [sys.executable, "-m", "tfkube", "install", "--server", "--print", *flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def _flag_values(command: list[str], flag: str) -> list[str]:
+    return [command[i + 1] for i, word in enumerate(command) if word == flag]
+
+
 def test_ingress_sources_reach_the_server_as_its_flags_and_a_bad_one_is_refused():
     objects = server_manifests(
         "ops", "img", ServerInstall(ingress_from=("198.19.0.1/32", "198.19.32.0/30"))
     )
     command = _container(objects)["command"]
-    at = [i for i, word in enumerate(command) if word == "--kube-ingress-from"]
-    assert [command[i + 1] for i in at] == ["198.19.0.1/32", "198.19.32.0/30"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "tfkube", "install", "--server", "--print",
-         "--ingress-from", "198.19.0.0/33"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )  # fmt: skip
+    assert _flag_values(command, "--kube-ingress-from") == ["198.19.0.1/32", "198.19.32.0/30"]
+    proc = _install_server("--ingress-from", "198.19.0.0/33")
     assert proc.returncode == 2, proc.stderr
     assert "--ingress-from: '198.19.0.0/33' is not an address or a CIDR" in proc.stderr
+
+
+def test_egress_deny_reaches_the_server_as_its_flags_and_a_bad_one_is_refused():
+    def flags(install: ServerInstall) -> list[str]:
+        command = _container(server_manifests("ops", "img", install))["command"]
+        return _flag_values(command, "--kube-egress-deny")
+
+    assert flags(ServerInstall()) == []  # the server's default: the metadata services
+    assert flags(ServerInstall(egress_deny=())) == ["none"]
+    assert flags(ServerInstall(egress_deny=("198.19.250.1/32",))) == ["198.19.250.1/32"]
+    proc = _install_server("--egress-deny", "0.0.0.0/0")
+    assert proc.returncode == 2, proc.stderr
+    assert "--egress-deny: '0.0.0.0/0' denies every address" in proc.stderr
+    proc = _install_server("--egress-deny", "none")
+    assert proc.returncode == 0, proc.stderr
+    (server,) = [
+        o
+        for o in yaml.safe_load_all(proc.stdout)
+        if o and o["kind"] == "Deployment" and o["metadata"]["name"] == SERVER_NAME
+    ]
+    command = server["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert _flag_values(command, "--kube-egress-deny") == ["none"]
 
 
 def test_cli_server_options_need_server():

@@ -12,6 +12,7 @@ from tfkube.render._tenant import (
     DEFAULT_REQUEST,
     TenantNetwork,
     network_policy,
+    parse_egress_deny,
     quota_hard,
     tenant_objects,
 )
@@ -136,13 +137,16 @@ def test_a_team_namespace_admits_only_its_own_pods_tfkubes_and_the_api_server():
     """Every pod of the namespace selected (none left open), ingress only: the team's own
     pods, tfkube's namespace (by the name label the API server sets), and each source as
     a CIDR (an address becomes a /32)."""
-    network = TenantNetwork("tfkube-platform", ("198.19.0.1", "198.19.32.0/30", "fd00::1"))
+    network = TenantNetwork(
+        "tfkube-platform", ("198.19.0.1", "198.19.32.0/30", "fd00::1"), denied=()
+    )
     policy = network_policy("tfkube-vision", network)
     assert policy["metadata"]["name"] == "tfkube-tenant"
     assert policy["metadata"]["namespace"] == "tfkube-vision"
     spec = policy["spec"]
     assert spec["podSelector"] == {}
-    assert spec["policyTypes"] == ["Ingress"]
+    assert spec["policyTypes"] == ["Ingress"]  # nothing denied: egress not limited
+    assert "egress" not in spec
     (rule,) = spec["ingress"]
     assert "ports" not in rule  # every port of the allowed peers; nothing else, any port
     assert rule["from"] == [
@@ -157,6 +161,57 @@ def test_a_team_namespace_admits_only_its_own_pods_tfkubes_and_the_api_server():
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "tfkube-system"}}
     }
     assert tenant_objects("tfkube-vision", {}, network=network)[1] == policy
+
+
+def test_a_team_namespace_may_not_reach_the_clouds_metadata_services_by_default():
+    """Egress: every pod of the cluster and every address but the denied ones, each family
+    its own block (an except must lie inside its cidr); by default the metadata services
+    (AWS, GCP, Azure, OpenStack at 169.254.169.254; AWS's IPv6 one)."""
+    spec = network_policy("tfkube-vision", TenantNetwork())["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    (rule,) = spec["egress"]
+    assert "ports" not in rule
+    assert rule["to"] == [
+        {"namespaceSelector": {}},
+        {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["169.254.169.254/32"]}},
+        {"ipBlock": {"cidr": "::/0", "except": ["fd00:ec2::254/128"]}},
+    ]
+    # A site's own list replaces it; an address becomes its /32, a family without one
+    # is whole.
+    (rule,) = network_policy("t", TenantNetwork(denied=("198.19.250.1", "198.19.251.0/24")))[
+        "spec"
+    ]["egress"]
+    assert rule["to"][1:] == [
+        {"ipBlock": {"cidr": "0.0.0.0/0", "except": ["198.19.250.1/32", "198.19.251.0/24"]}},
+        {"ipBlock": {"cidr": "::/0"}},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("given", "denied"),
+    [
+        (None, ("169.254.169.254/32", "fd00:ec2::254/128")),
+        ([], ("169.254.169.254/32", "fd00:ec2::254/128")),
+        (["none"], ()),
+        (["198.19.250.1/32"], ("198.19.250.1/32",)),
+    ],
+)
+def test_the_egress_deny_flag_names_the_denied_addresses(given, denied):
+    assert parse_egress_deny(given) == denied
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        (["none", "198.19.250.1"], "'none' cannot be given with addresses"),
+        (["0.0.0.0/0"], "'0.0.0.0/0' denies every address"),
+        (["::/0"], "'::/0' denies every address"),
+        (["metadata"], "'metadata' is not an address or a CIDR"),
+    ],
+)
+def test_a_bad_egress_deny_is_named(given, says):
+    with pytest.raises(ValueError, match=says):
+        TenantNetwork(denied=parse_egress_deny(given))
 
 
 @pytest.mark.parametrize(

@@ -852,6 +852,15 @@ def install(
             "API servers' own addresses (default).",
         ),
     ] = None,
+    egress_deny: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--egress-deny",
+            help="--server: CIDR (repeatable) team pods may not connect to (default: the "
+            "clouds' metadata services, 169.254.169.254/32 and fd00:ec2::254/128; `none`: "
+            "egress is not limited).",
+        ),
+    ] = None,
     data_cache: Annotated[
         bool,
         typer.Option(
@@ -887,6 +896,7 @@ def install(
         dump_yaml,
         install_manifests,
         operator_manifests,
+        parse_egress_deny,
         parse_node_selector,
         parse_toleration,
         postgres_secret_command,
@@ -918,6 +928,11 @@ def install(
     except ValueError as exc:
         raise fail(f"--ingress-from: {exc}") from None
     try:
+        denied = parse_egress_deny(egress_deny) if egress_deny else None
+        TenantNetwork(namespace, denied=denied or ())
+    except ValueError as exc:
+        raise fail(f"--egress-deny: {exc}") from None
+    try:
         server_options = (
             ServerInstall(
                 storage_class=storage_class,
@@ -932,6 +947,7 @@ def install(
                 postgres_image=postgres_image or POSTGRES_IMAGE,
                 notebook_placement=notebook_placement,
                 ingress_from=tuple(ingress_from or ()),
+                egress_deny=denied,
                 data_cache=DataCacheInstall(data_cache_path, data_cache_size)
                 if data_cache
                 else None,
@@ -951,10 +967,12 @@ def install(
         or database_flags
         or notebook_flags
         or ingress_from
+        or egress_deny
     ):
         raise fail(
             "--storage-class, --data-claim, --outputs-claim, --public-url, "
-            "--notebook-node-selector, --notebook-toleration, --ingress-from and --database "
+            "--notebook-node-selector, --notebook-toleration, --ingress-from, --egress-deny "
+            "and --database "
             "(with --database-claim, --postgres-image) go with --server"
         )
     secret_note = (

@@ -33,6 +33,7 @@ from tfkube.engines._data import (
 )
 from tfkube.engines._open import (
     KINDS,
+    METADATA_ADDRESSES,
     SERVICE_NETWORKS,
     EngineSettings,
     open_engine,
@@ -76,6 +77,7 @@ from tfkube.engines._workloads import (
 
 __all__ = [
     "KINDS",
+    "METADATA_ADDRESSES",
     "SERVICE_NETWORKS",
     "STAGED",
     "STAGING",

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfkube.engines._workloads import Engine
+from tfkube.kube.names import METADATA_ADDRESSES as METADATA_ADDRESSES
 
 KINDS = ("local", "kubernetes")
 SERVICE_NETWORKS = ("auto", "cluster-ip", "dns", "none")
@@ -53,6 +54,9 @@ class EngineSettings:
     (`--kube-ingress-from`; `tfkube.render.TenantNetwork`)."""
     platform_namespace: str = "tfkube-system"
     """Kubernetes: tfkube's own namespace, whose pods may reach team pods."""
+    egress_deny: tuple[str, ...] = METADATA_ADDRESSES
+    """Kubernetes: CIDRs team pods may not connect to (`--kube-egress-deny`;
+    `tfkube.render.TenantNetwork.denied`)."""
     cpus: float | None = None
     """Local: CPUs jobs may request together (default: this machine's)."""
     memory: int | None = None
@@ -94,5 +98,6 @@ def open_engine(settings: EngineSettings) -> Engine:
             notebook_tolerations=settings.notebook_tolerations,
             ingress_from=settings.ingress_from,
             platform_namespace=settings.platform_namespace,
+            egress_deny=settings.egress_deny,
         )
     raise ValueError(f"unknown engine {settings.kind!r}; choose {' or '.join(KINDS)}")

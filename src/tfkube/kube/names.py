@@ -310,3 +310,10 @@ def team_priority_class(priority: int) -> str | None:
     if priority > 0:
         return f"{PRIORITY_CLASS_PREFIX}{priority}"
     return f"{PRIORITY_CLASS_PREFIX}minus-{-priority}"
+
+
+METADATA_ADDRESSES = ("169.254.169.254/32", "fd00:ec2::254/128")
+"""The clouds' instance metadata services (AWS, GCP, Azure, OpenStack; AWS's IPv6 one):
+they hand whoever asks from a node the node's cloud credentials. A team's pods are
+refused them unless a site says otherwise (`tfkube.render.TenantNetwork.denied`,
+`tfkube server --kube-egress-deny`)."""

@@ -76,7 +76,12 @@ from tfkube.render._storage import (
     job_volumes,
     rendered_storage,
 )
-from tfkube.render._tenant import TenantNetwork, network_policy, tenant_objects
+from tfkube.render._tenant import (
+    TenantNetwork,
+    network_policy,
+    parse_egress_deny,
+    tenant_objects,
+)
 from tfkube.render._workloads import (
     GRPC_PORT,
     NOTEBOOK_PORT,
@@ -135,6 +140,7 @@ __all__ = [
     "job_volumes",
     "network_policy",
     "operator_manifests",
+    "parse_egress_deny",
     "parse_node_selector",
     "parse_runtime",
     "parse_toleration",

@@ -179,6 +179,10 @@ class ServerInstall:
     --ingress-from`, passed as `--kube-ingress-from`): where the API server's service
     proxy connects from when that is not the API servers' own addresses (a managed
     control plane behind a tunnel). Empty: those addresses."""
+    egress_deny: tuple[str, ...] | None = None
+    """CIDRs team pods may not connect to (`tfkube install --server --egress-deny`,
+    passed as `--kube-egress-deny`; empty: `none`, nothing refused). None: the server's
+    default, the clouds' metadata services."""
     data_cache: DataCacheInstall | None = None
     """The node data cache on every node (`tfkube install --server --data-cache`,
     `tfkube.render._datacache`); None (the default until it is shown on a real node):
@@ -234,6 +238,9 @@ def server_command(namespace: str, options: ServerInstall) -> list[str]:
     command += options.notebook_placement.flags("--notebook-node-selector", "--notebook-toleration")
     for cidr in options.ingress_from:
         command += ["--kube-ingress-from", cidr]
+    if options.egress_deny is not None:
+        for cidr in options.egress_deny or ("none",):
+            command += ["--kube-egress-deny", cidr]
     return command
 
 

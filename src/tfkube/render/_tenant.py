@@ -1,5 +1,6 @@
 """A team's objects in a cluster: its namespace, the NetworkPolicy that keeps other
-teams' pods out of it (`TenantNetwork`), and its quota as a ResourceQuota with default
+teams' pods out of it and its pods off the cloud's metadata service (`TenantNetwork`), and
+its quota as a ResourceQuota with default
 requests (a LimitRange) where the quota counts CPU or memory; for a team with a priority,
 the PriorityClass its jobs' pods get (`team_priority_class`). Pure."""
 
@@ -17,6 +18,7 @@ from tfkube.kube.names import (
     LABEL_COMPONENT,
     LABEL_MANAGED_BY,
     MANAGED_BY,
+    METADATA_ADDRESSES,
     PLURAL,
     TENANT_OBJECTS,
     pod_security_labels,
@@ -33,6 +35,26 @@ them. The CPU is the local queue's too (`contract.DEFAULT_CPU_REQUEST`)."""
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
+def _network(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    try:
+        return ipaddress.ip_network(cidr, strict=False)
+    except ValueError:
+        raise ValueError(f"{cidr!r} is not an address or a CIDR (e.g. 198.19.0.1/32)") from None
+
+
+def parse_egress_deny(values: list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """`--kube-egress-deny` given as `values`: none given, the clouds' metadata services
+    (`METADATA_ADDRESSES`); `none`, nothing refused; else those CIDRs (checked by
+    `TenantNetwork`)."""
+    if not values:
+        return METADATA_ADDRESSES
+    if list(values) == ["none"]:
+        return ()
+    if "none" in values:
+        raise ValueError("'none' cannot be given with addresses: give one or the other")
+    return tuple(values)
+
+
 @dataclass(frozen=True)
 class TenantNetwork:
     """Who may open a connection to a team's pods (the team namespace's NetworkPolicy
@@ -44,13 +66,17 @@ class TenantNetwork:
     other pod of the cluster, another team's above all, is refused: a TensorFlow server
     (a PS, a worker) runs any graph a peer sends it, so reaching a job's port is reading
     and writing its variables. Traffic from a pod's own node is always allowed (the
-    kubelet's probes). A NetworkPolicy needs a network plugin that enforces it; without
-    one it is kept and does nothing (docs/security.md)."""
+    kubelet's probes). Out of the team's pods, every destination but `denied` (by default
+    the clouds' metadata services, `METADATA_ADDRESSES`). A NetworkPolicy needs a network
+    plugin that enforces it; without one it is kept and does nothing (docs/security.md)."""
 
     platform_namespace: str = OPERATOR_NAMESPACE
     sources: tuple[str, ...] = ()
     """CIDRs (`198.19.0.1/32`); a site admin's (`tfkube server --kube-ingress-from`),
     by default the API server's own addresses (the `kubernetes` Service's endpoints)."""
+    denied: tuple[str, ...] = METADATA_ADDRESSES
+    """CIDRs a team's pods may not open connections to (`tfkube server
+    --kube-egress-deny`); empty: egress is not limited."""
 
     def __post_init__(self) -> None:
         if not _NAMESPACE.fullmatch(self.platform_namespace):
@@ -58,19 +84,35 @@ class TenantNetwork:
                 f"{self.platform_namespace!r} is not a namespace name (lower-case letters, "
                 "digits and '-', at most 63, e.g. tfkube-system)"
             )
-        for cidr in self.sources:
-            try:
-                ipaddress.ip_network(cidr, strict=False)
-            except ValueError:
+        for cidr in (*self.sources, *self.denied):
+            _network(cidr)
+        for cidr in self.denied:
+            if _network(cidr).prefixlen == 0:
                 raise ValueError(
-                    f"{cidr!r} is not an address or a CIDR (e.g. 198.19.0.1/32)"
-                ) from None
+                    f"{cidr!r} denies every address: a team's pods could not reach their own "
+                    "peers, DNS or the server; name the addresses to refuse (e.g. "
+                    "169.254.169.254/32)"
+                )
+
+
+def _egress(denied: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Every destination but `denied`: every pod of the cluster by selector (where a
+    plugin does not match pods' addresses against an ipBlock), and each address family's
+    whole range less its denied blocks."""
+    peers: list[dict[str, Any]] = [{"namespaceSelector": {}}]
+    for everything in ("0.0.0.0/0", "::/0"):
+        whole = ipaddress.ip_network(everything)
+        excepted = sorted({str(n) for n in map(_network, denied) if n.version == whole.version})
+        block: dict[str, Any] = {"cidr": everything}
+        if excepted:
+            block["except"] = excepted
+        peers.append({"ipBlock": block})
+    return [{"to": peers}]
 
 
 def network_policy(namespace: str, network: TenantNetwork) -> dict[str, Any]:
     """The team namespace's NetworkPolicy (`TenantNetwork`). Every pod of the namespace
-    is selected, so none is open by default; egress is not limited here (a site's own
-    policies may)."""
+    is selected, so none is open by default; out of it, everything but `denied`."""
     peers: list[dict[str, Any]] = [
         {"podSelector": {}},
         {
@@ -80,7 +122,15 @@ def network_policy(namespace: str, network: TenantNetwork) -> dict[str, Any]:
         },
     ]
     for cidr in network.sources:
-        peers.append({"ipBlock": {"cidr": str(ipaddress.ip_network(cidr, strict=False))}})
+        peers.append({"ipBlock": {"cidr": str(_network(cidr))}})
+    spec: dict[str, Any] = {
+        "podSelector": {},
+        "policyTypes": ["Ingress"],
+        "ingress": [{"from": peers}],
+    }
+    if network.denied:
+        spec["policyTypes"] = ["Ingress", "Egress"]
+        spec["egress"] = _egress(network.denied)
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -89,7 +139,7 @@ def network_policy(namespace: str, network: TenantNetwork) -> dict[str, Any]:
             "namespace": namespace,
             "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: "tenant"},
         },
-        "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{"from": peers}]},
+        "spec": spec,
     }
 
 

@@ -36,7 +36,7 @@ from tfkube.engines.kubernetes._services import (
     ServiceProxy,
     service_reader,
 )
-from tfkube.kube.names import team_priority_class
+from tfkube.kube.names import METADATA_ADDRESSES, team_priority_class
 from tfkube.kube.resources import ENDPOINT_SLICE
 from tfkube.kube.rest import Kube, api_client_from, in_cluster
 from tfkube.launcher import FetchError, check_archive
@@ -100,6 +100,7 @@ class KubernetesEngine(RunnersByKind):
         notebook_tolerations: Sequence[Mapping[str, str]] = (),
         ingress_from: Sequence[str] = (),
         platform_namespace: str = OPERATOR_NAMESPACE,
+        egress_deny: Sequence[str] = METADATA_ADDRESSES,
     ) -> None:
         self.data_dir = data_dir
         self.kubeconfig = kubeconfig
@@ -117,6 +118,8 @@ class KubernetesEngine(RunnersByKind):
         (`--kube-ingress-from`); empty: the API servers' own (`api_server_sources`)."""
         self.platform_namespace = platform_namespace
         """tfkube's own namespace (the in-cluster server's): its pods may reach teams'."""
+        self.egress_deny = tuple(egress_deny)
+        """Addresses team pods may not connect to (`--kube-egress-deny`)."""
         self._network: TenantNetwork | None = None
         self._api = api_client
         self._runners: dict[type, Runner] | None = None
@@ -151,7 +154,7 @@ class KubernetesEngine(RunnersByKind):
             found = self._network
         if found is None:
             sources = self.ingress_from or api_server_sources(Kube(self.api_client()))
-            found = TenantNetwork(self.platform_namespace, sources)
+            found = TenantNetwork(self.platform_namespace, sources, self.egress_deny)
             with self._lock:
                 self._network = found
         return found

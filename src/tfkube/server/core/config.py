@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfkube import contract
-from tfkube.engines import EngineSettings
+from tfkube.engines import METADATA_ADDRESSES, EngineSettings
 from tfkube.server.core.store import StoreConfig
 
 DEFAULT_PORT = 8470
@@ -66,6 +66,8 @@ class ServerSettings:
     (`--kube-ingress-from`); empty: the API servers' own addresses."""
     platform_namespace: str = "tfkube-system"
     """Kubernetes engine: tfkube's own namespace (`--kube-platform-namespace`)."""
+    egress_deny: tuple[str, ...] = METADATA_ADDRESSES
+    """Kubernetes engine: CIDRs team pods may not connect to (`--kube-egress-deny`)."""
     cpus: float | None = None
     """Local engine: CPUs jobs may request together (default: this machine's)."""
     memory: int | None = None
@@ -128,6 +130,7 @@ class ServerSettings:
             notebook_tolerations=self.notebook_tolerations,
             ingress_from=self.ingress_from,
             platform_namespace=self.platform_namespace,
+            egress_deny=self.egress_deny,
             cpus=self.cpus,
             memory=self.memory,
             workload_env=self.workload_env,
