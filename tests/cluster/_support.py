@@ -323,6 +323,25 @@ def placed_manifest(node: RealNode, example: Path, name: str, worker_args: list[
     return str(yaml.safe_dump(raw))
 
 
+def one_worker_job(
+    node: RealNode, name: str, worker: dict[str, Any], **spec: Any
+) -> dict[str, Any]:
+    """A TFJob manifest of one worker placed on the real node (its label and taint):
+    `worker` adds to the worker's role (args, command, resources), `spec` to the job's."""
+    role = {
+        "replicas": 1,
+        **worker,
+        "nodeSelector": dict(node.SELECTOR),
+        "tolerations": list(node.TOLERATIONS),
+    }
+    return {
+        "apiVersion": "tfkube.io/v1alpha1",
+        "kind": "TFJob",
+        "metadata": {"name": name},
+        "spec": {"replicas": {"worker": role}, **spec},
+    }
+
+
 def remove_install(kube: KubeCluster, namespaces: list[str], pvs: list[str]) -> None:
     """Undo an in-cluster `tfkube install --server` of a test: delete its `namespaces`
     (the install's first), the cluster role bindings that still name the install's

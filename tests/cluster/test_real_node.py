@@ -43,7 +43,15 @@ from tfkube.kube.rest import Kube
 from tfkube.launcher._tee import replica_log_dir
 from tfkube.spec import DEFAULT_IMAGE
 
-from ._support import REPO, KubeCluster, Operator, RealNode, load_cluster_module, wait_for
+from ._support import (
+    REPO,
+    KubeCluster,
+    Operator,
+    RealNode,
+    load_cluster_module,
+    one_worker_job,
+    wait_for,
+)
 
 EXAMPLES = REPO / "examples"
 MIN_ACCURACY = 0.90  # what tests/tf/test_examples.py asks of the same examples locally
@@ -782,23 +790,13 @@ def resolves(kube: KubeCluster, ns: str, pod: client.V1Pod, host: str) -> bool:
 
 def stall_job(node: RealNode, tmp_path: Path, name: str, action: str, **policy: Any) -> Path:
     """One worker that prints a line, then stays silent (a `sleep`, writing nothing)."""
-    raw = {
-        "apiVersion": "tfkube.io/v1alpha1",
-        "kind": "TFJob",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": {
-                "worker": {
-                    "replicas": 1,
-                    "command": ["sh", "-c", "echo started; sleep 600"],
-                    "resources": {"memory": "256Mi"},
-                    "nodeSelector": dict(node.SELECTOR),
-                    "tolerations": list(node.TOLERATIONS),
-                }
-            },
-            "runPolicy": {"stallSeconds": STALL_SECONDS, "stallAction": action, **policy},
-        },
-    }
+    worker = {"command": ["sh", "-c", "echo started; sleep 600"], "resources": {"memory": "256Mi"}}
+    raw = one_worker_job(
+        node,
+        name,
+        worker,
+        runPolicy={"stallSeconds": STALL_SECONDS, "stallAction": action, **policy},
+    )
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path

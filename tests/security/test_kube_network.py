@@ -43,7 +43,14 @@ import pytest
 import yaml
 from kubernetes import client
 
-from cluster._support import KubeCluster, Operator, RealNode, upload_code, wait_for
+from cluster._support import (
+    KubeCluster,
+    Operator,
+    RealNode,
+    one_worker_job,
+    upload_code,
+    wait_for,
+)
 from cluster.test_real_node_serving import JOB_TIMEOUT, Team, delete_namespace, node_platform
 from server._server import Api, api_for
 
@@ -126,23 +133,13 @@ def code_folder(base: Path) -> Path:
 
 
 def submit(api: Api, team: str, node: RealNode, name: str, args: list[str]) -> str:
-    manifest = {
-        "apiVersion": "tfkube.io/v1alpha1",
-        "kind": "TFJob",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": {
-                "worker": {
-                    "replicas": 1,
-                    "args": args,
-                    "nodeSelector": dict(node.SELECTOR),
-                    "tolerations": list(node.TOLERATIONS),
-                }
-            },
-            "code": {"source": "artifact:net", "entrypoint": "run.sh"},
-            "runPolicy": {"backoffLimit": 0, "activeDeadlineSeconds": LISTEN_SECONDS + 60},
-        },
-    }
+    manifest = one_worker_job(
+        node,
+        name,
+        {"args": args},
+        code={"source": "artifact:net", "entrypoint": "run.sh"},
+        runPolicy={"backoffLimit": 0, "activeDeadlineSeconds": LISTEN_SECONDS + 60},
+    )
     job = api.ok(
         api.post(f"/api/v1/teams/{team}/jobs", json={"manifest": yaml.safe_dump(manifest)}), 201
     )
