@@ -36,8 +36,10 @@ class Upstream:
     """A socket on loopback that reads each request's head and calls `answer` with the
     connection and the request's method (its thread closes the connection after)."""
 
+    backlog: int | None = None
+
     def __init__(self) -> None:
-        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=self.backlog)
         self.port = self.sock.getsockname()[1]
         self.requests: list[bytes] = []
         self._thread = threading.Thread(target=self._serve, name=type(self).__name__)
@@ -86,6 +88,35 @@ class DroppingUpstream(Upstream):
     def answer(self, conn: socket.socket) -> None:
         if len(self.requests) > self.drop:
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+
+
+class HeldUpstream(Upstream):
+    """Makes no connection until `gate` is set: its accept queue holds one connection
+    (listen(0)) and a filler holds it, so the kernel drops every SYN, as a packet sent into
+    a void is (a ClusterIP whose rules kube-proxy has not written yet). Once let in, answers
+    every request with a 200."""
+
+    backlog = 0
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        super().__init__()
+        self.filler = socket.create_connection(("127.0.0.1", self.port))
+
+    def _serve(self) -> None:
+        self.gate.wait()
+        with contextlib.suppress(OSError):  # the filler's connection, first in the queue
+            conn, _ = self.sock.accept()
+            conn.close()
+        super()._serve()
+
+    def answer(self, conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+
+    def close(self) -> None:
+        self.gate.set()
+        self.filler.close()
+        super().close()
 
 
 @contextlib.contextmanager
@@ -199,3 +230,41 @@ def test_a_get_with_no_answer_is_asked_once_more_and_a_post_is_not(
     assert r.status_code == 502, r.text
     assert "cannot reach the model of m" in r.json()["error"]
     assert upstream.requests == [b"GET", b"GET", b"POST"]
+
+
+@pytest.mark.parametrize("proxied", [HeldUpstream], indirect=True)
+def test_a_get_whose_connection_is_never_made_is_asked_once_more_on_a_new_one(
+    proxied: tuple[httpx.Client, Upstream],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A GET whose connection is never made (every SYN dropped) is given up after the
+    proxy's connect timeout, not its 60 s, and asked once more on a new connection, which
+    gets the answer: what the in-cluster server met when a job's TensorBoard Service had
+    just been made (its name resolved before kube-proxy had written its rules; the first
+    connection's retransmits stayed untranslated, and the member's request hung 60 s)."""
+    client, upstream = proxied
+    assert isinstance(upstream, HeldUpstream)
+    caplog.set_level(logging.INFO)
+    monkeypatch.setattr(proxy, "TIMEOUT", httpx.Timeout(60.0, connect=2.0, read=None))
+    answers: list[httpx.Response] = []
+    asking = threading.Thread(target=lambda: answers.append(client.get("/proxy/model/m/v1/m")))
+    t0 = time.monotonic()
+    asking.start()
+
+    def again() -> list[str]:
+        return [r.getMessage() for r in caplog.records if "asking once more" in r.getMessage()]
+
+    deadline = t0 + 30
+    while not again() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    gave_up = time.monotonic() - t0
+    upstream.gate.set()  # the second connection is made (its SYN retried within 1 s)
+    asking.join(30)
+    (said,) = again()
+    assert "model m gave no answer to GET" in said, said
+    assert "ConnectTimeout" in said, said
+    assert 1.5 < gave_up < 10, gave_up  # the connect timeout (2 s), not the 60 s
+    (r,) = answers
+    assert (r.status_code, r.text) == (200, "ok")
+    assert upstream.requests == [b"GET"]  # the first connection never reached it

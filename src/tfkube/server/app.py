@@ -232,7 +232,7 @@ def create_app(settings: ServerSettings, platform: Platform | None = None) -> Fa
         built.model_servers.start_loop()
         built.notebooks.start_loop()
         built.notifier.start_loop()
-        app.state.proxy_client = httpx.AsyncClient(timeout=httpx.Timeout(60.0, read=None))
+        app.state.proxy_client = httpx.AsyncClient(timeout=proxy.TIMEOUT)
         grpc_proxy = None
         if settings.grpc_port is not None:
             from tfkube.server.api.grpc_proxy import GrpcProxy

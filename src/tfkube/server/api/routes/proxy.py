@@ -301,9 +301,19 @@ def _enter(
     return RedirectResponse(location, status_code=303)
 
 
-NO_ANSWER = (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError)
-"""An upstream that gave no answer at all: refused or dropped the connection, or closed it
-before a status line (a relay whose inside connection failed closes its side)."""
+NO_ANSWER = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError, httpx.ReadError)
+"""An upstream that gave no answer at all: refused, dropped or never made the connection,
+or closed it before a status line (a relay whose inside connection failed closes its side)."""
+CONNECT_TIMEOUT = 10.0
+"""Seconds for an upstream's connection to be made (the rest of the request has no limit:
+a notebook's kernel or a long prediction streams). Inside a cluster a connection takes
+milliseconds; one that takes seconds went into a void, as a connection to a Service just
+created does when its name resolves before kube-proxy has written its ClusterIP's rules:
+the first packet leaves untranslated and, since address translation is decided on a
+connection's first packet, so do its retransmits, for as long as the connection is tried.
+A new connection is translated (a GET tries one, AGAIN_FOR)."""
+TIMEOUT = httpx.Timeout(60.0, connect=CONNECT_TIMEOUT, read=None)
+"""Every upstream client's (the app's shared one too)."""
 AGAIN_FOR = {"GET": 1, "HEAD": 1}
 """Requests sent once more after NO_ANSWER: only those that change nothing (a page loads
 dozens of files at once, and one of them failing is an error dialog in JupyterLab);
@@ -324,16 +334,15 @@ def _client(request: Request, target: Upstream) -> tuple[httpx.AsyncClient, bool
     for a target with its own TLS settings or behind a Unix socket (-> (client, close it
     after))."""
     shared: httpx.AsyncClient | None = getattr(request.app.state, "proxy_client", None)
-    timeout = httpx.Timeout(60.0, read=None)
     if target.unix is not None:
         # Plain HTTP over a relay's socket makes no TLS context (some 80 ms a request);
         # an https prefix would keep the target's verification.
         verify = target.verify if target.prefix.startswith("https:") else False
         transport = httpx.AsyncHTTPTransport(uds=target.unix, verify=verify)
-        return httpx.AsyncClient(timeout=timeout, verify=verify, transport=transport), True
+        return httpx.AsyncClient(timeout=TIMEOUT, verify=verify, transport=transport), True
     if target.verify is True and shared is not None:
         return shared, False
-    return httpx.AsyncClient(timeout=timeout, verify=target.verify), True
+    return httpx.AsyncClient(timeout=TIMEOUT, verify=target.verify), True
 
 
 @router.api_route(
@@ -379,6 +388,7 @@ async def proxy(
                     params=[*request.query_params.multi_items(), *upstream_at.params.items()],
                     headers=headers,
                     content=content,
+                    timeout=TIMEOUT,
                 ),
                 stream=True,
             )
