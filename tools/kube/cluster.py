@@ -413,7 +413,7 @@ class Cluster:
         )
         try:
             if self.want_network:
-                self.state.network = _sibling("realnode").claim_network()
+                self.state.network = _sibling("realnode").claim_network(SERVICE_CIDR)
                 self.save_state()
             self._start(workdir, timeout)
         except ClusterError as exc:

@@ -7,6 +7,8 @@ used by cluster.py).
 What it runs, all as root, every file under `<cluster workdir>/real-node/`:
 
     bridge tfkube<N> 198.19.N.1/24   node IP, kubelet address, CNI bridge, DNS address
+      and a routing rule: from the bridge to the service range, unreachable (a packet
+      kube-proxy did not translate is refused here, never sent off this machine)
     containerd (Debian's 1.6, CRI v1) own config, root, state and socket; runc; CNI bridge
       + host-local (Debian's containernetworking-plugins); images imported from the cache
       (tools/kube/images.py): the pause image, tensorflow/tensorflow:2.21.0, tfkube's own
@@ -229,29 +231,62 @@ def _claim_slot() -> int:
     )
 
 
-def claim_network() -> dict[str, Any]:
+def claim_network(service_cidr: str) -> dict[str, Any]:
     """Claim a slot's bridge and give it its address (198.19.N.1/24), up, with IPv4
     forwarding on this bridge only (a pod's packet to a ClusterIP is routed to the bridge
-    address, DNATed by kube-proxy to a pod IP and forwarded back out). Returns slot, bridge,
-    node_ip and subnet; `release_network` removes it (the sysctl goes with the device)."""
+    address, DNATed by kube-proxy to a pod IP and forwarded back out). A packet from the
+    bridge still addressed to `service_cidr` after kube-proxy's rules is answered
+    "unreachable" here (`_void_rule`) instead of following this machine's default route off
+    it. Returns slot, bridge, node_ip, subnet and service_cidr; `release_network` removes it
+    (the sysctl goes with the device, the rule does not)."""
     slot = _claim_slot()
     bridge = f"tfkube{slot}"
     net = list(SUBNET_BASE.subnets(new_prefix=24))[slot]
     node_ip = str(net.network_address + 1)
+    network = {
+        "slot": slot,
+        "bridge": bridge,
+        "node_ip": node_ip,
+        "subnet": str(net),
+        "service_cidr": service_cidr,
+    }
     try:
         _run(["ip", "addr", "add", f"{node_ip}/24", "dev", bridge])
         _run(["ip", "link", "set", bridge, "up"])
         Path(f"/proc/sys/net/ipv4/conf/{bridge}/forwarding").write_text("1\n")
+        _drop_void_rules(network)  # a crashed run's, on this slot
+        _run(["ip", "rule", "add", *_void_rule(network)])
     except (NodeError, OSError):
-        subprocess.run(["ip", "link", "del", bridge], capture_output=True, check=False)
+        release_network(network)
         raise
-    return {"slot": slot, "bridge": bridge, "node_ip": node_ip, "subnet": str(net)}
+    return network
+
+
+def _void_rule(network: dict[str, Any]) -> list[str]:
+    """The routing rule (`ip rule add|del` + this) for a packet from the bridge to a
+    ClusterIP that kube-proxy did not translate: a connection whose first packet came before
+    kube-proxy had written a new Service's rules (its name already resolves) keeps going
+    untranslated, retransmits and all (NAT is decided on a connection's first packet). Left to
+    the main table it would leave this machine by its default route; "unreachable" answers
+    at once, so the client's next connection is a new one, translated. Packets kube-proxy
+    translated carry a pod's address by then (routing comes after its DNAT) and pass."""
+    return ["iif", network["bridge"], "to", network["service_cidr"], "unreachable"]
+
+
+def _drop_void_rules(network: dict[str, Any]) -> None:
+    for _ in range(10):  # one, unless a crashed run left its own
+        rule = ["ip", "rule", "del", *_void_rule(network)]
+        if subprocess.run(rule, capture_output=True, check=False).returncode != 0:
+            return
 
 
 def release_network(network: dict[str, Any]) -> list[str]:
-    """Remove the bridge `claim_network` made (its address and sysctl go with it)."""
+    """Remove the bridge `claim_network` made (its address and sysctl go with it) and its
+    routing rule."""
     subprocess.run(["ip", "link", "del", network["bridge"]], capture_output=True, check=False)
-    return [f"bridge {network['bridge']} removed"]
+    if network.get("service_cidr"):
+        _drop_void_rules(network)
+    return [f"bridge {network['bridge']} and its routing rule removed"]
 
 
 def second_network(slot: int) -> dict[str, Any]:
@@ -486,7 +521,7 @@ class RealNode:
             )
         t0 = time.monotonic()
         owned = self.cluster.state.network is None
-        network = claim_network() if owned else self.cluster.state.network
+        network = claim_network(self.kube.SERVICE_CIDR) if owned else self.cluster.state.network
         slot, node_ip = network["slot"], network["node_ip"]
         workdir = Path(self.cluster.state.workdir) / "real-node"
         workdir.mkdir(parents=True, exist_ok=True)
