@@ -282,12 +282,18 @@ def test_clean_pod_policy_leaves_what_it_says(corpus: Corpus, name: str) -> None
 
 def test_a_converted_manifest_keeps_what_users_wrote(corpus: Corpus) -> None:
     """Spot checks on the pods the operator made from the manifests."""
-    pod = wait_for(
-        "the helpers job's pods",
-        lambda: _pods(corpus, corpus.jobs["11-init-and-sidecar.yaml"], "worker"),
-        OUTCOME_TIMEOUT,
-        1,
-    )
+    helpers = corpus.jobs["11-init-and-sidecar.yaml"]
+    try:
+        pod = wait_for(
+            "the helpers job's pods", lambda: _pods(corpus, helpers, "worker"), OUTCOME_TIMEOUT, 1
+        )
+    except AssertionError as exc:  # seen once in CI (no pods in 240 s): say where it stood
+        view = corpus.backend.get(helpers)
+        batch = corpus.kube.batch.list_namespaced_job(
+            corpus.namespace, label_selector=f"tfkube.io/job-name={helpers}"
+        ).items
+        jobs = [(j.metadata.name, j.status.to_dict()) for j in batch]
+        raise AssertionError(f"{exc}\n{view.phase} {view.reason} {view.replicas}\n{jobs}") from None
     spec = pod[0].spec
     assert [c.name for c in spec.init_containers] == ["fetch-data", "log-shipper"]
     assert spec.init_containers[1].restart_policy == "Always"  # a native sidecar
