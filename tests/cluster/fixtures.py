@@ -71,11 +71,11 @@ ENABLE_HINT = (
 
 _WANTS_REAL_NODE = pytest.StashKey[bool]()
 
-BESIDE_THE_REAL_NODE = frozenset({"test_kube_faults.py", "test_operator.py"})
+BESIDE_THE_REAL_NODE: frozenset[str] = frozenset()
 """Files of KWOK-only tests that `make test` runs in the real-node session rather than in
-the KWOK session after the rest (tools/test/suite.sh): they even out the two. test_gang.py
-(~70 s with its scheduler's start) ran here too until the real-node session, still the
-longer side by ~4 min in CI (2026-12-03: 2,478 s against 2,255 s), lost its own cuts."""
+the KWOK session (tools/test/suite.sh), to even the sessions out. Empty since the KWOK
+session runs beside the others rather than after the rest (2026-12-06): test_kube_faults.py
+and test_operator.py (~300 s) ran here while it came after the rest."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m cluster` / `-m "not cluster"` select (make test)
