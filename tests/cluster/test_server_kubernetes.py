@@ -37,6 +37,7 @@ from kubernetes.client.exceptions import ApiException
 
 from server._server import PASSWORD, Api, ServerProc, api_for, free_port, login
 from tfkube.engines.kubernetes import install
+from tfkube.engines.kubernetes._cluster import NAMESPACE_GONE_SECONDS
 from tfkube.kube.names import GROUP, PLURAL
 from tfkube.render import (
     OPERATOR_NAMESPACE,
@@ -686,9 +687,10 @@ def test_a_notebook_goes_where_the_server_puts_notebooks(
 
 
 def test_a_team_the_cluster_refuses_is_not_kept(platform: Platform) -> None:
-    """Its namespace is being deleted (held by a finalizer), so the API server refuses the
-    team's ResourceQuota: the answer is 502 with the API server's reason, and the server
-    keeps no team (nothing half-made)."""
+    """Its namespace is being deleted and stays so (held by a finalizer): the server waits
+    for it (`NAMESPACE_GONE_SECONDS`: a namespace being deleted is usually gone in
+    seconds, and the team is then made anew, tests/cluster/test_team_namespace.py), then
+    answers 502 naming what holds it, and keeps no team (nothing half-made)."""
     kube, admin = platform.kube, platform.admin
     name = f"gone{uuid.uuid4().hex[:6]}"
     namespace = f"tfkube-{name}"
@@ -699,9 +701,14 @@ def test_a_team_the_cluster_refuses_is_not_kept(platform: Platform) -> None:
     )
     kube.core.delete_namespace(namespace)
     try:
-        r = admin.post("/api/v1/teams", json={"name": name, "quota": {"cpu": 1}})
+        asked = time.monotonic()
+        r = admin.post("/api/v1/teams", json={"name": name, "quota": {"cpu": 1}}, timeout=180)
+        waited = time.monotonic() - asked
         assert r.status_code == 502, r.text
-        assert "terminated" in r.json()["detail"]
+        detail = r.json()["detail"]
+        assert f"namespace {namespace} has been being deleted" in detail, detail
+        assert "tfkube.io/test-hold" in detail, detail
+        assert waited >= NAMESPACE_GONE_SECONDS, waited
         assert name not in [t["name"] for t in admin.ok(admin.get("/api/v1/teams"))]
     finally:
         kube.core.patch_namespace(namespace, {"metadata": {"finalizers": None}})

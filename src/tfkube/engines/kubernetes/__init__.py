@@ -4,7 +4,7 @@ extra). `KubernetesBackend` submits and reads TFJob resources (the operator runs
 `tfkube.kube` (names, the pod interpreter, REST), as the operator does."""
 
 from tfkube.engines.kubernetes._backend import KubernetesBackend, LogsUnavailable, job_view
-from tfkube.engines.kubernetes._cluster import KubernetesEngine
+from tfkube.engines.kubernetes._cluster import KubernetesEngine, NamespaceTerminating
 from tfkube.engines.kubernetes._install import (
     Applied,
     InstallError,
@@ -20,6 +20,7 @@ __all__ = [
     "KubernetesBackend",
     "KubernetesEngine",
     "LogsUnavailable",
+    "NamespaceTerminating",
     "api_client_from",
     "apply_objects",
     "delete_objects",

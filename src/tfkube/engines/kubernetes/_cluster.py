@@ -11,6 +11,7 @@ enforces quotas, so the server does not (`capacity` is None)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from tfkube.engines.kubernetes._services import (
     service_reader,
 )
 from tfkube.kube.names import METADATA_ADDRESSES, team_priority_class
-from tfkube.kube.resources import ENDPOINT_SLICE
+from tfkube.kube.resources import ENDPOINT_SLICE, NAMESPACE
 from tfkube.kube.rest import Kube, api_client_from, in_cluster
 from tfkube.launcher import FetchError, check_archive
 from tfkube.render import (
@@ -50,6 +51,13 @@ from tfkube.render import (
     tenant_objects,
 )
 from tfkube.spec import FieldError, Resources, SpecError
+
+NAMESPACE_GONE_SECONDS = 60.0
+"""How long making a team waits for its namespace to finish being deleted (a team removed
+and made again, tfkube uninstalled and installed again): the namespace controller first
+deletes everything the namespace holds, seconds on a busy cluster, and the API server
+refuses anything new in it meanwhile. Longer means something holds it (a finalizer whose
+controller is gone): the request that makes the team is answered then, naming it."""
 
 API_SERVER_SERVICE = ("default", "kubernetes")
 """The Service every cluster has for its API servers: its endpoints are their addresses."""
@@ -69,6 +77,41 @@ def api_server_sources(kube: Kube) -> tuple[str, ...]:
             for address in endpoint.get("addresses") or []:
                 found.add(f"{address}/{bits}")
     return tuple(sorted(found))
+
+
+class NamespaceTerminating(RuntimeError):
+    """A team's namespace was still being deleted when its team was to be made there."""
+
+
+def wait_until_not_terminating(kube: Kube, namespace: str, timeout: float) -> None:
+    """Return once `namespace` is not being deleted: it does not exist, or exists and is
+    not Terminating. The API server refuses every new object in a namespace being deleted
+    (`forbidden: ... because it is being terminated`), so making a team there in the
+    meantime would fail half-way; after `timeout` seconds, NamespaceTerminating says what
+    holds it."""
+    deadline = time.monotonic() + timeout
+    pause = 0.2
+    while True:
+        found = kube.get(NAMESPACE, None, namespace)
+        if found is None or not found["metadata"].get("deletionTimestamp"):
+            return
+        if time.monotonic() >= deadline:
+            meta = found["metadata"]
+            held = ", ".join(meta.get("finalizers") or ()) or "none"
+            why = "; ".join(
+                c.get("message", "")
+                for c in (found.get("status") or {}).get("conditions") or ()
+                if c.get("status") == "True" and c.get("message")
+            )
+            raise NamespaceTerminating(
+                f"namespace {namespace} has been being deleted since "
+                f"{meta['deletionTimestamp']} and was not gone after {timeout:.0f}s "
+                f"(its finalizers: {held}{'; ' + why if why else ''}): the team can be "
+                f"made there once it is gone (`kubectl get namespace {namespace} -o yaml` "
+                "says what it still holds)"
+            )
+        time.sleep(pause)
+        pause = min(pause * 2, 2.0)
 
 
 class KubernetesEngine(RunnersByKind):
@@ -120,6 +163,8 @@ class KubernetesEngine(RunnersByKind):
         """tfkube's own namespace (the in-cluster server's): its pods may reach teams'."""
         self.egress_deny = tuple(egress_deny)
         """Addresses team pods may not connect to (`--kube-egress-deny`)."""
+        self.namespace_gone_seconds = NAMESPACE_GONE_SECONDS
+        """How long `prepare_tenant` waits for a team's namespace being deleted."""
         self._network: TenantNetwork | None = None
         self._api = api_client
         self._runners: dict[type, Runner] | None = None
@@ -162,7 +207,12 @@ class KubernetesEngine(RunnersByKind):
     def prepare_tenant(self, tenant: Tenant) -> None:
         """The team's namespace, its NetworkPolicy (only its own pods, tfkube's and the
         API server reach its pods), the ResourceQuota holding its quota, and its
-        priority's PriorityClass (server-side apply, idempotent)."""
+        priority's PriorityClass (server-side apply, idempotent). A namespace still being
+        deleted (the team removed, or tfkube uninstalled, just before) is waited for, up to
+        `namespace_gone_seconds`, and then made anew."""
+        wait_until_not_terminating(
+            Kube(self.api_client()), tenant.namespace, self.namespace_gone_seconds
+        )
         objects = tenant_objects(
             tenant.namespace,
             tenant.quota,
