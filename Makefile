@@ -70,8 +70,8 @@ lint: $(STAMP)
 ## The venv, the browser and lint first; then the rest of the tests at once, while the heavy
 ## builds (kube-bins, kube-node, s3-bins, hdfs-bins: no-ops when cached) run beside them,
 ## niced; the real-node tests start when the control plane and the real node are built, the
-## KWOK-only tests after the rest (tools/test/suite.sh, tools/test/builds.sh;
-## SUITE_SERIAL=1: the builds first, then one session).
+## KWOK-only tests when the control plane and the gang scheduler are, each beside the rest
+## (tools/test/suite.sh, tools/test/builds.sh; SUITE_SERIAL=1: the builds first, then one session).
 test: install chromium
 	$(MAKE) lint
 	BIN=$(BIN) bash tools/test/suite.sh

@@ -3,13 +3,13 @@
 # background from the start -- the control plane's and the real node's first, at full
 # speed, while no test runs; then the S3 and HDFS stores and the gang scheduler, niced,
 # beside the tests -- and three pytest sessions side by side (the machine's two cores were
-# ~65% busy with two: docs/testing.md, "Cost: the whole suite"):
+# ~70% busy with two: docs/testing.md, "Cost: the whole suite"):
 #
 #   background, from the start: the builds, one after the other, their output kept in a
 #     file, printed at the end (at once when a build fails);
 #   background, as soon as the control plane and the real node are built: the real-node
-#     session (`-m nodesession`: every test that asks for `real_node`, plus a few KWOK-only
-#     files that even the two sides out: tests/cluster/fixtures.py, BESIDE_THE_REAL_NODE)
+#     session (`-m nodesession`: every test that asks for `real_node`, plus any KWOK-only
+#     file named to even the sessions out: tests/cluster/fixtures.py, BESIDE_THE_REAL_NODE)
 #     on one control plane with its real nodes -- mostly waits on pods -- its output kept
 #     in a file and printed at the end;
 #   background, as soon as the control plane and the gang scheduler are built: the
