@@ -47,6 +47,7 @@ def big_job(
         r = httpx.post(
             f"{server.url}/api/v1/setup",
             json={"token": server.setup_token, "name": "admin", "password": PASSWORD},
+            timeout=60,  # the default team may wait for its namespace still being deleted
         )
         assert r.status_code == 201, r.text
         admin = api_for(server.url, "admin")

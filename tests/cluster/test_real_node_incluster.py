@@ -366,8 +366,11 @@ def platform(
         log = kube.core.read_namespaced_pod_log(server.metadata.name, ns)
         (token,) = set(re.findall(r"/setup\?token=([A-Za-z0-9_-]+)", log)) or {None}
         assert token, log[-3000:]
-        r = httpx.post(f"{url}/api/v1/setup",
-                       json={"token": token, "name": "admin", "password": PASSWORD})  # fmt: skip
+        r = httpx.post(
+            f"{url}/api/v1/setup",
+            json={"token": token, "name": "admin", "password": PASSWORD},
+            timeout=60,  # the default team may wait for its namespace still being deleted
+        )
         assert r.status_code == 201, r.text
         admin = api_for(url, "admin")
         apis.append(admin)

@@ -280,8 +280,11 @@ def set_up_admin(kube: KubeCluster, ns: str, server: client.V1Pod, url: str) -> 
     log = kube.core.read_namespaced_pod_log(server.metadata.name, ns, container="server")
     (token,) = set(re.findall(r"/setup\?token=([A-Za-z0-9_-]+)", log)) or {None}
     assert token, log[-3000:]
-    r = httpx.post(f"{url}/api/v1/setup",
-                   json={"token": token, "name": "admin", "password": PASSWORD})  # fmt: skip
+    r = httpx.post(
+        f"{url}/api/v1/setup",
+        json={"token": token, "name": "admin", "password": PASSWORD},
+        timeout=60,  # the default team may wait for its namespace still being deleted
+    )
     assert r.status_code == 201, r.text
     return api_for(url, "admin")
 

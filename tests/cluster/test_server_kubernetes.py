@@ -183,6 +183,9 @@ def running_platform(
         r = httpx.post(
             f"{server.url}/api/v1/setup",
             json={"token": server.setup_token, "name": "admin", "password": PASSWORD},
+            # the default team may wait for its namespace, still being deleted by the
+            # module before this one (NAMESPACE_GONE_SECONDS)
+            timeout=NAMESPACE_GONE_SECONDS + 30,
         )
         assert r.status_code == 201, r.text
         made.admin.close()

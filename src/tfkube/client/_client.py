@@ -95,7 +95,9 @@ def token_by_password(
     personal API token named `label`; the session is only used for this. Raises
     ServerError."""
     url = url.rstrip("/")
-    with httpx.Client(base_url=url, timeout=30) as http:
+    # 60 s: set-up makes the default team, which may wait for its namespace to finish
+    # being deleted (a reinstall; the Kubernetes engine's NAMESPACE_GONE_SECONDS).
+    with httpx.Client(base_url=url, timeout=60) as http:
         if setup_token:
             body = {"token": setup_token, "name": name, "password": password}
             r = checked(http.post("/api/v1/setup", json=body))

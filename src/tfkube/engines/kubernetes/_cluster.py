@@ -52,12 +52,13 @@ from tfkube.render import (
 )
 from tfkube.spec import FieldError, Resources, SpecError
 
-NAMESPACE_GONE_SECONDS = 60.0
+NAMESPACE_GONE_SECONDS = 45.0
 """How long making a team waits for its namespace to finish being deleted (a team removed
 and made again, tfkube uninstalled and installed again): the namespace controller first
 deletes everything the namespace holds, seconds on a busy cluster, and the API server
 refuses anything new in it meanwhile. Longer means something holds it (a finalizer whose
-controller is gone): the request that makes the team is answered then, naming it."""
+controller is gone): the request that makes the team is answered then, naming it. Below
+the clients' own time-outs (`tfkube.Client` 60 s, set-up 60 s), so the answer reaches them."""
 
 API_SERVER_SERVICE = ("default", "kubernetes")
 """The Service every cluster has for its API servers: its endpoints are their addresses."""
